@@ -1,0 +1,93 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrNotFound is wrapped by errors about a provider or consumer that does not
+// exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is wrapped by errors about creating something that already exists.
+var ErrExists = errors.New("already exists")
+
+// ConflictKind tells which generation was stale.
+type ConflictKind string
+
+// The kinds of generation conflict.
+const (
+	ProviderGeneration ConflictKind = "provider"
+	ConsumerGeneration ConflictKind = "consumer"
+)
+
+// ConflictError is a write that named a stale generation (HTTP 409). The
+// caller re-reads and retries, or moves on to another provider.
+type ConflictError struct {
+	Kind     ConflictKind
+	UUID     string // provider or consumer
+	Expected *int64 // what the writer named; nil means "must not exist yet"
+	Actual   *int64 // what the store holds; nil means "does not exist"
+}
+
+func (e *ConflictError) Error() string {
+	show := func(p *int64) string {
+		if p == nil {
+			return "none"
+		}
+		return fmt.Sprint(*p)
+	}
+	return fmt.Sprintf("%s %s generation conflict: expected %s, store has %s", e.Kind, e.UUID, show(e.Expected), show(e.Actual))
+}
+
+// IsConflict reports whether err is (or wraps) a generation conflict.
+func IsConflict(err error) bool {
+	var c *ConflictError
+	return errors.As(err, &c)
+}
+
+// CapacityError is an allocation that does not fit a provider's inventory.
+type CapacityError struct {
+	Provider  string
+	Class     ResourceClass
+	Requested int64
+	Used      int64
+	Capacity  int64
+	Reason    string
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("provider %s: %d %s does not fit (used %d of capacity %d): %s",
+		e.Provider, e.Requested, e.Class, e.Used, e.Capacity, e.Reason)
+}
+
+// IsCapacity reports whether err is (or wraps) a capacity error.
+func IsCapacity(err error) bool {
+	var c *CapacityError
+	return errors.As(err, &c)
+}
+
+// InvalidError is a malformed input (HTTP 400).
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsInvalid reports whether err is (or wraps) an InvalidError.
+func IsInvalid(err error) bool {
+	var c *InvalidError
+	return errors.As(err, &c)
+}
+
+func sortedClasses(r Resources) []ResourceClass {
+	out := make([]ResourceClass, 0, len(r))
+	for rc := range r {
+		out = append(out, rc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,167 @@
+// Package records holds the compute records keel's store keeps besides
+// placement's: host records (Nova's compute_nodes rows), services,
+// instances, flavors and migration records. They are plain data; the
+// packages that own their behaviour (compute, migration, conductor) act on
+// them.
+package records
+
+import (
+	"time"
+
+	"keel/internal/placement"
+)
+
+// HostRecord is a host's resource record, as Nova's compute_nodes row: what
+// the host's resource tracker last wrote. The scheduler's weighers read it
+// under the legacy and dest-update view policies.
+type HostRecord struct {
+	Host         string `json:"host"`
+	ProviderUUID string `json:"provider_uuid"`
+
+	VCPUs        int64 `json:"vcpus"`
+	VCPUsUsed    int64 `json:"vcpus_used"`
+	MemoryMB     int64 `json:"memory_mb"`
+	MemoryMBUsed int64 `json:"memory_mb_used"` // includes reserved_host_memory_mb
+	LocalGB      int64 `json:"local_gb"`
+	LocalGBUsed  int64 `json:"local_gb_used"` // includes reserved_host_disk_mb
+	FreeRAMMB    int64 `json:"free_ram_mb"`
+	FreeDiskGB   int64 `json:"free_disk_gb"`
+	RunningVMs   int64 `json:"running_vms"`
+	NumIOOps     int64 `json:"num_io_ops"`
+
+	CPUAllocationRatio  float64 `json:"cpu_allocation_ratio"`
+	RAMAllocationRatio  float64 `json:"ram_allocation_ratio"`
+	DiskAllocationRatio float64 `json:"disk_allocation_ratio"`
+
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Used returns the record's usage as placement resources, reserved amounts
+// excluded, so it compares with allocations.
+func (h HostRecord) Used(reservedMemMB, reservedDiskGB int64) placement.Resources {
+	return placement.Resources{
+		placement.VCPU:     h.VCPUsUsed,
+		placement.MemoryMB: h.MemoryMBUsed - reservedMemMB,
+		placement.DiskGB:   h.LocalGBUsed - reservedDiskGB,
+	}
+}
+
+// Service is a compute agent's liveness and admin state.
+type Service struct {
+	Host           string    `json:"host"`
+	Binary         string    `json:"binary"`
+	Disabled       bool      `json:"disabled"`
+	DisabledReason string    `json:"disabled_reason,omitempty"`
+	ForcedDown     bool      `json:"forced_down"`
+	Zone           string    `json:"zone"`
+	LastSeenUp     time.Time `json:"last_seen_up"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+// Flavor is an instance size.
+type Flavor struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	VCPUs      int64             `json:"vcpus"`
+	RAMMB      int64             `json:"ram"`
+	DiskGB     int64             `json:"disk"`
+	ExtraSpecs map[string]string `json:"extra_specs,omitempty"`
+}
+
+// Resources is what an instance of this flavor claims in placement.
+func (f Flavor) Resources() placement.Resources {
+	r := placement.Resources{}
+	if f.VCPUs > 0 {
+		r[placement.VCPU] = f.VCPUs
+	}
+	if f.RAMMB > 0 {
+		r[placement.MemoryMB] = f.RAMMB
+	}
+	if f.DiskGB > 0 {
+		r[placement.DiskGB] = f.DiskGB
+	}
+	return r
+}
+
+// Instance VM states (Nova's vm_state).
+const (
+	VMBuilding = "building"
+	VMActive   = "active"
+	VMError    = "error"
+	VMDeleted  = "deleted"
+)
+
+// Instance task states used by keel (Nova's task_state).
+const (
+	TaskNone      = ""
+	TaskMigrating = "migrating"
+	TaskSpawning  = "spawning"
+	TaskDeleting  = "deleting"
+)
+
+// Instance is a virtual machine's record.
+type Instance struct {
+	UUID      string    `json:"uuid"`
+	Name      string    `json:"name"`
+	ProjectID string    `json:"project_id"`
+	UserID    string    `json:"user_id"`
+	Host      string    `json:"host"`
+	Zone      string    `json:"availability_zone"`
+	Flavor    Flavor    `json:"flavor"`
+	VMState   string    `json:"vm_state"`
+	TaskState string    `json:"task_state"`
+	Fault     string    `json:"fault,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Version increments on every update; an update naming a stale version
+	// fails with a conflict (optimistic concurrency between servers).
+	Version int64 `json:"version"`
+}
+
+// Migration statuses, Nova's names.
+const (
+	MigrationAccepted  = "accepted"
+	MigrationQueued    = "queued"
+	MigrationPreparing = "preparing"
+	MigrationRunning   = "running"
+	MigrationCompleted = "completed"
+	MigrationError     = "error"
+	MigrationFailed    = "failed"
+	MigrationCancelled = "cancelled"
+)
+
+// MigrationTerminal reports whether a status ends a migration.
+func MigrationTerminal(status string) bool {
+	switch status {
+	case MigrationCompleted, MigrationError, MigrationFailed, MigrationCancelled:
+		return true
+	}
+	return false
+}
+
+// Migration is a live migration's record: the source of truth for a move in
+// flight, so recovery after a restart can finish or roll it back.
+type Migration struct {
+	ID            int64  `json:"id"`
+	UUID          string `json:"uuid"` // also the migration consumer's UUID
+	InstanceUUID  string `json:"instance_uuid"`
+	Type          string `json:"migration_type"`
+	SourceHost    string `json:"source_compute"`
+	DestHost      string `json:"dest_compute"`
+	RequestedHost string `json:"requested_host,omitempty"`
+	Status        string `json:"status"`
+	// Phase is the state machine's own step inside a status (see package
+	// migration); it is what recovery resumes from.
+	Phase string `json:"phase"`
+	// TriedHosts are destinations already claimed and given up on.
+	TriedHosts []string `json:"tried_hosts,omitempty"`
+	Attempts   int      `json:"attempts"`
+	Error      string   `json:"error,omitempty"`
+
+	MemoryTotalBytes     int64     `json:"memory_total_bytes"`
+	MemoryProcessedBytes int64     `json:"memory_processed_bytes"`
+	MemoryRemainingBytes int64     `json:"memory_remaining_bytes"`
+	CreatedAt            time.Time `json:"created_at"`
+	UpdatedAt            time.Time `json:"updated_at"`
+	Version              int64     `json:"version"`
+}

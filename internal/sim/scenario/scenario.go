@@ -1,0 +1,142 @@
+// Package scenario reads the simulator's scenario files (TOML): hosts in
+// groups, flavors, initial instances, scheduler and compute options with
+// Nova's names, and the workload (drains, boots, deletes, random live
+// migrations, enable/disable events). A malformed file is refused with the
+// file, line and reason.
+package scenario
+
+// Scenario is one parsed scenario file. Times are seconds from t=0.
+type Scenario struct {
+	Name string `toml:"name"`
+	// Seed seeds every random choice (scheduler subset pick, workload).
+	Seed int64 `toml:"seed"`
+	// Duration is when the run ends, in seconds; events due at exactly
+	// Duration (audits included) still run.
+	Duration float64 `toml:"duration"`
+	// Policies to run; empty means all three: legacy, dest-update, claim.
+	Policies []string `toml:"policies"`
+
+	Scheduler Scheduler `toml:"scheduler"`
+	Compute   Compute   `toml:"compute"`
+
+	Flavors    []Flavor    `toml:"flavor"`
+	HostGroups []HostGroup `toml:"hosts"`
+	Events     []Event     `toml:"event"`
+	Drains     []Drain     `toml:"drain"`
+	Workloads  []Workload  `toml:"workload"`
+}
+
+// Scheduler holds Nova's scheduler options; zero values mean Nova's
+// defaults (applied by the scheduler package, not here), except that
+// pointers distinguish "unset" from an explicit 0 / false.
+type Scheduler struct {
+	HostSubsetSize              int      `toml:"host_subset_size"`
+	ShuffleBestSameWeighedHosts bool     `toml:"shuffle_best_same_weighed_hosts"`
+	MaxAttempts                 int      `toml:"max_attempts"`
+	EnabledFilters              []string `toml:"enabled_filters"`
+	Weighers                    []string `toml:"weighers"` // default: all keel has
+
+	RAMWeightMultiplier              *float64 `toml:"ram_weight_multiplier"`
+	CPUWeightMultiplier              *float64 `toml:"cpu_weight_multiplier"`
+	DiskWeightMultiplier             *float64 `toml:"disk_weight_multiplier"`
+	IOOpsWeightMultiplier            *float64 `toml:"io_ops_weight_multiplier"`
+	BuildFailureWeightMultiplier     *float64 `toml:"build_failure_weight_multiplier"`
+	NumInstancesWeightMultiplier     *float64 `toml:"num_instances_weight_multiplier"`
+	SoftAffinityWeightMultiplier     *float64 `toml:"soft_affinity_weight_multiplier"`
+	SoftAntiAffinityWeightMultiplier *float64 `toml:"soft_anti_affinity_weight_multiplier"`
+	MaxInstancesPerHost              *int     `toml:"max_instances_per_host"`
+	MaxIOOpsPerHost                  *int     `toml:"max_io_ops_per_host"`
+	ServiceDownTime                  *float64 `toml:"service_down_time"`
+}
+
+// Compute holds the agents' options (Nova's [DEFAULT] names).
+type Compute struct {
+	// UpdateResourcesInterval: seconds between periodic audits; 0 means 60,
+	// negative disables them.
+	UpdateResourcesInterval int `toml:"update_resources_interval"`
+	// ReservedHostMemoryMB defaults to 512 when unset.
+	ReservedHostMemoryMB *int64 `toml:"reserved_host_memory_mb"`
+	ReservedHostDiskMB   int64  `toml:"reserved_host_disk_mb"`
+	// MigrationBandwidthMiBps is the fake driver's copy speed; 0 means 1024
+	// (1 GiB/s). Migration time = RAM ÷ bandwidth.
+	MigrationBandwidthMiBps float64 `toml:"migration_bandwidth_mib_s"`
+	// SpawnSeconds is how long a boot takes in the fake driver.
+	SpawnSeconds float64 `toml:"spawn_seconds"`
+	// MaxConcurrentLiveMigrations per source host; 0 means 1 (Nova's default).
+	MaxConcurrentLiveMigrations int `toml:"max_concurrent_live_migrations"`
+}
+
+// Flavor is an instance size.
+type Flavor struct {
+	Name   string `toml:"name"`
+	VCPUs  int64  `toml:"vcpus"`
+	RAMMB  int64  `toml:"ram"`
+	DiskGB int64  `toml:"disk"`
+}
+
+// HostGroup is Count hosts of one size, named Prefix + zero-padded number
+// (First, First+1, …; Digits wide, default 2 or as wide as needed).
+type HostGroup struct {
+	Prefix string `toml:"prefix"`
+	Count  int    `toml:"count"`
+	First  int    `toml:"first"` // default 1
+	Digits int    `toml:"digits"`
+
+	VCPUs               int64   `toml:"vcpus"`
+	CPUAllocationRatio  float64 `toml:"cpu_allocation_ratio"` // default 16.0 as Nova's initial ratio? see doc: default 4.0
+	MemoryMB            int64   `toml:"memory_mb"`
+	RAMAllocationRatio  float64 `toml:"ram_allocation_ratio"` // default 1.0
+	DiskGB              int64   `toml:"disk_gb"`
+	DiskAllocationRatio float64 `toml:"disk_allocation_ratio"` // default 1.0
+	Zone                string  `toml:"zone"`                  // default "nova"
+
+	// Instances maps flavor name to how many instances each host starts
+	// with at t=0 (created in flavor order of the [[flavor]] list, round by
+	// round: one of each flavor, then again, so creation order interleaves).
+	Instances map[string]int `toml:"instances"`
+	// AuditPhase is when, in seconds after t=0, each host's periodic audit
+	// first falls due after the one that ran at t=0 minus the interval;
+	// i.e. audits run at AuditPhase + k × interval. "spread" is expressed by
+	// AuditSpread = true instead: host i of n gets phase i × interval / n.
+	AuditPhase  float64 `toml:"audit_phase"`
+	AuditSpread bool    `toml:"audit_spread"`
+	// Disabled hosts start disabled (ComputeFilter rejects them).
+	Disabled bool `toml:"disabled"`
+}
+
+// Event is a one-off change at a time.
+type Event struct {
+	At      float64  `toml:"at"`
+	Disable []string `toml:"disable"`
+	Enable  []string `toml:"enable"`
+}
+
+// Drain empties hosts by live migration, Nova style: starting at Start,
+// every Interval seconds it starts the next instance's migration (hosts in
+// the order listed, instances in creation order) as long as fewer than
+// InFlight are running; Interval 0 means "as soon as a slot frees". The
+// scheduler picks each destination unless a target host is named.
+type Drain struct {
+	Start    float64  `toml:"start"`
+	Interval float64  `toml:"interval"`
+	InFlight int      `toml:"in_flight"` // default 1
+	Hosts    []string `toml:"hosts"`
+	// Disable the drained hosts at Start (default true).
+	Disable *bool `toml:"disable"`
+}
+
+// Workload is a stream of operations at a steady rate between Start and
+// End (End 0 means the scenario's end).
+type Workload struct {
+	// Kind is "boot", "delete" or "migrate" (a live migration of a random
+	// active instance, destination chosen by the scheduler).
+	Kind  string  `toml:"kind"`
+	Rate  float64 `toml:"rate"` // operations per second
+	Start float64 `toml:"start"`
+	End   float64 `toml:"end"`
+	// Flavors weights the flavor of each boot (flavor name → weight);
+	// default: all flavors, equal weight.
+	Flavors map[string]float64 `toml:"flavors"`
+	// Poisson makes inter-arrival times exponential instead of regular.
+	Poisson bool `toml:"poisson"`
+}

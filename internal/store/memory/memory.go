@@ -1,0 +1,467 @@
+// Package memory is an in-memory store.Store, used by the simulator and by
+// tests. One mutex serialises every call, which makes each call atomic; it
+// passes the same conformance suite as the durable stores.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// maxChanges is how many change-stream entries are kept; older readers get
+// store.ErrChangesTrimmed and reload.
+const maxChanges = 1 << 18
+
+// Store is the in-memory store.
+type Store struct {
+	mu         sync.Mutex
+	providers  map[string]*placement.Provider
+	names      map[string]string // name → uuid
+	usage      map[string]placement.Resources
+	consumers  map[string]placement.Consumer
+	byProvider map[string]map[string]bool // provider → consumer set
+	hosts      map[string]records.HostRecord
+	services   map[string]records.Service
+	instances  map[string]records.Instance
+	migrations map[int64]records.Migration
+	nextMigID  int64
+	changes    []store.Change
+	seq        int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		providers:  map[string]*placement.Provider{},
+		names:      map[string]string{},
+		usage:      map[string]placement.Resources{},
+		consumers:  map[string]placement.Consumer{},
+		byProvider: map[string]map[string]bool{},
+		hosts:      map[string]records.HostRecord{},
+		services:   map[string]records.Service{},
+		instances:  map[string]records.Instance{},
+		migrations: map[int64]records.Migration{},
+	}
+}
+
+func (s *Store) note(kind store.ChangeKind, key string) {
+	s.seq++
+	s.changes = append(s.changes, store.Change{Seq: s.seq, Kind: kind, Key: key})
+	if len(s.changes) > maxChanges {
+		s.changes = append(s.changes[:0:0], s.changes[len(s.changes)-maxChanges/2:]...)
+	}
+}
+
+// CreateProvider implements store.Store.
+func (s *Store) CreateProvider(_ context.Context, p placement.Provider) (placement.Provider, error) {
+	if p.UUID == "" || p.Name == "" {
+		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
+	}
+	if err := p.Inventories.Validate(); err != nil {
+		return placement.Provider{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.providers[p.UUID]; ok {
+		return placement.Provider{}, fmt.Errorf("provider %s: %w", p.UUID, store.ErrExists)
+	}
+	if _, ok := s.names[p.Name]; ok {
+		return placement.Provider{}, fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
+	}
+	p.Generation = 0
+	if len(p.Inventories) > 0 {
+		p.Generation = 1
+	}
+	p.Inventories = p.Inventories.Clone()
+	s.providers[p.UUID] = &p
+	s.names[p.Name] = p.UUID
+	s.note(store.ChangeProvider, p.UUID)
+	return clone(p), nil
+}
+
+func clone(p placement.Provider) placement.Provider {
+	p.Inventories = p.Inventories.Clone()
+	return p
+}
+
+// GetProvider implements store.Store.
+func (s *Store) GetProvider(_ context.Context, uuid string) (placement.Provider, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.providers[uuid]
+	if !ok {
+		return placement.Provider{}, fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+	}
+	return clone(*p), nil
+}
+
+// ProviderSummaries implements store.Store.
+func (s *Store) ProviderSummaries(_ context.Context, uuids []string) ([]store.ProviderSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uuids == nil {
+		for u := range s.providers {
+			uuids = append(uuids, u)
+		}
+		sort.Strings(uuids)
+	}
+	out := make([]store.ProviderSummary, 0, len(uuids))
+	for _, u := range uuids {
+		p, ok := s.providers[u]
+		if !ok {
+			continue
+		}
+		out = append(out, store.ProviderSummary{Provider: clone(*p), Usage: s.usage[u].Clone()})
+	}
+	return out, nil
+}
+
+// SetInventories implements store.Store.
+func (s *Store) SetInventories(_ context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.providers[uuid]
+	if !ok {
+		return placement.Provider{}, fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+	}
+	if err := placement.CheckInventoryUpdate(*p, s.usage[uuid], gen, invs); err != nil {
+		return placement.Provider{}, fmt.Errorf("setting inventories of %s: %w", uuid, err)
+	}
+	p.Inventories = invs.Clone()
+	p.Generation++
+	s.note(store.ChangeProvider, uuid)
+	return clone(*p), nil
+}
+
+// DeleteProvider implements store.Store.
+func (s *Store) DeleteProvider(_ context.Context, uuid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.providers[uuid]
+	if !ok {
+		return fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+	}
+	if len(s.byProvider[uuid]) > 0 {
+		return fmt.Errorf("deleting provider %s: %w", uuid, &placement.InUseError{Provider: uuid})
+	}
+	delete(s.providers, uuid)
+	delete(s.names, p.Name)
+	delete(s.usage, uuid)
+	s.note(store.ChangeProvider, uuid)
+	return nil
+}
+
+// GetConsumer implements store.Store.
+func (s *Store) GetConsumer(_ context.Context, uuid string) (placement.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.consumers[uuid]
+	if !ok {
+		return placement.Consumer{}, fmt.Errorf("consumer %s: %w", uuid, store.ErrNotFound)
+	}
+	return c.Clone(), nil
+}
+
+// ConsumersOn implements store.Store.
+func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.byProvider[providerUUID]))
+	for id := range s.byProvider[providerUUID] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]placement.Consumer, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, s.consumers[id].Clone())
+	}
+	return out, nil
+}
+
+// WriteAllocations implements store.Store.
+func (s *Store) WriteAllocations(_ context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := placement.WriteState{Providers: map[string]placement.ProviderState{}, Consumers: map[string]placement.Consumer{}}
+	for _, w := range writes {
+		if c, ok := s.consumers[w.ConsumerUUID]; ok {
+			st.Consumers[w.ConsumerUUID] = c
+		}
+		for p := range w.ProviderGenerations {
+			s.addProviderState(st, p)
+		}
+	}
+	for _, p := range placement.ProvidersTouched(st.Consumers, writes) {
+		s.addProviderState(st, p)
+	}
+	plan, err := placement.PlanWrites(st, writes)
+	if err != nil {
+		return placement.WritePlan{}, err
+	}
+	for _, ch := range plan.Consumers {
+		if old, ok := s.consumers[ch.UUID]; ok {
+			for p, r := range old.Allocations {
+				s.usage[p] = s.usage[p].Sub(r)
+				delete(s.byProvider[p], ch.UUID)
+			}
+			delete(s.consumers, ch.UUID)
+		}
+		if ch.New == nil {
+			continue
+		}
+		s.consumers[ch.UUID] = ch.New.Clone()
+		for p, r := range ch.New.Allocations {
+			s.usage[p] = s.usage[p].Add(r)
+			if s.byProvider[p] == nil {
+				s.byProvider[p] = map[string]bool{}
+			}
+			s.byProvider[p][ch.UUID] = true
+		}
+	}
+	for _, p := range sortedKeys(plan.Providers) {
+		s.providers[p].Generation = plan.Providers[p]
+		s.note(store.ChangeProvider, p)
+	}
+	return plan, nil
+}
+
+func (s *Store) addProviderState(st placement.WriteState, uuid string) {
+	if _, done := st.Providers[uuid]; done {
+		return
+	}
+	p, ok := s.providers[uuid]
+	if !ok {
+		return
+	}
+	st.Providers[uuid] = placement.ProviderState{UUID: uuid, Generation: p.Generation, Inventories: p.Inventories, Usage: s.usage[uuid]}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PutHostRecord implements store.Store.
+func (s *Store) PutHostRecord(_ context.Context, h records.HostRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hosts[h.Host] = h
+	s.note(store.ChangeHost, h.Host)
+	return nil
+}
+
+// GetHostRecord implements store.Store.
+func (s *Store) GetHostRecord(_ context.Context, host string) (records.HostRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.hosts[host]
+	if !ok {
+		return h, fmt.Errorf("host record %s: %w", host, store.ErrNotFound)
+	}
+	return h, nil
+}
+
+// ListHostRecords implements store.Store.
+func (s *Store) ListHostRecords(_ context.Context) ([]records.HostRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]records.HostRecord, 0, len(s.hosts))
+	for _, k := range sortedKeys(s.hosts) {
+		out = append(out, s.hosts[k])
+	}
+	return out, nil
+}
+
+// PutService implements store.Store.
+func (s *Store) PutService(_ context.Context, sv records.Service) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.services[sv.Host] = sv
+	s.note(store.ChangeService, sv.Host)
+	return nil
+}
+
+// GetService implements store.Store.
+func (s *Store) GetService(_ context.Context, host string) (records.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv, ok := s.services[host]
+	if !ok {
+		return sv, fmt.Errorf("service %s: %w", host, store.ErrNotFound)
+	}
+	return sv, nil
+}
+
+// ListServices implements store.Store.
+func (s *Store) ListServices(_ context.Context) ([]records.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]records.Service, 0, len(s.services))
+	for _, k := range sortedKeys(s.services) {
+		out = append(out, s.services[k])
+	}
+	return out, nil
+}
+
+// CreateInstance implements store.Store.
+func (s *Store) CreateInstance(_ context.Context, in records.Instance) (records.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.instances[in.UUID]; ok {
+		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrExists)
+	}
+	in.Version = 1
+	s.instances[in.UUID] = in
+	return in, nil
+}
+
+// GetInstance implements store.Store.
+func (s *Store) GetInstance(_ context.Context, uuid string) (records.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[uuid]
+	if !ok {
+		return in, fmt.Errorf("instance %s: %w", uuid, store.ErrNotFound)
+	}
+	return in, nil
+}
+
+// UpdateInstance implements store.Store.
+func (s *Store) UpdateInstance(_ context.Context, in records.Instance) (records.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.instances[in.UUID]
+	if !ok {
+		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
+	}
+	if cur.Version != in.Version {
+		return records.Instance{}, store.VersionConflict("instance", in.UUID, in.Version, cur.Version)
+	}
+	in.Version++
+	s.instances[in.UUID] = in
+	return in, nil
+}
+
+// DeleteInstance implements store.Store.
+func (s *Store) DeleteInstance(_ context.Context, uuid string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.instances[uuid]; !ok {
+		return fmt.Errorf("instance %s: %w", uuid, store.ErrNotFound)
+	}
+	delete(s.instances, uuid)
+	return nil
+}
+
+// ListInstances implements store.Store.
+func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []records.Instance
+	for _, k := range sortedKeys(s.instances) {
+		if in := s.instances[k]; host == "" || in.Host == host {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// CreateMigration implements store.Store.
+func (s *Store) CreateMigration(_ context.Context, m records.Migration) (records.Migration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextMigID++
+	m.ID = s.nextMigID
+	m.Version = 1
+	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	s.migrations[m.ID] = m
+	return m, nil
+}
+
+// GetMigration implements store.Store.
+func (s *Store) GetMigration(_ context.Context, id int64) (records.Migration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.migrations[id]
+	if !ok {
+		return m, fmt.Errorf("migration %d: %w", id, store.ErrNotFound)
+	}
+	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	return m, nil
+}
+
+// UpdateMigration implements store.Store.
+func (s *Store) UpdateMigration(_ context.Context, m records.Migration) (records.Migration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.migrations[m.ID]
+	if !ok {
+		return records.Migration{}, fmt.Errorf("migration %d: %w", m.ID, store.ErrNotFound)
+	}
+	if cur.Version != m.Version {
+		return records.Migration{}, store.VersionConflict("migration", fmt.Sprint(m.ID), m.Version, cur.Version)
+	}
+	m.Version++
+	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	s.migrations[m.ID] = m
+	return m, nil
+}
+
+// ListMigrations implements store.Store.
+func (s *Store) ListMigrations(_ context.Context, f store.MigrationFilter) ([]records.Migration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []records.Migration
+	for _, m := range s.migrations {
+		if store.MatchMigration(m, f) {
+			m.TriedHosts = append([]string(nil), m.TriedHosts...)
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Changes implements store.Store.
+func (s *Store) Changes(_ context.Context, since int64, limit int) ([]store.Change, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.changes) == 0 {
+		return nil, nil
+	}
+	first := s.changes[0].Seq
+	if since < first-1 {
+		return nil, store.ErrChangesTrimmed
+	}
+	i := int(since - first + 1)
+	if i >= len(s.changes) {
+		return nil, nil
+	}
+	end := len(s.changes)
+	if limit > 0 && i+limit < end {
+		end = i + limit
+	}
+	return append([]store.Change(nil), s.changes[i:end]...), nil
+}
+
+// LastChange implements store.Store.
+func (s *Store) LastChange(_ context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq, nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return nil }

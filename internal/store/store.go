@@ -1,0 +1,138 @@
+// Package store declares keel's store: placement's providers, inventories
+// and allocations, the compute records (host records, services, instances,
+// migrations) and a change stream the scheduler's host view follows.
+//
+// Implementations live in subpackages (memory, sqlite; postgres later) and
+// all pass the conformance suite in storetest. Allocation writes are decided
+// by placement.PlanWrites inside each implementation's transaction, so the
+// semantics (generations, capacity, atomic moves) are written once.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+)
+
+// Errors shared by every implementation; they wrap or equal placement's.
+var (
+	ErrNotFound = placement.ErrNotFound
+	ErrExists   = placement.ErrExists
+)
+
+// ChangeKind says what a change-stream entry refers to.
+type ChangeKind string
+
+// Kinds of change.
+const (
+	ChangeProvider ChangeKind = "provider" // Key: provider UUID (inventories, usage, generation)
+	ChangeHost     ChangeKind = "host"     // Key: host name (host record)
+	ChangeService  ChangeKind = "service"  // Key: host name (service record)
+)
+
+// Change is one entry of the change stream. Seq increases strictly.
+type Change struct {
+	Seq  int64
+	Kind ChangeKind
+	Key  string
+}
+
+// ErrChangesTrimmed is returned by Changes when entries after since were
+// already discarded: the reader must reload everything.
+var ErrChangesTrimmed = errors.New("change stream trimmed past the requested position; reload")
+
+// ProviderSummary is a provider with its usage.
+type ProviderSummary struct {
+	placement.Provider
+	Usage placement.Resources
+}
+
+// MigrationFilter selects migrations; zero fields match everything.
+type MigrationFilter struct {
+	InstanceUUID string
+	Host         string // source or destination
+	Status       string
+	ActiveOnly   bool // not in a terminal status
+}
+
+// Store is keel's persistent state. Every method is safe for concurrent
+// use.
+type Store interface {
+	// CreateProvider creates a provider (generation 0, or 1 if it comes with
+	// inventories). ErrExists if the UUID or name is taken.
+	CreateProvider(ctx context.Context, p placement.Provider) (placement.Provider, error)
+	GetProvider(ctx context.Context, uuid string) (placement.Provider, error)
+	// ProviderSummaries returns the named providers with usages; nil uuids
+	// means all providers. Unknown UUIDs are left out.
+	ProviderSummaries(ctx context.Context, uuids []string) ([]ProviderSummary, error)
+	// SetInventories replaces a provider's inventories if gen is current
+	// and returns the provider with its new generation.
+	SetInventories(ctx context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error)
+	// DeleteProvider removes a provider that holds no allocations.
+	DeleteProvider(ctx context.Context, uuid string) error
+
+	GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error)
+	// ConsumersOn lists the consumers holding allocations on a provider.
+	ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
+	// WriteAllocations applies the writes atomically (all or none), deciding
+	// them with placement.PlanWrites, and returns the plan it applied.
+	WriteAllocations(ctx context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error)
+
+	PutHostRecord(ctx context.Context, h records.HostRecord) error
+	GetHostRecord(ctx context.Context, host string) (records.HostRecord, error)
+	ListHostRecords(ctx context.Context) ([]records.HostRecord, error)
+
+	PutService(ctx context.Context, s records.Service) error
+	GetService(ctx context.Context, host string) (records.Service, error)
+	ListServices(ctx context.Context) ([]records.Service, error)
+
+	// CreateInstance stores a new instance with Version 1.
+	CreateInstance(ctx context.Context, in records.Instance) (records.Instance, error)
+	GetInstance(ctx context.Context, uuid string) (records.Instance, error)
+	// UpdateInstance writes in if in.Version is the stored version, and
+	// returns it with the next version; otherwise a *placement.ConflictError.
+	UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error)
+	DeleteInstance(ctx context.Context, uuid string) error
+	// ListInstances lists instances, on one host if host is not empty.
+	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
+
+	// CreateMigration stores a new migration, assigning ID and Version 1.
+	CreateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
+	GetMigration(ctx context.Context, id int64) (records.Migration, error)
+	// UpdateMigration is UpdateInstance's counterpart for migrations.
+	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
+	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
+
+	// Changes returns up to limit entries with Seq > since, oldest first.
+	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
+	// LastChange returns the newest Seq (0 if none).
+	LastChange(ctx context.Context) (int64, error)
+
+	Close() error
+}
+
+// VersionConflict builds the conflict error for a stale record version.
+func VersionConflict(kind, id string, expected, actual int64) error {
+	return fmt.Errorf("updating %s %s: %w", kind, id,
+		&placement.ConflictError{Kind: placement.ConflictKind(kind), UUID: id, Expected: &expected, Actual: &actual})
+}
+
+// MatchMigration reports whether m passes f.
+func MatchMigration(m records.Migration, f MigrationFilter) bool {
+	if f.InstanceUUID != "" && m.InstanceUUID != f.InstanceUUID {
+		return false
+	}
+	if f.Host != "" && m.SourceHost != f.Host && m.DestHost != f.Host {
+		return false
+	}
+	if f.Status != "" && m.Status != f.Status {
+		return false
+	}
+	if f.ActiveOnly && records.MigrationTerminal(m.Status) {
+		return false
+	}
+	return true
+}
