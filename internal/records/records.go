@@ -157,6 +157,12 @@ type Migration struct {
 	TriedHosts []string `json:"tried_hosts,omitempty"`
 	Attempts   int      `json:"attempts"`
 	Error      string   `json:"error,omitempty"`
+	// Outcome is the terminal status a rollback in progress will end in
+	// (failed, cancelled or error).
+	Outcome string `json:"outcome,omitempty"`
+	// AbortRequested is set by an abort that arrives while a step is in
+	// flight; the machine honours it at the next step.
+	AbortRequested bool `json:"abort_requested,omitempty"`
 
 	MemoryTotalBytes     int64     `json:"memory_total_bytes"`
 	MemoryProcessedBytes int64     `json:"memory_processed_bytes"`

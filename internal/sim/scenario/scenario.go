@@ -28,7 +28,9 @@ type Scenario struct {
 
 // Scheduler holds Nova's scheduler options; zero values mean Nova's
 // defaults (applied by the scheduler package, not here), except that
-// pointers distinguish "unset" from an explicit 0 / false.
+// pointers distinguish "unset" from an explicit 0 / false. ApplyDefaults
+// sets host_subset_size 0 → 1 and max_attempts 0 → 3 (Nova's defaults) and
+// leaves the rest as written.
 type Scheduler struct {
 	HostSubsetSize              int      `toml:"host_subset_size"`
 	ShuffleBestSameWeighedHosts bool     `toml:"shuffle_best_same_weighed_hosts"`
@@ -83,7 +85,7 @@ type HostGroup struct {
 	Digits int    `toml:"digits"`
 
 	VCPUs               int64   `toml:"vcpus"`
-	CPUAllocationRatio  float64 `toml:"cpu_allocation_ratio"` // default 16.0 as Nova's initial ratio? see doc: default 4.0
+	CPUAllocationRatio  float64 `toml:"cpu_allocation_ratio"` // default 4.0 (Nova's initial_cpu_allocation_ratio)
 	MemoryMB            int64   `toml:"memory_mb"`
 	RAMAllocationRatio  float64 `toml:"ram_allocation_ratio"` // default 1.0
 	DiskGB              int64   `toml:"disk_gb"`
@@ -97,7 +99,8 @@ type HostGroup struct {
 	// AuditPhase is when, in seconds after t=0, each host's periodic audit
 	// first falls due after the one that ran at t=0 minus the interval;
 	// i.e. audits run at AuditPhase + k × interval. "spread" is expressed by
-	// AuditSpread = true instead: host i of n gets phase i × interval / n.
+	// AuditSpread = true instead: host i of the group's n gets phase
+	// i × interval / n (HostSpec.AuditPhase holds each host's phase).
 	AuditPhase  float64 `toml:"audit_phase"`
 	AuditSpread bool    `toml:"audit_spread"`
 	// Disabled hosts start disabled (ComputeFilter rejects them).
@@ -126,7 +129,7 @@ type Drain struct {
 }
 
 // Workload is a stream of operations at a steady rate between Start and
-// End (End 0 means the scenario's end).
+// End (End 0 means the scenario's end; ApplyDefaults writes it in).
 type Workload struct {
 	// Kind is "boot", "delete" or "migrate" (a live migration of a random
 	// active instance, destination chosen by the scheduler).

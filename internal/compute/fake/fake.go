@@ -1,0 +1,406 @@
+// Package fake is a virt driver that simulates a hypervisor: guests are
+// records, a spawn takes SpawnTime, a live migration takes RAM ÷ bandwidth
+// and reports progress, failures can be injected per step, and with a
+// state file the guests survive a restart of the agent (kill -9 included:
+// every change is written to a temporary file and renamed over the old
+// one).
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/compute"
+	"keel/internal/records"
+)
+
+// Config configures a fake driver.
+type Config struct {
+	Clock clock.Clock
+	// BandwidthMiBps is the memory copy speed (default 1024, i.e. 1 GiB/s).
+	BandwidthMiBps float64
+	// SpawnTime is how long a spawn takes (default 0: done at once, still
+	// reported through the callback).
+	SpawnTime time.Duration
+	// ProgressEvery is how often a migration reports progress (default:
+	// never, only at the end).
+	ProgressEvery time.Duration
+	// StateFile, if set, persists the guests.
+	StateFile string
+}
+
+// Driver is the fake driver.
+type Driver struct {
+	cfg    Config
+	mu     sync.Mutex
+	guests map[string]*compute.Guest
+	copies map[string]*copyJob
+	faults map[string][]fault
+}
+
+type copyJob struct {
+	timer    clock.Timer
+	ticker   clock.Timer
+	done     func(error)
+	finished bool
+}
+
+type fault struct {
+	uuid string // "" matches any instance
+	msg  string
+}
+
+var _ compute.Driver = (*Driver)(nil)
+
+// New returns a driver, loading the state file if there is one.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.BandwidthMiBps <= 0 {
+		cfg.BandwidthMiBps = 1024
+	}
+	d := &Driver{cfg: cfg, guests: map[string]*compute.Guest{}, copies: map[string]*copyJob{}, faults: map[string][]fault{}}
+	if cfg.StateFile != "" {
+		if err := d.load(); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// FailNext makes the next call of step fail with msg, for the instance
+// uuid ("" for any instance). Several calls queue up in order.
+func (d *Driver) FailNext(step, uuid, msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults[step] = append(d.faults[step], fault{uuid: uuid, msg: msg})
+}
+
+// takeFault returns the injected error for step and uuid, if any, and
+// consumes it. Called with mu held.
+func (d *Driver) takeFault(step, uuid string) error {
+	fs := d.faults[step]
+	for i, f := range fs {
+		if f.uuid == "" || f.uuid == uuid {
+			d.faults[step] = append(fs[:i:i], fs[i+1:]...)
+			return fmt.Errorf("%s of %s: injected failure: %s", step, uuid, f.msg)
+		}
+	}
+	return nil
+}
+
+// Spawn implements compute.Driver.
+func (d *Driver) Spawn(_ context.Context, inst records.Instance, done func(error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepSpawn, inst.UUID); err != nil {
+		d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() { done(err) })
+		return
+	}
+	if _, ok := d.guests[inst.UUID]; ok {
+		d.cfg.Clock.AfterFunc(0, func() { done(fmt.Errorf("spawning %s: guest already exists", inst.UUID)) })
+		return
+	}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}
+	d.saveLocked()
+	d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() {
+		d.mu.Lock()
+		g, ok := d.guests[inst.UUID]
+		if ok {
+			g.State = compute.GuestRunning
+			d.saveLocked()
+		}
+		d.mu.Unlock()
+		if !ok {
+			done(fmt.Errorf("spawning %s: guest destroyed while building", inst.UUID))
+			return
+		}
+		done(nil)
+	})
+}
+
+// Destroy implements compute.Driver. Destroying a guest that is not there
+// succeeds (it is gone either way).
+func (d *Driver) Destroy(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.guests, uuid)
+	d.saveLocked()
+	return nil
+}
+
+// Guests implements compute.Driver.
+func (d *Driver) Guests(_ context.Context) ([]compute.Guest, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]compute.Guest, 0, len(d.guests))
+	for _, g := range d.guests {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	return out, nil
+}
+
+// CheckCanLiveMigrateDestination implements compute.Driver.
+func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.Instance) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepCheckDestination, inst.UUID); err != nil {
+		return err
+	}
+	if _, ok := d.guests[inst.UUID]; ok {
+		return fmt.Errorf("instance %s already has a guest on this host", inst.UUID)
+	}
+	return nil
+}
+
+// CheckCanLiveMigrateSource implements compute.Driver.
+func (d *Driver) CheckCanLiveMigrateSource(_ context.Context, inst records.Instance) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepCheckSource, inst.UUID); err != nil {
+		return err
+	}
+	if g, ok := d.guests[inst.UUID]; !ok || g.State != compute.GuestRunning {
+		return fmt.Errorf("instance %s is not running on the source", inst.UUID)
+	}
+	return nil
+}
+
+// PreLiveMigration implements compute.Driver.
+func (d *Driver) PreLiveMigration(_ context.Context, inst records.Instance) (map[string]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepPreLiveMigration, inst.UUID); err != nil {
+		return nil, err
+	}
+	if g, ok := d.guests[inst.UUID]; ok && g.State != compute.GuestIncoming {
+		return nil, fmt.Errorf("instance %s already runs here", inst.UUID)
+	}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}
+	d.saveLocked()
+	return map[string]string{"driver": "fake"}, nil
+}
+
+// CopyTime is how long the fake driver takes to copy ramMB of memory.
+func (d *Driver) CopyTime(ramMB int64) time.Duration {
+	return time.Duration(float64(ramMB) / d.cfg.BandwidthMiBps * float64(time.Second))
+}
+
+// LiveMigration implements compute.Driver.
+func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest string, _ map[string]string,
+	progress func(total, processed, remaining int64), done func(error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fail := d.takeFault(compute.StepLiveMigration, inst.UUID)
+	g, ok := d.guests[inst.UUID]
+	if fail == nil && (!ok || g.State != compute.GuestRunning) {
+		fail = fmt.Errorf("live migration of %s: guest is not running here", inst.UUID)
+	}
+	dur := d.CopyTime(inst.Flavor.RAMMB)
+	total := inst.Flavor.RAMMB << 20
+	start := d.cfg.Clock.Now()
+	job := &copyJob{done: done}
+	if fail != nil {
+		// A failing copy still takes half its time before it fails.
+		dur /= 2
+	} else {
+		g.State = compute.GuestMigrating
+		d.saveLocked()
+	}
+	d.copies[inst.UUID] = job
+	job.timer = d.cfg.Clock.AfterFunc(dur, func() { d.endCopy(inst.UUID, job, fail) })
+	if progress != nil && d.cfg.ProgressEvery > 0 && fail == nil {
+		var tick func()
+		tick = func() {
+			d.mu.Lock()
+			if job.finished {
+				d.mu.Unlock()
+				return
+			}
+			elapsed := d.cfg.Clock.Now().Sub(start)
+			processed := min(total, int64(float64(total)*float64(elapsed)/float64(max(dur, 1))))
+			job.ticker = d.cfg.Clock.AfterFunc(d.cfg.ProgressEvery, tick)
+			d.mu.Unlock()
+			progress(total, processed, total-processed)
+		}
+		job.ticker = d.cfg.Clock.AfterFunc(d.cfg.ProgressEvery, tick)
+	}
+}
+
+func (d *Driver) endCopy(uuid string, job *copyJob, err error) {
+	d.mu.Lock()
+	if job.finished {
+		d.mu.Unlock()
+		return
+	}
+	job.finished = true
+	if job.ticker != nil {
+		job.ticker.Stop()
+	}
+	delete(d.copies, uuid)
+	if g, ok := d.guests[uuid]; ok && err != nil && g.State == compute.GuestMigrating {
+		g.State = compute.GuestRunning
+		d.saveLocked()
+	}
+	d.mu.Unlock()
+	job.done(err)
+}
+
+// ErrNoMigration is returned when there is no copy to act on.
+var ErrNoMigration = errors.New("no live migration in progress for this instance")
+
+// AbortLiveMigration implements compute.Driver: the copy stops and reports
+// failure; the guest keeps running here.
+func (d *Driver) AbortLiveMigration(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	job, ok := d.copies[uuid]
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("aborting %s: %w", uuid, ErrNoMigration)
+	}
+	if job.timer.Stop() {
+		d.endCopy(uuid, job, fmt.Errorf("migration of %s cancelled", uuid))
+	}
+	return nil
+}
+
+// ForceCompleteLiveMigration implements compute.Driver: the copy finishes
+// now (as a pause-and-copy would).
+func (d *Driver) ForceCompleteLiveMigration(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	job, ok := d.copies[uuid]
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("force-completing %s: %w", uuid, ErrNoMigration)
+	}
+	if job.timer.Stop() {
+		d.cfg.Clock.AfterFunc(0, func() { d.endCopy(uuid, job, nil) })
+	}
+	return nil
+}
+
+// PostLiveMigrationAtSource implements compute.Driver.
+func (d *Driver) PostLiveMigrationAtSource(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.guests, uuid)
+	d.saveLocked()
+	return nil
+}
+
+// PostLiveMigrationAtDestination implements compute.Driver.
+func (d *Driver) PostLiveMigrationAtDestination(_ context.Context, inst records.Instance) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepPostAtDestination, inst.UUID); err != nil {
+		return err
+	}
+	g, ok := d.guests[inst.UUID]
+	if !ok {
+		return fmt.Errorf("post live migration of %s: no incoming guest", inst.UUID)
+	}
+	g.State = compute.GuestRunning
+	d.saveLocked()
+	return nil
+}
+
+// RollbackLiveMigrationAtDestination implements compute.Driver.
+func (d *Driver) RollbackLiveMigrationAtDestination(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g, ok := d.guests[uuid]; ok && g.State == compute.GuestIncoming {
+		delete(d.guests, uuid)
+		d.saveLocked()
+	}
+	return nil
+}
+
+// AddGuest puts a running guest in place directly (the simulator's initial
+// instances).
+func (d *Driver) AddGuest(g compute.Guest) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cp := g
+	d.guests[g.UUID] = &cp
+	d.saveLocked()
+}
+
+type stateFile struct {
+	Guests []compute.Guest `json:"guests"`
+}
+
+func (d *Driver) load() error {
+	data, err := os.ReadFile(d.cfg.StateFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading fake driver state %s: %w", d.cfg.StateFile, err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("reading fake driver state %s: %w", d.cfg.StateFile, err)
+	}
+	for _, g := range st.Guests {
+		g := g
+		// A copy or a build in progress did not survive the restart: the
+		// guest is running where it was.
+		if g.State == compute.GuestMigrating || g.State == compute.GuestBuilding {
+			g.State = compute.GuestRunning
+		}
+		d.guests[g.UUID] = &g
+	}
+	return nil
+}
+
+// saveLocked writes the state file atomically; called with mu held. A
+// failed write is kept for the next change to retry (the guests live in
+// memory meanwhile).
+func (d *Driver) saveLocked() {
+	if d.cfg.StateFile == "" {
+		return
+	}
+	st := stateFile{Guests: make([]compute.Guest, 0, len(d.guests))}
+	for _, g := range d.guests {
+		st.Guests = append(st.Guests, *g)
+	}
+	sort.Slice(st.Guests, func(i, j int) bool { return st.Guests[i].UUID < st.Guests[j].UUID })
+	data, _ := json.MarshalIndent(st, "", "  ")
+	if err := writeFileAtomic(d.cfg.StateFile, data); err != nil {
+		slog.Warn("fake driver: could not save guest state; it stays in memory and the next change retries", "file", d.cfg.StateFile, "err", err)
+	}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,225 @@
+package compute
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/records"
+)
+
+// Reporter receives the outcome of the agent's asynchronous steps (in one
+// process it is the conductor; across processes, the bus).
+type Reporter interface {
+	// BuildDone reports a spawn's outcome (nil error: the guest runs).
+	BuildDone(ctx context.Context, instanceUUID, host string, err error)
+	// CopyProgress and CopyDone report a live migration's memory copy.
+	CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64)
+	CopyDone(ctx context.Context, migrationID int64, err error)
+}
+
+// Peer is what one agent asks another (agent ↔ agent RPC).
+type Peer interface {
+	CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance, dest string) error
+}
+
+// Peers finds another agent by host name.
+type Peers interface {
+	Peer(host string) (Peer, error)
+}
+
+// Manager is the agent side of every step, for one host (Nova's
+// ComputeManager).
+type Manager struct {
+	host     string
+	driver   Driver
+	tracker  *Tracker
+	peers    Peers
+	reporter Reporter
+	clock    clock.Clock
+	log      *slog.Logger
+
+	onAudit func(Drift)
+	audit   clock.Timer
+}
+
+// NewManager wires an agent.
+func NewManager(host string, driver Driver, tracker *Tracker, peers Peers, reporter Reporter, clk clock.Clock, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{host: host, driver: driver, tracker: tracker, peers: peers, reporter: reporter, clock: clk, log: log.With("host", host)}
+}
+
+// Host returns the manager's host name.
+func (m *Manager) Host() string { return m.host }
+
+// Tracker returns the host's resource tracker.
+func (m *Manager) Tracker() *Tracker { return m.tracker }
+
+// Driver returns the host's virt driver.
+func (m *Manager) Driver() Driver { return m.driver }
+
+// BuildAndRunInstance claims in the tracker, spawns, and reports the
+// outcome; a failed spawn releases the tracker claim.
+func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance) error {
+	m.tracker.Busy(inst.UUID, true)
+	if err := m.tracker.InstanceClaim(ctx, inst); err != nil {
+		m.tracker.Busy(inst.UUID, false)
+		return fmt.Errorf("building %s on %s: %w", inst.UUID, m.host, err)
+	}
+	m.driver.Spawn(ctx, inst, func(err error) {
+		ctx := context.WithoutCancel(ctx)
+		m.tracker.Busy(inst.UUID, false)
+		if err != nil {
+			if rerr := m.tracker.RemoveInstance(ctx, inst.UUID); rerr != nil {
+				m.log.Warn("releasing tracker claim after failed spawn", "instance", inst.UUID, "err", rerr)
+			}
+			_ = m.driver.Destroy(ctx, inst.UUID)
+		} else if werr := m.tracker.WriteRecord(ctx); werr != nil {
+			m.log.Warn("writing host record after spawn", "instance", inst.UUID, "err", werr)
+		}
+		m.reporter.BuildDone(ctx, inst.UUID, m.host, err)
+	})
+	return nil
+}
+
+// TerminateInstance destroys the guest and stops counting it.
+func (m *Manager) TerminateInstance(ctx context.Context, uuid string) error {
+	if err := m.driver.Destroy(ctx, uuid); err != nil {
+		return fmt.Errorf("terminating %s on %s: %w", uuid, m.host, err)
+	}
+	return m.tracker.RemoveInstance(ctx, uuid)
+}
+
+// CheckCanLiveMigrateDestination runs the destination's checks, then asks
+// the source for its own.
+func (m *Manager) CheckCanLiveMigrateDestination(ctx context.Context, inst records.Instance, source string) error {
+	if err := m.driver.CheckCanLiveMigrateDestination(ctx, inst); err != nil {
+		return fmt.Errorf("destination %s: %w", m.host, err)
+	}
+	peer, err := m.peers.Peer(source)
+	if err != nil {
+		return fmt.Errorf("destination %s reaching source %s: %w", m.host, source, err)
+	}
+	if err := peer.CheckCanLiveMigrateSource(ctx, inst, m.host); err != nil {
+		return fmt.Errorf("source %s: %w", source, err)
+	}
+	return nil
+}
+
+// CheckCanLiveMigrateSource is the source's half of the pre-checks.
+func (m *Manager) CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance, _ string) error {
+	return m.driver.CheckCanLiveMigrateSource(ctx, inst)
+}
+
+// PreLiveMigration prepares this host (the destination) to receive inst.
+func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error) {
+	m.tracker.Busy(inst.UUID, true)
+	data, err := m.driver.PreLiveMigration(ctx, inst)
+	if err != nil {
+		m.tracker.Busy(inst.UUID, false)
+		return nil, fmt.Errorf("pre_live_migration of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	return data, nil
+}
+
+// LiveMigration starts the memory copy from this host (the source) and
+// reports progress and the outcome for migration migID.
+func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	m.tracker.Busy(inst.UUID, true)
+	bg := context.WithoutCancel(ctx)
+	m.driver.LiveMigration(ctx, inst, dest, data,
+		func(total, processed, remaining int64) {
+			m.reporter.CopyProgress(bg, migID, total, processed, remaining)
+		},
+		func(err error) {
+			m.tracker.Busy(inst.UUID, false)
+			m.reporter.CopyDone(bg, migID, err)
+		})
+	return nil
+}
+
+// AbortLiveMigration cancels the copy of inst.
+func (m *Manager) AbortLiveMigration(ctx context.Context, uuid string) error {
+	return m.driver.AbortLiveMigration(ctx, uuid)
+}
+
+// ForceCompleteLiveMigration makes the copy of inst finish now.
+func (m *Manager) ForceCompleteLiveMigration(ctx context.Context, uuid string) error {
+	return m.driver.ForceCompleteLiveMigration(ctx, uuid)
+}
+
+// PostLiveMigrationAtSource is the source's part of _post_live_migration:
+// drop the guest, stop counting it, write the record.
+func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error {
+	if err := m.driver.PostLiveMigrationAtSource(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("post live migration of %s at source %s: %w", inst.UUID, m.host, err)
+	}
+	return m.tracker.RemoveInstance(ctx, inst.UUID)
+}
+
+// PostLiveMigrationAtDestination makes the guest this host's, and — the
+// fix this project exists for — updates the tracker and host record at
+// once (unless reproducing the legacy behaviour).
+func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	defer m.tracker.Busy(inst.UUID, false)
+	if err := m.driver.PostLiveMigrationAtDestination(ctx, inst); err != nil {
+		return fmt.Errorf("post_live_migration_at_destination of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	return m.tracker.MigrationArrived(ctx, inst)
+}
+
+// RollbackLiveMigrationAtDestination removes what pre_live_migration set
+// up.
+func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	defer m.tracker.Busy(inst.UUID, false)
+	if err := m.driver.RollbackLiveMigrationAtDestination(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("rollback of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	return nil
+}
+
+// Audit runs the periodic audit now.
+func (m *Manager) Audit(ctx context.Context) (Drift, error) {
+	d, err := m.tracker.Audit(ctx)
+	if err == nil && m.onAudit != nil {
+		m.onAudit(d)
+	}
+	return d, err
+}
+
+// StartPeriodicAudit runs the audit every interval, the first one after
+// first (Nova's update_available_resource; interval 0 means 60 s, negative
+// disables it). onAudit, if not nil, receives every audit's drift.
+func (m *Manager) StartPeriodicAudit(ctx context.Context, interval, first time.Duration, onAudit func(Drift)) {
+	if interval < 0 {
+		return
+	}
+	if interval == 0 {
+		interval = 60 * time.Second
+	}
+	m.onAudit = onAudit
+	var run func()
+	run = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if d, err := m.Audit(ctx); err != nil {
+			m.log.Warn("periodic audit failed", "err", err)
+		} else if d.Count() > 0 {
+			m.log.Info("periodic audit healed drift", "drift", d.String())
+		}
+		m.audit = m.clock.AfterFunc(interval, run)
+	}
+	m.audit = m.clock.AfterFunc(first, run)
+}
+
+// StopPeriodicAudit stops the periodic audit.
+func (m *Manager) StopPeriodicAudit() {
+	if m.audit != nil {
+		m.audit.Stop()
+	}
+}

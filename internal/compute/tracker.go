@@ -1,0 +1,370 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// HostConfig describes a host's hardware and Nova's per-host options.
+type HostConfig struct {
+	Host         string
+	ProviderUUID string
+	VCPUs        int64
+	MemoryMB     int64
+	LocalGB      int64
+	// Allocation ratios (Nova's cpu/ram/disk_allocation_ratio).
+	CPUAllocationRatio  float64
+	RAMAllocationRatio  float64
+	DiskAllocationRatio float64
+	// ReservedHostMemoryMB is [DEFAULT] reserved_host_memory_mb (512 by
+	// default — set it explicitly; zero means zero).
+	ReservedHostMemoryMB int64
+	ReservedHostDiskMB   int64
+	// WriteDestRecord: the destination writes its host record as soon as a
+	// migration lands (false reproduces Nova's legacy behaviour, where it
+	// waits for a spawn or the periodic audit).
+	WriteDestRecord bool
+}
+
+// reservedDiskGB rounds reserved_host_disk_mb up to GiB as Nova does.
+func (c HostConfig) reservedDiskGB() int64 { return (c.ReservedHostDiskMB + 1023) / 1024 }
+
+// Inventories returns the placement inventories the host reports.
+func (c HostConfig) Inventories() placement.Inventories {
+	cpu := placement.NewInventory(c.VCPUs)
+	cpu.AllocationRatio = ratio(c.CPUAllocationRatio)
+	mem := placement.NewInventory(c.MemoryMB)
+	mem.Reserved = c.ReservedHostMemoryMB
+	mem.AllocationRatio = ratio(c.RAMAllocationRatio)
+	disk := placement.NewInventory(c.LocalGB)
+	disk.Reserved = c.reservedDiskGB()
+	disk.AllocationRatio = ratio(c.DiskAllocationRatio)
+	return placement.Inventories{placement.VCPU: cpu, placement.MemoryMB: mem, placement.DiskGB: disk}
+}
+
+func ratio(r float64) float64 {
+	if r <= 0 {
+		return 1.0
+	}
+	return r
+}
+
+// TrackerStore is what the tracker reads and writes.
+type TrackerStore interface {
+	PutHostRecord(ctx context.Context, h records.HostRecord) error
+	ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
+	GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error)
+	WriteAllocations(ctx context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error)
+	GetInstance(ctx context.Context, uuid string) (records.Instance, error)
+	ListMigrations(ctx context.Context, f store.MigrationFilter) ([]records.Migration, error)
+}
+
+// GuestLister is the part of the driver the audit reads.
+type GuestLister interface {
+	Guests(ctx context.Context) ([]Guest, error)
+}
+
+// Tracker is one host's resource tracker.
+type Tracker struct {
+	cfg    HostConfig
+	store  TrackerStore
+	driver GuestLister
+	clock  clock.Clock
+
+	mu      sync.Mutex
+	tracked map[string]records.Flavor // instances counted in the record
+	busy    map[string]int            // instances with an operation in flight
+	record  records.HostRecord
+}
+
+// NewTracker returns a tracker with nothing tracked; call Load (or Audit)
+// to pick up the driver's guests.
+func NewTracker(cfg HostConfig, st TrackerStore, driver GuestLister, clk clock.Clock) *Tracker {
+	return &Tracker{cfg: cfg, store: st, driver: driver, clock: clk,
+		tracked: map[string]records.Flavor{}, busy: map[string]int{}}
+}
+
+// Config returns the host configuration.
+func (t *Tracker) Config() HostConfig { return t.cfg }
+
+// Record returns the last record the tracker wrote.
+func (t *Tracker) Record() records.HostRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.record
+}
+
+// Track counts an instance without writing the record (initial state).
+func (t *Tracker) Track(uuid string, f records.Flavor) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tracked[uuid] = f
+}
+
+// Busy marks an operation on an instance in flight (or done, with
+// on=false); the audit leaves busy instances' allocations alone.
+func (t *Tracker) Busy(uuid string, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if on {
+		t.busy[uuid]++
+		return
+	}
+	if t.busy[uuid]--; t.busy[uuid] <= 0 {
+		delete(t.busy, uuid)
+	}
+}
+
+// InstanceClaim counts a spawning instance and writes the record (Nova's
+// instance_claim).
+func (t *Tracker) InstanceClaim(ctx context.Context, inst records.Instance) error {
+	t.mu.Lock()
+	t.tracked[inst.UUID] = inst.Flavor
+	t.mu.Unlock()
+	return t.WriteRecord(ctx)
+}
+
+// RemoveInstance stops counting an instance (deleted, failed to spawn, or
+// moved away by a live migration) and writes the record.
+func (t *Tracker) RemoveInstance(ctx context.Context, uuid string) error {
+	t.mu.Lock()
+	delete(t.tracked, uuid)
+	t.mu.Unlock()
+	return t.WriteRecord(ctx)
+}
+
+// MigrationArrived counts an instance that a live migration brought here
+// (post_live_migration_at_destination) and writes the record — unless the
+// host reproduces the legacy behaviour, in which case nothing happens until
+// the next spawn or audit.
+func (t *Tracker) MigrationArrived(ctx context.Context, inst records.Instance) error {
+	if !t.cfg.WriteDestRecord {
+		return nil
+	}
+	t.mu.Lock()
+	t.tracked[inst.UUID] = inst.Flavor
+	t.mu.Unlock()
+	return t.WriteRecord(ctx)
+}
+
+// WriteRecord recomputes the host record from the tracked instances and
+// writes it.
+func (t *Tracker) WriteRecord(ctx context.Context) error {
+	t.mu.Lock()
+	rec := t.computeLocked()
+	t.record = rec
+	t.mu.Unlock()
+	if err := t.store.PutHostRecord(ctx, rec); err != nil {
+		return fmt.Errorf("writing host record of %s: %w", t.cfg.Host, err)
+	}
+	return nil
+}
+
+func (t *Tracker) computeLocked() records.HostRecord {
+	c := t.cfg
+	rec := records.HostRecord{
+		Host: c.Host, ProviderUUID: c.ProviderUUID,
+		VCPUs: c.VCPUs, MemoryMB: c.MemoryMB, LocalGB: c.LocalGB,
+		MemoryMBUsed: c.ReservedHostMemoryMB, LocalGBUsed: c.reservedDiskGB(),
+		CPUAllocationRatio: ratio(c.CPUAllocationRatio), RAMAllocationRatio: ratio(c.RAMAllocationRatio),
+		DiskAllocationRatio: ratio(c.DiskAllocationRatio),
+		UpdatedAt:           t.clock.Now(),
+	}
+	for uuid, f := range t.tracked {
+		rec.VCPUsUsed += f.VCPUs
+		rec.MemoryMBUsed += f.RAMMB
+		rec.LocalGBUsed += f.DiskGB
+		rec.RunningVMs++
+		if t.busy[uuid] > 0 {
+			rec.NumIOOps++
+		}
+	}
+	rec.FreeRAMMB = rec.MemoryMB - rec.MemoryMBUsed
+	rec.FreeDiskGB = rec.LocalGB - rec.LocalGBUsed
+	return rec
+}
+
+// Drift is what one audit found different and healed.
+type Drift struct {
+	Host string    `json:"host"`
+	At   time.Time `json:"at"`
+	// Record lists host-record fields that differed from the hypervisor's
+	// truth ("vcpus_used 28→30").
+	Record []string `json:"record,omitempty"`
+	// Untracked are guests running here that the tracker did not count
+	// (e.g. arrivals under the legacy policy); Vanished the reverse.
+	Untracked []string `json:"untracked,omitempty"`
+	Vanished  []string `json:"vanished,omitempty"`
+	// MissingAllocations: guests running here with no allocation for them
+	// on this host (an allocation was written). OrphanAllocations:
+	// allocations here with no guest and no operation in flight (removed).
+	MissingAllocations []string `json:"missing_allocations,omitempty"`
+	OrphanAllocations  []string `json:"orphan_allocations,omitempty"`
+}
+
+// Count is the number of differences found.
+func (d Drift) Count() int {
+	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations)
+}
+
+func (d Drift) String() string {
+	if d.Count() == 0 {
+		return d.Host + ": no drift"
+	}
+	var parts []string
+	add := func(name string, xs []string) {
+		if len(xs) > 0 {
+			parts = append(parts, fmt.Sprintf("%s [%s]", name, strings.Join(xs, ", ")))
+		}
+	}
+	add("record", d.Record)
+	add("untracked", d.Untracked)
+	add("vanished", d.Vanished)
+	add("missing allocations", d.MissingAllocations)
+	add("orphan allocations", d.OrphanAllocations)
+	return d.Host + ": " + strings.Join(parts, "; ")
+}
+
+// Audit is the periodic update_available_resource: it compares the
+// driver's guests with the tracked instances, the allocations and the host
+// record, heals every difference, and returns what it found.
+func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
+	d := Drift{Host: t.cfg.Host, At: t.clock.Now()}
+	guests, err := t.driver.Guests(ctx)
+	if err != nil {
+		return d, fmt.Errorf("audit of %s: listing guests: %w", t.cfg.Host, err)
+	}
+	here := map[string]Guest{}
+	for _, g := range guests {
+		here[g.UUID] = g
+	}
+	inFlight, err := t.migrationsInFlight(ctx)
+	if err != nil {
+		return d, err
+	}
+
+	t.mu.Lock()
+	before := t.record
+	newTracked := map[string]records.Flavor{}
+	for _, g := range guests {
+		if g.State == GuestIncoming {
+			continue // not ours until post_live_migration_at_destination
+		}
+		newTracked[g.UUID] = g.Flavor
+		if _, ok := t.tracked[g.UUID]; !ok {
+			d.Untracked = append(d.Untracked, g.UUID)
+		}
+	}
+	for uuid := range t.tracked {
+		if _, ok := newTracked[uuid]; !ok && t.busy[uuid] == 0 {
+			d.Vanished = append(d.Vanished, uuid)
+		} else if !ok {
+			newTracked[uuid] = t.tracked[uuid] // a spawn in flight stays counted
+		}
+	}
+	t.tracked = newTracked
+	busy := make(map[string]bool, len(t.busy))
+	for u := range t.busy {
+		busy[u] = true
+	}
+	t.mu.Unlock()
+
+	if err := t.auditAllocations(ctx, here, inFlight, busy, &d); err != nil {
+		return d, err
+	}
+	if err := t.WriteRecord(ctx); err != nil {
+		return d, err
+	}
+	after := t.Record()
+	if before.Host != "" {
+		d.Record = recordDiff(before, after)
+	}
+	sort.Strings(d.Untracked)
+	sort.Strings(d.Vanished)
+	return d, nil
+}
+
+// migrationsInFlight returns the active migrations touching this host by
+// instance UUID and by migration UUID.
+func (t *Tracker) migrationsInFlight(ctx context.Context) (map[string]bool, error) {
+	migs, err := t.store.ListMigrations(ctx, store.MigrationFilter{Host: t.cfg.Host, ActiveOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("audit of %s: listing migrations: %w", t.cfg.Host, err)
+	}
+	out := map[string]bool{}
+	for _, m := range migs {
+		out[m.InstanceUUID] = true
+		out[m.UUID] = true
+	}
+	return out, nil
+}
+
+func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
+	rp := t.cfg.ProviderUUID
+	consumers, err := t.store.ConsumersOn(ctx, rp)
+	if err != nil {
+		return fmt.Errorf("audit of %s: listing allocations: %w", t.cfg.Host, err)
+	}
+	held := map[string]bool{}
+	for _, c := range consumers {
+		held[c.UUID] = true
+		if _, ok := here[c.UUID]; ok || inFlight[c.UUID] || busy[c.UUID] {
+			continue
+		}
+		if c.Type != placement.ConsumerMigration {
+			if inst, err := t.store.GetInstance(ctx, c.UUID); err == nil && (inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone) {
+				continue // scheduled here, build or move not started yet
+			}
+		}
+		rest := map[string]placement.Resources{}
+		for p, r := range c.Allocations {
+			if p != rp {
+				rest[p] = r
+			}
+		}
+		if _, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: c.UUID, AnyConsumerGeneration: true, Allocations: rest, Type: c.Type}); err != nil && !placement.IsConflict(err) {
+			return fmt.Errorf("audit of %s: removing orphan allocation of %s: %w", t.cfg.Host, c.UUID, err)
+		}
+		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
+	}
+	for uuid, g := range here {
+		if g.State == GuestIncoming || held[uuid] || inFlight[uuid] || busy[uuid] {
+			continue
+		}
+		_, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{
+			ConsumerUUID: uuid, AnyConsumerGeneration: true, Type: placement.ConsumerInstance,
+			Allocations: map[string]placement.Resources{rp: g.Flavor.Resources()},
+		})
+		if err != nil && !placement.IsCapacity(err) && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("audit of %s: writing missing allocation of %s: %w", t.cfg.Host, uuid, err)
+		}
+		d.MissingAllocations = append(d.MissingAllocations, uuid)
+	}
+	sort.Strings(d.OrphanAllocations)
+	sort.Strings(d.MissingAllocations)
+	return nil
+}
+
+func recordDiff(a, b records.HostRecord) []string {
+	var out []string
+	cmp := func(name string, x, y int64) {
+		if x != y {
+			out = append(out, fmt.Sprintf("%s %d→%d", name, x, y))
+		}
+	}
+	cmp("vcpus_used", a.VCPUsUsed, b.VCPUsUsed)
+	cmp("memory_mb_used", a.MemoryMBUsed, b.MemoryMBUsed)
+	cmp("local_gb_used", a.LocalGBUsed, b.LocalGBUsed)
+	cmp("running_vms", a.RunningVMs, b.RunningVMs)
+	return out
+}

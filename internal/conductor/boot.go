@@ -1,0 +1,124 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+)
+
+// Boot creates an instance, schedules and claims it, and casts the build
+// to the chosen agent. It returns once the build is cast (the instance is
+// BUILDING) or failed (ERROR, with the fault saying why). BuildDone
+// finishes it.
+func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.Instance, error) {
+	if inst.UUID == "" {
+		inst.UUID = c.cfg.NewID()
+	}
+	now := c.clock.Now()
+	inst.VMState, inst.TaskState = records.VMBuilding, records.TaskSpawning
+	inst.CreatedAt, inst.UpdatedAt = now, now
+	inst, err := c.store.CreateInstance(ctx, inst)
+	if err != nil {
+		return inst, fmt.Errorf("creating instance %s: %w", inst.Name, err)
+	}
+	req := requestFor(inst)
+	req.Zone = inst.Zone
+	res := inst.Flavor.Resources()
+	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
+		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
+			ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
+			Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
+			ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
+		})
+		return plan.Providers[cand.ProviderUUID], err
+	})
+	if c.hooks.Decision != nil {
+		c.hooks.Decision("boot", inst, sel, err)
+	}
+	if err != nil {
+		return c.failBuild(ctx, inst, err.Error())
+	}
+	inst.Host = sel.Host
+	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
+		return inst, fmt.Errorf("recording host of %s: %w", inst.UUID, err)
+	}
+	api, err := c.compute(sel.Host)
+	if err == nil {
+		err = api.BuildAndRunInstance(ctx, inst)
+	}
+	if err != nil {
+		c.releaseAll(ctx, inst.UUID)
+		return c.failBuild(ctx, inst, err.Error())
+	}
+	return inst, nil
+}
+
+// BuildDone implements compute.Reporter: the agent's spawn finished.
+func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) {
+	inst, err := c.store.GetInstance(ctx, instanceUUID)
+	if err != nil {
+		c.log.Warn("build finished for an unknown instance", "instance", instanceUUID, "host", host, "err", err)
+		return
+	}
+	if buildErr != nil {
+		c.releaseAll(ctx, instanceUUID)
+		_, _ = c.failBuild(ctx, inst, fmt.Sprintf("build on %s failed: %v", host, buildErr))
+		return
+	}
+	inst.VMState, inst.TaskState, inst.UpdatedAt = records.VMActive, records.TaskNone, c.clock.Now()
+	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
+		c.log.Warn("marking instance active", "instance", instanceUUID, "err", err)
+		return
+	}
+	if c.hooks.BuildDone != nil {
+		c.hooks.BuildDone(inst)
+	}
+}
+
+func (c *Conductor) failBuild(ctx context.Context, inst records.Instance, fault string) (records.Instance, error) {
+	inst.VMState, inst.TaskState, inst.Fault, inst.UpdatedAt = records.VMError, records.TaskNone, fault, c.clock.Now()
+	updated, err := c.store.UpdateInstance(ctx, inst)
+	if err != nil {
+		return inst, fmt.Errorf("marking %s ERROR (%s): %w", inst.UUID, fault, err)
+	}
+	if c.hooks.BuildDone != nil {
+		c.hooks.BuildDone(updated)
+	}
+	return updated, nil
+}
+
+// releaseAll deletes every allocation of a consumer.
+func (c *Conductor) releaseAll(ctx context.Context, consumer string) {
+	_, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: consumer, AnyConsumerGeneration: true})
+	if err != nil {
+		c.log.Warn("releasing allocations", "consumer", consumer, "err", err)
+	}
+}
+
+// Delete terminates an instance on its host and releases its allocations.
+func (c *Conductor) Delete(ctx context.Context, uuid string) error {
+	inst, err := c.store.GetInstance(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("deleting instance %s: %w", uuid, err)
+	}
+	if inst.TaskState == records.TaskMigrating {
+		return &InvalidStateError{Msg: fmt.Sprintf("instance %s is being live-migrated; abort the migration first", uuid)}
+	}
+	if inst.Host != "" && inst.VMState != records.VMError {
+		api, err := c.compute(inst.Host)
+		if err != nil {
+			return err
+		}
+		if err := api.TerminateInstance(ctx, uuid); err != nil {
+			return fmt.Errorf("deleting instance %s: %w", uuid, err)
+		}
+	}
+	c.releaseAll(ctx, uuid)
+	if err := c.store.DeleteInstance(ctx, uuid); err != nil && !isNotFound(err) {
+		return fmt.Errorf("deleting instance record %s: %w", uuid, err)
+	}
+	return nil
+}

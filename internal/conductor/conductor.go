@@ -1,0 +1,136 @@
+// Package conductor drives the boot and live-migration flows: it asks the
+// scheduler for hosts, writes claims and allocation moves in the store,
+// calls the agents, and feeds their answers to the pure state machine in
+// package migration, saving the migration record after every step so that
+// recovery can finish or roll back what a restart interrupted.
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"keel/internal/clock"
+	"keel/internal/migration"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/store"
+)
+
+// ComputeAPI is what the conductor asks of one agent (RPC call/cast).
+type ComputeAPI interface {
+	BuildAndRunInstance(ctx context.Context, inst records.Instance) error
+	TerminateInstance(ctx context.Context, uuid string) error
+	CheckCanLiveMigrateDestination(ctx context.Context, inst records.Instance, source string) error
+	PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error)
+	LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error
+	AbortLiveMigration(ctx context.Context, uuid string) error
+	ForceCompleteLiveMigration(ctx context.Context, uuid string) error
+	PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error
+	PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
+	RollbackLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
+}
+
+// Computes finds the agent of a host.
+type Computes interface {
+	Compute(host string) (ComputeAPI, error)
+}
+
+// Hooks let the simulator and metrics observe the flows. Any may be nil.
+type Hooks struct {
+	// Decision is called after every scheduling decision.
+	Decision func(kind string, inst records.Instance, sel scheduler.Selection, err error)
+	// MigrationDone is called when a migration reaches a terminal status.
+	MigrationDone func(m records.Migration)
+	// BuildDone is called when a boot ends (ACTIVE or ERROR).
+	BuildDone func(inst records.Instance)
+}
+
+// Config holds the conductor's options.
+type Config struct {
+	// MaxConcurrentLiveMigrations per source host (Nova's
+	// max_concurrent_live_migrations; default 1, 0 means 1).
+	MaxConcurrentLiveMigrations int
+	// MaxAttempts is how many destinations a migration claims and checks
+	// ([scheduler] max_attempts, default 3).
+	MaxAttempts int
+	// NewID makes UUIDs for new instances and migrations (default: random
+	// v4; the simulator passes a counter so runs replay exactly).
+	NewID func() string
+}
+
+// Conductor runs the flows.
+type Conductor struct {
+	cfg      Config
+	store    store.Store
+	sched    *scheduler.Scheduler
+	computes Computes
+	machine  migration.Machine
+	clock    clock.Clock
+	log      *slog.Logger
+	hooks    Hooks
+
+	mu      sync.Mutex
+	locks   map[int64]*sync.Mutex
+	slots   map[string]int
+	waiting map[string][]int64
+}
+
+// New returns a conductor.
+func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Computes, clk clock.Clock, log *slog.Logger, hooks Hooks) *Conductor {
+	if cfg.MaxConcurrentLiveMigrations <= 0 {
+		cfg.MaxConcurrentLiveMigrations = 1
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = uuid.NewString
+	}
+	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
+		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts},
+		locks:   map[int64]*sync.Mutex{}, slots: map[string]int{}, waiting: map[string][]int64{}}
+}
+
+// InvalidStateError is a request the instance's state does not allow (HTTP
+// 409 in the API).
+type InvalidStateError struct{ Msg string }
+
+func (e *InvalidStateError) Error() string { return e.Msg }
+
+// requestFor builds the scheduler request for an instance.
+func requestFor(inst records.Instance) *scheduler.Request {
+	return &scheduler.Request{InstanceUUID: inst.UUID, Resources: inst.Flavor.Resources(), ExtraSpecs: inst.Flavor.ExtraSpecs}
+}
+
+
+// retryConflicts runs f up to 5 times while it fails with a generation
+// conflict (someone else wrote the same consumer between our read and
+// write).
+func retryConflicts(f func() error) error {
+	var err error
+	for i := 0; i < 5; i++ {
+		if err = f(); err == nil || !placement.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+func (c *Conductor) compute(host string) (ComputeAPI, error) {
+	api, err := c.computes.Compute(host)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the agent of %s: %w", host, err)
+	}
+	return api, nil
+}

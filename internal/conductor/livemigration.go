@@ -1,0 +1,349 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"keel/internal/migration"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/store"
+)
+
+// LiveMigrate starts a live migration of an ACTIVE instance to
+// requestedHost, or to a host the scheduler chooses when it is empty. It
+// returns the migration record once the quick steps are done: claimed,
+// checked and queued (or already ended in error, with the reason).
+func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	inst, err := c.store.GetInstance(ctx, instanceUUID)
+	if err != nil {
+		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
+	}
+	if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone {
+		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
+			"cannot live-migrate instance %s in vm_state %s, task_state %q: it must be active with no task", instanceUUID, inst.VMState, inst.TaskState)}
+	}
+	if requestedHost == inst.Host {
+		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
+	}
+	inst.TaskState, inst.UpdatedAt = records.TaskMigrating, c.clock.Now()
+	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
+		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
+	}
+	now := c.clock.Now()
+	m, err := c.store.CreateMigration(ctx, records.Migration{
+		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: "live-migration", SourceHost: inst.Host,
+		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now,
+		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
+	})
+	if err != nil {
+		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
+	}
+	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
+	return c.store.GetMigration(ctx, m.ID)
+}
+
+// Abort asks to cancel a migration (DELETE /servers/{id}/migrations/{mid}).
+func (c *Conductor) Abort(ctx context.Context, migID int64) error {
+	return c.userEvent(ctx, migID, migration.Abort)
+}
+
+// ForceComplete asks a running migration to finish now.
+func (c *Conductor) ForceComplete(ctx context.Context, migID int64) error {
+	return c.userEvent(ctx, migID, migration.ForceComplete)
+}
+
+func (c *Conductor) userEvent(ctx context.Context, migID int64, kind migration.EventKind) error {
+	m, err := c.store.GetMigration(ctx, migID)
+	if err != nil {
+		return fmt.Errorf("migration %d: %w", migID, err)
+	}
+	if _, _, err := c.machine.Step(m, migration.Event{Kind: kind}); err != nil {
+		return &InvalidStateError{Msg: fmt.Sprintf("cannot %s migration %d in status %s: %v", kind, migID, m.Status, err)}
+	}
+	return c.Handle(ctx, migID, migration.Event{Kind: kind})
+}
+
+// CopyProgress implements compute.Reporter.
+func (c *Conductor) CopyProgress(ctx context.Context, migID int64, total, processed, remaining int64) {
+	_ = c.Handle(ctx, migID, migration.Event{Kind: migration.Progress, Total: total, Processed: processed, Remaining: remaining})
+}
+
+// CopyDone implements compute.Reporter.
+func (c *Conductor) CopyDone(ctx context.Context, migID int64, err error) {
+	if err != nil {
+		_ = c.Handle(ctx, migID, migration.Event{Kind: migration.CopyFailed, Err: err.Error()})
+		return
+	}
+	_ = c.Handle(ctx, migID, migration.Event{Kind: migration.Copied})
+}
+
+func (c *Conductor) lock(migID int64) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.locks[migID]
+	if l == nil {
+		l = &sync.Mutex{}
+		c.locks[migID] = l
+	}
+	return l
+}
+
+// Handle feeds one event to a migration and performs the resulting
+// actions, feeding their answers back, until the migration waits for
+// something outside (a slot, the memory copy) or ends. The record is saved
+// before each action runs.
+func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event) error {
+	l := c.lock(migID)
+	l.Lock()
+	defer l.Unlock()
+	queue := []migration.Event{ev}
+	for len(queue) > 0 {
+		ev, queue = queue[0], queue[1:]
+		m, err := c.store.GetMigration(ctx, migID)
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", migID, err)
+		}
+		next, acts, err := c.machine.Step(m, ev)
+		if err != nil {
+			c.log.Warn("migration event refused", "migration", migID, "err", err)
+			return err
+		}
+		next.UpdatedAt = c.clock.Now()
+		if next, err = c.store.UpdateMigration(ctx, next); err != nil {
+			return fmt.Errorf("saving migration %d: %w", migID, err)
+		}
+		for _, a := range acts {
+			if ans, ok := c.perform(ctx, next, a); ok {
+				queue = append(queue, ans)
+			}
+		}
+		if records.MigrationTerminal(next.Status) {
+			c.mu.Lock()
+			delete(c.locks, migID)
+			c.mu.Unlock()
+			if c.hooks.MigrationDone != nil {
+				c.hooks.MigrationDone(next)
+			}
+		}
+	}
+	return nil
+}
+
+// perform runs one action and returns the answer event, if the action has
+// one now.
+func (c *Conductor) perform(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool) {
+	fail := func(kind migration.EventKind, err error) (migration.Event, bool) {
+		return migration.Event{Kind: kind, Err: err.Error()}, true
+	}
+	inst, err := c.store.GetInstance(ctx, m.InstanceUUID)
+	if err != nil {
+		c.log.Error("migration lost its instance", "migration", m.ID, "instance", m.InstanceUUID, "err", err)
+		inst = records.Instance{UUID: m.InstanceUUID}
+	}
+	switch a.Kind {
+	case migration.ClaimDestination:
+		host, err := c.claimDestination(ctx, m, inst)
+		if err != nil {
+			return fail(migration.NoValidHost, err)
+		}
+		return migration.Event{Kind: migration.Claimed, Host: host}, true
+	case migration.CheckDestination:
+		err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCanLiveMigrateDestination(ctx, inst, m.SourceHost) })
+		if err != nil {
+			return fail(migration.CheckFailed, err)
+		}
+		return migration.Event{Kind: migration.CheckPassed}, true
+	case migration.ReleaseDestination, migration.RevertAllocations:
+		if err := c.revertAllocations(ctx, m); err != nil {
+			c.log.Error("giving the source allocation back", "migration", m.ID, "err", err)
+		}
+		if a.Kind == migration.ReleaseDestination {
+			return migration.Event{Kind: migration.Released}, true
+		}
+		return migration.Event{Kind: migration.Reverted}, true
+	case migration.AcquireSlot:
+		if c.acquireSlot(m.SourceHost, m.ID) {
+			return migration.Event{Kind: migration.SlotAcquired}, true
+		}
+		return migration.Event{}, false
+	case migration.ReleaseSlot:
+		c.releaseSlot(ctx, m.SourceHost)
+		return migration.Event{}, false
+	case migration.PreLiveMigration:
+		var data map[string]string
+		err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PreLiveMigration(ctx, inst); return err })
+		if err != nil {
+			return fail(migration.PrepareFailed, err)
+		}
+		return migration.Event{Kind: migration.Prepared, Data: data}, true
+	case migration.StartCopy:
+		err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, inst, m.DestHost, a.Data) })
+		if err != nil {
+			return fail(migration.CopyFailed, err)
+		}
+		return migration.Event{}, false
+	case migration.AbortCopy, migration.ForceCopy:
+		err := c.call(a.Host, func(api ComputeAPI) error {
+			if a.Kind == migration.AbortCopy {
+				return api.AbortLiveMigration(ctx, inst.UUID)
+			}
+			return api.ForceCompleteLiveMigration(ctx, inst.UUID)
+		})
+		if err != nil {
+			c.log.Warn("asking the source to stop or finish the copy", "migration", m.ID, "action", a.Kind, "err", err)
+		}
+		return migration.Event{}, false
+	case migration.PostAtSource:
+		if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtSource(ctx, inst) }); err != nil {
+			return fail(migration.StepFailed, err)
+		}
+		return migration.Event{Kind: migration.SourceDone}, true
+	case migration.PostAtDest:
+		if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtDestination(ctx, inst) }); err != nil {
+			return fail(migration.StepFailed, err)
+		}
+		return migration.Event{Kind: migration.DestDone}, true
+	case migration.FinishAllocations:
+		if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, AnyConsumerGeneration: true}); err != nil {
+			c.log.Error("deleting the migration consumer's allocation", "migration", m.ID, "err", err)
+		}
+		return migration.Event{Kind: migration.Finished}, true
+	case migration.RollbackAtDest:
+		if err := c.call(a.Host, func(api ComputeAPI) error { return api.RollbackLiveMigrationAtDestination(ctx, inst) }); err != nil {
+			c.log.Warn("rollback at destination", "migration", m.ID, "err", err)
+		}
+		return migration.Event{Kind: migration.DestRolledBack}, true
+	case migration.SettleInstance:
+		c.settleInstance(ctx, inst, a.Host)
+		return migration.Event{}, false
+	}
+	c.log.Error("unknown migration action", "action", a.Kind)
+	return migration.Event{}, false
+}
+
+func (c *Conductor) call(host string, f func(ComputeAPI) error) error {
+	api, err := c.compute(host)
+	if err != nil {
+		return err
+	}
+	return f(api)
+}
+
+// claimDestination asks the scheduler for a destination and, in one store
+// write, hands the instance's source allocation to the migration consumer
+// and claims the destination for the instance.
+func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, inst records.Instance) (string, error) {
+	src, err := c.store.GetConsumer(ctx, inst.UUID)
+	if err != nil {
+		return "", fmt.Errorf("reading the allocation of %s: %w", inst.UUID, err)
+	}
+	req := requestFor(inst)
+	req.IgnoreHosts = append([]string{m.SourceHost}, m.TriedHosts...)
+	req.RequestedHost = m.RequestedHost
+	res := inst.Flavor.Resources()
+	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
+		gen := src.Generation
+		plan, err := c.store.WriteAllocations(ctx,
+			placement.AllocationWrite{ConsumerUUID: m.UUID, Type: placement.ConsumerMigration,
+				ProjectID: src.ProjectID, UserID: src.UserID, Allocations: src.Allocations},
+			placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
+				Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
+				ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation}},
+		)
+		return plan.Providers[cand.ProviderUUID], err
+	})
+	if c.hooks.Decision != nil {
+		c.hooks.Decision("migration", inst, sel, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return sel.Host, nil
+}
+
+// revertAllocations gives the migration consumer's allocation back to the
+// instance and drops the destination claim, in one write. It is a no-op if
+// the migration consumer is already gone (done before a restart).
+func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) error {
+	return retryConflicts(func() error {
+		mc, err := c.store.GetConsumer(ctx, m.UUID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ic, err := c.store.GetConsumer(ctx, m.InstanceUUID)
+		var icGen *int64
+		if err == nil {
+			icGen = &ic.Generation
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		mcGen := mc.Generation
+		_, err = c.store.WriteAllocations(ctx,
+			placement.AllocationWrite{ConsumerUUID: m.InstanceUUID, ConsumerGeneration: icGen, Type: placement.ConsumerInstance,
+				ProjectID: mc.ProjectID, UserID: mc.UserID, Allocations: mc.Allocations},
+			placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &mcGen},
+		)
+		return err
+	})
+}
+
+func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, host string) {
+	err := retryConflicts(func() error {
+		cur, err := c.store.GetInstance(ctx, inst.UUID)
+		if err != nil {
+			return err
+		}
+		if host != "" {
+			cur.Host = host
+		}
+		cur.TaskState, cur.UpdatedAt = records.TaskNone, c.clock.Now()
+		_, err = c.store.UpdateInstance(ctx, cur)
+		return err
+	})
+	if err != nil {
+		c.log.Error("settling instance after migration", "instance", inst.UUID, "err", err)
+	}
+}
+
+// acquireSlot takes one of the source's max_concurrent_live_migrations
+// slots, or queues the migration for the next free one.
+func (c *Conductor) acquireSlot(host string, migID int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slots[host] < c.cfg.MaxConcurrentLiveMigrations {
+		c.slots[host]++
+		return true
+	}
+	c.waiting[host] = append(c.waiting[host], migID)
+	return false
+}
+
+// releaseSlot frees a slot and hands it to the next queued migration,
+// whose step then runs on its own (the clock runs it after the current
+// handler returns).
+func (c *Conductor) releaseSlot(ctx context.Context, host string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.waiting[host]; len(q) > 0 {
+		next := q[0]
+		c.waiting[host] = q[1:]
+		bg := context.WithoutCancel(ctx)
+		c.clock.AfterFunc(0, func() {
+			// A migration aborted while it waited refuses the slot: pass it on.
+			if err := c.Handle(bg, next, migration.Event{Kind: migration.SlotAcquired}); err != nil {
+				c.releaseSlot(bg, host)
+			}
+		})
+		return
+	}
+	if c.slots[host] > 0 {
+		c.slots[host]--
+	}
+}

@@ -1,0 +1,343 @@
+package migration
+
+import (
+	"fmt"
+
+	"keel/internal/records"
+)
+
+// Phases of a live migration (records.Migration.Phase).
+const (
+	PhaseSchedule     = "schedule"
+	PhaseCheck        = "check"
+	PhaseRelease      = "release"
+	PhaseQueue        = "queue"
+	PhasePrepare      = "prepare"
+	PhaseCopy         = "copy"
+	PhasePostSource   = "post-source"
+	PhasePostDest     = "post-dest"
+	PhaseFinish       = "finish"
+	PhaseRollbackDest = "rollback-dest"
+	PhaseRevert       = "revert"
+	PhaseDone         = "done"
+)
+
+// EventKind names what happened.
+type EventKind string
+
+// Events.
+const (
+	Start          EventKind = "start"
+	Claimed        EventKind = "claimed"
+	NoValidHost    EventKind = "no-valid-host"
+	CheckPassed    EventKind = "check-passed"
+	CheckFailed    EventKind = "check-failed"
+	Released       EventKind = "released"
+	SlotAcquired   EventKind = "slot-acquired"
+	Prepared       EventKind = "prepared"
+	PrepareFailed  EventKind = "prepare-failed"
+	Progress       EventKind = "progress"
+	Copied         EventKind = "copied"
+	CopyFailed     EventKind = "copy-failed"
+	SourceDone     EventKind = "source-done"
+	DestDone       EventKind = "dest-done"
+	Finished       EventKind = "finished"
+	StepFailed     EventKind = "step-failed"
+	DestRolledBack EventKind = "dest-rolled-back"
+	Reverted       EventKind = "reverted"
+	Abort          EventKind = "abort"
+	ForceComplete  EventKind = "force-complete"
+)
+
+// Event is something that happened to a migration.
+type Event struct {
+	Kind EventKind
+	// Host is the destination for Claimed.
+	Host string
+	// Err is the reason for the failure events.
+	Err string
+	// Data is the destination's migrate data for Prepared (e.g. the URI
+	// the source's driver sends to).
+	Data map[string]string
+	// Memory progress for Progress (bytes).
+	Total, Processed, Remaining int64
+}
+
+// ActionKind names what the conductor must do next.
+type ActionKind string
+
+// Actions.
+const (
+	// ClaimDestination: ask the scheduler for a destination (excluding the
+	// source and TriedHosts, or checking RequestedHost) and move the
+	// allocations in one store write. Answer: Claimed or NoValidHost.
+	ClaimDestination ActionKind = "claim-destination"
+	// CheckDestination: check_can_live_migrate_destination on Host (which
+	// calls the source's check). Answer: CheckPassed or CheckFailed.
+	CheckDestination ActionKind = "check-destination"
+	// ReleaseDestination: give the destination claim back to the source
+	// (allocations as before the claim). Answer: Released.
+	ReleaseDestination ActionKind = "release-destination"
+	// AcquireSlot: wait for one of the source's
+	// max_concurrent_live_migrations slots. Answer: SlotAcquired.
+	AcquireSlot ActionKind = "acquire-slot"
+	// ReleaseSlot frees the source slot. No answer.
+	ReleaseSlot ActionKind = "release-slot"
+	// PreLiveMigration on the destination. Answer: Prepared or
+	// PrepareFailed.
+	PreLiveMigration ActionKind = "pre-live-migration"
+	// StartCopy: cast live_migration to the source's driver with Data.
+	// Answers: Progress*, then Copied or CopyFailed.
+	StartCopy ActionKind = "start-copy"
+	// AbortCopy / ForceCopy: migrate_cancel / force complete on the source.
+	AbortCopy ActionKind = "abort-copy"
+	ForceCopy ActionKind = "force-copy"
+	// PostAtSource: the source drops the guest and updates its tracker and
+	// host record. Answer: SourceDone or StepFailed.
+	PostAtSource ActionKind = "post-at-source"
+	// PostAtDest: post_live_migration_at_destination — the destination
+	// takes the guest and updates its tracker and host record. Answer:
+	// DestDone or StepFailed.
+	PostAtDest ActionKind = "post-at-destination"
+	// FinishAllocations deletes the migration consumer's (source)
+	// allocations. Answer: Finished.
+	FinishAllocations ActionKind = "finish-allocations"
+	// RollbackAtDest: rollback_live_migration_at_destination. Answer:
+	// DestRolledBack.
+	RollbackAtDest ActionKind = "rollback-at-destination"
+	// RevertAllocations: the instance's allocation returns to the source,
+	// the destination claim is dropped. Answer: Reverted.
+	RevertAllocations ActionKind = "revert-allocations"
+	// SettleInstance: clear the instance's task state and set its host to
+	// Host. No answer.
+	SettleInstance ActionKind = "settle-instance"
+)
+
+// Action is one thing the conductor must do.
+type Action struct {
+	Kind ActionKind
+	Host string
+	Data map[string]string
+}
+
+// Machine holds the rules' parameters.
+type Machine struct {
+	// MaxAttempts is how many destinations are claimed and checked before
+	// the migration ends in error ([scheduler] max_attempts).
+	MaxAttempts int
+}
+
+// IllegalError is an event that is not allowed in the migration's phase.
+type IllegalError struct {
+	Phase, Status string
+	Event         EventKind
+}
+
+func (e *IllegalError) Error() string {
+	return fmt.Sprintf("event %s is not allowed in phase %s (status %s)", e.Event, e.Phase, e.Status)
+}
+
+// Step applies ev to m. It never mutates its input.
+func (mc Machine) Step(m records.Migration, ev Event) (records.Migration, []Action, error) {
+	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	if records.MigrationTerminal(m.Status) {
+		return m, nil, &IllegalError{Phase: m.Phase, Status: m.Status, Event: ev.Kind}
+	}
+	t, ok := transitions[transitionKey{m.Phase, ev.Kind}]
+	if !ok {
+		return m, nil, &IllegalError{Phase: m.Phase, Status: m.Status, Event: ev.Kind}
+	}
+	next, acts := t(mc, m, ev)
+	return next, acts, nil
+}
+
+type transitionKey struct {
+	phase string
+	event EventKind
+}
+
+type transition func(mc Machine, m records.Migration, ev Event) (records.Migration, []Action)
+
+var transitions = map[transitionKey]transition{
+	{"", Start}:                         start,
+	{PhaseSchedule, Claimed}:            claimed,
+	{PhaseSchedule, NoValidHost}:        noValidHost,
+	{PhaseCheck, CheckPassed}:           checkPassed,
+	{PhaseCheck, CheckFailed}:           checkFailed,
+	{PhaseRelease, Released}:            released,
+	{PhaseQueue, SlotAcquired}:          slotAcquired,
+	{PhaseQueue, Abort}:                 abortQueued,
+	{PhasePrepare, Prepared}:            prepared,
+	{PhasePrepare, PrepareFailed}:       prepareFailed,
+	{PhasePrepare, Abort}:               abortLater,
+	{PhaseCopy, Progress}:               progress,
+	{PhaseCopy, Copied}:                 copied,
+	{PhaseCopy, CopyFailed}:             copyFailed,
+	{PhaseCopy, Abort}:                  abortCopy,
+	{PhaseCopy, ForceComplete}:          forceComplete,
+	{PhasePostSource, SourceDone}:       sourceDone,
+	{PhasePostSource, StepFailed}:       postFailed,
+	{PhasePostDest, DestDone}:           destDone,
+	{PhasePostDest, StepFailed}:         postFailed,
+	{PhaseFinish, Finished}:             finished,
+	{PhaseRollbackDest, DestRolledBack}: destRolledBack,
+	{PhaseRevert, Reverted}:             reverted,
+}
+
+// start: the API accepted the request; claim a destination.
+func start(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Status, m.Phase = records.MigrationAccepted, PhaseSchedule
+	return m, []Action{{Kind: ClaimDestination, Host: m.RequestedHost}}
+}
+
+func claimed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	m.DestHost, m.Phase = ev.Host, PhaseCheck
+	m.Attempts++
+	return m, []Action{{Kind: CheckDestination, Host: ev.Host}}
+}
+
+func noValidHost(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	return finish(m, records.MigrationError, ev.Err, m.SourceHost)
+}
+
+func checkPassed(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Status, m.Phase = records.MigrationQueued, PhaseQueue
+	return m, []Action{{Kind: AcquireSlot, Host: m.SourceHost}}
+}
+
+// checkFailed gives the destination back; released decides whether to try
+// another host.
+func checkFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	m.Phase = PhaseRelease
+	m.TriedHosts = append(m.TriedHosts, m.DestHost)
+	m.Error = fmt.Sprintf("destination %s refused: %s", m.DestHost, ev.Err)
+	return m, []Action{{Kind: ReleaseDestination, Host: m.DestHost}}
+}
+
+func released(mc Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	failedDest := m.DestHost
+	m.DestHost = ""
+	if m.RequestedHost != "" || m.Attempts >= max(mc.MaxAttempts, 1) {
+		reason := m.Error
+		if m.RequestedHost == "" {
+			reason = fmt.Sprintf("no destination passed the pre-checks after %d attempts; last: %s", m.Attempts, m.Error)
+		}
+		m.DestHost = failedDest
+		return finish(m, records.MigrationError, reason, m.SourceHost)
+	}
+	m.Phase = PhaseSchedule
+	return m, []Action{{Kind: ClaimDestination}}
+}
+
+func slotAcquired(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Status, m.Phase = records.MigrationPreparing, PhasePrepare
+	return m, []Action{{Kind: PreLiveMigration, Host: m.DestHost}}
+}
+
+func abortQueued(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.AbortRequested = true
+	m.Outcome, m.Error = records.MigrationCancelled, "aborted by request"
+	m.Phase = PhaseRevert
+	return m, []Action{{Kind: RevertAllocations}}
+}
+
+func prepared(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	if m.AbortRequested {
+		return releasing(rollback(m, records.MigrationCancelled, "aborted by request"))
+	}
+	m.Status, m.Phase = records.MigrationRunning, PhaseCopy
+	return m, []Action{{Kind: StartCopy, Host: m.SourceHost, Data: ev.Data}}
+}
+
+func prepareFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	if m.AbortRequested {
+		return releasing(rollback(m, records.MigrationCancelled, "aborted by request"))
+	}
+	return releasing(rollback(m, records.MigrationFailed, "pre_live_migration on "+m.DestHost+" failed: "+ev.Err))
+}
+
+// releasing prepends freeing the source's slot (held from SlotAcquired
+// until the copy ends).
+func releasing(m records.Migration, acts []Action) (records.Migration, []Action) {
+	return m, append([]Action{{Kind: ReleaseSlot, Host: m.SourceHost}}, acts...)
+}
+
+// abortLater records an abort that arrives while a step is in flight.
+func abortLater(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.AbortRequested = true
+	return m, nil
+}
+
+func progress(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	m.MemoryTotalBytes, m.MemoryProcessedBytes, m.MemoryRemainingBytes = ev.Total, ev.Processed, ev.Remaining
+	return m, nil
+}
+
+func copied(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase = PhasePostSource
+	m.MemoryProcessedBytes, m.MemoryRemainingBytes = m.MemoryTotalBytes, 0
+	return releasing(m, []Action{{Kind: PostAtSource, Host: m.SourceHost}})
+}
+
+func copyFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	if m.AbortRequested {
+		return releasing(rollback(m, records.MigrationCancelled, "aborted by request"))
+	}
+	return releasing(rollback(m, records.MigrationFailed, "live migration from "+m.SourceHost+" to "+m.DestHost+" failed: "+ev.Err))
+}
+
+func abortCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.AbortRequested = true
+	return m, []Action{{Kind: AbortCopy, Host: m.SourceHost}}
+}
+
+func forceComplete(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return m, []Action{{Kind: ForceCopy, Host: m.SourceHost}}
+}
+
+func sourceDone(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase = PhasePostDest
+	return m, []Action{{Kind: PostAtDest, Host: m.DestHost}}
+}
+
+// postFailed: the guest already runs on the destination, so there is no
+// rolling back; the migration ends in error with the instance on the
+// destination and the source allocation released (the audits heal the
+// records).
+func postFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	m.Outcome = records.MigrationError
+	m.Error = fmt.Sprintf("post-migration step %s failed: %s", m.Phase, ev.Err)
+	m.Phase = PhaseFinish
+	return m, []Action{{Kind: FinishAllocations}}
+}
+
+func destDone(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase = PhaseFinish
+	return m, []Action{{Kind: FinishAllocations}}
+}
+
+func finished(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	if m.Outcome != "" {
+		return finish(m, m.Outcome, m.Error, m.DestHost)
+	}
+	return finish(m, records.MigrationCompleted, "", m.DestHost)
+}
+
+func destRolledBack(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase = PhaseRevert
+	return m, []Action{{Kind: RevertAllocations}}
+}
+
+func reverted(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return finish(m, m.Outcome, m.Error, m.SourceHost)
+}
+
+func rollback(m records.Migration, outcome, reason string) (records.Migration, []Action) {
+	m.Phase, m.Outcome, m.Error = PhaseRollbackDest, outcome, reason
+	return m, []Action{{Kind: RollbackAtDest, Host: m.DestHost}}
+}
+
+func finish(m records.Migration, status, reason, host string) (records.Migration, []Action) {
+	m.Status, m.Phase, m.Error, m.Outcome = status, PhaseDone, reason, ""
+	return m, []Action{{Kind: SettleInstance, Host: host}}
+}

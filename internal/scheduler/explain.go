@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"context"
+	"sort"
+)
+
+// WeigherScore is one weigher's contribution to a host's weight.
+type WeigherScore struct {
+	Weigher    string  `json:"weigher"`
+	Raw        float64 `json:"raw"`
+	Normalized float64 `json:"normalized"`
+	Multiplier float64 `json:"multiplier"`
+	Weighted   float64 `json:"weighted"`
+}
+
+// HostExplanation is one host's fate in a decision.
+type HostExplanation struct {
+	Host string `json:"host"`
+	// RejectedBy names the filter that rejected the host ("ignored" for a
+	// host the request excludes); empty for a candidate.
+	RejectedBy string         `json:"rejected_by,omitempty"`
+	Reason     string         `json:"reason,omitempty"`
+	Weight     float64        `json:"weight"`
+	Rank       int            `json:"rank,omitempty"` // 1 = best; candidates only
+	Scores     []WeigherScore `json:"scores,omitempty"`
+}
+
+// Explanation lists every host for one request: rejected ones with the
+// filter and reason, candidates by rank with each weigher's raw,
+// normalised and weighted value.
+type Explanation struct {
+	Hosts      []HostExplanation `json:"hosts"`
+	Candidates int               `json:"candidates"`
+	// SubsetSize is host_subset_size: the decision picks at random among
+	// the first SubsetSize candidates.
+	SubsetSize int `json:"host_subset_size"`
+}
+
+// Explain runs the filters and weighers for req without claiming.
+func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, error) {
+	v := s.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.refreshLocked(ctx); err != nil {
+		return Explanation{}, err
+	}
+	hosts := v.snapshot()
+	req.prepare(s.clock.Now())
+	exp := Explanation{SubsetSize: s.cfg.HostSubsetSize}
+	var cands []*HostState
+	var candRows []int
+	for _, h := range hosts {
+		row := HostExplanation{Host: h.Name}
+		switch {
+		case req.ignored(h.Name):
+			row.RejectedBy, row.Reason = "ignored", "excluded by the request (source or already tried, or not the requested host)"
+		case req.Force && req.RequestedHost == h.Name:
+		default:
+			for _, f := range s.filters {
+				if f.Active(req) && !f.Fits(h, req) {
+					row.RejectedBy, row.Reason = f.Name(), f.Why(h, req)
+					break
+				}
+			}
+		}
+		exp.Hosts = append(exp.Hosts, row)
+		if row.RejectedBy == "" {
+			cands = append(cands, h)
+			candRows = append(candRows, len(exp.Hosts)-1)
+		}
+	}
+	s.weigh(cands, req, func(i int, w string, raw, norm, mult float64) {
+		r := &exp.Hosts[candRows[i]]
+		r.Scores = append(r.Scores, WeigherScore{Weigher: w, Raw: raw, Normalized: norm, Multiplier: mult, Weighted: norm * mult})
+	})
+	for i, row := range candRows {
+		exp.Hosts[row].Weight = s.totals[i]
+	}
+	ranked := append([]int(nil), candRows...)
+	sort.SliceStable(ranked, func(a, b int) bool { return exp.Hosts[ranked[a]].Weight > exp.Hosts[ranked[b]].Weight })
+	for rank, row := range ranked {
+		exp.Hosts[row].Rank = rank + 1
+	}
+	exp.Candidates = len(cands)
+	return exp, nil
+}

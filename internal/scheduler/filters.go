@@ -1,0 +1,336 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"keel/internal/placement"
+)
+
+// Filter is one host predicate. Active says whether the filter has anything
+// to check for this request (inactive filters are skipped for every host);
+// Fits is the hot path; Why explains a rejection.
+type Filter interface {
+	Name() string
+	Active(r *Request) bool
+	Fits(h *HostState, r *Request) bool
+	Why(h *HostState, r *Request) string
+}
+
+// newFilter builds a filter by its Nova name.
+func newFilter(name string, cfg Config) Filter {
+	switch name {
+	case "ResourceFilter":
+		return resourceFilter{}
+	case "ComputeFilter":
+		return computeFilter{down: cfg.ServiceDownTime}
+	case "AvailabilityZoneFilter":
+		return zoneFilter{}
+	case "ComputeCapabilitiesFilter":
+		return capabilitiesFilter{}
+	case "ImagePropertiesFilter":
+		return imagePropsFilter{}
+	case "ServerGroupAntiAffinityFilter":
+		return antiAffinityFilter{}
+	case "ServerGroupAffinityFilter":
+		return affinityFilter{}
+	case "SameHostFilter":
+		return sameHostFilter{}
+	case "DifferentHostFilter":
+		return differentHostFilter{}
+	case "AggregateInstanceExtraSpecsFilter":
+		return aggregateSpecsFilter{}
+	case "NumInstancesFilter":
+		return numInstancesFilter{max: int64(cfg.MaxInstancesPerHost)}
+	case "IoOpsFilter":
+		return ioOpsFilter{max: int64(cfg.MaxIOOpsPerHost)}
+	}
+	return nil
+}
+
+// resourceFilter is Placement's check, on the view's allocations.
+type resourceFilter struct{}
+
+var _ Filter = resourceFilter{}
+
+func (resourceFilter) Name() string         { return "ResourceFilter" }
+func (resourceFilter) Active(*Request) bool { return true }
+func (resourceFilter) Fits(h *HostState, r *Request) bool {
+	for i := 0; i < numStd; i++ {
+		if !r.hasStd[i] {
+			continue
+		}
+		n, inv := r.std[i], &h.inv[i]
+		if !h.hasInv[i] || n < inv.MinUnit || n > inv.MaxUnit || n%inv.StepSize != 0 || h.used[i]+n > h.capacity[i] {
+			return false
+		}
+	}
+	return r.other == nil || placement.Fits(h.Name, h.otherInv, h.other, r.other) == nil
+}
+func (resourceFilter) Why(h *HostState, r *Request) string {
+	if err := placement.Fits(h.Name, h.Inventories(), h.Used(), r.Resources); err != nil {
+		var ce *placement.CapacityError
+		if asCapacity(err, &ce) {
+			return fmt.Sprintf("%s: %s (requested %d, used %d of %d)", ce.Class, ce.Reason, ce.Requested, ce.Used, ce.Capacity)
+		}
+		return err.Error()
+	}
+	return ""
+}
+
+// computeFilter passes hosts whose service is enabled and up.
+type computeFilter struct {
+	down time.Duration
+}
+
+func (computeFilter) Name() string         { return "ComputeFilter" }
+func (computeFilter) Active(*Request) bool { return true }
+func (f computeFilter) Fits(h *HostState, r *Request) bool {
+	return h.HasService && !h.Disabled && !h.ForcedDown && (f.down <= 0 || r.now.Sub(h.LastSeenUp) <= f.down)
+}
+func (f computeFilter) Why(h *HostState, r *Request) string {
+	switch {
+	case !h.HasService:
+		return "no compute service record"
+	case h.Disabled:
+		return "service disabled"
+	case h.ForcedDown:
+		return "service forced down"
+	default:
+		return fmt.Sprintf("service down: last seen %s ago (service_down_time %s)", r.now.Sub(h.LastSeenUp).Round(time.Second), f.down)
+	}
+}
+
+type zoneFilter struct{}
+
+func (zoneFilter) Name() string                       { return "AvailabilityZoneFilter" }
+func (zoneFilter) Active(r *Request) bool             { return r.Zone != "" }
+func (zoneFilter) Fits(h *HostState, r *Request) bool { return h.Zone == r.Zone }
+func (zoneFilter) Why(h *HostState, r *Request) string {
+	return fmt.Sprintf("host is in zone %q, request wants %q", h.Zone, r.Zone)
+}
+
+// capabilitiesFilter matches "capabilities:KEY" extra specs against the
+// host's capabilities.
+type capabilitiesFilter struct{}
+
+func (capabilitiesFilter) Name() string { return "ComputeCapabilitiesFilter" }
+func (capabilitiesFilter) Active(r *Request) bool {
+	return hasScope(r.ExtraSpecs, "capabilities:")
+}
+func (f capabilitiesFilter) Fits(h *HostState, r *Request) bool { return f.Why(h, r) == "" }
+func (capabilitiesFilter) Why(h *HostState, r *Request) string {
+	for k, want := range r.ExtraSpecs {
+		key, ok := strings.CutPrefix(k, "capabilities:")
+		if !ok {
+			continue
+		}
+		have, ok := h.Capabilities[key]
+		if !ok || !matchSpec(have, want) {
+			return fmt.Sprintf("capability %s is %q, flavor wants %q", key, have, want)
+		}
+	}
+	return ""
+}
+
+// imagePropsFilter matches image properties against host capabilities.
+type imagePropsFilter struct{}
+
+var imagePropCapability = map[string]string{
+	"hw_architecture": "cpu_info.arch",
+	"img_hv_type":     "hypervisor_type",
+	"hw_vm_mode":      "vm_mode",
+}
+
+func (imagePropsFilter) Name() string { return "ImagePropertiesFilter" }
+func (imagePropsFilter) Active(r *Request) bool {
+	for k := range r.ImageProps {
+		if _, ok := imagePropCapability[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+func (f imagePropsFilter) Fits(h *HostState, r *Request) bool { return f.Why(h, r) == "" }
+func (imagePropsFilter) Why(h *HostState, r *Request) string {
+	for prop, cap := range imagePropCapability {
+		want, ok := r.ImageProps[prop]
+		if !ok {
+			continue
+		}
+		if have, ok := h.Capabilities[cap]; ok && !strings.EqualFold(have, want) {
+			return fmt.Sprintf("image %s=%s, host %s=%s", prop, want, cap, have)
+		}
+	}
+	return ""
+}
+
+type antiAffinityFilter struct{}
+
+func (antiAffinityFilter) Name() string { return "ServerGroupAntiAffinityFilter" }
+func (antiAffinityFilter) Active(r *Request) bool {
+	return r.Group != nil && r.Group.Policy == "anti-affinity"
+}
+func (antiAffinityFilter) Fits(h *HostState, r *Request) bool {
+	return r.Group.Members[h.Name] < maxPerHost(r.Group)
+}
+func (antiAffinityFilter) Why(h *HostState, r *Request) string {
+	return fmt.Sprintf("anti-affinity: %d group members already on host (max_server_per_host %d)", r.Group.Members[h.Name], maxPerHost(r.Group))
+}
+
+func maxPerHost(g *Group) int {
+	if g.MaxServerPerHost > 0 {
+		return g.MaxServerPerHost
+	}
+	return 1
+}
+
+type affinityFilter struct{}
+
+func (affinityFilter) Name() string { return "ServerGroupAffinityFilter" }
+func (affinityFilter) Active(r *Request) bool {
+	return r.Group != nil && r.Group.Policy == "affinity" && len(r.Group.Members) > 0
+}
+func (affinityFilter) Fits(h *HostState, r *Request) bool { return r.Group.Members[h.Name] > 0 }
+func (affinityFilter) Why(*HostState, *Request) string {
+	return "affinity: the group's members are on other hosts"
+}
+
+type sameHostFilter struct{}
+
+func (sameHostFilter) Name() string                       { return "SameHostFilter" }
+func (sameHostFilter) Active(r *Request) bool             { return len(r.SameHost) > 0 }
+func (sameHostFilter) Fits(h *HostState, r *Request) bool { return contains(r.SameHost, h.Name) }
+func (sameHostFilter) Why(*HostState, *Request) string {
+	return "same_host: none of the named instances is on this host"
+}
+
+type differentHostFilter struct{}
+
+func (differentHostFilter) Name() string           { return "DifferentHostFilter" }
+func (differentHostFilter) Active(r *Request) bool { return len(r.DifferentHost) > 0 }
+func (differentHostFilter) Fits(h *HostState, r *Request) bool {
+	return !contains(r.DifferentHost, h.Name)
+}
+func (differentHostFilter) Why(*HostState, *Request) string {
+	return "different_host: a named instance is on this host"
+}
+
+// aggregateSpecsFilter matches unscoped and
+// "aggregate_instance_extra_specs:" extra specs against aggregate metadata.
+type aggregateSpecsFilter struct{}
+
+func (aggregateSpecsFilter) Name() string { return "AggregateInstanceExtraSpecsFilter" }
+func (aggregateSpecsFilter) Active(r *Request) bool {
+	for k := range r.ExtraSpecs {
+		if _, ok := aggregateSpecKey(k); ok {
+			return true
+		}
+	}
+	return false
+}
+func (f aggregateSpecsFilter) Fits(h *HostState, r *Request) bool { return f.Why(h, r) == "" }
+func (aggregateSpecsFilter) Why(h *HostState, r *Request) string {
+	for k, want := range r.ExtraSpecs {
+		key, ok := aggregateSpecKey(k)
+		if !ok {
+			continue
+		}
+		vals := h.AggregateMetadata[key]
+		matched := false
+		for _, v := range vals {
+			if matchSpec(v, want) {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			return fmt.Sprintf("no aggregate of the host has %s matching %q", key, want)
+		}
+	}
+	return ""
+}
+
+func aggregateSpecKey(k string) (string, bool) {
+	if key, ok := strings.CutPrefix(k, "aggregate_instance_extra_specs:"); ok {
+		return key, true
+	}
+	if !strings.Contains(k, ":") {
+		return k, true
+	}
+	return "", false
+}
+
+type numInstancesFilter struct{ max int64 }
+
+func (numInstancesFilter) Name() string         { return "NumInstancesFilter" }
+func (numInstancesFilter) Active(*Request) bool { return true }
+func (f numInstancesFilter) Fits(h *HostState, _ *Request) bool {
+	return h.NumInstances < f.max
+}
+func (f numInstancesFilter) Why(h *HostState, _ *Request) string {
+	return fmt.Sprintf("%d instances, max_instances_per_host %d", h.NumInstances, f.max)
+}
+
+type ioOpsFilter struct{ max int64 }
+
+func (ioOpsFilter) Name() string                         { return "IoOpsFilter" }
+func (ioOpsFilter) Active(*Request) bool                 { return true }
+func (f ioOpsFilter) Fits(h *HostState, _ *Request) bool { return h.NumIOOps < f.max }
+func (f ioOpsFilter) Why(h *HostState, _ *Request) string {
+	return fmt.Sprintf("%d I/O-heavy operations, max_io_ops_per_host %d", h.NumIOOps, f.max)
+}
+
+func hasScope(specs map[string]string, prefix string) bool {
+	for k := range specs {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchSpec evaluates one extra-spec requirement against a value, with
+// Nova's operators: "= N" (numeric ≥), "== N", "!= N", ">= N", "<= N",
+// "s== S", "s!= S", "<in> S" (substring), "<or> A <or> B"; otherwise plain
+// string equality.
+func matchSpec(have, want string) bool {
+	fields := strings.Fields(want)
+	if len(fields) >= 2 {
+		op, arg := fields[0], strings.Join(fields[1:], " ")
+		num := func(cmp func(a, b float64) bool) bool {
+			a, err1 := strconv.ParseFloat(have, 64)
+			b, err2 := strconv.ParseFloat(arg, 64)
+			return err1 == nil && err2 == nil && cmp(a, b)
+		}
+		switch op {
+		case "=", ">=":
+			return num(func(a, b float64) bool { return a >= b })
+		case "==":
+			return num(func(a, b float64) bool { return a == b })
+		case "!=":
+			return num(func(a, b float64) bool { return a != b })
+		case "<=":
+			return num(func(a, b float64) bool { return a <= b })
+		case "s==":
+			return have == arg
+		case "s!=":
+			return have != arg
+		case "<in>":
+			return strings.Contains(have, arg)
+		case "<or>":
+			for _, alt := range strings.Split(want, "<or>") {
+				if strings.TrimSpace(alt) == have {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return have == want
+}
+
+func asCapacity(err error, target **placement.CapacityError) bool { return errors.As(err, target) }

@@ -1,0 +1,82 @@
+package scheduler
+
+import (
+	"time"
+
+	"keel/internal/placement"
+)
+
+// Group is the server group a request's instance belongs to.
+type Group struct {
+	// Policy is affinity, anti-affinity, soft-affinity or
+	// soft-anti-affinity.
+	Policy string
+	// Members counts the group's other instances per host.
+	Members map[string]int
+	// MaxServerPerHost is the anti-affinity rule's limit (default 1).
+	MaxServerPerHost int
+}
+
+// Request is one placement request (Nova's RequestSpec, reduced to what the
+// filters and weighers read).
+type Request struct {
+	InstanceUUID string
+	Resources    placement.Resources
+	// ExtraSpecs are the flavor's extra specs (capabilities:…,
+	// aggregate_instance_extra_specs:…).
+	ExtraSpecs map[string]string
+	// ImageProps are image properties (hw_architecture, img_hv_type,
+	// hw_vm_mode).
+	ImageProps map[string]string
+	// Zone is the requested availability zone ("" for any).
+	Zone string
+	// IgnoreHosts are never chosen (a migration's source, hosts already
+	// tried).
+	IgnoreHosts []string
+	// RequestedHost, when set, is the only host considered (it is still
+	// filtered, unless Force is set).
+	RequestedHost string
+	Force         bool
+	// SameHost / DifferentHost are the hosts of the instances named in the
+	// same_host / different_host scheduler hints.
+	SameHost      []string
+	DifferentHost []string
+	Group         *Group
+
+	// Set by prepare at the start of each decision, read by the hot loop.
+	std    [numStd]int64
+	hasStd [numStd]bool
+	other  placement.Resources
+	now    time.Time
+}
+
+// prepare caches what every host's checks read.
+func (r *Request) prepare(now time.Time) {
+	r.now = now
+	r.other = nil
+	for i := range r.std {
+		r.std[i], r.hasStd[i] = 0, false
+	}
+	for rc, n := range r.Resources {
+		if i := stdIndex(rc); i >= 0 {
+			r.std[i], r.hasStd[i] = n, true
+			continue
+		}
+		if r.other == nil {
+			r.other = placement.Resources{}
+		}
+		r.other[rc] = n
+	}
+}
+
+func (r *Request) ignored(host string) bool {
+	if r.RequestedHost != "" && host != r.RequestedHost {
+		return true
+	}
+	for _, h := range r.IgnoreHosts {
+		if h == host {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,200 @@
+package scheduler
+
+// Weigher gives each candidate host a raw value; the scheduler normalises
+// the values over the candidates and multiplies by the weigher's
+// multiplier, in one place (weigh).
+type Weigher interface {
+	Name() string
+	Raw(h *HostState, r *Request) float64
+	// RawAll writes Raw for every host into out (the hot path: one call
+	// per weigher per decision).
+	RawAll(hs []*HostState, r *Request, out []float64)
+	// FixedMin reports whether the normalisation's minimum starts at 0
+	// (Nova's minval = 0) instead of the smallest raw value.
+	FixedMin() bool
+	// Active is false when every host's raw value is 0 for this request.
+	Active(r *Request) bool
+}
+
+type weigherEntry struct {
+	w          Weigher
+	multiplier float64
+}
+
+func newWeigher(name string, cfg Config) (Weigher, float64) {
+	switch name {
+	case "RAMWeigher":
+		return ramWeigher{}, cfg.RAMWeightMultiplier
+	case "CPUWeigher":
+		return cpuWeigher{}, cfg.CPUWeightMultiplier
+	case "DiskWeigher":
+		return diskWeigher{}, cfg.DiskWeightMultiplier
+	case "IoOpsWeigher":
+		return ioOpsWeigher{}, cfg.IOOpsWeightMultiplier
+	case "BuildFailureWeigher":
+		return buildFailureWeigher{}, cfg.BuildFailureWeightMultiplier
+	case "NumInstancesWeigher":
+		return numInstancesWeigher{}, cfg.NumInstancesWeightMultiplier
+	case "ServerGroupSoftAffinityWeigher":
+		return softAffinityWeigher{}, cfg.SoftAffinityWeightMultiplier
+	case "ServerGroupSoftAntiAffinityWeigher":
+		return softAntiAffinityWeigher{}, cfg.SoftAntiAffinityWeightMultiplier
+	}
+	return nil, 0
+}
+
+type ramWeigher struct{}
+
+func (ramWeigher) Name() string                         { return "RAMWeigher" }
+func (ramWeigher) Active(*Request) bool                 { return true }
+func (ramWeigher) FixedMin() bool                       { return true }
+func (ramWeigher) Raw(h *HostState, _ *Request) float64 { return float64(h.FreeRAMMB) }
+
+type cpuWeigher struct{}
+
+func (cpuWeigher) Name() string         { return "CPUWeigher" }
+func (cpuWeigher) Active(*Request) bool { return true }
+func (cpuWeigher) FixedMin() bool       { return true }
+func (cpuWeigher) Raw(h *HostState, _ *Request) float64 {
+	return float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
+}
+
+type diskWeigher struct{}
+
+func (diskWeigher) Name() string                         { return "DiskWeigher" }
+func (diskWeigher) Active(*Request) bool                 { return true }
+func (diskWeigher) FixedMin() bool                       { return true }
+func (diskWeigher) Raw(h *HostState, _ *Request) float64 { return float64(h.FreeDiskMB) }
+
+type ioOpsWeigher struct{}
+
+func (ioOpsWeigher) Name() string                         { return "IoOpsWeigher" }
+func (ioOpsWeigher) Active(*Request) bool                 { return true }
+func (ioOpsWeigher) FixedMin() bool                       { return true }
+func (ioOpsWeigher) Raw(h *HostState, _ *Request) float64 { return float64(h.NumIOOps) }
+
+type buildFailureWeigher struct{}
+
+func (buildFailureWeigher) Name() string         { return "BuildFailureWeigher" }
+func (buildFailureWeigher) Active(*Request) bool { return true }
+func (buildFailureWeigher) FixedMin() bool       { return false }
+func (buildFailureWeigher) Raw(h *HostState, _ *Request) float64 {
+	return -float64(h.FailedBuilds)
+}
+
+type numInstancesWeigher struct{}
+
+func (numInstancesWeigher) Name() string         { return "NumInstancesWeigher" }
+func (numInstancesWeigher) Active(*Request) bool { return true }
+func (numInstancesWeigher) FixedMin() bool       { return false }
+func (numInstancesWeigher) Raw(h *HostState, _ *Request) float64 {
+	return float64(h.NumInstances)
+}
+
+type softAffinityWeigher struct{}
+
+func (softAffinityWeigher) Name() string { return "ServerGroupSoftAffinityWeigher" }
+func (softAffinityWeigher) Active(r *Request) bool {
+	return r.Group != nil && r.Group.Policy == "soft-affinity"
+}
+func (softAffinityWeigher) FixedMin() bool { return false }
+func (softAffinityWeigher) Raw(h *HostState, r *Request) float64 {
+	if r.Group == nil || r.Group.Policy != "soft-affinity" {
+		return 0
+	}
+	return float64(r.Group.Members[h.Name])
+}
+
+type softAntiAffinityWeigher struct{}
+
+func (softAntiAffinityWeigher) Name() string { return "ServerGroupSoftAntiAffinityWeigher" }
+func (softAntiAffinityWeigher) Active(r *Request) bool {
+	return r.Group != nil && r.Group.Policy == "soft-anti-affinity"
+}
+func (softAntiAffinityWeigher) FixedMin() bool { return false }
+func (softAntiAffinityWeigher) Raw(h *HostState, r *Request) float64 {
+	if r.Group == nil || r.Group.Policy != "soft-anti-affinity" {
+		return 0
+	}
+	return -float64(r.Group.Members[h.Name])
+}
+
+// normalize maps raw values to 0..1 as Nova does: (v − lo)/(hi − lo) where
+// lo is the smallest value (or min(0, smallest) for a fixed-min weigher)
+// and hi the largest; all-equal gives 0. It writes into out.
+func normalize(raw, out []float64, fixedMin bool) (lo, hi float64) {
+	if len(raw) == 0 {
+		return 0, 0
+	}
+	lo, hi = raw[0], raw[0]
+	if fixedMin && lo > 0 {
+		lo = 0
+	}
+	for _, v := range raw {
+		if v < lo {
+			lo = v
+		}
+		if v > hi {
+			hi = v
+		}
+	}
+	if lo == hi {
+		for i := range out {
+			out[i] = 0
+		}
+		return lo, hi
+	}
+	span := hi - lo
+	for i, v := range raw {
+		out[i] = (v - lo) / span
+	}
+	return lo, hi
+}
+
+func (ramWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = float64(h.FreeRAMMB)
+	}
+}
+
+func (cpuWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
+	}
+}
+
+func (diskWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = float64(h.FreeDiskMB)
+	}
+}
+
+func (ioOpsWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = float64(h.NumIOOps)
+	}
+}
+
+func (buildFailureWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = -float64(h.FailedBuilds)
+	}
+}
+
+func (numInstancesWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = float64(h.NumInstances)
+	}
+}
+
+func (w softAffinityWeigher) RawAll(hs []*HostState, r *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = w.Raw(h, r)
+	}
+}
+
+func (w softAntiAffinityWeigher) RawAll(hs []*HostState, r *Request, out []float64) {
+	for i, h := range hs {
+		out[i] = w.Raw(h, r)
+	}
+}

@@ -1,0 +1,435 @@
+package scenario
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// MaxHosts bounds a scenario's host count (all groups together).
+const MaxHosts = 1_000_000
+
+// Validate checks a scenario built in code (Generate, tests) with the rules
+// Parse applies to files; errors carry no line. It accepts a scenario with
+// or without defaults applied.
+func (s *Scenario) Validate() error {
+	if e := s.validate(s.Name, nil); e != nil {
+		return e
+	}
+	return nil
+}
+
+// checker records the first problem found. Checks run in dependency order
+// (flavors before hosts, hosts before events…), so the first problem is the
+// cause rather than a consequence.
+type checker struct {
+	file string
+	ix   *lineIndex
+	err  *Error
+}
+
+func (c *checker) errf(path, format string, args ...any) {
+	if c.err != nil {
+		return
+	}
+	c.err = &Error{File: c.file, Line: c.ix.line(path), Msg: path + ": " + fmt.Sprintf(format, args...)}
+}
+
+// given reports whether path is written in the file. Without a file (a
+// scenario built in code) nothing is "given", so zero means unset.
+func (c *checker) given(path string) bool { return c.ix.has(path) }
+
+// validate checks every value; ix (nil for scenarios built in code) gives
+// lines and tells an explicit 0 from an absent key.
+func (s *Scenario) validate(file string, ix *lineIndex) *Error {
+	c := &checker{file: file, ix: ix}
+
+	// Top level.
+	switch {
+	case !c.given("duration") && s.Duration == 0:
+		c.errf("duration", "missing: the run's length in seconds is required")
+	case !(s.Duration > 0) || math.IsInf(s.Duration, 0):
+		c.errf("duration", "must be > 0 seconds, got %v", s.Duration)
+	}
+	for i, p := range s.Policies {
+		path := elem("policies", i)
+		if !slices.Contains(KnownPolicies, p) {
+			c.errf(path, "unknown policy %q (known: %s)", p, strings.Join(KnownPolicies, ", "))
+		} else if j := slices.Index(s.Policies, p); j < i {
+			c.errf(path, "policy %q is listed twice", p)
+		}
+	}
+
+	s.validateScheduler(c)
+	s.validateCompute(c)
+	s.validateFlavors(c)
+	names := s.validateHosts(c)
+	if c.err != nil {
+		return c.err
+	}
+	s.validateEvents(c, names)
+	s.validateWorkloads(c)
+	return c.err
+}
+
+func (s *Scenario) validateScheduler(c *checker) {
+	sc := s.Scheduler
+	if sc.HostSubsetSize < 0 {
+		c.errf("scheduler.host_subset_size", "must be >= 0 (0 means 1), got %d", sc.HostSubsetSize)
+	}
+	if sc.MaxAttempts < 0 {
+		c.errf("scheduler.max_attempts", "must be >= 0 (0 means 3), got %d", sc.MaxAttempts)
+	}
+	checkNames(c, "scheduler.enabled_filters", "filter", sc.EnabledFilters, KnownFilters)
+	checkNames(c, "scheduler.weighers", "weigher", sc.Weighers, KnownWeighers)
+	if v := sc.MaxInstancesPerHost; v != nil && *v < 1 {
+		c.errf("scheduler.max_instances_per_host", "must be >= 1, got %d", *v)
+	}
+	if v := sc.MaxIOOpsPerHost; v != nil && *v < 0 {
+		c.errf("scheduler.max_io_ops_per_host", "must be >= 0, got %d", *v)
+	}
+	if v := sc.ServiceDownTime; v != nil && (*v < 0 || math.IsInf(*v, 0) || math.IsNaN(*v)) {
+		c.errf("scheduler.service_down_time", "must be >= 0 seconds (0 disables the liveness check), got %v", *v)
+	}
+	for _, m := range []struct {
+		key string
+		v   *float64
+	}{
+		{"ram_weight_multiplier", sc.RAMWeightMultiplier},
+		{"cpu_weight_multiplier", sc.CPUWeightMultiplier},
+		{"disk_weight_multiplier", sc.DiskWeightMultiplier},
+		{"io_ops_weight_multiplier", sc.IOOpsWeightMultiplier},
+		{"build_failure_weight_multiplier", sc.BuildFailureWeightMultiplier},
+		{"num_instances_weight_multiplier", sc.NumInstancesWeightMultiplier},
+		{"soft_affinity_weight_multiplier", sc.SoftAffinityWeightMultiplier},
+		{"soft_anti_affinity_weight_multiplier", sc.SoftAntiAffinityWeightMultiplier},
+	} {
+		if m.v != nil && (math.IsInf(*m.v, 0) || math.IsNaN(*m.v)) {
+			c.errf("scheduler."+m.key, "must be a finite number, got %v", *m.v)
+		}
+	}
+}
+
+// checkNames refuses unknown and repeated names.
+func checkNames(c *checker, path, what string, names, known []string) {
+	for i, n := range names {
+		p := elem(path, i)
+		if !slices.Contains(known, n) {
+			c.errf(p, "unknown %s %q (known: %s)", what, n, strings.Join(known, ", "))
+		} else if j := slices.Index(names, n); j < i {
+			c.errf(p, "%s %q is listed twice", what, n)
+		}
+	}
+}
+
+func (s *Scenario) validateCompute(c *checker) {
+	cp := s.Compute
+	if v := cp.ReservedHostMemoryMB; v != nil && *v < 0 {
+		c.errf("compute.reserved_host_memory_mb", "must be >= 0, got %d", *v)
+	}
+	if cp.ReservedHostDiskMB < 0 {
+		c.errf("compute.reserved_host_disk_mb", "must be >= 0, got %d", cp.ReservedHostDiskMB)
+	}
+	if cp.MigrationBandwidthMiBps < 0 {
+		c.errf("compute.migration_bandwidth_mib_s", "must be > 0 MiB/s (0 means 1024), got %v", cp.MigrationBandwidthMiBps)
+	}
+	if cp.SpawnSeconds < 0 {
+		c.errf("compute.spawn_seconds", "must be >= 0, got %v", cp.SpawnSeconds)
+	}
+	if cp.MaxConcurrentLiveMigrations < 0 {
+		c.errf("compute.max_concurrent_live_migrations", "must be >= 0 (0 means 1), got %d", cp.MaxConcurrentLiveMigrations)
+	}
+}
+
+func (s *Scenario) validateFlavors(c *checker) {
+	first := map[string]int{} // name → index of its first definition
+	for i, f := range s.Flavors {
+		p := elem("flavor", i)
+		if f.Name == "" {
+			c.errf(p+".name", "missing: every flavor needs a name")
+		} else if j, dup := first[f.Name]; dup {
+			c.errf(p+".name", "flavor %q is defined twice (first at line %d)", f.Name, c.ix.line(elem("flavor", j)))
+		} else {
+			first[f.Name] = i
+		}
+		if f.VCPUs <= 0 {
+			c.errf(p+".vcpus", "must be > 0, got %d", f.VCPUs)
+		}
+		if f.RAMMB <= 0 {
+			c.errf(p+".ram", "must be > 0 MiB, got %d", f.RAMMB)
+		}
+		if f.DiskGB < 0 {
+			c.errf(p+".disk", "must be >= 0 GiB, got %d", f.DiskGB)
+		}
+	}
+}
+
+// validateHosts checks the groups and returns the set of host names.
+func (s *Scenario) validateHosts(c *checker) map[string]bool {
+	if len(s.HostGroups) == 0 {
+		c.errf("hosts", "missing: at least one [[hosts]] group is required")
+		return nil
+	}
+	reservedMB := int64(DefaultReservedHostMemoryMB)
+	if v := s.Compute.ReservedHostMemoryMB; v != nil {
+		reservedMB = *v
+	}
+	reservedGB := (s.Compute.ReservedHostDiskMB + 1023) / 1024
+	interval := s.Compute.UpdateResourcesInterval
+	if interval == 0 {
+		interval = DefaultUpdateResourcesInterval
+	}
+
+	names := map[string]bool{}
+	owner := map[string]int{}
+	total := 0
+	for i, g := range s.HostGroups {
+		p := elem("hosts", i)
+		if c.err != nil {
+			return names
+		}
+		switch {
+		case g.Prefix == "" && !c.given(p+".prefix"):
+			c.errf(p+".prefix", "missing: host names are prefix + number, e.g. prefix = \"h\"")
+		case g.Prefix == "":
+			c.errf(p+".prefix", "must not be empty")
+		}
+		switch {
+		case g.Count == 0 && !c.given(p+".count"):
+			c.errf(p+".count", "missing: how many hosts the group has (>= 1)")
+		case g.Count < 1:
+			c.errf(p+".count", "must be >= 1, got %d", g.Count)
+		case g.Count > MaxHosts || total+g.Count > MaxHosts:
+			c.errf(p+".count", "too many hosts: the scenario may have at most %d", MaxHosts)
+		}
+		total += max(g.Count, 0)
+		if g.First < 0 || g.First == 0 && c.given(p+".first") {
+			c.errf(p+".first", "must be >= 1, got %d", g.First)
+		}
+		if g.Digits < 0 || g.Digits > 18 {
+			c.errf(p+".digits", "must be between 1 and 18 (0 means as wide as needed, at least 2), got %d", g.Digits)
+		}
+		if g.VCPUs <= 0 {
+			c.errf(p+".vcpus", "must be > 0, got %d", g.VCPUs)
+		}
+		if g.MemoryMB <= 0 {
+			c.errf(p+".memory_mb", "must be > 0, got %d", g.MemoryMB)
+		}
+		if g.DiskGB <= 0 {
+			c.errf(p+".disk_gb", "must be > 0, got %d", g.DiskGB)
+		}
+		for _, r := range []struct {
+			key string
+			v   float64
+		}{
+			{"cpu_allocation_ratio", g.CPUAllocationRatio},
+			{"ram_allocation_ratio", g.RAMAllocationRatio},
+			{"disk_allocation_ratio", g.DiskAllocationRatio},
+		} {
+			if r.v < 0 || r.v == 0 && c.given(p+"."+r.key) {
+				c.errf(p+"."+r.key, "must be > 0, got %v", r.v)
+			}
+		}
+		if g.Zone == "" && c.given(p+".zone") {
+			c.errf(p+".zone", "must not be empty (the default is %q)", DefaultZone)
+		}
+		if g.AuditPhase < 0 {
+			c.errf(p+".audit_phase", "must be >= 0, got %v", g.AuditPhase)
+		} else if interval > 0 && g.AuditPhase >= float64(interval) {
+			c.errf(p+".audit_phase", "must be below compute.update_resources_interval (%d), got %v", interval, g.AuditPhase)
+		}
+		if g.AuditSpread && (g.AuditPhase != 0 || c.given(p+".audit_phase")) {
+			c.errf(p+".audit_spread", "audit_spread and audit_phase exclude each other")
+		}
+		if c.err != nil {
+			return names
+		}
+
+		// Initial instances: known flavors, counts >= 0, and they fit.
+		var vcpus, ram, disk int64
+		for _, fname := range sortedKeysInt(g.Instances) {
+			n := g.Instances[fname]
+			ip := joinKey(p+".instances", fname)
+			f, ok := s.FlavorByName(fname)
+			switch {
+			case !ok:
+				c.errf(ip, "unknown flavor %q%s", fname, s.flavorList())
+			case n < 0:
+				c.errf(ip, "instance count must be >= 0, got %d", n)
+			}
+			vcpus += int64(n) * f.VCPUs
+			ram += int64(n) * f.RAMMB
+			disk += int64(n) * f.DiskGB
+		}
+		if c.err != nil {
+			return names
+		}
+		gd := g.withDefaults()
+		if reservedMB >= g.MemoryMB {
+			c.errf(p+".memory_mb", "%d MiB leaves nothing after compute.reserved_host_memory_mb = %d", g.MemoryMB, reservedMB)
+		}
+		if reservedGB >= g.DiskGB {
+			c.errf(p+".disk_gb", "%d GiB leaves nothing after compute.reserved_host_disk_mb = %d", g.DiskGB, s.Compute.ReservedHostDiskMB)
+		}
+		for _, r := range []struct {
+			what        string
+			need, total int64
+			reserved    int64
+			ratio       float64
+			unit        string
+		}{
+			{what: "VCPU", need: vcpus, total: g.VCPUs, ratio: gd.CPUAllocationRatio, unit: "VCPU"},
+			{what: "RAM", need: ram, total: g.MemoryMB, reserved: reservedMB, ratio: gd.RAMAllocationRatio, unit: "MiB"},
+			{what: "disk", need: disk, total: g.DiskGB, reserved: reservedGB, ratio: gd.DiskAllocationRatio, unit: "GiB"},
+		} {
+			capacity := int64(math.Floor(float64(r.total-r.reserved) * r.ratio))
+			if r.need > capacity {
+				c.errf(p+".instances", "initial instances need %d %s of %s per host but a host offers %d ((%d - %d reserved) x %v)",
+					r.need, r.unit, r.what, capacity, r.total, r.reserved, r.ratio)
+			}
+		}
+
+		// Names, unique across groups.
+		for _, n := range g.HostNames() {
+			if j, dup := owner[n]; dup {
+				c.errf(p+".prefix", "host name %q is also generated by hosts[%d] (line %d)", n, j, c.ix.line(elem("hosts", j)))
+				return names
+			}
+			owner[n] = i
+			names[n] = true
+		}
+	}
+	return names
+}
+
+func sortedKeysInt(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// flavorList is ", known: a, b" for error messages.
+func (s *Scenario) flavorList() string {
+	if len(s.Flavors) == 0 {
+		return " (no [[flavor]] is defined)"
+	}
+	names := make([]string, len(s.Flavors))
+	for i, f := range s.Flavors {
+		names[i] = f.Name
+	}
+	return " (known: " + strings.Join(names, ", ") + ")"
+}
+
+// checkTime refuses a time outside [0, duration].
+func (s *Scenario) checkTime(c *checker, path string, t float64) {
+	if t < 0 || t > s.Duration {
+		c.errf(path, "%v is outside the run [0, %v]", t, s.Duration)
+	}
+}
+
+// checkHosts refuses unknown and repeated host names.
+func checkHosts(c *checker, path string, list []string, names map[string]bool) {
+	for j, h := range list {
+		hp := elem(path, j)
+		if !names[h] {
+			c.errf(hp, "no host is named %q", h)
+		} else if k := slices.Index(list, h); k < j {
+			c.errf(hp, "host %q is listed twice", h)
+		}
+	}
+}
+
+func (s *Scenario) validateEvents(c *checker, names map[string]bool) {
+	for i, e := range s.Events {
+		p := elem("event", i)
+		s.checkTime(c, p+".at", e.At)
+		if len(e.Disable) == 0 && len(e.Enable) == 0 {
+			c.errf(p, "the event does nothing: give disable = [...] and/or enable = [...]")
+		}
+		checkHosts(c, p+".disable", e.Disable, names)
+		checkHosts(c, p+".enable", e.Enable, names)
+		for j, h := range e.Enable {
+			if slices.Contains(e.Disable, h) {
+				c.errf(elem(p+".enable", j), "host %q is both disabled and enabled", h)
+			}
+		}
+	}
+	for i, d := range s.Drains {
+		p := elem("drain", i)
+		s.checkTime(c, p+".start", d.Start)
+		if d.Interval < 0 {
+			c.errf(p+".interval", "must be >= 0 seconds (0 means as soon as a slot frees), got %v", d.Interval)
+		}
+		if d.InFlight < 0 {
+			c.errf(p+".in_flight", "must be >= 0 (0 means 1), got %d", d.InFlight)
+		}
+		if len(d.Hosts) == 0 {
+			c.errf(p+".hosts", "missing: name the hosts to drain, e.g. hosts = [\"h01\"]")
+		}
+		checkHosts(c, p+".hosts", d.Hosts, names)
+	}
+}
+
+func (s *Scenario) validateWorkloads(c *checker) {
+	for i, w := range s.Workloads {
+		p := elem("workload", i)
+		switch {
+		case w.Kind == "":
+			c.errf(p+".kind", "missing: one of %s", strings.Join(KnownKinds, ", "))
+		case !slices.Contains(KnownKinds, w.Kind):
+			c.errf(p+".kind", "unknown kind %q (known: %s)", w.Kind, strings.Join(KnownKinds, ", "))
+		}
+		if !(w.Rate > 0) {
+			c.errf(p+".rate", "must be > 0 operations per second, got %v", w.Rate)
+		}
+		s.checkTime(c, p+".start", w.Start)
+		if w.End != 0 || c.given(p+".end") {
+			end := w.End
+			if end == 0 { // an explicit 0 means the run's end, as an absent one
+				end = s.Duration
+			}
+			switch {
+			case end > s.Duration || end < 0:
+				c.errf(p+".end", "%v is outside the run [0, %v]", w.End, s.Duration)
+			case end <= w.Start:
+				c.errf(p+".end", "must be after start (%v), got %v", w.Start, w.End)
+			}
+		} else if w.Start >= s.Duration {
+			c.errf(p+".start", "must be before the run's end (%v), got %v", s.Duration, w.Start)
+		}
+		if w.Kind == KindBoot && len(s.Flavors) == 0 {
+			c.errf(p+".kind", "a boot workload needs at least one [[flavor]]")
+		}
+		if len(w.Flavors) > 0 && w.Kind != KindBoot {
+			c.errf(p+".flavors", "only a boot workload takes flavors")
+		}
+		var sum float64
+		for _, fname := range sortedKeysFloat(w.Flavors) {
+			wt := w.Flavors[fname]
+			fp := joinKey(p+".flavors", fname)
+			if _, ok := s.FlavorByName(fname); !ok {
+				c.errf(fp, "unknown flavor %q%s", fname, s.flavorList())
+			}
+			if wt < 0 || math.IsInf(wt, 0) || math.IsNaN(wt) {
+				c.errf(fp, "weight must be >= 0, got %v", wt)
+			}
+			sum += wt
+		}
+		if len(w.Flavors) > 0 && !(sum > 0) {
+			c.errf(p+".flavors", "every weight is 0: no flavor could be booted")
+		}
+	}
+}
+
+func sortedKeysFloat(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

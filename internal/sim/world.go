@@ -1,0 +1,263 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/conductor"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/sim/scenario"
+	"keel/internal/store/memory"
+)
+
+// world is one policy's simulated cloud.
+type world struct {
+	sc       *scenario.Scenario
+	policy   scheduler.Policy
+	clock    *clock.Virtual
+	store    *memory.Store
+	sched    *scheduler.Scheduler
+	cond     *conductor.Conductor
+	agents   map[string]*compute.Manager
+	trackers map[string]*compute.Tracker
+	drivers  map[string]*fake.Driver
+	hosts    []scenario.HostSpec
+	flavors  map[string]records.Flavor
+	rnd      *rand.Rand // workload choices
+	nextID   int
+	stats    *stats
+	active   *instanceSet // ACTIVE instances, for random picks
+	disabled map[string]bool
+	drains   []*drainRun
+}
+
+var clockEpoch = clock.Epoch
+
+// agents adapts the map of managers to the conductor's and agents' lookup
+// interfaces (in-process RPC).
+type agentMap map[string]*compute.Manager
+
+func (a agentMap) Compute(host string) (conductor.ComputeAPI, error) {
+	m, ok := a[host]
+	if !ok {
+		return nil, fmt.Errorf("no agent for host %q", host)
+	}
+	return m, nil
+}
+
+func (a agentMap) Peer(host string) (compute.Peer, error) {
+	m, ok := a[host]
+	if !ok {
+		return nil, fmt.Errorf("no agent for host %q", host)
+	}
+	return m, nil
+}
+
+func (w *world) id() string {
+	w.nextID++
+	return fmt.Sprintf("00000000-0000-4000-8000-%012d", w.nextID)
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// schedulerConfig maps the scenario's options onto Nova's defaults.
+func schedulerConfig(s scenario.Scheduler) scheduler.Config {
+	cfg := scheduler.DefaultConfig()
+	if len(s.EnabledFilters) > 0 {
+		cfg.EnabledFilters = s.EnabledFilters
+	}
+	if len(s.Weighers) > 0 {
+		cfg.Weighers = s.Weighers
+	}
+	cfg.HostSubsetSize = s.HostSubsetSize
+	cfg.ShuffleBestSameWeighedHosts = s.ShuffleBestSameWeighedHosts
+	cfg.MaxAttempts = s.MaxAttempts
+	set := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&cfg.RAMWeightMultiplier, s.RAMWeightMultiplier)
+	set(&cfg.CPUWeightMultiplier, s.CPUWeightMultiplier)
+	set(&cfg.DiskWeightMultiplier, s.DiskWeightMultiplier)
+	set(&cfg.IOOpsWeightMultiplier, s.IOOpsWeightMultiplier)
+	set(&cfg.BuildFailureWeightMultiplier, s.BuildFailureWeightMultiplier)
+	set(&cfg.NumInstancesWeightMultiplier, s.NumInstancesWeightMultiplier)
+	set(&cfg.SoftAffinityWeightMultiplier, s.SoftAffinityWeightMultiplier)
+	set(&cfg.SoftAntiAffinityWeightMultiplier, s.SoftAntiAffinityWeightMultiplier)
+	if s.MaxInstancesPerHost != nil {
+		cfg.MaxInstancesPerHost = *s.MaxInstancesPerHost
+	}
+	if s.MaxIOOpsPerHost != nil {
+		cfg.MaxIOOpsPerHost = *s.MaxIOOpsPerHost
+	}
+	// Simulated agents never miss a heartbeat; liveness is not simulated.
+	cfg.ServiceDownTime = 0
+	if s.ServiceDownTime != nil {
+		cfg.ServiceDownTime = secs(*s.ServiceDownTime)
+	}
+	return cfg
+}
+
+// build creates the world at t=0: hosts, their initial instances with
+// exact allocations and records, the scheduler and the conductor.
+func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) (*world, error) {
+	clk := clock.NewVirtual(clock.Epoch)
+	w := &world{
+		sc: sc, policy: policy, clock: clk, store: memory.New(),
+		agents: map[string]*compute.Manager{}, drivers: map[string]*fake.Driver{}, trackers: map[string]*compute.Tracker{},
+		hosts: sc.Hosts(), flavors: map[string]records.Flavor{},
+		rnd:   rand.New(rand.NewPCG(uint64(sc.Seed), 1)),
+		stats: newStats(), active: newInstanceSet(), disabled: map[string]bool{},
+	}
+	for _, f := range sc.Flavors {
+		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	reserved := int64(scenario.DefaultReservedHostMemoryMB)
+	if sc.Compute.ReservedHostMemoryMB != nil {
+		reserved = *sc.Compute.ReservedHostMemoryMB
+	}
+	agents := agentMap(w.agents)
+
+	for _, h := range w.hosts {
+		cfg := compute.HostConfig{
+			Host: h.Name, ProviderUUID: "rp-" + h.Name,
+			VCPUs: h.VCPUs, MemoryMB: h.MemoryMB, LocalGB: h.DiskGB,
+			CPUAllocationRatio: h.CPUAllocationRatio, RAMAllocationRatio: h.RAMAllocationRatio, DiskAllocationRatio: h.DiskAllocationRatio,
+			ReservedHostMemoryMB: reserved, ReservedHostDiskMB: sc.Compute.ReservedHostDiskMB,
+			WriteDestRecord: policy != scheduler.PolicyLegacy,
+		}
+		if _, err := w.store.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h.Name, Inventories: cfg.Inventories()}); err != nil {
+			return nil, fmt.Errorf("creating host %s: %w", h.Name, err)
+		}
+		if err := w.store.PutService(ctx, records.Service{Host: h.Name, Binary: "nova-compute", Zone: h.Zone, Disabled: h.Disabled, LastSeenUp: clk.Now()}); err != nil {
+			return nil, err
+		}
+		w.disabled[h.Name] = h.Disabled
+		drv, err := fake.New(fake.Config{Clock: clk, BandwidthMiBps: sc.Compute.MigrationBandwidthMiBps, SpawnTime: secs(sc.Compute.SpawnSeconds)})
+		if err != nil {
+			return nil, err
+		}
+		w.drivers[h.Name] = drv
+		w.trackers[h.Name] = compute.NewTracker(cfg, w.store, drv, clk)
+	}
+	if err := w.seedInstances(ctx); err != nil {
+		return nil, err
+	}
+
+	view, err := scheduler.NewView(ctx, w.store, policy)
+	if err != nil {
+		return nil, err
+	}
+	w.sched, err = scheduler.New(schedulerConfig(sc.Scheduler), view, clk, rand.New(rand.NewPCG(uint64(sc.Seed), 2)))
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	w.cond = conductor.New(conductor.Config{
+		MaxConcurrentLiveMigrations: sc.Compute.MaxConcurrentLiveMigrations,
+		MaxAttempts:                 sc.Scheduler.MaxAttempts,
+		NewID:                       w.id,
+	}, w.store, w.sched, agents, clk, quiet, w.hooks())
+	// The agents report to the conductor, which reaches them through the
+	// same map.
+	for _, h := range w.hosts {
+		w.agents[h.Name] = compute.NewManager(h.Name, w.drivers[h.Name], w.trackers[h.Name], agents, w.cond, clk, quiet)
+	}
+	return w, nil
+}
+
+// seedInstances creates each host's initial instances — records, exact
+// allocations, running guests, tracked usage — and writes every host
+// record, as if every audit had just run at t=0.
+func (w *world) seedInstances(ctx context.Context) error {
+	now := w.clock.Now()
+	for _, h := range w.hosts {
+		tracker := w.trackers[h.Name]
+		drv := w.drivers[h.Name]
+		for _, fname := range roundRobin(w.sc.Flavors, h.Instances) {
+			f := w.flavors[fname]
+			inst := records.Instance{UUID: w.id(), Name: fmt.Sprintf("%s-%s-%d", h.Name, fname, w.nextID), Host: h.Name, Zone: h.Zone,
+				Flavor: f, VMState: records.VMActive, CreatedAt: now, UpdatedAt: now}
+			if _, err := w.store.CreateInstance(ctx, inst); err != nil {
+				return err
+			}
+			if _, err := w.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
+				Allocations: map[string]placement.Resources{"rp-" + h.Name: f.Resources()}}); err != nil {
+				return fmt.Errorf("initial instances of %s: %w", h.Name, err)
+			}
+			drv.AddGuest(compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: f, State: compute.GuestRunning})
+			tracker.Track(inst.UUID, f)
+			w.active.add(inst.UUID)
+		}
+		if err := tracker.WriteRecord(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// roundRobin lists flavor names in creation order: one of each flavor (in
+// the scenario's flavor order) per round, until each count is reached.
+func roundRobin(flavors []scenario.Flavor, counts map[string]int) []string {
+	left := map[string]int{}
+	total := 0
+	for k, v := range counts {
+		left[k] = v
+		total += v
+	}
+	out := make([]string, 0, total)
+	for len(out) < total {
+		for _, f := range flavors {
+			if left[f.Name] > 0 {
+				out = append(out, f.Name)
+				left[f.Name]--
+			}
+		}
+	}
+	return out
+}
+
+// instanceSet holds UUIDs with O(1) add, remove and random pick, in a
+// deterministic order.
+type instanceSet struct {
+	list []string
+	idx  map[string]int
+}
+
+func newInstanceSet() *instanceSet { return &instanceSet{idx: map[string]int{}} }
+
+func (s *instanceSet) add(u string) {
+	if _, ok := s.idx[u]; ok {
+		return
+	}
+	s.idx[u] = len(s.list)
+	s.list = append(s.list, u)
+}
+
+func (s *instanceSet) remove(u string) {
+	i, ok := s.idx[u]
+	if !ok {
+		return
+	}
+	last := s.list[len(s.list)-1]
+	s.list[i] = last
+	s.idx[last] = i
+	s.list = s.list[:len(s.list)-1]
+	delete(s.idx, u)
+}
+
+func (s *instanceSet) pick(r *rand.Rand) (string, bool) {
+	if len(s.list) == 0 {
+		return "", false
+	}
+	return s.list[r.IntN(len(s.list))], true
+}

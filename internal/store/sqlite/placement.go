@@ -1,0 +1,518 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"keel/internal/placement"
+	"keel/internal/store"
+)
+
+// providerSelect reads providers with their inventories and usage, one row
+// per inventory (or one row with NULL inventory columns).
+const providerSelect = `SELECT p.uuid, p.name, p.generation,
+	i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, i.used
+	FROM providers p LEFT JOIN inventories i ON i.provider_uuid = p.uuid`
+
+// scanProviders reads providerSelect rows into summaries, in row order of
+// first appearance.
+func scanProviders(rows *sql.Rows) ([]*store.ProviderSummary, error) {
+	defer rows.Close()
+	var (
+		out  []*store.ProviderSummary
+		last *store.ProviderSummary
+	)
+	for rows.Next() {
+		var (
+			uuid, name                               string
+			generation                               int64
+			rc                                       sql.NullString
+			total, reserved, minU, maxU, step, used  sql.NullInt64
+			ratio                                    sql.NullFloat64
+		)
+		if err := rows.Scan(&uuid, &name, &generation, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
+			return nil, fmt.Errorf("scanning provider: %w", err)
+		}
+		if last == nil || last.UUID != uuid {
+			last = &store.ProviderSummary{
+				Provider: placement.Provider{UUID: uuid, Name: name, Generation: generation, Inventories: placement.Inventories{}},
+				Usage:    placement.Resources{},
+			}
+			out = append(out, last)
+		}
+		if !rc.Valid {
+			continue
+		}
+		class := placement.ResourceClass(rc.String)
+		last.Inventories[class] = placement.Inventory{
+			Total: total.Int64, Reserved: reserved.Int64, MinUnit: minU.Int64, MaxUnit: maxU.Int64,
+			StepSize: step.Int64, AllocationRatio: ratio.Float64,
+		}
+		if used.Int64 != 0 {
+			last.Usage[class] = used.Int64
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading providers: %w", err)
+	}
+	return out, nil
+}
+
+// loadProvider reads one provider inside a write transaction.
+func (w *wtx) loadProvider(uuid string) (*store.ProviderSummary, error) {
+	rows, err := w.query(providerSelect+` WHERE p.uuid = ?`, uuid)
+	if err != nil {
+		return nil, fmt.Errorf("reading provider %s: %w", uuid, err)
+	}
+	ps, err := scanProviders(rows)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", uuid, err)
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+	}
+	return ps[0], nil
+}
+
+func (w *wtx) putInventory(provider string, rc placement.ResourceClass, inv placement.Inventory) error {
+	_, err := w.exec(`INSERT INTO inventories
+		(provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (provider_uuid, resource_class) DO UPDATE SET
+			total = excluded.total, reserved = excluded.reserved, min_unit = excluded.min_unit,
+			max_unit = excluded.max_unit, step_size = excluded.step_size, allocation_ratio = excluded.allocation_ratio`,
+		provider, string(rc), inv.Total, inv.Reserved, inv.MinUnit, inv.MaxUnit, inv.StepSize, inv.AllocationRatio)
+	if err != nil {
+		return fmt.Errorf("writing inventory %s of %s: %w", rc, provider, err)
+	}
+	return nil
+}
+
+// CreateProvider implements store.Store.
+func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (placement.Provider, error) {
+	if p.UUID == "" || p.Name == "" {
+		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
+	}
+	if err := p.Inventories.Validate(); err != nil {
+		return placement.Provider{}, fmt.Errorf("creating provider %s: %w", p.UUID, err)
+	}
+	p.Generation = 0
+	if len(p.Inventories) > 0 {
+		p.Generation = 1
+	}
+	p.Inventories = p.Inventories.Clone()
+	err := s.write(ctx, func(w *wtx) error {
+		var n int
+		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE uuid = ?`, p.UUID).Scan(&n); err != nil {
+			return fmt.Errorf("checking provider %s: %w", p.UUID, err)
+		}
+		if n > 0 {
+			return fmt.Errorf("provider %s: %w", p.UUID, store.ErrExists)
+		}
+		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE name = ?`, p.Name).Scan(&n); err != nil {
+			return fmt.Errorf("checking provider name %q: %w", p.Name, err)
+		}
+		if n > 0 {
+			return fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
+		}
+		if _, err := w.exec(`INSERT INTO providers (uuid, name, generation) VALUES (?, ?, ?)`, p.UUID, p.Name, p.Generation); err != nil {
+			return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
+		}
+		for _, rc := range sortedClasses(p.Inventories) {
+			if err := w.putInventory(p.UUID, rc, p.Inventories[rc]); err != nil {
+				return err
+			}
+		}
+		return w.note(store.ChangeProvider, p.UUID)
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("creating provider: %w", err)
+	}
+	return p, nil
+}
+
+// GetProvider implements store.Store.
+func (s *Store) GetProvider(ctx context.Context, uuid string) (placement.Provider, error) {
+	rows, err := s.rquery(ctx, providerSelect+` WHERE p.uuid = ?`, uuid)
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("reading provider %s: %w", uuid, err)
+	}
+	ps, err := scanProviders(rows)
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("provider %s: %w", uuid, err)
+	}
+	if len(ps) == 0 {
+		return placement.Provider{}, fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+	}
+	return ps[0].Provider, nil
+}
+
+// ProviderSummaries implements store.Store. With nil uuids the providers
+// come sorted by UUID; otherwise in the order asked for.
+func (s *Store) ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error) {
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if uuids == nil {
+		rows, err = s.rquery(ctx, providerSelect+` ORDER BY p.uuid`)
+	} else {
+		if len(uuids) == 0 {
+			return []store.ProviderSummary{}, nil
+		}
+		list, jerr := json.Marshal(uuids)
+		if jerr != nil {
+			return nil, fmt.Errorf("encoding provider list: %w", jerr)
+		}
+		rows, err = s.rquery(ctx, providerSelect+` WHERE p.uuid IN (SELECT value FROM json_each(?)) ORDER BY p.uuid`, string(list))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading provider summaries: %w", err)
+	}
+	ps, err := scanProviders(rows)
+	if err != nil {
+		return nil, fmt.Errorf("reading provider summaries: %w", err)
+	}
+	out := make([]store.ProviderSummary, 0, len(ps))
+	if uuids == nil {
+		for _, p := range ps {
+			out = append(out, *p)
+		}
+		return out, nil
+	}
+	byUUID := make(map[string]*store.ProviderSummary, len(ps))
+	for _, p := range ps {
+		byUUID[p.UUID] = p
+	}
+	for _, u := range uuids {
+		if p, ok := byUUID[u]; ok {
+			out = append(out, store.ProviderSummary{Provider: p.Provider, Usage: p.Usage})
+		}
+	}
+	return out, nil
+}
+
+// SetInventories implements store.Store. The usage of classes that stay is
+// kept; removing a class in use is refused.
+func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error) {
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.loadProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if err := placement.CheckInventoryUpdate(cur.Provider, cur.Usage, gen, invs); err != nil {
+			return err
+		}
+		for _, rc := range sortedClasses(cur.Inventories) {
+			if _, keep := invs[rc]; keep {
+				continue
+			}
+			if _, err := w.exec(`DELETE FROM inventories WHERE provider_uuid = ? AND resource_class = ?`, uuid, string(rc)); err != nil {
+				return fmt.Errorf("removing inventory %s of %s: %w", rc, uuid, err)
+			}
+		}
+		for _, rc := range sortedClasses(invs) {
+			if err := w.putInventory(uuid, rc, invs[rc]); err != nil {
+				return err
+			}
+		}
+		out = placement.Provider{UUID: uuid, Name: cur.Name, Generation: cur.Generation + 1, Inventories: invs.Clone()}
+		if _, err := w.exec(`UPDATE providers SET generation = ? WHERE uuid = ?`, out.Generation, uuid); err != nil {
+			return fmt.Errorf("bumping generation of %s: %w", uuid, err)
+		}
+		return w.note(store.ChangeProvider, uuid)
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("setting inventories of %s: %w", uuid, err)
+	}
+	return out, nil
+}
+
+// DeleteProvider implements store.Store.
+func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		var n int
+		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE uuid = ?`, uuid).Scan(&n); err != nil {
+			return fmt.Errorf("checking provider %s: %w", uuid, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+		}
+		var (
+			rc   string
+			used int64
+		)
+		err := w.queryRow(`SELECT resource_class, used FROM inventories WHERE provider_uuid = ? AND used > 0 ORDER BY resource_class LIMIT 1`, uuid).Scan(&rc, &used)
+		switch {
+		case err == nil:
+			return &placement.InUseError{Provider: uuid, Class: placement.ResourceClass(rc), Used: used}
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("checking usage of %s: %w", uuid, err)
+		}
+		// Usage is maintained with the allocations, but be strict: the
+		// foreign key from allocations would refuse the delete anyway.
+		if err := w.queryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM allocations WHERE provider_uuid = ? LIMIT 1)`, uuid).Scan(&n); err != nil {
+			return fmt.Errorf("checking allocations on %s: %w", uuid, err)
+		}
+		if n > 0 {
+			return &placement.InUseError{Provider: uuid}
+		}
+		if _, err := w.exec(`DELETE FROM providers WHERE uuid = ?`, uuid); err != nil {
+			return fmt.Errorf("deleting provider %s: %w", uuid, err)
+		}
+		return w.note(store.ChangeProvider, uuid)
+	})
+	if err != nil {
+		return fmt.Errorf("deleting provider %s: %w", uuid, err)
+	}
+	return nil
+}
+
+// consumerSelect reads consumers with their allocations, one row per
+// allocated class (or one row with NULL allocation columns).
+const consumerSelect = `SELECT c.uuid, c.project_id, c.user_id, c.type, c.generation,
+	a.provider_uuid, a.resource_class, a.used
+	FROM consumers c LEFT JOIN allocations a ON a.consumer_uuid = c.uuid`
+
+func scanConsumers(rows *sql.Rows) ([]placement.Consumer, error) {
+	defer rows.Close()
+	var out []placement.Consumer
+	for rows.Next() {
+		var (
+			c        placement.Consumer
+			typ      string
+			prov, rc sql.NullString
+			used     sql.NullInt64
+		)
+		if err := rows.Scan(&c.UUID, &c.ProjectID, &c.UserID, &typ, &c.Generation, &prov, &rc, &used); err != nil {
+			return nil, fmt.Errorf("scanning consumer: %w", err)
+		}
+		if n := len(out); n == 0 || out[n-1].UUID != c.UUID {
+			c.Type = placement.ConsumerType(typ)
+			c.Allocations = map[string]placement.Resources{}
+			out = append(out, c)
+		}
+		if !prov.Valid {
+			continue
+		}
+		allocs := out[len(out)-1].Allocations
+		if allocs[prov.String] == nil {
+			allocs[prov.String] = placement.Resources{}
+		}
+		allocs[prov.String][placement.ResourceClass(rc.String)] = used.Int64
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading consumers: %w", err)
+	}
+	return out, nil
+}
+
+// GetConsumer implements store.Store.
+func (s *Store) GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error) {
+	rows, err := s.rquery(ctx, consumerSelect+` WHERE c.uuid = ?`, uuid)
+	if err != nil {
+		return placement.Consumer{}, fmt.Errorf("reading consumer %s: %w", uuid, err)
+	}
+	cs, err := scanConsumers(rows)
+	if err != nil {
+		return placement.Consumer{}, fmt.Errorf("consumer %s: %w", uuid, err)
+	}
+	if len(cs) == 0 {
+		return placement.Consumer{}, fmt.Errorf("consumer %s: %w", uuid, store.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ConsumersOn implements store.Store; consumers come sorted by UUID, each
+// with all its allocations.
+func (s *Store) ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error) {
+	rows, err := s.rquery(ctx, consumerSelect+`
+		WHERE c.uuid IN (SELECT consumer_uuid FROM allocations WHERE provider_uuid = ?)
+		ORDER BY c.uuid`, providerUUID)
+	if err != nil {
+		return nil, fmt.Errorf("reading consumers on %s: %w", providerUUID, err)
+	}
+	cs, err := scanConsumers(rows)
+	if err != nil {
+		return nil, fmt.Errorf("consumers on %s: %w", providerUUID, err)
+	}
+	if cs == nil {
+		cs = []placement.Consumer{}
+	}
+	return cs, nil
+}
+
+// loadConsumer reads one consumer inside a write transaction.
+func (w *wtx) loadConsumer(uuid string) (placement.Consumer, bool, error) {
+	rows, err := w.query(consumerSelect+` WHERE c.uuid = ?`, uuid)
+	if err != nil {
+		return placement.Consumer{}, false, fmt.Errorf("reading consumer %s: %w", uuid, err)
+	}
+	cs, err := scanConsumers(rows)
+	if err != nil || len(cs) == 0 {
+		return placement.Consumer{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// WriteAllocations implements store.Store: it reads the state the writes
+// touch, lets placement.PlanWrites decide, and persists the plan, all in
+// one write transaction.
+func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error) {
+	var plan placement.WritePlan
+	err := s.write(ctx, func(w *wtx) error {
+		st := placement.WriteState{
+			Providers: make(map[string]placement.ProviderState, 2),
+			Consumers: make(map[string]placement.Consumer, len(writes)),
+		}
+		for _, wr := range writes {
+			if _, done := st.Consumers[wr.ConsumerUUID]; done || wr.ConsumerUUID == "" {
+				continue
+			}
+			c, ok, err := w.loadConsumer(wr.ConsumerUUID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				st.Consumers[wr.ConsumerUUID] = c
+			}
+		}
+		load := func(uuid string) error {
+			if _, done := st.Providers[uuid]; done {
+				return nil
+			}
+			ps, err := w.loadProvider(uuid)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil // PlanWrites reports it if it matters
+			}
+			if err != nil {
+				return err
+			}
+			st.Providers[uuid] = placement.ProviderState{UUID: uuid, Generation: ps.Generation, Inventories: ps.Inventories, Usage: ps.Usage}
+			return nil
+		}
+		for _, wr := range writes {
+			for p := range wr.ProviderGenerations {
+				if err := load(p); err != nil {
+					return err
+				}
+			}
+		}
+		for _, p := range placement.ProvidersTouched(st.Consumers, writes) {
+			if err := load(p); err != nil {
+				return err
+			}
+		}
+		var err error
+		if plan, err = placement.PlanWrites(st, writes); err != nil {
+			return err
+		}
+		return w.apply(st, plan)
+	})
+	if err != nil {
+		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", err)
+	}
+	return plan, nil
+}
+
+// apply persists a plan decided against st.
+func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
+	// Net usage change per provider and class.
+	delta := map[string]map[placement.ResourceClass]int64{}
+	add := func(p string, rc placement.ResourceClass, n int64) {
+		if delta[p] == nil {
+			delta[p] = map[placement.ResourceClass]int64{}
+		}
+		delta[p][rc] += n
+	}
+	for _, ch := range plan.Consumers {
+		old, existed := st.Consumers[ch.UUID]
+		if existed {
+			for p, r := range old.Allocations {
+				for rc, n := range r {
+					add(p, rc, -n)
+				}
+			}
+			if _, err := w.exec(`DELETE FROM allocations WHERE consumer_uuid = ?`, ch.UUID); err != nil {
+				return fmt.Errorf("removing allocations of %s: %w", ch.UUID, err)
+			}
+		}
+		c := ch.New
+		switch {
+		case c == nil && existed:
+			if _, err := w.exec(`DELETE FROM consumers WHERE uuid = ?`, ch.UUID); err != nil {
+				return fmt.Errorf("deleting consumer %s: %w", ch.UUID, err)
+			}
+			continue
+		case c == nil:
+			continue
+		case existed:
+			if _, err := w.exec(`UPDATE consumers SET project_id = ?, user_id = ?, type = ?, generation = ? WHERE uuid = ?`,
+				c.ProjectID, c.UserID, string(c.Type), c.Generation, c.UUID); err != nil {
+				return fmt.Errorf("updating consumer %s: %w", c.UUID, err)
+			}
+		default:
+			if _, err := w.exec(`INSERT INTO consumers (uuid, project_id, user_id, type, generation) VALUES (?, ?, ?, ?, ?)`,
+				c.UUID, c.ProjectID, c.UserID, string(c.Type), c.Generation); err != nil {
+				return fmt.Errorf("inserting consumer %s: %w", c.UUID, err)
+			}
+		}
+		for _, p := range sortedKeys(c.Allocations) {
+			r := c.Allocations[p]
+			for _, rc := range sortedClasses(r) {
+				if _, err := w.exec(`INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?, ?, ?, ?)`,
+					c.UUID, p, string(rc), r[rc]); err != nil {
+					return fmt.Errorf("inserting allocation of %s on %s: %w", c.UUID, p, err)
+				}
+				add(p, rc, r[rc])
+			}
+		}
+	}
+	for _, p := range sortedKeys(delta) {
+		d := delta[p]
+		for _, rc := range sortedClasses(d) {
+			if d[rc] == 0 {
+				continue
+			}
+			res, err := w.exec(`UPDATE inventories SET used = used + ? WHERE provider_uuid = ? AND resource_class = ?`, d[rc], p, string(rc))
+			if err != nil {
+				return fmt.Errorf("updating usage of %s on %s: %w", rc, p, err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				return fmt.Errorf("updating usage of %s on %s: %d rows (%v): inventory missing", rc, p, n, err)
+			}
+		}
+	}
+	for _, p := range sortedKeys(plan.Providers) {
+		if _, err := w.exec(`UPDATE providers SET generation = ? WHERE uuid = ?`, plan.Providers[p], p); err != nil {
+			return fmt.Errorf("bumping generation of %s: %w", p, err)
+		}
+		if err := w.note(store.ChangeProvider, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedClasses[V any](m map[placement.ResourceClass]V) []placement.ResourceClass {
+	out := make([]placement.ResourceClass, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,445 @@
+// Package sqlite is keel's durable single-node store: a store.Store on
+// SQLite through modernc.org/sqlite (pure Go, no cgo).
+//
+// # Connections
+//
+// The database runs in WAL mode so readers never block the writer nor each
+// other. All writes go through one connection (a database/sql pool of size
+// one) and start with BEGIN IMMEDIATE, so write transactions queue in Go
+// instead of colliding inside SQLite and failing with SQLITE_BUSY; reads use
+// a separate pool of query-only connections, each read seeing one committed
+// snapshot. busy_timeout covers the remaining waits (checkpoints, another
+// process opening the file).
+//
+// # Durability
+//
+// By default the store runs with PRAGMA synchronous=NORMAL: under WAL a
+// commit is written to the log but not fsynced; the log is synced at each
+// checkpoint. A crash of the process loses nothing that was committed. A
+// power loss or kernel crash can lose the most recent commits, but never
+// corrupts the database: it reopens at an earlier consistent state. Keel's
+// agents re-report their state and the scheduler re-reads the stream, so
+// this is the usual trade for a fast claim path. Options{Synchronous:
+// "FULL"} fsyncs the log on every commit, making each acknowledged write
+// survive power loss at the cost of one fsync per write transaction.
+//
+// # Allocations
+//
+// WriteAllocations reads, inside its write transaction, the consumers being
+// written, then every provider placement.ProvidersTouched names plus those in
+// the writes' ProviderGenerations (generation, inventories and usage), lets
+// placement.PlanWrites decide, and persists the plan in the same
+// transaction: consumer rows, allocation rows, provider generations, the
+// per-class usage and one change-stream row per provider whose usage
+// changed. Usage is not summed at read time: each inventory row carries a
+// used column that every allocation write adjusts by the difference between
+// the consumers' old and new allocations, so deciding a claim costs a few
+// primary-key lookups whatever the number of providers or allocations.
+//
+// # Schema and change stream
+//
+// The schema lives in numbered files under migrations/, embedded in the
+// binary and applied in order, in one transaction, at Open; the applied
+// versions are recorded in the schema_version table. The change stream is
+// the changes table; it keeps the most recent Options.KeepChanges rows
+// (200,000 by default), trimming older ones every so often, and Changes
+// returns store.ErrChangesTrimmed to a reader that fell behind the oldest
+// kept row.
+//
+// Compute records (host records, services, instances, migrations) are
+// stored as JSON next to the columns they are looked up by.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"keel/internal/store"
+)
+
+// Options tune a store; the zero value gives the defaults.
+type Options struct {
+	// Synchronous is SQLite's synchronous setting: "NORMAL" (the default)
+	// or "FULL" (or "EXTRA"). See the package documentation.
+	Synchronous string
+	// BusyTimeout is how long a connection waits for a lock held by
+	// another connection or process; default 5s.
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool; default 4.
+	ReadConns int
+	// KeepChanges is how many change-stream entries are kept; default
+	// 200,000.
+	KeepChanges int
+}
+
+// Defaults.
+const (
+	DefaultBusyTimeout = 5 * time.Second
+	DefaultReadConns   = 4
+	DefaultKeepChanges = 200_000
+)
+
+func (o Options) withDefaults() (Options, error) {
+	switch strings.ToUpper(o.Synchronous) {
+	case "":
+		o.Synchronous = "NORMAL"
+	case "NORMAL", "FULL", "EXTRA":
+		o.Synchronous = strings.ToUpper(o.Synchronous)
+	default:
+		return o, fmt.Errorf("synchronous %q: want NORMAL, FULL or EXTRA", o.Synchronous)
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = DefaultBusyTimeout
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = DefaultReadConns
+	}
+	if o.KeepChanges <= 0 {
+		o.KeepChanges = DefaultKeepChanges
+	}
+	return o, nil
+}
+
+// Store is the SQLite store. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	wdb  *sql.DB // one connection, BEGIN IMMEDIATE
+	rdb  *sql.DB // query-only pool
+
+	wstmts stmtCache
+	rstmts stmtCache
+
+	trimEvery int64
+	sinceTrim atomic.Int64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at path with the default
+// options and brings its schema up to date.
+func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	s := &Store{opts: opts}
+	s.trimEvery = int64(min(max(opts.KeepChanges/100, 1), 1000))
+
+	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
+	name := "file:" + (&url.URL{Path: path}).EscapedPath()
+	s.wdb, err = sql.Open("sqlite", name+"?"+url.Values{
+		"_txlock":       {"immediate"},
+		"_busy_timeout": {busy},
+		"_foreign_keys": {"1"},
+		"_journal_mode": {"WAL"},
+		"_synchronous":  {opts.Synchronous},
+	}.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	s.wstmts.db = s.wdb
+
+	if err := s.migrate(ctx); err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+
+	// Readers open after the writer switched the file to WAL.
+	s.rdb, err = sql.Open("sqlite", name+"?"+url.Values{
+		"_busy_timeout": {busy},
+		"_foreign_keys": {"1"},
+		"_query_only":   {"1"},
+	}.Encode())
+	if err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("sqlite: opening %s for reading: %w", path, err)
+	}
+	s.rdb.SetMaxOpenConns(opts.ReadConns)
+	s.rdb.SetMaxIdleConns(opts.ReadConns)
+	s.rdb.SetConnMaxLifetime(0)
+	s.rdb.SetConnMaxIdleTime(0)
+	s.rstmts.db = s.rdb
+	if err := s.rdb.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite: opening %s for reading: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the store's connections. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.rdb != nil {
+			errs = append(errs, s.rstmts.close(), s.rdb.Close())
+		}
+		// Let SQLite refresh its planner statistics if it thinks that worth
+		// it; cheap, and never fatal.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = s.wdb.ExecContext(ctx, "PRAGMA optimize")
+		cancel()
+		errs = append(errs, s.wstmts.close(), s.wdb.Close())
+		if err := errors.Join(errs...); err != nil {
+			s.closeErr = fmt.Errorf("sqlite: closing: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// stmtCache prepares each query once per pool; database/sql then prepares
+// it lazily on each connection of the pool and keeps it.
+type stmtCache struct {
+	db *sql.DB
+	m  sync.Map // query → *sql.Stmt
+	mu sync.Mutex
+}
+
+func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := c.m.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("preparing %q: %w", query, err)
+	}
+	c.m.Store(query, st)
+	return st, nil
+}
+
+func (c *stmtCache) close() error {
+	var errs []error
+	c.m.Range(func(k, v any) bool {
+		errs = append(errs, v.(*sql.Stmt).Close())
+		c.m.Delete(k)
+		return true
+	})
+	return errors.Join(errs...)
+}
+
+// wtx is a write transaction on the writer connection.
+type wtx struct {
+	ctx context.Context
+	tx  *sql.Tx
+	s   *Store
+}
+
+// write runs fn in a write transaction (BEGIN IMMEDIATE on the single
+// writer connection), committing if fn returns nil.
+func (s *Store) write(ctx context.Context, fn func(w *wtx) error) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("beginning write transaction: %w", err)
+	}
+	if err := fn(&wtx{ctx: ctx, tx: tx, s: s}); err != nil {
+		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+			return errors.Join(err, fmt.Errorf("rolling back: %w", rerr))
+		}
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+func (w *wtx) stmt(query string) (*sql.Stmt, error) {
+	st, err := w.s.wstmts.get(w.ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return w.tx.StmtContext(w.ctx, st), nil
+}
+
+func (w *wtx) exec(query string, args ...any) (sql.Result, error) {
+	st, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(w.ctx, args...)
+}
+
+func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(w.ctx, args...)
+}
+
+func (w *wtx) queryRow(query string, args ...any) *sql.Row {
+	st, err := w.stmt(query)
+	if err != nil {
+		// A Row cannot carry an error of our own; let QueryRow on the
+		// raw transaction report it when scanned.
+		return w.tx.QueryRowContext(w.ctx, query, args...)
+	}
+	return st.QueryRowContext(w.ctx, args...)
+}
+
+// note appends a change-stream row and now and then trims old ones.
+func (w *wtx) note(kind store.ChangeKind, key string) error {
+	res, err := w.exec(`INSERT INTO changes (kind, key) VALUES (?, ?)`, string(kind), key)
+	if err != nil {
+		return fmt.Errorf("appending change %s %s: %w", kind, key, err)
+	}
+	if w.s.sinceTrim.Add(1) < w.s.trimEvery {
+		return nil
+	}
+	w.s.sinceTrim.Store(0)
+	seq, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("reading change sequence: %w", err)
+	}
+	if _, err := w.exec(`DELETE FROM changes WHERE seq <= ?`, seq-int64(w.s.opts.KeepChanges)); err != nil {
+		return fmt.Errorf("trimming changes: %w", err)
+	}
+	return nil
+}
+
+// rquery runs a query on the read pool.
+func (s *Store) rquery(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.rstmts.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// rqueryRow runs a single-row query on the read pool.
+func (s *Store) rqueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := s.rstmts.get(ctx, query)
+	if err != nil {
+		return s.rdb.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// read runs fn in a read transaction on the read pool: every query in it
+// sees the same snapshot.
+func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("beginning read transaction: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to lose
+	return fn(tx)
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// schemaMigration is one numbered schema file.
+type schemaMigration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// schemaMigrations returns the embedded migrations, checked to be numbered
+// 1, 2, 3… without gaps or duplicates.
+func schemaMigrations() ([]schemaMigration, error) {
+	entries, err := migrationFiles.ReadDir("migrations")
+	if err != nil {
+		return nil, fmt.Errorf("reading embedded migrations: %w", err)
+	}
+	var out []schemaMigration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 || path.Ext(e.Name()) != ".sql" {
+			return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", e.Name())
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("reading migration %s: %w", e.Name(), err)
+		}
+		out = append(out, schemaMigration{version: v, name: e.Name(), sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: expected version %d", m.name, i+1)
+		}
+	}
+	return out, nil
+}
+
+// migrate applies the pending schema migrations in one transaction.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := schemaMigrations()
+	if err != nil {
+		return err
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("beginning migration: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at TEXT NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("creating schema_version: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&current); err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	if current > len(ms) {
+		return fmt.Errorf("database schema version %d is newer than this program's %d", current, len(ms))
+	}
+	for _, m := range ms[current:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("applying migration %s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+			return fmt.Errorf("recording migration %s: %w", m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing migrations: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion returns the newest schema migration applied to the
+// database.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	if err := s.rqueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlite: reading schema version: %w", err)
+	}
+	return v, nil
+}

@@ -1,0 +1,414 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+var recordTests = []subtest{
+	{"HostRecords", testHostRecords},
+	{"Services", testServices},
+	{"Instances", testInstances},
+	{"InstanceVersions", testInstanceVersions},
+	{"Migrations", testMigrations},
+	{"ListMigrations", testListMigrations},
+}
+
+// t0 is a fixed instant in UTC with microsecond precision, which every store
+// can keep exactly.
+var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.UTC)
+
+func hostRecord(host string, n int64) records.HostRecord {
+	return records.HostRecord{
+		Host: host, ProviderUUID: providerUUID(int(n)),
+		VCPUs: 32, VCPUsUsed: n, MemoryMB: 131072, MemoryMBUsed: 512 + n*1024,
+		LocalGB: 2000, LocalGBUsed: n * 10, FreeRAMMB: 131072 - 512 - n*1024, FreeDiskGB: 2000 - n*10,
+		RunningVMs: n, NumIOOps: n % 3,
+		CPUAllocationRatio: 4, RAMAllocationRatio: 1.5, DiskAllocationRatio: 1,
+		UpdatedAt: t0.Add(time.Duration(n) * time.Second),
+	}
+}
+
+func testHostRecords(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetHostRecord(ctx, "nope")
+	wantNotFound(t, "GetHostRecord of an unknown host", err)
+	if l, err := s.ListHostRecords(ctx); err != nil || len(l) != 0 {
+		t.Errorf("ListHostRecords on an empty store = %v, %v", l, err)
+	}
+
+	want := map[string]records.HostRecord{}
+	for i, h := range []string{"cmp-3", "cmp-1", "cmp-2"} {
+		want[h] = hostRecord(h, int64(i+1))
+		if err := s.PutHostRecord(ctx, want[h]); err != nil {
+			t.Fatalf("PutHostRecord %s: %v", h, err)
+		}
+	}
+	// Overwrite one.
+	want["cmp-1"] = hostRecord("cmp-1", 9)
+	if err := s.PutHostRecord(ctx, want["cmp-1"]); err != nil {
+		t.Fatalf("PutHostRecord overwrite: %v", err)
+	}
+	for h, w := range want {
+		got, err := s.GetHostRecord(ctx, h)
+		if err != nil {
+			t.Fatalf("GetHostRecord %s: %v", h, err)
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("GetHostRecord %s:\n got %+v\nwant %+v", h, got, w)
+		}
+	}
+	list, err := s.ListHostRecords(ctx)
+	if err != nil {
+		t.Fatalf("ListHostRecords: %v", err)
+	}
+	if len(list) != len(want) {
+		t.Fatalf("ListHostRecords returned %d records, want %d", len(list), len(want))
+	}
+	for _, got := range list {
+		if !reflect.DeepEqual(got, want[got.Host]) {
+			t.Errorf("ListHostRecords entry %s:\n got %+v\nwant %+v", got.Host, got, want[got.Host])
+		}
+	}
+}
+
+func testServices(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetService(ctx, "nope")
+	wantNotFound(t, "GetService of an unknown host", err)
+
+	want := map[string]records.Service{
+		"cmp-1": {Host: "cmp-1", Binary: "keel-compute", Zone: "az1", LastSeenUp: t0, UpdatedAt: t0},
+		"cmp-2": {Host: "cmp-2", Binary: "keel-compute", Disabled: true, DisabledReason: "maintenance", Zone: "az2", LastSeenUp: t0.Add(time.Minute), UpdatedAt: t0},
+	}
+	for _, sv := range want {
+		if err := s.PutService(ctx, sv); err != nil {
+			t.Fatalf("PutService %s: %v", sv.Host, err)
+		}
+	}
+	sv := want["cmp-1"]
+	sv.ForcedDown = true
+	sv.LastSeenUp = t0.Add(time.Hour)
+	want["cmp-1"] = sv
+	if err := s.PutService(ctx, sv); err != nil {
+		t.Fatalf("PutService overwrite: %v", err)
+	}
+	for h, w := range want {
+		got, err := s.GetService(ctx, h)
+		if err != nil {
+			t.Fatalf("GetService %s: %v", h, err)
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("GetService %s:\n got %+v\nwant %+v", h, got, w)
+		}
+	}
+	list, err := s.ListServices(ctx)
+	if err != nil {
+		t.Fatalf("ListServices: %v", err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("ListServices returned %d services, want 2", len(list))
+	}
+	for _, got := range list {
+		if !reflect.DeepEqual(got, want[got.Host]) {
+			t.Errorf("ListServices entry %s:\n got %+v\nwant %+v", got.Host, got, want[got.Host])
+		}
+	}
+}
+
+func instance(n int, host string) records.Instance {
+	return records.Instance{
+		UUID: uuidFor(kindInstance, n), Name: fmt.Sprintf("vm-%d", n), ProjectID: "proj", UserID: "user",
+		Host: host, Zone: "az1",
+		Flavor:  records.Flavor{ID: "m1.small", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20, ExtraSpecs: map[string]string{"hw:cpu_policy": "shared"}},
+		VMState: records.VMActive, CreatedAt: t0, UpdatedAt: t0,
+	}
+}
+
+func testInstances(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetInstance(ctx, uuidFor(kindInstance, 99))
+	wantNotFound(t, "GetInstance of an unknown instance", err)
+
+	hosts := []string{"cmp-1", "cmp-2", "cmp-1", "", "cmp-3"}
+	byHost := map[string][]string{}
+	for i, h := range hosts {
+		in := instance(i, h)
+		in.Version = 42 // ignored: a new instance starts at version 1
+		got, err := s.CreateInstance(ctx, in)
+		if err != nil {
+			t.Fatalf("CreateInstance %d: %v", i, err)
+		}
+		in.Version = 1
+		if !reflect.DeepEqual(got, in) {
+			t.Errorf("CreateInstance returned %+v, want %+v", got, in)
+		}
+		byHost[h] = append(byHost[h], in.UUID)
+	}
+	if _, err := s.CreateInstance(ctx, instance(0, "cmp-9")); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate CreateInstance: err = %v, want ErrExists", err)
+	}
+	got, err := s.GetInstance(ctx, uuidFor(kindInstance, 0))
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	want := instance(0, "cmp-1")
+	want.Version = 1
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GetInstance:\n got %+v\nwant %+v", got, want)
+	}
+
+	uuidsOf := func(l []records.Instance) []string {
+		var out []string
+		for _, in := range l {
+			out = append(out, in.UUID)
+		}
+		return sortedStrings(out)
+	}
+	for _, h := range []string{"cmp-1", "cmp-2", "cmp-3"} {
+		l, err := s.ListInstances(ctx, h)
+		if err != nil {
+			t.Fatalf("ListInstances(%s): %v", h, err)
+		}
+		if got, want := uuidsOf(l), sortedStrings(byHost[h]); !equalStrings(got, want) {
+			t.Errorf("ListInstances(%s) = %v, want %v", h, got, want)
+		}
+		for _, in := range l {
+			if in.Host != h || in.Version != 1 || in.Flavor.RAMMB != 2048 {
+				t.Errorf("ListInstances(%s) entry %+v", h, in)
+			}
+		}
+	}
+	if l, err := s.ListInstances(ctx, "cmp-9"); err != nil || len(l) != 0 {
+		t.Errorf("ListInstances(host without instances) = %v, %v; want none", l, err)
+	}
+	all, err := s.ListInstances(ctx, "")
+	if err != nil {
+		t.Fatalf("ListInstances(all): %v", err)
+	}
+	if len(all) != len(hosts) {
+		t.Errorf("ListInstances(all) returned %d instances, want %d", len(all), len(hosts))
+	}
+
+	if err := s.DeleteInstance(ctx, uuidFor(kindInstance, 1)); err != nil {
+		t.Fatalf("DeleteInstance: %v", err)
+	}
+	_, err = s.GetInstance(ctx, uuidFor(kindInstance, 1))
+	wantNotFound(t, "GetInstance after delete", err)
+	wantNotFound(t, "deleting a deleted instance", s.DeleteInstance(ctx, uuidFor(kindInstance, 1)))
+	if l, err := s.ListInstances(ctx, "cmp-2"); err != nil || len(l) != 0 {
+		t.Errorf("ListInstances(cmp-2) after delete = %v, %v; want none", l, err)
+	}
+}
+
+func testInstanceVersions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	in, err := s.CreateInstance(ctx, instance(1, "cmp-1"))
+	if err != nil {
+		t.Fatalf("CreateInstance: %v", err)
+	}
+
+	in.Host, in.TaskState = "cmp-2", records.TaskMigrating
+	up, err := s.UpdateInstance(ctx, in)
+	if err != nil {
+		t.Fatalf("UpdateInstance at version 1: %v", err)
+	}
+	if up.Version != 2 || up.Host != "cmp-2" {
+		t.Errorf("UpdateInstance returned %+v, want version 2 on cmp-2", up)
+	}
+
+	stale := in // still version 1
+	stale.VMState = records.VMError
+	_, err = s.UpdateInstance(ctx, stale)
+	ce := wantConflict(t, "UpdateInstance with a stale version", err, "", in.UUID)
+	if ce != nil && (ce.Expected == nil || *ce.Expected != 1 || ce.Actual == nil || *ce.Actual != 2) {
+		t.Errorf("conflict = %v, want expected 1, actual 2", ce)
+	}
+	got, err := s.GetInstance(ctx, in.UUID)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if !reflect.DeepEqual(got, up) {
+		t.Errorf("after refused update GetInstance = %+v, want %+v", got, up)
+	}
+	// The host index follows the update.
+	if l, _ := s.ListInstances(ctx, "cmp-1"); len(l) != 0 {
+		t.Errorf("ListInstances(cmp-1) after the move = %+v, want none", l)
+	}
+	if l, _ := s.ListInstances(ctx, "cmp-2"); len(l) != 1 || l[0].Version != 2 {
+		t.Errorf("ListInstances(cmp-2) after the move = %+v, want the instance at version 2", l)
+	}
+
+	up.TaskState = records.TaskNone
+	up2, err := s.UpdateInstance(ctx, up)
+	if err != nil || up2.Version != 3 {
+		t.Errorf("UpdateInstance at version 2 = %+v, %v; want version 3", up2, err)
+	}
+	missing := instance(2, "cmp-1")
+	missing.Version = 1
+	_, err = s.UpdateInstance(ctx, missing)
+	wantNotFound(t, "UpdateInstance of an unknown instance", err)
+}
+
+// migration returns migration number n of instance inst.
+func migration(n, inst int, src, dst, status string) records.Migration {
+	return records.Migration{
+		UUID: uuidFor(kindMigration, n), InstanceUUID: uuidFor(kindInstance, inst),
+		Type: "live-migration", SourceHost: src, DestHost: dst, Status: status, Phase: "start",
+		TriedHosts: []string{"cmp-x"}, Attempts: 1,
+		MemoryTotalBytes: 1 << 30, CreatedAt: t0, UpdatedAt: t0,
+	}
+}
+
+func testMigrations(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetMigration(ctx, 12345)
+	wantNotFound(t, "GetMigration of an unknown id", err)
+
+	var last int64
+	var created []records.Migration
+	for i := 0; i < 4; i++ {
+		m := migration(i, i, "cmp-1", "cmp-2", records.MigrationQueued)
+		m.ID, m.Version = 999, 7 // both assigned by the store
+		got, err := s.CreateMigration(ctx, m)
+		if err != nil {
+			t.Fatalf("CreateMigration %d: %v", i, err)
+		}
+		if got.ID <= last {
+			t.Errorf("migration %d got id %d, not above the previous %d", i, got.ID, last)
+		}
+		if got.Version != 1 {
+			t.Errorf("new migration version = %d, want 1", got.Version)
+		}
+		last = got.ID
+		created = append(created, got)
+	}
+	m := created[2]
+	got, err := s.GetMigration(ctx, m.ID)
+	if err != nil {
+		t.Fatalf("GetMigration: %v", err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Errorf("GetMigration:\n got %+v\nwant %+v", got, m)
+	}
+
+	m.Status, m.Phase = records.MigrationRunning, "copy"
+	m.TriedHosts = append(m.TriedHosts, "cmp-2")
+	m.MemoryProcessedBytes = 1 << 20
+	up, err := s.UpdateMigration(ctx, m)
+	if err != nil {
+		t.Fatalf("UpdateMigration at version 1: %v", err)
+	}
+	if up.Version != 2 || up.ID != m.ID {
+		t.Errorf("UpdateMigration returned version %d id %d, want 2 and %d", up.Version, up.ID, m.ID)
+	}
+	m.Status = records.MigrationFailed // m is still at version 1
+	_, err = s.UpdateMigration(ctx, m)
+	wantConflict(t, "UpdateMigration with a stale version", err, "", "")
+	got, err = s.GetMigration(ctx, m.ID)
+	if err != nil {
+		t.Fatalf("GetMigration: %v", err)
+	}
+	if !reflect.DeepEqual(got, up) {
+		t.Errorf("after refused update GetMigration:\n got %+v\nwant %+v", got, up)
+	}
+	// A record read back must not alias the stored one.
+	got.TriedHosts[0] = "mutated"
+	if again, _ := s.GetMigration(ctx, m.ID); again.TriedHosts[0] != "cmp-x" {
+		t.Errorf("store aliases TriedHosts: %v", again.TriedHosts)
+	}
+	missing := migration(9, 9, "a", "b", records.MigrationQueued)
+	missing.ID, missing.Version = last+100, 1
+	_, err = s.UpdateMigration(ctx, missing)
+	wantNotFound(t, "UpdateMigration of an unknown id", err)
+
+	// IDs keep increasing after updates.
+	next, err := s.CreateMigration(ctx, migration(5, 5, "cmp-1", "cmp-3", records.MigrationAccepted))
+	if err != nil || next.ID <= last {
+		t.Errorf("CreateMigration after updates = id %d, %v; want an id above %d", next.ID, err, last)
+	}
+}
+
+func testListMigrations(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	specs := []records.Migration{
+		migration(1, 1, "cmp-1", "cmp-2", records.MigrationRunning),
+		migration(2, 1, "cmp-2", "cmp-3", records.MigrationCompleted),
+		migration(3, 2, "cmp-3", "cmp-1", records.MigrationQueued),
+		migration(4, 3, "cmp-4", "cmp-5", records.MigrationFailed),
+		migration(5, 3, "cmp-4", "cmp-6", records.MigrationError),
+		migration(6, 4, "cmp-5", "cmp-2", records.MigrationCancelled),
+		migration(7, 5, "cmp-6", "cmp-4", records.MigrationPreparing),
+	}
+	var all []records.Migration
+	for _, m := range specs {
+		got, err := s.CreateMigration(ctx, m)
+		if err != nil {
+			t.Fatalf("CreateMigration: %v", err)
+		}
+		all = append(all, got)
+	}
+	// Make one terminal by update, so the filter follows updates.
+	upd := all[6]
+	upd.Status = records.MigrationCompleted
+	upd, err := s.UpdateMigration(ctx, upd)
+	if err != nil {
+		t.Fatalf("UpdateMigration: %v", err)
+	}
+	all[6] = upd
+
+	filters := []store.MigrationFilter{
+		{},
+		{InstanceUUID: uuidFor(kindInstance, 1)},
+		{InstanceUUID: uuidFor(kindInstance, 3)},
+		{Host: "cmp-2"},
+		{Host: "cmp-4"},
+		{Status: records.MigrationQueued},
+		{Status: records.MigrationCompleted},
+		{ActiveOnly: true},
+		{ActiveOnly: true, Host: "cmp-1"},
+		{ActiveOnly: true, InstanceUUID: uuidFor(kindInstance, 3)},
+		{InstanceUUID: uuidFor(kindInstance, 1), Host: "cmp-3", Status: records.MigrationCompleted},
+		{InstanceUUID: uuidFor(kindInstance, 77)},
+	}
+	for _, f := range filters {
+		var want []int64
+		for _, m := range all {
+			if store.MatchMigration(m, f) {
+				want = append(want, m.ID)
+			}
+		}
+		got, err := s.ListMigrations(ctx, f)
+		if err != nil {
+			t.Fatalf("ListMigrations(%+v): %v", f, err)
+		}
+		var ids []int64
+		for _, m := range got {
+			ids = append(ids, m.ID)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		if fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Errorf("ListMigrations(%+v) = ids %v, want %v", f, ids, want)
+		}
+		for _, m := range got {
+			for _, w := range all {
+				if w.ID == m.ID && !reflect.DeepEqual(m, w) {
+					t.Errorf("ListMigrations entry %d:\n got %+v\nwant %+v", m.ID, m, w)
+				}
+			}
+		}
+	}
+	// Sanity of the expectations themselves.
+	active, _ := s.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if len(active) != 2 {
+		t.Errorf("ActiveOnly listed %d migrations, want 2 (running and queued)", len(active))
+	}
+}
