@@ -48,9 +48,9 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 	hosts := v.snapshot()
 	req.prepare(s.clock.Now())
 	exp := Explanation{SubsetSize: s.cfg.HostSubsetSize}
-	var cands []*HostState
+	var cands []int32
 	var candRows []int
-	for _, h := range hosts {
+	for i, h := range hosts {
 		row := HostExplanation{Host: h.Name}
 		switch {
 		case req.ignored(h.Name):
@@ -66,11 +66,11 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 		}
 		exp.Hosts = append(exp.Hosts, row)
 		if row.RejectedBy == "" {
-			cands = append(cands, h)
+			cands = append(cands, int32(i))
 			candRows = append(candRows, len(exp.Hosts)-1)
 		}
 	}
-	s.weigh(cands, req, func(i int, w string, raw, norm, mult float64) {
+	s.weigh(hosts, cands, req, func(i int, w string, raw, norm, mult float64) {
 		r := &exp.Hosts[candRows[i]]
 		r.Scores = append(r.Scores, WeigherScore{Weigher: w, Raw: raw, Normalized: norm, Multiplier: mult, Weighted: norm * mult})
 	})

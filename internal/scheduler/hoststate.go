@@ -75,6 +75,8 @@ type HostState struct {
 	NumInstances       int64
 	FailedBuilds       int64
 
+	idx int // row in the view's dense arrays
+
 	Name         string
 	ProviderUUID string
 	Generation   int64

@@ -88,12 +88,10 @@ type Scheduler struct {
 	weighers []weigherEntry
 
 	// scratch buffers reused across decisions (guarded by view.mu)
-	cands          []*HostState
-	cands2         []*HostState
-	activeWeighers []weigherEntry
-	raw            []float64
-	norm           []float64
-	totals         []float64
+	cands   []int32
+	ignored []bool
+	scratch []float64
+	totals  []float64
 }
 
 // New assembles the pipeline. The resource check comes first because it
@@ -113,7 +111,11 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 	}
 	for _, name := range cfg.Weighers {
 		w, m := newWeigher(name, cfg)
-		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m})
+		raw, ok := denseIndex[name]
+		if !ok {
+			raw = -1
+		}
+		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw})
 	}
 	return s, nil
 }
@@ -138,12 +140,12 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	if len(cands) == 0 {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 	}
-	s.weigh(cands, req, nil)
-	order := s.order(cands)
+	s.weigh(hosts, cands, req, nil)
+	order := s.order(len(cands))
 
 	sel := Selection{}
-	for i, idx := range order {
-		h := cands[idx]
+	for i, ci := range order {
+		h := hosts[cands[ci]]
 		if sel.Claims >= s.cfg.MaxAttempts {
 			break
 		}
@@ -156,13 +158,14 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		gen, err := claim(ctx, Candidate{Host: h.Name, ProviderUUID: h.ProviderUUID, Generation: h.Generation})
 		if err == nil {
 			h.consume(req, gen, v.readsRecords)
-			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, s.totals[idx]
+			v.dense.sync(h)
+			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, s.totals[ci]
 			sel.ViewUsed, sel.AllocUsed = viewUsed, allocUsed
 			for _, alt := range order[i+1:] {
 				if len(sel.Alternates) >= s.cfg.MaxAttempts-1 {
 					break
 				}
-				sel.Alternates = append(sel.Alternates, cands[alt].Name)
+				sel.Alternates = append(sel.Alternates, hosts[cands[alt]].Name)
 			}
 			return sel, nil
 		}
@@ -197,103 +200,141 @@ func (s *Scheduler) passes(h *HostState, req *Request, active []Filter) bool {
 	return true
 }
 
-// parallelMin is the host count from which a decision splits its filter
-// and weigher passes across two goroutines.
-const parallelMin = 2048
-
-// filter returns the hosts that pass every active filter, in name order,
-// and the count of rejections per filter.
-func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter) ([]*HostState, map[string]int) {
+// filter returns the indexes (into hosts) of the hosts that pass every
+// active filter, in name order, and the count of rejections per filter.
+// ResourceFilter and ComputeFilter read the view's dense arrays; any other
+// filter is asked host by host.
+func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter) ([]int32, map[string]int) {
+	d := &s.view.dense
 	rejected := map[string]int{}
-	if len(hosts) < parallelMin {
-		s.cands = filterRange(hosts, req, active, s.cands[:0], rejected)
-		return s.cands, rejected
+	n := len(hosts)
+	if cap(s.ignored) < n {
+		s.ignored = make([]bool, n)
 	}
-	half := len(hosts) / 2
-	rej2 := map[string]int{}
-	var second []*HostState
-	done := make(chan struct{})
-	go func() {
-		second = filterRange(hosts[half:], req, active, s.cands2[:0], rej2)
-		close(done)
+	ign := s.ignored[:n]
+	lo, hi := 0, n
+	if req.RequestedHost != "" {
+		h := s.view.byName[req.RequestedHost]
+		if h == nil {
+			rejected["requested host unknown"] = 1
+			return nil, rejected
+		}
+		lo, hi = h.idx, h.idx+1
+		rejected["ignored"] = n - 1
+	}
+	var marked []int
+	for _, name := range req.IgnoreHosts {
+		if h := s.view.byName[name]; h != nil && h.idx >= lo && h.idx < hi && !ign[h.idx] {
+			ign[h.idx] = true
+			marked = append(marked, h.idx)
+		}
+	}
+	defer func() {
+		for _, i := range marked {
+			ign[i] = false
+		}
 	}()
-	first := filterRange(hosts[:half], req, active, s.cands[:0], rejected)
-	<-done
-	s.cands2 = second
-	s.cands = append(first, second...)
-	for k, n := range rej2 {
-		rejected[k] += n
-	}
-	return s.cands, rejected
-}
 
-func filterRange(hosts []*HostState, req *Request, active []Filter, out []*HostState, rejected map[string]int) []*HostState {
-	for _, h := range hosts {
-		if req.ignored(h.Name) {
-			rejected["ignored"]++
+	type step struct {
+		f       Filter
+		compute bool
+		down    int64
+		rej     int
+	}
+	steps := make([]step, 0, len(active))
+	for _, f := range active {
+		st := step{f: f}
+		if cf, ok := f.(computeFilter); ok {
+			st.compute, st.down = true, int64(cf.down)
+		}
+		steps = append(steps, st)
+	}
+	now := req.now.UnixNano()
+	cands := s.cands[:0]
+	nIgnored := 0
+hosts:
+	for i := lo; i < hi; i++ {
+		if ign[i] {
+			nIgnored++
 			continue
 		}
-		if req.Force && req.RequestedHost == h.Name {
-			out = append(out, h)
+		if req.Force {
+			cands = append(cands, int32(i))
 			continue
 		}
-		ok := true
-		for _, f := range active {
-			if !f.Fits(h, req) {
-				rejected[f.Name()]++
-				ok = false
-				break
+		row := &d.rows[i]
+		for k := range steps {
+			st := &steps[k]
+			var ok bool
+			switch {
+			case st.compute:
+				ok = row.eligible && (st.down <= 0 || now-row.lastSeen <= st.down)
+			case k == 0: // ResourceFilter, always first
+				ok = row.fits(req) && (req.other == nil || st.f.Fits(hosts[i], req))
+			default:
+				ok = st.f.Fits(hosts[i], req)
+			}
+			if !ok {
+				st.rej++
+				continue hosts
 			}
 		}
-		if ok {
-			out = append(out, h)
+		cands = append(cands, int32(i))
+	}
+	for _, st := range steps {
+		if st.rej > 0 {
+			rejected[st.f.Name()] += st.rej
 		}
 	}
-	return out
+	if nIgnored > 0 {
+		rejected["ignored"] += nIgnored
+	}
+	s.cands = cands
+	return cands, rejected
 }
 
-// weigh sets s.totals[i] to candidate i's total weight. If rec is not nil
+// weigh sets s.totals[k] to candidate k's total weight. If rec is not nil
 // it receives every weigher's raw and normalised value per candidate.
-func (s *Scheduler) weigh(cands []*HostState, req *Request, rec func(i int, w string, raw, norm, mult float64)) {
+func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec func(k int, w string, raw, norm, mult float64)) {
 	n := len(cands)
-	s.norm = grow(s.norm, n)
 	s.totals = grow(s.totals, n)
-	for i := range s.totals {
-		s.totals[i] = 0
+	for k := range s.totals {
+		s.totals[k] = 0
 	}
 	if n <= 1 { // Nova does not weigh a single host
 		return
 	}
-	ws := s.activeWeighers[:0]
+	s.scratch = grow(s.scratch, n)
 	for _, we := range s.weighers {
-		if (we.multiplier != 0 && we.w.Active(req)) || rec != nil {
-			ws = append(ws, we)
+		if (we.multiplier == 0 || !we.w.Active(req)) && rec == nil {
+			continue // contributes 0 to every host
 		}
-	}
-	s.activeWeighers = ws
-	// Raw values for every weigher in one pass over the hosts (each host's
-	// state is read once), then normalise and sum per weigher.
-	s.raw = grow(s.raw, n*len(ws))
-	rawRange := func(lo, hi int) {
-		for j, we := range ws {
-			we.w.RawAll(cands[lo:hi], req, s.raw[j*n+lo:j*n+hi])
+		// Gather the raw values of the candidates.
+		raw := s.scratch
+		if we.raw >= 0 {
+			src := s.view.dense.raw[we.raw]
+			for k, i := range cands {
+				raw[k] = src[i]
+			}
+		} else {
+			for k, i := range cands {
+				raw[k] = we.w.Raw(hosts[i], req)
+			}
 		}
-	}
-	if n < parallelMin {
-		rawRange(0, n)
-	} else {
-		done := make(chan struct{})
-		go func() { rawRange(n/2, n); close(done) }()
-		rawRange(0, n/2)
-		<-done
-	}
-	for j, we := range ws {
-		raw := s.raw[j*n : (j+1)*n]
-		normalize(raw, s.norm, we.w.FixedMin())
-		for i := range cands {
-			s.totals[i] += we.multiplier * s.norm[i]
+		lo, hi := bounds(raw, we.w.FixedMin())
+		if lo == hi {
 			if rec != nil {
-				rec(i, we.w.Name(), raw[i], s.norm[i], we.multiplier)
+				for k := range cands {
+					rec(k, we.w.Name(), raw[k], 0, we.multiplier)
+				}
+			}
+			continue
+		}
+		scale := we.multiplier / (hi - lo)
+		for k := range cands {
+			s.totals[k] += (raw[k] - lo) * scale
+			if rec != nil {
+				rec(k, we.w.Name(), raw[k], (raw[k]-lo)/(hi-lo), we.multiplier)
 			}
 		}
 	}
@@ -311,9 +352,9 @@ func grow(b []float64, n int) []float64 {
 // tried are ranked (a partial selection, not a full sort). Candidates are
 // in name order, so equal weights keep name order unless
 // shuffle_best_same_weighed_hosts is set.
-func (s *Scheduler) order(cands []*HostState) []int {
+func (s *Scheduler) order(n int) []int {
 	k := s.cfg.HostSubsetSize + s.cfg.MaxAttempts
-	w := s.totals[:len(cands)]
+	w := s.totals[:n]
 	top := topK(w, k)
 
 	if s.cfg.ShuffleBestSameWeighedHosts && len(top) > 0 {

@@ -39,6 +39,7 @@ type View struct {
 	byName map[string]*HostState
 	byUUID map[string]*HostState
 	sorted bool
+	dense  dense
 }
 
 // NewView builds a view for a policy and loads it fully.
@@ -95,6 +96,7 @@ func (v *View) reload(ctx context.Context) error {
 }
 
 func (v *View) add(h *HostState) {
+	h.idx = -1
 	v.hosts = append(v.hosts, h)
 	v.byName[h.Name] = h
 	v.byUUID[h.ProviderUUID] = h
@@ -208,11 +210,13 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 			}
 			if err == nil {
 				h.setService(s)
+				v.dense.sync(h)
 			}
 		}
 	}
 	for h := range touched {
 		h.derive(v.readsRecords)
+		v.dense.sync(h)
 	}
 	return nil
 }
@@ -240,6 +244,7 @@ func (v *View) remove(uuid string) {
 			break
 		}
 	}
+	v.sorted = false
 }
 
 // snapshot returns the hosts sorted by name; called with mu held. The
@@ -247,6 +252,11 @@ func (v *View) remove(uuid string) {
 func (v *View) snapshot() []*HostState {
 	if !v.sorted {
 		sort.Slice(v.hosts, func(i, j int) bool { return v.hosts[i].Name < v.hosts[j].Name })
+		v.dense.resize(len(v.hosts))
+		for i, h := range v.hosts {
+			h.idx = i
+			v.dense.sync(h)
+		}
 		v.sorted = true
 	}
 	return v.hosts

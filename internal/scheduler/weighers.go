@@ -6,9 +6,6 @@ package scheduler
 type Weigher interface {
 	Name() string
 	Raw(h *HostState, r *Request) float64
-	// RawAll writes Raw for every host into out (the hot path: one call
-	// per weigher per decision).
-	RawAll(hs []*HostState, r *Request, out []float64)
 	// FixedMin reports whether the normalisation's minimum starts at 0
 	// (Nova's minval = 0) instead of the smallest raw value.
 	FixedMin() bool
@@ -19,6 +16,15 @@ type Weigher interface {
 type weigherEntry struct {
 	w          Weigher
 	multiplier float64
+	// raw is the weigher's index in the dense arrays, or -1 if its values
+	// depend on the request (computed per decision with Raw).
+	raw int
+}
+
+// denseIndex maps the host-only weighers to their precomputed arrays.
+var denseIndex = map[string]int{
+	"RAMWeigher": rawRAM, "CPUWeigher": rawCPU, "DiskWeigher": rawDisk, "IoOpsWeigher": rawIOOps,
+	"BuildFailureWeigher": rawBuildFailure, "NumInstancesWeigher": rawNumInstances,
 }
 
 func newWeigher(name string, cfg Config) (Weigher, float64) {
@@ -119,10 +125,9 @@ func (softAntiAffinityWeigher) Raw(h *HostState, r *Request) float64 {
 	return -float64(r.Group.Members[h.Name])
 }
 
-// normalize maps raw values to 0..1 as Nova does: (v − lo)/(hi − lo) where
-// lo is the smallest value (or min(0, smallest) for a fixed-min weigher)
-// and hi the largest; all-equal gives 0. It writes into out.
-func normalize(raw, out []float64, fixedMin bool) (lo, hi float64) {
+// bounds returns Nova's normalisation range: lo is the smallest value (or
+// min(0, smallest) for a fixed-min weigher), hi the largest.
+func bounds(raw []float64, fixedMin bool) (lo, hi float64) {
 	if len(raw) == 0 {
 		return 0, 0
 	}
@@ -138,63 +143,18 @@ func normalize(raw, out []float64, fixedMin bool) (lo, hi float64) {
 			hi = v
 		}
 	}
-	if lo == hi {
-		for i := range out {
-			out[i] = 0
-		}
-		return lo, hi
-	}
-	span := hi - lo
-	for i, v := range raw {
-		out[i] = (v - lo) / span
-	}
 	return lo, hi
 }
 
-func (ramWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = float64(h.FreeRAMMB)
-	}
-}
-
-func (cpuWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
-	}
-}
-
-func (diskWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = float64(h.FreeDiskMB)
-	}
-}
-
-func (ioOpsWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = float64(h.NumIOOps)
-	}
-}
-
-func (buildFailureWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = -float64(h.FailedBuilds)
-	}
-}
-
-func (numInstancesWeigher) RawAll(hs []*HostState, _ *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = float64(h.NumInstances)
-	}
-}
-
-func (w softAffinityWeigher) RawAll(hs []*HostState, r *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = w.Raw(h, r)
-	}
-}
-
-func (w softAntiAffinityWeigher) RawAll(hs []*HostState, r *Request, out []float64) {
-	for i, h := range hs {
-		out[i] = w.Raw(h, r)
+// normalize maps raw values to 0..1 as Nova does: (v − lo)/(hi − lo) over
+// bounds; all-equal gives 0. It writes into out.
+func normalize(raw, out []float64, fixedMin bool) {
+	lo, hi := bounds(raw, fixedMin)
+	for i, v := range raw {
+		if lo == hi {
+			out[i] = 0
+		} else {
+			out[i] = (v - lo) / (hi - lo)
+		}
 	}
 }

@@ -63,6 +63,10 @@ type PolicyReport struct {
 	AuditsWithDrift int            `json:"audits_with_drift"`
 	DriftFound      int            `json:"drift_found"`
 	WallSeconds     float64        `json:"wall_seconds"`
+	// Inconsistencies lists allocations that do not match the instances
+	// at the end (leaks, double counts, hosts over capacity); empty when
+	// the run kept placement exact.
+	Inconsistencies []string `json:"inconsistencies,omitempty"`
 
 	// Timeline is each host's RAM in use over time (when sampled).
 	Timeline *Timeline `json:"-"`
@@ -158,6 +162,10 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 	if err != nil {
 		return PolicyReport{}, err
 	}
+	problems, err := w.checkConsistency(ctx)
+	if err != nil {
+		return PolicyReport{}, err
+	}
 	st := w.stats
 	rep := PolicyReport{
 		Policy: string(policy), Migrations: st.migrations, FailedMigrations: st.failedMigrations,
@@ -165,7 +173,7 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 		Decisions: st.decisions, Conflicts: st.conflicts, NoValidHost: st.noValidHost,
 		Boots: st.boots, FailedBoots: st.failedBoots, Deletes: st.deletes, MigrationErrors: st.migrationErrors,
 		Audits: st.audits, AuditsWithDrift: st.auditsWithDrift, DriftFound: st.driftFound,
-		Timeline: tl,
+		Timeline: tl, Inconsistencies: problems,
 	}
 	completed, toBest := 0, 0
 	for h, n := range st.destinations {

@@ -30,6 +30,7 @@ type Store struct {
 	services   map[string]records.Service
 	instances  map[string]records.Instance
 	migrations map[int64]records.Migration
+	activeMigs map[int64]bool // not in a terminal status: ListMigrations(ActiveOnly) reads only these
 	nextMigID  int64
 	changes    []store.Change
 	seq        int64
@@ -49,6 +50,7 @@ func New() *Store {
 		services:   map[string]records.Service{},
 		instances:  map[string]records.Instance{},
 		migrations: map[int64]records.Migration{},
+		activeMigs: map[int64]bool{},
 	}
 }
 
@@ -387,7 +389,16 @@ func (s *Store) CreateMigration(_ context.Context, m records.Migration) (records
 	m.Version = 1
 	m.TriedHosts = append([]string(nil), m.TriedHosts...)
 	s.migrations[m.ID] = m
+	s.markActive(m)
 	return m, nil
+}
+
+func (s *Store) markActive(m records.Migration) {
+	if records.MigrationTerminal(m.Status) {
+		delete(s.activeMigs, m.ID)
+	} else {
+		s.activeMigs[m.ID] = true
+	}
 }
 
 // GetMigration implements store.Store.
@@ -416,6 +427,7 @@ func (s *Store) UpdateMigration(_ context.Context, m records.Migration) (records
 	m.Version++
 	m.TriedHosts = append([]string(nil), m.TriedHosts...)
 	s.migrations[m.ID] = m
+	s.markActive(m)
 	return m, nil
 }
 
@@ -424,10 +436,19 @@ func (s *Store) ListMigrations(_ context.Context, f store.MigrationFilter) ([]re
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []records.Migration
-	for _, m := range s.migrations {
+	match := func(m records.Migration) {
 		if store.MatchMigration(m, f) {
 			m.TriedHosts = append([]string(nil), m.TriedHosts...)
 			out = append(out, m)
+		}
+	}
+	if f.ActiveOnly {
+		for id := range s.activeMigs {
+			match(s.migrations[id])
+		}
+	} else {
+		for _, m := range s.migrations {
+			match(m)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

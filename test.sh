@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every check and test keel has: formatting, go vet, and the whole test
+# suite under the race detector. CI (.ci/run) calls exactly this script.
+#
+#   ./test.sh            everything
+#   ./test.sh -short     skips the slowest cases (fewer seeds in the sim test)
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change these files (run: gofmt -w .):"
+  echo "$unformatted"
+  exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m "$@" ./...
