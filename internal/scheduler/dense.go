@@ -22,6 +22,9 @@ type fitRow struct {
 	lastSeen int64 // service's last heartbeat, Unix nanoseconds
 	hasInv   [numStd]bool
 	eligible bool // ComputeFilter's static part: has a service, enabled, not forced down
+	// raw holds the host-only weighers' raw values, so the pass that
+	// filters a host also gathers its weights from the same cache lines.
+	raw [numRaw]float64
 }
 
 // dense holds, for every host in name order, what the default pipeline
@@ -31,14 +34,14 @@ type fitRow struct {
 // changes, and rebuilt whenever the host list changes.
 type dense struct {
 	rows []fitRow
-	raw  [numRaw][]float64
+	// nonZero counts, per raw weigher, the hosts whose value is not 0: a
+	// weigher that is 0 everywhere contributes nothing and is skipped.
+	nonZero [numRaw]int
 }
 
 func (d *dense) resize(n int) {
 	d.rows = make([]fitRow, n)
-	for k := 0; k < numRaw; k++ {
-		d.raw[k] = make([]float64, n)
-	}
+	d.nonZero = [numRaw]int{}
 }
 
 // sync writes host h's row.
@@ -58,12 +61,23 @@ func (d *dense) sync(h *HostState) {
 		r.minUnit[c] = int32(min(inv.MinUnit, 1<<30))
 		r.step[c] = int32(max(min(inv.StepSize, 1<<30), 1))
 	}
-	d.raw[rawRAM][i] = float64(h.FreeRAMMB)
-	d.raw[rawCPU][i] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
-	d.raw[rawDisk][i] = float64(h.FreeDiskMB)
-	d.raw[rawIOOps][i] = float64(h.NumIOOps)
-	d.raw[rawBuildFailure][i] = -float64(h.FailedBuilds)
-	d.raw[rawNumInstances][i] = float64(h.NumInstances)
+	var raw [numRaw]float64
+	raw[rawRAM] = float64(h.FreeRAMMB)
+	raw[rawCPU] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
+	raw[rawDisk] = float64(h.FreeDiskMB)
+	raw[rawIOOps] = float64(h.NumIOOps)
+	raw[rawBuildFailure] = -float64(h.FailedBuilds)
+	raw[rawNumInstances] = float64(h.NumInstances)
+	for k := range raw {
+		if (r.raw[k] != 0) != (raw[k] != 0) {
+			if raw[k] != 0 {
+				d.nonZero[k]++
+			} else {
+				d.nonZero[k]--
+			}
+		}
+	}
+	r.raw = raw
 }
 
 // fits is ResourceFilter on the dense rows for the standard classes.

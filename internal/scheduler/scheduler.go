@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -89,6 +90,9 @@ type Scheduler struct {
 
 	// scratch buffers reused across decisions (guarded by view.mu)
 	cands   []int32
+	cands2  []int32
+	fast    []boundWeigher
+	fast2   []boundWeigher
 	ignored []bool
 	scratch []float64
 	totals  []float64
@@ -136,11 +140,12 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	hosts := v.snapshot()
 	req.prepare(s.clock.Now())
 	active := s.activeFilters(req)
-	cands, rejected := s.filter(hosts, req, active)
+	fast, slow := s.weighPlan(req)
+	cands, rejected := s.filter(hosts, req, active, fast)
 	if len(cands) == 0 {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 	}
-	s.weigh(hosts, cands, req, nil)
+	s.total(hosts, cands, req, fast, slow)
 	order := s.order(len(cands))
 
 	sel := Selection{}
@@ -200,12 +205,50 @@ func (s *Scheduler) passes(h *HostState, req *Request, active []Filter) bool {
 	return true
 }
 
-// filter returns the indexes (into hosts) of the hosts that pass every
-// active filter, in name order, and the count of rejections per filter.
-// ResourceFilter and ComputeFilter read the view's dense arrays; any other
-// filter is asked host by host.
-func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter) ([]int32, map[string]int) {
+// boundWeigher is an active weigher whose raw values live in the dense
+// rows; the filter pass gathers its bounds over the candidates.
+type boundWeigher struct {
+	raw    int
+	mult   float64
+	lo, hi float64
+}
+
+// weighPlan splits the weighers that contribute to this request into those
+// read from the dense rows and the rest.
+func (s *Scheduler) weighPlan(req *Request) (fast []boundWeigher, slow []weigherEntry) {
 	d := &s.view.dense
+	fast = s.fast[:0]
+	for _, we := range s.weighers {
+		switch {
+		case we.multiplier == 0 || !we.w.Active(req):
+			// contributes 0 to every host
+		case we.raw >= 0:
+			if d.nonZero[we.raw] == 0 {
+				continue // 0 on every host: lo == hi, contributes 0
+			}
+			lo := math.Inf(1)
+			if we.w.FixedMin() {
+				lo = 0
+			}
+			fast = append(fast, boundWeigher{raw: we.raw, mult: we.multiplier, lo: lo, hi: math.Inf(-1)})
+		default:
+			slow = append(slow, we)
+		}
+	}
+	s.fast = fast
+	return fast, slow
+}
+
+// parallelMin is the host count from which a decision splits its filter
+// pass across two goroutines.
+const parallelMin = 4096
+
+// filter returns the indexes (into hosts) of the hosts that pass every
+// active filter, in name order, and the count of rejections per filter;
+// it also narrows each fast weigher's bounds to the candidates' values.
+// ResourceFilter and ComputeFilter read the view's dense rows; any other
+// filter is asked host by host.
+func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fast []boundWeigher) ([]int32, map[string]int) {
 	rejected := map[string]int{}
 	n := len(hosts)
 	if cap(s.ignored) < n {
@@ -234,67 +277,163 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter) ([
 			ign[i] = false
 		}
 	}()
-
-	type step struct {
-		f       Filter
-		compute bool
-		down    int64
-		rej     int
-	}
-	steps := make([]step, 0, len(active))
+	steps := make([]filterStep, 0, len(active))
 	for _, f := range active {
-		st := step{f: f}
+		st := filterStep{f: f}
 		if cf, ok := f.(computeFilter); ok {
 			st.compute, st.down = true, int64(cf.down)
 		}
 		steps = append(steps, st)
 	}
-	now := req.now.UnixNano()
-	cands := s.cands[:0]
-	nIgnored := 0
-hosts:
-	for i := lo; i < hi; i++ {
-		if ign[i] {
-			nIgnored++
-			continue
+	p := filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
+
+	var cands []int32
+	var rej []int
+	var ignored int
+	if hi-lo < parallelMin {
+		cands, rej, ignored = p.run(lo, hi, steps, fast, s.cands[:0])
+	} else {
+		mid := lo + (hi-lo)/2
+		fast2 := append(s.fast2[:0], fast...)
+		steps2 := append([]filterStep(nil), steps...)
+		var cands2 []int32
+		var rej2 []int
+		var ign2 int
+		done := make(chan struct{})
+		go func() {
+			cands2, rej2, ign2 = p.run(mid, hi, steps2, fast2, s.cands2[:0])
+			close(done)
+		}()
+		cands, rej, ignored = p.run(lo, mid, steps, fast, s.cands[:0])
+		<-done
+		s.cands2, s.fast2 = cands2, fast2
+		cands = append(cands, cands2...)
+		for k := range rej {
+			rej[k] += rej2[k]
 		}
-		if req.Force {
-			cands = append(cands, int32(i))
-			continue
-		}
-		row := &d.rows[i]
-		for k := range steps {
-			st := &steps[k]
-			var ok bool
-			switch {
-			case st.compute:
-				ok = row.eligible && (st.down <= 0 || now-row.lastSeen <= st.down)
-			case k == 0: // ResourceFilter, always first
-				ok = row.fits(req) && (req.other == nil || st.f.Fits(hosts[i], req))
-			default:
-				ok = st.f.Fits(hosts[i], req)
-			}
-			if !ok {
-				st.rej++
-				continue hosts
-			}
-		}
-		cands = append(cands, int32(i))
-	}
-	for _, st := range steps {
-		if st.rej > 0 {
-			rejected[st.f.Name()] += st.rej
+		ignored += ign2
+		for j := range fast {
+			fast[j].lo = math.Min(fast[j].lo, fast2[j].lo)
+			fast[j].hi = math.Max(fast[j].hi, fast2[j].hi)
 		}
 	}
-	if nIgnored > 0 {
-		rejected["ignored"] += nIgnored
+	for k, st := range steps {
+		if rej[k] > 0 {
+			rejected[st.f.Name()] += rej[k]
+		}
+	}
+	if ignored > 0 {
+		rejected["ignored"] += ignored
 	}
 	s.cands = cands
 	return cands, rejected
 }
 
-// weigh sets s.totals[k] to candidate k's total weight. If rec is not nil
-// it receives every weigher's raw and normalised value per candidate.
+type filterStep struct {
+	f       Filter
+	compute bool
+	down    int64
+}
+
+// filterPass is one decision's filter pass over a range of hosts.
+type filterPass struct {
+	s     *Scheduler
+	hosts []*HostState
+	req   *Request
+	ign   []bool
+	now   int64
+}
+
+func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, cands []int32) ([]int32, []int, int) {
+	rows := p.s.view.dense.rows
+	req := p.req
+	rej := make([]int, len(steps))
+	ignored := 0
+	// Bounds in locals (not the slice) so the hot loop keeps them close.
+	var idx [numRaw]int
+	var blo, bhi [numRaw]float64
+	nf := len(fast)
+	for j := range fast {
+		idx[j], blo[j], bhi[j] = fast[j].raw, fast[j].lo, fast[j].hi
+	}
+hosts:
+	for i := lo; i < hi; i++ {
+		if p.ign[i] {
+			ignored++
+			continue
+		}
+		row := &rows[i]
+		if !req.Force {
+			for k := range steps {
+				st := &steps[k]
+				var ok bool
+				switch {
+				case st.compute:
+					ok = row.eligible && (st.down <= 0 || p.now-row.lastSeen <= st.down)
+				case k == 0: // ResourceFilter, always first
+					ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
+				default:
+					ok = st.f.Fits(p.hosts[i], req)
+				}
+				if !ok {
+					rej[k]++
+					continue hosts
+				}
+			}
+		}
+		cands = append(cands, int32(i))
+		for j := 0; j < nf; j++ {
+			v := row.raw[idx[j]]
+			if v < blo[j] {
+				blo[j] = v
+			}
+			if v > bhi[j] {
+				bhi[j] = v
+			}
+		}
+	}
+	for j := range fast {
+		fast[j].lo, fast[j].hi = blo[j], bhi[j]
+	}
+	return cands, rej, ignored
+}
+
+// total sets s.totals[k] to candidate k's total weight: the fast weighers
+// from the dense rows with the bounds the filter pass gathered, then the
+// request-dependent ones.
+func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast []boundWeigher, slow []weigherEntry) {
+	n := len(cands)
+	s.totals = grow(s.totals, n)
+	for k := range s.totals {
+		s.totals[k] = 0
+	}
+	if n <= 1 { // Nova does not weigh a single host
+		return
+	}
+	var scale [numRaw]float64
+	live := fast[:0:0]
+	for _, w := range fast {
+		if w.hi > w.lo {
+			scale[len(live)] = w.mult / (w.hi - w.lo)
+			live = append(live, w)
+		}
+	}
+	rows := s.view.dense.rows
+	for k, i := range cands {
+		row := &rows[i]
+		t := 0.0
+		for j := range live {
+			t += (row.raw[live[j].raw] - live[j].lo) * scale[j]
+		}
+		s.totals[k] = t
+	}
+	for _, we := range slow {
+		s.addWeigher(hosts, cands, req, we, nil)
+	}
+}
+
+// weigh sets s.totals[k] to candidate k's total weight, weigher by
+// weigher (Explain's path: rec receives every raw and normalised value).
 func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec func(k int, w string, raw, norm, mult float64)) {
 	n := len(cands)
 	s.totals = grow(s.totals, n)
@@ -304,38 +443,39 @@ func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec f
 	if n <= 1 { // Nova does not weigh a single host
 		return
 	}
-	s.scratch = grow(s.scratch, n)
 	for _, we := range s.weighers {
 		if (we.multiplier == 0 || !we.w.Active(req)) && rec == nil {
 			continue // contributes 0 to every host
 		}
-		// Gather the raw values of the candidates.
-		raw := s.scratch
+		s.addWeigher(hosts, cands, req, we, rec)
+	}
+}
+
+// addWeigher adds one weigher's normalised, multiplied values to s.totals.
+func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, we weigherEntry, rec func(k int, w string, raw, norm, mult float64)) {
+	s.scratch = grow(s.scratch, len(cands))
+	raw := s.scratch
+	rows := s.view.dense.rows
+	for k, i := range cands {
 		if we.raw >= 0 {
-			src := s.view.dense.raw[we.raw]
-			for k, i := range cands {
-				raw[k] = src[i]
-			}
+			raw[k] = rows[i].raw[we.raw]
 		} else {
-			for k, i := range cands {
-				raw[k] = we.w.Raw(hosts[i], req)
-			}
+			raw[k] = we.w.Raw(hosts[i], req)
 		}
-		lo, hi := bounds(raw, we.w.FixedMin())
-		if lo == hi {
-			if rec != nil {
-				for k := range cands {
-					rec(k, we.w.Name(), raw[k], 0, we.multiplier)
-				}
-			}
-			continue
-		}
-		scale := we.multiplier / (hi - lo)
-		for k := range cands {
+	}
+	lo, hi := bounds(raw, we.w.FixedMin())
+	scale := 0.0
+	if hi > lo {
+		scale = we.multiplier / (hi - lo) // as in total, so both paths add the same terms
+	}
+	for k := range cands {
+		norm := 0.0
+		if hi > lo {
+			norm = (raw[k] - lo) / (hi - lo)
 			s.totals[k] += (raw[k] - lo) * scale
-			if rec != nil {
-				rec(k, we.w.Name(), raw[k], (raw[k]-lo)/(hi-lo), we.multiplier)
-			}
+		}
+		if rec != nil {
+			rec(k, we.w.Name(), raw[k], norm, we.multiplier)
 		}
 	}
 }

@@ -1,0 +1,73 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+)
+
+// TestSelectRanksLikeExplain checks the fast decision path (dense rows,
+// bounds gathered while filtering, partial top-k, two-way split above
+// parallelMin hosts) against Explain's straightforward one — every filter
+// asked per host, every weigher normalised on its own, a full stable sort —
+// on random clouds and requests.
+func TestSelectRanksLikeExplain(t *testing.T) {
+	for _, n := range []int{7, 150, parallelMin + 300} {
+		t.Run(fmt.Sprintf("hosts=%d", n), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(n), 9))
+			c := newCloud(t, 0)
+			ctx := context.Background()
+			for i := 0; i < n; i++ {
+				name := fmt.Sprintf("h%05d", i)
+				c.addHost(t, name)
+				if r.IntN(10) > 0 {
+					c.use(t, name, "u-"+name, placement.Resources{placement.VCPU: int64(1 + r.IntN(32)), placement.MemoryMB: int64(1 + r.IntN(8)*16384), placement.DiskGB: int64(1 + r.IntN(4)*500)})
+				}
+				if r.IntN(8) == 0 {
+					if err := c.st.PutService(ctx, records.Service{Host: name, Disabled: true, LastSeenUp: c.clk.Now()}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r.IntN(6) == 0 { // some hosts busy: IoOps varies
+					if err := c.st.PutHostRecord(ctx, records.HostRecord{Host: name, NumIOOps: int64(r.IntN(4)), RunningVMs: int64(r.IntN(30))}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			cfg := DefaultConfig()
+			cfg.MaxAttempts = 5
+			s := c.scheduler(t, cfg, PolicyClaim, 1)
+			for trial := 0; trial < 30; trial++ {
+				req := &Request{Resources: placement.Resources{placement.VCPU: int64(1 + r.IntN(16)), placement.MemoryMB: int64(512 * (1 + r.IntN(64)))}}
+				if r.IntN(3) == 0 {
+					req.IgnoreHosts = []string{fmt.Sprintf("h%05d", r.IntN(n))}
+				}
+				exp, err := s.Explain(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]string, cfg.MaxAttempts)
+				for _, h := range exp.Hosts {
+					if h.Rank >= 1 && h.Rank <= cfg.MaxAttempts {
+						want[h.Rank-1] = h.Host
+					}
+				}
+				var got []string
+				_, err = s.Select(ctx, req, func(_ context.Context, cand Candidate) (int64, error) {
+					got = append(got, cand.Host)
+					return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
+				})
+				if !IsNoValidHost(err) {
+					t.Fatalf("want NoValidHost after refused claims, got %v", err)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want[:min(len(want), exp.Candidates)]) {
+					t.Fatalf("trial %d: Select tried %v, Explain ranks %v", trial, got, want)
+				}
+			}
+		})
+	}
+}
