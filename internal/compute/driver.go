@@ -27,7 +27,10 @@ type Guest struct {
 
 // Driver is the virt driver interface: what the agent asks of a hypervisor.
 // Spawn and LiveMigration return at once and report through done (and
-// progress); every other call completes before it returns.
+// progress); every other call completes before it returns. done is never
+// called before the call that starts or stops the operation (Spawn,
+// LiveMigration, AbortLiveMigration, ForceCompleteLiveMigration) has
+// returned: the caller may hold a lock that done's handler takes.
 type Driver interface {
 	Spawn(ctx context.Context, inst records.Instance, done func(error))
 	Destroy(ctx context.Context, uuid string) error
@@ -58,5 +61,6 @@ const (
 	StepCheckSource       = "check_can_live_migrate_source"
 	StepPreLiveMigration  = "pre_live_migration"
 	StepLiveMigration     = "live_migration"
+	StepPostAtSource      = "post_live_migration_at_source"
 	StepPostAtDestination = "post_live_migration_at_destination"
 )

@@ -163,13 +163,18 @@ func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.In
 
 // PostLiveMigrationAtDestination makes the guest this host's, and — the
 // fix this project exists for — updates the tracker and host record at
-// once (unless reproducing the legacy behaviour).
+// once (unless reproducing the legacy behaviour). The instance is counted
+// even when the driver's step fails: the copy is done, so the guest runs
+// here and the conductor settles the instance and its allocation here
+// either way (the audit corrects the count if the guest is in fact gone).
 func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
 	defer m.tracker.Busy(inst.UUID, false)
-	if err := m.driver.PostLiveMigrationAtDestination(ctx, inst); err != nil {
-		return fmt.Errorf("post_live_migration_at_destination of %s on %s: %w", inst.UUID, m.host, err)
+	derr := m.driver.PostLiveMigrationAtDestination(ctx, inst)
+	terr := m.tracker.MigrationArrived(ctx, inst)
+	if derr != nil {
+		return fmt.Errorf("post_live_migration_at_destination of %s on %s: %w", inst.UUID, m.host, derr)
 	}
-	return m.tracker.MigrationArrived(ctx, inst)
+	return terr
 }
 
 // RollbackLiveMigrationAtDestination removes what pre_live_migration set

@@ -81,6 +81,11 @@ type Tracker struct {
 	driver GuestLister
 	clock  clock.Clock
 
+	// writeMu serialises WriteRecord, so that the record stored last is
+	// the one computed last (an audit on its timer and an RPC may write at
+	// once).
+	writeMu sync.Mutex
+
 	mu      sync.Mutex
 	tracked map[string]records.Flavor // instances counted in the record
 	busy    map[string]int            // instances with an operation in flight
@@ -160,6 +165,8 @@ func (t *Tracker) MigrationArrived(ctx context.Context, inst records.Instance) e
 // WriteRecord recomputes the host record from the tracked instances and
 // writes it.
 func (t *Tracker) WriteRecord(ctx context.Context) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	t.mu.Lock()
 	rec := t.computeLocked()
 	t.record = rec
@@ -210,11 +217,17 @@ type Drift struct {
 	// allocations here with no guest and no operation in flight (removed).
 	MissingAllocations []string `json:"missing_allocations,omitempty"`
 	OrphanAllocations  []string `json:"orphan_allocations,omitempty"`
+	// Stray are guests left here by a migration step that failed: an
+	// incoming guest no migration is bringing any more, or a guest whose
+	// instance is recorded on another host. The audit gives them no
+	// allocation (that would take the instance's own away) and reports
+	// them every time until an operator removes them.
+	Stray []string `json:"stray,omitempty"`
 }
 
 // Count is the number of differences found.
 func (d Drift) Count() int {
-	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations)
+	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray)
 }
 
 func (d Drift) String() string {
@@ -232,6 +245,7 @@ func (d Drift) String() string {
 	add("vanished", d.Vanished)
 	add("missing allocations", d.MissingAllocations)
 	add("orphan allocations", d.OrphanAllocations)
+	add("stray guests", d.Stray)
 	return d.Host + ": " + strings.Join(parts, "; ")
 }
 
@@ -338,7 +352,15 @@ func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, i
 		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
 	}
 	for uuid, g := range here {
-		if g.State == GuestIncoming || held[uuid] || inFlight[uuid] || busy[uuid] {
+		if held[uuid] || inFlight[uuid] || busy[uuid] {
+			continue
+		}
+		if g.State == GuestIncoming {
+			d.Stray = append(d.Stray, uuid) // its migration ended without post or rollback here
+			continue
+		}
+		if inst, err := t.store.GetInstance(ctx, uuid); err == nil && inst.Host != "" && inst.Host != t.cfg.Host {
+			d.Stray = append(d.Stray, uuid) // the instance lives elsewhere: leave its allocation alone
 			continue
 		}
 		_, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{
@@ -352,6 +374,7 @@ func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, i
 	}
 	sort.Strings(d.OrphanAllocations)
 	sort.Strings(d.MissingAllocations)
+	sort.Strings(d.Stray)
 	return nil
 }
 

@@ -42,9 +42,12 @@ func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.In
 		return c.failBuild(ctx, inst, err.Error())
 	}
 	inst.Host = sel.Host
-	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		return inst, fmt.Errorf("recording host of %s: %w", inst.UUID, err)
+	updated, err := c.store.UpdateInstance(ctx, inst)
+	if err != nil {
+		c.releaseAll(ctx, inst.UUID)
+		return inst, fmt.Errorf("recording host %s of %s: %w", sel.Host, inst.UUID, err)
 	}
+	inst = updated
 	api, err := c.compute(sel.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)

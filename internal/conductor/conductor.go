@@ -111,7 +111,6 @@ func requestFor(inst records.Instance) *scheduler.Request {
 	return &scheduler.Request{InstanceUUID: inst.UUID, Resources: inst.Flavor.Resources(), ExtraSpecs: inst.Flavor.ExtraSpecs}
 }
 
-
 // retryConflicts runs f up to 5 times while it fails with a generation
 // conflict (someone else wrote the same consumer between our read and
 // write).

@@ -40,6 +40,7 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
 	})
 	if err != nil {
+		c.settleInstance(ctx, inst, "") // no migration: clear the task again
 		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
 	}
 	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
@@ -109,6 +110,9 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 		}
 		next, acts, err := c.machine.Step(m, ev)
 		if err != nil {
+			if records.MigrationTerminal(m.Status) {
+				c.forget(m) // a late answer (progress, a slot handed on) for an ended migration
+			}
 			c.log.Warn("migration event refused", "migration", migID, "err", err)
 			return err
 		}
@@ -122,15 +126,32 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 			}
 		}
 		if records.MigrationTerminal(next.Status) {
-			c.mu.Lock()
-			delete(c.locks, migID)
-			c.mu.Unlock()
+			c.forget(next)
 			if c.hooks.MigrationDone != nil {
 				c.hooks.MigrationDone(next)
 			}
 		}
 	}
 	return nil
+}
+
+// forget drops what the conductor keeps in memory for an ended migration:
+// its lock, and its place in the source's slot queue (a migration aborted
+// while queued must not be handed the next slot).
+func (c *Conductor) forget(m records.Migration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.locks, m.ID)
+	q := c.waiting[m.SourceHost]
+	for i, id := range q {
+		if id == m.ID {
+			c.waiting[m.SourceHost] = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(c.waiting[m.SourceHost]) == 0 {
+		delete(c.waiting, m.SourceHost)
+	}
 }
 
 // perform runs one action and returns the answer event, if the action has

@@ -16,6 +16,10 @@
 //	running    copy ──Copied──▶ post-source ──SourceDone──▶ post-dest
 //	                 CopyFailed ─▶ rollback-dest
 //	           post-dest ──DestDone──▶ finish ──Finished──▶ [completed]
+//	           post-source ──StepFailed──▶ post-dest, then finish ─▶ [error]
+//	           post-dest ──StepFailed──▶ finish ─▶ [error]
+//	           (the guest has moved: both end with the instance on the
+//	           destination)
 //	rollback   rollback-dest ──DestRolledBack──▶ revert ──Reverted──▶ [failed|cancelled|error]
 //
 // Allocations follow Nova's migration-allocation model: schedule moves the

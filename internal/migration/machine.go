@@ -303,10 +303,19 @@ func sourceDone(_ Machine, m records.Migration, _ Event) (records.Migration, []A
 // postFailed: the guest already runs on the destination, so there is no
 // rolling back; the migration ends in error with the instance on the
 // destination and the source allocation released (the audits heal the
-// records).
+// records). A failed source step still hands the guest to the
+// destination (post_live_migration_at_destination), or the destination
+// would never take it.
 func postFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	m.Outcome = records.MigrationError
-	m.Error = fmt.Sprintf("post-migration step %s failed: %s", m.Phase, ev.Err)
+	msg := fmt.Sprintf("post-migration step %s failed: %s", m.Phase, ev.Err)
+	if m.Outcome == records.MigrationError && m.Error != "" {
+		msg = m.Error + "; " + msg
+	}
+	m.Outcome, m.Error = records.MigrationError, msg
+	if m.Phase == PhasePostSource {
+		m.Phase = PhasePostDest
+		return m, []Action{{Kind: PostAtDest, Host: m.DestHost}}
+	}
 	m.Phase = PhaseFinish
 	return m, []Action{{Kind: FinishAllocations}}
 }

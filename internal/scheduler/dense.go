@@ -34,6 +34,7 @@ type fitRow struct {
 // changes, and rebuilt whenever the host list changes.
 type dense struct {
 	rows []fitRow
+	rank rankIndex
 	// nonZero counts, per raw weigher, the hosts whose value is not 0: a
 	// weigher that is 0 everywhere contributes nothing and is skipped.
 	nonZero [numRaw]int
@@ -42,6 +43,7 @@ type dense struct {
 func (d *dense) resize(n int) {
 	d.rows = make([]fitRow, n)
 	d.nonZero = [numRaw]int{}
+	d.rank.built = false // rebuilt once every row is written
 }
 
 // sync writes host h's row.
@@ -61,6 +63,7 @@ func (d *dense) sync(h *HostState) {
 		r.minUnit[c] = int32(min(inv.MinUnit, 1<<30))
 		r.step[c] = int32(max(min(inv.StepSize, 1<<30), 1))
 	}
+	old := r.raw
 	var raw [numRaw]float64
 	raw[rawRAM] = float64(h.FreeRAMMB)
 	raw[rawCPU] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
@@ -78,6 +81,7 @@ func (d *dense) sync(h *HostState) {
 		}
 	}
 	r.raw = raw
+	d.rank.update(d.rows, i, old)
 }
 
 // fits is ResourceFilter on the dense rows for the standard classes.

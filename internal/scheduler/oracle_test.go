@@ -16,16 +16,20 @@ import (
 // asked per host, every weigher normalised on its own, a full stable sort —
 // on random clouds and requests.
 func TestSelectRanksLikeExplain(t *testing.T) {
-	for _, n := range []int{7, 150, parallelMin + 300} {
-		t.Run(fmt.Sprintf("hosts=%d", n), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(n), 9))
+	for _, tc := range []struct {
+		n      int
+		levels int // distinct usage levels: few levels, many exact ties
+	}{{7, 8}, {150, 8}, {rankedMin + 100, 8}, {rankedMin + 100, 2}, {parallelMin + 300, 8}} {
+		n := tc.n
+		t.Run(fmt.Sprintf("hosts=%d/levels=%d", n, tc.levels), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(n), uint64(tc.levels)))
 			c := newCloud(t, 0)
 			ctx := context.Background()
 			for i := 0; i < n; i++ {
 				name := fmt.Sprintf("h%05d", i)
 				c.addHost(t, name)
-				if r.IntN(10) > 0 {
-					c.use(t, name, "u-"+name, placement.Resources{placement.VCPU: int64(1 + r.IntN(32)), placement.MemoryMB: int64(1 + r.IntN(8)*16384), placement.DiskGB: int64(1 + r.IntN(4)*500)})
+				if lv := r.IntN(tc.levels); lv > 0 {
+					c.use(t, name, "u-"+name, placement.Resources{placement.VCPU: int64(4 * lv), placement.MemoryMB: int64(lv * 14000), placement.DiskGB: int64(lv * 200)})
 				}
 				if r.IntN(8) == 0 {
 					if err := c.st.PutService(ctx, records.Service{Host: name, Disabled: true, LastSeenUp: c.clk.Now()}); err != nil {

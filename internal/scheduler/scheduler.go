@@ -94,6 +94,8 @@ type Scheduler struct {
 	fast    []boundWeigher
 	fast2   []boundWeigher
 	ignored []bool
+	checks  candidateCheck
+	seen    stamps
 	scratch []float64
 	totals  []float64
 }
@@ -120,6 +122,9 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 			raw = -1
 		}
 		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw})
+		if raw >= 0 && m != 0 {
+			view.indexWeigher(raw)
+		}
 	}
 	return s, nil
 }
@@ -140,17 +145,15 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	hosts := v.snapshot()
 	req.prepare(s.clock.Now())
 	active := s.activeFilters(req)
-	fast, slow := s.weighPlan(req)
-	cands, rejected := s.filter(hosts, req, active, fast)
-	if len(cands) == 0 {
+	top, rejected := s.rank(hosts, req, active)
+	if len(top) == 0 {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 	}
-	s.total(hosts, cands, req, fast, slow)
-	order := s.order(len(cands))
+	order := s.pick(top)
 
 	sel := Selection{}
-	for i, ci := range order {
-		h := hosts[cands[ci]]
+	for i, r := range order {
+		h := hosts[r.idx]
 		if sel.Claims >= s.cfg.MaxAttempts {
 			break
 		}
@@ -164,13 +167,13 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		if err == nil {
 			h.consume(req, gen, v.readsRecords)
 			v.dense.sync(h)
-			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, s.totals[ci]
+			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, r.weight
 			sel.ViewUsed, sel.AllocUsed = viewUsed, allocUsed
 			for _, alt := range order[i+1:] {
 				if len(sel.Alternates) >= s.cfg.MaxAttempts-1 {
 					break
 				}
-				sel.Alternates = append(sel.Alternates, hosts[cands[alt]].Name)
+				sel.Alternates = append(sel.Alternates, hosts[alt.idx].Name)
 			}
 			return sel, nil
 		}
@@ -181,6 +184,9 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		if err := v.refreshLocked(ctx); err != nil {
 			return sel, err
 		}
+	}
+	if rejected == nil {
+		rejected = map[string]int{}
 	}
 	rejected["claim refused"] += sel.Claims
 	return sel, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
@@ -208,9 +214,10 @@ func (s *Scheduler) passes(h *HostState, req *Request, active []Filter) bool {
 // boundWeigher is an active weigher whose raw values live in the dense
 // rows; the filter pass gathers its bounds over the candidates.
 type boundWeigher struct {
-	raw    int
-	mult   float64
-	lo, hi float64
+	raw      int
+	mult     float64
+	fixedMin bool
+	lo, hi   float64
 }
 
 // weighPlan splits the weighers that contribute to this request into those
@@ -230,7 +237,7 @@ func (s *Scheduler) weighPlan(req *Request) (fast []boundWeigher, slow []weigher
 			if we.w.FixedMin() {
 				lo = 0
 			}
-			fast = append(fast, boundWeigher{raw: we.raw, mult: we.multiplier, lo: lo, hi: math.Inf(-1)})
+			fast = append(fast, boundWeigher{raw: we.raw, mult: we.multiplier, fixedMin: we.w.FixedMin(), lo: lo, hi: math.Inf(-1)})
 		default:
 			slow = append(slow, we)
 		}
@@ -251,10 +258,6 @@ const parallelMin = 4096
 func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fast []boundWeigher) ([]int32, map[string]int) {
 	rejected := map[string]int{}
 	n := len(hosts)
-	if cap(s.ignored) < n {
-		s.ignored = make([]bool, n)
-	}
-	ign := s.ignored[:n]
 	lo, hi := 0, n
 	if req.RequestedHost != "" {
 		h := s.view.byName[req.RequestedHost]
@@ -265,27 +268,8 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fa
 		lo, hi = h.idx, h.idx+1
 		rejected["ignored"] = n - 1
 	}
-	var marked []int
-	for _, name := range req.IgnoreHosts {
-		if h := s.view.byName[name]; h != nil && h.idx >= lo && h.idx < hi && !ign[h.idx] {
-			ign[h.idx] = true
-			marked = append(marked, h.idx)
-		}
-	}
-	defer func() {
-		for _, i := range marked {
-			ign[i] = false
-		}
-	}()
-	steps := make([]filterStep, 0, len(active))
-	for _, f := range active {
-		st := filterStep{f: f}
-		if cf, ok := f.(computeFilter); ok {
-			st.compute, st.down = true, int64(cf.down)
-		}
-		steps = append(steps, st)
-	}
-	p := filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
+	p, steps, done := s.prepareFilters(hosts, req, active)
+	defer done()
 
 	var cands []int32
 	var rej []int
@@ -329,6 +313,37 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fa
 	return cands, rejected
 }
 
+// prepareFilters sets up one decision's filter pass: the ignored hosts
+// marked, the active filters as steps. done clears the marks.
+func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []Filter) (*filterPass, []filterStep, func()) {
+	n := len(hosts)
+	if cap(s.ignored) < n {
+		s.ignored = make([]bool, n)
+	}
+	ign := s.ignored[:n]
+	var marked []int
+	for _, name := range req.IgnoreHosts {
+		if h := s.view.byName[name]; h != nil && h.idx >= 0 && h.idx < n && !ign[h.idx] {
+			ign[h.idx] = true
+			marked = append(marked, h.idx)
+		}
+	}
+	steps := make([]filterStep, 0, len(active))
+	for _, f := range active {
+		st := filterStep{f: f}
+		if cf, ok := f.(computeFilter); ok {
+			st.compute, st.down = true, int64(cf.down)
+		}
+		steps = append(steps, st)
+	}
+	p := &filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
+	return p, steps, func() {
+		for _, i := range marked {
+			ign[i] = false
+		}
+	}
+}
+
 type filterStep struct {
 	f       Filter
 	compute bool
@@ -344,9 +359,37 @@ type filterPass struct {
 	now   int64
 }
 
+// check returns -1 if host i passes, -2 if the request ignores it, or the
+// index of the step that rejected it.
+func (p *filterPass) check(i int, steps []filterStep) int {
+	if p.ign[i] {
+		return -2
+	}
+	if p.req.Force {
+		return -1
+	}
+	row := &p.s.view.dense.rows[i]
+	req := p.req
+	for k := range steps {
+		st := &steps[k]
+		var ok bool
+		switch {
+		case st.compute:
+			ok = row.eligible && (st.down <= 0 || p.now-row.lastSeen <= st.down)
+		case k == 0: // ResourceFilter, always first
+			ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
+		default:
+			ok = st.f.Fits(p.hosts[i], req)
+		}
+		if !ok {
+			return k
+		}
+	}
+	return -1
+}
+
 func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, cands []int32) ([]int32, []int, int) {
 	rows := p.s.view.dense.rows
-	req := p.req
 	rej := make([]int, len(steps))
 	ignored := 0
 	// Bounds in locals (not the slice) so the hot loop keeps them close.
@@ -356,32 +399,18 @@ func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, ca
 	for j := range fast {
 		idx[j], blo[j], bhi[j] = fast[j].raw, fast[j].lo, fast[j].hi
 	}
-hosts:
 	for i := lo; i < hi; i++ {
-		if p.ign[i] {
+		switch k := p.check(i, steps); k {
+		case -1:
+		case -2:
 			ignored++
 			continue
-		}
-		row := &rows[i]
-		if !req.Force {
-			for k := range steps {
-				st := &steps[k]
-				var ok bool
-				switch {
-				case st.compute:
-					ok = row.eligible && (st.down <= 0 || p.now-row.lastSeen <= st.down)
-				case k == 0: // ResourceFilter, always first
-					ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
-				default:
-					ok = st.f.Fits(p.hosts[i], req)
-				}
-				if !ok {
-					rej[k]++
-					continue hosts
-				}
-			}
+		default:
+			rej[k]++
+			continue
 		}
 		cands = append(cands, int32(i))
+		row := &rows[i]
 		for j := 0; j < nf; j++ {
 			v := row.raw[idx[j]]
 			if v < blo[j] {
@@ -487,18 +516,36 @@ func grow(b []float64, n int) []float64 {
 	return b[:n]
 }
 
-// order returns the hosts to try, first the one picked at random among the
-// best host_subset_size, then the rest best first. Only as many as can be
-// tried are ranked (a partial selection, not a full sort). Candidates are
-// in name order, so equal weights keep name order unless
-// shuffle_best_same_weighed_hosts is set.
-func (s *Scheduler) order(n int) []int {
-	k := s.cfg.HostSubsetSize + s.cfg.MaxAttempts
-	w := s.totals[:n]
-	top := topK(w, k)
+// rankedMin is the host count from which a decision walks the rank lists
+// (thresholdTop) instead of weighing every candidate.
+const rankedMin = 512
 
-	if s.cfg.ShuffleBestSameWeighedHosts && len(top) > 0 {
-		best := w[top[0]]
+// rank returns the hosts to try, best first: as many as host_subset_size
+// plus max_attempts. Equal weights keep name order unless
+// shuffle_best_same_weighed_hosts is set. When it finds none it also says
+// how many hosts each filter rejected.
+func (s *Scheduler) rank(hosts []*HostState, req *Request, active []Filter) ([]ranked, map[string]int) {
+	k := s.cfg.HostSubsetSize + s.cfg.MaxAttempts
+	fast, slow := s.weighPlan(req)
+	if len(hosts) >= rankedMin && req.RequestedHost == "" && !req.Force && len(slow) == 0 && !s.cfg.ShuffleBestSameWeighedHosts {
+		p, steps, done := s.prepareFilters(hosts, req, active)
+		check := s.newCheck(p, steps)
+		top, ok := s.thresholdTop(check, fast, k)
+		done()
+		if ok {
+			return top, nil
+		}
+		fast, _ = s.weighPlan(req) // bounds were narrowed: start again
+	}
+	cands, rejected := s.filter(hosts, req, active, fast)
+	if len(cands) == 0 {
+		return nil, rejected
+	}
+	s.total(hosts, cands, req, fast, slow)
+	w := s.totals[:len(cands)]
+	idx := topK(w, k)
+	if s.cfg.ShuffleBestSameWeighedHosts {
+		best := w[idx[0]]
 		var ties []int
 		for i, x := range w {
 			if x == best {
@@ -507,24 +554,30 @@ func (s *Scheduler) order(n int) []int {
 		}
 		s.rnd.Shuffle(len(ties), func(i, j int) { ties[i], ties[j] = ties[j], ties[i] })
 		if len(ties) >= k {
-			top = ties[:k]
+			idx = ties[:k]
 		} else {
-			top = append(ties, top[len(ties):]...)
+			idx = append(ties, idx[len(ties):]...)
 		}
 	}
+	top := make([]ranked, len(idx))
+	for i, c := range idx {
+		top[i] = ranked{idx: cands[c], weight: w[c]}
+	}
+	return top, rejected
+}
+
+// pick moves the host chosen at random among the first host_subset_size
+// to the front; the others keep their order.
+func (s *Scheduler) pick(top []ranked) []ranked {
 	subset := min(s.cfg.HostSubsetSize, len(top))
-	pick := 0
+	p := 0
 	if subset > 1 {
-		pick = s.rnd.IntN(subset)
+		p = s.rnd.IntN(subset)
 	}
-	out := make([]int, 0, len(top))
-	out = append(out, top[pick])
-	for i, idx := range top {
-		if i != pick {
-			out = append(out, idx)
-		}
-	}
-	return out
+	out := make([]ranked, 0, len(top))
+	out = append(out, top[p])
+	out = append(out, top[:p]...)
+	return append(out, top[p+1:]...)
 }
 
 // topK returns the indexes of the k largest values, largest first, lower

@@ -257,9 +257,21 @@ func (v *View) snapshot() []*HostState {
 			h.idx = i
 			v.dense.sync(h)
 		}
+		v.dense.rank.rebuild(v.dense.rows)
 		v.sorted = true
 	}
 	return v.hosts
+}
+
+// indexWeigher keeps a rank order for a host-only weigher (its raw index);
+// the next decision rebuilds the orders if this adds one.
+func (v *View) indexWeigher(raw int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.dense.rank.enabled[raw] {
+		v.dense.rank.enabled[raw] = true
+		v.sorted = false
+	}
 }
 
 // Host returns a copy of one host's state.

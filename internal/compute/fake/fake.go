@@ -48,9 +48,12 @@ type Driver struct {
 }
 
 type copyJob struct {
-	timer    clock.Timer
-	ticker   clock.Timer
-	done     func(error)
+	timer  clock.Timer
+	ticker clock.Timer
+	done   func(error)
+	// err is the outcome the copy is heading for (an injected failure, or
+	// nil); force-complete delivers it early.
+	err      error
 	finished bool
 }
 
@@ -202,6 +205,13 @@ func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest st
 	progress func(total, processed, remaining int64), done func(error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if old, ok := d.copies[inst.UUID]; ok && !old.finished {
+		// The copy in progress keeps its job (abort and force-complete act
+		// on it); this one fails without touching the guest.
+		err := fmt.Errorf("live migration of %s: a migration of this guest is already in progress", inst.UUID)
+		d.cfg.Clock.AfterFunc(0, func() { done(err) })
+		return
+	}
 	fail := d.takeFault(compute.StepLiveMigration, inst.UUID)
 	g, ok := d.guests[inst.UUID]
 	if fail == nil && (!ok || g.State != compute.GuestRunning) {
@@ -210,7 +220,7 @@ func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest st
 	dur := d.CopyTime(inst.Flavor.RAMMB)
 	total := inst.Flavor.RAMMB << 20
 	start := d.cfg.Clock.Now()
-	job := &copyJob{done: done}
+	job := &copyJob{done: done, err: fail}
 	if fail != nil {
 		// A failing copy still takes half its time before it fails.
 		dur /= 2
@@ -219,7 +229,14 @@ func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest st
 		d.saveLocked()
 	}
 	d.copies[inst.UUID] = job
-	job.timer = d.cfg.Clock.AfterFunc(dur, func() { d.endCopy(inst.UUID, job, fail) })
+	job.timer = d.cfg.Clock.AfterFunc(dur, func() {
+		d.mu.Lock()
+		ended := d.finishLocked(inst.UUID, job, job.err)
+		d.mu.Unlock()
+		if ended {
+			job.done(job.err)
+		}
+	})
 	if progress != nil && d.cfg.ProgressEvery > 0 && fail == nil {
 		var tick func()
 		tick = func() {
@@ -238,81 +255,99 @@ func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest st
 	}
 }
 
-func (d *Driver) endCopy(uuid string, job *copyJob, err error) {
-	d.mu.Lock()
+// finishLocked ends a copy job with err: it stops its timers, forgets it,
+// and puts a guest whose copy failed back to running. It reports false if
+// the job had already ended. Called with mu held; the caller delivers
+// job.done after unlocking.
+func (d *Driver) finishLocked(uuid string, job *copyJob, err error) bool {
 	if job.finished {
-		d.mu.Unlock()
-		return
+		return false
 	}
 	job.finished = true
+	job.timer.Stop()
 	if job.ticker != nil {
 		job.ticker.Stop()
 	}
-	delete(d.copies, uuid)
+	if d.copies[uuid] == job {
+		delete(d.copies, uuid)
+	}
 	if g, ok := d.guests[uuid]; ok && err != nil && g.State == compute.GuestMigrating {
 		g.State = compute.GuestRunning
 		d.saveLocked()
 	}
+	return true
+}
+
+// endNow ends the copy of uuid at once with err (nil: the job's own
+// outcome) and reports it through done on the clock, never before the
+// caller returns: the caller (the conductor performing an abort or force
+// complete) may hold the lock that done's handler needs.
+func (d *Driver) endNow(uuid string, op string, err error) error {
+	d.mu.Lock()
+	job, ok := d.copies[uuid]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%s %s: %w", op, uuid, ErrNoMigration)
+	}
+	if err == nil {
+		err = job.err
+	}
+	ended := d.finishLocked(uuid, job, err)
 	d.mu.Unlock()
-	job.done(err)
+	if ended {
+		d.cfg.Clock.AfterFunc(0, func() { job.done(err) })
+	}
+	return nil
 }
 
 // ErrNoMigration is returned when there is no copy to act on.
 var ErrNoMigration = errors.New("no live migration in progress for this instance")
 
-// AbortLiveMigration implements compute.Driver: the copy stops and reports
-// failure; the guest keeps running here.
+// AbortLiveMigration implements compute.Driver: the copy stops at once
+// (the guest keeps running here) and reports failure through its done
+// callback, asynchronously.
 func (d *Driver) AbortLiveMigration(_ context.Context, uuid string) error {
-	d.mu.Lock()
-	job, ok := d.copies[uuid]
-	d.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("aborting %s: %w", uuid, ErrNoMigration)
-	}
-	if job.timer.Stop() {
-		d.endCopy(uuid, job, fmt.Errorf("migration of %s cancelled", uuid))
-	}
-	return nil
+	return d.endNow(uuid, "aborting", fmt.Errorf("migration of %s cancelled", uuid))
 }
 
 // ForceCompleteLiveMigration implements compute.Driver: the copy finishes
-// now (as a pause-and-copy would).
+// now (as a pause-and-copy would), with the outcome it was heading for (an
+// injected failure still fails), reported asynchronously.
 func (d *Driver) ForceCompleteLiveMigration(_ context.Context, uuid string) error {
-	d.mu.Lock()
-	job, ok := d.copies[uuid]
-	d.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("force-completing %s: %w", uuid, ErrNoMigration)
-	}
-	if job.timer.Stop() {
-		d.cfg.Clock.AfterFunc(0, func() { d.endCopy(uuid, job, nil) })
-	}
-	return nil
+	return d.endNow(uuid, "force-completing", nil)
 }
 
-// PostLiveMigrationAtSource implements compute.Driver.
+// PostLiveMigrationAtSource implements compute.Driver. An injected
+// failure leaves the source's (stale) guest in place.
 func (d *Driver) PostLiveMigrationAtSource(_ context.Context, uuid string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.takeFault(compute.StepPostAtSource, uuid); err != nil {
+		return err
+	}
 	delete(d.guests, uuid)
 	d.saveLocked()
 	return nil
 }
 
-// PostLiveMigrationAtDestination implements compute.Driver.
+// PostLiveMigrationAtDestination implements compute.Driver. Once the
+// memory copy is done the guest runs here whatever happens next, so an
+// injected failure (a port binding or volume connection that fails, say)
+// still leaves the incoming guest running, as a real hypervisor would.
 func (d *Driver) PostLiveMigrationAtDestination(_ context.Context, inst records.Instance) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.takeFault(compute.StepPostAtDestination, inst.UUID); err != nil {
-		return err
-	}
+	fault := d.takeFault(compute.StepPostAtDestination, inst.UUID)
 	g, ok := d.guests[inst.UUID]
 	if !ok {
+		if fault != nil {
+			return fault
+		}
 		return fmt.Errorf("post live migration of %s: no incoming guest", inst.UUID)
 	}
 	g.State = compute.GuestRunning
 	d.saveLocked()
-	return nil
+	return fault
 }
 
 // RollbackLiveMigrationAtDestination implements compute.Driver.

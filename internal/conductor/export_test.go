@@ -1,0 +1,16 @@
+package conductor
+
+// Remembered reports what the conductor keeps in memory about migrations:
+// per-migration locks, migrations queued for a slot, and slots held, over
+// all sources. All three are zero when no migration is active.
+func (c *Conductor) Remembered() (locks, queued, slots int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range c.waiting {
+		queued += len(q)
+	}
+	for _, n := range c.slots {
+		slots += n
+	}
+	return len(c.locks), queued, slots
+}
