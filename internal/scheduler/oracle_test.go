@@ -31,21 +31,46 @@ func TestSelectRanksLikeExplain(t *testing.T) {
 				if lv := r.IntN(tc.levels); lv > 0 {
 					c.use(t, name, "u-"+name, placement.Resources{placement.VCPU: int64(4 * lv), placement.MemoryMB: int64(lv * 14000), placement.DiskGB: int64(lv * 200)})
 				}
+				if lv := r.IntN(tc.levels); lv > 0 && r.IntN(10) == 0 {
+					// Shrink the inventory below usage: free RAM and disk go
+					// negative, so the fixed-min bound drops below 0.
+					p, err := c.st.GetProvider(ctx, "rp-"+name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					invs := p.Inventories.Clone()
+					mem := invs[placement.MemoryMB]
+					mem.Total, mem.MaxUnit = 1024, 1024
+					invs[placement.MemoryMB] = mem
+					if _, err := c.st.SetInventories(ctx, p.UUID, p.Generation, invs); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if r.IntN(8) == 0 {
 					if err := c.st.PutService(ctx, records.Service{Host: name, Disabled: true, LastSeenUp: c.clk.Now()}); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if r.IntN(6) == 0 { // some hosts busy: IoOps varies
-					if err := c.st.PutHostRecord(ctx, records.HostRecord{Host: name, NumIOOps: int64(r.IntN(4)), RunningVMs: int64(r.IntN(30))}); err != nil {
-						t.Fatal(err)
-					}
+				// Records (what legacy's weighers read) disagree with the
+				// allocations, some claim more RAM than the host has, and
+				// some hosts are busy (IoOps varies).
+				rec := records.HostRecord{Host: name, VCPUs: 32, CPUAllocationRatio: 4, MemoryMB: 131072, LocalGB: 2000,
+					FreeRAMMB: int64(r.IntN(tc.levels)*20000 - 20000), FreeDiskGB: int64(r.IntN(tc.levels) * 250), VCPUsUsed: int64(r.IntN(tc.levels) * 9)}
+				if r.IntN(6) == 0 {
+					rec.NumIOOps, rec.RunningVMs = int64(r.IntN(4)), int64(r.IntN(30))
+				}
+				if err := c.st.PutHostRecord(ctx, rec); err != nil {
+					t.Fatal(err)
 				}
 			}
 			cfg := DefaultConfig()
 			cfg.MaxAttempts = 5
-			s := c.scheduler(t, cfg, PolicyClaim, 1)
-			for trial := 0; trial < 30; trial++ {
+			for trial := 0; trial < 40; trial++ {
+				policy := PolicyClaim
+				if trial%2 == 1 {
+					policy = PolicyLegacy
+				}
+				s := c.scheduler(t, cfg, policy, 1)
 				req := &Request{Resources: placement.Resources{placement.VCPU: int64(1 + r.IntN(16)), placement.MemoryMB: int64(512 * (1 + r.IntN(64)))}}
 				if r.IntN(3) == 0 {
 					req.IgnoreHosts = []string{fmt.Sprintf("h%05d", r.IntN(n))}

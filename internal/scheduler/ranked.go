@@ -7,15 +7,26 @@ import (
 	"github.com/tidwall/btree"
 )
 
-// rankIndex keeps, for every host-only weigher the scheduler uses, the
-// hosts ordered by raw value (ties by host index) in a B-tree, updated as
-// hosts change. With it a decision need not look at every host: it walks
-// the orders from their best end and stops once no unseen host can beat the
-// k-th best found (Fagin's threshold algorithm), which gives the same
-// hosts, in the same order, as weighing every candidate.
+// rankIndex keeps the hosts in B-tree orders, updated as hosts change, so
+// a decision need not weigh every host:
+//
+//   - per host-only weigher in use, an order by raw value (ties by host
+//     index), from which the candidates' bounds (largest and smallest raw
+//     value) are read by walking in from either end;
+//   - one composite order by key(h) = Σ coef_j · max(raw_j(h), 0) over the
+//     weighers with a positive multiplier and a fixed minimum (RAM, CPU,
+//     Disk by default). A candidate's total weight is at most
+//     R · key(h) + C for constants R and C of the decision (see
+//     thresholdTop), so walking the composite order from the top, the
+//     decision stops as soon as that bound falls below the k-th best weight
+//     found — the same hosts, in the same order, as weighing every
+//     candidate (a threshold algorithm over one sorted access path).
 type rankIndex struct {
 	enabled   [numRaw]bool
+	inComp    [numRaw]bool // part of the composite key
+	coef      [numRaw]float64
 	trees     [numRaw]*btree.BTreeG[rankItem]
+	comp      *btree.BTreeG[rankItem]
 	negatives [numRaw]int // hosts whose raw value is below 0
 	built     bool
 }
@@ -32,14 +43,39 @@ func rankLess(a, b rankItem) bool {
 	return a.idx < b.idx
 }
 
+func newTree(items []rankItem) *btree.BTreeG[rankItem] {
+	sort.Slice(items, func(a, b int) bool { return rankLess(items[a], items[b]) })
+	t := btree.NewBTreeGOptions(rankLess, btree.Options{NoLocks: true, Degree: 64})
+	for _, it := range items {
+		t.Load(it)
+	}
+	return t
+}
+
+// key is a host's composite key.
+func (ri *rankIndex) key(raw *[numRaw]float64) float64 {
+	k := 0.0
+	for j := 0; j < numRaw; j++ {
+		if ri.inComp[j] && raw[j] > 0 {
+			k += ri.coef[j] * raw[j]
+		}
+	}
+	return k
+}
+
 func (ri *rankIndex) rebuild(rows []fitRow) {
 	for j := 0; j < numRaw; j++ {
 		ri.trees[j], ri.negatives[j] = nil, 0
+		top := 1.0
 		for i := range rows {
 			if rows[i].raw[j] < 0 {
 				ri.negatives[j]++
 			}
+			top = math.Max(top, rows[i].raw[j])
 		}
+		// Coefficients normalise each weigher by its largest value now, so
+		// the composite key ranks hosts close to how the decision will.
+		ri.coef[j] = 1 / top
 		if !ri.enabled[j] {
 			continue
 		}
@@ -47,13 +83,13 @@ func (ri *rankIndex) rebuild(rows []fitRow) {
 		for i := range rows {
 			items[i] = rankItem{rows[i].raw[j], int32(i)}
 		}
-		sort.Slice(items, func(a, b int) bool { return rankLess(items[a], items[b]) })
-		t := btree.NewBTreeGOptions(rankLess, btree.Options{NoLocks: true, Degree: 64})
-		for _, it := range items {
-			t.Load(it)
-		}
-		ri.trees[j] = t
+		ri.trees[j] = newTree(items)
 	}
+	items := make([]rankItem, len(rows))
+	for i := range rows {
+		items[i] = rankItem{ri.key(&rows[i].raw), int32(i)}
+	}
+	ri.comp = newTree(items)
 	ri.built = true
 }
 
@@ -79,6 +115,10 @@ func (ri *rankIndex) update(rows []fitRow, i int, old [numRaw]float64) {
 			t.Delete(rankItem{old[j], int32(i)})
 			t.Set(rankItem{v, int32(i)})
 		}
+	}
+	if ok, nk := ri.key(&old), ri.key(&rows[i].raw); ok != nk {
+		ri.comp.Delete(rankItem{ok, int32(i)})
+		ri.comp.Set(rankItem{nk, int32(i)})
 	}
 }
 
@@ -147,15 +187,16 @@ func (c *candidateCheck) passes(i int32) bool {
 		return c.ok[i]
 	}
 	c.stamp[i] = c.gen
-	ok := c.pass.check(int(i), c.steps) < 0
+	ok := c.pass.check(int(i), c.steps) == -1
 	c.ok[i] = ok
 	return ok
 }
 
 // thresholdTop returns the k best candidates, best first, walking the
-// rank orders instead of every host. It reports false when it cannot
-// answer: a weigher without an order, or no candidate at all (the caller's
-// full pass then counts rejections).
+// composite order instead of weighing every host. It reports false when it
+// cannot answer cheaply — a weigher without an order, no candidate at all,
+// or a walk that would visit a quarter of the hosts — and the caller then
+// weighs every candidate.
 func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k int) ([]ranked, bool) {
 	rows := s.view.dense.rows
 	ri := &s.view.dense.rank
@@ -184,14 +225,18 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		}
 	}
 	live, scale := liveWeighers(fast)
-	if len(live) == 0 { // every candidate weighs the same: name order
-		var top []ranked
-		for i := 0; i < n && len(top) < k; i++ {
-			if check.passes(int32(i)) {
-				top = append(top, ranked{idx: int32(i)})
-			}
+	// A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a weigher
+	// in the composite key that is ≤ (scale_j/coef_j)·coef_j·max(raw_j, 0)
+	// − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a normalised
+	// value is at most 1). Hence total ≤ R·key + C.
+	r, c := 0.0, 0.0
+	for j, w := range live {
+		if ri.inComp[w.raw] && scale[j] > 0 {
+			r = math.Max(r, scale[j]/ri.coef[w.raw])
+			c -= scale[j] * w.lo
+		} else {
+			c += math.Max(w.mult, 0)
 		}
-		return top, len(top) > 0
 	}
 	total := func(i int32) float64 {
 		t := 0.0
@@ -200,44 +245,28 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		}
 		return t
 	}
-	// Walk every live order from its best end, one depth at a time.
-	iters := make([]btree.IterG[rankItem], len(live))
-	for j := range live {
-		iters[j] = ri.trees[live[j].raw].Iter()
-		defer iters[j].Release()
-	}
 	var top []ranked
-	seen := s.seenStamp(n)
-	for d := 0; d < n; d++ {
-		tau := 0.0
-		for j := range live {
-			var ok bool
-			switch {
-			case d == 0 && scale[j] > 0:
-				ok = iters[j].Last()
-			case d == 0:
-				ok = iters[j].First()
-			case scale[j] > 0:
-				ok = iters[j].Prev()
-			default:
-				ok = iters[j].Next()
-			}
-			if !ok {
-				return top, len(top) > 0
-			}
-			it := iters[j].Item()
-			tau += (it.v - live[j].lo) * scale[j]
-			if seen.stamp[it.idx] == seen.gen {
-				continue
-			}
-			seen.stamp[it.idx] = seen.gen
-			if check.passes(it.idx) {
-				top = insertTop(top, ranked{idx: it.idx, weight: total(it.idx)}, k)
+	visited, limit := 0, max(n/4, 4*k)
+	complete := true
+	ri.comp.Reverse(func(it rankItem) bool {
+		if len(top) == k {
+			// A margin far above rounding error keeps the bound safe.
+			bound := r*it.v + c
+			if bound+1e-9*(math.Abs(bound)+1) < top[k-1].weight {
+				return false
 			}
 		}
-		if len(top) == k && tau < top[k-1].weight {
-			break
+		if visited++; visited > limit {
+			complete = false
+			return false
 		}
+		if check.passes(it.idx) {
+			top = insertTop(top, ranked{idx: it.idx, weight: total(it.idx)}, k)
+		}
+		return true
+	})
+	if !complete {
+		return nil, false
 	}
 	return top, len(top) > 0
 }
@@ -274,23 +303,4 @@ func liveWeighers(fast []boundWeigher) ([]boundWeigher, [numRaw]float64) {
 		}
 	}
 	return live, scale
-}
-
-type stamps struct {
-	stamp []uint32
-	gen   uint32
-}
-
-// seenStamp returns the "visited in this walk" marks, cleared in O(1).
-func (s *Scheduler) seenStamp(n int) *stamps {
-	st := &s.seen
-	if len(st.stamp) != n {
-		st.stamp, st.gen = make([]uint32, n), 0
-	}
-	st.gen++
-	if st.gen == 0 {
-		clear(st.stamp)
-		st.gen = 1
-	}
-	return st
 }

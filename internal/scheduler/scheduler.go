@@ -95,7 +95,6 @@ type Scheduler struct {
 	fast2   []boundWeigher
 	ignored []bool
 	checks  candidateCheck
-	seen    stamps
 	scratch []float64
 	totals  []float64
 }
@@ -123,7 +122,7 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 		}
 		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw})
 		if raw >= 0 && m != 0 {
-			view.indexWeigher(raw)
+			view.indexWeigher(raw, m > 0 && w.FixedMin())
 		}
 	}
 	return s, nil

@@ -265,11 +265,13 @@ func (v *View) snapshot() []*HostState {
 
 // indexWeigher keeps a rank order for a host-only weigher (its raw index);
 // the next decision rebuilds the orders if this adds one.
-func (v *View) indexWeigher(raw int) {
+func (v *View) indexWeigher(raw int, composite bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.dense.rank.enabled[raw] {
-		v.dense.rank.enabled[raw] = true
+	ri := &v.dense.rank
+	if !ri.enabled[raw] || ri.inComp[raw] != composite {
+		ri.enabled[raw] = true
+		ri.inComp[raw] = ri.inComp[raw] || composite
 		v.sorted = false
 	}
 }

@@ -15,18 +15,19 @@ func (s *Store) Changes(ctx context.Context, since int64, limit int) ([]store.Ch
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
+	// Prepared before the read transaction takes a connection of the pool.
+	minStmt, err := s.rstmts.get(ctx, `SELECT MIN(seq) FROM changes`)
+	if err != nil {
+		return nil, fmt.Errorf("changes since %d: %w", since, err)
+	}
+	listStmt, err := s.rstmts.get(ctx, `SELECT seq, kind, key FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`)
+	if err != nil {
+		return nil, fmt.Errorf("changes since %d: %w", since, err)
+	}
 	var out []store.Change
-	err := s.read(ctx, func(tx *sql.Tx) error {
+	err = s.read(ctx, func(tx *sql.Tx) error {
 		// Both queries in one snapshot, so a trim between them cannot
 		// open an unnoticed gap.
-		minStmt, err := s.rstmts.get(ctx, `SELECT MIN(seq) FROM changes`)
-		if err != nil {
-			return err
-		}
-		listStmt, err := s.rstmts.get(ctx, `SELECT seq, kind, key FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`)
-		if err != nil {
-			return err
-		}
 		var oldest sql.NullInt64
 		if err := tx.StmtContext(ctx, minStmt).QueryRowContext(ctx).Scan(&oldest); err != nil {
 			return fmt.Errorf("reading oldest change: %w", err)

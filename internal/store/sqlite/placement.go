@@ -28,11 +28,11 @@ func scanProviders(rows *sql.Rows) ([]*store.ProviderSummary, error) {
 	)
 	for rows.Next() {
 		var (
-			uuid, name                               string
-			generation                               int64
-			rc                                       sql.NullString
-			total, reserved, minU, maxU, step, used  sql.NullInt64
-			ratio                                    sql.NullFloat64
+			uuid, name                              string
+			generation                              int64
+			rc                                      sql.NullString
+			total, reserved, minU, maxU, step, used sql.NullInt64
+			ratio                                   sql.NullFloat64
 		)
 		if err := rows.Scan(&uuid, &name, &generation, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
 			return nil, fmt.Errorf("scanning provider: %w", err)
@@ -64,7 +64,7 @@ func scanProviders(rows *sql.Rows) ([]*store.ProviderSummary, error) {
 
 // loadProvider reads one provider inside a write transaction.
 func (w *wtx) loadProvider(uuid string) (*store.ProviderSummary, error) {
-	rows, err := w.query(providerSelect+` WHERE p.uuid = ?`, uuid)
+	rows, err := w.query(qLoadProvider, uuid)
 	if err != nil {
 		return nil, fmt.Errorf("reading provider %s: %w", uuid, err)
 	}
@@ -79,12 +79,7 @@ func (w *wtx) loadProvider(uuid string) (*store.ProviderSummary, error) {
 }
 
 func (w *wtx) putInventory(provider string, rc placement.ResourceClass, inv placement.Inventory) error {
-	_, err := w.exec(`INSERT INTO inventories
-		(provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (provider_uuid, resource_class) DO UPDATE SET
-			total = excluded.total, reserved = excluded.reserved, min_unit = excluded.min_unit,
-			max_unit = excluded.max_unit, step_size = excluded.step_size, allocation_ratio = excluded.allocation_ratio`,
+	_, err := w.exec(qPutInventory,
 		provider, string(rc), inv.Total, inv.Reserved, inv.MinUnit, inv.MaxUnit, inv.StepSize, inv.AllocationRatio)
 	if err != nil {
 		return fmt.Errorf("writing inventory %s of %s: %w", rc, provider, err)
@@ -107,19 +102,19 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 	p.Inventories = p.Inventories.Clone()
 	err := s.write(ctx, func(w *wtx) error {
 		var n int
-		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE uuid = ?`, p.UUID).Scan(&n); err != nil {
+		if err := w.queryRow(qProviderExists, p.UUID).Scan(&n); err != nil {
 			return fmt.Errorf("checking provider %s: %w", p.UUID, err)
 		}
 		if n > 0 {
 			return fmt.Errorf("provider %s: %w", p.UUID, store.ErrExists)
 		}
-		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE name = ?`, p.Name).Scan(&n); err != nil {
+		if err := w.queryRow(qProviderNameTaken, p.Name).Scan(&n); err != nil {
 			return fmt.Errorf("checking provider name %q: %w", p.Name, err)
 		}
 		if n > 0 {
 			return fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
 		}
-		if _, err := w.exec(`INSERT INTO providers (uuid, name, generation) VALUES (?, ?, ?)`, p.UUID, p.Name, p.Generation); err != nil {
+		if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation); err != nil {
 			return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
 		}
 		for _, rc := range sortedClasses(p.Inventories) {
@@ -212,7 +207,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 			if _, keep := invs[rc]; keep {
 				continue
 			}
-			if _, err := w.exec(`DELETE FROM inventories WHERE provider_uuid = ? AND resource_class = ?`, uuid, string(rc)); err != nil {
+			if _, err := w.exec(qDeleteInventory, uuid, string(rc)); err != nil {
 				return fmt.Errorf("removing inventory %s of %s: %w", rc, uuid, err)
 			}
 		}
@@ -222,7 +217,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 			}
 		}
 		out = placement.Provider{UUID: uuid, Name: cur.Name, Generation: cur.Generation + 1, Inventories: invs.Clone()}
-		if _, err := w.exec(`UPDATE providers SET generation = ? WHERE uuid = ?`, out.Generation, uuid); err != nil {
+		if _, err := w.exec(qSetProviderGeneration, out.Generation, uuid); err != nil {
 			return fmt.Errorf("bumping generation of %s: %w", uuid, err)
 		}
 		return w.note(store.ChangeProvider, uuid)
@@ -237,7 +232,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 	err := s.write(ctx, func(w *wtx) error {
 		var n int
-		if err := w.queryRow(`SELECT COUNT(*) FROM providers WHERE uuid = ?`, uuid).Scan(&n); err != nil {
+		if err := w.queryRow(qProviderExists, uuid).Scan(&n); err != nil {
 			return fmt.Errorf("checking provider %s: %w", uuid, err)
 		}
 		if n == 0 {
@@ -247,7 +242,7 @@ func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 			rc   string
 			used int64
 		)
-		err := w.queryRow(`SELECT resource_class, used FROM inventories WHERE provider_uuid = ? AND used > 0 ORDER BY resource_class LIMIT 1`, uuid).Scan(&rc, &used)
+		err := w.queryRow(qProviderUsedClass, uuid).Scan(&rc, &used)
 		switch {
 		case err == nil:
 			return &placement.InUseError{Provider: uuid, Class: placement.ResourceClass(rc), Used: used}
@@ -256,13 +251,13 @@ func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 		}
 		// Usage is maintained with the allocations, but be strict: the
 		// foreign key from allocations would refuse the delete anyway.
-		if err := w.queryRow(`SELECT COUNT(*) FROM (SELECT 1 FROM allocations WHERE provider_uuid = ? LIMIT 1)`, uuid).Scan(&n); err != nil {
+		if err := w.queryRow(qProviderHasAllocations, uuid).Scan(&n); err != nil {
 			return fmt.Errorf("checking allocations on %s: %w", uuid, err)
 		}
 		if n > 0 {
 			return &placement.InUseError{Provider: uuid}
 		}
-		if _, err := w.exec(`DELETE FROM providers WHERE uuid = ?`, uuid); err != nil {
+		if _, err := w.exec(qDeleteProvider, uuid); err != nil {
 			return fmt.Errorf("deleting provider %s: %w", uuid, err)
 		}
 		return w.note(store.ChangeProvider, uuid)
@@ -349,7 +344,7 @@ func (s *Store) ConsumersOn(ctx context.Context, providerUUID string) ([]placeme
 
 // loadConsumer reads one consumer inside a write transaction.
 func (w *wtx) loadConsumer(uuid string) (placement.Consumer, bool, error) {
-	rows, err := w.query(consumerSelect+` WHERE c.uuid = ?`, uuid)
+	rows, err := w.query(qLoadConsumer, uuid)
 	if err != nil {
 		return placement.Consumer{}, false, fmt.Errorf("reading consumer %s: %w", uuid, err)
 	}
@@ -438,26 +433,26 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 					add(p, rc, -n)
 				}
 			}
-			if _, err := w.exec(`DELETE FROM allocations WHERE consumer_uuid = ?`, ch.UUID); err != nil {
+			if _, err := w.exec(qDeleteConsumerAllocations, ch.UUID); err != nil {
 				return fmt.Errorf("removing allocations of %s: %w", ch.UUID, err)
 			}
 		}
 		c := ch.New
 		switch {
 		case c == nil && existed:
-			if _, err := w.exec(`DELETE FROM consumers WHERE uuid = ?`, ch.UUID); err != nil {
+			if _, err := w.exec(qDeleteConsumer, ch.UUID); err != nil {
 				return fmt.Errorf("deleting consumer %s: %w", ch.UUID, err)
 			}
 			continue
 		case c == nil:
 			continue
 		case existed:
-			if _, err := w.exec(`UPDATE consumers SET project_id = ?, user_id = ?, type = ?, generation = ? WHERE uuid = ?`,
+			if _, err := w.exec(qUpdateConsumer,
 				c.ProjectID, c.UserID, string(c.Type), c.Generation, c.UUID); err != nil {
 				return fmt.Errorf("updating consumer %s: %w", c.UUID, err)
 			}
 		default:
-			if _, err := w.exec(`INSERT INTO consumers (uuid, project_id, user_id, type, generation) VALUES (?, ?, ?, ?, ?)`,
+			if _, err := w.exec(qInsertConsumer,
 				c.UUID, c.ProjectID, c.UserID, string(c.Type), c.Generation); err != nil {
 				return fmt.Errorf("inserting consumer %s: %w", c.UUID, err)
 			}
@@ -465,7 +460,7 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 		for _, p := range sortedKeys(c.Allocations) {
 			r := c.Allocations[p]
 			for _, rc := range sortedClasses(r) {
-				if _, err := w.exec(`INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?, ?, ?, ?)`,
+				if _, err := w.exec(qInsertAllocation,
 					c.UUID, p, string(rc), r[rc]); err != nil {
 					return fmt.Errorf("inserting allocation of %s on %s: %w", c.UUID, p, err)
 				}
@@ -479,7 +474,7 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 			if d[rc] == 0 {
 				continue
 			}
-			res, err := w.exec(`UPDATE inventories SET used = used + ? WHERE provider_uuid = ? AND resource_class = ?`, d[rc], p, string(rc))
+			res, err := w.exec(qAddUsage, d[rc], p, string(rc))
 			if err != nil {
 				return fmt.Errorf("updating usage of %s on %s: %w", rc, p, err)
 			}
@@ -489,7 +484,7 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 		}
 	}
 	for _, p := range sortedKeys(plan.Providers) {
-		if _, err := w.exec(`UPDATE providers SET generation = ? WHERE uuid = ?`, plan.Providers[p], p); err != nil {
+		if _, err := w.exec(qSetProviderGeneration, plan.Providers[p], p); err != nil {
 			return fmt.Errorf("bumping generation of %s: %w", p, err)
 		}
 		if err := w.note(store.ChangeProvider, p); err != nil {

@@ -19,8 +19,7 @@ func (s *Store) PutHostRecord(ctx context.Context, h records.HostRecord) error {
 		return fmt.Errorf("encoding host record %s: %w", h.Host, err)
 	}
 	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(`INSERT INTO host_records (host, data) VALUES (?, ?)
-			ON CONFLICT (host) DO UPDATE SET data = excluded.data`, h.Host, data); err != nil {
+		if _, err := w.exec(qPutHostRecord, h.Host, string(data)); err != nil {
 			return err
 		}
 		return w.note(store.ChangeHost, h.Host)
@@ -64,8 +63,7 @@ func (s *Store) PutService(ctx context.Context, sv records.Service) error {
 		return fmt.Errorf("encoding service %s: %w", sv.Host, err)
 	}
 	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(`INSERT INTO services (host, data) VALUES (?, ?)
-			ON CONFLICT (host) DO UPDATE SET data = excluded.data`, sv.Host, data); err != nil {
+		if _, err := w.exec(qPutService, sv.Host, string(data)); err != nil {
 			return err
 		}
 		return w.note(store.ChangeService, sv.Host)
@@ -110,8 +108,7 @@ func (s *Store) CreateInstance(ctx context.Context, in records.Instance) (record
 		return records.Instance{}, fmt.Errorf("encoding instance %s: %w", in.UUID, err)
 	}
 	err = s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(`INSERT INTO instances (uuid, host, version, data) VALUES (?, ?, ?, ?)
-			ON CONFLICT (uuid) DO NOTHING`, in.UUID, in.Host, in.Version, data)
+		res, err := w.exec(qInsertInstance, in.UUID, in.Host, in.Version, string(data))
 		if err != nil {
 			return err
 		}
@@ -147,7 +144,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 	}
 	err = s.write(ctx, func(w *wtx) error {
 		var cur int64
-		if err := w.queryRow(`SELECT version FROM instances WHERE uuid = ?`, in.UUID).Scan(&cur); errors.Is(err, sql.ErrNoRows) {
+		if err := w.queryRow(qInstanceVersion, in.UUID).Scan(&cur); errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
 		} else if err != nil {
 			return fmt.Errorf("reading instance %s: %w", in.UUID, err)
@@ -155,7 +152,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 		if cur != expected {
 			return store.VersionConflict("instance", in.UUID, expected, cur)
 		}
-		if _, err := w.exec(`UPDATE instances SET host = ?, version = ?, data = ? WHERE uuid = ?`, in.Host, in.Version, data, in.UUID); err != nil {
+		if _, err := w.exec(qUpdateInstance, in.Host, in.Version, string(data), in.UUID); err != nil {
 			return fmt.Errorf("updating instance %s: %w", in.UUID, err)
 		}
 		return nil
@@ -169,7 +166,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 // DeleteInstance implements store.Store.
 func (s *Store) DeleteInstance(ctx context.Context, uuid string) error {
 	err := s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(`DELETE FROM instances WHERE uuid = ?`, uuid)
+		res, err := w.exec(qDeleteInstance, uuid)
 		if err != nil {
 			return err
 		}
@@ -218,9 +215,8 @@ func (s *Store) CreateMigration(ctx context.Context, m records.Migration) (recor
 		if err != nil {
 			return fmt.Errorf("encoding: %w", err)
 		}
-		res, err := w.exec(`INSERT INTO migrations (uuid, instance_uuid, source_host, dest_host, status, active, version, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, active(m.Status), m.Version, data)
+		res, err := w.exec(qInsertMigration,
+			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, active(m.Status), m.Version, string(data))
 		if err != nil {
 			return err
 		}
@@ -231,7 +227,7 @@ func (s *Store) CreateMigration(ctx context.Context, m records.Migration) (recor
 		if data, err = json.Marshal(m); err != nil {
 			return fmt.Errorf("encoding: %w", err)
 		}
-		_, err = w.exec(`UPDATE migrations SET data = ? WHERE id = ?`, data, m.ID)
+		_, err = w.exec(qSetMigrationData, string(data), m.ID)
 		return err
 	})
 	if err != nil {
@@ -267,7 +263,7 @@ func (s *Store) UpdateMigration(ctx context.Context, m records.Migration) (recor
 	}
 	err = s.write(ctx, func(w *wtx) error {
 		var cur int64
-		if err := w.queryRow(`SELECT version FROM migrations WHERE id = ?`, m.ID).Scan(&cur); errors.Is(err, sql.ErrNoRows) {
+		if err := w.queryRow(qMigrationVersion, m.ID).Scan(&cur); errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("migration %d: %w", m.ID, store.ErrNotFound)
 		} else if err != nil {
 			return fmt.Errorf("reading migration %d: %w", m.ID, err)
@@ -275,9 +271,8 @@ func (s *Store) UpdateMigration(ctx context.Context, m records.Migration) (recor
 		if cur != expected {
 			return store.VersionConflict("migration", fmt.Sprint(m.ID), expected, cur)
 		}
-		if _, err := w.exec(`UPDATE migrations SET uuid = ?, instance_uuid = ?, source_host = ?, dest_host = ?,
-			status = ?, active = ?, version = ?, data = ? WHERE id = ?`,
-			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, active(m.Status), m.Version, data, m.ID); err != nil {
+		if _, err := w.exec(qUpdateMigration,
+			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, active(m.Status), m.Version, string(data), m.ID); err != nil {
 			return fmt.Errorf("updating migration %d: %w", m.ID, err)
 		}
 		return nil

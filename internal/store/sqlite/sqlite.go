@@ -168,6 +168,13 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.wdb.Close()
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
+	for _, q := range writerQueries {
+		if _, err := s.wstmts.get(ctx, q); err != nil {
+			s.wstmts.close()
+			s.wdb.Close()
+			return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+		}
+	}
 
 	// Readers open after the writer switched the file to WAL.
 	s.rdb, err = sql.Open("sqlite", name+"?"+url.Values{
@@ -209,6 +216,15 @@ func (s *Store) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// writerQueries lists every statement write transactions run; see wq.
+var writerQueries []string
+
+// wq registers a statement for write transactions and returns it.
+func wq(query string) string {
+	writerQueries = append(writerQueries, query)
+	return query
 }
 
 // stmtCache prepares each query once per pool; database/sql then prepares
@@ -272,12 +288,15 @@ func (s *Store) write(ctx context.Context, fn func(w *wtx) error) error {
 	return nil
 }
 
+// stmt returns a prepared statement bound to the transaction. Only
+// statements registered with wq exist: preparing one now would need a second
+// writer connection.
 func (w *wtx) stmt(query string) (*sql.Stmt, error) {
-	st, err := w.s.wstmts.get(w.ctx, query)
-	if err != nil {
-		return nil, err
+	st, ok := w.s.wstmts.m.Load(query)
+	if !ok {
+		return nil, fmt.Errorf("statement not registered with wq: %q", query)
 	}
-	return w.tx.StmtContext(w.ctx, st), nil
+	return w.tx.StmtContext(w.ctx, st.(*sql.Stmt)), nil
 }
 
 func (w *wtx) exec(query string, args ...any) (sql.Result, error) {
@@ -296,19 +315,27 @@ func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
 	return st.QueryContext(w.ctx, args...)
 }
 
-func (w *wtx) queryRow(query string, args ...any) *sql.Row {
+// queryRow runs a single-row query; an error preparing it is reported by
+// Scan.
+func (w *wtx) queryRow(query string, args ...any) rowScanner {
 	st, err := w.stmt(query)
 	if err != nil {
-		// A Row cannot carry an error of our own; let QueryRow on the
-		// raw transaction report it when scanned.
-		return w.tx.QueryRowContext(w.ctx, query, args...)
+		return errRow{err}
 	}
 	return st.QueryRowContext(w.ctx, args...)
 }
 
+// rowScanner is *sql.Row or errRow.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
 // note appends a change-stream row and now and then trims old ones.
 func (w *wtx) note(kind store.ChangeKind, key string) error {
-	res, err := w.exec(`INSERT INTO changes (kind, key) VALUES (?, ?)`, string(kind), key)
+	res, err := w.exec(qInsertChange, string(kind), key)
 	if err != nil {
 		return fmt.Errorf("appending change %s %s: %w", kind, key, err)
 	}
@@ -320,7 +347,7 @@ func (w *wtx) note(kind store.ChangeKind, key string) error {
 	if err != nil {
 		return fmt.Errorf("reading change sequence: %w", err)
 	}
-	if _, err := w.exec(`DELETE FROM changes WHERE seq <= ?`, seq-int64(w.s.opts.KeepChanges)); err != nil {
+	if _, err := w.exec(qTrimChanges, seq-int64(w.s.opts.KeepChanges)); err != nil {
 		return fmt.Errorf("trimming changes: %w", err)
 	}
 	return nil
@@ -336,10 +363,10 @@ func (s *Store) rquery(ctx context.Context, query string, args ...any) (*sql.Row
 }
 
 // rqueryRow runs a single-row query on the read pool.
-func (s *Store) rqueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+func (s *Store) rqueryRow(ctx context.Context, query string, args ...any) rowScanner {
 	st, err := s.rstmts.get(ctx, query)
 	if err != nil {
-		return s.rdb.QueryRowContext(ctx, query, args...)
+		return errRow{err}
 	}
 	return st.QueryRowContext(ctx, args...)
 }

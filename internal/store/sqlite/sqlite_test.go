@@ -2,19 +2,374 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
 	"path/filepath"
+	"sync"
 	"testing"
 
+	"keel/internal/placement"
+	"keel/internal/records"
 	"keel/internal/store"
 	"keel/internal/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := Open(context.Background(), filepath.Join(t.TempDir(), "keel.db"))
+		path := filepath.Join(t.TempDir(), "keel.db")
+		s, err := Open(context.Background(), path)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
+		// Runs after the suite closed the store: the maintained usage must
+		// equal the allocations whatever the subtest did.
+		t.Cleanup(func() { checkUsageColumn(t, path) })
 		return s
 	})
+}
+
+// rawDB opens the database file directly, bypassing the store.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatalf("opening %s: %v", path, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// checkUsageColumn verifies that inventories.used is the sum of the
+// allocations of each provider and class, and that no allocation lacks its
+// inventory or consumer.
+func checkUsageColumn(t *testing.T, path string) {
+	t.Helper()
+	db := rawDB(t, path)
+	rows, err := db.Query(`SELECT i.provider_uuid, i.resource_class, i.used, COALESCE(SUM(a.used), 0)
+		FROM inventories i LEFT JOIN allocations a
+			ON a.provider_uuid = i.provider_uuid AND a.resource_class = i.resource_class
+		GROUP BY i.provider_uuid, i.resource_class`)
+	if err != nil {
+		t.Fatalf("checking usage: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			p, rc      string
+			used, summ int64
+		)
+		if err := rows.Scan(&p, &rc, &used, &summ); err != nil {
+			t.Fatalf("checking usage: %v", err)
+		}
+		if used != summ {
+			t.Errorf("provider %s %s: used column %d, allocations sum to %d", p, rc, used, summ)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("checking usage: %v", err)
+	}
+	var orphans int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_foreign_key_check`).Scan(&orphans); err != nil {
+		t.Fatalf("foreign key check: %v", err)
+	}
+	if orphans != 0 {
+		t.Errorf("%d rows violate foreign keys", orphans)
+	}
+}
+
+func openTemp(t *testing.T, opts Options) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keel.db")
+	s, err := OpenWith(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("OpenWith: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func pragma(t *testing.T, db interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, name string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRowContext(context.Background(), "PRAGMA "+name).Scan(&v); err != nil {
+		t.Fatalf("PRAGMA %s: %v", name, err)
+	}
+	return v
+}
+
+func TestPragmas(t *testing.T) {
+	s, _ := openTemp(t, Options{})
+	if got := pragma(t, s.wdb, "journal_mode"); got != "wal" {
+		t.Errorf("journal_mode = %q, want wal", got)
+	}
+	if got := pragma(t, s.wdb, "foreign_keys"); got != "1" {
+		t.Errorf("writer foreign_keys = %q, want 1", got)
+	}
+	if got := pragma(t, s.wdb, "synchronous"); got != "1" {
+		t.Errorf("default synchronous = %q, want 1 (NORMAL)", got)
+	}
+	if got := pragma(t, s.wdb, "busy_timeout"); got != "5000" {
+		t.Errorf("busy_timeout = %q, want 5000", got)
+	}
+	if got := pragma(t, s.rdb, "query_only"); got != "1" {
+		t.Errorf("reader query_only = %q, want 1", got)
+	}
+
+	full, _ := openTemp(t, Options{Synchronous: "full"})
+	if got := pragma(t, full.wdb, "synchronous"); got != "2" {
+		t.Errorf("synchronous with FULL = %q, want 2", got)
+	}
+	if _, err := OpenWith(context.Background(), filepath.Join(t.TempDir(), "x.db"), Options{Synchronous: "OFF"}); err == nil {
+		t.Error("synchronous OFF accepted")
+	}
+}
+
+func TestSchemaVersion(t *testing.T) {
+	ctx := context.Background()
+	ms, err := schemaMigrations()
+	if err != nil {
+		t.Fatalf("schemaMigrations: %v", err)
+	}
+	s, path := openTemp(t, Options{})
+	v, err := s.SchemaVersion(ctx)
+	if err != nil || v != len(ms) || v < 1 {
+		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, len(ms))
+	}
+	s.Close()
+
+	// Reopening applies nothing twice.
+	s2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	var rows int
+	if err := s2.rdb.QueryRow(`SELECT COUNT(*) FROM schema_version`).Scan(&rows); err != nil || rows != len(ms) {
+		t.Errorf("schema_version holds %d rows (%v), want %d", rows, err, len(ms))
+	}
+	s2.Close()
+
+	// A database from a newer program is refused.
+	db := rawDB(t, path)
+	if _, err := db.Exec(`INSERT INTO schema_version (version, name, applied_at) VALUES (?, 'future.sql', 'now')`, len(ms)+1); err != nil {
+		t.Fatalf("faking a newer schema: %v", err)
+	}
+	db.Close()
+	if s3, err := Open(ctx, path); err == nil {
+		s3.Close()
+		t.Error("database with a newer schema version opened")
+	}
+}
+
+func TestReopenKeepsState(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "keel.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	invs := placement.Inventories{placement.VCPU: placement.NewInventory(8)}
+	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1", Inventories: invs})
+	if err != nil {
+		t.Fatalf("CreateProvider: %v", err)
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 3}},
+	}); err != nil {
+		t.Fatalf("WriteAllocations: %v", err)
+	}
+	if err := s.PutHostRecord(ctx, records.HostRecord{Host: "cmp-1", VCPUs: 8, VCPUsUsed: 3}); err != nil {
+		t.Fatalf("PutHostRecord: %v", err)
+	}
+	m1, err := s.CreateMigration(ctx, records.Migration{UUID: "m-1", InstanceUUID: "i-1", Status: records.MigrationRunning})
+	if err != nil {
+		t.Fatalf("CreateMigration: %v", err)
+	}
+	last, _ := s.LastChange(ctx)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	defer s.Close()
+	sums, err := s.ProviderSummaries(ctx, nil)
+	if err != nil || len(sums) != 1 || sums[0].Generation != 2 || sums[0].Usage[placement.VCPU] != 3 {
+		t.Errorf("after reopen ProviderSummaries = %+v, %v; want p-1 at generation 2 using 3 VCPU", sums, err)
+	}
+	if c, err := s.GetConsumer(ctx, "c-1"); err != nil || c.Generation != 1 {
+		t.Errorf("after reopen GetConsumer = %+v, %v", c, err)
+	}
+	if h, err := s.GetHostRecord(ctx, "cmp-1"); err != nil || h.VCPUsUsed != 3 {
+		t.Errorf("after reopen GetHostRecord = %+v, %v", h, err)
+	}
+	if got, _ := s.LastChange(ctx); got != last {
+		t.Errorf("after reopen LastChange = %d, want %d", got, last)
+	}
+	if err := s.PutService(ctx, records.Service{Host: "cmp-1"}); err != nil {
+		t.Fatalf("PutService: %v", err)
+	}
+	if got, _ := s.LastChange(ctx); got != last+1 {
+		t.Errorf("first change after reopen has Seq %d, want %d", got, last+1)
+	}
+	m2, err := s.CreateMigration(ctx, records.Migration{UUID: "m-2", InstanceUUID: "i-1", Status: records.MigrationQueued})
+	if err != nil || m2.ID <= m1.ID {
+		t.Errorf("migration id after reopen = %d (%v), want above %d", m2.ID, err, m1.ID)
+	}
+	// The stored JSON and the key columns agree.
+	got, err := s.GetMigration(ctx, m2.ID)
+	if err != nil || got.ID != m2.ID || got.Version != 1 {
+		t.Errorf("GetMigration = %+v, %v", got, err)
+	}
+}
+
+func TestChangesTrimmed(t *testing.T) {
+	ctx := context.Background()
+	const keep = 10
+	s, _ := openTemp(t, Options{KeepChanges: keep})
+	for i := 0; i < 57; i++ {
+		if err := s.PutHostRecord(ctx, records.HostRecord{Host: fmt.Sprintf("cmp-%d", i%5)}); err != nil {
+			t.Fatalf("PutHostRecord: %v", err)
+		}
+	}
+	last, err := s.LastChange(ctx)
+	if err != nil || last != 57 {
+		t.Fatalf("LastChange = %d, %v; want 57", last, err)
+	}
+	var oldest, kept int64
+	if err := s.rdb.QueryRow(`SELECT MIN(seq), COUNT(*) FROM changes`).Scan(&oldest, &kept); err != nil {
+		t.Fatalf("reading changes table: %v", err)
+	}
+	if kept < keep || kept > keep+s.trimEvery {
+		t.Errorf("%d changes kept, want between %d and %d", kept, keep, keep+s.trimEvery)
+	}
+	if _, err := s.Changes(ctx, 0, 100); !errors.Is(err, store.ErrChangesTrimmed) {
+		t.Errorf("Changes(0) after trimming: err = %v, want ErrChangesTrimmed", err)
+	}
+	if _, err := s.Changes(ctx, oldest-2, 100); !errors.Is(err, store.ErrChangesTrimmed) {
+		t.Errorf("Changes(oldest-2): err = %v, want ErrChangesTrimmed", err)
+	}
+	got, err := s.Changes(ctx, oldest-1, 100)
+	if err != nil || int64(len(got)) != kept || got[0].Seq != oldest || got[len(got)-1].Seq != last {
+		t.Errorf("Changes(oldest-1) = %d changes, %v; want all %d kept, %d..%d", len(got), err, kept, oldest, last)
+	}
+	got, err = s.Changes(ctx, last-3, 100)
+	if err != nil || len(got) != 3 {
+		t.Errorf("Changes(last-3) = %v, %v; want 3", got, err)
+	}
+}
+
+// TestTwoStoresOneFile runs claims from two stores on the same file, as two
+// processes would: BEGIN IMMEDIATE and busy_timeout serialise them and no
+// provider is overcommitted.
+func TestTwoStoresOneFile(t *testing.T) {
+	ctx := context.Background()
+	a, path := openTemp(t, Options{})
+	b, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("second Open: %v", err)
+	}
+	defer b.Close()
+	const capacity = 30
+	provs := []string{"p-1", "p-2"}
+	for i, p := range provs {
+		if _, err := a.CreateProvider(ctx, placement.Provider{UUID: p, Name: fmt.Sprintf("cmp-%d", i),
+			Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(capacity)}}); err != nil {
+			t.Fatalf("CreateProvider: %v", err)
+		}
+	}
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+		ok int64
+	)
+	for g := 0; g < 8; g++ {
+		s := a
+		if g%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				for _, p := range provs {
+					_, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+						ConsumerUUID: fmt.Sprintf("c-%d-%d", g, i),
+						Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
+					})
+					if err == nil {
+						mu.Lock()
+						ok++
+						mu.Unlock()
+						break
+					}
+					if !placement.IsCapacity(err) {
+						t.Errorf("claim: %v", err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sums, err := b.ProviderSummaries(ctx, nil)
+	if err != nil {
+		t.Fatalf("ProviderSummaries: %v", err)
+	}
+	var used int64
+	for _, ps := range sums {
+		if ps.Usage[placement.VCPU] > capacity {
+			t.Errorf("%s overcommitted: %d of %d", ps.UUID, ps.Usage[placement.VCPU], capacity)
+		}
+		used += ps.Usage[placement.VCPU]
+	}
+	if used != ok || used != 2*capacity {
+		t.Errorf("usage %d, successful claims %d, want both %d", used, ok, 2*capacity)
+	}
+	checkUsageColumn(t, path)
+}
+
+// TestRecordsStoredAsJSONText checks records are kept as JSON text that
+// SQLite's own JSON functions read, next to their key columns.
+func TestRecordsStoredAsJSONText(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t, Options{})
+	in, err := s.CreateInstance(ctx, records.Instance{UUID: "i-1", Host: "cmp-1", VMState: records.VMActive})
+	if err != nil {
+		t.Fatalf("CreateInstance: %v", err)
+	}
+	in.Host = "cmp-2"
+	if _, err := s.UpdateInstance(ctx, in); err != nil {
+		t.Fatalf("UpdateInstance: %v", err)
+	}
+	m, err := s.CreateMigration(ctx, records.Migration{UUID: "m-1", InstanceUUID: "i-1", SourceHost: "cmp-1", DestHost: "cmp-2", Status: records.MigrationRunning})
+	if err != nil {
+		t.Fatalf("CreateMigration: %v", err)
+	}
+	db := rawDB(t, path)
+	var (
+		typ, host, jsonHost string
+		version             int64
+	)
+	if err := db.QueryRow(`SELECT typeof(data), host, version, json_extract(data, '$.host') FROM instances WHERE uuid = 'i-1'`).Scan(&typ, &host, &version, &jsonHost); err != nil {
+		t.Fatalf("reading instance row: %v", err)
+	}
+	if typ != "text" || host != "cmp-2" || jsonHost != "cmp-2" || version != 2 {
+		t.Errorf("instance row: typeof %s, host %q, json host %q, version %d", typ, host, jsonHost, version)
+	}
+	var id, active int64
+	if err := db.QueryRow(`SELECT json_extract(data, '$.id'), active FROM migrations WHERE uuid = 'm-1'`).Scan(&id, &active); err != nil {
+		t.Fatalf("reading migration row: %v", err)
+	}
+	if id != m.ID || active != 1 {
+		t.Errorf("migration row: json id %d (want %d), active %d (want 1)", id, m.ID, active)
+	}
 }

@@ -1,0 +1,47 @@
+package sqlite
+
+// The write transactions' statements. Each is registered with wq so Open
+// can prepare it on the writer connection before any transaction runs:
+// preparing on the pool while a transaction holds its only connection
+// would deadlock.
+var (
+	qLoadProvider = wq(providerSelect + ` WHERE p.uuid = ?`)
+	qPutInventory = wq(`INSERT INTO inventories
+		(provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (provider_uuid, resource_class) DO UPDATE SET
+			total = excluded.total, reserved = excluded.reserved, min_unit = excluded.min_unit,
+			max_unit = excluded.max_unit, step_size = excluded.step_size, allocation_ratio = excluded.allocation_ratio`)
+	qProviderExists            = wq(`SELECT COUNT(*) FROM providers WHERE uuid = ?`)
+	qProviderNameTaken         = wq(`SELECT COUNT(*) FROM providers WHERE name = ?`)
+	qInsertProvider            = wq(`INSERT INTO providers (uuid, name, generation) VALUES (?, ?, ?)`)
+	qDeleteInventory           = wq(`DELETE FROM inventories WHERE provider_uuid = ? AND resource_class = ?`)
+	qSetProviderGeneration     = wq(`UPDATE providers SET generation = ? WHERE uuid = ?`)
+	qProviderUsedClass         = wq(`SELECT resource_class, used FROM inventories WHERE provider_uuid = ? AND used > 0 ORDER BY resource_class LIMIT 1`)
+	qProviderHasAllocations    = wq(`SELECT COUNT(*) FROM (SELECT 1 FROM allocations WHERE provider_uuid = ? LIMIT 1)`)
+	qDeleteProvider            = wq(`DELETE FROM providers WHERE uuid = ?`)
+	qLoadConsumer              = wq(consumerSelect + ` WHERE c.uuid = ?`)
+	qDeleteConsumerAllocations = wq(`DELETE FROM allocations WHERE consumer_uuid = ?`)
+	qDeleteConsumer            = wq(`DELETE FROM consumers WHERE uuid = ?`)
+	qUpdateConsumer            = wq(`UPDATE consumers SET project_id = ?, user_id = ?, type = ?, generation = ? WHERE uuid = ?`)
+	qInsertConsumer            = wq(`INSERT INTO consumers (uuid, project_id, user_id, type, generation) VALUES (?, ?, ?, ?, ?)`)
+	qInsertAllocation          = wq(`INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?, ?, ?, ?)`)
+	qAddUsage                  = wq(`UPDATE inventories SET used = used + ? WHERE provider_uuid = ? AND resource_class = ?`)
+	qPutHostRecord             = wq(`INSERT INTO host_records (host, data) VALUES (?, ?)
+			ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
+	qPutService = wq(`INSERT INTO services (host, data) VALUES (?, ?)
+			ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
+	qInsertInstance = wq(`INSERT INTO instances (uuid, host, version, data) VALUES (?, ?, ?, ?)
+			ON CONFLICT (uuid) DO NOTHING`)
+	qInstanceVersion = wq(`SELECT version FROM instances WHERE uuid = ?`)
+	qUpdateInstance  = wq(`UPDATE instances SET host = ?, version = ?, data = ? WHERE uuid = ?`)
+	qDeleteInstance  = wq(`DELETE FROM instances WHERE uuid = ?`)
+	qInsertMigration = wq(`INSERT INTO migrations (uuid, instance_uuid, source_host, dest_host, status, active, version, data)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	qSetMigrationData = wq(`UPDATE migrations SET data = ? WHERE id = ?`)
+	qMigrationVersion = wq(`SELECT version FROM migrations WHERE id = ?`)
+	qUpdateMigration  = wq(`UPDATE migrations SET uuid = ?, instance_uuid = ?, source_host = ?, dest_host = ?,
+			status = ?, active = ?, version = ?, data = ? WHERE id = ?`)
+	qInsertChange = wq(`INSERT INTO changes (kind, key) VALUES (?, ?)`)
+	qTrimChanges  = wq(`DELETE FROM changes WHERE seq <= ?`)
+)
