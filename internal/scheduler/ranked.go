@@ -22,11 +22,16 @@ import (
 //     found — the same hosts, in the same order, as weighing every
 //     candidate (a threshold algorithm over one sorted access path).
 type rankIndex struct {
-	enabled   [numRaw]bool
-	inComp    [numRaw]bool // part of the composite key
-	coef      [numRaw]float64
-	trees     [numRaw]*btree.BTreeG[rankItem]
-	comp      *btree.BTreeG[rankItem]
+	enabled [numRaw]bool
+	inComp  [numRaw]bool // part of the composite key
+	mult    [numRaw]float64
+	coef    [numRaw]float64
+	trees   [numRaw]*btree.BTreeG[rankItem]
+	// comp is the composite order, ascending, as a slice: re-keying it
+	// after a change of coefficients is one pass plus an insertion sort of
+	// an almost sorted slice, cheap enough to do whenever scales drift.
+	comp      []rankItem
+	compPos   []int32     // host index → position in comp
 	negatives [numRaw]int // hosts whose raw value is below 0
 	built     bool
 }
@@ -74,8 +79,9 @@ func (ri *rankIndex) rebuild(rows []fitRow) {
 			top = math.Max(top, rows[i].raw[j])
 		}
 		// Coefficients normalise each weigher by its largest value now, so
-		// the composite key ranks hosts close to how the decision will.
-		ri.coef[j] = 1 / top
+		// the composite key ranks hosts close to how a decision will (see
+		// recoef for keeping them so).
+		ri.coef[j] = math.Max(ri.mult[j], 0) / top
 		if !ri.enabled[j] {
 			continue
 		}
@@ -85,12 +91,85 @@ func (ri *rankIndex) rebuild(rows []fitRow) {
 		}
 		ri.trees[j] = newTree(items)
 	}
+	ri.rebuildComposite(rows)
+	ri.built = true
+}
+
+func (ri *rankIndex) rebuildComposite(rows []fitRow) {
 	items := make([]rankItem, len(rows))
 	for i := range rows {
 		items[i] = rankItem{ri.key(&rows[i].raw), int32(i)}
 	}
-	ri.comp = newTree(items)
-	ri.built = true
+	sort.Slice(items, func(a, b int) bool { return rankLess(items[a], items[b]) })
+	ri.comp = items
+	ri.compPos = make([]int32, len(rows))
+	for p, it := range items {
+		ri.compPos[it.idx] = int32(p)
+	}
+}
+
+// rekey recomputes every composite key with the current coefficients and
+// restores the order by insertion sort (the order changes little).
+func (ri *rankIndex) rekey(rows []fitRow) {
+	c := ri.comp
+	for p := range c {
+		c[p].v = ri.key(&rows[c[p].idx].raw)
+	}
+	for p := 1; p < len(c); p++ {
+		it := c[p]
+		q := p
+		for q > 0 && rankLess(it, c[q-1]) {
+			c[q] = c[q-1]
+			q--
+		}
+		c[q] = it
+	}
+	for p, it := range c {
+		ri.compPos[it.idx] = int32(p)
+	}
+}
+
+// moveComposite puts host i at its new key's place.
+func (ri *rankIndex) moveComposite(i int, key float64) {
+	c, pos := ri.comp, ri.compPos
+	p := int(pos[i])
+	it := rankItem{key, int32(i)}
+	for p > 0 && rankLess(it, c[p-1]) {
+		c[p] = c[p-1]
+		pos[c[p].idx] = int32(p)
+		p--
+	}
+	for p < len(c)-1 && rankLess(c[p+1], it) {
+		c[p] = c[p+1]
+		pos[c[p].idx] = int32(p)
+		p++
+	}
+	c[p] = it
+	pos[i] = int32(p)
+}
+
+// recoef re-keys the composite order when a decision's scales have drifted
+// from its coefficients by more than 0.2% (the bound R·key + C loosens by
+// the ratio between the largest and smallest scale/coef, and a loose bound
+// means a long walk). Re-keying is one pass over the hosts and an
+// insertion sort of an almost sorted slice.
+func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]float64) {
+	lo, hi := math.Inf(1), 0.0
+	for j, w := range live {
+		if ri.inComp[w.raw] && scale[j] > 0 {
+			r := scale[j] / ri.coef[w.raw]
+			lo, hi = math.Min(lo, r), math.Max(hi, r)
+		}
+	}
+	if hi == 0 || hi <= 1.002*lo {
+		return
+	}
+	for j, w := range live {
+		if ri.inComp[w.raw] && scale[j] > 0 {
+			ri.coef[w.raw] = scale[j]
+		}
+	}
+	ri.rekey(rows)
 }
 
 // update moves host i in every order whose value changed (old holds its
@@ -116,9 +195,8 @@ func (ri *rankIndex) update(rows []fitRow, i int, old [numRaw]float64) {
 			t.Set(rankItem{v, int32(i)})
 		}
 	}
-	if ok, nk := ri.key(&old), ri.key(&rows[i].raw); ok != nk {
-		ri.comp.Delete(rankItem{ok, int32(i)})
-		ri.comp.Set(rankItem{nk, int32(i)})
+	if nk := ri.key(&rows[i].raw); nk != ri.comp[ri.compPos[i]].v {
+		ri.moveComposite(i, nk)
 	}
 }
 
@@ -195,7 +273,7 @@ func (c *candidateCheck) passes(i int32) bool {
 // thresholdTop returns the k best candidates, best first, walking the
 // composite order instead of weighing every host. It reports false when it
 // cannot answer cheaply — a weigher without an order, no candidate at all,
-// or a walk that would visit a quarter of the hosts — and the caller then
+// or a walk that would visit more than a sixty-fourth of the hosts — and the caller then
 // weighs every candidate.
 func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k int) ([]ranked, bool) {
 	rows := s.view.dense.rows
@@ -225,6 +303,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		}
 	}
 	live, scale := liveWeighers(fast)
+	ri.recoef(rows, live, scale)
 	// A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a weigher
 	// in the composite key that is ≤ (scale_j/coef_j)·coef_j·max(raw_j, 0)
 	// − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a normalised
@@ -246,27 +325,24 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		return t
 	}
 	var top []ranked
-	visited, limit := 0, max(n/4, 4*k)
-	complete := true
-	ri.comp.Reverse(func(it rankItem) bool {
+	// A walk longer than this costs more than weighing every candidate
+	// (a visit costs several times a host of the full pass): give up early.
+	visited, limit := 0, max(n/4, 4*k+32)
+	for p := len(ri.comp) - 1; p >= 0; p-- {
+		it := ri.comp[p]
 		if len(top) == k {
 			// A margin far above rounding error keeps the bound safe.
 			bound := r*it.v + c
 			if bound+1e-9*(math.Abs(bound)+1) < top[k-1].weight {
-				return false
+				break
 			}
 		}
 		if visited++; visited > limit {
-			complete = false
-			return false
+			return nil, false
 		}
 		if check.passes(it.idx) {
 			top = insertTop(top, ranked{idx: it.idx, weight: total(it.idx)}, k)
 		}
-		return true
-	})
-	if !complete {
-		return nil, false
 	}
 	return top, len(top) > 0
 }

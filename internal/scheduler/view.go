@@ -265,13 +265,14 @@ func (v *View) snapshot() []*HostState {
 
 // indexWeigher keeps a rank order for a host-only weigher (its raw index);
 // the next decision rebuilds the orders if this adds one.
-func (v *View) indexWeigher(raw int, composite bool) {
+func (v *View) indexWeigher(raw int, multiplier float64, composite bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	ri := &v.dense.rank
 	if !ri.enabled[raw] || ri.inComp[raw] != composite {
 		ri.enabled[raw] = true
 		ri.inComp[raw] = ri.inComp[raw] || composite
+		ri.mult[raw] = multiplier
 		v.sorted = false
 	}
 }
