@@ -20,6 +20,10 @@ type ConflictKind string
 const (
 	ProviderGeneration ConflictKind = "provider"
 	ConsumerGeneration ConflictKind = "consumer"
+	// InstanceVersion and MigrationVersion are stale record versions in
+	// the compute records (optimistic updates between servers).
+	InstanceVersion  ConflictKind = "instance"
+	MigrationVersion ConflictKind = "migration"
 )
 
 // ConflictError is a write that named a stale generation (HTTP 409). The

@@ -82,6 +82,16 @@ func (invs Inventories) Clone() Inventories {
 	return out
 }
 
+// WithDefaults returns a copy with Placement's defaults filled into every
+// inventory's unset optional fields.
+func (invs Inventories) WithDefaults() Inventories {
+	out := make(Inventories, len(invs))
+	for rc, inv := range invs {
+		out[rc] = inv.WithDefaults()
+	}
+	return out
+}
+
 // Validate validates every inventory.
 func (invs Inventories) Validate() error {
 	for rc, inv := range invs {
@@ -118,7 +128,8 @@ func Fits(provider string, invs Inventories, usage, request Resources) error {
 			return &CapacityError{Provider: provider, Class: rc, Requested: n, Reason: "no inventory of this class"}
 		}
 		if err := inv.CheckAmount(rc, n); err != nil {
-			return &CapacityError{Provider: provider, Class: rc, Requested: n, Capacity: inv.Capacity(), Used: usage[rc], Reason: err.Error()}
+			// A bad request (HTTP 400 in Placement), not a full host.
+			return invalidf("provider %s: %v", provider, err)
 		}
 		if usage[rc]+n > inv.Capacity() {
 			return &CapacityError{Provider: provider, Class: rc, Requested: n, Capacity: inv.Capacity(), Used: usage[rc], Reason: "exceeds capacity"}

@@ -93,8 +93,12 @@ func TestFitsChecksUnitsAndCapacity(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok=%v", tc.name, err, tc.ok)
 		}
-		if err != nil && !IsCapacity(err) {
-			t.Errorf("%s: %v is not a CapacityError", tc.name, err)
+		// Unit constraints are bad requests; the rest are full hosts.
+		if unit := tc.name == "over max_unit" || tc.name == "not a step multiple"; err != nil && unit != IsInvalid(err) {
+			t.Errorf("%s: %v: invalid=%v, want %v", tc.name, err, IsInvalid(err), unit)
+		}
+		if err != nil && !IsInvalid(err) && !IsCapacity(err) {
+			t.Errorf("%s: %v is neither a CapacityError nor an InvalidError", tc.name, err)
 		}
 	}
 }
@@ -164,5 +168,8 @@ func TestPlanWritesReplacesOwnAllocation(t *testing.T) {
 	}
 	if _, err := PlanWrites(st, []AllocationWrite{{ConsumerUUID: "c", AnyConsumerGeneration: true}, {ConsumerUUID: "c", AnyConsumerGeneration: true}}); !IsInvalid(err) {
 		t.Fatalf("same consumer twice: %v", err)
+	}
+	if _, err := PlanWrites(st, []AllocationWrite{{ConsumerUUID: "c", ConsumerGeneration: &gen, Allocations: map[string]Resources{"p": {}}}}); !IsInvalid(err) {
+		t.Fatalf("empty resources for a provider accepted: %v", err)
 	}
 }

@@ -110,8 +110,8 @@ type ConsumerChange struct {
 // WritePlan is what a store persists to apply a set of writes.
 type WritePlan struct {
 	Consumers []ConsumerChange
-	// Providers maps every provider whose usage changed to its new
-	// generation.
+	// Providers maps every provider the writes touched (those allocated on
+	// now or before, as Placement counts them) to its new generation.
 	Providers map[string]int64
 }
 
@@ -186,6 +186,9 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 			ps, ok := st.Providers[p]
 			if !ok {
 				return WritePlan{}, fmt.Errorf("allocating for consumer %s: provider %s: %w", w.ConsumerUUID, p, ErrNotFound)
+			}
+			if len(r) == 0 {
+				return WritePlan{}, invalidf("consumer %s: no resources given for provider %s", w.ConsumerUUID, p)
 			}
 			for rc, n := range r {
 				if n < 1 {

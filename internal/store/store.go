@@ -114,10 +114,11 @@ type Store interface {
 	Close() error
 }
 
-// VersionConflict builds the conflict error for a stale record version.
-func VersionConflict(kind, id string, expected, actual int64) error {
+// VersionConflict builds the conflict error for a stale record version
+// (kind is placement.InstanceVersion or placement.MigrationVersion).
+func VersionConflict(kind placement.ConflictKind, id string, expected, actual int64) error {
 	return fmt.Errorf("updating %s %s: %w", kind, id,
-		&placement.ConflictError{Kind: placement.ConflictKind(kind), UUID: id, Expected: &expected, Actual: &actual})
+		&placement.ConflictError{Kind: kind, UUID: id, Expected: &expected, Actual: &actual})
 }
 
 // MatchMigration reports whether m passes f.

@@ -67,6 +67,7 @@ func (s *Store) CreateProvider(_ context.Context, p placement.Provider) (placeme
 	if p.UUID == "" || p.Name == "" {
 		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
 	}
+	p.Inventories = p.Inventories.WithDefaults()
 	if err := p.Inventories.Validate(); err != nil {
 		return placement.Provider{}, err
 	}
@@ -134,6 +135,7 @@ func (s *Store) SetInventories(_ context.Context, uuid string, gen int64, invs p
 	if !ok {
 		return placement.Provider{}, fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
 	}
+	invs = invs.WithDefaults()
 	if err := placement.CheckInventoryUpdate(*p, s.usage[uuid], gen, invs); err != nil {
 		return placement.Provider{}, fmt.Errorf("setting inventories of %s: %w", uuid, err)
 	}
@@ -325,7 +327,7 @@ func (s *Store) CreateInstance(_ context.Context, in records.Instance) (records.
 		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrExists)
 	}
 	in.Version = 1
-	s.instances[in.UUID] = in
+	s.instances[in.UUID] = cloneInstance(in)
 	return in, nil
 }
 
@@ -349,10 +351,10 @@ func (s *Store) UpdateInstance(_ context.Context, in records.Instance) (records.
 		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
 	}
 	if cur.Version != in.Version {
-		return records.Instance{}, store.VersionConflict("instance", in.UUID, in.Version, cur.Version)
+		return records.Instance{}, store.VersionConflict(placement.InstanceVersion, in.UUID, in.Version, cur.Version)
 	}
 	in.Version++
-	s.instances[in.UUID] = in
+	s.instances[in.UUID] = cloneInstance(in)
 	return in, nil
 }
 
@@ -387,8 +389,9 @@ func (s *Store) CreateMigration(_ context.Context, m records.Migration) (records
 	s.nextMigID++
 	m.ID = s.nextMigID
 	m.Version = 1
-	m.TriedHosts = append([]string(nil), m.TriedHosts...)
-	s.migrations[m.ID] = m
+	stored := m
+	stored.TriedHosts = append([]string(nil), m.TriedHosts...)
+	s.migrations[m.ID] = stored
 	s.markActive(m)
 	return m, nil
 }
@@ -422,11 +425,12 @@ func (s *Store) UpdateMigration(_ context.Context, m records.Migration) (records
 		return records.Migration{}, fmt.Errorf("migration %d: %w", m.ID, store.ErrNotFound)
 	}
 	if cur.Version != m.Version {
-		return records.Migration{}, store.VersionConflict("migration", fmt.Sprint(m.ID), m.Version, cur.Version)
+		return records.Migration{}, store.VersionConflict(placement.MigrationVersion, fmt.Sprint(m.ID), m.Version, cur.Version)
 	}
 	m.Version++
-	m.TriedHosts = append([]string(nil), m.TriedHosts...)
-	s.migrations[m.ID] = m
+	stored := m
+	stored.TriedHosts = append([]string(nil), m.TriedHosts...)
+	s.migrations[m.ID] = stored
 	s.markActive(m)
 	return m, nil
 }
@@ -486,3 +490,16 @@ func (s *Store) LastChange(_ context.Context) (int64, error) {
 
 // Close implements store.Store.
 func (s *Store) Close() error { return nil }
+
+// cloneInstance copies the maps an instance holds, so the store never
+// shares them with a caller.
+func cloneInstance(in records.Instance) records.Instance {
+	if in.Flavor.ExtraSpecs != nil {
+		specs := make(map[string]string, len(in.Flavor.ExtraSpecs))
+		for k, v := range in.Flavor.ExtraSpecs {
+			specs[k] = v
+		}
+		in.Flavor.ExtraSpecs = specs
+	}
+	return in
+}

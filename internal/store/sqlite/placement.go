@@ -92,6 +92,7 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 	if p.UUID == "" || p.Name == "" {
 		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
 	}
+	p.Inventories = p.Inventories.WithDefaults()
 	if err := p.Inventories.Validate(); err != nil {
 		return placement.Provider{}, fmt.Errorf("creating provider %s: %w", p.UUID, err)
 	}
@@ -200,6 +201,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 		if err != nil {
 			return err
 		}
+		invs = invs.WithDefaults()
 		if err := placement.CheckInventoryUpdate(cur.Provider, cur.Usage, gen, invs); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
 )
@@ -150,7 +151,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 			return fmt.Errorf("reading instance %s: %w", in.UUID, err)
 		}
 		if cur != expected {
-			return store.VersionConflict("instance", in.UUID, expected, cur)
+			return store.VersionConflict(placement.InstanceVersion, in.UUID, expected, cur)
 		}
 		if _, err := w.exec(qUpdateInstance, in.Host, in.Version, string(data), in.UUID); err != nil {
 			return fmt.Errorf("updating instance %s: %w", in.UUID, err)
@@ -269,7 +270,7 @@ func (s *Store) UpdateMigration(ctx context.Context, m records.Migration) (recor
 			return fmt.Errorf("reading migration %d: %w", m.ID, err)
 		}
 		if cur != expected {
-			return store.VersionConflict("migration", fmt.Sprint(m.ID), expected, cur)
+			return store.VersionConflict(placement.MigrationVersion, fmt.Sprint(m.ID), expected, cur)
 		}
 		if _, err := w.exec(qUpdateMigration,
 			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, active(m.Status), m.Version, string(data), m.ID); err != nil {

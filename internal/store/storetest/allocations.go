@@ -189,13 +189,19 @@ func testCapacity(t *testing.T, s store.Store) {
 	mustClaim(t, s, consumerUUID(1), map[string]placement.Resources{p.UUID: {placement.VCPU: 8, placement.MemoryMB: 15872 - 512}})
 	mustClaim(t, s, consumerUUID(2), map[string]placement.Resources{p.UUID: {placement.VCPU: 8, placement.MemoryMB: 512}})
 	wantUsage(t, s, p.UUID, placement.Resources{placement.VCPU: 16, placement.MemoryMB: 15872})
+	mustClaim(t, s, consumerUUID(9), map[string]placement.Resources{q.UUID: {placement.DiskGB: 60}})
 
 	consumers := []string{consumerUUID(3), consumerUUID(4)}
 	before := takeSnapshot(t, s, consumers...)
 	_, err := claim(s, consumerUUID(3), map[string]placement.Resources{p.UUID: {placement.VCPU: 1}})
 	wantCapacity(t, "one VCPU over capacity", err, p.UUID, placement.VCPU)
-	_, err = claim(s, consumerUUID(3), map[string]placement.Resources{q.UUID: {placement.DiskGB: 101}})
+	_, err = claim(s, consumerUUID(3), map[string]placement.Resources{q.UUID: {placement.DiskGB: 41}})
 	wantCapacity(t, "disk over capacity", err, q.UUID, placement.DiskGB)
+	// An amount above max_unit is a bad request, not a full host.
+	_, err = claim(s, consumerUUID(3), map[string]placement.Resources{q.UUID: {placement.DiskGB: 101}})
+	if !placement.IsInvalid(err) {
+		t.Errorf("disk above max_unit: err = %v, want a *placement.InvalidError", err)
+	}
 	_, err = claim(s, consumerUUID(3), map[string]placement.Resources{q.UUID: {placement.MemoryMB: 15873}})
 	wantCapacity(t, "memory over capacity (reserved excluded)", err, q.UUID, placement.MemoryMB)
 	_, err = claim(s, consumerUUID(3), map[string]placement.Resources{q.UUID: {"CUSTOM_GPU": 1}})
@@ -454,7 +460,9 @@ func testAtomicMoveDestinationFull(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	alloc := placement.Resources{placement.VCPU: 4, placement.MemoryMB: 4096, placement.DiskGB: 40}
 	small := stdInventories()
-	small[placement.DiskGB] = placement.NewInventory(30) // 40 GB do not fit
+	disk := placement.NewInventory(60)
+	disk.Reserved = 30 // capacity 30: 40 GB do not fit (max_unit 60 allows them)
+	small[placement.DiskGB] = disk
 	src, dst, inst, mig := setupMove(t, s, small, alloc)
 
 	before := takeSnapshot(t, s, inst, mig)
