@@ -17,6 +17,14 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := rootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "keel:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand assembles the command tree.
+func rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "keel",
 		Short: "keel places VMs on hosts, tracks their resources exactly, and live-migrates them",
@@ -32,8 +40,5 @@ shows keel's fix side by side:
 		SilenceErrors: true,
 	}
 	root.AddCommand(simCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "keel:", err)
-		os.Exit(1)
-	}
+	return root
 }

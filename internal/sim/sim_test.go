@@ -34,8 +34,8 @@ func byPolicy(r *Report) map[string]PolicyReport {
 // spread.
 func TestSeedScenarioShowsTheSkewAndTheFix(t *testing.T) {
 	seeds := 20
-	if testing.Short() || raceEnabled {
-		seeds = 5 // the race detector makes each run ~10× slower
+	if testing.Short() {
+		seeds = 5
 	}
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
