@@ -143,7 +143,11 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 			return nil, err
 		}
 		w.disabled[h.Name] = h.Disabled
-		drv, err := fake.New(fake.Config{Clock: clk, BandwidthMiBps: sc.Compute.MigrationBandwidthMiBps, SpawnTime: secs(sc.Compute.SpawnSeconds)})
+		physical := h.MemoryMB // a host overcommitting RAM relies on swap; do not cap it
+		if h.RAMAllocationRatio > 1 {
+			physical = 0
+		}
+		drv, err := fake.New(fake.Config{Clock: clk, BandwidthMiBps: sc.Compute.MigrationBandwidthMiBps, SpawnTime: secs(sc.Compute.SpawnSeconds), MemoryMB: physical})
 		if err != nil {
 			return nil, err
 		}

@@ -36,6 +36,11 @@ type Config struct {
 	ProgressEvery time.Duration
 	// StateFile, if set, persists the guests.
 	StateFile string
+	// MemoryMB is the host's physical memory; when set, a spawn or an
+	// incoming migration that would need more than is free fails as a real
+	// hypervisor's would (placement normally prevents it; overcommit by a
+	// RAM allocation ratio above 1 is what can reach it). 0: unlimited.
+	MemoryMB int64
 }
 
 // Driver is the fake driver.
@@ -114,6 +119,10 @@ func (d *Driver) Spawn(_ context.Context, inst records.Instance, done func(error
 		d.cfg.Clock.AfterFunc(0, func() { done(fmt.Errorf("spawning %s: guest already exists", inst.UUID)) })
 		return
 	}
+	if err := d.memoryFor(inst); err != nil {
+		d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() { done(fmt.Errorf("spawning %s: %w", inst.UUID, err)) })
+		return
+	}
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}
 	d.saveLocked()
 	d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() {
@@ -190,9 +199,30 @@ func (d *Driver) PreLiveMigration(_ context.Context, inst records.Instance) (map
 	if g, ok := d.guests[inst.UUID]; ok && g.State != compute.GuestIncoming {
 		return nil, fmt.Errorf("instance %s already runs here", inst.UUID)
 	}
+	if _, again := d.guests[inst.UUID]; !again {
+		if err := d.memoryFor(inst); err != nil {
+			return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
+		}
+	}
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}
 	d.saveLocked()
 	return map[string]string{"driver": "fake"}, nil
+}
+
+// memoryFor checks that inst's RAM fits next to every guest here
+// (incoming ones included: their memory is reserved). Called with mu held.
+func (d *Driver) memoryFor(inst records.Instance) error {
+	if d.cfg.MemoryMB <= 0 {
+		return nil
+	}
+	used := int64(0)
+	for _, g := range d.guests {
+		used += g.Flavor.RAMMB
+	}
+	if used+inst.Flavor.RAMMB > d.cfg.MemoryMB {
+		return fmt.Errorf("not enough memory on the hypervisor: %d MiB needed, %d of %d MiB in use", inst.Flavor.RAMMB, used, d.cfg.MemoryMB)
+	}
+	return nil
 }
 
 // CopyTime is how long the fake driver takes to copy ramMB of memory.

@@ -632,3 +632,34 @@ func TestPostStepFaults(t *testing.T) {
 		}
 	})
 }
+
+func TestHypervisorMemoryLimitsSpawnsAndIncomingGuests(t *testing.T) {
+	d, clk := newDriver(t, fake.Config{MemoryMB: 10000})
+	running(d, "a", 6000)
+	var o outcome
+	d.Spawn(ctx, instance("b", 5000), o.done(clk))
+	clk.Advance(time.Second)
+	if o.calls != 1 || o.err == nil || !strings.Contains(o.err.Error(), "not enough memory") {
+		t.Fatalf("spawn beyond the host's memory: %+v", o)
+	}
+	if st := guestState(t, d, "b"); st != "" {
+		t.Fatalf("refused guest left behind in state %q", st)
+	}
+	if _, err := d.PreLiveMigration(ctx, instance("c", 4001)); err == nil || !strings.Contains(err.Error(), "not enough memory") {
+		t.Fatalf("incoming guest beyond the host's memory: %v", err)
+	}
+	if _, err := d.PreLiveMigration(ctx, instance("c", 4000)); err != nil {
+		t.Fatalf("incoming guest that fits: %v", err)
+	}
+	// Its memory is now reserved: a spawn that would have fitted does not.
+	var o2 outcome
+	d.Spawn(ctx, instance("e", 1), o2.done(clk))
+	clk.Advance(time.Second)
+	if o2.err == nil {
+		t.Fatal("spawn into memory reserved by an incoming guest succeeded")
+	}
+	// Preparing the same incoming guest again is idempotent.
+	if _, err := d.PreLiveMigration(ctx, instance("c", 4000)); err != nil {
+		t.Fatalf("second pre_live_migration of the same guest: %v", err)
+	}
+}
