@@ -398,33 +398,17 @@ func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, ca
 	for j := range fast {
 		idx[j], blo[j], bhi[j] = fast[j].raw, fast[j].lo, fast[j].hi
 	}
-	req := p.req
-hosts:
 	for i := lo; i < hi; i++ {
-		if p.ign[i] {
+		switch k := p.check(i, steps); k {
+		case -1:
+		case -2:
 			ignored++
+			continue
+		default:
+			rej[k]++
 			continue
 		}
 		row := &rows[i]
-		if !req.Force {
-			// check, inlined: this loop runs for every host.
-			for k := range steps {
-				st := &steps[k]
-				var ok bool
-				switch {
-				case st.compute:
-					ok = row.eligible && (st.down <= 0 || p.now-row.lastSeen <= st.down)
-				case k == 0: // ResourceFilter, always first
-					ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
-				default:
-					ok = st.f.Fits(p.hosts[i], req)
-				}
-				if !ok {
-					rej[k]++
-					continue hosts
-				}
-			}
-		}
 		cands = append(cands, int32(i))
 		for j := 0; j < nf; j++ {
 			v := row.raw[idx[j]]

@@ -3,28 +3,26 @@ package scenario
 import (
 	"fmt"
 	"strconv"
+
+	"keel/internal/scheduler"
 )
 
 // KnownPolicies are the host-view policies a scenario may run, in report
 // order (the default when policies is empty).
-var KnownPolicies = []string{"legacy", "dest-update", "claim"}
+var KnownPolicies = func() []string {
+	out := make([]string, len(scheduler.Policies))
+	for i, p := range scheduler.Policies {
+		out[i] = string(p)
+	}
+	return out
+}()
 
-// KnownFilters are the enabled_filters names a scenario may use (keel's
-// scheduler implements these; ResourceFilter is always applied first).
-var KnownFilters = []string{
-	"ComputeFilter", "AvailabilityZoneFilter", "ComputeCapabilitiesFilter",
-	"ImagePropertiesFilter", "ServerGroupAntiAffinityFilter",
-	"ServerGroupAffinityFilter", "SameHostFilter", "DifferentHostFilter",
-	"AggregateInstanceExtraSpecsFilter", "NumInstancesFilter", "IoOpsFilter",
-	"ResourceFilter",
-}
-
-// KnownWeighers are the weighers names a scenario may use.
-var KnownWeighers = []string{
-	"RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher",
-	"BuildFailureWeigher", "NumInstancesWeigher",
-	"ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher",
-}
+// KnownFilters and KnownWeighers are the names a scenario may use: the
+// scheduler's own lists.
+var (
+	KnownFilters  = scheduler.KnownFilters
+	KnownWeighers = scheduler.KnownWeighers
+)
 
 // Workload kinds.
 const (
