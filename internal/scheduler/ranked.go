@@ -317,13 +317,6 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 			c += math.Max(w.mult, 0)
 		}
 	}
-	total := func(i int32) float64 {
-		t := 0.0
-		for j := range live {
-			t += (rows[i].raw[live[j].raw] - live[j].lo) * scale[j]
-		}
-		return t
-	}
 	var top []ranked
 	// A walk longer than this costs more than weighing every candidate
 	// (a visit costs several times a host of the full pass): give up early.
@@ -341,7 +334,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 			return nil, false
 		}
 		if check.passes(it.idx) {
-			top = insertTop(top, ranked{idx: it.idx, weight: total(it.idx)}, k)
+			top = insertTop(top, ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, &scale)}, k)
 		}
 	}
 	return top, len(top) > 0
@@ -365,6 +358,16 @@ func firstCandidate(t *btree.BTreeG[rankItem], check *candidateCheck, fromTop bo
 		t.Scan(visit)
 	}
 	return v, found
+}
+
+// weightOf is a host's total weight from its dense row: the same terms,
+// added in the same order, on every path (so equal hosts tie exactly).
+func weightOf(row *fitRow, live []boundWeigher, scale *[numRaw]float64) float64 {
+	t := 0.0
+	for j := range live {
+		t += (row.raw[live[j].raw] - live[j].lo) * scale[j]
+	}
+	return t
 }
 
 // liveWeighers drops the weighers whose bounds are equal (they add 0) and

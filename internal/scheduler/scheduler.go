@@ -438,22 +438,10 @@ func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast 
 	if n <= 1 { // Nova does not weigh a single host
 		return
 	}
-	var scale [numRaw]float64
-	live := fast[:0:0]
-	for _, w := range fast {
-		if w.hi > w.lo {
-			scale[len(live)] = w.mult / (w.hi - w.lo)
-			live = append(live, w)
-		}
-	}
+	live, scale := liveWeighers(fast)
 	rows := s.view.dense.rows
 	for k, i := range cands {
-		row := &rows[i]
-		t := 0.0
-		for j := range live {
-			t += (row.raw[live[j].raw] - live[j].lo) * scale[j]
-		}
-		s.totals[k] = t
+		s.totals[k] = weightOf(&rows[i], live, &scale)
 	}
 	for _, we := range slow {
 		s.addWeigher(hosts, cands, req, we, nil)
