@@ -106,6 +106,13 @@ type Store interface {
 	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
 	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
 
+	// CreateFlavor stores a flavor; ErrExists if its ID or name is taken.
+	CreateFlavor(ctx context.Context, f records.Flavor) (records.Flavor, error)
+	GetFlavor(ctx context.Context, id string) (records.Flavor, error)
+	// ListFlavors lists flavors sorted by ID.
+	ListFlavors(ctx context.Context) ([]records.Flavor, error)
+	DeleteFlavor(ctx context.Context, id string) error
+
 	// Changes returns up to limit entries with Seq > since, oldest first.
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).

@@ -30,6 +30,7 @@ type Store struct {
 	services   map[string]records.Service
 	instances  map[string]records.Instance
 	migrations map[int64]records.Migration
+	flavors    map[string]records.Flavor
 	activeMigs map[int64]bool // not in a terminal status: ListMigrations(ActiveOnly) reads only these
 	nextMigID  int64
 	changes    []store.Change
@@ -50,6 +51,7 @@ func New() *Store {
 		services:   map[string]records.Service{},
 		instances:  map[string]records.Instance{},
 		migrations: map[int64]records.Migration{},
+		flavors:    map[string]records.Flavor{},
 		activeMigs: map[int64]bool{},
 	}
 }
@@ -494,12 +496,70 @@ func (s *Store) Close() error { return nil }
 // cloneInstance copies the maps an instance holds, so the store never
 // shares them with a caller.
 func cloneInstance(in records.Instance) records.Instance {
-	if in.Flavor.ExtraSpecs != nil {
-		specs := make(map[string]string, len(in.Flavor.ExtraSpecs))
-		for k, v := range in.Flavor.ExtraSpecs {
+	in.Flavor = cloneFlavor(in.Flavor)
+	return in
+}
+
+// CreateFlavor implements store.Store.
+func (s *Store) CreateFlavor(_ context.Context, f records.Flavor) (records.Flavor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.ID == "" || f.Name == "" {
+		return records.Flavor{}, &placement.InvalidError{Msg: "flavor needs an id and a name"}
+	}
+	if _, ok := s.flavors[f.ID]; ok {
+		return records.Flavor{}, fmt.Errorf("flavor %s: %w", f.ID, store.ErrExists)
+	}
+	for _, o := range s.flavors {
+		if o.Name == f.Name {
+			return records.Flavor{}, fmt.Errorf("flavor name %q: %w", f.Name, store.ErrExists)
+		}
+	}
+	f = cloneFlavor(f)
+	s.flavors[f.ID] = f
+	return cloneFlavor(f), nil
+}
+
+// GetFlavor implements store.Store.
+func (s *Store) GetFlavor(_ context.Context, id string) (records.Flavor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.flavors[id]
+	if !ok {
+		return records.Flavor{}, fmt.Errorf("flavor %s: %w", id, store.ErrNotFound)
+	}
+	return cloneFlavor(f), nil
+}
+
+// ListFlavors implements store.Store.
+func (s *Store) ListFlavors(_ context.Context) ([]records.Flavor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]records.Flavor, 0, len(s.flavors))
+	for _, id := range sortedKeys(s.flavors) {
+		out = append(out, cloneFlavor(s.flavors[id]))
+	}
+	return out, nil
+}
+
+// DeleteFlavor implements store.Store.
+func (s *Store) DeleteFlavor(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.flavors[id]; !ok {
+		return fmt.Errorf("flavor %s: %w", id, store.ErrNotFound)
+	}
+	delete(s.flavors, id)
+	return nil
+}
+
+func cloneFlavor(f records.Flavor) records.Flavor {
+	if f.ExtraSpecs != nil {
+		specs := make(map[string]string, len(f.ExtraSpecs))
+		for k, v := range f.ExtraSpecs {
 			specs[k] = v
 		}
-		in.Flavor.ExtraSpecs = specs
+		f.ExtraSpecs = specs
 	}
-	return in
+	return f
 }

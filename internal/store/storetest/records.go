@@ -20,6 +20,7 @@ var recordTests = []subtest{
 	{"InstanceVersions", testInstanceVersions},
 	{"Migrations", testMigrations},
 	{"ListMigrations", testListMigrations},
+	{"Flavors", testFlavors},
 }
 
 // t0 is a fixed instant in UTC with microsecond precision, which every store
@@ -410,5 +411,42 @@ func testListMigrations(t *testing.T, s store.Store) {
 	active, _ := s.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
 	if len(active) != 2 {
 		t.Errorf("ActiveOnly listed %d migrations, want 2 (running and queued)", len(active))
+	}
+}
+
+func testFlavors(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	small := records.Flavor{ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20, ExtraSpecs: map[string]string{"hw:cpu_policy": "shared"}}
+	tiny := records.Flavor{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1}
+	for _, f := range []records.Flavor{small, tiny} {
+		if _, err := s.CreateFlavor(ctx, f); err != nil {
+			t.Fatalf("CreateFlavor(%s): %v", f.Name, err)
+		}
+	}
+	if _, err := s.CreateFlavor(ctx, records.Flavor{ID: "2", Name: "other", VCPUs: 1, RAMMB: 1}); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate flavor id: %v, want ErrExists", err)
+	}
+	if _, err := s.CreateFlavor(ctx, records.Flavor{ID: "9", Name: "m1.tiny", VCPUs: 1, RAMMB: 1}); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate flavor name: %v, want ErrExists", err)
+	}
+	if _, err := s.CreateFlavor(ctx, records.Flavor{ID: "", Name: "x"}); err == nil {
+		t.Errorf("flavor without an id accepted")
+	}
+	got, err := s.GetFlavor(ctx, "2")
+	if err != nil || got.Name != "m1.small" || got.RAMMB != 2048 || got.ExtraSpecs["hw:cpu_policy"] != "shared" {
+		t.Fatalf("GetFlavor = %+v, %v", got, err)
+	}
+	list, err := s.ListFlavors(ctx)
+	if err != nil || len(list) != 2 || list[0].ID != "1" || list[1].ID != "2" {
+		t.Fatalf("ListFlavors = %+v, %v; want ids 1, 2 in order", list, err)
+	}
+	if err := s.DeleteFlavor(ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetFlavor(ctx, "1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleted flavor still there: %v", err)
+	}
+	if err := s.DeleteFlavor(ctx, "1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second delete: %v, want ErrNotFound", err)
 	}
 }
