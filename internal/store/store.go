@@ -86,6 +86,10 @@ type Store interface {
 	ListHostRecords(ctx context.Context) ([]records.HostRecord, error)
 
 	PutService(ctx context.Context, s records.Service) error
+	// UpdateService applies fn to a service record atomically (a heartbeat
+	// and an admin's disable never undo each other); ErrNotFound if the
+	// service does not exist. An error from fn aborts the update.
+	UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error)
 	GetService(ctx context.Context, host string) (records.Service, error)
 	ListServices(ctx context.Context) ([]records.Service, error)
 

@@ -299,6 +299,23 @@ func (s *Store) PutService(_ context.Context, sv records.Service) error {
 	return nil
 }
 
+// UpdateService implements store.Store.
+func (s *Store) UpdateService(_ context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv, ok := s.services[host]
+	if !ok {
+		return sv, fmt.Errorf("service %s: %w", host, store.ErrNotFound)
+	}
+	if err := fn(&sv); err != nil {
+		return records.Service{}, err
+	}
+	sv.Host = host
+	s.services[host] = sv
+	s.note(store.ChangeService, host)
+	return sv, nil
+}
+
 // GetService implements store.Store.
 func (s *Store) GetService(_ context.Context, host string) (records.Service, error) {
 	s.mu.Lock()

@@ -31,6 +31,7 @@ var (
 			ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
 	qPutService = wq(`INSERT INTO services (host, data) VALUES (?, ?)
 			ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
+	qGetService     = wq(`SELECT data FROM services WHERE host = ?`)
 	qInsertInstance = wq(`INSERT INTO instances (uuid, host, version, data) VALUES (?, ?, ?, ?)
 			ON CONFLICT (uuid) DO NOTHING`)
 	qInstanceVersion = wq(`SELECT version FROM instances WHERE uuid = ?`)

@@ -75,6 +75,40 @@ func (s *Store) PutService(ctx context.Context, sv records.Service) error {
 	return nil
 }
 
+// UpdateService implements store.Store: read, apply and write in one
+// write transaction.
+func (s *Store) UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
+	var sv records.Service
+	err := s.write(ctx, func(w *wtx) error {
+		var data string
+		if err := w.queryRow(qGetService, host).Scan(&data); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		if err := json.Unmarshal([]byte(data), &sv); err != nil {
+			return err
+		}
+		if err := fn(&sv); err != nil {
+			return err
+		}
+		sv.Host = host
+		out, err := json.Marshal(sv)
+		if err != nil {
+			return err
+		}
+		if _, err := w.exec(qPutService, host, string(out)); err != nil {
+			return err
+		}
+		return w.note(store.ChangeService, host)
+	})
+	if err != nil {
+		return records.Service{}, fmt.Errorf("updating service %s: %w", host, err)
+	}
+	return sv, nil
+}
+
 // GetService implements store.Store.
 func (s *Store) GetService(ctx context.Context, host string) (records.Service, error) {
 	var sv records.Service

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ var recordTests = []subtest{
 	{"Migrations", testMigrations},
 	{"ListMigrations", testListMigrations},
 	{"Flavors", testFlavors},
+	{"UpdateService", testUpdateService},
 }
 
 // t0 is a fixed instant in UTC with microsecond precision, which every store
@@ -448,5 +450,56 @@ func testFlavors(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteFlavor(ctx, "1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second delete: %v, want ErrNotFound", err)
+	}
+}
+
+func testUpdateService(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.UpdateService(ctx, "nowhere", func(*records.Service) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of a missing service: %v, want ErrNotFound", err)
+	}
+	if err := s.PutService(ctx, records.Service{Host: "h1", Binary: "nova-compute", Zone: "nova", LastSeenUp: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats and an admin's disable interleave; neither undoes the
+	// other.
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(2)
+		go func(i int) {
+			defer wg.Done()
+			if _, err := s.UpdateService(ctx, "h1", func(sv *records.Service) error {
+				if sv.LastSeenUp.Before(t0.Add(time.Duration(i) * time.Second)) {
+					sv.LastSeenUp = t0.Add(time.Duration(i) * time.Second)
+				}
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}(i)
+		go func() {
+			defer wg.Done()
+			if _, err := s.UpdateService(ctx, "h1", func(sv *records.Service) error {
+				sv.Disabled, sv.DisabledReason = true, "maintenance"
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := s.GetService(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Disabled || got.DisabledReason != "maintenance" || !got.LastSeenUp.Equal(t0.Add(19*time.Second)) || got.Zone != "nova" {
+		t.Fatalf("after concurrent updates: %+v", got)
+	}
+	boom := errors.New("refused")
+	if _, err := s.UpdateService(ctx, "h1", func(sv *records.Service) error { sv.Disabled = false; return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn error not returned: %v", err)
+	}
+	if got, _ := s.GetService(ctx, "h1"); !got.Disabled {
+		t.Fatal("an update whose fn failed was written")
 	}
 }

@@ -1,0 +1,163 @@
+package compute
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"keel/internal/records"
+)
+
+func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[string]any {
+	v := map[string]any{"id": f.ID, "name": f.Name, "links": a.link("flavors", f.ID)}
+	if version(r).AtLeast(55) {
+		v["description"] = nil
+	}
+	if !detail {
+		return v
+	}
+	v["ram"], v["vcpus"], v["disk"] = f.RAMMB, f.VCPUs, f.DiskGB
+	v["OS-FLV-EXT-DATA:ephemeral"] = 0
+	v["OS-FLV-DISABLED:disabled"] = false
+	v["swap"] = ""
+	v["rxtx_factor"] = 1.0
+	v["os-flavor-access:is_public"] = true
+	if version(r).AtLeast(61) {
+		specs := f.ExtraSpecs
+		if specs == nil {
+			specs = map[string]string{}
+		}
+		v["extra_specs"] = specs
+	}
+	return v
+}
+
+func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		fs, err := a.cfg.Store.ListFlavors(r.Context())
+		if err != nil {
+			return err
+		}
+		out := make([]any, 0, len(fs))
+		for _, f := range fs {
+			out = append(out, a.flavorView(r, f, detail))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"flavors": out})
+		return nil
+	}
+}
+
+func (a *API) showFlavor(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.flavor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"flavor": a.flavorView(r, f, true)})
+	return nil
+}
+
+// flavor finds a flavor by id (as Nova does), or by name for the
+// convenience of keel's own client.
+func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
+	f, err := a.cfg.Store.GetFlavor(r.Context(), ref)
+	if err == nil || !isNotFound(err) {
+		return f, err
+	}
+	fs, lerr := a.cfg.Store.ListFlavors(r.Context())
+	if lerr != nil {
+		return records.Flavor{}, lerr
+	}
+	for _, f := range fs {
+		if f.Name == ref {
+			return f, nil
+		}
+	}
+	return records.Flavor{}, notFoundf("Flavor %s could not be found.", ref)
+}
+
+func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Flavor *struct {
+			Name  string `json:"name"`
+			ID    any    `json:"id"`
+			RAM   any    `json:"ram"`
+			VCPUs any    `json:"vcpus"`
+			Disk  any    `json:"disk"`
+		} `json:"flavor"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	fb := body.Flavor
+	if fb == nil || fb.Name == "" {
+		return badRequest("Invalid input for field/attribute flavor: 'name' is a required property")
+	}
+	f := records.Flavor{Name: fb.Name}
+	var err error
+	if f.RAMMB, err = positiveInt("ram", fb.RAM, 1); err != nil {
+		return err
+	}
+	if f.VCPUs, err = positiveInt("vcpus", fb.VCPUs, 1); err != nil {
+		return err
+	}
+	if f.DiskGB, err = positiveInt("disk", fb.Disk, 0); err != nil {
+		return err
+	}
+	switch id := fb.ID.(type) {
+	case nil:
+		f.ID = uuid.NewString()
+	case string:
+		f.ID = id
+	case float64:
+		f.ID = strconv.FormatInt(int64(id), 10)
+	default:
+		return badRequest("Invalid input for field/attribute id")
+	}
+	f, err = a.cfg.Store.CreateFlavor(r.Context(), f)
+	if err != nil {
+		if statusOf(err) == http.StatusConflict {
+			return conflict("Flavor with name or id already exists: " + err.Error())
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"flavor": a.flavorView(r, f, true)})
+	return nil
+}
+
+// positiveInt reads a JSON number or numeric string ≥ min.
+func positiveInt(field string, v any, min int64) (int64, error) {
+	var n int64
+	switch x := v.(type) {
+	case float64:
+		if x != float64(int64(x)) {
+			return 0, badRequest("Invalid input for field/attribute " + field + ": not an integer")
+		}
+		n = int64(x)
+	case string:
+		p, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, badRequest("Invalid input for field/attribute " + field + ": not an integer")
+		}
+		n = p
+	case nil:
+		return 0, badRequest("Invalid input for field/attribute flavor: '" + field + "' is a required property")
+	default:
+		return 0, badRequest("Invalid input for field/attribute " + field)
+	}
+	if n < min {
+		return 0, badRequest("Invalid input for field/attribute " + field + ": must be at least " + strconv.FormatInt(min, 10))
+	}
+	return n, nil
+}
+
+func (a *API) deleteFlavor(w http.ResponseWriter, r *http.Request) error {
+	if err := a.cfg.Store.DeleteFlavor(r.Context(), r.PathValue("id")); err != nil {
+		if isNotFound(err) {
+			return notFoundf("Flavor %s could not be found.", r.PathValue("id"))
+		}
+		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}

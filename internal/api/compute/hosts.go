@@ -1,0 +1,221 @@
+package compute
+
+import (
+	"net/http"
+	"strconv"
+
+	"keel/internal/records"
+)
+
+// hypervisor joins a host's record, service and provider.
+type hypervisor struct {
+	rec     records.HostRecord
+	svc     records.Service
+	hasSvc  bool
+	uuid    string
+	running int64
+}
+
+func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
+	recs, err := a.cfg.Store.ListHostRecords(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	svcs, err := a.cfg.Store.ListServices(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	byHost := map[string]records.Service{}
+	for _, s := range svcs {
+		byHost[s.Host] = s
+	}
+	out := make([]hypervisor, 0, len(recs))
+	for _, rec := range recs {
+		s, ok := byHost[rec.Host]
+		out = append(out, hypervisor{rec: rec, svc: s, hasSvc: ok, uuid: rec.ProviderUUID})
+	}
+	return out, nil
+}
+
+func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
+	state, status := "down", "disabled"
+	if h.hasSvc && a.serviceUp(h.svc) {
+		state = "up"
+	}
+	if h.hasSvc && !h.svc.Disabled {
+		status = "enabled"
+	}
+	var id any = intID(h.rec.Host)
+	if version(r).AtLeast(53) {
+		id = h.uuid
+	}
+	v := map[string]any{"id": id, "hypervisor_hostname": h.rec.Host, "state": state, "status": status}
+	if !detail {
+		return v
+	}
+	rec := h.rec
+	v["hypervisor_type"], v["hypervisor_version"] = "fake", 1000
+	v["host_ip"] = "127.0.0.1"
+	var svcID any = intID(rec.Host)
+	if version(r).AtLeast(53) {
+		svcID = h.uuid
+	}
+	var reason any
+	if h.svc.DisabledReason != "" {
+		reason = h.svc.DisabledReason
+	}
+	v["service"] = map[string]any{"host": rec.Host, "id": svcID, "disabled_reason": reason}
+	if version(r).AtLeast(88) {
+		return v
+	}
+	v["vcpus"], v["vcpus_used"] = rec.VCPUs, rec.VCPUsUsed
+	v["memory_mb"], v["memory_mb_used"], v["free_ram_mb"] = rec.MemoryMB, rec.MemoryMBUsed, rec.FreeRAMMB
+	v["local_gb"], v["local_gb_used"], v["free_disk_gb"] = rec.LocalGB, rec.LocalGBUsed, rec.FreeDiskGB
+	v["disk_available_least"] = rec.FreeDiskGB
+	v["running_vms"], v["current_workload"] = rec.RunningVMs, rec.NumIOOps
+	v["cpu_info"] = "{}"
+	return v
+}
+
+func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		hs, err := a.hypervisors(r)
+		if err != nil {
+			return err
+		}
+		out := make([]any, 0, len(hs))
+		for _, h := range hs {
+			out = append(out, a.hypervisorView(r, h, detail))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"hypervisors": out})
+		return nil
+	}
+}
+
+func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
+	hs, err := a.hypervisors(r)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	for _, h := range hs {
+		if id == h.uuid || id == strconv.FormatInt(intID(h.rec.Host), 10) || id == h.rec.Host {
+			writeJSON(w, http.StatusOK, map[string]any{"hypervisor": a.hypervisorView(r, h, true)})
+			return nil
+		}
+	}
+	return notFoundf("Hypervisor %s could not be found.", id)
+}
+
+func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
+	state, status := "down", "enabled"
+	if a.serviceUp(s) {
+		state = "up"
+	}
+	if s.Disabled {
+		status = "disabled"
+	}
+	var reason any
+	if s.DisabledReason != "" {
+		reason = s.DisabledReason
+	}
+	var id any = intID(s.Host)
+	if version(r).AtLeast(53) {
+		id = s.Host // keel names services by host; stable across restarts
+	}
+	v := map[string]any{"id": id, "binary": "nova-compute", "host": s.Host, "zone": s.Zone,
+		"status": status, "state": state, "updated_at": timeStr(s.UpdatedAt), "disabled_reason": reason}
+	if version(r).AtLeast(11) {
+		v["forced_down"] = s.ForcedDown
+	}
+	return v
+}
+
+func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
+	svcs, err := a.cfg.Store.ListServices(r.Context())
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	out := []any{}
+	for _, s := range svcs {
+		if b := q.Get("binary"); b != "" && b != "nova-compute" {
+			continue
+		}
+		if h := q.Get("host"); h != "" && h != s.Host {
+			continue
+		}
+		out = append(out, a.serviceView(r, s))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"services": out})
+	return nil
+}
+
+// updateService is PUT /os-services/{enable|disable|disable-log-reason}
+// (before 2.53) or PUT /os-services/{id} with a status (2.53 and later).
+func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Host           string  `json:"host"`
+		Binary         string  `json:"binary"`
+		Status         string  `json:"status"`
+		DisabledReason *string `json:"disabled_reason"`
+		ForcedDown     *bool   `json:"forced_down"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	action := r.PathValue("action")
+	host := body.Host
+	disable := false
+	switch action {
+	case "enable":
+	case "disable", "disable-log-reason":
+		disable = true
+	default:
+		if !version(r).AtLeast(53) {
+			return notFound("The resource could not be found.")
+		}
+		host = action // the service id is its host in keel
+		switch body.Status {
+		case "enabled":
+		case "disabled":
+			disable = true
+		case "":
+			if body.ForcedDown == nil {
+				return badRequest("nothing to update: give status or forced_down")
+			}
+		default:
+			return badRequest("status must be enabled or disabled")
+		}
+	}
+	setStatus := action != "" && (body.Status != "" || action == "enable" || action == "disable" || action == "disable-log-reason")
+	s, err := a.cfg.Store.UpdateService(r.Context(), host, func(s *records.Service) error {
+		if setStatus {
+			s.Disabled, s.DisabledReason = disable, ""
+			if disable && body.DisabledReason != nil {
+				s.DisabledReason = *body.DisabledReason
+			}
+		}
+		if body.ForcedDown != nil {
+			s.ForcedDown = *body.ForcedDown
+		}
+		s.UpdatedAt = a.cfg.Clock.Now()
+		return nil
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return notFoundf("Compute host %s could not be found.", host)
+		}
+		return err
+	}
+	if version(r).AtLeast(53) {
+		writeJSON(w, http.StatusOK, map[string]any{"service": a.serviceView(r, s)})
+		return nil
+	}
+	out := map[string]any{"host": s.Host, "binary": "nova-compute", "status": map[bool]string{true: "disabled", false: "enabled"}[s.Disabled]}
+	if action == "disable-log-reason" {
+		out["disabled_reason"] = s.DisabledReason
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"service": out})
+	return nil
+}

@@ -1,0 +1,153 @@
+package compute
+
+import (
+	"net/http"
+	"strconv"
+
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any {
+	v := map[string]any{
+		"id": m.ID, "instance_uuid": m.InstanceUUID, "status": m.Status,
+		"source_compute": m.SourceHost, "source_node": m.SourceHost,
+		"dest_compute": nilIfEmpty(m.DestHost), "dest_node": nilIfEmpty(m.DestHost), "dest_host": "",
+		"old_instance_type_id": nil, "new_instance_type_id": nil,
+		"created_at": timeStr(m.CreatedAt), "updated_at": timeStr(m.UpdatedAt),
+	}
+	ver := version(r)
+	if ver.AtLeast(23) {
+		v["migration_type"] = "live-migration"
+		if !records.MigrationTerminal(m.Status) {
+			v["links"] = a.link("servers/"+m.InstanceUUID+"/migrations", strconv.FormatInt(m.ID, 10))
+		}
+	}
+	if ver.AtLeast(59) {
+		v["uuid"] = m.UUID
+	}
+	return v
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// listMigrations is GET /os-migrations (admin), newest first, filtered by
+// host, status, instance_uuid and migration_type as Nova does.
+func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if mt := q.Get("migration_type"); mt != "" && mt != "live-migration" {
+		writeJSON(w, http.StatusOK, map[string]any{"migrations": []any{}})
+		return nil
+	}
+	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{
+		Host: q.Get("host"), Status: q.Get("status"), InstanceUUID: q.Get("instance_uuid"),
+	})
+	if err != nil {
+		return err
+	}
+	out := make([]any, 0, len(ms))
+	for i := len(ms) - 1; i >= 0; i-- {
+		out = append(out, a.migrationView(r, ms[i]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"migrations": out})
+	return nil
+}
+
+func (a *API) serverMigrationView(m records.Migration) map[string]any {
+	return map[string]any{
+		"id": m.ID, "server_uuid": m.InstanceUUID, "status": m.Status,
+		"source_compute": m.SourceHost, "source_node": m.SourceHost,
+		"dest_compute": m.DestHost, "dest_node": m.DestHost, "dest_host": "",
+		"memory_total_bytes": m.MemoryTotalBytes, "memory_processed_bytes": m.MemoryProcessedBytes,
+		"memory_remaining_bytes": m.MemoryRemainingBytes,
+		"disk_total_bytes":       0, "disk_processed_bytes": 0, "disk_remaining_bytes": 0,
+		"created_at": timeStr(m.CreatedAt), "updated_at": timeStr(m.UpdatedAt),
+	}
+}
+
+// serverMigration loads migration mid of server id, or a 404 in Nova's
+// words.
+func (a *API) serverMigration(r *http.Request) (records.Migration, error) {
+	if !version(r).AtLeast(23) {
+		return records.Migration{}, notFound("The resource could not be found.")
+	}
+	mid, err := strconv.ParseInt(r.PathValue("mid"), 10, 64)
+	if err != nil {
+		return records.Migration{}, badRequest("migration id must be an integer")
+	}
+	m, err := a.cfg.Store.GetMigration(r.Context(), mid)
+	if isNotFound(err) || (err == nil && m.InstanceUUID != r.PathValue("id")) {
+		return records.Migration{}, notFoundf("Migration %d for instance %s could not be found.", mid, r.PathValue("id"))
+	}
+	return m, err
+}
+
+func (a *API) listServerMigrations(w http.ResponseWriter, r *http.Request) error {
+	if !version(r).AtLeast(23) {
+		return notFound("The resource could not be found.")
+	}
+	if _, err := a.instance(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{InstanceUUID: r.PathValue("id"), ActiveOnly: true})
+	if err != nil {
+		return err
+	}
+	out := make([]any, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, a.serverMigrationView(m))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"migrations": out})
+	return nil
+}
+
+func (a *API) showServerMigration(w http.ResponseWriter, r *http.Request) error {
+	m, err := a.serverMigration(r)
+	if err != nil {
+		return err
+	}
+	if records.MigrationTerminal(m.Status) {
+		return notFoundf("In-progress live migration %d is not found for server %s.", m.ID, m.InstanceUUID)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"migration": a.serverMigrationView(m)})
+	return nil
+}
+
+func (a *API) abortServerMigration(w http.ResponseWriter, r *http.Request) error {
+	if !version(r).AtLeast(24) {
+		return notFound("The resource could not be found.")
+	}
+	m, err := a.serverMigration(r)
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Conductor.Abort(r.Context(), m.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
+
+func (a *API) serverMigrationAction(w http.ResponseWriter, r *http.Request) error {
+	var body map[string]jsonRaw
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if _, ok := body["force_complete"]; !ok || !version(r).AtLeast(22) {
+		return badRequest("only force_complete is supported (microversion 2.22 or later)")
+	}
+	m, err := a.serverMigration(r)
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Conductor.ForceComplete(r.Context(), m.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
