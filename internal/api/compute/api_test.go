@@ -1,0 +1,270 @@
+package compute_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/api/compute"
+	"keel/internal/clock"
+	agent "keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/conductor"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/store/memory"
+)
+
+// agents is in-process RPC to the managers.
+type agents map[string]*agent.Manager
+
+func (a agents) Compute(host string) (conductor.ComputeAPI, error) {
+	if m, ok := a[host]; ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("no agent for %s", host)
+}
+
+func (a agents) Peer(host string) (agent.Peer, error) {
+	if m, ok := a[host]; ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("no agent for %s", host)
+}
+
+// env is the API over a three-host in-process cloud on a virtual clock.
+type env struct {
+	t   *testing.T
+	clk *clock.Virtual
+	st  *memory.Store
+	srv *httptest.Server
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, clk: clock.NewVirtual(clock.Epoch), st: memory.New()}
+	quiet := slog.New(slog.DiscardHandler)
+	ag := agents{}
+	type host struct {
+		drv *fake.Driver
+		tr  *agent.Tracker
+	}
+	hs := map[string]host{}
+	for i := 1; i <= 3; i++ {
+		h := fmt.Sprintf("h%d", i)
+		cfg := agent.HostConfig{Host: h, ProviderUUID: "rp-" + h, VCPUs: 16, MemoryMB: 32768, LocalGB: 500, ReservedHostMemoryMB: 512, WriteDestRecord: true}
+		if _, err := e.st.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h, Inventories: cfg.Inventories()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: e.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		drv, err := fake.New(fake.Config{Clock: e.clk, SpawnTime: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := agent.NewTracker(cfg, e.st, drv, e.clk)
+		if err := tr.WriteRecord(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hs[h] = host{drv, tr}
+	}
+	for _, f := range []records.Flavor{{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1}, {ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20}} {
+		if _, err := e.st.CreateFlavor(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view, err := scheduler.NewView(ctx, e.st, scheduler.PolicyClaim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := scheduler.DefaultConfig()
+	cfg.ServiceDownTime = 0
+	s, err := scheduler.New(cfg, view, e.clk, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cond := conductor.New(conductor.Config{}, e.st, s, ag, e.clk, quiet, conductor.Hooks{})
+	for h, x := range hs {
+		ag[h] = agent.NewManager(h, x.drv, x.tr, ag, cond, e.clk, quiet)
+	}
+	api := compute.New(compute.Config{
+		Store: e.st, Conductor: cond, Clock: e.clk, ServiceDownTime: time.Minute, BaseURL: "http://keel/compute", Log: quiet,
+		Caller: func(r *http.Request) (compute.Caller, bool) {
+			switch r.Header.Get("X-Auth-Token") {
+			case "admin":
+				return compute.Caller{UserID: "u-admin", ProjectID: "p-admin", Admin: true}, true
+			case "member":
+				return compute.Caller{UserID: "u-demo", ProjectID: "p-demo"}, true
+			}
+			return compute.Caller{}, false
+		},
+	})
+	e.srv = httptest.NewServer(api)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// call sends a request and decodes the JSON answer (if any) into out.
+func (e *env) call(method, path, token, version string, body any, out any) *http.Response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	if token != "" {
+		req.Header.Set("X-Auth-Token", token)
+	}
+	if version != "" {
+		req.Header.Set("OpenStack-API-Version", "compute "+version)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			e.t.Fatalf("%s %s: %d %s: not JSON: %v", method, path, resp.StatusCode, data, err)
+		}
+	}
+	return resp
+}
+
+func TestVersionsAndMicroversionHeaders(t *testing.T) {
+	e := newEnv(t)
+	var v struct {
+		Version struct{ ID, Version, MinVersion string } `json:"version"`
+	}
+	resp := e.call("GET", "/compute/v2.1/", "", "", nil, &v)
+	if resp.StatusCode != 200 || v.Version.ID != "v2.1" || v.Version.Version != compute.MaxVersion.String() {
+		t.Fatalf("version document: %d %+v", resp.StatusCode, v)
+	}
+	resp = e.call("GET", "/compute/v2.1/flavors", "member", "2.25", nil, nil)
+	if resp.Header.Get("X-OpenStack-Nova-API-Version") != "2.25" || resp.Header.Get("OpenStack-API-Version") != "compute 2.25" || resp.Header.Get("X-OpenStack-Request-Id") == "" {
+		t.Fatalf("headers: %v", resp.Header)
+	}
+	var fault map[string]map[string]any
+	resp = e.call("GET", "/compute/v2.1/flavors", "member", "2.999", nil, &fault)
+	if resp.StatusCode != 406 || fault["notAcceptable"]["code"] != 406.0 {
+		t.Fatalf("out-of-range microversion: %d %v", resp.StatusCode, fault)
+	}
+}
+
+func TestAuthAndPolicy(t *testing.T) {
+	e := newEnv(t)
+	var fault map[string]map[string]any
+	if resp := e.call("GET", "/compute/v2.1/servers", "", "", nil, &fault); resp.StatusCode != 401 || fault["unauthorized"] == nil {
+		t.Fatalf("no token: %d %v", resp.StatusCode, fault)
+	}
+	if resp := e.call("GET", "/compute/v2.1/os-hypervisors", "member", "", nil, &fault); resp.StatusCode != 403 || fault["forbidden"] == nil {
+		t.Fatalf("member on an admin API: %d %v", resp.StatusCode, fault)
+	}
+}
+
+func TestBootShowMigrateAndHypervisorsExactAtOnce(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	resp := e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "networks": "none"}}, &created)
+	if resp.StatusCode != 202 || created.Server.ID == "" {
+		t.Fatalf("create: %d %+v", resp.StatusCode, created)
+	}
+	id := created.Server.ID
+	var show struct{ Server map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+id, "admin", "", nil, &show)
+	if show.Server["status"] != "BUILD" {
+		t.Fatalf("status before the spawn ends = %v, want BUILD", show.Server["status"])
+	}
+	e.clk.Advance(2 * time.Second)
+	e.call("GET", "/compute/v2.1/servers/"+id, "admin", "", nil, &show)
+	src, _ := show.Server["OS-EXT-SRV-ATTR:host"].(string)
+	if show.Server["status"] != "ACTIVE" || src == "" {
+		t.Fatalf("after the spawn: %v on %q", show.Server["status"], src)
+	}
+
+	if resp := e.call("POST", "/compute/v2.1/servers/"+id+"/action", "member", "", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil); resp.StatusCode != 403 {
+		t.Fatalf("member live-migrating: %d, want 403", resp.StatusCode)
+	}
+	if resp := e.call("POST", "/compute/v2.1/servers/"+id+"/action", "admin", "2.30", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil); resp.StatusCode != 202 {
+		t.Fatalf("live migration: %d, want 202", resp.StatusCode)
+	}
+	var migs struct{ Migrations []map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+id+"/migrations", "admin", "2.30", nil, &migs)
+	if len(migs.Migrations) != 1 || migs.Migrations[0]["status"] != "running" {
+		t.Fatalf("in-progress migrations: %+v", migs)
+	}
+	e.clk.Advance(10 * time.Second)
+	e.call("GET", "/compute/v2.1/servers/"+id, "admin", "", nil, &show)
+	dst, _ := show.Server["OS-EXT-SRV-ATTR:host"].(string)
+	if show.Server["status"] != "ACTIVE" || dst == src || dst == "" {
+		t.Fatalf("after the migration: %v on %q (was %q)", show.Server["status"], dst, src)
+	}
+	e.call("GET", "/compute/v2.1/os-migrations", "admin", "2.23", nil, &migs)
+	if len(migs.Migrations) != 1 || migs.Migrations[0]["status"] != "completed" || migs.Migrations[0]["dest_compute"] != dst || migs.Migrations[0]["migration_type"] != "live-migration" {
+		t.Fatalf("os-migrations: %+v", migs)
+	}
+	// Both hosts' records are exact the moment the migration completes.
+	var hv struct{ Hypervisors []map[string]any }
+	e.call("GET", "/compute/v2.1/os-hypervisors/detail", "admin", "", nil, &hv)
+	used := map[string]float64{}
+	for _, h := range hv.Hypervisors {
+		used[h["hypervisor_hostname"].(string)] = h["memory_mb_used"].(float64)
+		if h["state"] != "up" || h["status"] != "enabled" {
+			t.Errorf("hypervisor %v state %v status %v", h["hypervisor_hostname"], h["state"], h["status"])
+		}
+	}
+	if used[dst] != 512+2048 || used[src] != 512 {
+		t.Fatalf("memory_mb_used after the move: %v; want %s=2560, %s=512", used, dst, src)
+	}
+}
+
+func TestServicesDisableAndFlavorCreate(t *testing.T) {
+	e := newEnv(t)
+	var out struct{ Service map[string]any }
+	resp := e.call("PUT", "/compute/v2.1/os-services/disable-log-reason", "admin", "", map[string]any{"host": "h1", "binary": "nova-compute", "disabled_reason": "maintenance"}, &out)
+	if resp.StatusCode != 200 || out.Service["status"] != "disabled" || out.Service["disabled_reason"] != "maintenance" {
+		t.Fatalf("disable: %d %+v", resp.StatusCode, out)
+	}
+	var svcs struct{ Services []map[string]any }
+	e.call("GET", "/compute/v2.1/os-services?binary=nova-compute", "admin", "", nil, &svcs)
+	if len(svcs.Services) != 3 || svcs.Services[0]["status"] != "disabled" || svcs.Services[1]["status"] != "enabled" {
+		t.Fatalf("services: %+v", svcs)
+	}
+	// A disabled host is not chosen.
+	for i := 0; i < 4; i++ {
+		var created struct{ Server struct{ ID string } }
+		e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "x", "flavorRef": "1"}}, &created)
+		in, err := e.st.GetInstance(context.Background(), created.Server.ID)
+		if err != nil || in.Host == "h1" {
+			t.Fatalf("boot %d landed on %q (%v)", i, in.Host, err)
+		}
+	}
+	var fl struct{ Flavor map[string]any }
+	if resp := e.call("POST", "/compute/v2.1/flavors", "admin", "", map[string]any{"flavor": map[string]any{"name": "m1.big", "ram": 4096, "vcpus": 2, "disk": 40, "id": "7"}}, &fl); resp.StatusCode != 200 || fl.Flavor["id"] != "7" {
+		t.Fatalf("flavor create: %d %+v", resp.StatusCode, fl)
+	}
+	var fault map[string]map[string]any
+	if resp := e.call("POST", "/compute/v2.1/flavors", "admin", "", map[string]any{"flavor": map[string]any{"name": "m1.big", "ram": 1, "vcpus": 1, "disk": 0}}, &fault); resp.StatusCode != 409 {
+		t.Fatalf("duplicate flavor: %d %v", resp.StatusCode, fault)
+	}
+	if resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "x", "flavorRef": "nope"}}, &fault); resp.StatusCode != 400 || !strings.Contains(fmt.Sprint(fault), "nope") {
+		t.Fatalf("unknown flavor: %d %v", resp.StatusCode, fault)
+	}
+	if resp := e.call("POST", "/compute/v2.1/servers", "member", "", "not an object", &fault); resp.StatusCode != 400 || fault["badRequest"] == nil {
+		t.Fatalf("malformed body: %d %v", resp.StatusCode, fault)
+	}
+}
