@@ -23,6 +23,9 @@ type Guest struct {
 	Name   string         `json:"name"`
 	Flavor records.Flavor `json:"flavor"`
 	State  GuestState     `json:"state"`
+	// MigrationID is the live migration copying the guest away, while
+	// State is migrating.
+	MigrationID int64 `json:"migration_id,omitempty"`
 }
 
 // Driver is the virt driver interface: what the agent asks of a hypervisor.
@@ -41,7 +44,10 @@ type Driver interface {
 	// PreLiveMigration prepares the destination to receive inst and returns
 	// the migrate data the source's LiveMigration needs.
 	PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error)
-	LiveMigration(ctx context.Context, inst records.Instance, dest string, data map[string]string,
+	// LiveMigration copies inst to dest for migration migID (which the
+	// driver keeps with the guest, so an agent restarted mid-copy can
+	// report which migration it interrupted).
+	LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string,
 		progress func(total, processed, remaining int64), done func(error))
 	AbortLiveMigration(ctx context.Context, uuid string) error
 	ForceCompleteLiveMigration(ctx context.Context, uuid string) error
@@ -64,3 +70,11 @@ const (
 	StepPostAtSource      = "post_live_migration_at_source"
 	StepPostAtDestination = "post_live_migration_at_destination"
 )
+
+// Interrupter is implemented by drivers that can tell, after a restart of
+// the agent, which operations the restart cut short: guests that were
+// building, or being copied away (with the migration's ID). The agent
+// reports how each ended so the conductor can finish or roll back.
+type Interrupter interface {
+	Interrupted() []Guest
+}

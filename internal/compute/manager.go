@@ -131,7 +131,7 @@ func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (
 func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
 	m.tracker.Busy(inst.UUID, true)
 	bg := context.WithoutCancel(ctx)
-	m.driver.LiveMigration(ctx, inst, dest, data,
+	m.driver.LiveMigration(ctx, migID, inst, dest, data,
 		func(total, processed, remaining int64) {
 			m.reporter.CopyProgress(bg, migID, total, processed, remaining)
 		},

@@ -191,6 +191,11 @@ func (c *Conductor) perform(ctx context.Context, m records.Migration, a migratio
 			return migration.Event{Kind: migration.SlotAcquired}, true
 		}
 		return migration.Event{}, false
+	case migration.HoldSlot:
+		c.mu.Lock()
+		c.slots[a.Host]++
+		c.mu.Unlock()
+		return migration.Event{}, false
 	case migration.ReleaseSlot:
 		c.releaseSlot(ctx, m.SourceHost)
 		return migration.Event{}, false

@@ -47,6 +47,10 @@ const (
 	Reverted       EventKind = "reverted"
 	Abort          EventKind = "abort"
 	ForceComplete  EventKind = "force-complete"
+	// Resume is fed by recovery after a restart of the server: the step in
+	// flight may or may not have happened, so each phase either repeats its
+	// (idempotent) action or, before the copy, rolls back.
+	Resume EventKind = "resume"
 )
 
 // Event is something that happened to a migration.
@@ -83,6 +87,9 @@ const (
 	AcquireSlot ActionKind = "acquire-slot"
 	// ReleaseSlot frees the source slot. No answer.
 	ReleaseSlot ActionKind = "release-slot"
+	// HoldSlot counts a slot a running copy already holds (after a restart
+	// of the server). No answer.
+	HoldSlot ActionKind = "hold-slot"
 	// PreLiveMigration on the destination. Answer: Prepared or
 	// PrepareFailed.
 	PreLiveMigration ActionKind = "pre-live-migration"

@@ -50,6 +50,8 @@ type Driver struct {
 	guests map[string]*compute.Guest
 	copies map[string]*copyJob
 	faults map[string][]fault
+	// interrupted holds the guests a restart caught mid-operation.
+	interrupted []compute.Guest
 }
 
 type copyJob struct {
@@ -67,7 +69,10 @@ type fault struct {
 	msg  string
 }
 
-var _ compute.Driver = (*Driver)(nil)
+var (
+	_ compute.Driver      = (*Driver)(nil)
+	_ compute.Interrupter = (*Driver)(nil)
+)
 
 // New returns a driver, loading the state file if there is one.
 func New(cfg Config) (*Driver, error) {
@@ -231,7 +236,7 @@ func (d *Driver) CopyTime(ramMB int64) time.Duration {
 }
 
 // LiveMigration implements compute.Driver.
-func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest string, _ map[string]string,
+func (d *Driver) LiveMigration(_ context.Context, migID int64, inst records.Instance, dest string, _ map[string]string,
 	progress func(total, processed, remaining int64), done func(error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -255,7 +260,7 @@ func (d *Driver) LiveMigration(_ context.Context, inst records.Instance, dest st
 		// A failing copy still takes half its time before it fails.
 		dur /= 2
 	} else {
-		g.State = compute.GuestMigrating
+		g.State, g.MigrationID = compute.GuestMigrating, migID
 		d.saveLocked()
 	}
 	d.copies[inst.UUID] = job
@@ -302,7 +307,7 @@ func (d *Driver) finishLocked(uuid string, job *copyJob, err error) bool {
 		delete(d.copies, uuid)
 	}
 	if g, ok := d.guests[uuid]; ok && err != nil && g.State == compute.GuestMigrating {
-		g.State = compute.GuestRunning
+		g.State, g.MigrationID = compute.GuestRunning, 0
 		d.saveLocked()
 	}
 	return true
@@ -420,13 +425,26 @@ func (d *Driver) load() error {
 	for _, g := range st.Guests {
 		g := g
 		// A copy or a build in progress did not survive the restart: the
-		// guest is running where it was.
+		// guest is running where it was. Interrupted tells the agent, so
+		// it can report how each operation ended.
 		if g.State == compute.GuestMigrating || g.State == compute.GuestBuilding {
-			g.State = compute.GuestRunning
+			d.interrupted = append(d.interrupted, g)
+			g.State, g.MigrationID = compute.GuestRunning, 0
 		}
 		d.guests[g.UUID] = &g
 	}
 	return nil
+}
+
+// Interrupted returns, once, the guests whose build or outgoing copy a
+// restart interrupted, as they were (State building or migrating, with
+// the MigrationID of the copy). They now run here.
+func (d *Driver) Interrupted() []compute.Guest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.interrupted
+	d.interrupted = nil
+	return out
 }
 
 // saveLocked writes the state file atomically; called with mu held. A

@@ -169,7 +169,7 @@ func TestCopyTimeIsRAMOverBandwidth(t *testing.T) {
 			// And the copy really takes that long on the clock.
 			running(d, "a", tc.ramMB)
 			var o outcome
-			d.LiveMigration(ctx, instance("a", tc.ramMB), "dst", nil, nil, o.done(clk))
+			d.LiveMigration(ctx, 1, instance("a", tc.ramMB), "dst", nil, nil, o.done(clk))
 			clk.Advance(tc.want - time.Nanosecond)
 			if o.calls != 0 {
 				t.Fatalf("copy done at %v, before %v", o.at, tc.want)
@@ -204,7 +204,7 @@ func TestCopyReportsProgress(t *testing.T) {
 	running(d, "a", 8192)
 	var got []report
 	var o outcome
-	d.LiveMigration(ctx, instance("a", 8192), "dst", nil, func(total, processed, remaining int64) {
+	d.LiveMigration(ctx, 1, instance("a", 8192), "dst", nil, func(total, processed, remaining int64) {
 		got = append(got, report{clk.Now().Sub(clock.Epoch), total, processed, remaining})
 	}, o.done(clk))
 	clk.Advance(time.Minute)
@@ -233,7 +233,7 @@ func TestNoProgressWithoutProgressEvery(t *testing.T) {
 	running(d, "a", 4096)
 	reports := 0
 	var o outcome
-	d.LiveMigration(ctx, instance("a", 4096), "dst", nil, func(int64, int64, int64) { reports++ }, o.done(clk))
+	d.LiveMigration(ctx, 1, instance("a", 4096), "dst", nil, func(int64, int64, int64) { reports++ }, o.done(clk))
 	clk.Advance(time.Minute)
 	if reports != 0 || o.calls != 1 {
 		t.Fatalf("reports=%d done=%d, want 0 and 1", reports, o.calls)
@@ -272,7 +272,7 @@ var faultSteps = []faultStep{
 		running(d, uuid, 1024)
 		defer d.Destroy(ctx, uuid)
 		var o outcome
-		d.LiveMigration(ctx, instance(uuid, 1024), "dst", nil, nil, o.done(clk))
+		d.LiveMigration(ctx, 1, instance(uuid, 1024), "dst", nil, nil, o.done(clk))
 		clk.Advance(time.Minute)
 		return o.err
 	}},
@@ -343,7 +343,7 @@ func TestFailingCopyTakesHalfItsTimeAndLeavesTheGuestRunning(t *testing.T) {
 	running(d, "a", 8192)
 	d.FailNext(compute.StepLiveMigration, "a", "link down")
 	var o outcome
-	d.LiveMigration(ctx, instance("a", 8192), "dst", nil, nil, o.done(clk))
+	d.LiveMigration(ctx, 1, instance("a", 8192), "dst", nil, nil, o.done(clk))
 	clk.Advance(time.Minute)
 	if o.calls != 1 || o.at != 4*time.Second || o.err == nil || !strings.Contains(o.err.Error(), "link down") {
 		t.Fatalf("done %d times at %v with %v, want once at 4s with link down", o.calls, o.at, o.err)
@@ -356,7 +356,7 @@ func TestFailingCopyTakesHalfItsTimeAndLeavesTheGuestRunning(t *testing.T) {
 func TestCopyOfAGuestThatIsNotRunningFails(t *testing.T) {
 	d, clk := newDriver(t, fake.Config{})
 	var o outcome
-	d.LiveMigration(ctx, instance("ghost", 1024), "dst", nil, nil, o.done(clk))
+	d.LiveMigration(ctx, 1, instance("ghost", 1024), "dst", nil, nil, o.done(clk))
 	clk.Advance(time.Minute)
 	if o.calls != 1 || o.err == nil || !strings.Contains(o.err.Error(), "not running") {
 		t.Fatalf("done %d times with %v, want one 'not running' error", o.calls, o.err)
@@ -389,7 +389,7 @@ func TestAbortAndForceComplete(t *testing.T) {
 			}
 			var o outcome
 			reports := 0
-			d.LiveMigration(ctx, instance("a", 8192), "dst", nil, func(int64, int64, int64) { reports++ }, o.done(clk))
+			d.LiveMigration(ctx, 1, instance("a", 8192), "dst", nil, func(int64, int64, int64) { reports++ }, o.done(clk))
 			clk.Advance(2 * time.Second)
 			before := reports
 			if err := tc.op(d, ctx, "a"); err != nil {
@@ -443,8 +443,8 @@ func TestSecondCopyOfTheSameGuestFailsAndLeavesTheFirst(t *testing.T) {
 	d, clk := newDriver(t, fake.Config{})
 	running(d, "a", 8192)
 	var first, second outcome
-	d.LiveMigration(ctx, instance("a", 8192), "dst", nil, nil, first.done(clk))
-	d.LiveMigration(ctx, instance("a", 8192), "dst2", nil, nil, second.done(clk))
+	d.LiveMigration(ctx, 1, instance("a", 8192), "dst", nil, nil, first.done(clk))
+	d.LiveMigration(ctx, 1, instance("a", 8192), "dst2", nil, nil, second.done(clk))
 	clk.Advance(time.Second)
 	if second.calls != 1 || second.err == nil || !strings.Contains(second.err.Error(), "already in progress") {
 		t.Fatalf("second copy: %d calls, err %v", second.calls, second.err)
@@ -523,7 +523,7 @@ func TestStateFileSurvivesARestart(t *testing.T) {
 	}
 	running(d1, "running", 1024)
 	running(d1, "migrating", 8192)
-	d1.LiveMigration(ctx, instance("migrating", 8192), "dst", nil, nil, func(error) {})
+	d1.LiveMigration(ctx, 7, instance("migrating", 8192), "dst", nil, nil, func(error) {})
 	if _, err := d1.PreLiveMigration(ctx, instance("incoming", 2048)); err != nil {
 		t.Fatal(err)
 	}
@@ -566,6 +566,17 @@ func TestStateFileSurvivesARestart(t *testing.T) {
 	// The restored driver has no copy to abort.
 	if err := d2.AbortLiveMigration(ctx, "migrating"); !errors.Is(err, fake.ErrNoMigration) {
 		t.Fatalf("abort after restart: %v, want ErrNoMigration", err)
+	}
+	// It tells, once, which operations the restart cut short.
+	cut := map[string]compute.Guest{}
+	for _, g := range d2.Interrupted() {
+		cut[g.UUID] = g
+	}
+	if len(cut) != 2 || cut["migrating"].State != compute.GuestMigrating || cut["migrating"].MigrationID != 7 || cut["building"].State != compute.GuestBuilding {
+		t.Fatalf("interrupted = %+v, want the copy of migration 7 and the build", cut)
+	}
+	if again := d2.Interrupted(); len(again) != 0 {
+		t.Fatalf("interrupted reported twice: %+v", again)
 	}
 }
 

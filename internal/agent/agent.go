@@ -1,0 +1,226 @@
+// Package agent is `keel agent`: one hypervisor host's compute service.
+// It connects to the bus, registers its host (resource provider and
+// inventory, service record) through the servers, heartbeats, runs the
+// periodic audit, and answers every agent-side step of a boot or a live
+// migration with the fake virt driver, whose guests live in a state file
+// in the agent's data dir so that a `kill -9` loses nothing.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"keel/internal/bus"
+	"keel/internal/clock"
+	"keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/rpc"
+)
+
+// Options configure an agent.
+type Options struct {
+	// Host names the hypervisor (one bus subject token: no dots).
+	Host string
+	Zone string
+	// DataDir holds the fake driver's state file.
+	DataDir string
+	// BusURL is the NATS URL (several comma-separated for a cluster);
+	// Creds the bus credentials.
+	BusURL string
+	Creds  bus.Credentials
+	// Hardware and Nova's per-host options. ProviderUUID is filled in by
+	// registration.
+	Hardware compute.HostConfig
+	// UpdateResourcesInterval is the periodic audit's interval (0 = 60 s,
+	// negative disables it); ReportInterval the heartbeat's (default 10 s).
+	UpdateResourcesInterval time.Duration
+	ReportInterval          time.Duration
+	// SpawnTime and BandwidthMiBps configure the fake driver.
+	SpawnTime      time.Duration
+	BandwidthMiBps float64
+	Clock          clock.Clock
+	Log            *slog.Logger
+}
+
+// Agent is a running agent.
+type Agent struct {
+	opts    Options
+	conn    *bus.Conn
+	mgr     *compute.Manager
+	subs    []bus.Subscription
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	log     *slog.Logger
+	stopped bool
+}
+
+// Start connects, registers and starts serving. It returns once the agent
+// answers on the bus.
+func Start(ctx context.Context, opts Options) (*Agent, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.ReportInterval <= 0 {
+		opts.ReportInterval = 10 * time.Second
+	}
+	if err := bus.ValidHostName(opts.Host); err != nil {
+		return nil, fmt.Errorf("agent host name: %w", err)
+	}
+	log := opts.Log.With("host", opts.Host)
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("agent data dir: %w", err)
+	}
+	conn, err := bus.Connect(ctx, opts.BusURL, opts.Creds, "keel-agent-"+opts.Host, log)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s connecting to the bus: %w", opts.Host, err)
+	}
+	a := &Agent{opts: opts, conn: conn, log: log}
+	if err := a.start(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Agent) start(ctx context.Context) error {
+	opts := a.opts
+	st := &rpc.Store{Conn: a.conn}
+	hc := opts.Hardware
+	hc.Host = opts.Host
+	uuid, err := a.register(ctx, st, hc)
+	if err != nil {
+		return err
+	}
+	hc.ProviderUUID = uuid
+	drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, BandwidthMiBps: opts.BandwidthMiBps,
+		ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc)})
+	if err != nil {
+		return err
+	}
+	tr := compute.NewTracker(hc, st, drv, opts.Clock)
+	// The guests that survived a restart are counted again at once; the
+	// first audit (right below) reconciles them with the allocations.
+	guests, err := drv.Guests(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range guests {
+		if g.State == compute.GuestRunning || g.State == compute.GuestMigrating {
+			tr.Track(g.UUID, g.Flavor)
+		}
+	}
+	reporter := &rpc.Reporter{Conn: a.conn, Log: a.log}
+	a.mgr = compute.NewManager(opts.Host, drv, tr, rpc.Agents{Conn: a.conn}, reporter, opts.Clock, a.log)
+	a.subs, err = rpc.ServeAgent(a.conn, a.mgr)
+	if err != nil {
+		return err
+	}
+	// Operations a restart cut short are reported as ended, so the
+	// conductor finishes the build or rolls the migration back.
+	for _, g := range drv.Interrupted() {
+		switch g.State {
+		case compute.GuestBuilding:
+			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
+			reporter.BuildDone(ctx, g.UUID, opts.Host, nil)
+		case compute.GuestMigrating:
+			a.log.Info("reporting a copy the restart interrupted", "instance", g.UUID, "migration", g.MigrationID)
+			reporter.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	if err := st.Heartbeat(ctx, opts.Host, opts.Clock.Now()); err != nil {
+		return fmt.Errorf("agent %s: first heartbeat: %w", opts.Host, err)
+	}
+	if _, err := a.mgr.Audit(ctx); err != nil {
+		a.log.Warn("first audit failed; the periodic one will retry", "err", err)
+	}
+	a.wg.Add(1)
+	go a.heartbeat(runCtx, st)
+	a.mgr.StartPeriodicAudit(runCtx, opts.UpdateResourcesInterval, opts.UpdateResourcesInterval, func(d compute.Drift) {
+		if d.Count() > 0 {
+			a.log.Info("audit healed drift", "drift", d.String())
+		}
+	})
+	a.log.Info("agent started", "provider", uuid, "guests", len(guests))
+	return nil
+}
+
+// register retries until a server answers (the agent may start first).
+func (a *Agent) register(ctx context.Context, st *rpc.Store, hc compute.HostConfig) (string, error) {
+	wait := 200 * time.Millisecond
+	for {
+		uuid, err := st.RegisterHost(ctx, hc, a.opts.Zone)
+		if err == nil {
+			return uuid, nil
+		}
+		if !errors.Is(err, bus.ErrUnavailable) {
+			return "", fmt.Errorf("agent %s registering: %w", hc.Host, err)
+		}
+		a.log.Info("waiting for a keel server to register with", "err", err)
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("agent %s registering: %w", hc.Host, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
+	defer a.wg.Done()
+	t := time.NewTicker(a.opts.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			hctx, cancel := context.WithTimeout(ctx, a.opts.ReportInterval)
+			if err := st.Heartbeat(hctx, a.opts.Host, a.opts.Clock.Now()); err != nil && ctx.Err() == nil {
+				a.log.Warn("heartbeat failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// physicalMemory caps the fake hypervisor at its RAM unless the host
+// overcommits RAM.
+func physicalMemory(hc compute.HostConfig) int64 {
+	if hc.RAMAllocationRatio > 1 {
+		return 0
+	}
+	return hc.MemoryMB
+}
+
+// Manager returns the agent's compute manager.
+func (a *Agent) Manager() *compute.Manager { return a.mgr }
+
+// Stop stops serving and disconnects. The guests stay in the state file.
+func (a *Agent) Stop() {
+	if a.stopped {
+		return
+	}
+	a.stopped = true
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.mgr != nil {
+		a.mgr.StopPeriodicAudit()
+	}
+	for _, s := range a.subs {
+		_ = s.Unsubscribe()
+	}
+	a.wg.Wait()
+	a.conn.Close()
+}

@@ -1,0 +1,273 @@
+package identity
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// maxAuthBody bounds a login request body.
+const maxAuthBody = 64 << 10
+
+// Keystone's own messages.
+const (
+	msgForbidden  = "You are not authorized to perform the requested action: %s."
+	msgNoToken    = "Could not find token."
+	msgServerFail = "An unexpected error prevented the server from fulfilling your request."
+)
+
+// timeLayout is Keystone's timestamp format: UTC, microseconds, "Z".
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// ref names a user, project or domain by ID or by name.
+type ref struct {
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Domain *ref   `json:"domain"`
+}
+
+type authRequest struct {
+	Auth *struct {
+		Identity *struct {
+			Methods  []string `json:"methods"`
+			Password *struct {
+				User *struct {
+					ref
+					Password *string `json:"password"`
+				} `json:"user"`
+			} `json:"password"`
+		} `json:"identity"`
+		// Scope is absent, the string "unscoped", or an object naming a
+		// project (domain, system and trust scopes are not offered).
+		Scope json.RawMessage `json:"scope"`
+	} `json:"auth"`
+}
+
+type authFailure struct {
+	status int
+	msg    string
+}
+
+func badRequest(msg string) *authFailure { return &authFailure{http.StatusBadRequest, msg} }
+
+var unauthorized = &authFailure{http.StatusUnauthorized, msgAuthRequired}
+
+// issueToken is POST /v3/auth/tokens.
+func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
+	var req authRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAuthBody+1))
+	if err != nil || len(body) > maxAuthBody {
+		WriteError(w, http.StatusBadRequest, "The request body could not be read or is too large.")
+		return
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body: "+err.Error())
+		return
+	}
+	userID, projectID, fail := h.authenticate(&req)
+	if fail != nil {
+		if fail.status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
+		}
+		WriteError(w, fail.status, fail.msg)
+		return
+	}
+	token, p, err := h.iss.Issue(userID, projectID)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, msgServerFail)
+		return
+	}
+	w.Header().Set("X-Subject-Token", token)
+	writeJSON(w, http.StatusCreated, map[string]any{"token": h.tokenBody(r, p, r.URL.Query().Has("nocatalog"))})
+}
+
+// authenticate checks a login request and picks its scope.
+func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail *authFailure) {
+	a := req.Auth
+	if a == nil || a.Identity == nil {
+		return "", "", badRequest("Expecting to find auth.identity in the request body.")
+	}
+	if len(a.Identity.Methods) == 0 {
+		return "", "", badRequest("Expecting to find auth.identity.methods in the request body.")
+	}
+	if !slices.Equal(a.Identity.Methods, []string{"password"}) {
+		return "", "", &authFailure{http.StatusUnauthorized, "Attempted to authenticate with an unsupported method."}
+	}
+	pw := a.Identity.Password
+	if pw == nil || pw.User == nil {
+		return "", "", badRequest("Expecting to find auth.identity.password.user in the request body.")
+	}
+	if pw.User.ID == "" && pw.User.Name == "" {
+		return "", "", badRequest("Expecting to find the user's id or name in the request body.")
+	}
+	if pw.User.ID == "" && (pw.User.Domain == nil || pw.User.Domain.ID == "" && pw.User.Domain.Name == "") {
+		return "", "", badRequest("Expecting to find domain in user. The server could not comply with the request since it is either malformed or otherwise incorrect.")
+	}
+	if pw.User.Password == nil {
+		return "", "", badRequest("Expecting to find the user's password in the request body.")
+	}
+	project, fail := h.parseScope(a.Scope)
+	if fail != nil {
+		return "", "", fail
+	}
+
+	d := h.iss.Directory
+	u, ok := h.lookupUser(pw.User.ref)
+	if !ok {
+		burnPasswordCheck(*pw.User.Password) // same time as a wrong password
+		return "", "", unauthorized
+	}
+	if good, err := CheckPassword(u.PasswordHash, *pw.User.Password); err != nil {
+		return "", "", &authFailure{http.StatusInternalServerError, msgServerFail}
+	} else if !good {
+		return "", "", unauthorized
+	}
+	var p Project
+	if project == nil {
+		if p, ok = d.defaultProject(u); !ok {
+			return "", "", unauthorized
+		}
+	} else if p, ok = h.lookupProject(*project); !ok {
+		return "", "", unauthorized
+	}
+	if len(d.EffectiveRoles(u.ID, p.ID)) == 0 {
+		return "", "", unauthorized
+	}
+	return u.ID, p.ID, nil
+}
+
+// parseScope returns the project named by scope, or nil for none.
+func (h *handler) parseScope(raw json.RawMessage) (*ref, *authFailure) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == `"unscoped"` {
+		return nil, nil
+	}
+	var scope map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &scope); err != nil {
+		return nil, badRequest("Expecting auth.scope to be an object or \"unscoped\".")
+	}
+	projRaw, ok := scope["project"]
+	if !ok {
+		if len(scope) == 0 {
+			return nil, nil
+		}
+		return nil, &authFailure{http.StatusUnauthorized, "keel issues project-scoped tokens only."}
+	}
+	var proj ref
+	if err := json.Unmarshal(projRaw, &proj); err != nil {
+		return nil, badRequest("Expecting auth.scope.project to be an object.")
+	}
+	if proj.ID == "" && proj.Name == "" {
+		return nil, badRequest("Expecting to find the project's id or name in auth.scope.project.")
+	}
+	if proj.ID == "" && (proj.Domain == nil || proj.Domain.ID == "" && proj.Domain.Name == "") {
+		return nil, badRequest("Expecting to find domain in project.")
+	}
+	return &proj, nil
+}
+
+func (h *handler) lookupUser(u ref) (User, bool) {
+	d := h.iss.Directory
+	if u.ID != "" {
+		return d.User(u.ID)
+	}
+	dom, ok := d.domainID(u.Domain.ID, u.Domain.Name)
+	if !ok {
+		return User{}, false
+	}
+	return d.UserByName(dom, u.Name)
+}
+
+func (h *handler) lookupProject(p ref) (Project, bool) {
+	d := h.iss.Directory
+	if p.ID != "" {
+		return d.Project(p.ID)
+	}
+	dom, ok := d.domainID(p.Domain.ID, p.Domain.Name)
+	if !ok {
+		return Project{}, false
+	}
+	return d.ProjectByName(dom, p.Name)
+}
+
+var (
+	dummyHashOnce sync.Once
+	dummyHash     string
+)
+
+// burnPasswordCheck costs what checking a real password costs, so that an
+// unknown user name cannot be told from a wrong password by timing.
+func burnPasswordCheck(password string) {
+	dummyHashOnce.Do(func() { dummyHash, _ = HashPassword("keel-dummy") })
+	CheckPassword(dummyHash, password)
+}
+
+// validateToken is GET (and HEAD) /v3/auth/tokens: the caller's
+// X-Auth-Token must be valid and belong to an admin or to the subject
+// token's own user.
+func (h *handler) validateToken(w http.ResponseWriter, r *http.Request) {
+	caller, err := h.iss.Validate(r.Header.Get("X-Auth-Token"))
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
+		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
+		return
+	}
+	subjectToken := r.Header.Get("X-Subject-Token")
+	if subjectToken == "" {
+		WriteError(w, http.StatusBadRequest, "Expecting to find X-Subject-Token in the request headers.")
+		return
+	}
+	subject, err := h.iss.Validate(subjectToken)
+	if err != nil {
+		WriteError(w, http.StatusNotFound, msgNoToken)
+		return
+	}
+	if !caller.IsAdmin() && caller.UserID != subject.UserID {
+		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, "identity:validate_token"))
+		return
+	}
+	w.Header().Set("X-Subject-Token", subjectToken)
+	writeJSON(w, http.StatusOK, map[string]any{"token": h.tokenBody(r, subject, r.URL.Query().Has("nocatalog"))})
+}
+
+// tokenBody is the "token" object of Keystone's token responses.
+func (h *handler) tokenBody(r *http.Request, p Principal, noCatalog bool) map[string]any {
+	roles := make([]map[string]string, len(p.Roles))
+	for k, name := range p.Roles {
+		roles[k] = map[string]string{"id": RoleID(name), "name": name}
+	}
+	t := map[string]any{
+		"methods": []string{"password"},
+		"user": map[string]any{
+			"id":                  p.UserID,
+			"name":                p.UserName,
+			"domain":              domainRef(p.UserDomainID),
+			"password_expires_at": nil,
+		},
+		"project": map[string]any{
+			"id":     p.ProjectID,
+			"name":   p.ProjectName,
+			"domain": domainRef(p.ProjectDomainID),
+		},
+		"roles":      roles,
+		"issued_at":  formatTime(p.IssuedAt),
+		"expires_at": formatTime(p.ExpiresAt),
+		"audit_ids":  []string{p.AuditID},
+		"is_domain":  false,
+	}
+	if !noCatalog {
+		t["catalog"] = Catalog(baseURL(h.base, r))
+	}
+	return t
+}
+
+func domainRef(id string) map[string]string {
+	return map[string]string{"id": id, "name": DomainName(id)}
+}

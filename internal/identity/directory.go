@@ -1,0 +1,376 @@
+package identity
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The one domain keel knows by name, as Keystone installs it.
+const (
+	DefaultDomainID   = "default"
+	DefaultDomainName = "Default"
+)
+
+// The roles keel understands. Admin implies member, member implies reader.
+const (
+	RoleAdmin  = "admin"
+	RoleMember = "member"
+	RoleReader = "reader"
+)
+
+// Project is a Keystone project (tenant).
+type Project struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	DomainID string `json:"domain_id"`
+}
+
+// User is a Keystone user and its role assignments.
+type User struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	PasswordHash string `json:"password_hash"`
+	DomainID     string `json:"domain_id"`
+	// DefaultProjectID, if set, is the scope of an unscoped login;
+	// otherwise the first project (in Directory order) the user has a role
+	// on.
+	DefaultProjectID string `json:"default_project_id,omitempty"`
+	// Roles maps a project ID to the role names granted on it.
+	Roles map[string][]string `json:"roles,omitempty"`
+}
+
+// Directory is the set of users and projects. It is plain data: build or
+// load it, then treat it as read-only while an Issuer serves from it.
+type Directory struct {
+	Projects []Project `json:"projects"`
+	Users    []User    `json:"users"`
+}
+
+// ProjectID is the ID a project named name in domainID gets: 32 hex digits,
+// the same on every run.
+func ProjectID(domainID, name string) string { return derivedID("project", domainID, name) }
+
+// UserID is the ID a user named name in domainID gets.
+func UserID(domainID, name string) string { return derivedID("user", domainID, name) }
+
+// RoleID is the ID of the role named name.
+func RoleID(name string) string { return derivedID("role", "", name) }
+
+func derivedID(kind, domainID, name string) string {
+	sum := sha256.Sum256([]byte("keel identity\x00" + kind + "\x00" + domainID + "\x00" + name))
+	return hex.EncodeToString(sum[:16])
+}
+
+// NewDevDirectory returns the development directory: projects "admin" and
+// "demo"; user "admin" with role admin on project admin, and user "demo"
+// with role member on project demo. Both users get adminPassword.
+func NewDevDirectory(adminPassword string) *Directory {
+	d := &Directory{}
+	admin := d.mustAddProject("admin")
+	demo := d.mustAddProject("demo")
+	must(d.AddUser("admin", adminPassword))
+	must(d.AddUser("demo", adminPassword))
+	mustDo(d.Grant(UserID(DefaultDomainID, "admin"), admin.ID, RoleAdmin))
+	mustDo(d.Grant(UserID(DefaultDomainID, "demo"), demo.ID, RoleMember))
+	return d
+}
+
+func (d *Directory) mustAddProject(name string) Project { return must(d.AddProject(name)) }
+
+func must[T any](v T, err error) T {
+	mustDo(err)
+	return v
+}
+
+func mustDo(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// AddProject adds a project in the default domain.
+func (d *Directory) AddProject(name string) (Project, error) {
+	if name == "" {
+		return Project{}, errors.New("adding project: empty name")
+	}
+	if _, ok := d.ProjectByName(DefaultDomainID, name); ok {
+		return Project{}, fmt.Errorf("adding project %q: already exists", name)
+	}
+	p := Project{ID: ProjectID(DefaultDomainID, name), Name: name, DomainID: DefaultDomainID}
+	d.Projects = append(d.Projects, p)
+	return p, nil
+}
+
+// AddUser adds a user in the default domain, without roles.
+func (d *Directory) AddUser(name, password string) (User, error) {
+	if name == "" {
+		return User{}, errors.New("adding user: empty name")
+	}
+	if _, ok := d.UserByName(DefaultDomainID, name); ok {
+		return User{}, fmt.Errorf("adding user %q: already exists", name)
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return User{}, fmt.Errorf("adding user %q: %w", name, err)
+	}
+	u := User{ID: UserID(DefaultDomainID, name), Name: name, PasswordHash: hash, DomainID: DefaultDomainID}
+	d.Users = append(d.Users, u)
+	return u, nil
+}
+
+// Grant gives the user role on the project.
+func (d *Directory) Grant(userID, projectID, role string) error {
+	if !knownRole(role) {
+		return fmt.Errorf("granting role %q: unknown role (want admin, member or reader)", role)
+	}
+	if _, ok := d.Project(projectID); !ok {
+		return fmt.Errorf("granting role %q: no project %s", role, projectID)
+	}
+	i := d.userIndex(userID)
+	if i < 0 {
+		return fmt.Errorf("granting role %q: no user %s", role, userID)
+	}
+	u := &d.Users[i]
+	if u.Roles == nil {
+		u.Roles = map[string][]string{}
+	}
+	if !slices.Contains(u.Roles[projectID], role) {
+		u.Roles[projectID] = append(u.Roles[projectID], role)
+	}
+	return nil
+}
+
+func knownRole(r string) bool { return r == RoleAdmin || r == RoleMember || r == RoleReader }
+
+// Project returns the project with the given ID.
+func (d *Directory) Project(id string) (Project, bool) {
+	for _, p := range d.Projects {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Project{}, false
+}
+
+// ProjectByName returns the project named name in domainID.
+func (d *Directory) ProjectByName(domainID, name string) (Project, bool) {
+	for _, p := range d.Projects {
+		if p.DomainID == domainID && p.Name == name {
+			return p, true
+		}
+	}
+	return Project{}, false
+}
+
+// User returns the user with the given ID.
+func (d *Directory) User(id string) (User, bool) {
+	if i := d.userIndex(id); i >= 0 {
+		return d.Users[i], true
+	}
+	return User{}, false
+}
+
+func (d *Directory) userIndex(id string) int {
+	return slices.IndexFunc(d.Users, func(u User) bool { return u.ID == id })
+}
+
+// UserByName returns the user named name in domainID.
+func (d *Directory) UserByName(domainID, name string) (User, bool) {
+	for _, u := range d.Users {
+		if u.DomainID == domainID && u.Name == name {
+			return u, true
+		}
+	}
+	return User{}, false
+}
+
+// domainID resolves a domain reference by ID or name: "default"/"Default"
+// (any case), or any domain ID an entry of the directory uses, which is
+// also that domain's name.
+func (d *Directory) domainID(id, name string) (string, bool) {
+	if id != "" {
+		return id, id == DefaultDomainID || d.usesDomain(id)
+	}
+	if strings.EqualFold(name, DefaultDomainName) {
+		return DefaultDomainID, true
+	}
+	return name, name != "" && d.usesDomain(name)
+}
+
+func (d *Directory) usesDomain(id string) bool {
+	return slices.ContainsFunc(d.Projects, func(p Project) bool { return p.DomainID == id }) ||
+		slices.ContainsFunc(d.Users, func(u User) bool { return u.DomainID == id })
+}
+
+// DomainName is the display name of a domain ID.
+func DomainName(id string) string {
+	if id == DefaultDomainID {
+		return DefaultDomainName
+	}
+	return id
+}
+
+// EffectiveRoles returns the roles the user holds on the project, with the
+// implied ones, in the order admin, member, reader; nil if none.
+func (d *Directory) EffectiveRoles(userID, projectID string) []string {
+	u, ok := d.User(userID)
+	if !ok {
+		return nil
+	}
+	return expandRoles(u.Roles[projectID])
+}
+
+func expandRoles(granted []string) []string {
+	has := func(r string) bool { return slices.Contains(granted, r) }
+	var out []string
+	if has(RoleAdmin) {
+		out = append(out, RoleAdmin)
+	}
+	if has(RoleAdmin) || has(RoleMember) {
+		out = append(out, RoleMember)
+	}
+	if len(out) > 0 || has(RoleReader) {
+		out = append(out, RoleReader)
+	}
+	return out
+}
+
+// defaultProject is the scope of an unscoped login: the user's default
+// project if they have a role on it, else the first project they do.
+func (d *Directory) defaultProject(u User) (Project, bool) {
+	if u.DefaultProjectID != "" && len(expandRoles(u.Roles[u.DefaultProjectID])) > 0 {
+		if p, ok := d.Project(u.DefaultProjectID); ok {
+			return p, true
+		}
+	}
+	for _, p := range d.Projects {
+		if len(expandRoles(u.Roles[p.ID])) > 0 {
+			return p, true
+		}
+	}
+	return Project{}, false
+}
+
+// Validate checks the directory's consistency: IDs present and unique,
+// names unique within a domain, role assignments on known projects with
+// known role names, parseable password hashes.
+func (d *Directory) Validate() error {
+	var errs []error
+	projIDs := map[string]bool{}
+	names := map[string]bool{}
+	for i, p := range d.Projects {
+		switch {
+		case p.ID == "" || p.Name == "" || p.DomainID == "":
+			errs = append(errs, fmt.Errorf("project %d (%q): id, name and domain_id are required", i, p.Name))
+		case projIDs[p.ID]:
+			errs = append(errs, fmt.Errorf("project %q: duplicate id %s", p.Name, p.ID))
+		case names[p.DomainID+"\x00"+p.Name]:
+			errs = append(errs, fmt.Errorf("project %q: duplicate name in domain %s", p.Name, p.DomainID))
+		}
+		projIDs[p.ID], names[p.DomainID+"\x00"+p.Name] = true, true
+	}
+	userIDs := map[string]bool{}
+	clear(names)
+	for i, u := range d.Users {
+		switch {
+		case u.ID == "" || u.Name == "" || u.DomainID == "":
+			errs = append(errs, fmt.Errorf("user %d (%q): id, name and domain_id are required", i, u.Name))
+		case userIDs[u.ID]:
+			errs = append(errs, fmt.Errorf("user %q: duplicate id %s", u.Name, u.ID))
+		case names[u.DomainID+"\x00"+u.Name]:
+			errs = append(errs, fmt.Errorf("user %q: duplicate name in domain %s", u.Name, u.DomainID))
+		}
+		userIDs[u.ID], names[u.DomainID+"\x00"+u.Name] = true, true
+		if _, _, _, err := parseHash(u.PasswordHash); err != nil {
+			errs = append(errs, fmt.Errorf("user %q: password_hash: %w", u.Name, err))
+		}
+		if u.DefaultProjectID != "" && !projIDs[u.DefaultProjectID] {
+			errs = append(errs, fmt.Errorf("user %q: default_project_id %s is not a project", u.Name, u.DefaultProjectID))
+		}
+		for pid, roles := range u.Roles {
+			if !projIDs[pid] {
+				errs = append(errs, fmt.Errorf("user %q: role on unknown project %s", u.Name, pid))
+			}
+			for _, r := range roles {
+				if !knownRole(r) {
+					errs = append(errs, fmt.Errorf("user %q: unknown role %q on project %s (want admin, member or reader)", u.Name, r, pid))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadDirectory reads and validates a directory saved by Save.
+func LoadDirectory(path string) (*Directory, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading identity directory: %w", err)
+	}
+	var d Directory
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("loading identity directory %s: %w", path, err)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("loading identity directory %s: %w", path, err)
+	}
+	return &d, nil
+}
+
+// Save writes the directory to path atomically (a temporary file in the
+// same folder, synced, then renamed over path) with mode 0600.
+func (d *Directory) Save(path string) error {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return fmt.Errorf("saving identity directory: %w", err)
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// writeFileAtomic replaces path with data, mode 0600, never leaving a
+// partly written file at path.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = f.Chmod(0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	syncDir(dir)
+	return nil
+}
+
+// syncDir makes a rename in dir durable; best effort.
+func syncDir(dir string) {
+	if df, err := os.Open(dir); err == nil {
+		df.Sync()
+		df.Close()
+	}
+}

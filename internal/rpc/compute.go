@@ -1,0 +1,196 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"keel/internal/bus"
+	"keel/internal/compute"
+	"keel/internal/conductor"
+	"keel/internal/records"
+)
+
+// Agent-side methods, Nova's names.
+const (
+	mBuild         = "build_and_run_instance"
+	mTerminate     = "terminate_instance"
+	mCheckDest     = "check_can_live_migrate_destination"
+	mCheckSource   = "check_can_live_migrate_source"
+	mPreLive       = "pre_live_migration"
+	mLiveMigration = "live_migration"
+	mAbort         = "live_migration_abort"
+	mForce         = "live_migration_force_complete"
+	mPostSource    = "post_live_migration_at_source"
+	mPostDest      = "post_live_migration_at_destination"
+	mRollbackDest  = "rollback_live_migration_at_destination"
+	mAudit         = "update_available_resource"
+)
+
+// computeArgs is every agent method's request: only the fields a method
+// needs are set.
+type computeArgs struct {
+	Instance    records.Instance  `json:"instance,omitempty"`
+	UUID        string            `json:"uuid,omitempty"`
+	Host        string            `json:"host,omitempty"` // source or destination, per method
+	MigrationID int64             `json:"migration_id,omitempty"`
+	Data        map[string]string `json:"data,omitempty"`
+}
+
+// Agents reaches agents over the bus: it implements conductor.Computes
+// and compute.Peers.
+type Agents struct{ Conn *bus.Conn }
+
+var (
+	_ conductor.Computes   = Agents{}
+	_ compute.Peers        = Agents{}
+	_ conductor.ComputeAPI = (*Agent)(nil)
+	_ compute.Peer         = (*Agent)(nil)
+)
+
+// Compute implements conductor.Computes.
+func (a Agents) Compute(host string) (conductor.ComputeAPI, error) { return a.agent(host) }
+
+// Peer implements compute.Peers.
+func (a Agents) Peer(host string) (compute.Peer, error) { return a.agent(host) }
+
+func (a Agents) agent(host string) (*Agent, error) {
+	if err := bus.ValidHostName(host); err != nil {
+		return nil, err
+	}
+	return &Agent{conn: a.Conn, host: host}, nil
+}
+
+// Agent is one agent's RPC client.
+type Agent struct {
+	conn *bus.Conn
+	host string
+}
+
+func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp any) error {
+	if err := a.conn.Call(ctx, bus.ComputeSubject(a.host, method), args, resp); err != nil {
+		return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+	}
+	return nil
+}
+
+// BuildAndRunInstance implements conductor.ComputeAPI.
+func (a *Agent) BuildAndRunInstance(ctx context.Context, inst records.Instance) error {
+	return a.call(ctx, mBuild, computeArgs{Instance: inst}, nil)
+}
+
+// TerminateInstance implements conductor.ComputeAPI.
+func (a *Agent) TerminateInstance(ctx context.Context, uuid string) error {
+	return a.call(ctx, mTerminate, computeArgs{UUID: uuid}, nil)
+}
+
+// CheckCanLiveMigrateDestination implements conductor.ComputeAPI.
+func (a *Agent) CheckCanLiveMigrateDestination(ctx context.Context, inst records.Instance, source string) error {
+	return a.call(ctx, mCheckDest, computeArgs{Instance: inst, Host: source}, nil)
+}
+
+// CheckCanLiveMigrateSource implements compute.Peer.
+func (a *Agent) CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance, dest string) error {
+	return a.call(ctx, mCheckSource, computeArgs{Instance: inst, Host: dest}, nil)
+}
+
+// PreLiveMigration implements conductor.ComputeAPI.
+func (a *Agent) PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error) {
+	var data map[string]string
+	err := a.call(ctx, mPreLive, computeArgs{Instance: inst}, &data)
+	return data, err
+}
+
+// LiveMigration implements conductor.ComputeAPI: the agent accepts the copy
+// and reports its end through the conductor's reporter subjects.
+func (a *Agent) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	return a.call(ctx, mLiveMigration, computeArgs{MigrationID: migID, Instance: inst, Host: dest, Data: data}, nil)
+}
+
+// AbortLiveMigration implements conductor.ComputeAPI.
+func (a *Agent) AbortLiveMigration(ctx context.Context, uuid string) error {
+	return a.call(ctx, mAbort, computeArgs{UUID: uuid}, nil)
+}
+
+// ForceCompleteLiveMigration implements conductor.ComputeAPI.
+func (a *Agent) ForceCompleteLiveMigration(ctx context.Context, uuid string) error {
+	return a.call(ctx, mForce, computeArgs{UUID: uuid}, nil)
+}
+
+// PostLiveMigrationAtSource implements conductor.ComputeAPI.
+func (a *Agent) PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error {
+	return a.call(ctx, mPostSource, computeArgs{Instance: inst}, nil)
+}
+
+// PostLiveMigrationAtDestination implements conductor.ComputeAPI.
+func (a *Agent) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	return a.call(ctx, mPostDest, computeArgs{Instance: inst}, nil)
+}
+
+// RollbackLiveMigrationAtDestination implements conductor.ComputeAPI.
+func (a *Agent) RollbackLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	return a.call(ctx, mRollbackDest, computeArgs{Instance: inst}, nil)
+}
+
+// Audit asks the agent to run its periodic audit now and returns the drift
+// it found.
+func (a *Agent) Audit(ctx context.Context) (compute.Drift, error) {
+	var d compute.Drift
+	err := a.call(ctx, mAudit, computeArgs{}, &d)
+	return d, err
+}
+
+// ServeAgent answers every agent method for m's host on conn. Stop the
+// returned subscriptions to stop serving.
+func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) {
+	handlers := map[string]func(ctx context.Context, a computeArgs) (any, error){
+		mBuild: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.BuildAndRunInstance(ctx, a.Instance)
+		},
+		mTerminate: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.TerminateInstance(ctx, a.UUID) },
+		mCheckDest: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.CheckCanLiveMigrateDestination(ctx, a.Instance, a.Host)
+		},
+		mCheckSource: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.CheckCanLiveMigrateSource(ctx, a.Instance, a.Host)
+		},
+		mPreLive: func(ctx context.Context, a computeArgs) (any, error) { return m.PreLiveMigration(ctx, a.Instance) },
+		mLiveMigration: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.LiveMigration(ctx, a.MigrationID, a.Instance, a.Host, a.Data)
+		},
+		mAbort: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.AbortLiveMigration(ctx, a.UUID) },
+		mForce: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.ForceCompleteLiveMigration(ctx, a.UUID)
+		},
+		mPostSource: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.PostLiveMigrationAtSource(ctx, a.Instance)
+		},
+		mPostDest: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.PostLiveMigrationAtDestination(ctx, a.Instance)
+		},
+		mRollbackDest: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.RollbackLiveMigrationAtDestination(ctx, a.Instance)
+		},
+		mAudit: func(ctx context.Context, _ computeArgs) (any, error) { return m.Audit(ctx) },
+	}
+	var subs []bus.Subscription
+	for method, h := range handlers {
+		h := h
+		sub, err := conn.Handle(bus.ComputeSubject(m.Host(), method), "", func(ctx context.Context, data json.RawMessage) (any, error) {
+			var args computeArgs
+			if err := bus.Decode(data, &args); err != nil {
+				return nil, err
+			}
+			res, err := h(ctx, args)
+			return res, encode(err)
+		})
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fmt.Errorf("serving %s on the bus: %w", method, err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}

@@ -1,0 +1,341 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"keel/internal/bus"
+	"keel/internal/compute"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// Conductor-side methods (subjects keel.conductor.<method>, served by
+// every server in the queue group "conductor").
+const (
+	mBuildDone      = "build_done"
+	mCopyProgress   = "copy_progress"
+	mCopyDone       = "copy_done"
+	mPutHostRecord  = "put_host_record"
+	mConsumersOn    = "consumers_on"
+	mGetConsumer    = "get_consumer"
+	mWriteAllocs    = "write_allocations"
+	mGetInstance    = "get_instance"
+	mListMigrations = "list_migrations"
+	mRegisterHost   = "register_host"
+	mHeartbeat      = "service_heartbeat"
+
+	conductorQueue = "conductor"
+)
+
+type reportArgs struct {
+	InstanceUUID string `json:"instance_uuid,omitempty"`
+	Host         string `json:"host,omitempty"`
+	MigrationID  int64  `json:"migration_id,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Total        int64  `json:"total,omitempty"`
+	Processed    int64  `json:"processed,omitempty"`
+	Remaining    int64  `json:"remaining,omitempty"`
+}
+
+type storeArgs struct {
+	Host       string                      `json:"host,omitempty"`
+	UUID       string                      `json:"uuid,omitempty"`
+	Record     *records.HostRecord         `json:"record,omitempty"`
+	Writes     []placement.AllocationWrite `json:"writes,omitempty"`
+	Filter     store.MigrationFilter       `json:"filter"`
+	HostConfig *compute.HostConfig         `json:"host_config,omitempty"`
+	Zone       string                      `json:"zone,omitempty"`
+	At         time.Time                   `json:"at"`
+}
+
+// Reporter sends an agent's reports to the conductor. Reports are calls
+// retried until a server answers or retryFor passes, so a report survives a
+// server restart; the conductor ignores a report that no longer applies.
+type Reporter struct {
+	Conn     *bus.Conn
+	Log      *slog.Logger
+	RetryFor time.Duration // default 10 minutes
+}
+
+var _ compute.Reporter = (*Reporter)(nil)
+
+func (r *Reporter) send(ctx context.Context, method string, args reportArgs) {
+	retryFor := r.RetryFor
+	if retryFor <= 0 {
+		retryFor = 10 * time.Minute
+	}
+	deadline := time.Now().Add(retryFor)
+	wait := 100 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := r.Conn.Call(cctx, bus.ConductorSubject(method), args, nil)
+		cancel()
+		if err == nil || !bus.IsCode(err, bus.CodeUnavailable) {
+			if err != nil && r.Log != nil {
+				r.Log.Warn("conductor refused a report", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if r.Log != nil {
+				r.Log.Error("gave up reporting to the conductor; recovery will settle it", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
+			}
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// BuildDone implements compute.Reporter.
+func (r *Reporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) {
+	go r.send(context.WithoutCancel(ctx), mBuildDone, reportArgs{InstanceUUID: instanceUUID, Host: host, Error: errText(err)})
+}
+
+// CopyProgress implements compute.Reporter (best effort: one lost
+// progress report is replaced by the next).
+func (r *Reporter) CopyProgress(ctx context.Context, migID int64, total, processed, remaining int64) {
+	go func() {
+		_ = r.Conn.Cast(context.WithoutCancel(ctx), bus.ConductorSubject(mCopyProgress),
+			reportArgs{MigrationID: migID, Total: total, Processed: processed, Remaining: remaining})
+	}()
+}
+
+// CopyDone implements compute.Reporter.
+func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) {
+	go r.send(context.WithoutCancel(ctx), mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
+}
+
+// Store is an agent's view of the store, through the servers. It
+// implements compute.TrackerStore.
+type Store struct{ Conn *bus.Conn }
+
+var _ compute.TrackerStore = (*Store)(nil)
+
+func (s *Store) call(ctx context.Context, method string, args storeArgs, resp any) error {
+	if err := s.Conn.Call(ctx, bus.ConductorSubject(method), args, resp); err != nil {
+		return fmt.Errorf("%s: %w", method, decode(err))
+	}
+	return nil
+}
+
+// PutHostRecord implements compute.TrackerStore.
+func (s *Store) PutHostRecord(ctx context.Context, h records.HostRecord) error {
+	return s.call(ctx, mPutHostRecord, storeArgs{Record: &h}, nil)
+}
+
+// ConsumersOn implements compute.TrackerStore.
+func (s *Store) ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error) {
+	var out []placement.Consumer
+	err := s.call(ctx, mConsumersOn, storeArgs{UUID: providerUUID}, &out)
+	return out, err
+}
+
+// GetConsumer implements compute.TrackerStore.
+func (s *Store) GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error) {
+	var out placement.Consumer
+	err := s.call(ctx, mGetConsumer, storeArgs{UUID: uuid}, &out)
+	return out, err
+}
+
+// WriteAllocations implements compute.TrackerStore.
+func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error) {
+	var out placement.WritePlan
+	err := s.call(ctx, mWriteAllocs, storeArgs{Writes: writes}, &out)
+	return out, err
+}
+
+// GetInstance implements compute.TrackerStore.
+func (s *Store) GetInstance(ctx context.Context, uuid string) (records.Instance, error) {
+	var out records.Instance
+	err := s.call(ctx, mGetInstance, storeArgs{UUID: uuid}, &out)
+	return out, err
+}
+
+// ListMigrations implements compute.TrackerStore.
+func (s *Store) ListMigrations(ctx context.Context, f store.MigrationFilter) ([]records.Migration, error) {
+	var out []records.Migration
+	err := s.call(ctx, mListMigrations, storeArgs{Filter: f}, &out)
+	return out, err
+}
+
+// RegisterHost makes sure the host has a resource provider with the
+// inventories of cfg and a service record (created enabled in zone), and
+// returns the provider UUID (an existing provider keeps its UUID).
+func (s *Store) RegisterHost(ctx context.Context, cfg compute.HostConfig, zone string) (string, error) {
+	var uuid string
+	err := s.call(ctx, mRegisterHost, storeArgs{HostConfig: &cfg, Zone: zone}, &uuid)
+	return uuid, err
+}
+
+// Heartbeat records that the host's agent is alive at at.
+func (s *Store) Heartbeat(ctx context.Context, host string, at time.Time) error {
+	return s.call(ctx, mHeartbeat, storeArgs{Host: host, At: at}, nil)
+}
+
+// ConductorHandlers is what the server plugs into ServeConductor.
+type ConductorHandlers struct {
+	Store    store.Store
+	Reporter compute.Reporter // the conductor
+	// NewProviderUUID makes the UUID of a newly registered host's provider.
+	NewProviderUUID func() string
+}
+
+// ServeConductor answers the agents' reports and store calls on conn, in
+// the queue group shared by every server.
+func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, error) {
+	st := h.Store
+	handlers := map[string]func(ctx context.Context, data json.RawMessage) (any, error){
+		mBuildDone: report(func(ctx context.Context, a reportArgs) {
+			h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
+		}),
+		mCopyProgress: report(func(ctx context.Context, a reportArgs) {
+			h.Reporter.CopyProgress(ctx, a.MigrationID, a.Total, a.Processed, a.Remaining)
+		}),
+		mCopyDone: report(func(ctx context.Context, a reportArgs) { h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error)) }),
+		mPutHostRecord: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+			if a.Record == nil {
+				return nil, &placement.InvalidError{Msg: "no host record given"}
+			}
+			return nil, st.PutHostRecord(ctx, *a.Record)
+		}),
+		mConsumersOn: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.ConsumersOn(ctx, a.UUID) }),
+		mGetConsumer: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.GetConsumer(ctx, a.UUID) }),
+		mWriteAllocs: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.WriteAllocations(ctx, a.Writes...) }),
+		mGetInstance: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
+		mListMigrations: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+			return st.ListMigrations(ctx, a.Filter)
+		}),
+		mRegisterHost: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+			if a.HostConfig == nil {
+				return nil, &placement.InvalidError{Msg: "no host configuration given"}
+			}
+			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
+		}),
+		mHeartbeat: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+			_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
+				if a.At.After(s.LastSeenUp) {
+					s.LastSeenUp = a.At
+				}
+				s.UpdatedAt = a.At
+				return nil
+			})
+			return nil, err
+		}),
+	}
+	var subs []bus.Subscription
+	for method, fn := range handlers {
+		sub, err := conn.Handle(bus.ConductorSubject(method), conductorQueue, fn)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fmt.Errorf("serving %s on the bus: %w", method, err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+func errOf(msg string) error {
+	if msg == "" {
+		return nil
+	}
+	return remoteFailure(msg)
+}
+
+// remoteFailure is an agent's failure message.
+type remoteFailure string
+
+func (e remoteFailure) Error() string { return string(e) }
+
+func report(fn func(ctx context.Context, a reportArgs)) func(ctx context.Context, data json.RawMessage) (any, error) {
+	return func(ctx context.Context, data json.RawMessage) (any, error) {
+		var a reportArgs
+		if err := bus.Decode(data, &a); err != nil {
+			return nil, err
+		}
+		fn(context.WithoutCancel(ctx), a)
+		return nil, nil
+	}
+}
+
+func storeCall(fn func(ctx context.Context, a storeArgs) (any, error)) func(ctx context.Context, data json.RawMessage) (any, error) {
+	return func(ctx context.Context, data json.RawMessage) (any, error) {
+		var a storeArgs
+		if err := bus.Decode(data, &a); err != nil {
+			return nil, err
+		}
+		res, err := fn(ctx, a)
+		return res, encode(err)
+	}
+}
+
+// registerHost creates or updates a host's provider and service.
+func registerHost(ctx context.Context, st store.Store, cfg compute.HostConfig, zone string, newUUID func() string) (string, error) {
+	if err := bus.ValidHostName(cfg.Host); err != nil {
+		return "", &placement.InvalidError{Msg: err.Error()}
+	}
+	invs := cfg.Inventories()
+	sums, err := st.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	uuid := ""
+	for _, s := range sums {
+		if s.Name == cfg.Host {
+			uuid = s.UUID
+			if !sameInventories(s.Inventories, invs) {
+				if _, err := st.SetInventories(ctx, s.UUID, s.Generation, invs); err != nil {
+					return "", fmt.Errorf("updating the inventories of %s: %w", cfg.Host, err)
+				}
+			}
+		}
+	}
+	if uuid == "" {
+		uuid = newUUID()
+		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: uuid, Name: cfg.Host, Inventories: invs}); err != nil {
+			return "", fmt.Errorf("creating the provider of %s: %w", cfg.Host, err)
+		}
+	}
+	if zone == "" {
+		zone = "nova"
+	}
+	_, err = st.UpdateService(ctx, cfg.Host, func(s *records.Service) error {
+		s.Zone = zone
+		return nil
+	})
+	if err != nil {
+		if !isNotFound(err) {
+			return "", err
+		}
+		if err := st.PutService(ctx, records.Service{Host: cfg.Host, Binary: "nova-compute", Zone: zone}); err != nil {
+			return "", err
+		}
+	}
+	return uuid, nil
+}
+
+func sameInventories(a, b placement.Inventories) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for rc, x := range a {
+		if y, ok := b[rc]; !ok || x != y {
+			return false
+		}
+	}
+	return true
+}
