@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"time"
 
 	"keel/internal/clock"
 	"keel/internal/placement"
@@ -45,6 +46,9 @@ type Selection struct {
 	// claim: they differ when the decision was made on a stale record.
 	ViewUsed  placement.Resources
 	AllocUsed placement.Resources
+	// Duration is the decision's time on the scheduler's clock, claims
+	// included.
+	Duration time.Duration
 }
 
 // NoValidHostError says no host could take the request, and why.
@@ -134,7 +138,9 @@ func (s *Scheduler) View() *View { return s.view }
 // Select refreshes the view, filters and weighs every host, and claims the
 // chosen one through claim, moving on to the next host on a conflict, up to
 // max_attempts claims.
-func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (Selection, error) {
+func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (sel Selection, err error) {
+	start := s.clock.Now()
+	defer func() { sel.Duration = s.clock.Now().Sub(start) }()
 	v := s.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -150,7 +156,6 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	}
 	order := s.pick(top)
 
-	sel := Selection{}
 	for i, r := range order {
 		h := hosts[r.idx]
 		if sel.Claims >= s.cfg.MaxAttempts {

@@ -1,0 +1,160 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Connection tuning. Reconnection never stops.
+const (
+	// ReconnectWait is the pause between reconnection attempts to one
+	// server (plus up to ReconnectJitter).
+	ReconnectWait   = time.Second
+	ReconnectJitter = 500 * time.Millisecond
+	// PingInterval and maxPingsOut bound how long a dead server (whose TCP
+	// connection did not break) goes unnoticed: about 45 s.
+	PingInterval = 15 * time.Second
+	maxPingsOut  = 2
+	dialTimeout  = 2 * time.Second
+)
+
+// Conn is a connection to the bus.
+type Conn struct {
+	nc     *nats.Conn
+	log    *slog.Logger
+	ctx    context.Context // parent of handler contexts; cancelled by Close
+	cancel context.CancelFunc
+}
+
+// Connect connects to the bus at url, which may list several servers of a
+// cluster separated by commas, as user creds; name identifies the client
+// in the server's logs and monitoring. While no server can be reached at
+// all (connection refused, dial timeout) it keeps trying until ctx is done;
+// an authentication failure is returned at once. ctx bounds only this first
+// connection: once connected, the Conn reconnects forever (to any server in
+// the list or discovered from the cluster), logging disconnections and
+// reconnections to log (nil: discard), until Close.
+//
+// While disconnected, calls, casts and publications fail at once with
+// ErrUnavailable and ErrNotDelivered; nothing is buffered to be sent after a
+// reconnection. Subscriptions (Handle, Subscribe) are restored on
+// reconnection.
+func Connect(ctx context.Context, url string, creds Credentials, name string, log *slog.Logger) (*Conn, error) {
+	if strings.TrimSpace(strings.ReplaceAll(url, ",", "")) == "" {
+		return nil, errors.New("bus: no server URL")
+	}
+	if err := creds.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "bus", "client", name)
+
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.UserInfo(creds.User, creds.Password),
+		nats.Timeout(dialTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(ReconnectWait),
+		nats.ReconnectJitter(ReconnectJitter, ReconnectJitter),
+		// Keep reconnecting even if the server refuses the credentials
+		// twice in a row (nats.go gives up by default, even with
+		// MaxReconnects(-1)).
+		nats.IgnoreAuthErrorAbort(),
+		// Never buffer messages while disconnected: a cast must fail
+		// rather than be delivered minutes later, and a call must fail
+		// fast rather than wait for its deadline.
+		nats.ReconnectBufSize(-1),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("bus disconnected", "err", err)
+			} else {
+				log.Debug("bus disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("bus reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Debug("bus reconnection attempt failed", "err", err)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			log.Debug("bus connection closed")
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Error("bus error", "subject", sub.Subject, "err", err)
+			} else {
+				log.Error("bus error", "err", err)
+			}
+		}),
+	}
+
+	backoff := 100 * time.Millisecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("bus: connect to %s: %w", url, err)
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err == nil {
+			log.Debug("bus connected", "url", nc.ConnectedUrlRedacted())
+			cctx, cancel := context.WithCancel(context.Background())
+			return &Conn{nc: nc, log: log, ctx: cctx, cancel: cancel}, nil
+		}
+		if !retryableConnectError(err) {
+			return nil, fmt.Errorf("bus: connect to %s as %s: %w", url, creds.User, err)
+		}
+		log.Warn("bus not reachable, retrying", "url", url, "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("bus: connect to %s: %w (last error: %v)", url, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func retryableConnectError(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, io.EOF) || errors.As(err, &netErr)
+}
+
+// Close closes the connection at once, cancelling the contexts of running
+// handlers (whose replies are then lost). Drain a Subscription first to let
+// its handlers finish.
+func (c *Conn) Close() {
+	c.cancel()
+	c.nc.Close()
+}
+
+// IsConnected reports whether the connection is currently up.
+func (c *Conn) IsConnected() bool { return c.nc.IsConnected() }
+
+// ConnectedURL is the URL of the server the connection is using now
+// (password redacted), or "" while disconnected.
+func (c *Conn) ConnectedURL() string { return c.nc.ConnectedUrlRedacted() }
+
+// notConnected returns the error for sending while the connection is not up.
+func (c *Conn) notConnected(what string) error {
+	if c.nc.IsClosed() {
+		return fmt.Errorf("bus: %s: %w", what, nats.ErrConnectionClosed)
+	}
+	return &unavailableError{
+		msg:   fmt.Sprintf("%s: not connected to the bus (%s)", what, c.nc.Status()),
+		cause: nats.ErrDisconnected,
+	}
+}

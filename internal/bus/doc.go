@@ -1,0 +1,59 @@
+// Package bus is keel's message bus: RPC call/cast between the conductor
+// (keel server) and the compute agents, agent to agent, and notifications,
+// carried over NATS.
+//
+// keel server embeds a NATS server (StartServer) bound to 127.0.0.1 by
+// default and protected by a user/password pair kept in
+// DATA_DIR/bus-credentials.json (LoadOrCreateCredentials); agents are given
+// that file (ReadCredentials) and the URL, or the URLs of an external NATS
+// cluster, comma-separated. Connect reconnects forever.
+//
+// # Subjects
+//
+//	keel.compute.<host>.<method>   calls and casts to one compute agent (ComputeSubject)
+//	keel.conductor.<method>        calls and casts to the conductor (ConductorSubject)
+//	keel.notify.<event>            notifications (NotificationSubject)
+//
+// A host name is one subject token: ValidHostName refuses names containing
+// '.', '*', '>' or white space (so a host is named by its short name, not
+// its FQDN).
+//
+// # Envelope
+//
+// Requests, casts and notifications are JSON documents. A call's reply is
+// always an envelope:
+//
+//	{"result": <the handler's result>}
+//	{"error": {"code": "not_found", "message": "instance 42 not found"}}
+//
+// A call carries its remaining time in the Keel-Timeout-Ms header; the
+// handler's context gets that deadline, so a handler can give up when the
+// caller has.
+//
+// # Error codes
+//
+// A handler returns an ordinary error. Its code is ErrorCode(err): the
+// RPCCode() of the first error in its chain that has one (WithCode attaches
+// one), otherwise CodeInternal. A panicking handler answers CodeInternal and
+// the agent keeps serving. On the calling side the error comes back as a
+// *RemoteError carrying Code and Message; IsCode tests it. A *RemoteError
+// has an RPCCode too, so a handler that returns an error from a nested Call
+// forwards the original code.
+//
+// A call nobody answered is not a RemoteError: it wraps ErrUnavailable
+// (code CodeUnavailable). It also wraps ErrNotDelivered when the bus knows
+// no handler received the request (no subscriber on the subject, or the
+// connection was down), so it is safe to retry or give up; after a timeout
+// (it then wraps context.DeadlineExceeded) the handler may have run.
+//
+// # What Cast guarantees
+//
+// Cast and Publish are fire and forget, at most once. A nil error means the
+// NATS server accepted the message (the connection was flushed), not that
+// an agent received or acted on it: there is no acknowledgement, no
+// persistence and no redelivery (no JetStream). A message published while
+// the connection is down is refused (ErrUnavailable), never buffered for a
+// later reconnect. So nothing may depend on a cast having been delivered:
+// the migration record in the store is what recovery trusts, and the
+// conductor and agents reconcile against it.
+package bus

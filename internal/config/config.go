@@ -1,0 +1,277 @@
+package config
+
+import (
+	"os"
+	"slices"
+	"time"
+
+	"keel/internal/compute"
+	"keel/internal/scheduler"
+)
+
+// Config is keel's configuration: one field per group, one field per
+// option. Get one from Default, Load or Parse (a zero Config has none of
+// the defaults), then apply flags with Set.
+type Config struct {
+	Default         DefaultGroup
+	FilterScheduler FilterSchedulerGroup
+	Scheduler       SchedulerGroup
+	Libvirt         LibvirtGroup
+	Keel            KeelGroup
+	API             APIGroup
+
+	// origins records where each value that is not a default came from,
+	// by canonical group and option. Set copies it before writing, so
+	// copies of a Config never share changes.
+	origins map[optKey]Origin
+}
+
+// DefaultGroup is nova.conf's [DEFAULT] group.
+type DefaultGroup struct {
+	// Host is host: this host's name (default: os.Hostname).
+	Host string
+	// UpdateResourcesInterval is update_resources_interval, in seconds: 0
+	// means the default period (60 s), a negative value disables the
+	// audit. See UpdateResourcesPeriod.
+	UpdateResourcesInterval int
+	ReservedHostMemoryMB    int // reserved_host_memory_mb (512)
+	ReservedHostDiskMB      int // reserved_host_disk_mb (0)
+	// ReservedHostCPUs is reserved_host_cpus (0). compute.HostConfig has
+	// no field for it yet, so HostConfig does not carry it.
+	ReservedHostCPUs int
+	// Allocation ratios. Nova's cpu_allocation_ratio defaults to unset,
+	// meaning initial_cpu_allocation_ratio (4.0); keel's default is 4.0.
+	// 0.0 means the default, as in Nova.
+	CPUAllocationRatio  float64 // cpu_allocation_ratio (4.0)
+	RAMAllocationRatio  float64 // ram_allocation_ratio (1.0)
+	DiskAllocationRatio float64 // disk_allocation_ratio (1.0)
+	// MaxConcurrentLiveMigrations is max_concurrent_live_migrations (1);
+	// 0 means unlimited.
+	MaxConcurrentLiveMigrations int
+	ServiceDownTime             time.Duration // service_down_time (60 s)
+	ReportInterval              time.Duration // report_interval (10 s)
+}
+
+// FilterSchedulerGroup is nova.conf's [filter_scheduler] group.
+type FilterSchedulerGroup struct {
+	HostSubsetSize int      // host_subset_size (1)
+	EnabledFilters []string // enabled_filters
+	// WeightClasses is weight_classes, as weigher names (Nova's class
+	// paths and nova.scheduler.weights.all_weighers are resolved).
+	WeightClasses                    []string
+	RAMWeightMultiplier              float64 // ram_weight_multiplier (1.0)
+	CPUWeightMultiplier              float64 // cpu_weight_multiplier (1.0)
+	DiskWeightMultiplier             float64 // disk_weight_multiplier (1.0)
+	IOOpsWeightMultiplier            float64 // io_ops_weight_multiplier (-1.0)
+	BuildFailureWeightMultiplier     float64 // build_failure_weight_multiplier (1000000.0)
+	NumInstancesWeightMultiplier     float64 // num_instances_weight_multiplier (0.0)
+	SoftAffinityWeightMultiplier     float64 // soft_affinity_weight_multiplier (1.0)
+	SoftAntiAffinityWeightMultiplier float64 // soft_anti_affinity_weight_multiplier (1.0)
+	ShuffleBestSameWeighedHosts      bool    // shuffle_best_same_weighed_hosts (false)
+	MaxInstancesPerHost              int     // max_instances_per_host (50)
+	MaxIOOpsPerHost                  int     // max_io_ops_per_host (8)
+}
+
+// SchedulerGroup is nova.conf's [scheduler] group.
+type SchedulerGroup struct {
+	MaxAttempts int // max_attempts (3)
+}
+
+// LibvirtGroup holds nova.conf's [libvirt] live-migration options.
+type LibvirtGroup struct {
+	// LiveMigrationBandwidth is live_migration_bandwidth in MiB/s; 0 means
+	// unlimited, which the fake driver models as 1024 MiB/s.
+	LiveMigrationBandwidth int
+	// LiveMigrationDowntime is live_migration_downtime (500 ms).
+	LiveMigrationDowntime time.Duration
+	// LiveMigrationCompletionTimeout is live_migration_completion_timeout
+	// (800 s), per GiB of guest RAM; 0 disables the timeout.
+	LiveMigrationCompletionTimeout time.Duration
+	LiveMigrationPermitPostCopy    bool   // live_migration_permit_post_copy (false)
+	LiveMigrationTimeoutAction     string // live_migration_timeout_action: abort (default) or force_complete
+}
+
+// KeelGroup is the [keel] group: keel's own settings.
+type KeelGroup struct {
+	Listen     string // listen (127.0.0.1:8080)
+	DataDir    string // data_dir (./.keel); [DEFAULT] state_path is another name for it
+	NATSURL    string // nats_url (empty: run an embedded server)
+	NATSListen string // nats_listen (127.0.0.1:0)
+	// DB is db: a SQLite path; empty means keel.db in DataDir.
+	DB string
+	// FakeSpawnTime is fake_spawn_seconds (0).
+	FakeSpawnTime time.Duration
+	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
+	VCPUs    int
+	MemoryMB int
+	DiskGB   int
+	// Policy is policy: what the weighers read (claim, the default;
+	// dest-update; legacy).
+	Policy scheduler.Policy
+}
+
+// APIGroup is the [api] group's options keel reads.
+type APIGroup struct {
+	// TokenTTL is token_ttl (3600 s); [identity] token_ttl is another name
+	// for it.
+	TokenTTL time.Duration
+}
+
+// Default returns the defaults: Nova's for Nova's options.
+func Default() Config {
+	s := scheduler.DefaultConfig()
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return Config{
+		Default: DefaultGroup{
+			Host:                        host,
+			ReservedHostMemoryMB:        512,
+			CPUAllocationRatio:          defaultCPUAllocationRatio,
+			RAMAllocationRatio:          defaultRAMAllocationRatio,
+			DiskAllocationRatio:         defaultDiskAllocationRatio,
+			MaxConcurrentLiveMigrations: 1,
+			ServiceDownTime:             s.ServiceDownTime,
+			ReportInterval:              10 * time.Second,
+		},
+		FilterScheduler: FilterSchedulerGroup{
+			HostSubsetSize:                   s.HostSubsetSize,
+			EnabledFilters:                   s.EnabledFilters,
+			WeightClasses:                    s.Weighers,
+			RAMWeightMultiplier:              s.RAMWeightMultiplier,
+			CPUWeightMultiplier:              s.CPUWeightMultiplier,
+			DiskWeightMultiplier:             s.DiskWeightMultiplier,
+			IOOpsWeightMultiplier:            s.IOOpsWeightMultiplier,
+			BuildFailureWeightMultiplier:     s.BuildFailureWeightMultiplier,
+			NumInstancesWeightMultiplier:     s.NumInstancesWeightMultiplier,
+			SoftAffinityWeightMultiplier:     s.SoftAffinityWeightMultiplier,
+			SoftAntiAffinityWeightMultiplier: s.SoftAntiAffinityWeightMultiplier,
+			ShuffleBestSameWeighedHosts:      s.ShuffleBestSameWeighedHosts,
+			MaxInstancesPerHost:              s.MaxInstancesPerHost,
+			MaxIOOpsPerHost:                  s.MaxIOOpsPerHost,
+		},
+		Scheduler: SchedulerGroup{MaxAttempts: s.MaxAttempts},
+		Libvirt: LibvirtGroup{
+			LiveMigrationDowntime:          500 * time.Millisecond,
+			LiveMigrationCompletionTimeout: 800 * time.Second,
+			LiveMigrationTimeoutAction:     "abort",
+		},
+		Keel: KeelGroup{
+			Listen:     "127.0.0.1:8080",
+			DataDir:    "./.keel",
+			NATSListen: "127.0.0.1:0",
+			VCPUs:      32,
+			MemoryMB:   131072,
+			DiskGB:     2000,
+			Policy:     scheduler.PolicyClaim,
+		},
+		API: APIGroup{TokenTTL: 3600 * time.Second},
+	}
+}
+
+const (
+	defaultCPUAllocationRatio  = 4.0
+	defaultRAMAllocationRatio  = 1.0
+	defaultDiskAllocationRatio = 1.0
+	defaultUpdateResources     = 60 * time.Second
+)
+
+// UpdateResourcesPeriod is the resource tracker's audit period that
+// update_resources_interval asks for: 60 s for 0, and 0 — no audit — for a
+// negative value.
+func (d DefaultGroup) UpdateResourcesPeriod() time.Duration {
+	switch {
+	case d.UpdateResourcesInterval < 0:
+		return 0
+	case d.UpdateResourcesInterval == 0:
+		return defaultUpdateResources
+	}
+	return time.Duration(d.UpdateResourcesInterval) * time.Second
+}
+
+// SchedulerConfig returns the scheduler's options: [filter_scheduler],
+// [scheduler] max_attempts and [DEFAULT] service_down_time.
+func (c Config) SchedulerConfig() scheduler.Config {
+	f := c.FilterScheduler
+	return scheduler.Config{
+		EnabledFilters:                   slices.Clone(f.EnabledFilters),
+		Weighers:                         slices.Clone(f.WeightClasses),
+		HostSubsetSize:                   f.HostSubsetSize,
+		ShuffleBestSameWeighedHosts:      f.ShuffleBestSameWeighedHosts,
+		MaxAttempts:                      c.Scheduler.MaxAttempts,
+		RAMWeightMultiplier:              f.RAMWeightMultiplier,
+		CPUWeightMultiplier:              f.CPUWeightMultiplier,
+		DiskWeightMultiplier:             f.DiskWeightMultiplier,
+		IOOpsWeightMultiplier:            f.IOOpsWeightMultiplier,
+		BuildFailureWeightMultiplier:     f.BuildFailureWeightMultiplier,
+		NumInstancesWeightMultiplier:     f.NumInstancesWeightMultiplier,
+		SoftAffinityWeightMultiplier:     f.SoftAffinityWeightMultiplier,
+		SoftAntiAffinityWeightMultiplier: f.SoftAntiAffinityWeightMultiplier,
+		MaxInstancesPerHost:              f.MaxInstancesPerHost,
+		MaxIOOpsPerHost:                  f.MaxIOOpsPerHost,
+		ServiceDownTime:                  c.Default.ServiceDownTime,
+	}
+}
+
+// HostConfig returns the fake host's configuration: its size from [keel],
+// allocation ratios and reserved memory and disk from [DEFAULT] (a ratio
+// of 0.0 means the default, as in Nova), and whether the destination of a
+// migration writes its record at once (every policy but legacy).
+// reserved_host_cpus is not carried: compute.HostConfig has no field for it.
+func (c Config) HostConfig(providerUUID string) compute.HostConfig {
+	d := c.Default
+	return compute.HostConfig{
+		Host:                 d.Host,
+		ProviderUUID:         providerUUID,
+		VCPUs:                int64(c.Keel.VCPUs),
+		MemoryMB:             int64(c.Keel.MemoryMB),
+		LocalGB:              int64(c.Keel.DiskGB),
+		CPUAllocationRatio:   orDefault(d.CPUAllocationRatio, defaultCPUAllocationRatio),
+		RAMAllocationRatio:   orDefault(d.RAMAllocationRatio, defaultRAMAllocationRatio),
+		DiskAllocationRatio:  orDefault(d.DiskAllocationRatio, defaultDiskAllocationRatio),
+		ReservedHostMemoryMB: int64(d.ReservedHostMemoryMB),
+		ReservedHostDiskMB:   int64(d.ReservedHostDiskMB),
+		WriteDestRecord:      c.Keel.Policy != scheduler.PolicyLegacy,
+	}
+}
+
+func orDefault(ratio, def float64) float64 {
+	if ratio == 0 {
+		return def
+	}
+	return ratio
+}
+
+// Origin says where a value came from: a file line, Set, or neither (the
+// default).
+type Origin struct {
+	File string
+	Line int
+	// Flag: the value was given to Set.
+	Flag bool
+}
+
+// IsDefault reports whether the value is the default.
+func (o Origin) IsDefault() bool { return o == Origin{} }
+
+func (o Origin) String() string {
+	switch {
+	case o.Flag:
+		return "command line"
+	case o.File != "":
+		return o.File + ":" + itoa(o.Line)
+	}
+	return "default"
+}
+
+// Origin returns where an option's value came from. Group and option are
+// spelled as in the file; another name for an option (such as [DEFAULT]
+// state_path) gives the same answer as its own.
+func (c Config) Origin(group, option string) Origin {
+	o := lookup(normGroup(group), option)
+	if o == nil {
+		return Origin{}
+	}
+	return c.origins[o.key()]
+}

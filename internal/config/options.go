@@ -1,0 +1,471 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"keel/internal/scheduler"
+)
+
+// OptionInfo describes one option, for --help text and documentation.
+type OptionInfo struct {
+	Group string
+	Name  string
+	// Type is string, integer, float, boolean, list, seconds,
+	// milliseconds, or host:port.
+	Type string
+	// Default is the default as it would be written in the file.
+	Default string
+	Help    string
+	// Choices lists the accepted values, when there is a fixed set.
+	Choices []string
+	// Min is the smallest accepted value of a number ("" when unbounded).
+	Min string
+	// Aliases lists other names accepted for the option, as "[group] name".
+	Aliases []string
+}
+
+// Options lists every option keel reads, group by group, in the order of
+// the sample file.
+func Options() []OptionInfo {
+	d := Default()
+	out := make([]OptionInfo, 0, len(options))
+	for _, o := range options {
+		info := OptionInfo{
+			Group: o.group, Name: o.name, Type: o.typ, Default: o.get(&d),
+			Help: o.help, Choices: slices.Clone(o.choices),
+		}
+		if o.shown != "" {
+			info.Default = o.shown
+		}
+		if o.hasMin {
+			info.Min = formatNum(o.min)
+		}
+		for _, a := range o.aliases {
+			info.Aliases = append(info.Aliases, "["+a.group+"] "+a.name)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+type optKey struct{ group, name string }
+
+// option is one entry of the table: how to parse a value into a Config
+// and how to write it back.
+type option struct {
+	group, name string
+	typ         string
+	help        string
+	aliases     []optKey
+	choices     []string
+	hasMin      bool
+	min         float64
+	check       func(raw string) error // on the trimmed text, before parsing
+	shown       string                 // the default as documented, when not get(Default())
+	sample      string                 // the default as the sample file writes it, when not shown
+	set         func(c *Config, raw string) error
+	get         func(c *Config) string
+}
+
+func (o *option) key() optKey { return optKey{o.group, o.name} }
+
+func (o *option) alias(group, name string) *option {
+	o.aliases = append(o.aliases, optKey{group, name})
+	return o
+}
+
+func (o *option) atLeast(n float64) *option { o.hasMin, o.min = true, n; return o }
+
+func (o *option) oneOf(choices ...string) *option {
+	o.choices = choices
+	o.check = func(raw string) error {
+		if !slices.Contains(choices, raw) {
+			return fmt.Errorf("invalid value %q (one of: %s)", raw, strings.Join(choices, ", "))
+		}
+		return nil
+	}
+	return o
+}
+
+func (o *option) checked(f func(raw string) error) *option { o.check = f; return o }
+
+func (o *option) documented(shown, sample string) *option {
+	o.shown, o.sample = shown, sample
+	return o
+}
+
+// field makes an option for a field of type T. num, when not nil, gives
+// the number atLeast compares.
+func field[T any](group, name, typ string, ptr func(*Config) *T, parse func(string) (T, error),
+	format func(T) string, num func(T) float64, help string) *option {
+	o := &option{group: group, name: name, typ: typ, help: help}
+	o.set = func(c *Config, raw string) error {
+		if o.check != nil {
+			if err := o.check(raw); err != nil {
+				return err
+			}
+		}
+		v, err := parse(raw)
+		if err != nil {
+			return err
+		}
+		if o.hasMin && num != nil && num(v) < o.min {
+			return fmt.Errorf("must be at least %s, got %s", formatNum(o.min), raw)
+		}
+		*ptr(c) = v
+		return nil
+	}
+	o.get = func(c *Config) string { return format(*ptr(c)) }
+	return o
+}
+
+func strOpt(group, name string, ptr func(*Config) *string, help string) *option {
+	return field(group, name, "string", ptr, parseString, formatString, nil, help)
+}
+
+func addrOpt(group, name string, ptr func(*Config) *string, help string) *option {
+	return field(group, name, "host:port", ptr, parseString, formatString, nil, help).checked(checkAddr)
+}
+
+func intOpt(group, name string, ptr func(*Config) *int, help string) *option {
+	return field(group, name, "integer", ptr, parseInt, strconv.Itoa, func(v int) float64 { return float64(v) }, help)
+}
+
+func floatOpt(group, name string, ptr func(*Config) *float64, help string) *option {
+	return field(group, name, "float", ptr, parseFloat, formatFloat, func(v float64) float64 { return v }, help)
+}
+
+func boolOpt(group, name string, ptr func(*Config) *bool, help string) *option {
+	return field(group, name, "boolean", ptr, parseBool, strconv.FormatBool, nil, help)
+}
+
+func listOpt(group, name string, ptr func(*Config) *[]string, resolve func([]string) ([]string, error), help string) *option {
+	parse := func(raw string) ([]string, error) { return resolve(parseList(raw)) }
+	return field(group, name, "list", ptr, parse, formatList, nil, help)
+}
+
+// secondsOpt and millisOpt are durations written as whole seconds or
+// milliseconds.
+func secondsOpt(group, name string, ptr func(*Config) *time.Duration, help string) *option {
+	return durationOpt(group, name, "seconds", time.Second, ptr, help)
+}
+
+func millisOpt(group, name string, ptr func(*Config) *time.Duration, help string) *option {
+	return durationOpt(group, name, "milliseconds", time.Millisecond, ptr, help)
+}
+
+func durationOpt(group, name, typ string, unit time.Duration, ptr func(*Config) *time.Duration, help string) *option {
+	parse := func(raw string) (time.Duration, error) {
+		n, err := parseInt(raw)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q: want whole %s, e.g. 60%s", raw, typ, commentHint(raw))
+		}
+		if int64(n) > math.MaxInt64/int64(unit) || int64(n) < math.MinInt64/int64(unit) {
+			return 0, fmt.Errorf("duration %s %s is out of range", raw, typ)
+		}
+		return time.Duration(n) * unit, nil
+	}
+	format := func(d time.Duration) string { return strconv.FormatInt(int64(d/unit), 10) }
+	num := func(d time.Duration) float64 { return float64(d / unit) }
+	return field(group, name, typ, ptr, parse, format, num, help)
+}
+
+func parseString(raw string) (string, error) { return raw, nil }
+func formatString(s string) string           { return s }
+
+func parseInt(raw string) (int, error) {
+	if raw == "" {
+		return 0, errors.New("empty value; want an integer")
+	}
+	n, err := strconv.ParseInt(raw, 10, 0)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("integer %s is out of range", raw)
+		}
+		return 0, fmt.Errorf("invalid integer %q%s", raw, commentHint(raw))
+	}
+	return int(n), nil
+}
+
+func parseFloat(raw string) (float64, error) {
+	if raw == "" {
+		return 0, errors.New("empty value; want a number")
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("invalid number %q%s", raw, commentHint(raw))
+	}
+	return f, nil
+}
+
+// formatFloat writes a float as Nova's sample does: always with a point.
+func formatFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
+}
+
+func formatNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func parseBool(raw string) (bool, error) {
+	switch strings.ToLower(raw) {
+	case "true", "yes", "on", "1":
+		return true, nil
+	case "false", "no", "off", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("invalid boolean %q (true/false, yes/no, on/off, 1/0)%s", raw, commentHint(raw))
+}
+
+// parseList splits on commas and trims each item; empty items are dropped.
+func parseList(raw string) []string {
+	out := []string{}
+	for item := range strings.SplitSeq(raw, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func formatList(items []string) string { return strings.Join(items, ",") }
+
+// commentHint explains the likely mistake of an inline comment.
+func commentHint(raw string) string {
+	if strings.ContainsAny(raw, "#;") {
+		return " (comments must be on a line of their own)"
+	}
+	return ""
+}
+
+func checkAddr(raw string) error {
+	if _, port, err := net.SplitHostPort(raw); err != nil {
+		return fmt.Errorf("invalid address %q: want host:port", raw)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("invalid port in %q", raw)
+	}
+	return nil
+}
+
+func checkHost(raw string) error {
+	if raw == "" {
+		return errors.New("must not be empty")
+	}
+	if strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("invalid host name %q: no spaces or control characters", raw)
+	}
+	return nil
+}
+
+func resolveFilters(names []string) ([]string, error) {
+	for _, n := range names {
+		if !slices.Contains(scheduler.KnownFilters, n) {
+			return nil, fmt.Errorf("unknown filter %q (known: %s)", n, strings.Join(scheduler.KnownFilters, ", "))
+		}
+	}
+	return names, nil
+}
+
+// allWeighers is Nova's name for every weigher.
+const allWeighers = "nova.scheduler.weights.all_weighers"
+
+// resolveWeighers accepts weigher names, Nova's class paths
+// (nova.scheduler.weights.ram.RAMWeigher) and all_weighers; duplicates
+// are dropped.
+func resolveWeighers(names []string) ([]string, error) {
+	out := []string{}
+	add := func(w string) {
+		if !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	for _, n := range names {
+		if n == allWeighers {
+			for _, w := range scheduler.KnownWeighers {
+				add(w)
+			}
+			continue
+		}
+		w := n
+		if strings.HasPrefix(n, "nova.scheduler.weights.") {
+			w = n[strings.LastIndexByte(n, '.')+1:]
+		}
+		if !slices.Contains(scheduler.KnownWeighers, w) {
+			return nil, fmt.Errorf("unknown weigher %q (known: %s, or %s)", n, strings.Join(scheduler.KnownWeighers, ", "), allWeighers)
+		}
+		add(w)
+	}
+	return out, nil
+}
+
+func parsePolicy(raw string) (scheduler.Policy, error) { return scheduler.ParsePolicy(raw) }
+
+func policyNames() []string {
+	out := make([]string, len(scheduler.Policies))
+	for i, p := range scheduler.Policies {
+		out[i] = string(p)
+	}
+	return out
+}
+
+// groupOrder is the order of groups in the sample file: DEFAULT, then
+// alphabetical, as Nova's sample.
+var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "scheduler"}
+
+// options is the table of every option keel reads.
+var options = []*option{
+	// [DEFAULT]
+	strOpt("DEFAULT", "host", func(c *Config) *string { return &c.Default.Host },
+		"Name of this host, as the scheduler, placement and the other services know it (Nova: hostname, FQDN or IP address). Defaults to the machine's hostname.").
+		checked(checkHost).documented("", "<current_hostname>"),
+	intOpt("DEFAULT", "update_resources_interval", func(c *Config) *int { return &c.Default.UpdateResourcesInterval },
+		"Seconds between the resource tracker's audits of this host (update_available_resource). 0 runs it at the default period of 60 seconds; a negative value disables it."),
+	intOpt("DEFAULT", "reserved_host_memory_mb", func(c *Config) *int { return &c.Default.ReservedHostMemoryMB },
+		"Memory in MiB kept for the host itself and not offered to instances (the reserved amount of the MEMORY_MB inventory).").atLeast(0),
+	intOpt("DEFAULT", "reserved_host_disk_mb", func(c *Config) *int { return &c.Default.ReservedHostDiskMB },
+		"Disk in MiB kept for the host itself (the reserved amount of the DISK_GB inventory, rounded up to whole GiB).").atLeast(0),
+	intOpt("DEFAULT", "reserved_host_cpus", func(c *Config) *int { return &c.Default.ReservedHostCPUs },
+		"Physical CPUs kept for the host itself. Read, but keel's VCPU inventory does not reserve them yet.").atLeast(0),
+	floatOpt("DEFAULT", "cpu_allocation_ratio", func(c *Config) *float64 { return &c.Default.CPUAllocationRatio },
+		"Virtual CPUs per physical CPU (the allocation ratio of the VCPU inventory). Nova leaves it unset, which means initial_cpu_allocation_ratio, 4.0; keel's default is 4.0. 0.0 also means 4.0.").atLeast(0),
+	floatOpt("DEFAULT", "ram_allocation_ratio", func(c *Config) *float64 { return &c.Default.RAMAllocationRatio },
+		"Virtual RAM per physical RAM (the allocation ratio of the MEMORY_MB inventory). 0.0 means 1.0.").atLeast(0),
+	floatOpt("DEFAULT", "disk_allocation_ratio", func(c *Config) *float64 { return &c.Default.DiskAllocationRatio },
+		"Virtual disk per physical disk (the allocation ratio of the DISK_GB inventory). 0.0 means 1.0.").atLeast(0),
+	intOpt("DEFAULT", "max_concurrent_live_migrations", func(c *Config) *int { return &c.Default.MaxConcurrentLiveMigrations },
+		"Live migrations a compute host runs at once; 0 means unlimited.").atLeast(0),
+	secondsOpt("DEFAULT", "service_down_time", func(c *Config) *time.Duration { return &c.Default.ServiceDownTime },
+		"Seconds since a service's last heartbeat after which it is down; ComputeFilter skips hosts whose service is down. 0 turns the check off (keel only).").atLeast(0),
+	secondsOpt("DEFAULT", "report_interval", func(c *Config) *time.Duration { return &c.Default.ReportInterval },
+		"Seconds between a service's heartbeats (updates of its service record); 0 turns them off. Keep it well below service_down_time.").atLeast(0),
+
+	// [api]
+	secondsOpt("api", "token_ttl", func(c *Config) *time.Duration { return &c.API.TokenTTL },
+		"Lifetime of an API token, in seconds.").atLeast(1).alias("identity", "token_ttl"),
+
+	// [filter_scheduler]
+	intOpt("filter_scheduler", "host_subset_size", func(c *Config) *int { return &c.FilterScheduler.HostSubsetSize },
+		"The scheduler picks at random among this many of the best-weighed hosts, so that concurrent requests spread out; 1 always picks the best.").atLeast(1),
+	listOpt("filter_scheduler", "enabled_filters", func(c *Config) *[]string { return &c.FilterScheduler.EnabledFilters }, resolveFilters,
+		"Filters every request runs through, in order: "+strings.Join(scheduler.KnownFilters, ", ")+
+			". ResourceFilter (keel's stand-in for placement's allocation candidates) always runs first and need not be listed. keel's default adds AvailabilityZoneFilter to Nova's, since keel has no placement pre-filter for availability zones."),
+	listOpt("filter_scheduler", "weight_classes", func(c *Config) *[]string { return &c.FilterScheduler.WeightClasses }, resolveWeighers,
+		"Weighers to run: weigher names ("+strings.Join(scheduler.KnownWeighers, ", ")+
+			"), Nova's class paths (nova.scheduler.weights.ram.RAMWeigher), or "+allWeighers+" for every weigher keel has.").
+		documented(allWeighers, ""),
+	floatOpt("filter_scheduler", "ram_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.RAMWeightMultiplier },
+		"RAMWeigher's multiplier: positive spreads instances to the hosts with the most free RAM, negative stacks them on the hosts with the least."),
+	floatOpt("filter_scheduler", "cpu_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.CPUWeightMultiplier },
+		"CPUWeigher's multiplier: positive spreads instances to the hosts with the most free vCPUs, negative stacks them."),
+	floatOpt("filter_scheduler", "disk_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.DiskWeightMultiplier },
+		"DiskWeigher's multiplier: positive spreads instances to the hosts with the most free disk, negative stacks them."),
+	floatOpt("filter_scheduler", "io_ops_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.IOOpsWeightMultiplier },
+		"IoOpsWeigher's multiplier: negative prefers hosts with fewer I/O-heavy operations in flight (builds, resizes, migrations), positive more."),
+	floatOpt("filter_scheduler", "build_failure_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.BuildFailureWeightMultiplier },
+		"BuildFailureWeigher's multiplier: how strongly hosts with recent build failures are avoided. The large default outweighs every other weigher."),
+	floatOpt("filter_scheduler", "num_instances_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.NumInstancesWeightMultiplier },
+		"NumInstancesWeigher's multiplier: positive prefers hosts with more instances, negative fewer; 0.0 turns it off."),
+	floatOpt("filter_scheduler", "soft_affinity_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.SoftAffinityWeightMultiplier },
+		"ServerGroupSoftAffinityWeigher's multiplier: how strongly a soft-affinity group's members are placed together.").atLeast(0),
+	floatOpt("filter_scheduler", "soft_anti_affinity_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.SoftAntiAffinityWeightMultiplier },
+		"ServerGroupSoftAntiAffinityWeigher's multiplier: how strongly a soft-anti-affinity group's members are kept apart.").atLeast(0),
+	boolOpt("filter_scheduler", "shuffle_best_same_weighed_hosts", func(c *Config) *bool { return &c.FilterScheduler.ShuffleBestSameWeighedHosts },
+		"Shuffle the hosts that tie for the best weight, rather than take them in host-name order."),
+	intOpt("filter_scheduler", "max_instances_per_host", func(c *Config) *int { return &c.FilterScheduler.MaxInstancesPerHost },
+		"NumInstancesFilter skips hosts with this many instances or more.").atLeast(1),
+	intOpt("filter_scheduler", "max_io_ops_per_host", func(c *Config) *int { return &c.FilterScheduler.MaxIOOpsPerHost },
+		"IoOpsFilter skips hosts with this many I/O-heavy operations in flight or more.").atLeast(0),
+
+	// [keel]
+	addrOpt("keel", "listen", func(c *Config) *string { return &c.Keel.Listen },
+		"Address the API listens on."),
+	strOpt("keel", "data_dir", func(c *Config) *string { return &c.Keel.DataDir },
+		"Directory of keel's state (database, embedded NATS storage); a relative path is taken from the working directory. Nova's [DEFAULT] state_path is another name for it.").
+		alias("DEFAULT", "state_path").checked(nonEmpty),
+	strOpt("keel", "nats_url", func(c *Config) *string { return &c.Keel.NATSURL },
+		"NATS server to connect to (nats://host:port); empty runs an embedded server."),
+	addrOpt("keel", "nats_listen", func(c *Config) *string { return &c.Keel.NATSListen },
+		"Address the embedded NATS server listens on (port 0 picks a free port); unused when nats_url is set."),
+	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },
+		"Database: a SQLite file path; empty means keel.db in data_dir. (PostgreSQL URLs are planned.)"),
+	secondsOpt("keel", "fake_spawn_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeSpawnTime },
+		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
+	intOpt("keel", "vcpus", func(c *Config) *int { return &c.Keel.VCPUs },
+		"The fake host's physical CPUs.").atLeast(1),
+	intOpt("keel", "memory_mb", func(c *Config) *int { return &c.Keel.MemoryMB },
+		"The fake host's memory, in MiB.").atLeast(1),
+	intOpt("keel", "disk_gb", func(c *Config) *int { return &c.Keel.DiskGB },
+		"The fake host's local disk, in GiB.").atLeast(0),
+	field("keel", "policy", "string", func(c *Config) *scheduler.Policy { return &c.Keel.Policy }, parsePolicy,
+		func(p scheduler.Policy) string { return string(p) }, nil,
+		"What the weighers read: claim — allocations, exact the moment a claim commits (keel's default); dest-update — host records, with a migration's destination writing its record as soon as the instance lands; legacy — host records as Nova writes them (the destination's only at its next spawn or audit).").
+		oneOf(policyNames()...),
+
+	// [libvirt]
+	intOpt("libvirt", "live_migration_bandwidth", func(c *Config) *int { return &c.Libvirt.LiveMigrationBandwidth },
+		"Maximum bandwidth of a live migration, in MiB/s; 0 means unlimited, which keel's fake driver models as 1024 MiB/s.").atLeast(0),
+	millisOpt("libvirt", "live_migration_downtime", func(c *Config) *time.Duration { return &c.Libvirt.LiveMigrationDowntime },
+		"Maximum downtime of a live migration's switch-over, in milliseconds.").atLeast(100),
+	secondsOpt("libvirt", "live_migration_completion_timeout", func(c *Config) *time.Duration { return &c.Libvirt.LiveMigrationCompletionTimeout },
+		"Seconds per GiB of guest RAM (counting at least 2 GiB) a live migration may take before live_migration_timeout_action is taken; 0 means no timeout.").atLeast(0),
+	boolOpt("libvirt", "live_migration_permit_post_copy", func(c *Config) *bool { return &c.Libvirt.LiveMigrationPermitPostCopy },
+		"Allow a live migration that does not converge to switch to post-copy."),
+	strOpt("libvirt", "live_migration_timeout_action", func(c *Config) *string { return &c.Libvirt.LiveMigrationTimeoutAction },
+		"What to do when live_migration_completion_timeout expires: abort the migration, or force_complete it (post-copy if permitted, otherwise pause the guest).").
+		oneOf("abort", "force_complete"),
+
+	// [scheduler]
+	intOpt("scheduler", "max_attempts", func(c *Config) *int { return &c.Scheduler.MaxAttempts },
+		"Claims tried per scheduling decision: the chosen host, then the next best when a claim is refused.").atLeast(1),
+}
+
+func nonEmpty(raw string) error {
+	if raw == "" {
+		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+// byKey finds an option by its canonical name or an alias; groups holds
+// the groups keel reads.
+var (
+	byKey  = map[optKey]*option{}
+	groups = map[string]bool{}
+)
+
+func init() {
+	for _, o := range options {
+		for _, k := range append([]optKey{o.key()}, o.aliases...) {
+			if byKey[k] != nil {
+				panic("config: option defined twice: [" + k.group + "] " + k.name)
+			}
+			byKey[k] = o
+			groups[k.group] = true
+		}
+		if !slices.Contains(groupOrder, o.group) {
+			panic("config: group not in groupOrder: " + o.group)
+		}
+	}
+}
+
+func lookup(group, name string) *option { return byKey[optKey{group, name}] }
+
+// normGroup normalises a group name as oslo.config does: DEFAULT stays,
+// every other name is lower-cased.
+func normGroup(g string) string {
+	if g == "DEFAULT" {
+		return g
+	}
+	return strings.ToLower(g)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"keel/internal/conductor"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/store"
+)
+
+// Metrics are the server's Prometheus metrics, on a registry of its own
+// (several servers in one test process do not collide).
+type Metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.HistogramVec
+	claims       *prometheus.CounterVec
+	conflicts    prometheus.Counter
+	migrations   *prometheus.CounterVec
+	migrationDur prometheus.Histogram
+	builds       *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "keel_scheduler_decision_seconds", Help: "Time to filter, weigh and claim, per decision.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
+		}, []string{"kind"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_scheduler_claims_total", Help: "Scheduling decisions by outcome (claimed, no_valid_host, error).",
+		}, []string{"kind", "outcome"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keel_scheduler_claim_conflicts_total", Help: "Claims the store refused on a stale generation or a full host.",
+		}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_live_migrations_total", Help: "Live migrations by final status.",
+		}, []string{"status"}),
+		migrationDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "keel_live_migration_duration_seconds", Help: "From accepted to a final status.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
+		}),
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_builds_total", Help: "Boots by outcome (active, error).",
+		}, []string{"outcome"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_http_requests_total", Help: "HTTP requests by method and status code.",
+		}, []string{"method", "code"}),
+	}
+	m.reg.MustRegister(m.decisions, m.claims, m.conflicts, m.migrations, m.migrationDur, m.builds, m.requests,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) hooks() conductor.Hooks {
+	return conductor.Hooks{
+		Decision: func(kind string, _ records.Instance, sel scheduler.Selection, err error) {
+			m.decisions.WithLabelValues(kind).Observe(sel.Duration.Seconds())
+			m.conflicts.Add(float64(sel.Conflicts))
+			switch {
+			case err == nil:
+				m.claims.WithLabelValues(kind, "claimed").Inc()
+			case scheduler.IsNoValidHost(err):
+				m.claims.WithLabelValues(kind, "no_valid_host").Inc()
+			default:
+				m.claims.WithLabelValues(kind, "error").Inc()
+			}
+		},
+		MigrationDone: func(mg records.Migration) {
+			m.migrations.WithLabelValues(mg.Status).Inc()
+			if !mg.CreatedAt.IsZero() {
+				m.migrationDur.Observe(mg.UpdatedAt.Sub(mg.CreatedAt).Seconds())
+			}
+		},
+		BuildDone: func(in records.Instance) {
+			m.builds.WithLabelValues(in.VMState).Inc()
+		},
+	}
+}
+
+// agentsCollector reports agents up and down at scrape time.
+type agentsCollector struct {
+	st       store.Store
+	downTime time.Duration
+	desc     *prometheus.Desc
+}
+
+func (c *agentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *agentsCollector) Collect(ch chan<- prometheus.Metric) {
+	svcs, err := c.st.ListServices(context.Background())
+	if err != nil {
+		return
+	}
+	up, down := 0, 0
+	now := time.Now()
+	for _, s := range svcs {
+		if !s.ForcedDown && (c.downTime <= 0 || now.Sub(s.LastSeenUp) <= c.downTime) {
+			up++
+		} else {
+			down++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(up), "up")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(down), "down")
+}
+
+func (m *Metrics) handler(st store.Store, downTime time.Duration) http.Handler {
+	m.reg.MustRegister(&agentsCollector{st: st, downTime: downTime,
+		desc: prometheus.NewDesc("keel_agents", "Compute agents by liveness (service_down_time).", []string{"state"}, nil)})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// instrument counts requests by method and status.
+func (m *Metrics) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		m.requests.WithLabelValues(r.Method, strconv.Itoa(rec.status)).Inc()
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}

@@ -1,0 +1,220 @@
+// Package server is `keel server`: the control plane. It opens the store
+// (SQLite under the data dir), runs or joins the bus (an embedded NATS
+// server unless [keel] nats_url names one), builds the scheduler's host
+// view and the conductor, resumes the migrations a restart interrupted,
+// answers the agents' reports and store calls, and serves the HTTP API:
+// /identity, /compute and /metrics on one listener.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"keel/internal/api/compute"
+	"keel/internal/bus"
+	"keel/internal/clock"
+	"keel/internal/conductor"
+	"keel/internal/config"
+	"keel/internal/identity"
+	"keel/internal/rpc"
+	"keel/internal/scheduler"
+	"keel/internal/store/sqlite"
+)
+
+// Server is a running keel server.
+type Server struct {
+	cfg      config.Config
+	log      *slog.Logger
+	store    *sqlite.Store
+	busSrv   *bus.Server
+	conn     *bus.Conn
+	creds    bus.Credentials
+	busURL   string
+	cond     *conductor.Conductor
+	subs     []bus.Subscription
+	http     *http.Server
+	listener net.Listener
+	baseURL  string
+	metrics  *Metrics
+}
+
+// Start starts a server and returns once it serves HTTP.
+func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log}
+	if err := s.start(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	cfg := s.cfg
+	dataDir := cfg.Keel.DataDir
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data dir %s: %w", dataDir, err)
+	}
+	dbPath := cfg.Keel.DB
+	if dbPath == "" {
+		dbPath = filepath.Join(dataDir, "keel.db")
+	}
+	var err error
+	if s.store, err = sqlite.Open(ctx, dbPath); err != nil {
+		return fmt.Errorf("opening the store %s: %w", dbPath, err)
+	}
+	if s.creds, err = bus.LoadOrCreateCredentials(dataDir); err != nil {
+		return err
+	}
+	s.busURL = cfg.Keel.NATSURL
+	if s.busURL == "" {
+		host, port, err := splitHostPort(cfg.Keel.NATSListen)
+		if err != nil {
+			return fmt.Errorf("[keel] nats_listen: %w", err)
+		}
+		s.busSrv, err = bus.StartServer(ctx, bus.ServerOptions{Host: host, Port: port, Creds: s.creds, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		s.busURL = s.busSrv.URL()
+	}
+	if s.conn, err = bus.Connect(ctx, s.busURL, s.creds, "keel-server", s.log); err != nil {
+		return err
+	}
+
+	policy := cfg.Keel.Policy
+	if policy == "" {
+		policy = scheduler.PolicyClaim
+	}
+	view, err := scheduler.NewView(ctx, s.store, policy)
+	if err != nil {
+		return err
+	}
+	sched, err := scheduler.New(cfg.SchedulerConfig(), view, clock.Real{}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
+	if err != nil {
+		return err
+	}
+	s.metrics = newMetrics()
+	s.cond = conductor.New(conductor.Config{
+		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
+		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
+	}, s.store, sched, rpc.Agents{Conn: s.conn}, clock.Real{}, s.log, s.metrics.hooks())
+	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString}); err != nil {
+		return err
+	}
+	if n, err := s.cond.Recover(ctx); err != nil {
+		return err
+	} else if n > 0 {
+		s.log.Info("resumed migrations interrupted by a restart", "count", n)
+	}
+	return s.serveHTTP(ctx)
+}
+
+func (s *Server) serveHTTP(ctx context.Context) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Keel.Listen)
+	if err != nil {
+		return fmt.Errorf("[keel] listen %s: %w", cfg.Keel.Listen, err)
+	}
+	s.listener = ln
+	s.baseURL = "http://" + ln.Addr().String()
+
+	dir, err := identity.LoadDirectory(filepath.Join(cfg.Keel.DataDir, "identity.json"))
+	if err != nil {
+		return fmt.Errorf("loading users and projects: %w (keel dev creates %s; see the README)", err, filepath.Join(cfg.Keel.DataDir, "identity.json"))
+	}
+	key, err := identity.LoadOrCreateKey(cfg.Keel.DataDir)
+	if err != nil {
+		return err
+	}
+	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Directory: dir}
+	api := compute.New(compute.Config{
+		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
+		BaseURL: s.baseURL + "/compute", Log: s.log,
+		Caller: func(r *http.Request) (compute.Caller, bool) {
+			p, ok := identity.PrincipalFrom(r.Context())
+			return compute.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok
+		},
+	})
+	mux := http.NewServeMux()
+	idh := iss.Handler(s.baseURL)
+	mux.Handle("/identity", idh)
+	mux.Handle("/identity/", idh)
+	// Version documents need no token; everything else under /compute does.
+	authed := iss.Require(api, s.baseURL, compute.WriteError)
+	mux.Handle("/compute/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := strings.TrimSuffix(r.URL.Path, "/"); p == "/compute" || p == "/compute/v2.1" {
+			api.ServeHTTP(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	}))
+	mux.Handle("/compute", api)
+	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
+	s.http = &http.Server{Handler: s.metrics.instrument(mux), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	s.log.Info("keel server ready", "url", s.baseURL, "bus", s.busURL, "data_dir", cfg.Keel.DataDir)
+	return nil
+}
+
+// URL is the server's base URL (http://host:port).
+func (s *Server) URL() string { return s.baseURL }
+
+// BusURL is the NATS URL agents connect to.
+func (s *Server) BusURL() string { return s.busURL }
+
+// Credentials are the bus credentials agents need.
+func (s *Server) Credentials() bus.Credentials { return s.creds }
+
+// Conductor returns the server's conductor.
+func (s *Server) Conductor() *conductor.Conductor { return s.cond }
+
+// Close stops serving and releases everything, in reverse order.
+func (s *Server) Close() {
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.http.Shutdown(ctx)
+		cancel()
+	}
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.busSrv != nil {
+		s.busSrv.Shutdown()
+	}
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	var p int
+	if _, err := fmt.Sscan(port, &p); err != nil {
+		return "", 0, fmt.Errorf("port %q is not a number", port)
+	}
+	return host, p, nil
+}
