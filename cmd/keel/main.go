@@ -39,6 +39,6 @@ shows keel's fix side by side:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(simCommand())
+	root.AddCommand(simCommand(), serverCommand(), agentCommand(), devCommand(), configCommand())
 	return root
 }

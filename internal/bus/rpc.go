@@ -37,8 +37,10 @@ type wireError struct {
 
 // Handler serves the messages of a subject. data is the JSON body; the
 // result is marshalled to JSON as the reply's result (ignored for a cast),
-// and an error is answered with code ErrorCode(err). ctx is cancelled when
-// the caller's deadline passes or the Conn is closed.
+// and an error is answered with code ErrorCode(err). ctx carries the
+// caller's deadline (rounded down to the millisecond; none for a cast) and
+// is also cancelled when the Conn is closed. An error returned after that
+// deadline is not answered: the caller reports its own timeout.
 type Handler func(ctx context.Context, data json.RawMessage) (any, error)
 
 // Subscription is a handler or subscriber registered on a subject.
@@ -91,6 +93,16 @@ func (c *Conn) subscribe(s *subscription, subject, queue string, cb nats.MsgHand
 		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
 	}
 	s.sub.SetClosedHandler(func(string) { s.doneOnce.Do(func() { close(s.done) }) })
+	// nats.go only buffers the SUB: flush so that the server knows the
+	// subscription when we return, and a call sent next from another
+	// connection finds it. While disconnected there is nothing to wait
+	// for: the subscription is sent on reconnection.
+	if c.nc.IsConnected() {
+		if err := c.nc.FlushTimeout(DefaultFlushTimeout); err != nil && c.nc.IsConnected() {
+			_ = s.sub.Unsubscribe()
+			return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
+		}
+	}
 	return s, nil
 }
 
@@ -224,7 +236,9 @@ func (c *Conn) send(ctx context.Context, what, subject string, v any) error {
 // (on any connection); with "" every handler of the subject gets it. Each
 // message is handled in its own goroutine. A call is answered with the
 // envelope; a cast's result is dropped and its error logged. A panic in h
-// is recovered and answered as a CodeInternal error.
+// is recovered and answered as a CodeInternal error. When Handle returns,
+// the server knows the subscription (unless the connection is down; it is
+// then registered on reconnection).
 func (c *Conn) Handle(subject, queue string, h Handler) (Subscription, error) {
 	s := newSubscription()
 	_, err := c.subscribe(s, subject, queue, func(m *nats.Msg) {
@@ -257,7 +271,11 @@ func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {
 		return
 	}
 	if err := m.Respond(c.encodeReply(subject, result, err)); err != nil {
-		c.log.Warn("cannot send reply", "subject", subject, "err", err)
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			c.log.Debug("reply dropped: connection closed", "subject", subject)
+		} else {
+			c.log.Warn("cannot send reply", "subject", subject, "err", err)
+		}
 	}
 }
 
@@ -316,7 +334,10 @@ func errorBody(err error) *wireError {
 
 // Subscribe delivers the notifications published on subject (wildcards
 // allowed) to fn, one at a time in arrival order. A panic in fn is logged
-// and the subscription goes on.
+// and the subscription goes on. Like Handle, it returns once the server
+// knows the subscription. Notifications are at most once: a subscriber that
+// is down, or too slow (nats.go drops messages beyond its pending limits and
+// logs a slow-consumer error), misses them.
 func (c *Conn) Subscribe(subject string, fn func(data json.RawMessage)) (Subscription, error) {
 	s, err := c.subscribe(newSubscription(), subject, "", func(m *nats.Msg) {
 		defer func() {

@@ -218,3 +218,6 @@ func splitHostPort(addr string) (string, int, error) {
 	}
 	return host, p, nil
 }
+
+// Store returns the server's store (keel dev seeds flavors through it).
+func (s *Server) Store() *sqlite.Store { return s.store }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"keel/internal/agent"
+	"keel/internal/bus"
+	"keel/internal/config"
+)
+
+// agentOptions builds an agent's options from the configuration.
+func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Credentials) agent.Options {
+	hw := cfg.HostConfig("")
+	hw.Host = host
+	bw := float64(cfg.Libvirt.LiveMigrationBandwidth)
+	return agent.Options{
+		Host: host, DataDir: dataDir, BusURL: busURL, Creds: creds, Hardware: hw,
+		UpdateResourcesInterval: cfg.Default.UpdateResourcesPeriod(), ReportInterval: cfg.Default.ReportInterval,
+		SpawnTime: cfg.Keel.FakeSpawnTime, BandwidthMiBps: bw,
+	}
+}
+
+func agentCommand() *cobra.Command {
+	var (
+		cf        *configFlags
+		host      string
+		busURL    string
+		credsFile string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run one hypervisor host's compute agent (fake driver)",
+		Long: `agent runs the compute service of one host: it registers the host's
+resource provider and inventory with the servers, heartbeats, runs the
+periodic audit every [DEFAULT] update_resources_interval, and performs every
+agent-side step of boots and live migrations with the fake virt driver.
+The fake driver keeps its guests in DATA_DIR/guests.json, so an agent killed
+with kill -9 finds them again; operations the kill cut short are reported
+so the conductor finishes or rolls them back.
+
+The host's size comes from [keel] vcpus, memory_mb and disk_gb, its
+overcommit from [DEFAULT] cpu/ram/disk_allocation_ratio and
+reserved_host_memory_mb.`,
+		Example: `  keel agent --host h01 --bus-url nats://127.0.0.1:4222 \
+      --bus-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := cf.logger()
+			cfg, err := cf.load(cmd, log)
+			if err != nil {
+				return err
+			}
+			if host == "" {
+				host = cfg.Default.Host
+			}
+			if busURL == "" {
+				busURL = cfg.Keel.NATSURL
+			}
+			if busURL == "" {
+				return fmt.Errorf("agent needs the bus URL: --bus-url (the keel server logs it at start) or [keel] nats_url")
+			}
+			if credsFile == "" {
+				credsFile = filepath.Join(cfg.Keel.DataDir, "bus-credentials.json")
+			}
+			creds, err := bus.ReadCredentials(credsFile)
+			if err != nil {
+				return fmt.Errorf("reading bus credentials (--bus-credentials): %w", err)
+			}
+			a, err := agent.Start(cmd.Context(), agentOptions(cfg, host, cfg.Keel.DataDir, busURL, creds))
+			if err != nil {
+				return err
+			}
+			defer a.Stop()
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cf = addConfigFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&host, "host", "", "this host's name ([DEFAULT] host; default: the machine's hostname)")
+	f.StringVar(&busURL, "bus-url", "", "NATS URL of the keel server's bus (several comma-separated for a cluster)")
+	f.StringVar(&credsFile, "bus-credentials", "", "bus credentials file (default: DATA_DIR/bus-credentials.json)")
+	return cmd
+}

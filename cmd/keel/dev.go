@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"keel/internal/agent"
+	"keel/internal/identity"
+	"keel/internal/records"
+	"keel/internal/server"
+	"keel/internal/store"
+)
+
+// devFlavors are the flavors keel dev creates (Nova's classic m1 set).
+var devFlavors = []records.Flavor{
+	{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1},
+	{ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20},
+	{ID: "3", Name: "m1.medium", VCPUs: 2, RAMMB: 4096, DiskGB: 40},
+	{ID: "4", Name: "m1.large", VCPUs: 4, RAMMB: 8192, DiskGB: 80},
+	{ID: "5", Name: "m1.xlarge", VCPUs: 8, RAMMB: 16384, DiskGB: 160},
+}
+
+func devCommand() *cobra.Command {
+	var (
+		cf    *configFlags
+		hosts int
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a whole cloud in one process: a server and N fake-driver agents",
+		Long: `dev runs a keel server and N compute agents (hosts h01, h02, …) in one
+process, on the embedded store and bus, in --data-dir (default ./.keel; an
+existing one is reused, with its instances). On first start it creates the
+admin and demo users, the m1.tiny … m1.xlarge flavors, and
+DATA_DIR/clouds.yaml (a cloud named keel, admin credentials, mode 0600),
+then prints the two lines that point openstackclient at it.`,
+		Example: `  keel dev
+  keel dev --hosts 12 --data-dir /tmp/keel
+  keel dev --set DEFAULT.update_resources_interval=3600 --set filter_scheduler.host_subset_size=3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hosts < 1 || hosts > 9999 {
+				return fmt.Errorf("--hosts must be between 1 and 9999, got %d", hosts)
+			}
+			log := cf.logger()
+			cfg, err := cf.load(cmd, log)
+			if err != nil {
+				return err
+			}
+			dataDir, err := filepath.Abs(cfg.Keel.DataDir)
+			if err != nil {
+				return err
+			}
+			cfg.Keel.DataDir = dataDir
+			password, err := ensureIdentity(dataDir)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			s, err := server.Start(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if err := ensureFlavors(ctx, s.Store()); err != nil {
+				return err
+			}
+			var agents []*agent.Agent
+			defer func() {
+				for _, a := range agents {
+					a.Stop()
+				}
+			}()
+			for i := 1; i <= hosts; i++ {
+				host := fmt.Sprintf("h%02d", i)
+				if hosts > 99 {
+					host = fmt.Sprintf("h%04d", i)
+				}
+				opts := agentOptions(cfg, host, filepath.Join(dataDir, "agents", host), s.BusURL(), s.Credentials())
+				opts.Log = log
+				a, err := agent.Start(ctx, opts)
+				if err != nil {
+					return err
+				}
+				agents = append(agents, a)
+			}
+			clouds := filepath.Join(dataDir, "clouds.yaml")
+			if err := writeClouds(clouds, s.URL(), password); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "keel dev: %d hosts, API at %s, data in %s\n", hosts, s.URL(), dataDir)
+			fmt.Fprintf(out, "export OS_CLIENT_CONFIG_FILE=%s\n", clouds)
+			fmt.Fprintf(out, "openstack --os-cloud keel server list\n")
+			<-ctx.Done()
+			return nil
+		},
+	}
+	cf = addConfigFlags(cmd)
+	cmd.Flags().IntVar(&hosts, "hosts", 3, "number of fake-driver hosts")
+	return cmd
+}
+
+// ensureIdentity creates DATA_DIR/identity.json with admin and demo users
+// and a generated password, or reads the password of an existing one from
+// DATA_DIR/admin-password.
+func ensureIdentity(dataDir string) (string, error) {
+	dirFile := filepath.Join(dataDir, "identity.json")
+	pwFile := filepath.Join(dataDir, "admin-password")
+	if _, err := os.Stat(dirFile); err == nil {
+		pw, err := os.ReadFile(pwFile)
+		if err != nil {
+			return "", fmt.Errorf("%s exists but the admin password file %s cannot be read: %w", dirFile, pwFile, err)
+		}
+		return string(pw), nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return "", err
+	}
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(b)
+	if err := os.WriteFile(pwFile, []byte(pw), 0o600); err != nil {
+		return "", fmt.Errorf("writing %s: %w", pwFile, err)
+	}
+	if err := identity.NewDevDirectory(pw).Save(dirFile); err != nil {
+		return "", fmt.Errorf("writing %s: %w", dirFile, err)
+	}
+	return pw, nil
+}
+
+func ensureFlavors(ctx context.Context, st store.Store) error {
+	for _, f := range devFlavors {
+		if _, err := st.CreateFlavor(ctx, f); err != nil && !errors.Is(err, store.ErrExists) {
+			return fmt.Errorf("creating flavor %s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeClouds writes a clouds.yaml for openstackclient (mode 0600: it holds
+// the admin password).
+func writeClouds(path, baseURL, password string) error {
+	text := fmt.Sprintf(`# Written by keel dev. Use with:
+#   export OS_CLIENT_CONFIG_FILE=%s
+#   openstack --os-cloud keel server list
+clouds:
+  keel:
+    auth:
+      auth_url: %s/identity/v3
+      username: admin
+      password: %s
+      project_name: admin
+      user_domain_name: Default
+      project_domain_name: Default
+    region_name: RegionOne
+    identity_api_version: 3
+    interface: public
+`, path, baseURL, password)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
