@@ -64,11 +64,13 @@ func (d *dense) sync(h *HostState) {
 		r.step[c] = int32(max(min(inv.StepSize, 1<<30), 1))
 	}
 	old := r.raw
+	// The fixed-min weighers' values are clamped at 0, as Nova clamps them
+	// at their minval before normalising.
 	var raw [numRaw]float64
-	raw[rawRAM] = float64(h.FreeRAMMB)
-	raw[rawCPU] = float64(h.VCPUsTotal)*h.CPUAllocationRatio - float64(h.VCPUsUsed)
-	raw[rawDisk] = float64(h.FreeDiskMB)
-	raw[rawIOOps] = float64(h.NumIOOps)
+	raw[rawRAM] = max(float64(h.FreeRAMMB), 0)
+	raw[rawCPU] = max(float64(h.VCPUsTotal)*h.CPUAllocationRatio-float64(h.VCPUsUsed), 0)
+	raw[rawDisk] = max(float64(h.FreeDiskMB), 0)
+	raw[rawIOOps] = max(float64(h.NumIOOps), 0)
 	raw[rawBuildFailure] = -float64(h.FailedBuilds)
 	raw[rawNumInstances] = float64(h.NumInstances)
 	for k := range raw {

@@ -30,10 +30,9 @@ type rankIndex struct {
 	// comp is the composite order, ascending, as a slice: re-keying it
 	// after a change of coefficients is one pass plus an insertion sort of
 	// an almost sorted slice, cheap enough to do whenever scales drift.
-	comp      []rankItem
-	compPos   []int32     // host index → position in comp
-	negatives [numRaw]int // hosts whose raw value is below 0
-	built     bool
+	comp    []rankItem
+	compPos []int32 // host index → position in comp
+	built   bool
 }
 
 type rankItem struct {
@@ -70,12 +69,9 @@ func (ri *rankIndex) key(raw *[numRaw]float64) float64 {
 
 func (ri *rankIndex) rebuild(rows []fitRow) {
 	for j := 0; j < numRaw; j++ {
-		ri.trees[j], ri.negatives[j] = nil, 0
+		ri.trees[j] = nil
 		top := 1.0
 		for i := range rows {
-			if rows[i].raw[j] < 0 {
-				ri.negatives[j]++
-			}
 			top = math.Max(top, rows[i].raw[j])
 		}
 		// Coefficients normalise each weigher by its largest value now, so
@@ -183,13 +179,6 @@ func (ri *rankIndex) update(rows []fitRow, i int, old [numRaw]float64) {
 		if v == old[j] {
 			continue
 		}
-		if (old[j] < 0) != (v < 0) {
-			if v < 0 {
-				ri.negatives[j]++
-			} else {
-				ri.negatives[j]--
-			}
-		}
 		if t := ri.trees[j]; t != nil {
 			t.Delete(rankItem{old[j], int32(i)})
 			t.Set(rankItem{v, int32(i)})
@@ -280,8 +269,8 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 	ri := &s.view.dense.rank
 	n := len(rows)
 	// Bounds over the candidates: the largest value is the first candidate
-	// from the top of the order; the smallest, from the bottom, unless a
-	// fixed-min weigher has no negative value anywhere (then it is 0).
+	// from the top of the order; the smallest, from the bottom — or 0 for
+	// a fixed-min weigher, whose values are clamped there.
 	for j := range fast {
 		w := &fast[j]
 		t := ri.trees[w.raw]
@@ -293,14 +282,11 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 			return nil, false
 		}
 		w.hi = hi
-		if w.fixedMin && ri.negatives[w.raw] == 0 {
+		if w.fixedMin { // values are clamped at 0, the range starts there
 			w.lo = 0
 			continue
 		}
 		w.lo, _ = firstCandidate(t, check, false)
-		if w.fixedMin {
-			w.lo = math.Min(w.lo, 0)
-		}
 	}
 	live, scale := liveWeighers(fast)
 	ri.recoef(rows, live, scale)

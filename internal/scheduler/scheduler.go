@@ -12,6 +12,7 @@ import (
 
 	"keel/internal/clock"
 	"keel/internal/placement"
+	"keel/internal/store"
 )
 
 // Candidate is a host offered to the caller's claim function, with the
@@ -155,9 +156,15 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 	}
 	order := s.pick(top)
+	// Hold the hosts themselves: a refresh after a refused claim may
+	// reorder or shrink the view's host list.
+	chosen := make([]*HostState, len(order))
+	for i, r := range order {
+		chosen[i] = hosts[r.idx]
+	}
 
 	for i, r := range order {
-		h := hosts[r.idx]
+		h := chosen[i]
 		if sel.Claims >= s.cfg.MaxAttempts {
 			break
 		}
@@ -173,15 +180,17 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 			v.dense.sync(h)
 			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, r.weight
 			sel.ViewUsed, sel.AllocUsed = viewUsed, allocUsed
-			for _, alt := range order[i+1:] {
+			for _, alt := range chosen[i+1:] {
 				if len(sel.Alternates) >= s.cfg.MaxAttempts-1 {
 					break
 				}
-				sel.Alternates = append(sel.Alternates, hosts[alt.idx].Name)
+				sel.Alternates = append(sel.Alternates, alt.Name)
 			}
 			return sel, nil
 		}
-		if !placement.IsConflict(err) && !placement.IsCapacity(err) {
+		// A conflict, a full host or a provider deleted meanwhile: refresh
+		// and move on to the next host.
+		if !placement.IsConflict(err) && !placement.IsCapacity(err) && !errors.Is(err, store.ErrNotFound) {
 			return sel, fmt.Errorf("claiming host %s: %w", h.Name, err)
 		}
 		sel.Conflicts++

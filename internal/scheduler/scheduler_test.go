@@ -97,7 +97,10 @@ func TestNormalizeAsNova(t *testing.T) {
 		{"all equal positive with fixed min", []float64{7, 7}, true, []float64{1, 1}},
 		{"all equal without fixed min", []float64{7, 7}, false, []float64{0, 0}},
 		{"all zero", []float64{0, 0, 0}, true, []float64{0, 0, 0}},
-		{"negative lowers fixed min", []float64{-100, 100}, true, []float64{0, 1}},
+		{"negative clamped at the fixed min", []float64{-100, 100}, true, []float64{0, 1}},
+		// Nova clamps at minval before normalising: -4000 free RAM counts
+		// as 0, it does not stretch the range.
+		{"clamping keeps the other hosts' weights", []float64{4000, 0, -4000}, true, []float64{1, 0, 0}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

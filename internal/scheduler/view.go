@@ -181,6 +181,11 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 				v.add(h)
 				v.loadHostExtras(ctx, h)
 			} else {
+				if h.ProviderUUID != s.UUID {
+					// The host re-registered under a new provider: forget
+					// the old UUID, so its removal does not remove the host.
+					delete(v.byUUID, h.ProviderUUID)
+				}
 				h.setProvider(s.Provider, s.Usage)
 				v.byUUID[s.UUID] = h
 			}
@@ -233,7 +238,8 @@ func (v *View) loadHostExtras(ctx context.Context, h *HostState) {
 
 func (v *View) remove(uuid string) {
 	h := v.byUUID[uuid]
-	if h == nil {
+	if h == nil || h.ProviderUUID != uuid {
+		delete(v.byUUID, uuid)
 		return
 	}
 	delete(v.byUUID, uuid)

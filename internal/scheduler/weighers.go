@@ -125,14 +125,24 @@ func (softAntiAffinityWeigher) Raw(h *HostState, r *Request) float64 {
 	return -float64(r.Group.Members[h.Name])
 }
 
-// bounds returns Nova's normalisation range: lo is the smallest value (or
-// min(0, smallest) for a fixed-min weigher), hi the largest.
+// bounds returns Nova's normalisation range. A fixed-min weigher (Nova's
+// minval = 0: RAM, CPU, Disk, IoOps) first clamps every raw value at 0 —
+// in place, as Nova's weigh_objects does, so a host with negative free RAM
+// weighs like one with none — and its range is 0 … largest. Any other
+// weigher ranges from its smallest to its largest value.
 func bounds(raw []float64, fixedMin bool) (lo, hi float64) {
 	if len(raw) == 0 {
 		return 0, 0
 	}
+	if fixedMin {
+		for i, v := range raw {
+			if v < 0 {
+				raw[i] = 0
+			}
+		}
+	}
 	lo, hi = raw[0], raw[0]
-	if fixedMin && lo > 0 {
+	if fixedMin {
 		lo = 0
 	}
 	for _, v := range raw {

@@ -1,0 +1,67 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"keel/internal/placement"
+)
+
+func TestViewFollowsAHostReRegisteredUnderANewProvider(t *testing.T) {
+	ctx := context.Background()
+	c := newCloud(t, 3)
+	s := c.scheduler(t, DefaultConfig(), PolicyClaim, 1)
+	if err := s.View().Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Between two refreshes h02's provider is deleted and created again
+	// under a new UUID.
+	if err := c.st.DeleteProvider(ctx, "rp-h02"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: "rp-h02-new", Name: "h02", Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.View().Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := s.View().Host("h02")
+	if s.View().Len() != 3 || !ok || h.ProviderUUID != "rp-h02-new" {
+		t.Fatalf("view has %d hosts; h02 present=%v with provider %q", s.View().Len(), ok, h.ProviderUUID)
+	}
+}
+
+func TestClaimLoopSurvivesAHostRemovedMidDecision(t *testing.T) {
+	ctx := context.Background()
+	c := newCloud(t, 5)
+	cfg := DefaultConfig()
+	cfg.MaxAttempts = 4
+	s := c.scheduler(t, cfg, PolicyClaim, 1)
+	var tried []string
+	_, err := s.Select(ctx, &Request{Resources: small()}, func(_ context.Context, cand Candidate) (int64, error) {
+		tried = append(tried, cand.Host)
+		if len(tried) == 2 {
+			// h01, already tried, disappears while h02 is tried: the view's
+			// host list shrinks under the decision.
+			if err := c.st.DeleteProvider(ctx, "rp-h01"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
+	})
+	if !IsNoValidHost(err) {
+		t.Fatalf("want NoValidHost after refused claims, got %v", err)
+	}
+	seen := map[string]bool{}
+	for _, h := range tried {
+		if seen[h] {
+			t.Fatalf("host %s tried twice: %v", h, tried)
+		}
+		seen[h] = true
+	}
+	// Equal hosts rank in name order; the decision keeps its ranking.
+	if fmt.Sprint(tried) != "[h01 h02 h03 h04]" {
+		t.Fatalf("tried %v, want [h01 h02 h03 h04]", tried)
+	}
+}
