@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +19,10 @@ func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Cre
 	bw := float64(cfg.Libvirt.LiveMigrationBandwidth)
 	return agent.Options{
 		Host: host, DataDir: dataDir, BusURL: busURL, Creds: creds, Hardware: hw,
-		UpdateResourcesInterval: cfg.Default.UpdateResourcesPeriod(), ReportInterval: cfg.Default.ReportInterval,
-		SpawnTime: cfg.Keel.FakeSpawnTime, BandwidthMiBps: bw,
+		// Nova's meaning, which the agent applies: 0 is 60 s, negative off.
+		UpdateResourcesInterval: time.Duration(cfg.Default.UpdateResourcesInterval) * time.Second,
+		ReportInterval:          cfg.Default.ReportInterval,
+		SpawnTime:               cfg.Keel.FakeSpawnTime, BandwidthMiBps: bw,
 	}
 }
 

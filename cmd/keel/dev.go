@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"keel/internal/agent"
-	"keel/internal/identity"
 	"keel/internal/records"
 	"keel/internal/server"
 	"keel/internal/store"
@@ -60,7 +56,7 @@ then prints the two lines that point openstackclient at it.`,
 				return err
 			}
 			cfg.Keel.DataDir = dataDir
-			password, err := ensureIdentity(dataDir)
+			password, err := server.EnsureIdentity(dataDir)
 			if err != nil {
 				return err
 			}
@@ -107,38 +103,6 @@ then prints the two lines that point openstackclient at it.`,
 	cf = addConfigFlags(cmd)
 	cmd.Flags().IntVar(&hosts, "hosts", 3, "number of fake-driver hosts")
 	return cmd
-}
-
-// ensureIdentity creates DATA_DIR/identity.json with admin and demo users
-// and a generated password, or reads the password of an existing one from
-// DATA_DIR/admin-password.
-func ensureIdentity(dataDir string) (string, error) {
-	dirFile := filepath.Join(dataDir, "identity.json")
-	pwFile := filepath.Join(dataDir, "admin-password")
-	if _, err := os.Stat(dirFile); err == nil {
-		pw, err := os.ReadFile(pwFile)
-		if err != nil {
-			return "", fmt.Errorf("%s exists but the admin password file %s cannot be read: %w", dirFile, pwFile, err)
-		}
-		return string(pw), nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return "", err
-	}
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	pw := hex.EncodeToString(b)
-	if err := os.WriteFile(pwFile, []byte(pw), 0o600); err != nil {
-		return "", fmt.Errorf("writing %s: %w", pwFile, err)
-	}
-	if err := identity.NewDevDirectory(pw).Save(dirFile); err != nil {
-		return "", fmt.Errorf("writing %s: %w", dirFile, err)
-	}
-	return pw, nil
 }
 
 func ensureFlavors(ctx context.Context, st store.Store) error {

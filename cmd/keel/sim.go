@@ -65,7 +65,13 @@ The scenario format is documented in scenarios/README.md.`,
 					return fmt.Errorf("--generate wants a host count, got %q", generate)
 				}
 				hours, _ := cmd.Flags().GetFloat64("hours")
+				if !(hours > 0) || hours*3600 > scenario.MaxDuration {
+					return fmt.Errorf("--hours must be more than 0 and at most %v, got %v", scenario.MaxDuration/3600, hours)
+				}
 				sc = scenario.Generate(hosts, hours, 1)
+				if err := sc.Validate(); err != nil {
+					return fmt.Errorf("generated scenario: %w", err)
+				}
 			}
 			if cmd.Flags().Changed("seed") {
 				sc.Seed = seed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"keel/internal/clock"
@@ -41,8 +42,10 @@ type Manager struct {
 	clock    clock.Clock
 	log      *slog.Logger
 
-	onAudit func(Drift)
-	audit   clock.Timer
+	auditMu      sync.Mutex // guards onAudit, audit and auditStopped
+	onAudit      func(Drift)
+	audit        clock.Timer
+	auditStopped bool
 }
 
 // NewManager wires an agent.
@@ -190,8 +193,11 @@ func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst r
 // Audit runs the periodic audit now.
 func (m *Manager) Audit(ctx context.Context) (Drift, error) {
 	d, err := m.tracker.Audit(ctx)
-	if err == nil && m.onAudit != nil {
-		m.onAudit(d)
+	m.auditMu.Lock()
+	onAudit := m.onAudit
+	m.auditMu.Unlock()
+	if err == nil && onAudit != nil {
+		onAudit(d)
 	}
 	return d, err
 }
@@ -206,7 +212,9 @@ func (m *Manager) StartPeriodicAudit(ctx context.Context, interval, first time.D
 	if interval == 0 {
 		interval = 60 * time.Second
 	}
-	m.onAudit = onAudit
+	m.auditMu.Lock()
+	defer m.auditMu.Unlock()
+	m.onAudit, m.auditStopped = onAudit, false
 	var run func()
 	run = func() {
 		if ctx.Err() != nil {
@@ -217,13 +225,20 @@ func (m *Manager) StartPeriodicAudit(ctx context.Context, interval, first time.D
 		} else if d.Count() > 0 {
 			m.log.Info("periodic audit healed drift", "drift", d.String())
 		}
-		m.audit = m.clock.AfterFunc(interval, run)
+		m.auditMu.Lock()
+		defer m.auditMu.Unlock()
+		if !m.auditStopped {
+			m.audit = m.clock.AfterFunc(interval, run)
+		}
 	}
 	m.audit = m.clock.AfterFunc(first, run)
 }
 
 // StopPeriodicAudit stops the periodic audit.
 func (m *Manager) StopPeriodicAudit() {
+	m.auditMu.Lock()
+	defer m.auditMu.Unlock()
+	m.auditStopped = true
 	if m.audit != nil {
 		m.audit.Stop()
 	}

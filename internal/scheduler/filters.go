@@ -295,8 +295,9 @@ func hasScope(specs map[string]string, prefix string) bool {
 
 // matchSpec evaluates one extra-spec requirement against a value, with
 // Nova's operators: "= N" (numeric ≥), "== N", "!= N", ">= N", "<= N",
-// "s== S", "s!= S", "<in> S" (substring), "<or> A <or> B"; otherwise plain
-// string equality.
+// "s== S", "s!= S", "s< S", "s<= S", "s> S", "s>= S" (string order),
+// "<in> S" (substring), "<all-in> A B" (every word a substring),
+// "<or> A <or> B"; otherwise plain string equality.
 func matchSpec(have, want string) bool {
 	fields := strings.Fields(want)
 	if len(fields) >= 2 {
@@ -319,6 +320,21 @@ func matchSpec(have, want string) bool {
 			return have == arg
 		case "s!=":
 			return have != arg
+		case "s<":
+			return have < arg
+		case "s<=":
+			return have <= arg
+		case "s>":
+			return have > arg
+		case "s>=":
+			return have >= arg
+		case "<all-in>":
+			for _, want := range fields[1:] {
+				if !strings.Contains(have, want) {
+					return false
+				}
+			}
+			return true
 		case "<in>":
 			return strings.Contains(have, arg)
 		case "<or>":

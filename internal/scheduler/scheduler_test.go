@@ -304,3 +304,24 @@ func TestLegacyWeighersReadRecordsButFitReadsAllocations(t *testing.T) {
 		t.Fatalf("legacy placed a 40000 MiB request on %q (err %v), want h02", sel.Host, err)
 	}
 }
+
+func TestExtraSpecOperatorsAsNova(t *testing.T) {
+	cases := []struct {
+		have, want string
+		ok         bool
+	}{
+		{"16", "= 8", true}, {"4", "= 8", false}, {"8", "== 8", true}, {"8", "!= 8", false},
+		{"8", ">= 9", false}, {"8", "<= 9", true},
+		{"x86_64", "s== x86_64", true}, {"x86_64", "s!= x86_64", false},
+		{"b", "s< c", true}, {"c", "s<= c", true}, {"d", "s> c", true}, {"b", "s>= c", false},
+		{"avx2 sse4", "<in> avx2", true}, {"sse4", "<in> avx2", false},
+		{"avx2 sse4 aes", "<all-in> aes avx2", true}, {"avx2 sse4", "<all-in> aes avx2", false},
+		{"kvm", "<or> qemu <or> kvm", true}, {"xen", "<or> qemu <or> kvm", false},
+		{"fast", "fast", true}, {"fast", "slow", false},
+	}
+	for _, tc := range cases {
+		if got := matchSpec(tc.have, tc.want); got != tc.ok {
+			t.Errorf("matchSpec(%q, %q) = %v, want %v", tc.have, tc.want, got, tc.ok)
+		}
+	}
+}

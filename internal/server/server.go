@@ -132,9 +132,12 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	s.listener = ln
 	s.baseURL = "http://" + ln.Addr().String()
 
+	if _, err := EnsureIdentity(cfg.Keel.DataDir); err != nil {
+		return err
+	}
 	dir, err := identity.LoadDirectory(filepath.Join(cfg.Keel.DataDir, "identity.json"))
 	if err != nil {
-		return fmt.Errorf("loading users and projects: %w (keel dev creates %s; see the README)", err, filepath.Join(cfg.Keel.DataDir, "identity.json"))
+		return fmt.Errorf("loading users and projects: %w", err)
 	}
 	key, err := identity.LoadOrCreateKey(cfg.Keel.DataDir)
 	if err != nil {

@@ -24,6 +24,10 @@ var (
 	KnownWeighers = scheduler.KnownWeighers
 )
 
+// MaxDuration is the longest run the simulator accepts, in seconds (a
+// year: virtual time is kept in nanoseconds).
+const MaxDuration = 365 * 24 * 3600.0
+
 // Workload kinds.
 const (
 	KindBoot    = "boot"

@@ -51,6 +51,8 @@ func (s *Scenario) validate(file string, ix *lineIndex) *Error {
 		c.errf("duration", "missing: the run's length in seconds is required")
 	case !(s.Duration > 0) || math.IsInf(s.Duration, 0):
 		c.errf("duration", "must be > 0 seconds, got %v", s.Duration)
+	case s.Duration > MaxDuration:
+		c.errf("duration", "%v s is more than the simulator runs (%v s, a year)", s.Duration, MaxDuration)
 	}
 	for i, p := range s.Policies {
 		path := elem("policies", i)

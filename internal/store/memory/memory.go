@@ -358,7 +358,7 @@ func (s *Store) GetInstance(_ context.Context, uuid string) (records.Instance, e
 	if !ok {
 		return in, fmt.Errorf("instance %s: %w", uuid, store.ErrNotFound)
 	}
-	return in, nil
+	return cloneInstance(in), nil
 }
 
 // UpdateInstance implements store.Store.
@@ -395,7 +395,7 @@ func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instanc
 	var out []records.Instance
 	for _, k := range sortedKeys(s.instances) {
 		if in := s.instances[k]; host == "" || in.Host == host {
-			out = append(out, in)
+			out = append(out, cloneInstance(in))
 		}
 	}
 	return out, nil
