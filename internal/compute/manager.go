@@ -42,6 +42,12 @@ type Manager struct {
 	clock    clock.Clock
 	log      *slog.Logger
 
+	// res serialises every step that changes what the host runs with the
+	// audit (Nova's COMPUTE_RESOURCE_SEMAPHORE): an audit never sees a step
+	// half done. It is never held while calling another agent or the
+	// conductor.
+	res sync.Mutex
+
 	auditMu      sync.Mutex // guards onAudit, audit and auditStopped
 	onAudit      func(Drift)
 	audit        clock.Timer
@@ -68,6 +74,8 @@ func (m *Manager) Driver() Driver { return m.driver }
 // BuildAndRunInstance claims in the tracker, spawns, and reports the
 // outcome; a failed spawn releases the tracker claim.
 func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	if err := m.tracker.InstanceClaim(ctx, inst); err != nil {
 		m.tracker.Busy(inst.UUID, false)
@@ -75,6 +83,7 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 	}
 	m.driver.Spawn(ctx, inst, func(err error) {
 		ctx := context.WithoutCancel(ctx)
+		m.res.Lock()
 		m.tracker.Busy(inst.UUID, false)
 		if err != nil {
 			if rerr := m.tracker.RemoveInstance(ctx, inst.UUID); rerr != nil {
@@ -84,6 +93,7 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 		} else if werr := m.tracker.WriteRecord(ctx); werr != nil {
 			m.log.Warn("writing host record after spawn", "instance", inst.UUID, "err", werr)
 		}
+		m.res.Unlock()
 		m.reporter.BuildDone(ctx, inst.UUID, m.host, err)
 	})
 	return nil
@@ -91,6 +101,8 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 
 // TerminateInstance destroys the guest and stops counting it.
 func (m *Manager) TerminateInstance(ctx context.Context, uuid string) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	if err := m.driver.Destroy(ctx, uuid); err != nil {
 		return fmt.Errorf("terminating %s on %s: %w", uuid, m.host, err)
 	}
@@ -120,6 +132,8 @@ func (m *Manager) CheckCanLiveMigrateSource(ctx context.Context, inst records.In
 
 // PreLiveMigration prepares this host (the destination) to receive inst.
 func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error) {
+	m.res.Lock()
+	defer m.res.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	data, err := m.driver.PreLiveMigration(ctx, inst)
 	if err != nil {
@@ -132,6 +146,8 @@ func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (
 // LiveMigration starts the memory copy from this host (the source) and
 // reports progress and the outcome for migration migID.
 func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	bg := context.WithoutCancel(ctx)
 	m.driver.LiveMigration(ctx, migID, inst, dest, data,
@@ -139,7 +155,9 @@ func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.I
 			m.reporter.CopyProgress(bg, migID, total, processed, remaining)
 		},
 		func(err error) {
+			m.res.Lock()
 			m.tracker.Busy(inst.UUID, false)
+			m.res.Unlock()
 			m.reporter.CopyDone(bg, migID, err)
 		})
 	return nil
@@ -158,6 +176,8 @@ func (m *Manager) ForceCompleteLiveMigration(ctx context.Context, uuid string) e
 // PostLiveMigrationAtSource is the source's part of _post_live_migration:
 // drop the guest, stop counting it, write the record.
 func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	if err := m.driver.PostLiveMigrationAtSource(ctx, inst.UUID); err != nil {
 		return fmt.Errorf("post live migration of %s at source %s: %w", inst.UUID, m.host, err)
 	}
@@ -171,6 +191,8 @@ func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.In
 // here and the conductor settles the instance and its allocation here
 // either way (the audit corrects the count if the guest is in fact gone).
 func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	defer m.tracker.Busy(inst.UUID, false)
 	derr := m.driver.PostLiveMigrationAtDestination(ctx, inst)
 	terr := m.tracker.MigrationArrived(ctx, inst)
@@ -183,6 +205,8 @@ func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst recor
 // RollbackLiveMigrationAtDestination removes what pre_live_migration set
 // up.
 func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
 	defer m.tracker.Busy(inst.UUID, false)
 	if err := m.driver.RollbackLiveMigrationAtDestination(ctx, inst.UUID); err != nil {
 		return fmt.Errorf("rollback of %s on %s: %w", inst.UUID, m.host, err)
@@ -192,7 +216,9 @@ func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst r
 
 // Audit runs the periodic audit now.
 func (m *Manager) Audit(ctx context.Context) (Drift, error) {
+	m.res.Lock()
 	d, err := m.tracker.Audit(ctx)
+	m.res.Unlock()
 	m.auditMu.Lock()
 	onAudit := m.onAudit
 	m.auditMu.Unlock()

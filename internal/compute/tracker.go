@@ -223,11 +223,14 @@ type Drift struct {
 	// allocation (that would take the instance's own away) and reports
 	// them every time until an operator removes them.
 	Stray []string `json:"stray,omitempty"`
+	// Lost are instances recorded on this host, active, whose guest is not
+	// here: their allocation is kept (Nova only warns) for an operator.
+	Lost []string `json:"lost,omitempty"`
 }
 
 // Count is the number of differences found.
 func (d Drift) Count() int {
-	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray)
+	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray) + len(d.Lost)
 }
 
 func (d Drift) String() string {
@@ -246,14 +249,32 @@ func (d Drift) String() string {
 	add("missing allocations", d.MissingAllocations)
 	add("orphan allocations", d.OrphanAllocations)
 	add("stray guests", d.Stray)
+	add("lost guests", d.Lost)
 	return d.Host + ": " + strings.Join(parts, "; ")
 }
 
 // Audit is the periodic update_available_resource: it compares the
 // driver's guests with the tracked instances, the allocations and the host
-// record, heals every difference, and returns what it found.
+// record, heals what it safely can, and returns what it found.
+//
+// It reads the allocations first, then the migrations in flight, then the
+// guests: a claim that commits after the first read is never seen (so
+// never taken for an orphan), and a migration's record exists before its
+// claim. Every write names the consumer generation it read, so anything
+// that changed meanwhile makes the write a conflict, which the audit
+// skips. It never removes the allocation of an instance recorded on this
+// host, and never allocates for a guest without an instance recorded here:
+// those it reports (Lost, Stray) for an operator.
 func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	d := Drift{Host: t.cfg.Host, At: t.clock.Now()}
+	consumers, err := t.store.ConsumersOn(ctx, t.cfg.ProviderUUID)
+	if err != nil {
+		return d, fmt.Errorf("audit of %s: listing allocations: %w", t.cfg.Host, err)
+	}
+	inFlight, err := t.migrationsInFlight(ctx)
+	if err != nil {
+		return d, err
+	}
 	guests, err := t.driver.Guests(ctx)
 	if err != nil {
 		return d, fmt.Errorf("audit of %s: listing guests: %w", t.cfg.Host, err)
@@ -261,10 +282,6 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	here := map[string]Guest{}
 	for _, g := range guests {
 		here[g.UUID] = g
-	}
-	inFlight, err := t.migrationsInFlight(ctx)
-	if err != nil {
-		return d, err
 	}
 
 	t.mu.Lock()
@@ -293,7 +310,7 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	}
 	t.mu.Unlock()
 
-	if err := t.auditAllocations(ctx, here, inFlight, busy, &d); err != nil {
+	if err := t.auditAllocations(ctx, consumers, here, inFlight, busy, &d); err != nil {
 		return d, err
 	}
 	if err := t.WriteRecord(ctx); err != nil {
@@ -323,22 +340,27 @@ func (t *Tracker) migrationsInFlight(ctx context.Context) (map[string]bool, erro
 	return out, nil
 }
 
-func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
+// auditAllocations heals the allocations on this host's provider against
+// the guests: orphans (deleted or errored instances, instances recorded
+// elsewhere, finished migrations) lose their allocation here; guests of
+// instances recorded here with no allocation here get one.
+func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Consumer, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
 	rp := t.cfg.ProviderUUID
-	consumers, err := t.store.ConsumersOn(ctx, rp)
-	if err != nil {
-		return fmt.Errorf("audit of %s: listing allocations: %w", t.cfg.Host, err)
-	}
 	held := map[string]bool{}
 	for _, c := range consumers {
 		held[c.UUID] = true
 		if _, ok := here[c.UUID]; ok || inFlight[c.UUID] || busy[c.UUID] {
 			continue
 		}
-		if c.Type != placement.ConsumerMigration {
-			if inst, err := t.store.GetInstance(ctx, c.UUID); err == nil && (inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone) {
-				continue // scheduled here, build or move not started yet
-			}
+		orphan, lost, err := t.isOrphan(ctx, c)
+		if err != nil {
+			return err
+		}
+		if lost {
+			d.Lost = append(d.Lost, c.UUID)
+		}
+		if !orphan {
+			continue
 		}
 		rest := map[string]placement.Resources{}
 		for p, r := range c.Allocations {
@@ -346,7 +368,12 @@ func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, i
 				rest[p] = r
 			}
 		}
-		if _, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: c.UUID, AnyConsumerGeneration: true, Allocations: rest, Type: c.Type}); err != nil && !placement.IsConflict(err) {
+		gen := c.Generation
+		_, err = t.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: c.UUID, ConsumerGeneration: &gen, Allocations: rest, Type: c.Type})
+		switch {
+		case placement.IsConflict(err):
+			continue // it changed since we read it: leave it to its owner
+		case err != nil:
 			return fmt.Errorf("audit of %s: removing orphan allocation of %s: %w", t.cfg.Host, c.UUID, err)
 		}
 		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
@@ -359,15 +386,37 @@ func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, i
 			d.Stray = append(d.Stray, uuid) // its migration ended without post or rollback here
 			continue
 		}
-		if inst, err := t.store.GetInstance(ctx, uuid); err == nil && inst.Host != "" && inst.Host != t.cfg.Host {
+		inst, err := t.store.GetInstance(ctx, uuid)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			d.Stray = append(d.Stray, uuid) // no instance: nothing to allocate for
+			continue
+		case err != nil:
+			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
+		case inst.Host != t.cfg.Host:
 			d.Stray = append(d.Stray, uuid) // the instance lives elsewhere: leave its allocation alone
 			continue
+		case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
+			continue // something is happening to it
 		}
-		_, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{
-			ConsumerUUID: uuid, AnyConsumerGeneration: true, Type: placement.ConsumerInstance,
+		// The instance runs here with nothing allocated here: allocate,
+		// replacing whatever it holds elsewhere by mistake — unless that
+		// changed since we read it.
+		var gen *int64
+		if c, err := t.store.GetConsumer(ctx, uuid); err == nil {
+			gen = &c.Generation
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, uuid, err)
+		}
+		_, err = t.store.WriteAllocations(ctx, placement.AllocationWrite{
+			ConsumerUUID: uuid, ConsumerGeneration: gen, Type: placement.ConsumerInstance,
+			ProjectID: inst.ProjectID, UserID: inst.UserID,
 			Allocations: map[string]placement.Resources{rp: g.Flavor.Resources()},
 		})
-		if err != nil && !placement.IsCapacity(err) && !errors.Is(err, store.ErrNotFound) {
+		switch {
+		case placement.IsConflict(err):
+			continue
+		case err != nil && !placement.IsCapacity(err):
 			return fmt.Errorf("audit of %s: writing missing allocation of %s: %w", t.cfg.Host, uuid, err)
 		}
 		d.MissingAllocations = append(d.MissingAllocations, uuid)
@@ -375,7 +424,37 @@ func (t *Tracker) auditAllocations(ctx context.Context, here map[string]Guest, i
 	sort.Strings(d.OrphanAllocations)
 	sort.Strings(d.MissingAllocations)
 	sort.Strings(d.Stray)
+	sort.Strings(d.Lost)
 	return nil
+}
+
+// isOrphan decides whether an allocation here with no guest here and no
+// operation in flight should go. lost reports an instance recorded here,
+// active, whose guest is gone: its allocation stays (an operator decides).
+func (t *Tracker) isOrphan(ctx context.Context, c placement.Consumer) (orphan, lost bool, err error) {
+	if c.Type == placement.ConsumerMigration {
+		ms, err := t.store.ListMigrations(ctx, store.MigrationFilter{UUID: c.UUID})
+		if err != nil {
+			return false, false, fmt.Errorf("audit of %s: reading migration %s: %w", t.cfg.Host, c.UUID, err)
+		}
+		// A migration that started after we listed those in flight is
+		// still active: not an orphan.
+		return len(ms) == 0 || records.MigrationTerminal(ms[0].Status), false, nil
+	}
+	inst, err := t.store.GetInstance(ctx, c.UUID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return true, false, nil // the instance is gone
+	case err != nil:
+		return false, false, fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, c.UUID, err)
+	case inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone:
+		return false, false, nil // scheduled here, or being moved or deleted
+	case inst.VMState == records.VMError || inst.VMState == records.VMDeleted:
+		return true, false, nil
+	case inst.Host != t.cfg.Host:
+		return true, false, nil // it lives elsewhere, and is not moving
+	}
+	return false, true, nil
 }
 
 func recordDiff(a, b records.HostRecord) []string {

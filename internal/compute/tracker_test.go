@@ -389,21 +389,26 @@ func TestAudit(t *testing.T) {
 					t.Fatal("destination claim removed")
 				}
 			}},
-		{name: "orphan allocation of an idle instance is removed",
+		{name: "an active instance recorded here whose guest is gone keeps its allocation, reported lost", persistent: true,
 			setup: func(e *env) {
 				e.instance("a", small, records.VMActive, records.TaskNone)
 				e.alloc("a", placement.ConsumerInstance, small, "rp-h1")
 				e.write()
 			},
-			want: compute.Drift{OrphanAllocations: []string{"a"}},
+			want: compute.Drift{Lost: []string{"a"}},
 			after: func(t *testing.T, e *env) {
-				if got := e.allocations("a"); got != nil {
-					t.Fatalf("orphan still holds %v", got)
+				want := map[string]placement.Resources{"rp-h1": small.Resources()}
+				if got := e.allocations("a"); !reflect.DeepEqual(got, want) {
+					t.Fatalf("allocations of a lost guest = %v, want them kept: %v", got, want)
 				}
 			}},
-		{name: "orphan removal keeps the consumer's allocation on other hosts",
+		{name: "an instance recorded on another host loses its allocation here only",
 			setup: func(e *env) {
-				e.instance("a", small, records.VMActive, records.TaskNone)
+				in := e.instance("a", small, records.VMActive, records.TaskNone)
+				in.Host = "h2"
+				if _, err := e.st.UpdateInstance(ctx, in); err != nil {
+					e.t.Fatal(err)
+				}
 				e.alloc("a", placement.ConsumerInstance, small, "rp-h1", "rp-h2")
 				e.write()
 			},
@@ -538,7 +543,7 @@ func TestAudit(t *testing.T) {
 			if !reflect.DeepEqual(normDrift(d), normDrift(want)) {
 				t.Fatalf("drift\n got %+v\nwant %+v", d, want)
 			}
-			if d.Count() != len(want.Record)+len(want.Untracked)+len(want.Vanished)+len(want.MissingAllocations)+len(want.OrphanAllocations)+len(want.Stray) {
+			if d.Count() != len(want.Record)+len(want.Untracked)+len(want.Vanished)+len(want.MissingAllocations)+len(want.OrphanAllocations)+len(want.Stray)+len(want.Lost) {
 				t.Fatalf("Count() = %d for %+v", d.Count(), d)
 			}
 			if tc.after != nil {
@@ -553,7 +558,7 @@ func TestAudit(t *testing.T) {
 			}
 			wantAgain := compute.Drift{}
 			if tc.persistent {
-				wantAgain = compute.Drift{Stray: want.Stray}
+				wantAgain = compute.Drift{Stray: want.Stray, Lost: want.Lost}
 			}
 			again.Host, again.At = "", time.Time{}
 			if !reflect.DeepEqual(normDrift(again), normDrift(wantAgain)) {
@@ -564,7 +569,7 @@ func TestAudit(t *testing.T) {
 }
 
 func normDrift(d compute.Drift) compute.Drift {
-	for _, s := range []*[]string{&d.Record, &d.Untracked, &d.Vanished, &d.MissingAllocations, &d.OrphanAllocations, &d.Stray} {
+	for _, s := range []*[]string{&d.Record, &d.Untracked, &d.Vanished, &d.MissingAllocations, &d.OrphanAllocations, &d.Stray, &d.Lost} {
 		if len(*s) == 0 {
 			*s = nil
 		}

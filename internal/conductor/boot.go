@@ -44,8 +44,10 @@ func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.In
 	inst.Host = sel.Host
 	updated, err := c.store.UpdateInstance(ctx, inst)
 	if err != nil {
+		// Most likely a delete marked the instance meanwhile (its version
+		// moved on): give the claim back and stand down.
 		c.releaseAll(ctx, inst.UUID)
-		return inst, fmt.Errorf("recording host %s of %s: %w", sel.Host, inst.UUID, err)
+		return inst, fmt.Errorf("recording host %s of %s (deleted while it was scheduled?): %w", sel.Host, inst.UUID, err)
 	}
 	inst = updated
 	api, err := c.compute(sel.Host)
@@ -62,8 +64,22 @@ func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.In
 // BuildDone implements compute.Reporter: the agent's spawn finished.
 func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) {
 	inst, err := c.store.GetInstance(ctx, instanceUUID)
+	if isNotFound(err) || (err == nil && inst.TaskState == records.TaskDeleting) {
+		// Deleted while it was building: the delete may have run before
+		// the guest existed, so remove it now.
+		c.log.Info("build finished for an instance being deleted; removing its guest", "instance", instanceUUID, "host", host)
+		if api, err := c.compute(host); err == nil {
+			if err := api.TerminateInstance(ctx, instanceUUID); err != nil {
+				c.log.Warn("removing the guest of a deleted instance", "instance", instanceUUID, "host", host, "err", err)
+			}
+		}
+		if isNotFound(err) {
+			c.releaseAll(ctx, instanceUUID)
+		}
+		return
+	}
 	if err != nil {
-		c.log.Warn("build finished for an unknown instance", "instance", instanceUUID, "host", host, "err", err)
+		c.log.Warn("build finished but the instance cannot be read", "instance", instanceUUID, "host", host, "err", err)
 		return
 	}
 	if buildErr != nil {
@@ -102,15 +118,27 @@ func (c *Conductor) releaseAll(ctx context.Context, consumer string) {
 }
 
 // Delete terminates an instance on its host and releases its allocations.
+// It first marks the instance deleting (a versioned update), so a boot or
+// a live migration racing it sees the mark, or fails its own update, and
+// stands down; a live migration already in progress refuses the delete.
 func (c *Conductor) Delete(ctx context.Context, uuid string) error {
-	inst, err := c.store.GetInstance(ctx, uuid)
+	var inst records.Instance
+	err := retryConflicts(func() error {
+		cur, err := c.store.GetInstance(ctx, uuid)
+		if err != nil {
+			return err
+		}
+		if cur.TaskState == records.TaskMigrating {
+			return &InvalidStateError{Msg: fmt.Sprintf("instance %s is being live-migrated; abort the migration first", uuid)}
+		}
+		cur.TaskState, cur.UpdatedAt = records.TaskDeleting, c.clock.Now()
+		inst, err = c.store.UpdateInstance(ctx, cur)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("deleting instance %s: %w", uuid, err)
 	}
-	if inst.TaskState == records.TaskMigrating {
-		return &InvalidStateError{Msg: fmt.Sprintf("instance %s is being live-migrated; abort the migration first", uuid)}
-	}
-	if inst.Host != "" && inst.VMState != records.VMError {
+	if inst.Host != "" {
 		api, err := c.compute(inst.Host)
 		if err != nil {
 			return err

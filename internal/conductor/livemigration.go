@@ -303,6 +303,12 @@ func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) 
 		if err != nil {
 			return err
 		}
+		mcGen := mc.Generation
+		if _, err := c.store.GetInstance(ctx, m.InstanceUUID); errors.Is(err, store.ErrNotFound) {
+			// The instance is gone: drop the source side, recreate nothing.
+			_, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &mcGen})
+			return err
+		}
 		ic, err := c.store.GetConsumer(ctx, m.InstanceUUID)
 		var icGen *int64
 		if err == nil {
@@ -310,7 +316,6 @@ func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) 
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		mcGen := mc.Generation
 		_, err = c.store.WriteAllocations(ctx,
 			placement.AllocationWrite{ConsumerUUID: m.InstanceUUID, ConsumerGeneration: icGen, Type: placement.ConsumerInstance,
 				ProjectID: mc.ProjectID, UserID: mc.UserID, Allocations: mc.Allocations},

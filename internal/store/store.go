@@ -52,6 +52,7 @@ type ProviderSummary struct {
 
 // MigrationFilter selects migrations; zero fields match everything.
 type MigrationFilter struct {
+	UUID         string // the migration's own UUID (also its consumer's)
 	InstanceUUID string
 	Host         string // source or destination
 	Status       string
@@ -134,6 +135,9 @@ func VersionConflict(kind placement.ConflictKind, id string, expected, actual in
 
 // MatchMigration reports whether m passes f.
 func MatchMigration(m records.Migration, f MigrationFilter) bool {
+	if f.UUID != "" && m.UUID != f.UUID {
+		return false
+	}
 	if f.InstanceUUID != "" && m.InstanceUUID != f.InstanceUUID {
 		return false
 	}

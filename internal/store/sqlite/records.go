@@ -326,6 +326,9 @@ func (s *Store) ListMigrations(ctx context.Context, f store.MigrationFilter) ([]
 		where []string
 		args  []any
 	)
+	if f.UUID != "" {
+		where, args = append(where, "uuid = ?"), append(args, f.UUID)
+	}
 	if f.InstanceUUID != "" {
 		where, args = append(where, "instance_uuid = ?"), append(args, f.InstanceUUID)
 	}

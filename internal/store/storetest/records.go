@@ -414,6 +414,15 @@ func testListMigrations(t *testing.T, s store.Store) {
 	if len(active) != 2 {
 		t.Errorf("ActiveOnly listed %d migrations, want 2 (running and queued)", len(active))
 	}
+	// By the migration's own UUID.
+	everything, err := s.ListMigrations(ctx, store.MigrationFilter{})
+	if err != nil || len(everything) == 0 {
+		t.Fatalf("listing all migrations: %v, %d", err, len(everything))
+	}
+	one, err := s.ListMigrations(ctx, store.MigrationFilter{UUID: everything[0].UUID})
+	if err != nil || len(one) != 1 || one[0].ID != everything[0].ID {
+		t.Fatalf("by UUID %s: %+v, %v", everything[0].UUID, one, err)
+	}
 }
 
 func testFlavors(t *testing.T, s store.Store) {
