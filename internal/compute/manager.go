@@ -24,6 +24,9 @@ type Reporter interface {
 // Peer is what one agent asks another (agent ↔ agent RPC).
 type Peer interface {
 	CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance, dest string) error
+	// CheckIncoming confirms the destination still holds the incoming
+	// guest (a copy to a destination that died does not complete).
+	CheckIncoming(ctx context.Context, instanceUUID string) error
 }
 
 // Peers finds another agent by host name.
@@ -155,12 +158,45 @@ func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.I
 			m.reporter.CopyProgress(bg, migID, total, processed, remaining)
 		},
 		func(err error) {
+			if err == nil {
+				// As a real hypervisor's copy does, fail when the
+				// destination is gone: ask it for the guest it receives.
+				err = m.checkDestination(bg, dest, inst.UUID)
+			}
 			m.res.Lock()
 			m.tracker.Busy(inst.UUID, false)
 			m.res.Unlock()
 			m.reporter.CopyDone(bg, migID, err)
 		})
 	return nil
+}
+
+func (m *Manager) checkDestination(ctx context.Context, dest, uuid string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	peer, err := m.peers.Peer(dest)
+	if err == nil {
+		err = peer.CheckIncoming(ctx, uuid)
+	}
+	if err != nil {
+		return fmt.Errorf("the destination %s lost the incoming guest: %w", dest, err)
+	}
+	return nil
+}
+
+// CheckIncoming is the destination's answer to the source at the end of a
+// copy: it still holds the incoming (or already running) guest.
+func (m *Manager) CheckIncoming(ctx context.Context, uuid string) error {
+	gs, err := m.driver.Guests(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
+		if g.UUID == uuid {
+			return nil
+		}
+	}
+	return fmt.Errorf("no incoming guest %s on %s", uuid, m.host)
 }
 
 // AbortLiveMigration cancels the copy of inst.

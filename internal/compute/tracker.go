@@ -217,11 +217,11 @@ type Drift struct {
 	// allocations here with no guest and no operation in flight (removed).
 	MissingAllocations []string `json:"missing_allocations,omitempty"`
 	OrphanAllocations  []string `json:"orphan_allocations,omitempty"`
-	// Stray are guests left here by a migration step that failed: an
-	// incoming guest no migration is bringing any more, or a guest whose
-	// instance is recorded on another host. The audit gives them no
-	// allocation (that would take the instance's own away) and reports
-	// them every time until an operator removes them.
+	// Stray are guests that belong to no instance on this host: an
+	// incoming guest no migration is bringing any more, a copy left on the
+	// source, or the guest of a deleted instance. The instance and
+	// migration records are the truth: the audit removes them (never
+	// giving them an allocation, which would take the instance's own).
 	Stray []string `json:"stray,omitempty"`
 	// Lost are instances recorded on this host, active, whose guest is not
 	// here: their allocation is kept (Nova only warns) for an operator.
@@ -379,25 +379,26 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
 	}
 	for uuid, g := range here {
-		if held[uuid] || inFlight[uuid] || busy[uuid] {
-			continue
-		}
-		if g.State == GuestIncoming {
-			d.Stray = append(d.Stray, uuid) // its migration ended without post or rollback here
+		if (held[uuid] && g.State != GuestIncoming) || inFlight[uuid] || busy[uuid] {
 			continue
 		}
 		inst, err := t.store.GetInstance(ctx, uuid)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			d.Stray = append(d.Stray, uuid) // no instance: nothing to allocate for
+			// No instance: a leftover of a delete this host missed.
+			t.removeStray(ctx, g, d)
 			continue
 		case err != nil:
 			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
-		case inst.Host != t.cfg.Host:
-			d.Stray = append(d.Stray, uuid) // the instance lives elsewhere: leave its allocation alone
+		case inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone:
+			continue // something is happening to it (a move settles last)
+		case g.State == GuestIncoming || inst.Host != t.cfg.Host:
+			// A migration that ended without post or rollback here, or a
+			// copy left behind: the instance runs where its record says.
+			t.removeStray(ctx, g, d)
 			continue
-		case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
-			continue // something is happening to it
+		case inst.VMState != records.VMActive:
+			continue
 		}
 		// The instance runs here with nothing allocated here: allocate,
 		// replacing whatever it holds elsewhere by mistake — unless that
@@ -426,6 +427,32 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 	sort.Strings(d.Stray)
 	sort.Strings(d.Lost)
 	return nil
+}
+
+// removeStray removes a guest that belongs to no instance on this host —
+// the instance and migration records are the truth — and reports it.
+func (t *Tracker) removeStray(ctx context.Context, g Guest, d *Drift) {
+	d.Stray = append(d.Stray, g.UUID)
+	cleaner, ok := t.driver.(interface {
+		Destroy(ctx context.Context, uuid string) error
+		RollbackLiveMigrationAtDestination(ctx context.Context, uuid string) error
+	})
+	if !ok {
+		return
+	}
+	var err error
+	if g.State == GuestIncoming {
+		err = cleaner.RollbackLiveMigrationAtDestination(ctx, g.UUID)
+	} else {
+		err = cleaner.Destroy(ctx, g.UUID)
+	}
+	if err != nil {
+		d.Stray[len(d.Stray)-1] += " (removal failed: " + err.Error() + ")"
+		return
+	}
+	t.mu.Lock()
+	delete(t.tracked, g.UUID)
+	t.mu.Unlock()
 }
 
 // isOrphan decides whether an allocation here with no guest here and no

@@ -38,6 +38,20 @@ func (g *guestList) Guests(context.Context) ([]compute.Guest, error) {
 	return out, nil
 }
 
+// Destroy and RollbackLiveMigrationAtDestination let the audit remove
+// stray guests, as with a real driver.
+func (g *guestList) Destroy(_ context.Context, uuid string) error {
+	delete(g.guests, uuid)
+	return nil
+}
+
+func (g *guestList) RollbackLiveMigrationAtDestination(_ context.Context, uuid string) error {
+	if x, ok := g.guests[uuid]; ok && x.State == compute.GuestIncoming {
+		delete(g.guests, uuid)
+	}
+	return nil
+}
+
 var (
 	small = records.Flavor{ID: "small", Name: "small", VCPUs: 2, RAMMB: 4096, DiskGB: 20}
 	large = records.Flavor{ID: "large", Name: "large", VCPUs: 8, RAMMB: 16384, DiskGB: 80}
@@ -479,7 +493,7 @@ func TestAudit(t *testing.T) {
 					t.Fatalf("allocations changed: mig-a %v, a %v", e.allocations("mig-a"), e.allocations("a"))
 				}
 			}},
-		{name: "incoming guest of a migration that ended is reported as stray", persistent: true,
+		{name: "incoming guest of a migration that ended is removed as stray",
 			setup: func(e *env) {
 				e.instance("a", small, records.VMActive, records.TaskNone)
 				e.alloc("a", placement.ConsumerInstance, small, "rp-h2")
@@ -496,7 +510,7 @@ func TestAudit(t *testing.T) {
 					t.Fatalf("allocations of a = %v, want them left on h2", got)
 				}
 			}},
-		{name: "guest of an instance recorded elsewhere is stray and its allocation is not taken", persistent: true,
+		{name: "guest of an instance recorded elsewhere is removed as stray and its allocation is not taken",
 			setup: func(e *env) {
 				in := e.instance("a", small, records.VMActive, records.TaskNone)
 				in.Host = "h2"
@@ -508,13 +522,17 @@ func TestAudit(t *testing.T) {
 				e.tracker.Track("a", small)
 				e.write()
 			},
-			want: compute.Drift{Stray: []string{"a"}},
+			want: compute.Drift{Stray: []string{"a"},
+				Record: []string{"vcpus_used 2→0", "memory_mb_used 4608→512", "local_gb_used 20→0", "running_vms 1→0"}},
 			after: func(t *testing.T, e *env) {
 				if got := e.allocations("a"); !reflect.DeepEqual(got, map[string]placement.Resources{"rp-h2": small.Resources()}) {
 					t.Fatalf("allocations of a = %v, want them left on h2", got)
 				}
-				if r := e.tracker.Record(); r.RunningVMs != 1 {
-					t.Fatalf("the stray guest uses this host's resources and must be counted: %+v", usageOf(r))
+				if _, still := e.guests.guests["a"]; still {
+					t.Fatal("the stray copy is still on the host")
+				}
+				if r := e.tracker.Record(); r.RunningVMs != 0 {
+					t.Fatalf("the removed guest is still counted: %+v", usageOf(r))
 				}
 			}},
 		{name: "allocation of a busy instance is left alone",

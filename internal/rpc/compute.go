@@ -25,6 +25,7 @@ const (
 	mPostDest      = "post_live_migration_at_destination"
 	mRollbackDest  = "rollback_live_migration_at_destination"
 	mAudit         = "update_available_resource"
+	mCheckIncoming = "check_incoming"
 )
 
 // computeArgs is every agent method's request: only the fields a method
@@ -92,6 +93,11 @@ func (a *Agent) CheckCanLiveMigrateDestination(ctx context.Context, inst records
 // CheckCanLiveMigrateSource implements compute.Peer.
 func (a *Agent) CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance, dest string) error {
 	return a.call(ctx, mCheckSource, computeArgs{Instance: inst, Host: dest}, nil)
+}
+
+// CheckIncoming implements compute.Peer.
+func (a *Agent) CheckIncoming(ctx context.Context, uuid string) error {
+	return a.call(ctx, mCheckIncoming, computeArgs{UUID: uuid}, nil)
 }
 
 // PreLiveMigration implements conductor.ComputeAPI.
@@ -171,7 +177,8 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mRollbackDest: func(ctx context.Context, a computeArgs) (any, error) {
 			return nil, m.RollbackLiveMigrationAtDestination(ctx, a.Instance)
 		},
-		mAudit: func(ctx context.Context, _ computeArgs) (any, error) { return m.Audit(ctx) },
+		mAudit:         func(ctx context.Context, _ computeArgs) (any, error) { return m.Audit(ctx) },
+		mCheckIncoming: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckIncoming(ctx, a.UUID) },
 	}
 	var subs []bus.Subscription
 	for method, h := range handlers {

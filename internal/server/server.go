@@ -42,6 +42,7 @@ type Server struct {
 	creds    bus.Credentials
 	busURL   string
 	cond     *conductor.Conductor
+	sched    *scheduler.Scheduler
 	subs     []bus.Subscription
 	http     *http.Server
 	listener net.Listener
@@ -107,6 +108,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.sched = sched
 	s.metrics = newMetrics()
 	s.cond = conductor.New(conductor.Config{
 		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
@@ -166,6 +168,9 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		authed.ServeHTTP(w, r)
 	}))
 	mux.Handle("/compute", api)
+	keel := http.NewServeMux()
+	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
+	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
 	s.http = &http.Server{Handler: s.metrics.instrument(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var keelBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "keel-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	keelBin = filepath.Join(dir, "keel")
+	build := exec.Command("go", "build", "-o", keelBin, "keel/cmd/keel")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building keel:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a keel process the test started; its output goes to a log file
+// shown when the test fails.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(keelBin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// cloud is a keel server and its agents, as separate processes.
+type cloud struct {
+	t        *testing.T
+	dataDir  string
+	httpPort int
+	natsPort int
+	url      string
+	sets     []string
+	server   *proc
+	agents   map[string]*proc
+	token    string
+	mu       sync.Mutex
+}
+
+func newCloud(t *testing.T, sets ...string) *cloud {
+	c := &cloud{t: t, dataDir: t.TempDir(), httpPort: freePort(t), natsPort: freePort(t), sets: sets, agents: map[string]*proc{}}
+	c.url = fmt.Sprintf("http://127.0.0.1:%d", c.httpPort)
+	c.startServer()
+	return c
+}
+
+func (c *cloud) setArgs() []string {
+	var out []string
+	for _, s := range c.sets {
+		out = append(out, "--set", s)
+	}
+	return out
+}
+
+func (c *cloud) startServer() {
+	c.t.Helper()
+	args := append([]string{"server", "--data-dir", c.dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", c.httpPort),
+		"--set", fmt.Sprintf("keel.nats_listen=127.0.0.1:%d", c.natsPort)}, c.setArgs()...)
+	c.server = start(c.t, "server", args...)
+	c.waitFor("the server's API", 20*time.Second, func() bool {
+		resp, err := http.Get(c.url + "/compute/v2.1/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	c.token = ""
+}
+
+func (c *cloud) startAgent(host string) {
+	c.t.Helper()
+	args := append([]string{"agent", "--host", host, "--data-dir", filepath.Join(c.dataDir, "agents", host),
+		"--bus-url", fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort),
+		"--bus-credentials", filepath.Join(c.dataDir, "bus-credentials.json")}, c.setArgs()...)
+	c.agents[host] = start(c.t, "agent-"+host, args...)
+	c.waitFor("agent "+host+" to be up", 20*time.Second, func() bool {
+		var out struct {
+			Hypervisors []map[string]any `json:"hypervisors"`
+		}
+		if c.tryCall("GET", "/compute/v2.1/os-hypervisors", nil, &out) != 200 {
+			return false
+		}
+		for _, h := range out.Hypervisors {
+			if h["hypervisor_hostname"] == host && h["state"] == "up" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (c *cloud) waitFor(what string, timeout time.Duration, ok func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// login gets an admin token with the password the server generated.
+func (c *cloud) login() string {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.token != "" {
+		return c.token
+	}
+	pw, err := os.ReadFile(filepath.Join(c.dataDir, "admin-password"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"name":"Default"},"password":%q}}},"scope":{"project":{"name":"admin","domain":{"name":"Default"}}}}}`, pw)
+	resp, err := http.Post(c.url+"/identity/v3/auth/tokens", "application/json", strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		c.t.Fatalf("login: %d", resp.StatusCode)
+	}
+	c.token = resp.Header.Get("X-Subject-Token")
+	return c.token
+}
+
+// tryCall sends an authenticated request (microversion 2.30) and decodes
+// the answer; it returns the status, or 0 if the server did not answer.
+func (c *cloud) tryCall(method, path string, body, out any) int {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, c.url+path, rd)
+	req.Header.Set("X-Auth-Token", c.login())
+	req.Header.Set("OpenStack-API-Version", "compute 2.30")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			c.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (c *cloud) call(method, path string, body, out any) int {
+	c.t.Helper()
+	status := c.tryCall(method, path, body, out)
+	if status == 0 {
+		c.t.Fatalf("%s %s: the server did not answer", method, path)
+	}
+	return status
+}
+
+func (c *cloud) boot(name, flavor string) string {
+	c.t.Helper()
+	var out struct {
+		Server struct{ ID string } `json:"server"`
+	}
+	if st := c.call("POST", "/compute/v2.1/servers", map[string]any{"server": map[string]any{"name": name, "flavorRef": flavor, "networks": "none"}}, &out); st != 202 {
+		c.t.Fatalf("boot %s: %d", name, st)
+	}
+	c.waitFor("server "+name+" ACTIVE", 20*time.Second, func() bool { return c.server_(out.Server.ID)["status"] == "ACTIVE" })
+	return out.Server.ID
+}
+
+func (c *cloud) server_(id string) map[string]any {
+	var out struct {
+		Server map[string]any `json:"server"`
+	}
+	c.call("GET", "/compute/v2.1/servers/"+id, nil, &out)
+	return out.Server
+}
+
+func (c *cloud) hostOf(id string) string {
+	h, _ := c.server_(id)["OS-EXT-SRV-ATTR:host"].(string)
+	return h
+}
+
+// hypervisors returns memory_mb_used per host.
+func (c *cloud) memUsed() map[string]float64 {
+	var out struct {
+		Hypervisors []map[string]any `json:"hypervisors"`
+	}
+	c.call("GET", "/compute/v2.1/os-hypervisors/detail", nil, &out)
+	m := map[string]float64{}
+	for _, h := range out.Hypervisors {
+		m[h["hypervisor_hostname"].(string)] = h["memory_mb_used"].(float64)
+	}
+	return m
+}
+
+// migrate starts a live migration and returns its id.
+func (c *cloud) migrate(id, host string) int64 {
+	c.t.Helper()
+	var h any
+	if host != "" {
+		h = host
+	}
+	if st := c.call("POST", "/compute/v2.1/servers/"+id+"/action", map[string]any{"os-migrateLive": map[string]any{"host": h, "block_migration": "auto"}}, nil); st != 202 {
+		c.t.Fatalf("live migration of %s: %d", id, st)
+	}
+	var out struct {
+		Migrations []struct {
+			ID     int64  `json:"id"`
+			Status string `json:"status"`
+		} `json:"migrations"`
+	}
+	c.call("GET", "/compute/v2.1/os-migrations?instance_uuid="+id, nil, &out)
+	if len(out.Migrations) == 0 {
+		c.t.Fatalf("no migration recorded for %s", id)
+	}
+	return out.Migrations[0].ID
+}
+
+func (c *cloud) migrationStatus(id int64) string {
+	var out struct {
+		Migrations []struct {
+			ID     int64  `json:"id"`
+			Status string `json:"status"`
+		} `json:"migrations"`
+	}
+	if c.tryCall("GET", "/compute/v2.1/os-migrations", nil, &out) != 200 {
+		return ""
+	}
+	for _, m := range out.Migrations {
+		if m.ID == id {
+			return m.Status
+		}
+	}
+	return ""
+}
+
+func (c *cloud) waitMigration(id int64, timeout time.Duration) string {
+	c.t.Helper()
+	var st string
+	c.waitFor(fmt.Sprintf("migration %d to end", id), timeout, func() bool {
+		st = c.migrationStatus(id)
+		switch st {
+		case "completed", "error", "failed", "cancelled":
+			return true
+		}
+		return false
+	})
+	return st
+}
+
+// audit returns the server's invariant violations.
+func (c *cloud) audit() []string {
+	c.t.Helper()
+	var out struct {
+		Violations []string `json:"violations"`
+	}
+	if st := c.call("GET", "/keel/v1/audit", nil, &out); st != 200 {
+		c.t.Fatalf("audit: %d", st)
+	}
+	return out.Violations
+}

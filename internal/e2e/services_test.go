@@ -1,0 +1,38 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMigrationsUpdateBothHostsAtOnce: with hourly audits, after every live
+// migration both hosts' usage in os-hypervisors is already exact.
+func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
+	c := newCloud(t, "DEFAULT.update_resources_interval=3600")
+	for i := 1; i <= 3; i++ {
+		c.startAgent(fmt.Sprintf("h%d", i))
+	}
+	c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": map[string]any{"name": "m1.small", "ram": 2048, "vcpus": 1, "disk": 20, "id": "2"}}, nil)
+	var ids []string
+	for i := 0; i < 4; i++ {
+		ids = append(ids, c.boot(fmt.Sprintf("vm%d", i), "2"))
+	}
+	for _, id := range ids {
+		src := c.hostOf(id)
+		before := c.memUsed()
+		mid := c.migrate(id, "")
+		if st := c.waitMigration(mid, 30*time.Second); st != "completed" {
+			t.Fatalf("migration %d ended %s", mid, st)
+		}
+		dst := c.hostOf(id)
+		after := c.memUsed()
+		if dst == src || after[src] != before[src]-2048 || after[dst] != before[dst]+2048 {
+			t.Fatalf("after moving %s %s→%s, memory_mb_used went %v → %v; want both hosts exact at once", id, src, dst, before, after)
+		}
+	}
+	if v := c.audit(); len(v) != 0 {
+		t.Fatalf("audit: %s", strings.Join(v, "\n"))
+	}
+}
