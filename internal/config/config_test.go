@@ -747,3 +747,20 @@ policy = legacy
 		t.Errorf("zero ratios: %+v", got)
 	}
 }
+
+// TestCommittedSampleIsCurrent keeps etc/keel.conf.sample, which the README
+// links, equal to what WriteSample prints. Regenerate it with
+// `go run ./cmd/keel config sample > etc/keel.conf.sample`.
+func TestCommittedSampleIsCurrent(t *testing.T) {
+	committed, err := os.ReadFile(filepath.Join("..", "..", "etc", "keel.conf.sample"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WriteSample(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, b.Bytes()) {
+		t.Fatal("etc/keel.conf.sample is out of date: run `go run ./cmd/keel config sample > etc/keel.conf.sample`")
+	}
+}
