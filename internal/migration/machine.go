@@ -189,6 +189,45 @@ var transitions = map[transitionKey]transition{
 	{PhaseFinish, Finished}:             finished,
 	{PhaseRollbackDest, DestRolledBack}: destRolledBack,
 	{PhaseRevert, Reverted}:             reverted,
+
+	{PhaseSchedule, Resume}:     resumeBeforeCopy,
+	{PhaseCheck, Resume}:        resumeBeforeCopy,
+	{PhaseRelease, Resume}:      resumeBeforeCopy,
+	{PhaseQueue, Resume}:        resumeBeforeCopy,
+	{PhasePrepare, Resume}:      resumePrepare,
+	{PhaseCopy, Resume}:         resumeCopy,
+	{PhasePostSource, Resume}:   repeat(PostAtSource, func(m records.Migration) string { return m.SourceHost }),
+	{PhasePostDest, Resume}:     repeat(PostAtDest, func(m records.Migration) string { return m.DestHost }),
+	{PhaseFinish, Resume}:       repeat(FinishAllocations, func(records.Migration) string { return "" }),
+	{PhaseRollbackDest, Resume}: repeat(RollbackAtDest, func(m records.Migration) string { return m.DestHost }),
+	{PhaseRevert, Resume}:       repeat(RevertAllocations, func(records.Migration) string { return "" }),
+}
+
+const interrupted = "interrupted by a restart of the server before the memory copy began"
+
+// resumeBeforeCopy: nothing has moved yet; give the destination claim
+// back (a no-op if the claim never committed) and end in error.
+func resumeBeforeCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase, m.Outcome, m.Error = PhaseRevert, records.MigrationError, interrupted
+	return m, []Action{{Kind: RevertAllocations}}
+}
+
+// resumePrepare: pre_live_migration may have set the destination up.
+func resumePrepare(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return rollback(m, records.MigrationError, interrupted)
+}
+
+// resumeCopy: the copy runs on the source agent, which reports its end
+// (retrying until a server answers; after its own restart it reports the
+// copy interrupted). The slot it holds is counted again.
+func resumeCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return m, []Action{{Kind: HoldSlot, Host: m.SourceHost}}
+}
+
+func repeat(kind ActionKind, host func(records.Migration) string) transition {
+	return func(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+		return m, []Action{{Kind: kind, Host: host(m)}}
+	}
 }
 
 // start: the API accepted the request; claim a destination.

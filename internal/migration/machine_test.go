@@ -617,3 +617,58 @@ func legalEvents(phase string) []EventKind {
 	}
 	return out
 }
+
+// TestResumeAfterARestart: each phase's answer to Resume (recovery after a
+// restart of the server), then the rest of the way to a terminal status.
+func TestResumeAfterARestart(t *testing.T) {
+	mc := Machine{MaxAttempts: 3}
+	at := func(phase, status string) records.Migration {
+		m := newMigration()
+		m.Phase, m.Status, m.DestHost = phase, status, "dst"
+		return m
+	}
+	rollBack := []step{
+		{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "src")}},
+	}
+	cases := []struct {
+		name   string
+		m      records.Migration
+		script []step
+	}{
+		{"schedule: give back a claim that may have committed", at(PhaseSchedule, records.MigrationAccepted), append([]step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationAccepted, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		}, rollBack...)},
+		{"queue: never started, roll back", at(PhaseQueue, records.MigrationQueued), append([]step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationQueued, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		}, rollBack...)},
+		{"prepare: undo what the destination set up", at(PhasePrepare, records.MigrationPreparing), append([]step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRollbackDest, wantActions: []Action{act(RollbackAtDest, "dst")}},
+			{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		}, rollBack...)},
+		{"copy: count the slot again and wait for the source's report", at(PhaseCopy, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseCopy, wantActions: []Action{act(HoldSlot, "src")}},
+			{ev: Event{Kind: Copied}, wantStatus: records.MigrationRunning, wantPhase: PhasePostSource,
+				wantActions: []Action{act(ReleaseSlot, "src"), act(PostAtSource, "src")}},
+		}},
+		{"post at source: repeat it", at(PhasePostSource, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhasePostSource, wantActions: []Action{act(PostAtSource, "src")}},
+			{ev: Event{Kind: SourceDone}, wantStatus: records.MigrationRunning, wantPhase: PhasePostDest, wantActions: []Action{act(PostAtDest, "dst")}},
+		}},
+		{"post at destination: repeat it", at(PhasePostDest, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhasePostDest, wantActions: []Action{act(PostAtDest, "dst")}},
+		}},
+		{"finish: repeat it and complete", at(PhaseFinish, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseFinish, wantActions: []Action{act(FinishAllocations, "")}},
+			{ev: Event{Kind: Finished}, wantStatus: records.MigrationCompleted, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "dst")}},
+		}},
+		{"rollback at destination: repeat it", at(PhaseRollbackDest, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseRollbackDest, wantActions: []Action{act(RollbackAtDest, "dst")}},
+		}},
+		{"revert: repeat it", at(PhaseRevert, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { run(t, mc, tc.m, tc.script) })
+	}
+}
