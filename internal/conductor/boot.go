@@ -14,6 +14,17 @@ import (
 // BUILDING) or failed (ERROR, with the fault saying why). BuildDone
 // finishes it.
 func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.Instance, error) {
+	return c.boot(ctx, inst, "")
+}
+
+// BootOn boots an instance on a named host, bypassing the filters (Nova's
+// admin-only availability_zone "zone:host"); the claim is still checked
+// against the host's capacity.
+func (c *Conductor) BootOn(ctx context.Context, inst records.Instance, host string) (records.Instance, error) {
+	return c.boot(ctx, inst, host)
+}
+
+func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost string) (records.Instance, error) {
 	if inst.UUID == "" {
 		inst.UUID = c.cfg.NewID()
 	}
@@ -26,6 +37,9 @@ func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.In
 	}
 	req := requestFor(inst)
 	req.Zone = inst.Zone
+	if forceHost != "" {
+		req.Zone, req.RequestedHost, req.Force = "", forceHost, true
+	}
 	res := inst.Flavor.Resources()
 	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
 		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{

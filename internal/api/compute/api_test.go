@@ -268,3 +268,18 @@ func TestServicesDisableAndFlavorCreate(t *testing.T) {
 		t.Fatalf("malformed body: %d %v", resp.StatusCode, fault)
 	}
 }
+
+func TestForcedHostIsAdminOnly(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	if resp := e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "pinned", "flavorRef": "1", "availability_zone": "nova:h3"}}, &created); resp.StatusCode != 202 {
+		t.Fatalf("forced boot: %d", resp.StatusCode)
+	}
+	if in, err := e.st.GetInstance(context.Background(), created.Server.ID); err != nil || in.Host != "h3" {
+		t.Fatalf("forced boot landed on %q (%v), want h3", in.Host, err)
+	}
+	var fault map[string]map[string]any
+	if resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "x", "flavorRef": "1", "availability_zone": "nova:h3"}}, &fault); resp.StatusCode != 403 {
+		t.Fatalf("member forcing a host: %d %v, want 403", resp.StatusCode, fault)
+	}
+}

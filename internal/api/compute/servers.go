@@ -126,9 +126,24 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c := caller(r)
-	in, err := a.cfg.Conductor.Boot(r.Context(), records.Instance{
-		Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: sb.Zone,
-	})
+	// "zone:host" (admin only, as in Nova) forces the host.
+	zone, host, forced := strings.Cut(sb.Zone, ":")
+	if forced && !c.Admin {
+		return forbidden("os_compute_api:servers:create:forced_host")
+	}
+	if zone == "" {
+		zone = "nova"
+	}
+	in := records.Instance{Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: zone}
+	if forced {
+		in.Zone = zone
+		in, err = a.cfg.Conductor.BootOn(r.Context(), in, host)
+	} else {
+		if sb.Zone == "" {
+			in.Zone = ""
+		}
+		in, err = a.cfg.Conductor.Boot(r.Context(), in)
+	}
 	if err != nil {
 		return err
 	}
