@@ -229,8 +229,10 @@ func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.In
 func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
 	m.res.Lock()
 	defer m.res.Unlock()
-	defer m.tracker.Busy(inst.UUID, false)
 	derr := m.driver.PostLiveMigrationAtDestination(ctx, inst)
+	// The move is over before the record is written, so the record does
+	// not count it as an I/O-heavy operation in progress.
+	m.tracker.Busy(inst.UUID, false)
 	terr := m.tracker.MigrationArrived(ctx, inst)
 	if derr != nil {
 		return fmt.Errorf("post_live_migration_at_destination of %s on %s: %w", inst.UUID, m.host, derr)

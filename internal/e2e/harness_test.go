@@ -335,3 +335,8 @@ func (c *cloud) audit() []string {
 	}
 	return out.Violations
 }
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
