@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"keel/internal/agent"
+	"keel/internal/client"
 	"keel/internal/records"
 	"keel/internal/server"
 	"keel/internal/store"
@@ -89,7 +89,7 @@ then prints the two lines that point openstackclient at it.`,
 				agents = append(agents, a)
 			}
 			clouds := filepath.Join(dataDir, "clouds.yaml")
-			if err := writeClouds(clouds, s.URL(), password); err != nil {
+			if err := client.WriteCloudsYAML(clouds, s.URL(), password); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -112,30 +112,4 @@ func ensureFlavors(ctx context.Context, st store.Store) error {
 		}
 	}
 	return nil
-}
-
-// writeClouds writes a clouds.yaml for openstackclient (mode 0600: it holds
-// the admin password).
-func writeClouds(path, baseURL, password string) error {
-	text := fmt.Sprintf(`# Written by keel dev. Use with:
-#   export OS_CLIENT_CONFIG_FILE=%s
-#   openstack --os-cloud keel server list
-clouds:
-  keel:
-    auth:
-      auth_url: %s/identity/v3
-      username: admin
-      password: %s
-      project_name: admin
-      user_domain_name: Default
-      project_domain_name: Default
-    region_name: RegionOne
-    identity_api_version: 3
-    interface: public
-`, path, baseURL, password)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
 }

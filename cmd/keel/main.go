@@ -39,6 +39,6 @@ shows keel's fix side by side:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(simCommand(), serverCommand(), agentCommand(), devCommand(), configCommand())
+	root.AddCommand(withClientCommands(simCommand(), serverCommand(), agentCommand(), devCommand(), configCommand())...)
 	return root
 }

@@ -1,0 +1,212 @@
+// Package client talks to a keel cloud the way openstackclient does: it
+// reads clouds.yaml (OS_CLIENT_CONFIG_FILE, or ./clouds.yaml,
+// ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml), logs in
+// with the cloud's password through the identity v3 API, finds the compute
+// endpoint in the token's catalog and calls it with a chosen microversion
+// (gophercloud v2 underneath). It also calls keel's own admin endpoints
+// under /keel/v1 (the audit and the scheduler's explanation), on the same
+// host and port as the compute endpoint, with the same token.
+//
+// The `keel host`, `keel server …`, `keel migration`, `keel schedule` and
+// `keel audit` commands are thin layers over this package.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	osconfig "github.com/gophercloud/gophercloud/v2/openstack/config"
+	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+)
+
+// DefaultCloud is the cloud name used when neither --os-cloud nor OS_CLOUD
+// names one: the cloud `keel dev` writes.
+const DefaultCloud = "keel"
+
+// DefaultMicroversion is the compute API microversion the client asks for:
+// 2.30 lets os-migrateLive name a host (and use block_migration "auto"),
+// reports pre-check failures synchronously, and lists migrations with
+// their type (2.23+).
+const DefaultMicroversion = "2.30"
+
+// ErrNoCloudsYAML is returned (wrapped) by Connect when no clouds.yaml is
+// found.
+var ErrNoCloudsYAML = errors.New("no clouds.yaml")
+
+// ErrNotFound is returned (wrapped) when a named server, flavor or
+// migration does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Options say which cloud to use and how to talk to it.
+type Options struct {
+	// Cloud names the clouds.yaml entry; "" means $OS_CLOUD, then
+	// DefaultCloud.
+	Cloud string
+	// ConfigFile is the clouds.yaml to read; "" means $OS_CLIENT_CONFIG_FILE,
+	// then openstackclient's search path.
+	ConfigFile string
+	// Microversion is the compute API microversion; "" means
+	// DefaultMicroversion.
+	Microversion string
+}
+
+// CloudName resolves a cloud name as openstackclient does: the flag's
+// value, else $OS_CLOUD, else DefaultCloud.
+func CloudName(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if env := os.Getenv("OS_CLOUD"); env != "" {
+		return env
+	}
+	return DefaultCloud
+}
+
+// Client is a logged-in connection to one cloud.
+type Client struct {
+	cloud   string
+	compute *gophercloud.ServiceClient
+	keel    *gophercloud.ServiceClient
+}
+
+// Connect reads clouds.yaml, logs in and finds the compute endpoint.
+func Connect(ctx context.Context, opts Options) (*Client, error) {
+	cloud := CloudName(opts.Cloud)
+	parse := []clouds.ParseOption{clouds.WithCloudName(cloud)}
+	file := opts.ConfigFile
+	if file == "" {
+		file = os.Getenv("OS_CLIENT_CONFIG_FILE")
+	}
+	if file != "" {
+		if _, err := os.Stat(file); err != nil {
+			return nil, fmt.Errorf("%w at %s (OS_CLIENT_CONFIG_FILE): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, file)
+		}
+		parse = append(parse, clouds.WithLocations(file))
+	}
+	ao, eo, tlsConfig, err := clouds.Parse(parse...)
+	if err != nil {
+		var nf clouds.ErrFileNotFound
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("%w (looked in ./, ~/.config/openstack/ and /etc/openstack/): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML)
+		}
+		if strings.Contains(err.Error(), "not found in clouds.yaml") {
+			where := "clouds.yaml"
+			if file != "" {
+				where = file
+			}
+			return nil, fmt.Errorf("cloud %q is not in %s: pass --os-cloud NAME or set OS_CLOUD (keel dev writes a cloud named %q)", cloud, where, DefaultCloud)
+		}
+		return nil, fmt.Errorf("reading clouds.yaml for cloud %q: %w", cloud, err)
+	}
+	if ao.IdentityEndpoint == "" {
+		return nil, fmt.Errorf("cloud %q in clouds.yaml has no auth.auth_url", cloud)
+	}
+	// A wait may outlive the token (keel's token_ttl is an hour by default).
+	ao.AllowReauth = true
+	pc, err := osconfig.NewProviderClient(ctx, ao, osconfig.WithTLSConfig(tlsConfig))
+	if err != nil {
+		return nil, fmt.Errorf("logging in to cloud %q at %s: %w", cloud, ao.IdentityEndpoint, describe(err))
+	}
+	sc, err := openstack.NewComputeV2(pc, eo)
+	if err != nil {
+		return nil, fmt.Errorf("cloud %q: finding the compute endpoint in the catalog: %w", cloud, err)
+	}
+	sc.Microversion = opts.Microversion
+	if sc.Microversion == "" {
+		sc.Microversion = DefaultMicroversion
+	}
+	base, err := keelBase(sc.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	keel := &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: base + "/keel/v1/", Type: "keel"}
+	return &Client{cloud: cloud, compute: sc, keel: keel}, nil
+}
+
+// keelBase is the compute endpoint's scheme and host: keel serves its own
+// endpoints next to /compute.
+func keelBase(computeEndpoint string) (string, error) {
+	u, err := url.Parse(computeEndpoint)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "", fmt.Errorf("the catalog's compute endpoint %q is not a URL", computeEndpoint)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Cloud is the name of the cloud the client is connected to.
+func (c *Client) Cloud() string { return c.cloud }
+
+// ComputeEndpoint is the compute API's URL (from the catalog).
+func (c *Client) ComputeEndpoint() string { return c.compute.Endpoint }
+
+// Microversion is the compute API microversion in use.
+func (c *Client) Microversion() string { return c.compute.Microversion }
+
+// ComputeClient is the underlying gophercloud compute client, for calls
+// this package does not wrap.
+func (c *Client) ComputeClient() *gophercloud.ServiceClient { return c.compute }
+
+// describe turns gophercloud's errors into the API's own message: Nova's
+// error bodies ({"badRequest": {"code": 400, "message": "…"}}) carry the
+// reason, and an unreachable endpoint deserves a hint.
+func describe(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &ue) {
+		msg := apiMessage(ue.Body)
+		if msg == "" {
+			msg = strings.TrimSpace(string(ue.Body))
+		}
+		if msg == "" {
+			msg = fmt.Sprintf("%s %s", ue.Method, ue.URL)
+		}
+		return &APIError{Status: ue.Actual, Message: msg}
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("%w (is keel running? `keel dev` starts one)", err)
+	}
+	return err
+}
+
+// APIError is an error response from the API.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
+
+// Is makes a 404 match ErrNotFound.
+func (e *APIError) Is(target error) bool { return target == ErrNotFound && e.Status == 404 }
+
+// apiMessage extracts the message of a Nova- or Keystone-shaped error body.
+func apiMessage(body []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	for _, raw := range m {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(raw, &inner) == nil && inner.Message != "" {
+			return inner.Message
+		}
+	}
+	return ""
+}
+
+func isNotFound(err error) bool {
+	return gophercloud.ResponseCodeIs(err, 404) || errors.Is(err, ErrNotFound)
+}

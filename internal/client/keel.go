@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gophercloud/gophercloud/v2"
+)
+
+// Audit runs keel's consistency audit (GET /keel/v1/audit, admin): one
+// line per violated invariant; none means the store is consistent.
+func (c *Client) Audit(ctx context.Context) ([]string, error) {
+	var body struct {
+		Violations []string `json:"violations"`
+	}
+	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("audit"), &body, nil); err != nil {
+		return nil, fmt.Errorf("keel audit: %w", describe(err))
+	}
+	return body.Violations, nil
+}
+
+// ExplainRequest asks the scheduler about a boot of Flavor (id or name):
+// IgnoreHosts are excluded as a live migration excludes its source; Host,
+// if set, is the one host to check.
+type ExplainRequest struct {
+	Flavor      string   `json:"flavor"`
+	IgnoreHosts []string `json:"ignore_hosts"`
+	Host        string   `json:"host"`
+}
+
+// WeigherScore is one weigher's contribution to a host's weight.
+type WeigherScore struct {
+	Weigher    string  `json:"weigher"`
+	Raw        float64 `json:"raw"`
+	Normalized float64 `json:"normalized"`
+	Multiplier float64 `json:"multiplier"`
+	Weighted   float64 `json:"weighted"`
+}
+
+// HostExplanation is one host's fate: rejected by a filter (RejectedBy is
+// "ignored" for a host the request excludes), or a candidate with its rank
+// (1 = best), total weight and each weigher's score.
+type HostExplanation struct {
+	Host       string         `json:"host"`
+	RejectedBy string         `json:"rejected_by,omitempty"`
+	Reason     string         `json:"reason,omitempty"`
+	Weight     float64        `json:"weight"`
+	Rank       int            `json:"rank,omitempty"`
+	Scores     []WeigherScore `json:"scores,omitempty"`
+}
+
+// Explanation is the scheduler's answer: every host, the number of
+// candidates, and host_subset_size (the decision picks at random among
+// the first that many candidates).
+type Explanation struct {
+	Flavor         Flavor            `json:"flavor"`
+	Hosts          []HostExplanation `json:"hosts"`
+	Candidates     int               `json:"candidates"`
+	HostSubsetSize int               `json:"host_subset_size"`
+}
+
+// Explain asks keel's scheduler where a request would go, without
+// claiming anything (POST /keel/v1/schedule/explain, admin).
+func (c *Client) Explain(ctx context.Context, req ExplainRequest) (Explanation, error) {
+	if req.IgnoreHosts == nil {
+		req.IgnoreHosts = []string{}
+	}
+	var body struct {
+		Flavor      Flavor `json:"flavor"`
+		Explanation struct {
+			Hosts          []HostExplanation `json:"hosts"`
+			Candidates     int               `json:"candidates"`
+			HostSubsetSize int               `json:"host_subset_size"`
+		} `json:"explanation"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("schedule", "explain"), req, &body, &gophercloud.RequestOpts{OkCodes: []int{200}})
+	if err != nil {
+		return Explanation{}, fmt.Errorf("explaining a boot of flavor %s: %w", req.Flavor, describe(err))
+	}
+	e := body.Explanation
+	return Explanation{Flavor: body.Flavor, Hosts: e.Hosts, Candidates: e.Candidates, HostSubsetSize: e.HostSubsetSize}, nil
+}
