@@ -120,6 +120,10 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 		if next, err = c.store.UpdateMigration(ctx, next); err != nil {
 			return fmt.Errorf("saving migration %d: %w", migID, err)
 		}
+		if next.Phase != m.Phase || next.Status != m.Status {
+			c.log.Info("migration step", "migration", migID, "instance", next.InstanceUUID, "event", ev.Kind,
+				"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
+		}
 		for _, a := range acts {
 			if ans, ok := c.perform(ctx, next, a); ok {
 				queue = append(queue, ans)

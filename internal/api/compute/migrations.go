@@ -3,6 +3,7 @@ package compute
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"keel/internal/records"
 	"keel/internal/store"
@@ -14,7 +15,7 @@ func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any
 		"source_compute": m.SourceHost, "source_node": m.SourceHost,
 		"dest_compute": nilIfEmpty(m.DestHost), "dest_node": nilIfEmpty(m.DestHost), "dest_host": "",
 		"old_instance_type_id": nil, "new_instance_type_id": nil,
-		"created_at": timeStr(m.CreatedAt), "updated_at": timeStr(m.UpdatedAt),
+		"created_at": migrationTime(m.CreatedAt), "updated_at": migrationTime(m.UpdatedAt),
 	}
 	ver := version(r)
 	if ver.AtLeast(23) {
@@ -66,8 +67,17 @@ func (a *API) serverMigrationView(m records.Migration) map[string]any {
 		"memory_total_bytes": m.MemoryTotalBytes, "memory_processed_bytes": m.MemoryProcessedBytes,
 		"memory_remaining_bytes": m.MemoryRemainingBytes,
 		"disk_total_bytes":       0, "disk_processed_bytes": 0, "disk_remaining_bytes": 0,
-		"created_at": timeStr(m.CreatedAt), "updated_at": timeStr(m.UpdatedAt),
+		"created_at": migrationTime(m.CreatedAt), "updated_at": migrationTime(m.UpdatedAt),
 	}
+}
+
+// migrationTime renders a migration's timestamps as Nova does
+// ("2016-01-29T13:42:02.000000", no zone), which clients parse strictly.
+func migrationTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000")
 }
 
 // serverMigration loads migration mid of server id, or a 404 in Nova's
