@@ -141,14 +141,18 @@ func (a *Agent) start(ctx context.Context) error {
 	if err := st.Heartbeat(ctx, opts.Host, opts.Clock.Now()); err != nil {
 		return fmt.Errorf("agent %s: first heartbeat: %w", opts.Host, err)
 	}
-	if _, err := a.mgr.Audit(ctx); err != nil {
+	if d, err := a.mgr.Audit(ctx); err != nil {
 		a.log.Warn("first audit failed; the periodic one will retry", "err", err)
+	} else if d.Count() > 0 {
+		a.log.Info("first audit healed drift", "drift", d.String())
+		reporter.AuditDrift(ctx, d)
 	}
 	a.wg.Add(1)
 	go a.heartbeat(runCtx, st)
 	a.mgr.StartPeriodicAudit(runCtx, opts.UpdateResourcesInterval, opts.UpdateResourcesInterval, func(d compute.Drift) {
 		if d.Count() > 0 {
 			a.log.Info("audit healed drift", "drift", d.String())
+			reporter.AuditDrift(runCtx, d)
 		}
 	})
 	a.log.Info("agent started", "provider", uuid, "guests", len(guests))

@@ -87,6 +87,11 @@ func TestKillDestinationAgentMidCopy(t *testing.T) {
 	}
 	c.startAgent(dst)
 	c.waitFor("the audit to find no violation after the destination's return", 20*time.Second, func() bool { return len(c.audit()) == 0 })
+	// The returning destination's audit removed the incoming guest nobody
+	// brings any more, and said so.
+	c.waitFor("the stray guest in keel_audit_drift_total", 20*time.Second, func() bool {
+		return c.metric(`keel_audit_drift_total{kind="stray"}`) >= 1
+	})
 }
 
 func TestKillServerMidCopy(t *testing.T) {

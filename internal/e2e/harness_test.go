@@ -340,3 +340,23 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// metric returns the value of one Prometheus sample ("name{labels}") from
+// /metrics, or -1 if absent.
+func (c *cloud) metric(sample string) float64 {
+	c.t.Helper()
+	resp, err := http.Get(c.url + "/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return -1
+}

@@ -35,4 +35,14 @@ func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
 	if v := c.audit(); len(v) != 0 {
 		t.Fatalf("audit: %s", strings.Join(v, "\n"))
 	}
+	for sample, want := range map[string]float64{
+		`keel_live_migrations_total{status="completed"}`:                  4,
+		`keel_agents{state="up"}`:                                         3,
+		`keel_builds_total{outcome="active"}`:                             4,
+		`keel_scheduler_claims_total{kind="migration",outcome="claimed"}`: 4,
+	} {
+		if got := c.metric(sample); got != want {
+			t.Errorf("/metrics %s = %v, want %v", sample, got, want)
+		}
+	}
 }

@@ -28,6 +28,7 @@ const (
 	mListMigrations = "list_migrations"
 	mRegisterHost   = "register_host"
 	mHeartbeat      = "service_heartbeat"
+	mAuditDrift     = "audit_drift"
 
 	conductorQueue = "conductor"
 )
@@ -118,6 +119,12 @@ func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) {
 	go r.send(context.WithoutCancel(ctx), mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
 }
 
+// AuditDrift sends an audit's findings to the servers (best effort: a lost
+// report only leaves a metric short).
+func (r *Reporter) AuditDrift(ctx context.Context, d compute.Drift) {
+	_ = r.Conn.Cast(ctx, bus.ConductorSubject(mAuditDrift), d)
+}
+
 // Store is an agent's view of the store, through the servers. It
 // implements compute.TrackerStore.
 type Store struct{ Conn *bus.Conn }
@@ -191,6 +198,8 @@ type ConductorHandlers struct {
 	Reporter compute.Reporter // the conductor
 	// NewProviderUUID makes the UUID of a newly registered host's provider.
 	NewProviderUUID func() string
+	// OnDrift, if set, receives every agent audit's findings (metrics).
+	OnDrift func(compute.Drift)
 }
 
 // ServeConductor answers the agents' reports and store calls on conn, in
@@ -224,6 +233,16 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			}
 			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
 		}),
+		mAuditDrift: func(_ context.Context, data json.RawMessage) (any, error) {
+			var d compute.Drift
+			if err := bus.Decode(data, &d); err != nil {
+				return nil, err
+			}
+			if h.OnDrift != nil {
+				h.OnDrift(d)
+			}
+			return nil, nil
+		},
 		mHeartbeat: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
 			_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
 				if a.At.After(s.LastSeenUp) {

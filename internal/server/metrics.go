@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/records"
 	"keel/internal/scheduler"
@@ -26,6 +28,7 @@ type Metrics struct {
 	migrationDur prometheus.Histogram
 	builds       *prometheus.CounterVec
 	requests     *prometheus.CounterVec
+	drift        *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -54,8 +57,12 @@ func newMetrics() *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keel_http_requests_total", Help: "HTTP requests by method and status code.",
 		}, []string{"method", "code"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_audit_drift_total",
+			Help: "Differences the agents' periodic audits found and healed, by kind: a host-record field (vcpus_used, memory_mb_used, local_gb_used, running_vms), untracked, vanished, missing_allocation, orphan_allocation, stray, lost.",
+		}, []string{"kind"}),
 	}
-	m.reg.MustRegister(m.decisions, m.claims, m.conflicts, m.migrations, m.migrationDur, m.builds, m.requests,
+	m.reg.MustRegister(m.decisions, m.claims, m.conflicts, m.migrations, m.migrationDur, m.builds, m.requests, m.drift,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -136,4 +143,20 @@ type statusRecorder struct {
 func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// observeDrift counts an agent audit's findings.
+func (m *Metrics) observeDrift(d compute.Drift) {
+	for _, r := range d.Record {
+		field, _, _ := strings.Cut(r, " ")
+		m.drift.WithLabelValues(field).Inc()
+	}
+	for kind, xs := range map[string][]string{
+		"untracked": d.Untracked, "vanished": d.Vanished, "missing_allocation": d.MissingAllocations,
+		"orphan_allocation": d.OrphanAllocations, "stray": d.Stray, "lost": d.Lost,
+	} {
+		if len(xs) > 0 {
+			m.drift.WithLabelValues(kind).Add(float64(len(xs)))
+		}
+	}
 }

@@ -114,7 +114,7 @@ func (s *Server) start(ctx context.Context) error {
 		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
 		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
 	}, s.store, sched, rpc.Agents{Conn: s.conn}, clock.Real{}, s.log, s.metrics.hooks())
-	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString}); err != nil {
+	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
 	}
 	if n, err := s.cond.Recover(ctx); err != nil {
