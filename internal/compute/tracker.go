@@ -392,11 +392,17 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
 		case inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone:
 			continue // something is happening to it (a move settles last)
-		case g.State == GuestIncoming || inst.Host != t.cfg.Host:
-			// A migration that ended without post or rollback here, or a
-			// copy left behind: the instance runs where its record says.
+		case inst.Host != t.cfg.Host:
+			// A migration that ended without rollback here, or a copy left
+			// behind: the instance runs where its record says.
 			t.removeStray(ctx, g, d)
 			continue
+		case g.State == GuestIncoming:
+			// The migration settled the instance here but its last step
+			// (post_live_migration_at_destination) never ran: finish it.
+			if !t.adopt(ctx, inst, d) || held[uuid] {
+				continue
+			}
 		case inst.VMState != records.VMActive:
 			continue
 		}
@@ -427,6 +433,25 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 	sort.Strings(d.Stray)
 	sort.Strings(d.Lost)
 	return nil
+}
+
+// adopt finishes the arrival of an incoming guest whose instance is
+// recorded here, and counts it.
+func (t *Tracker) adopt(ctx context.Context, inst records.Instance, d *Drift) bool {
+	finisher, ok := t.driver.(interface {
+		PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
+	})
+	if !ok {
+		return false
+	}
+	if err := finisher.PostLiveMigrationAtDestination(ctx, inst); err != nil {
+		return false
+	}
+	t.mu.Lock()
+	t.tracked[inst.UUID] = inst.Flavor
+	t.mu.Unlock()
+	d.Untracked = append(d.Untracked, inst.UUID)
+	return true
 }
 
 // removeStray removes a guest that belongs to no instance on this host —

@@ -3,6 +3,7 @@ package compute_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"sort"
@@ -43,6 +44,15 @@ func (g *guestList) Guests(context.Context) ([]compute.Guest, error) {
 func (g *guestList) Destroy(_ context.Context, uuid string) error {
 	delete(g.guests, uuid)
 	return nil
+}
+
+func (g *guestList) PostLiveMigrationAtDestination(_ context.Context, inst records.Instance) error {
+	if x, ok := g.guests[inst.UUID]; ok && x.State == compute.GuestIncoming {
+		x.State = compute.GuestRunning
+		g.guests[inst.UUID] = x
+		return nil
+	}
+	return fmt.Errorf("no incoming guest %s", inst.UUID)
 }
 
 func (g *guestList) RollbackLiveMigrationAtDestination(_ context.Context, uuid string) error {
@@ -495,7 +505,11 @@ func TestAudit(t *testing.T) {
 			}},
 		{name: "incoming guest of a migration that ended is removed as stray",
 			setup: func(e *env) {
-				e.instance("a", small, records.VMActive, records.TaskNone)
+				in := e.instance("a", small, records.VMActive, records.TaskNone)
+				in.Host = "h2" // the migration failed: the instance stayed on its source
+				if _, err := e.st.UpdateInstance(ctx, in); err != nil {
+					e.t.Fatal(err)
+				}
 				e.alloc("a", placement.ConsumerInstance, small, "rp-h2")
 				e.migration("a", "mig-a", "h2", "h1", records.MigrationFailed)
 				e.guest("a", small, compute.GuestIncoming)
@@ -508,6 +522,24 @@ func TestAudit(t *testing.T) {
 				}
 				if got := e.allocations("a"); !reflect.DeepEqual(got, map[string]placement.Resources{"rp-h2": small.Resources()}) {
 					t.Fatalf("allocations of a = %v, want them left on h2", got)
+				}
+			}},
+		{name: "incoming guest of an instance settled here is adopted (the post step never ran)",
+			setup: func(e *env) {
+				e.instance("a", small, records.VMActive, records.TaskNone) // recorded on h1, this host
+				e.alloc("a", placement.ConsumerInstance, small, "rp-h1")
+				e.migration("a", "mig-a", "h2", "h1", records.MigrationError)
+				e.guest("a", small, compute.GuestIncoming)
+				e.write()
+			},
+			want: compute.Drift{Untracked: []string{"a"},
+				Record: []string{"vcpus_used 0→2", "memory_mb_used 512→4608", "local_gb_used 0→20", "running_vms 0→1"}},
+			after: func(t *testing.T, e *env) {
+				if g := e.guests.guests["a"]; g.State != compute.GuestRunning {
+					t.Fatalf("adopted guest is %q, want running", g.State)
+				}
+				if r := e.tracker.Record(); r.RunningVMs != 1 {
+					t.Fatalf("adopted guest not counted: %+v", usageOf(r))
 				}
 			}},
 		{name: "guest of an instance recorded elsewhere is removed as stray and its allocation is not taken",
