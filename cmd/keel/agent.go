@@ -22,7 +22,7 @@ func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Cre
 		// Nova's meaning, which the agent applies: 0 is 60 s, negative off.
 		UpdateResourcesInterval: time.Duration(cfg.Default.UpdateResourcesInterval) * time.Second,
 		ReportInterval:          cfg.Default.ReportInterval,
-		SpawnTime:               cfg.Keel.FakeSpawnTime, BandwidthMiBps: bw,
+		SpawnTime:               cfg.Keel.FakeSpawnTime, StepTime: cfg.Keel.FakeStepTime, BandwidthMiBps: bw,
 	}
 }
 

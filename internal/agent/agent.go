@@ -41,8 +41,9 @@ type Options struct {
 	// negative disables it); ReportInterval the heartbeat's (default 10 s).
 	UpdateResourcesInterval time.Duration
 	ReportInterval          time.Duration
-	// SpawnTime and BandwidthMiBps configure the fake driver.
+	// SpawnTime, StepTime and BandwidthMiBps configure the fake driver.
 	SpawnTime      time.Duration
+	StepTime       time.Duration
 	BandwidthMiBps float64
 	Clock          clock.Clock
 	Log            *slog.Logger
@@ -101,7 +102,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	hc.ProviderUUID = uuid
-	drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, BandwidthMiBps: opts.BandwidthMiBps,
+	drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
 		ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc)})
 	if err != nil {
 		return err

@@ -101,6 +101,12 @@ type KeelGroup struct {
 	DB string
 	// FakeSpawnTime is fake_spawn_seconds (0).
 	FakeSpawnTime time.Duration
+	// FakeStepTime is fake_step_seconds (0): how long the fake driver takes
+	// for pre_live_migration and post_live_migration_at_destination.
+	FakeStepTime time.Duration
+	// RPCTimeout is rpc_timeout (30 s): how long the conductor waits for an
+	// agent's answer before taking the agent for gone.
+	RPCTimeout time.Duration
 	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
 	VCPUs    int
 	MemoryMB int
@@ -161,6 +167,7 @@ func Default() Config {
 			Listen:     "127.0.0.1:8080",
 			DataDir:    "./.keel",
 			NATSListen: "127.0.0.1:0",
+			RPCTimeout: 30 * time.Second,
 			VCPUs:      32,
 			MemoryMB:   131072,
 			DiskGB:     2000,

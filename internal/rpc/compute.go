@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"keel/internal/bus"
 	"keel/internal/compute"
@@ -39,8 +40,12 @@ type computeArgs struct {
 }
 
 // Agents reaches agents over the bus: it implements conductor.Computes
-// and compute.Peers.
-type Agents struct{ Conn *bus.Conn }
+// and compute.Peers. Timeout bounds each call that has no deadline of its
+// own (default: the bus's, 30 s): past it, the agent is taken for gone.
+type Agents struct {
+	Conn    *bus.Conn
+	Timeout time.Duration
+}
 
 var (
 	_ conductor.Computes   = Agents{}
@@ -59,16 +64,22 @@ func (a Agents) agent(host string) (*Agent, error) {
 	if err := bus.ValidHostName(host); err != nil {
 		return nil, err
 	}
-	return &Agent{conn: a.Conn, host: host}, nil
+	return &Agent{conn: a.Conn, host: host, timeout: a.Timeout}, nil
 }
 
 // Agent is one agent's RPC client.
 type Agent struct {
-	conn *bus.Conn
-	host string
+	conn    *bus.Conn
+	host    string
+	timeout time.Duration
 }
 
 func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp any) error {
+	if _, ok := ctx.Deadline(); !ok && a.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+	}
 	if err := a.conn.Call(ctx, bus.ComputeSubject(a.host, method), args, resp); err != nil {
 		return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
 	}

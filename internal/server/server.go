@@ -113,7 +113,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.cond = conductor.New(conductor.Config{
 		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
 		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
-	}, s.store, sched, rpc.Agents{Conn: s.conn}, clock.Real{}, s.log, s.metrics.hooks())
+	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.metrics.hooks())
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
 	}

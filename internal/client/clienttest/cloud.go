@@ -118,6 +118,7 @@ func Start(t testing.TB, opts Options) *Cloud {
 			UpdateResourcesInterval: time.Duration(cfg.Default.UpdateResourcesInterval) * time.Second,
 			ReportInterval:          cfg.Default.ReportInterval,
 			SpawnTime:               cfg.Keel.FakeSpawnTime,
+			StepTime:                cfg.Keel.FakeStepTime,
 			BandwidthMiBps:          float64(cfg.Libvirt.LiveMigrationBandwidth),
 			Log:                     log,
 		})

@@ -36,6 +36,10 @@ type Config struct {
 	ProgressEvery time.Duration
 	// StateFile, if set, persists the guests.
 	StateFile string
+	// StepTime is how long pre_live_migration and
+	// post_live_migration_at_destination take (default 0). The change they
+	// make lands at the end: a crash meanwhile leaves the guest as before.
+	StepTime time.Duration
 	// MemoryMB is the host's physical memory; when set, a spawn or an
 	// incoming migration that would need more than is free fails as a real
 	// hypervisor's would (placement normally prevents it; overcommit by a
@@ -195,7 +199,10 @@ func (d *Driver) CheckCanLiveMigrateSource(_ context.Context, inst records.Insta
 }
 
 // PreLiveMigration implements compute.Driver.
-func (d *Driver) PreLiveMigration(_ context.Context, inst records.Instance) (map[string]string, error) {
+func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error) {
+	if err := d.takeTime(ctx); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(compute.StepPreLiveMigration, inst.UUID); err != nil {
@@ -212,6 +219,23 @@ func (d *Driver) PreLiveMigration(_ context.Context, inst records.Instance) (map
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}
 	d.saveLocked()
 	return map[string]string{"driver": "fake"}, nil
+}
+
+// takeTime waits StepTime on the driver's clock (nothing with the default
+// of 0, as in the simulator).
+func (d *Driver) takeTime(ctx context.Context) error {
+	if d.cfg.StepTime <= 0 {
+		return nil
+	}
+	done := make(chan struct{})
+	t := d.cfg.Clock.AfterFunc(d.cfg.StepTime, func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
 }
 
 // memoryFor checks that inst's RAM fits next to every guest here
@@ -369,7 +393,10 @@ func (d *Driver) PostLiveMigrationAtSource(_ context.Context, uuid string) error
 // memory copy is done the guest runs here whatever happens next, so an
 // injected failure (a port binding or volume connection that fails, say)
 // still leaves the incoming guest running, as a real hypervisor would.
-func (d *Driver) PostLiveMigrationAtDestination(_ context.Context, inst records.Instance) error {
+func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	if err := d.takeTime(ctx); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fault := d.takeFault(compute.StepPostAtDestination, inst.UUID)
