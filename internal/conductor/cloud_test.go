@@ -203,7 +203,10 @@ func (c *cloud) migrate(in records.Instance, host string) records.Migration {
 	if err != nil {
 		c.t.Fatalf("live-migrating %s: %v", in.Name, err)
 	}
-	return m
+	// LiveMigrate answers once the migration is queued; what follows runs
+	// on the clock at this same instant.
+	c.clk.RunUntil(c.clk.Now())
+	return c.migration(m.ID)
 }
 
 // allocations of a consumer (nil when it holds none).

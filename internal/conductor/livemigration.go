@@ -191,9 +191,18 @@ func (c *Conductor) perform(ctx context.Context, m records.Migration, a migratio
 		}
 		return migration.Event{Kind: migration.Reverted}, true
 	case migration.AcquireSlot:
-		if c.acquireSlot(m.SourceHost, m.ID) {
-			return migration.Event{Kind: migration.SlotAcquired}, true
-		}
+		// The move itself goes on in the background (as Nova's API
+		// answers 202 once the migration is queued): the slot, granted now
+		// or when one frees, is handed over on the clock.
+		bg := context.WithoutCancel(ctx)
+		c.clock.AfterFunc(0, func() {
+			if c.acquireSlot(m.SourceHost, m.ID) {
+				// Refused (aborted meanwhile): pass the slot on.
+				if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
+					c.releaseSlot(bg, m.SourceHost)
+				}
+			}
+		})
 		return migration.Event{}, false
 	case migration.HoldSlot:
 		c.mu.Lock()

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,10 +81,24 @@ func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp 
 		ctx, cancel = context.WithTimeout(ctx, a.timeout)
 		defer cancel()
 	}
-	if err := a.conn.Call(ctx, bus.ComputeSubject(a.host, method), args, resp); err != nil {
-		return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+	// A request nobody received (the agent is restarting or reconnecting)
+	// is safe to send again: retry it until the deadline.
+	wait := 50 * time.Millisecond
+	for {
+		err := a.conn.Call(ctx, bus.ComputeSubject(a.host, method), args, resp)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, bus.ErrNotDelivered) {
+			return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
-	return nil
 }
 
 // BuildAndRunInstance implements conductor.ComputeAPI.

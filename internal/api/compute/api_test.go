@@ -204,6 +204,11 @@ func TestBootShowMigrateAndHypervisorsExactAtOnce(t *testing.T) {
 	}
 	var migs struct{ Migrations []map[string]any }
 	e.call("GET", "/compute/v2.1/servers/"+id+"/migrations", "admin", "2.30", nil, &migs)
+	if len(migs.Migrations) != 1 || migs.Migrations[0]["status"] != "queued" {
+		t.Fatalf("the API answers once the migration is queued: %+v", migs)
+	}
+	e.clk.Advance(time.Millisecond) // the move goes on in the background
+	e.call("GET", "/compute/v2.1/servers/"+id+"/migrations", "admin", "2.30", nil, &migs)
 	if len(migs.Migrations) != 1 || migs.Migrations[0]["status"] != "running" {
 		t.Fatalf("in-progress migrations: %+v", migs)
 	}

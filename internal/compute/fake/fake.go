@@ -394,6 +394,13 @@ func (d *Driver) PostLiveMigrationAtSource(_ context.Context, uuid string) error
 // injected failure (a port binding or volume connection that fails, say)
 // still leaves the incoming guest running, as a real hypervisor would.
 func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	d.mu.Lock()
+	g, done := d.guests[inst.UUID]
+	done = done && g.State == compute.GuestRunning
+	d.mu.Unlock()
+	if done {
+		return nil // repeated after a restart: the guest already runs here
+	}
 	if err := d.takeTime(ctx); err != nil {
 		return err
 	}
