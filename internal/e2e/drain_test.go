@@ -19,13 +19,12 @@ func TestSeedDrainThroughTheAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("144 boots and 12 migrations; skipped in -short mode")
 	}
-	c := &cloud{t: t, dataDir: t.TempDir(), httpPort: freePort(t), agents: map[string]*proc{}}
-	c.url = fmt.Sprintf("http://127.0.0.1:%d", c.httpPort)
-	c.server = start(t, "dev", "dev", "--hosts", "12", "--data-dir", c.dataDir,
-		"--listen", fmt.Sprintf("127.0.0.1:%d", c.httpPort),
+	c := &cloud{t: t, dataDir: t.TempDir(), agents: map[string]*proc{}}
+	c.server = start(t, "dev", "dev", "--hosts", "12", "--data-dir", c.dataDir, "--listen", "127.0.0.1:0",
 		"--set", "DEFAULT.update_resources_interval=3600",
 		"--set", "filter_scheduler.host_subset_size=3",
 		"--set", "libvirt.live_migration_bandwidth=65536")
+	c.readEndpoints()
 	c.waitFor("keel dev", 30*time.Second, func() bool {
 		var out struct {
 			Hypervisors []map[string]any `json:"hypervisors"`

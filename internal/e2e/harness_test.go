@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,16 +34,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // proc is a keel process the test started; its output goes to a log file
@@ -106,11 +95,28 @@ type cloud struct {
 	mu       sync.Mutex
 }
 
+// newCloud starts a server on ports it picks itself (port 0), so parallel
+// tests never race for a port; a restart reuses the same ports (agents
+// reconnect to the bus URL they were given).
 func newCloud(t *testing.T, sets ...string) *cloud {
-	c := &cloud{t: t, dataDir: t.TempDir(), httpPort: freePort(t), natsPort: freePort(t), sets: sets, agents: map[string]*proc{}}
-	c.url = fmt.Sprintf("http://127.0.0.1:%d", c.httpPort)
+	c := &cloud{t: t, dataDir: t.TempDir(), sets: sets, agents: map[string]*proc{}}
 	c.startServer()
 	return c
+}
+
+// readEndpoints waits for the server's DATA_DIR/endpoints.json and takes
+// its ports.
+func (c *cloud) readEndpoints() {
+	c.t.Helper()
+	path := filepath.Join(c.dataDir, "endpoints.json")
+	var ep struct{ API, Bus string }
+	c.waitFor("endpoints.json", 30*time.Second, func() bool {
+		data, err := os.ReadFile(path)
+		return err == nil && json.Unmarshal(data, &ep) == nil && ep.API != ""
+	})
+	c.url = ep.API
+	fmt.Sscanf(ep.API[strings.LastIndex(ep.API, ":")+1:], "%d", &c.httpPort)
+	fmt.Sscanf(ep.Bus[strings.LastIndex(ep.Bus, ":")+1:], "%d", &c.natsPort)
 }
 
 func (c *cloud) setArgs() []string {
@@ -123,9 +129,11 @@ func (c *cloud) setArgs() []string {
 
 func (c *cloud) startServer() {
 	c.t.Helper()
+	_ = os.Remove(filepath.Join(c.dataDir, "endpoints.json"))
 	args := append([]string{"server", "--data-dir", c.dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", c.httpPort),
 		"--set", fmt.Sprintf("keel.nats_listen=127.0.0.1:%d", c.natsPort)}, c.setArgs()...)
 	c.server = start(c.t, "server", args...)
+	c.readEndpoints()
 	c.waitFor("the server's API", 20*time.Second, func() bool {
 		resp, err := http.Get(c.url + "/compute/v2.1/")
 		if err == nil {

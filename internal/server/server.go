@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -178,8 +179,28 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 			s.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
+	if err := writeEndpoints(cfg.Keel.DataDir, s.baseURL, s.busURL); err != nil {
+		return err
+	}
 	s.log.Info("keel server ready", "url", s.baseURL, "bus", s.busURL, "data_dir", cfg.Keel.DataDir)
 	return nil
+}
+
+// Endpoints is DATA_DIR/endpoints.json: where a running server listens
+// (useful with port 0, which picks free ports).
+type Endpoints struct {
+	API string `json:"api"`
+	Bus string `json:"bus"`
+}
+
+func writeEndpoints(dataDir, api, busURL string) error {
+	data, _ := json.MarshalIndent(Endpoints{API: api, Bus: busURL}, "", "  ")
+	path := filepath.Join(dataDir, "endpoints.json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
 }
 
 // URL is the server's base URL (http://host:port).
