@@ -46,3 +46,53 @@ func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentAgentIsReportedDownAndFilteredOut: an agent whose heartbeat
+// stops is reported down after service_down_time, the scheduler's
+// ComputeFilter refuses it, and it is up again once it heartbeats.
+func TestSilentAgentIsReportedDownAndFilteredOut(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t, "DEFAULT.service_down_time=3", "DEFAULT.report_interval=1")
+	for i := 1; i <= 2; i++ {
+		c.startAgent(fmt.Sprintf("h%d", i))
+	}
+	c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": map[string]any{"name": "m1.small", "ram": 2048, "vcpus": 1, "disk": 20, "id": "2"}}, nil)
+	state := func(host string) string {
+		var out struct {
+			Hypervisors []map[string]any `json:"hypervisors"`
+		}
+		c.call("GET", "/compute/v2.1/os-hypervisors", nil, &out)
+		for _, h := range out.Hypervisors {
+			if h["hypervisor_hostname"] == host {
+				return h["state"].(string)
+			}
+		}
+		return ""
+	}
+	c.agents["h2"].kill()
+	c.waitFor("h2 reported down", 15*time.Second, func() bool { return state("h2") == "down" })
+	var exp struct {
+		Explanation struct {
+			Hosts []struct {
+				Host       string `json:"host"`
+				RejectedBy string `json:"rejected_by"`
+				Reason     string `json:"reason"`
+			} `json:"hosts"`
+		} `json:"explanation"`
+	}
+	c.call("POST", "/keel/v1/schedule/explain", map[string]any{"flavor": "m1.small"}, &exp)
+	for _, h := range exp.Explanation.Hosts {
+		if h.Host == "h2" && (h.RejectedBy != "ComputeFilter" || !strings.Contains(h.Reason, "down")) {
+			t.Fatalf("h2 while down: rejected by %q (%s), want ComputeFilter, service down", h.RejectedBy, h.Reason)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if host := c.hostOf(c.boot(fmt.Sprintf("vm%d", i), "2")); host != "h1" {
+			t.Fatalf("boot landed on %s while h2 is down", host)
+		}
+	}
+	c.startAgent("h2") // waits until it is up again
+	if st := state("h2"); st != "up" {
+		t.Fatalf("h2 after its return: %s", st)
+	}
+}
