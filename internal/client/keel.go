@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"keel/internal/scheduler"
 
 	"github.com/gophercloud/gophercloud/v2"
 )
@@ -28,26 +29,12 @@ type ExplainRequest struct {
 	Host        string   `json:"host"`
 }
 
-// WeigherScore is one weigher's contribution to a host's weight.
-type WeigherScore struct {
-	Weigher    string  `json:"weigher"`
-	Raw        float64 `json:"raw"`
-	Normalized float64 `json:"normalized"`
-	Multiplier float64 `json:"multiplier"`
-	Weighted   float64 `json:"weighted"`
-}
-
-// HostExplanation is one host's fate: rejected by a filter (RejectedBy is
-// "ignored" for a host the request excludes), or a candidate with its rank
-// (1 = best), total weight and each weigher's score.
-type HostExplanation struct {
-	Host       string         `json:"host"`
-	RejectedBy string         `json:"rejected_by,omitempty"`
-	Reason     string         `json:"reason,omitempty"`
-	Weight     float64        `json:"weight"`
-	Rank       int            `json:"rank,omitempty"`
-	Scores     []WeigherScore `json:"scores,omitempty"`
-}
+// WeigherScore and HostExplanation are the scheduler's own types, as the
+// explain endpoint serialises them.
+type (
+	WeigherScore    = scheduler.WeigherScore
+	HostExplanation = scheduler.HostExplanation
+)
 
 // Explanation is the scheduler's answer: every host, the number of
 // candidates, and host_subset_size (the decision picks at random among
