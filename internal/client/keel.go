@@ -3,9 +3,10 @@ package client
 import (
 	"context"
 	"fmt"
-	"keel/internal/scheduler"
 
 	"github.com/gophercloud/gophercloud/v2"
+
+	"keel/internal/scheduler"
 )
 
 // Audit runs keel's consistency audit (GET /keel/v1/audit, admin): one
