@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/tidwall/btree"
@@ -105,20 +106,34 @@ func (ri *rankIndex) rebuildComposite(rows []fitRow) {
 }
 
 // rekey recomputes every composite key with the current coefficients and
-// restores the order by insertion sort (the order changes little).
+// restores the order: an insertion sort while the order is almost right,
+// a full sort once it has moved more than a few times the host count.
 func (ri *rankIndex) rekey(rows []fitRow) {
 	c := ri.comp
 	for p := range c {
 		c[p].v = ri.key(&rows[c[p].idx].raw)
 	}
-	for p := 1; p < len(c); p++ {
+	budget := 8 * len(c)
+	for p := 1; p < len(c) && budget > 0; p++ {
 		it := c[p]
 		q := p
 		for q > 0 && rankLess(it, c[q-1]) {
 			c[q] = c[q-1]
 			q--
+			budget--
 		}
 		c[q] = it
+	}
+	if budget <= 0 {
+		slices.SortFunc(c, func(a, b rankItem) int {
+			switch {
+			case rankLess(a, b):
+				return -1
+			case rankLess(b, a):
+				return 1
+			}
+			return 0
+		})
 	}
 	for p, it := range c {
 		ri.compPos[it.idx] = int32(p)
@@ -144,12 +159,12 @@ func (ri *rankIndex) moveComposite(i int, key float64) {
 	pos[i] = int32(p)
 }
 
-// recoef re-keys the composite order when a decision's scales have drifted
-// from its coefficients by more than 0.2% (the bound R·key + C loosens by
-// the ratio between the largest and smallest scale/coef, and a loose bound
-// means a long walk). Re-keying is one pass over the hosts and an
-// insertion sort of an almost sorted slice.
-func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]float64) {
+// recoef re-keys the composite order with a decision's scales as its
+// coefficients, when they have drifted from them by more than 0.2% (the
+// bound R·key + C loosens by the ratio between the largest and smallest
+// scale/coef). It reports whether it re-keyed. The decision calls it only
+// after a walk gave up, so a drifting cloud pays for it rarely.
+func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]float64) bool {
 	lo, hi := math.Inf(1), 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -158,7 +173,7 @@ func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]fl
 		}
 	}
 	if hi == 0 || hi <= 1.002*lo {
-		return
+		return false
 	}
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -166,6 +181,7 @@ func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]fl
 		}
 	}
 	ri.rekey(rows)
+	return true
 }
 
 // update moves host i in every order whose value changed (old holds its
@@ -289,11 +305,21 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		w.lo, _ = firstCandidate(t, check, false)
 	}
 	live, scale := liveWeighers(fast)
+	// A walk longer than this costs more than weighing every candidate
+	// (a visit costs several times a host of the full pass): give up early.
+	limit := max(n/4, 4*k+32)
 	ri.recoef(rows, live, scale)
-	// A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a weigher
-	// in the composite key that is ≤ (scale_j/coef_j)·coef_j·max(raw_j, 0)
-	// − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a normalised
-	// value is at most 1). Hence total ≤ R·key + C.
+	return walkComposite(ri, rows, check, live, &scale, k, limit)
+}
+
+// walkComposite walks the composite order from the top, weighing the
+// candidates it meets, until no host further down can beat the k-th best
+// found. A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a
+// weigher in the composite key that is ≤ (scale_j/coef_j)·coef_j·
+// max(raw_j, 0) − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a
+// normalised value is at most 1). Hence total ≤ R·key + C. It reports
+// false after limit visits.
+func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numRaw]float64, k, limit int) ([]ranked, bool) {
 	r, c := 0.0, 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -304,9 +330,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		}
 	}
 	var top []ranked
-	// A walk longer than this costs more than weighing every candidate
-	// (a visit costs several times a host of the full pass): give up early.
-	visited, limit := 0, max(n/4, 4*k+32)
+	visited := 0
 	for p := len(ri.comp) - 1; p >= 0; p-- {
 		it := ri.comp[p]
 		if len(top) == k {
@@ -320,7 +344,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 			return nil, false
 		}
 		if check.passes(it.idx) {
-			top = insertTop(top, ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, &scale)}, k)
+			top = insertTop(top, ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, scale)}, k)
 		}
 	}
 	return top, len(top) > 0
