@@ -97,7 +97,8 @@ type KeelGroup struct {
 	DataDir    string // data_dir (./.keel); [DEFAULT] state_path is another name for it
 	NATSURL    string // nats_url (empty: run an embedded server)
 	NATSListen string // nats_listen (127.0.0.1:0)
-	// DB is db: a SQLite path; empty means keel.db in DataDir.
+	// DB is db: a postgres:// URL, or a SQLite path; empty means keel.db in
+	// DataDir.
 	DB string
 	// FakeSpawnTime is fake_spawn_seconds (0).
 	FakeSpawnTime time.Duration

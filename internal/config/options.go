@@ -396,7 +396,7 @@ var options = []*option{
 	addrOpt("keel", "nats_listen", func(c *Config) *string { return &c.Keel.NATSListen },
 		"Address the embedded NATS server listens on (port 0 picks a free port); unused when nats_url is set."),
 	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },
-		"Database: a SQLite file path; empty means keel.db in data_dir. (PostgreSQL URLs are planned.)"),
+		"Database: a postgres:// URL for PostgreSQL, or a SQLite file path; empty means keel.db in data_dir."),
 	secondsOpt("keel", "fake_spawn_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeSpawnTime },
 		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
 	secondsOpt("keel", "fake_step_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeStepTime },

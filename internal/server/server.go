@@ -30,6 +30,8 @@ import (
 	"keel/internal/identity"
 	"keel/internal/rpc"
 	"keel/internal/scheduler"
+	"keel/internal/store"
+	"keel/internal/store/postgres"
 	"keel/internal/store/sqlite"
 )
 
@@ -37,7 +39,7 @@ import (
 type Server struct {
 	cfg      config.Config
 	log      *slog.Logger
-	store    *sqlite.Store
+	store    store.Store
 	busSrv   *bus.Server
 	conn     *bus.Conn
 	creds    bus.Credentials
@@ -70,13 +72,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("creating data dir %s: %w", dataDir, err)
 	}
-	dbPath := cfg.Keel.DB
-	if dbPath == "" {
-		dbPath = filepath.Join(dataDir, "keel.db")
-	}
 	var err error
-	if s.store, err = sqlite.Open(ctx, dbPath); err != nil {
-		return fmt.Errorf("opening the store %s: %w", dbPath, err)
+	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
+		return err
 	}
 	if s.creds, err = bus.LoadOrCreateCredentials(dataDir); err != nil {
 		return err
@@ -249,4 +247,24 @@ func splitHostPort(addr string) (string, int, error) {
 }
 
 // Store returns the server's store (keel dev seeds flavors through it).
-func (s *Server) Store() *sqlite.Store { return s.store }
+func (s *Server) Store() store.Store { return s.store }
+
+// openStore opens PostgreSQL for a postgres:// (or postgresql://) [keel]
+// db URL, SQLite otherwise (the path given, or keel.db in the data dir).
+func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		st, err := postgres.Open(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("opening the PostgreSQL store ([keel] db): %w", err)
+		}
+		return st, nil
+	}
+	if db == "" {
+		db = filepath.Join(dataDir, "keel.db")
+	}
+	st, err := sqlite.Open(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("opening the store %s: %w", db, err)
+	}
+	return st, nil
+}
