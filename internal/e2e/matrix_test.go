@@ -157,21 +157,26 @@ func TestKillMatrixPreparing(t *testing.T) {
 			ma := c.migrate(a, "")
 			dest := c.waitStatus(ma, "preparing")
 			time.Sleep(time.Second) // inside the 3 s pre_live_migration
-			var host string
+			// On a loaded machine the kill may land just after the 3 s
+			// step: then the copy has begun and the move may complete. The
+			// guarantee holds either way: completed on the destination, or
+			// rolled back on the source.
+			var status string
 			switch who {
 			case "server":
 				c.restart("server")
-				host = c.settled(a, ma, "error")
+				status = "error completed"
 			case "source":
 				// Down longer than rpc_timeout: the copy cannot start.
 				c.killAndLater("h1", 12*time.Second)
-				host = c.settled(a, ma, "failed")
+				status = "failed"
 			case "destination":
 				c.killAndLater(dest, 10*time.Second)
-				host = c.settled(a, ma, "failed")
+				status = "failed"
 			}
-			if host != "h1" {
-				t.Fatalf("instance on %s after a move rolled back, want h1", host)
+			host := c.settled(a, ma, status)
+			if st, _ := c.migrationOf(ma); (st == "completed") != (host == dest) || (st != "completed" && host != "h1") {
+				t.Fatalf("migration %s with the instance on %s (source h1, destination %s)", st, host, dest)
 			}
 		})
 	}
