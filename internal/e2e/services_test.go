@@ -35,6 +35,12 @@ func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
 	if v := c.audit(); len(v) != 0 {
 		t.Fatalf("audit: %s", strings.Join(v, "\n"))
 	}
+	var imgs struct {
+		Images []map[string]any `json:"images"`
+	}
+	if st := c.call("GET", "/image/v2/images", nil, &imgs); st != 200 || len(imgs.Images) != 1 || imgs.Images[0]["name"] != "keel-fake" {
+		t.Errorf("image list: %d %+v", st, imgs)
+	}
 	for sample, want := range map[string]float64{
 		`keel_live_migrations_total{status="completed"}`:                  4,
 		`keel_agents{state="up"}`:                                         3,

@@ -170,6 +170,9 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	keel := http.NewServeMux()
 	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
 	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
+	images := http.NewServeMux()
+	imageRoutes(images)
+	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
 	s.http = &http.Server{Handler: s.metrics.instrument(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
