@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
+
+var requestID = regexp.MustCompile(`^req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // TestMigrationsUpdateBothHostsAtOnce: with hourly audits, after every live
 // migration both hosts' usage in os-hypervisors is already exact.
@@ -40,6 +44,20 @@ func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
 	}
 	if st := c.call("GET", "/image/v2/images", nil, &imgs); st != 200 || len(imgs.Images) != 1 || imgs.Images[0]["name"] != "keel-fake" {
 		t.Errorf("image list: %d %+v", st, imgs)
+	}
+	// Every response carries its own request id, answered or refused.
+	seen := map[string]string{}
+	for _, path := range []string{"/compute/v2.1", "/compute/v2.1/servers", "/image/v2/images", "/identity/v3", "/no/such/path"} {
+		resp, err := http.Get(c.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		id := resp.Header.Get("X-OpenStack-Request-ID")
+		if !requestID.MatchString(id) || seen[id] != "" {
+			t.Errorf("GET %s (%d): request id %q (seen before: %q)", path, resp.StatusCode, id, seen[id])
+		}
+		seen[id] = path
 	}
 	for sample, want := range map[string]float64{
 		`keel_live_migrations_total{status="completed"}`:                  4,

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -127,11 +129,26 @@ func (m *Metrics) handler(st store.Store, downTime time.Duration) http.Handler {
 }
 
 // instrument counts requests by method and status.
-func (m *Metrics) instrument(next http.Handler) http.Handler {
+// RequestIDHeader is the header every keel response carries, as every
+// OpenStack service's does: "req-" and a UUID, also written to the log line
+// of a failed request so a user's report can be matched to it.
+const RequestIDHeader = "X-Openstack-Request-Id"
+
+func (m *Metrics) instrument(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := "req-" + uuid.NewString()
+		w.Header().Set(RequestIDHeader, id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
 		next.ServeHTTP(rec, r)
 		m.requests.WithLabelValues(r.Method, strconv.Itoa(rec.status)).Inc()
+		if rec.status >= 500 {
+			log.Warn("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"status", rec.status, "duration", time.Since(start))
+		} else {
+			log.Debug("request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"status", rec.status, "duration", time.Since(start))
+		}
 	})
 }
 

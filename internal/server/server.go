@@ -174,7 +174,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	imageRoutes(images)
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
-	s.http = &http.Server{Handler: s.metrics.instrument(mux), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.metrics.instrument(mux, s.log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server stopped", "err", err)
