@@ -4,6 +4,9 @@
 #
 #   ./test.sh            everything
 #   ./test.sh -short     skips the slowest cases (fewer seeds in the sim test)
+#
+# After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
+# openstackclient (apt-get install python3-openstackclient; .ci/run does).
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
@@ -21,3 +24,6 @@ go vet ./...
 
 echo "== go test -race"
 go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
+
+echo "== openstackclient against keel dev"
+tests/openstackclient.sh

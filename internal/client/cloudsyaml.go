@@ -3,6 +3,8 @@ package client
 import (
 	"fmt"
 	"os"
+
+	"keel/internal/api/compute"
 )
 
 // WriteCloudsYAML writes a clouds.yaml with one cloud, DefaultCloud, that
@@ -25,7 +27,10 @@ clouds:
     region_name: RegionOne
     identity_api_version: 3
     interface: public
-`, path, DefaultCloud, DefaultCloud, baseURL, password)
+    # keel's newest compute microversion: openstackclient otherwise asks
+    # for 2.1, where "server create --nic none" is refused.
+    compute_api_version: "%s"
+`, path, DefaultCloud, DefaultCloud, baseURL, password, compute.MaxVersion)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

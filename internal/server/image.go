@@ -35,3 +35,14 @@ func imageRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, fakeImage)
 	})
 }
+
+// imageVersions is the image service's version document, which
+// keystoneauth reads (without a token) before it uses the image endpoint.
+func imageVersions(baseURL string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusMultipleChoices, map[string]any{"versions": []any{map[string]any{
+			"id": "v2.0", "status": "CURRENT",
+			"links": []any{map[string]any{"rel": "self", "href": baseURL + "/image/v2/"}},
+		}}})
+	}
+}

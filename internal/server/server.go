@@ -173,6 +173,8 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	images := http.NewServeMux()
 	imageRoutes(images)
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
+	mux.Handle("GET /image", imageVersions(s.baseURL))
+	mux.Handle("GET /image/{$}", imageVersions(s.baseURL))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
 	s.http = &http.Server{Handler: s.metrics.instrument(mux, s.log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

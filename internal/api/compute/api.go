@@ -77,6 +77,7 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/flavors", false, a.listFlavors(false))
 	route("GET /compute/v2.1/flavors/detail", false, a.listFlavors(true))
 	route("GET /compute/v2.1/flavors/{id}", false, a.showFlavor)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs", false, a.flavorExtraSpecs)
 	route("POST /compute/v2.1/flavors", true, a.createFlavor)
 	route("DELETE /compute/v2.1/flavors/{id}", true, a.deleteFlavor)
 

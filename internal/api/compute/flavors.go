@@ -57,6 +57,21 @@ func (a *API) showFlavor(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// flavorExtraSpecs lists a flavor's extra specs (openstackclient reads
+// them for every flavor it shows).
+func (a *API) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.flavor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	specs := f.ExtraSpecs
+	if specs == nil {
+		specs = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"extra_specs": specs})
+	return nil
+}
+
 // flavor finds a flavor by id (as Nova does), or by name for the
 // convenience of keel's own client.
 func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
