@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/google/uuid"
+	"keel/internal/requestid"
 )
 
 // Prefix is the path the identity API is served under.
@@ -65,7 +65,7 @@ func (i *Issuer) Handler(base string) http.Handler {
 		WriteError(w, http.StatusNotFound, "The resource could not be found.")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Openstack-Request-Id", "req-"+uuid.NewString())
+		requestid.Ensure(w)
 		mux.ServeHTTP(w, r)
 	})
 }

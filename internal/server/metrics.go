@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/records"
+	"keel/internal/requestid"
 	"keel/internal/scheduler"
 	"keel/internal/store"
 )
@@ -129,15 +129,11 @@ func (m *Metrics) handler(st store.Store, downTime time.Duration) http.Handler {
 }
 
 // instrument counts requests by method and status.
-// RequestIDHeader is the header every keel response carries, as every
-// OpenStack service's does: "req-" and a UUID, also written to the log line
-// of a failed request so a user's report can be matched to it.
-const RequestIDHeader = "X-Openstack-Request-Id"
-
+// instrument counts requests and gives every response its request id,
+// which the log line of a failed request carries too.
 func (m *Metrics) instrument(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := "req-" + uuid.NewString()
-		w.Header().Set(RequestIDHeader, id)
+		id := requestid.Ensure(w)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(rec, r)

@@ -12,11 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"keel/internal/clock"
 	"keel/internal/conductor"
 	"keel/internal/records"
+	"keel/internal/requestid"
 	"keel/internal/store"
 )
 
@@ -96,6 +95,10 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/os-hypervisors", true, a.listHypervisors(false))
 	route("GET /compute/v2.1/os-hypervisors/detail", true, a.listHypervisors(true))
 	route("GET /compute/v2.1/os-hypervisors/{id}", true, a.showHypervisor)
+	route("GET /compute/v2.1/os-hypervisors/statistics", true, a.hypervisorStatistics)
+	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
+	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
+	route("GET /compute/v2.1/limits", false, a.showLimits)
 	route("GET /compute/v2.1/os-services", true, a.listServices)
 	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
 }
@@ -103,8 +106,7 @@ func (a *API) routes() {
 // ServeHTTP implements http.Handler: every response carries the
 // microversion headers and a request id.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reqID := "req-" + uuid.NewString()
-	w.Header().Set("X-OpenStack-Request-Id", reqID)
+	reqID := requestid.Ensure(w)
 	w.Header().Set("X-Compute-Request-Id", reqID)
 	v, err := parseVersion(r.Header)
 	if err != nil {

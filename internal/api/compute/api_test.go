@@ -288,3 +288,60 @@ func TestForcedHostIsAdminOnly(t *testing.T) {
 		t.Fatalf("member forcing a host: %d %v, want 403", resp.StatusCode, fault)
 	}
 }
+
+func TestZonesLimitsAndStatistics(t *testing.T) {
+	e := newEnv(t)
+	fl, err := e.st.GetFlavor(context.Background(), "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "x", "flavorRef": "1"}}, nil); resp.StatusCode != 202 {
+			t.Fatalf("boot: %d", resp.StatusCode)
+		}
+	}
+	e.clk.Advance(2 * time.Second)
+
+	var lim struct {
+		Limits struct{ Absolute map[string]float64 }
+	}
+	e.call("GET", "/compute/v2.1/limits", "member", "2.60", nil, &lim)
+	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 2 || a["totalRAMUsed"] != float64(2*fl.RAMMB) || a["maxTotalInstances"] != -1 {
+		t.Errorf("member's limits: %v", a)
+	}
+	if _, ok := lim.Limits.Absolute["maxPersonality"]; ok {
+		t.Errorf("maxPersonality at 2.60: %v", lim.Limits.Absolute)
+	}
+	e.call("GET", "/compute/v2.1/limits", "admin", "", nil, &lim)
+	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 0 || a["maxPersonality"] != -1 {
+		t.Errorf("admin's own project at 2.1: %v", a)
+	}
+
+	var st struct {
+		HypervisorStatistics map[string]float64 `json:"hypervisor_statistics"`
+	}
+	e.call("GET", "/compute/v2.1/os-hypervisors/statistics", "admin", "2.87", nil, &st)
+	if s := st.HypervisorStatistics; s["count"] != 3 || s["running_vms"] != 2 || s["vcpus_used"] != float64(2*fl.VCPUs) {
+		t.Errorf("statistics: %v", s)
+	}
+
+	zone := func(token, path string) (int, []map[string]any) {
+		var z struct{ AvailabilityZoneInfo []map[string]any }
+		resp := e.call("GET", path, token, "", nil, &z)
+		return resp.StatusCode, z.AvailabilityZoneInfo
+	}
+	if code, zs := zone("member", "/compute/v2.1/os-availability-zone"); code != 200 || len(zs) != 1 || zs[0]["zoneName"] != "nova" || zs[0]["hosts"] != nil ||
+		zs[0]["zoneState"].(map[string]any)["available"] != true {
+		t.Errorf("zones: %d %v", code, zs)
+	}
+	if code, _ := zone("member", "/compute/v2.1/os-availability-zone/detail"); code != 403 {
+		t.Errorf("member's zone detail: %d, want 403", code)
+	}
+	for _, h := range []string{"h1", "h2", "h3"} {
+		e.call("PUT", "/compute/v2.1/os-services/disable", "admin", "", map[string]any{"host": h, "binary": "nova-compute"}, nil)
+	}
+	if code, zs := zone("admin", "/compute/v2.1/os-availability-zone/detail"); code != 200 || len(zs) != 1 || zs[0]["zoneState"].(map[string]any)["available"] != false ||
+		len(zs[0]["hosts"].(map[string]any)) != 3 {
+		t.Errorf("zone with every host disabled: %d %v", code, zs)
+	}
+}

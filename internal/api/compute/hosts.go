@@ -92,6 +92,39 @@ func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.R
 	}
 }
 
+// hypervisorStatistics is GET /os-hypervisors/statistics (gone from 2.88,
+// as in Nova): the sums of every host record.
+func (a *API) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error {
+	if version(r).AtLeast(88) {
+		return notFoundf("The resource could not be found.")
+	}
+	hs, err := a.hypervisors(r)
+	if err != nil {
+		return err
+	}
+	var sum records.HostRecord
+	for _, h := range hs {
+		rec := h.rec
+		sum.VCPUs += rec.VCPUs
+		sum.VCPUsUsed += rec.VCPUsUsed
+		sum.MemoryMB += rec.MemoryMB
+		sum.MemoryMBUsed += rec.MemoryMBUsed
+		sum.FreeRAMMB += rec.FreeRAMMB
+		sum.LocalGB += rec.LocalGB
+		sum.LocalGBUsed += rec.LocalGBUsed
+		sum.FreeDiskGB += rec.FreeDiskGB
+		sum.RunningVMs += rec.RunningVMs
+		sum.NumIOOps += rec.NumIOOps
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor_statistics": map[string]any{
+		"count": len(hs), "vcpus": sum.VCPUs, "vcpus_used": sum.VCPUsUsed,
+		"memory_mb": sum.MemoryMB, "memory_mb_used": sum.MemoryMBUsed, "free_ram_mb": sum.FreeRAMMB,
+		"local_gb": sum.LocalGB, "local_gb_used": sum.LocalGBUsed, "free_disk_gb": sum.FreeDiskGB,
+		"disk_available_least": sum.FreeDiskGB, "running_vms": sum.RunningVMs, "current_workload": sum.NumIOOps,
+	}})
+	return nil
+}
+
 func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
 	hs, err := a.hypervisors(r)
 	if err != nil {
