@@ -50,7 +50,7 @@ expect "keel-fake" "$(os image list -f value -c Name)" "image list"
 
 os server create --flavor m1.small --image keel-fake --nic none --wait vm1 >/dev/null
 expect "ACTIVE" "$(os server show vm1 -f value -c status)" "server create --nic none --wait"
-expect "vm1 ACTIVE" "$(os server list -f value -c Name -c Status)" "server list"
+expect "vm1 ACTIVE keel-fake" "$(os server list -f value -c Name -c Status -c Image)" "server list"
 expect "nova available" "$(os availability zone list --compute -f value)" "availability zone list --compute"
 # 3 hosts; 3 × 512 MB reserved plus vm1's 2048; one running VM.
 expect "$(printf '3\n3584\n1')" "$(os hypervisor stats show -f value -c count -c memory_mb_used -c running_vms)" \

@@ -101,13 +101,16 @@ const (
 
 // Instance is a virtual machine's record.
 type Instance struct {
-	UUID      string    `json:"uuid"`
-	Name      string    `json:"name"`
-	ProjectID string    `json:"project_id"`
-	UserID    string    `json:"user_id"`
-	Host      string    `json:"host"`
-	Zone      string    `json:"availability_zone"`
-	Flavor    Flavor    `json:"flavor"`
+	UUID      string `json:"uuid"`
+	Name      string `json:"name"`
+	ProjectID string `json:"project_id"`
+	UserID    string `json:"user_id"`
+	Host      string `json:"host"`
+	Zone      string `json:"availability_zone"`
+	Flavor    Flavor `json:"flavor"`
+	// ImageRef is the image the instance was booted from, as the client
+	// named it ("" for none; the fake driver boots any image).
+	ImageRef  string    `json:"image_ref,omitempty"`
 	VMState   string    `json:"vm_state"`
 	TaskState string    `json:"task_state"`
 	Fault     string    `json:"fault,omitempty"`

@@ -345,3 +345,25 @@ func TestZonesLimitsAndStatistics(t *testing.T) {
 		t.Errorf("zone with every host disabled: %d %v", code, zs)
 	}
 }
+
+func TestServerShowsTheImageItWasBootedFrom(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct{ ref, want string }{
+		{"http://keel/image/v2/images/img-1", "img-1"}, {"img-2", "img-2"}, {"", ""},
+	} {
+		var created struct{ Server struct{ ID string } }
+		e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "x", "flavorRef": "1", "imageRef": c.ref}}, &created)
+		var show struct{ Server map[string]any }
+		e.call("GET", "/compute/v2.1/servers/"+created.Server.ID, "member", "", nil, &show)
+		img := show.Server["image"]
+		if c.want == "" {
+			if img != "" {
+				t.Errorf("no imageRef: image = %v, want \"\"", img)
+			}
+			continue
+		}
+		if m, ok := img.(map[string]any); !ok || m["id"] != c.want {
+			t.Errorf("imageRef %q: image = %v, want id %q", c.ref, img, c.want)
+		}
+	}
+}

@@ -53,6 +53,9 @@ func (a *API) serverView(r *http.Request, in records.Instance, detail bool) map[
 	v["metadata"] = map[string]string{}
 	v["hostId"] = hostID(in)
 	v["image"] = ""
+	if in.ImageRef != "" {
+		v["image"] = map[string]any{"id": in.ImageRef, "links": a.link("images", in.ImageRef)[1:]}
+	}
 	v["created"], v["updated"] = timeStr(in.CreatedAt), timeStr(in.UpdatedAt)
 	v["addresses"] = map[string]any{}
 	v["accessIPv4"], v["accessIPv6"] = "", ""
@@ -134,7 +137,8 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	if zone == "" {
 		zone = "nova"
 	}
-	in := records.Instance{Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: zone}
+	image := sb.ImageRef[strings.LastIndex(sb.ImageRef, "/")+1:]
+	in := records.Instance{Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: zone, ImageRef: image}
 	if forced {
 		in.Zone = zone
 		in, err = a.cfg.Conductor.BootOn(r.Context(), in, host)
