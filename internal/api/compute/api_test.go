@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"keel/internal/api/compute"
 	"keel/internal/clock"
 	agent "keel/internal/compute"
@@ -365,5 +367,36 @@ func TestServerShowsTheImageItWasBootedFrom(t *testing.T) {
 		if m, ok := img.(map[string]any); !ok || m["id"] != c.want {
 			t.Errorf("imageRef %q: image = %v, want id %q", c.ref, img, c.want)
 		}
+	}
+}
+
+func TestServiceIDsAreUUIDsFrom253(t *testing.T) {
+	e := newEnv(t)
+	var svcs struct{ Services []map[string]any }
+	e.call("GET", "/compute/v2.1/os-services", "admin", "2.53", nil, &svcs)
+	ids := map[string]string{}
+	for _, s := range svcs.Services {
+		id, _ := s["id"].(string)
+		if _, err := uuid.Parse(id); err != nil {
+			t.Fatalf("service %v: id %q is not a UUID", s["host"], id)
+		}
+		ids[s["host"].(string)] = id
+	}
+	if len(ids) != 3 || ids["h1"] == ids["h2"] {
+		t.Fatalf("ids: %v", ids)
+	}
+	var hv struct{ Hypervisors []map[string]any }
+	e.call("GET", "/compute/v2.1/os-hypervisors/detail", "admin", "2.53", nil, &hv)
+	for _, h := range hv.Hypervisors {
+		if got := h["service"].(map[string]any)["id"]; got != ids[h["hypervisor_hostname"].(string)] {
+			t.Errorf("hypervisor %v: service id %v, os-services says %v", h["hypervisor_hostname"], got, ids[h["hypervisor_hostname"].(string)])
+		}
+	}
+	var out struct{ Service map[string]any }
+	if resp := e.call("PUT", "/compute/v2.1/os-services/"+ids["h2"], "admin", "2.53", map[string]any{"status": "disabled"}, &out); resp.StatusCode != 200 || out.Service["host"] != "h2" || out.Service["status"] != "disabled" {
+		t.Fatalf("disable by id: %d %v", resp.StatusCode, out)
+	}
+	if resp := e.call("PUT", "/compute/v2.1/os-services/"+uuid.NewString(), "admin", "2.53", map[string]any{"status": "disabled"}, nil); resp.StatusCode != 404 {
+		t.Errorf("unknown service id: %d, want 404", resp.StatusCode)
 	}
 }

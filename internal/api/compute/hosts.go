@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/google/uuid"
+
 	"keel/internal/records"
 )
 
@@ -58,7 +60,7 @@ func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[str
 	v["host_ip"] = "127.0.0.1"
 	var svcID any = intID(rec.Host)
 	if version(r).AtLeast(53) {
-		svcID = h.uuid
+		svcID = serviceID(rec.Host)
 	}
 	var reason any
 	if h.svc.DisabledReason != "" {
@@ -154,7 +156,7 @@ func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
 	}
 	var id any = intID(s.Host)
 	if version(r).AtLeast(53) {
-		id = s.Host // keel names services by host; stable across restarts
+		id = serviceID(s.Host)
 	}
 	v := map[string]any{"id": id, "binary": "nova-compute", "host": s.Host, "zone": s.Zone,
 		"status": status, "state": state, "updated_at": timeStr(s.UpdatedAt), "disabled_reason": reason}
@@ -186,6 +188,30 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
 
 // updateService is PUT /os-services/{enable|disable|disable-log-reason}
 // (before 2.53) or PUT /os-services/{id} with a status (2.53 and later).
+// serviceNamespace derives compute services' UUIDs from their hosts.
+var serviceNamespace = uuid.MustParse("5d1c3e0a-8f43-4b8e-9b8e-6b65656c7376")
+
+// serviceID is a compute service's id from 2.53: a UUID derived from its
+// host (keel keeps one compute service per host), so it is stable across
+// restarts and needs no column of its own.
+func serviceID(host string) string {
+	return uuid.NewSHA1(serviceNamespace, []byte(host)).String()
+}
+
+// serviceHost finds the host of the service with the given id.
+func (a *API) serviceHost(r *http.Request, id string) (string, error) {
+	svcs, err := a.cfg.Store.ListServices(r.Context())
+	if err != nil {
+		return "", err
+	}
+	for _, s := range svcs {
+		if serviceID(s.Host) == id {
+			return s.Host, nil
+		}
+	}
+	return "", notFoundf("Service %s could not be found.", id)
+}
+
 func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Host           string  `json:"host"`
@@ -208,7 +234,10 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		if !version(r).AtLeast(53) {
 			return notFound("The resource could not be found.")
 		}
-		host = action // the service id is its host in keel
+		var err error
+		if host, err = a.serviceHost(r, action); err != nil {
+			return err
+		}
 		switch body.Status {
 		case "enabled":
 		case "disabled":
