@@ -62,6 +62,23 @@ hostof() { os server show "$1" -f value -c OS-EXT-SRV-ATTR:host; }
 src=$(hostof vm1)
 case "$src" in h01|h02|h03) ;; *) fail "vm1 on unexpected host [$src]" ;; esac
 
+# Placement: the providers the agents registered, and vm1's claim on its host.
+expect "$(printf 'h01\nh02\nh03')" "$(os resource provider list -f value -c name | sort)" "resource provider list"
+rp=$(os resource provider list --name "$src" -f value -c uuid)
+expect "$(printf 'DISK_GB 2000\nMEMORY_MB 131072\nVCPU 32')" \
+  "$(os resource provider inventory list "$rp" -f value -c resource_class -c total | sort)" "resource provider inventory list"
+expect "$(printf 'DISK_GB 20\nMEMORY_MB 2048\nVCPU 1')" \
+  "$(os resource provider usage show "$rp" -f value | sort)" "resource provider usage show"
+expect "3" "$(os --os-placement-api-version 1.10 allocation candidate list --resource VCPU=1 -f value -c 'resource provider' | wc -l)" \
+  "allocation candidate list --resource VCPU=1"
+# 130560 MB of capacity per host: vm1's host has 2048 of it taken.
+big=$(os --os-placement-api-version 1.10 allocation candidate list --resource MEMORY_MB=130000 -f value -c 'resource provider')
+expect "2 0" "$(echo "$big" | wc -l) $(echo "$big" | grep -c "$rp" || true)" \
+  "allocation candidate list --resource MEMORY_MB=130000 (2 hosts, not $src)"
+project=$(os token issue -f value -c project_id)
+expect "$(printf 'DISK_GB 20\nMEMORY_MB 2048\nVCPU 1')" \
+  "$(os --os-placement-api-version 1.9 resource usage show "$project" -f value | sort)" "resource usage show"
+
 os server migrate --live-migration --wait vm1 >/dev/null
 mid=$(hostof vm1)
 [ "$mid" != "$src" ] || fail "live migration without --host left vm1 on $src"

@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"keel/internal/api/compute"
+	"keel/internal/api/placementapi"
 	"keel/internal/bus"
 	"keel/internal/clock"
 	"keel/internal/conductor"
@@ -170,6 +171,19 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	keel := http.NewServeMux()
 	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
 	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
+	pl := placementapi.New(s.store, func(r *http.Request) bool {
+		p, ok := identity.PrincipalFrom(r.Context())
+		return ok && p.IsAdmin()
+	})
+	plAuthed := iss.Require(pl, s.baseURL, placementapi.WriteStatus)
+	mux.Handle("/placement", pl)
+	mux.Handle("/placement/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if placementapi.IsVersionDocument(r) {
+			pl.ServeHTTP(w, r)
+			return
+		}
+		plAuthed.ServeHTTP(w, r)
+	}))
 	images := http.NewServeMux()
 	imageRoutes(images)
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
