@@ -75,6 +75,26 @@ expect "3" "$(os --os-placement-api-version 1.10 allocation candidate list --res
 big=$(os --os-placement-api-version 1.10 allocation candidate list --resource MEMORY_MB=130000 -f value -c 'resource provider')
 expect "2 0" "$(echo "$big" | wc -l) $(echo "$big" | grep -c "$rp" || true)" \
   "allocation candidate list --resource MEMORY_MB=130000 (2 hosts, not $src)"
+# Placement writes: a provider of its own, inventory, allocations against it
+# (the second does not fit), then everything removed again.
+osp() { os --os-placement-api-version 1.39 "$@"; }
+expect "ext1" "$(osp resource provider create ext1 -f value -c name)" "resource provider create"
+ext=$(osp resource provider list --name ext1 -f value -c uuid)
+expect "VCPU 4 4" "$(osp resource provider inventory set "$ext" --resource VCPU=4 -f value -c resource_class -c total -c max_unit)" \
+  "resource provider inventory set"
+c1=$(cat /proc/sys/kernel/random/uuid)
+osp resource provider allocation set "$c1" --allocation "rp=$ext,VCPU=3" --project-id p1 --user-id u1 --consumer-type INSTANCE >/dev/null
+expect "$ext {'VCPU': 3} INSTANCE" "$(osp resource provider allocation show "$c1" -f value -c resource_provider -c resources -c consumer_type)" \
+  "resource provider allocation set/show"
+if out=$(osp resource provider allocation set "$(cat /proc/sys/kernel/random/uuid)" --allocation "rp=$ext,VCPU=2" \
+  --project-id p1 --user-id u1 --consumer-type INSTANCE 2>&1); then
+  fail "2 VCPU more on a provider with 1 free was accepted"
+fi
+case "$out" in *"HTTP 409"*) echo "ok  an allocation over capacity is refused (409)" ;; *) fail "over capacity: [$out]" ;; esac
+osp resource provider allocation delete "$c1"
+osp resource provider delete "$ext"
+expect "$(printf 'h01\nh02\nh03')" "$(os resource provider list -f value -c name | sort)" "resource provider allocation delete, provider delete"
+
 project=$(os token issue -f value -c project_id)
 expect "$(printf 'DISK_GB 20\nMEMORY_MB 2048\nVCPU 1')" \
   "$(os --os-placement-api-version 1.9 resource usage show "$project" -f value | sort)" "resource usage show"

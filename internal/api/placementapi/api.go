@@ -2,10 +2,12 @@
 // (under /placement): the providers, inventories and usages the agents and
 // the scheduler write, read through the shapes Placement clients expect.
 //
-// This first part is read-only: the version document, resource providers
-// (list with name/uuid filters, show), their inventories and usages,
-// project usages and allocation candidates. Writes go through the compute
-// API and the agents.
+// It serves the version document, resource providers (create, list with
+// name/uuid/resources filters, show, delete), inventories (all at once),
+// usages, project usages, allocations (per consumer, per provider, several
+// consumers at once) and allocation candidates. Every write goes through
+// the store's one decision (placement.PlanWrites): the same generation,
+// unit and capacity checks as the scheduler's claims.
 package placementapi
 
 import (
@@ -61,6 +63,17 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 	route("GET /placement/resource_providers/{uuid}/usages", a.providerUsages)
 	route("GET /placement/usages", a.projectUsages)
 	route("GET /placement/allocation_candidates", a.candidates)
+	route("POST /placement/resource_providers", a.createProvider)
+	route("DELETE /placement/resource_providers/{uuid}", a.deleteProvider)
+	route("PUT /placement/resource_providers/{uuid}/inventories", a.putInventories)
+	route("GET /placement/resource_providers/{uuid}/allocations", a.providerAllocations)
+	route("GET /placement/allocations/{consumer}", a.consumerAllocations)
+	route("PUT /placement/allocations/{consumer}", a.putAllocations)
+	route("DELETE /placement/allocations/{consumer}", a.deleteAllocations)
+	route("POST /placement/allocations", a.postAllocations)
+	route("/placement/", func(http.ResponseWriter, *http.Request, int) error {
+		return errorf(http.StatusNotFound, "The resource could not be found.")
+	})
 	return a
 }
 

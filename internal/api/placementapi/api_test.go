@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"keel/internal/api/placementapi"
@@ -169,5 +171,141 @@ func TestProvidersUsagesAndCandidates(t *testing.T) {
 	get(t, srv, "/placement/allocation_candidates?resources=VCPU:1&limit=1", "admin", "1.39", &ac)
 	if len(ac.AllocationRequests) != 1 {
 		t.Errorf("limit=1: %d candidates", len(ac.AllocationRequests))
+	}
+}
+
+func send(t *testing.T, srv *httptest.Server, method, path, version string, body, out any) (int, string) {
+	t.Helper()
+	var rd *strings.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = strings.NewReader(string(b))
+	} else {
+		rd = strings.NewReader("")
+	}
+	req, _ := http.NewRequest(method, srv.URL+path, rd)
+	req.Header.Set("X-Auth-Token", "admin")
+	req.Header.Set("OpenStack-API-Version", "placement "+version)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var f fault
+	if resp.StatusCode >= 400 {
+		_ = json.Unmarshal(data, &f)
+		if len(f.Errors) == 1 {
+			return resp.StatusCode, f.Errors[0].Code
+		}
+		return resp.StatusCode, string(data)
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: not JSON: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode, ""
+}
+
+func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
+	srv, uuids := newServer(t)
+	var p map[string]any
+	if code, _ := send(t, srv, "POST", "/placement/resource_providers", "1.20", map[string]any{"name": "ext1"}, &p); code != 200 || p["generation"] != 0.0 {
+		t.Fatalf("create: %d %v", code, p)
+	}
+	ext := p["uuid"].(string)
+	if code, ec := send(t, srv, "POST", "/placement/resource_providers", "1.20", map[string]any{"name": "ext1"}, nil); code != 409 || ec != "placement.duplicate_name" {
+		t.Errorf("duplicate name: %d %s", code, ec)
+	}
+	inv := map[string]any{"resource_provider_generation": 0, "inventories": map[string]any{"VCPU": map[string]any{"total": 4}}}
+	var invOut struct {
+		Inventories map[string]placement.Inventory
+		Generation  int64 `json:"resource_provider_generation"`
+	}
+	if code, _ := send(t, srv, "PUT", "/placement/resource_providers/"+ext+"/inventories", "1.39", inv, &invOut); code != 200 || invOut.Generation != 1 ||
+		invOut.Inventories["VCPU"].MaxUnit != 4 || invOut.Inventories["VCPU"].AllocationRatio != 1 {
+		t.Fatalf("put inventories: %d %+v", code, invOut)
+	}
+	if code, ec := send(t, srv, "PUT", "/placement/resource_providers/"+ext+"/inventories", "1.39", inv, nil); code != 409 || ec != "placement.concurrent_update" {
+		t.Errorf("stale provider generation: %d %s", code, ec)
+	}
+
+	alloc := func(rp string, vcpu int, gen any) map[string]any {
+		return map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]int{"VCPU": vcpu}}},
+			"project_id": "p2", "user_id": "u2", "consumer_generation": gen, "consumer_type": "INSTANCE"}
+	}
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 3, nil), nil); code != 204 {
+		t.Fatalf("new consumer: %d %s", code, ec)
+	}
+	var got struct {
+		Allocations map[string]struct {
+			Generation int64
+			Resources  map[string]int64
+		}
+		ConsumerGeneration int64  `json:"consumer_generation"`
+		ConsumerType       string `json:"consumer_type"`
+		ProjectID          string `json:"project_id"`
+	}
+	send(t, srv, "GET", "/placement/allocations/c2", "1.39", nil, &got)
+	if got.Allocations[ext].Resources["VCPU"] != 3 || got.ConsumerGeneration != 1 || got.ConsumerType != "INSTANCE" || got.ProjectID != "p2" {
+		t.Fatalf("GET allocations: %+v", got)
+	}
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 2, nil), nil); code != 409 || ec != "placement.concurrent_update" {
+		t.Errorf("stale consumer generation: %d %s", code, ec)
+	}
+	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 5, 1), nil); code != 400 {
+		t.Errorf("5 VCPU over max_unit 4: %d, want 400 (as Placement's allocation constraints)", code)
+	}
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/c4", "1.39", alloc(ext, 2, nil), nil); code != 409 {
+		t.Errorf("2 more VCPU where 1 is free: %d %s, want 409", code, ec)
+	}
+	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.28", map[string]any{"allocations": map[string]any{}, "project_id": "p2", "user_id": "u2"}, nil); code != 400 {
+		t.Errorf("no consumer_generation at 1.28: %d, want 400", code)
+	}
+
+	// POST /allocations is all or nothing: c3 fits on h2, c2's move to h1
+	// (4 of 16 VCPU used, 13 more does not fit max_unit 8) does not.
+	both := map[string]any{"c2": alloc(uuids["h1"], 13, 1), "c3": alloc(uuids["h2"], 1, nil)}
+	if code, _ := send(t, srv, "POST", "/placement/allocations", "1.39", both, nil); code != 400 && code != 409 {
+		t.Errorf("POST with one bad consumer: %d, want 400 or 409", code)
+	}
+	got.Allocations = nil
+	if code, _ := send(t, srv, "GET", "/placement/allocations/c3", "1.39", nil, &got); code != 200 || len(got.Allocations) != 0 {
+		t.Errorf("c3 written by a failed POST: %+v", got)
+	}
+	both = map[string]any{"c2": alloc(uuids["h1"], 2, 1), "c3": alloc(uuids["h2"], 1, nil)}
+	if code, ec := send(t, srv, "POST", "/placement/allocations", "1.39", both, nil); code != 204 {
+		t.Fatalf("POST allocations: %d %s", code, ec)
+	}
+	var use struct{ Usages map[string]int64 }
+	send(t, srv, "GET", "/placement/resource_providers/"+uuids["h1"]+"/usages", "1.39", nil, &use)
+	if use.Usages["VCPU"] != 6 {
+		t.Errorf("h1 VCPU used after the move = %d, want 6", use.Usages["VCPU"])
+	}
+	use.Usages = nil
+	send(t, srv, "GET", "/placement/resource_providers/"+ext+"/usages", "1.39", nil, &use)
+	if use.Usages["VCPU"] != 0 {
+		t.Errorf("ext1 VCPU used after the move = %d, want 0", use.Usages["VCPU"])
+	}
+
+	var pa struct {
+		Allocations map[string]struct{ Resources map[string]int64 }
+	}
+	send(t, srv, "GET", "/placement/resource_providers/"+uuids["h1"]+"/allocations", "1.39", nil, &pa)
+	if len(pa.Allocations) != 2 || pa.Allocations["c2"].Resources["VCPU"] != 2 {
+		t.Errorf("h1's allocations: %+v", pa)
+	}
+	if code, ec := send(t, srv, "DELETE", "/placement/resource_providers/"+uuids["h2"], "1.39", nil, nil); code != 409 {
+		t.Errorf("delete a provider in use: %d %s", code, ec)
+	}
+	if code, _ := send(t, srv, "DELETE", "/placement/allocations/c3", "1.39", nil, nil); code != 204 {
+		t.Errorf("delete allocations: %d", code)
+	}
+	if code, _ := send(t, srv, "DELETE", "/placement/allocations/c3", "1.39", nil, nil); code != 404 {
+		t.Errorf("delete them again: %d, want 404", code)
+	}
+	if code, _ := send(t, srv, "DELETE", "/placement/resource_providers/"+ext, "1.39", nil, nil); code != 204 {
+		t.Errorf("delete an unused provider: %d", code)
 	}
 }
