@@ -270,8 +270,11 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	if err != nil {
 		return err
 	}
+	// From 1.38 usages are grouped by consumer type, each with its
+	// consumer_count; before, one flat sum.
 	seen := map[string]bool{}
-	usages := map[string]int64{}
+	flat := map[string]int64{}
+	byType := map[string]map[string]int64{}
 	for _, s := range sums {
 		cs, err := a.st.ConsumersOn(r.Context(), s.UUID)
 		if err != nil {
@@ -282,14 +285,25 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 				continue
 			}
 			seen[c.UUID] = true
+			t := byType[string(c.Type)]
+			if t == nil {
+				t = map[string]int64{}
+				byType[string(c.Type)] = t
+			}
+			t["consumer_count"]++
 			for _, res := range c.Allocations {
 				for rc, n := range res {
-					usages[string(rc)] += n
+					flat[string(rc)] += n
+					t[string(rc)] += n
 				}
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"usages": usages})
+	if minor >= 38 {
+		writeJSON(w, http.StatusOK, map[string]any{"usages": byType})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"usages": flat})
 	return nil
 }
 
