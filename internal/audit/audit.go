@@ -16,6 +16,8 @@ package audit
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"keel/internal/placement"
@@ -51,7 +53,7 @@ func Check(ctx context.Context, st Reader) ([]string, error) {
 	nameOf := map[string]string{} // provider UUID → host name
 	for _, s := range sums {
 		rpOf[s.Name], nameOf[s.UUID] = s.UUID, s.Name
-		for _, rc := range sortedClasses(s.Usage) {
+		for _, rc := range slices.Sorted(maps.Keys(s.Usage)) {
 			inv, ok := s.Inventories[rc]
 			if used := s.Usage[rc]; !ok || used > inv.Capacity() {
 				v = append(v, fmt.Sprintf("host %s is over capacity: %d %s used of %d", s.Name, used, rc, inv.Capacity()))
@@ -82,7 +84,7 @@ func Check(ctx context.Context, st Reader) ([]string, error) {
 			types[c.UUID] = c.Type
 		}
 	}
-	for _, c := range sortedKeys(held) {
+	for _, c := range slices.Sorted(maps.Keys(held)) {
 		allocs := held[c]
 		switch in, isInstance := byUUID[c]; {
 		case types[c] == placement.ConsumerMigration:
@@ -119,29 +121,11 @@ func Check(ctx context.Context, st Reader) ([]string, error) {
 
 func describe(allocs map[string]placement.Resources, nameOf map[string]string) string {
 	out := ""
-	for i, p := range sortedKeys(allocs) {
+	for i, p := range slices.Sorted(maps.Keys(allocs)) {
 		if i > 0 {
 			out += "; "
 		}
 		out += fmt.Sprintf("%s on %s", allocs[p], nameOf[p])
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedClasses(r placement.Resources) []placement.ResourceClass {
-	out := make([]placement.ResourceClass, 0, len(r))
-	for rc := range r {
-		out = append(out, rc)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }

@@ -3,7 +3,6 @@ package placement
 import (
 	"errors"
 	"fmt"
-	"sort"
 )
 
 // ErrNotFound is wrapped by errors about a provider or consumer that does not
@@ -85,13 +84,4 @@ func invalidf(format string, args ...any) error {
 func IsInvalid(err error) bool {
 	var c *InvalidError
 	return errors.As(err, &c)
-}
-
-func sortedClasses(r Resources) []ResourceClass {
-	out := make([]ResourceClass, 0, len(r))
-	for rc := range r {
-		out = append(out, rc)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }

@@ -1,6 +1,10 @@
 package placement
 
-import "math"
+import (
+	"maps"
+	"math"
+	"slices"
+)
 
 // Inventory is one resource class's record on a provider, with Placement's
 // fields.
@@ -121,7 +125,7 @@ func (inv Inventory) CheckAmount(rc ResourceClass, n int64) error {
 // *CapacityError or *InvalidError naming the first class that does not fit
 // (classes are checked in sorted order so the answer is deterministic).
 func Fits(provider string, invs Inventories, usage, request Resources) error {
-	for _, rc := range sortedClasses(request) {
+	for _, rc := range slices.Sorted(maps.Keys(request)) {
 		n := request[rc]
 		inv, ok := invs[rc]
 		if !ok {

@@ -2,6 +2,8 @@ package placement
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 )
 
@@ -181,7 +183,7 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 
 	plan := WritePlan{Providers: map[string]int64{}}
 	for _, w := range writes {
-		for _, p := range sortedKeys(w.Allocations) {
+		for _, p := range slices.Sorted(maps.Keys(w.Allocations)) {
 			r := w.Allocations[p]
 			ps, ok := st.Providers[p]
 			if !ok {
@@ -256,15 +258,6 @@ func consumerChange(st WriteState, w AllocationWrite) ConsumerChange {
 		c.Allocations[p] = r.Clone()
 	}
 	return ConsumerChange{UUID: w.ConsumerUUID, New: &c}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // CheckInventoryUpdate decides replacing a provider's inventories: the

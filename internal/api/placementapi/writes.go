@@ -3,7 +3,9 @@ package placementapi
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -290,7 +292,7 @@ func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error 
 		if len(wr.Allocations) == 0 {
 			continue
 		}
-		sums, err := a.st.ProviderSummaries(r.Context(), keys(wr.Allocations))
+		sums, err := a.st.ProviderSummaries(r.Context(), slices.Collect(maps.Keys(wr.Allocations)))
 		if err != nil {
 			return err
 		}
@@ -315,12 +317,4 @@ func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) e
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

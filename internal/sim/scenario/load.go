@@ -3,10 +3,12 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -140,7 +142,7 @@ func checkValue(v any, t reflect.Type, path string, report reportFunc) {
 			return
 		}
 		fields := tomlFields(t)
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			p := joinKey(path, k)
 			f, ok := fields[k]
 			if !ok {
@@ -155,7 +157,7 @@ func checkValue(v any, t reflect.Type, path string, report reportFunc) {
 			report(path, "want a table (name = value, …), got %s", describe(v))
 			return
 		}
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			checkValue(m[k], t.Elem(), joinKey(path, k), report)
 		}
 	case reflect.Slice:
@@ -228,15 +230,6 @@ func describe(v any) string {
 	default:
 		return fmt.Sprintf("a %T", v)
 	}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // tomlFields maps a struct type's TOML key names to field types.

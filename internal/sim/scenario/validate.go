@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -250,7 +251,7 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 
 		// Initial instances: known flavors, counts >= 0, and they fit.
 		var vcpus, ram, disk int64
-		for _, fname := range sortedKeysInt(g.Instances) {
+		for _, fname := range slices.Sorted(maps.Keys(g.Instances)) {
 			n := g.Instances[fname]
 			ip := joinKey(p+".instances", fname)
 			f, ok := s.FlavorByName(fname)
@@ -303,15 +304,6 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 		}
 	}
 	return names
-}
-
-func sortedKeysInt(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // flavorList is ", known: a, b" for error messages.
@@ -410,7 +402,7 @@ func (s *Scenario) validateWorkloads(c *checker) {
 			c.errf(p+".flavors", "only a boot workload takes flavors")
 		}
 		var sum float64
-		for _, fname := range sortedKeysFloat(w.Flavors) {
+		for _, fname := range slices.Sorted(maps.Keys(w.Flavors)) {
 			wt := w.Flavors[fname]
 			fp := joinKey(p+".flavors", fname)
 			if _, ok := s.FlavorByName(fname); !ok {
@@ -425,13 +417,4 @@ func (s *Scenario) validateWorkloads(c *checker) {
 			c.errf(p+".flavors", "every weight is 0: no flavor could be booted")
 		}
 	}
-}
-
-func sortedKeysFloat(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -6,6 +6,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -232,7 +234,7 @@ func (s *Store) WriteAllocations(_ context.Context, writes ...placement.Allocati
 			s.byProvider[p][ch.UUID] = true
 		}
 	}
-	for _, p := range sortedKeys(plan.Providers) {
+	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
 		s.providers[p].Generation = plan.Providers[p]
 		s.note(store.ChangeProvider, p)
 	}
@@ -248,15 +250,6 @@ func (s *Store) addProviderState(st placement.WriteState, uuid string) {
 		return
 	}
 	st.Providers[uuid] = placement.ProviderState{UUID: uuid, Generation: p.Generation, Inventories: p.Inventories, Usage: s.usage[uuid]}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // PutHostRecord implements store.Store.
@@ -284,7 +277,7 @@ func (s *Store) ListHostRecords(_ context.Context) ([]records.HostRecord, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]records.HostRecord, 0, len(s.hosts))
-	for _, k := range sortedKeys(s.hosts) {
+	for _, k := range slices.Sorted(maps.Keys(s.hosts)) {
 		out = append(out, s.hosts[k])
 	}
 	return out, nil
@@ -332,7 +325,7 @@ func (s *Store) ListServices(_ context.Context) ([]records.Service, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]records.Service, 0, len(s.services))
-	for _, k := range sortedKeys(s.services) {
+	for _, k := range slices.Sorted(maps.Keys(s.services)) {
 		out = append(out, s.services[k])
 	}
 	return out, nil
@@ -393,7 +386,7 @@ func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instanc
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []records.Instance
-	for _, k := range sortedKeys(s.instances) {
+	for _, k := range slices.Sorted(maps.Keys(s.instances)) {
 		if in := s.instances[k]; host == "" || in.Host == host {
 			out = append(out, cloneInstance(in))
 		}
@@ -553,7 +546,7 @@ func (s *Store) ListFlavors(_ context.Context) ([]records.Flavor, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]records.Flavor, 0, len(s.flavors))
-	for _, id := range sortedKeys(s.flavors) {
+	for _, id := range slices.Sorted(maps.Keys(s.flavors)) {
 		out = append(out, cloneFlavor(s.flavors[id]))
 	}
 	return out, nil

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -76,7 +77,7 @@ func scanProviders(rows pgx.Rows) ([]*store.ProviderSummary, error) {
 // inventoryColumns flattens inventories into arrays for unnest, in class
 // order.
 func inventoryColumns(invs placement.Inventories) (rcs []string, total, reserved, minU, maxU, step []int64, ratio []float64) {
-	for _, rc := range sortedClasses(invs) {
+	for _, rc := range slices.Sorted(maps.Keys(invs)) {
 		inv := invs[rc]
 		rcs = append(rcs, string(rc))
 		total = append(total, inv.Total)
@@ -297,7 +298,7 @@ func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 		if err != nil {
 			return err
 		}
-		for _, rc := range sortedClasses(cur.Usage) {
+		for _, rc := range slices.Sorted(maps.Keys(cur.Usage)) {
 			if n := cur.Usage[rc]; n > 0 {
 				return &placement.InUseError{Provider: uuid, Class: rc, Used: n}
 			}
@@ -461,8 +462,8 @@ func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.Alloca
 			named[p] = true
 		}
 	}
-	consumers := sortedKeys(consumerSet)
-	providers := sortedKeys(named)
+	consumers := slices.Sorted(maps.Keys(consumerSet))
+	providers := slices.Sorted(maps.Keys(named))
 
 	var plan placement.WritePlan
 	err := s.write(ctx, func(w *wtx) error {
@@ -534,9 +535,9 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) {
 		}
 		var provs, rcs []string
 		var used []int64
-		for _, p := range sortedKeys(c.Allocations) {
+		for _, p := range slices.Sorted(maps.Keys(c.Allocations)) {
 			r := c.Allocations[p]
-			for _, rc := range sortedClasses(r) {
+			for _, rc := range slices.Sorted(maps.Keys(r)) {
 				provs, rcs, used = append(provs, p), append(rcs, string(rc)), append(used, r[rc])
 			}
 		}
@@ -548,7 +549,7 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) {
 	if len(plan.Providers) == 0 {
 		return
 	}
-	provs := sortedKeys(plan.Providers)
+	provs := slices.Sorted(maps.Keys(plan.Providers))
 	gens := make([]int64, len(provs))
 	for i, p := range provs {
 		gens[i] = plan.Providers[p]
@@ -556,22 +557,4 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) {
 	}
 	w.queue(`UPDATE providers p SET generation = g.generation
 		FROM unnest($1::text[], $2::bigint[]) AS g (uuid, generation) WHERE p.uuid = g.uuid`, provs, gens)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedClasses[V any](m map[placement.ResourceClass]V) []placement.ResourceClass {
-	out := make([]placement.ResourceClass, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }

@@ -6,7 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -118,7 +119,7 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 		if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation); err != nil {
 			return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
 		}
-		for _, rc := range sortedClasses(p.Inventories) {
+		for _, rc := range slices.Sorted(maps.Keys(p.Inventories)) {
 			if err := w.putInventory(p.UUID, rc, p.Inventories[rc]); err != nil {
 				return err
 			}
@@ -205,7 +206,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 		if err := placement.CheckInventoryUpdate(cur.Provider, cur.Usage, gen, invs); err != nil {
 			return err
 		}
-		for _, rc := range sortedClasses(cur.Inventories) {
+		for _, rc := range slices.Sorted(maps.Keys(cur.Inventories)) {
 			if _, keep := invs[rc]; keep {
 				continue
 			}
@@ -213,7 +214,7 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 				return fmt.Errorf("removing inventory %s of %s: %w", rc, uuid, err)
 			}
 		}
-		for _, rc := range sortedClasses(invs) {
+		for _, rc := range slices.Sorted(maps.Keys(invs)) {
 			if err := w.putInventory(uuid, rc, invs[rc]); err != nil {
 				return err
 			}
@@ -459,9 +460,9 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 				return fmt.Errorf("inserting consumer %s: %w", c.UUID, err)
 			}
 		}
-		for _, p := range sortedKeys(c.Allocations) {
+		for _, p := range slices.Sorted(maps.Keys(c.Allocations)) {
 			r := c.Allocations[p]
-			for _, rc := range sortedClasses(r) {
+			for _, rc := range slices.Sorted(maps.Keys(r)) {
 				if _, err := w.exec(qInsertAllocation,
 					c.UUID, p, string(rc), r[rc]); err != nil {
 					return fmt.Errorf("inserting allocation of %s on %s: %w", c.UUID, p, err)
@@ -470,9 +471,9 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 			}
 		}
 	}
-	for _, p := range sortedKeys(delta) {
+	for _, p := range slices.Sorted(maps.Keys(delta)) {
 		d := delta[p]
-		for _, rc := range sortedClasses(d) {
+		for _, rc := range slices.Sorted(maps.Keys(d)) {
 			if d[rc] == 0 {
 				continue
 			}
@@ -485,7 +486,7 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 			}
 		}
 	}
-	for _, p := range sortedKeys(plan.Providers) {
+	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
 		if _, err := w.exec(qSetProviderGeneration, plan.Providers[p], p); err != nil {
 			return fmt.Errorf("bumping generation of %s: %w", p, err)
 		}
@@ -494,22 +495,4 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedClasses[V any](m map[placement.ResourceClass]V) []placement.ResourceClass {
-	out := make([]placement.ResourceClass, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }
