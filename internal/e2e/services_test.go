@@ -45,14 +45,21 @@ func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
 	if st := c.call("GET", "/image/v2/images", nil, &imgs); st != 200 || len(imgs.Images) != 1 || imgs.Images[0]["name"] != "keel-fake" {
 		t.Errorf("image list: %d %+v", st, imgs)
 	}
-	// Every response carries its own request id, answered or refused.
+	// Version documents need no token, the rest does; every response
+	// carries its own request id, answered or refused.
 	seen := map[string]string{}
-	for _, path := range []string{"/compute/v2.1", "/compute/v2.1/servers", "/image/v2/images", "/identity/v3", "/no/such/path"} {
+	for path, want := range map[string]int{
+		"/compute": 200, "/compute/v2.1/": 200, "/placement": 200, "/placement/": 200, "/image/": 300, "/identity/v3": 200,
+		"/compute/v2.1/servers": 401, "/placement/resource_providers": 401, "/image/v2/images": 401, "/no/such/path": 404,
+	} {
 		resp, err := http.Get(c.url + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, resp.StatusCode, want)
+		}
 		id := resp.Header.Get("X-OpenStack-Request-ID")
 		if !requestID.MatchString(id) || seen[id] != "" {
 			t.Errorf("GET %s (%d): request id %q (seen before: %q)", path, resp.StatusCode, id, seen[id])

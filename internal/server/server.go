@@ -158,16 +158,9 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	idh := iss.Handler(s.baseURL)
 	mux.Handle("/identity", idh)
 	mux.Handle("/identity/", idh)
-	// Version documents need no token; everything else under /compute does.
-	authed := iss.Require(api, s.baseURL, compute.WriteError)
-	mux.Handle("/compute/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := strings.TrimSuffix(r.URL.Path, "/"); p == "/compute" || p == "/compute/v2.1" {
-			api.ServeHTTP(w, r)
-			return
-		}
-		authed.ServeHTTP(w, r)
-	}))
-	mux.Handle("/compute", api)
+	// Each service's version documents need no token; everything else does.
+	openDocs(mux, api, "/compute", "/compute/v2.1")
+	mux.Handle("/compute/", iss.Require(api, s.baseURL, compute.WriteError))
 	keel := http.NewServeMux()
 	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
 	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
@@ -175,20 +168,12 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		p, ok := identity.PrincipalFrom(r.Context())
 		return ok && p.IsAdmin()
 	})
-	plAuthed := iss.Require(pl, s.baseURL, placementapi.WriteStatus)
-	mux.Handle("/placement", pl)
-	mux.Handle("/placement/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if placementapi.IsVersionDocument(r) {
-			pl.ServeHTTP(w, r)
-			return
-		}
-		plAuthed.ServeHTTP(w, r)
-	}))
+	openDocs(mux, pl, "/placement")
+	mux.Handle("/placement/", iss.Require(pl, s.baseURL, placementapi.WriteStatus))
 	images := http.NewServeMux()
 	imageRoutes(images)
+	openDocs(mux, imageVersions(s.baseURL), "/image")
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
-	mux.Handle("GET /image", imageVersions(s.baseURL))
-	mux.Handle("GET /image/{$}", imageVersions(s.baseURL))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
 	s.http = &http.Server{Handler: s.metrics.instrument(mux, s.log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -201,6 +186,16 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	}
 	s.log.Info("keel server ready", "url", s.baseURL, "bus", s.busURL, "data_dir", cfg.Keel.DataDir)
 	return nil
+}
+
+// openDocs serves doc without a token at each path, with or without a
+// trailing slash (GET and HEAD): the version documents clients read
+// before they log in.
+func openDocs(mux *http.ServeMux, doc http.Handler, paths ...string) {
+	for _, p := range paths {
+		mux.Handle("GET "+p, doc)
+		mux.Handle("GET "+p+"/{$}", doc)
+	}
 }
 
 // Endpoints is DATA_DIR/endpoints.json: where a running server listens

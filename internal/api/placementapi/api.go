@@ -77,8 +77,9 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 	return a
 }
 
-// ServeHTTP serves /placement (the version document needs no token, but
-// the caller's Require wraps everything else).
+// ServeHTTP serves /placement: the version document at /placement and
+// /placement/ (which needs no token: the caller mounts the rest behind
+// one), everything else through the routes.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	requestid.Ensure(w)
 	if strings.TrimSuffix(r.URL.Path, "/") == "/placement" {
@@ -89,12 +90,6 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(w, r)
-}
-
-// IsVersionDocument reports whether r asks for the version document, which
-// is served without a token.
-func IsVersionDocument(r *http.Request) bool {
-	return r.Method == http.MethodGet && strings.TrimSuffix(r.URL.Path, "/") == "/placement"
 }
 
 // httpError is an error with Placement's status and error code.
