@@ -53,7 +53,7 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 				err = h(w, r, minor)
 			}
 			if err != nil {
-				WriteError(w, r, err)
+				writeError(w, err)
 			}
 		})
 	}
@@ -102,7 +102,7 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 func errorf(status int, format string, args ...any) error {
-	return &httpError{status: status, code: "placement.undefined_code", msg: fmt.Sprintf(format, args...)}
+	return &httpError{status: status, code: codeUndefined, msg: fmt.Sprintf(format, args...)}
 }
 
 // negotiate reads "OpenStack-API-Version: placement 1.N" (default 1.0,
@@ -120,7 +120,7 @@ func negotiate(r *http.Request) (int, error) {
 		major, minor, ok := strings.Cut(ver, ".")
 		n, err := strconv.Atoi(minor)
 		if !ok || major != "1" || err != nil || n < 0 || n > MaxMinor {
-			return 0, &httpError{status: http.StatusNotAcceptable, code: "placement.undefined_code",
+			return 0, &httpError{status: http.StatusNotAcceptable, code: codeUndefined,
 				msg: fmt.Sprintf("Unacceptable version header: %s (this placement answers 1.0 to 1.%d)", ver, MaxMinor)}
 		}
 		return n, nil
@@ -128,25 +128,49 @@ func negotiate(r *http.Request) (int, error) {
 	return 0, nil
 }
 
-// WriteError writes err in Placement's error shape.
-func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+// writeError writes err in Placement's error shape, with the status and
+// code Placement gives the store's typed errors.
+func writeError(w http.ResponseWriter, err error) {
+	writeFault(w, asHTTPError(err))
+}
+
+func asHTTPError(err error) *httpError {
 	var he *httpError
+	var inUse *placement.InUseError
+	fault := func(status int, code, msg string) *httpError { return &httpError{status: status, code: code, msg: msg} }
 	switch {
 	case errors.As(err, &he):
+		return he
+	case placement.IsConflict(err):
+		return fault(http.StatusConflict, codeConcurrentUpdate, err.Error())
+	case errors.As(err, &inUse):
+		return fault(http.StatusConflict, codeInventoryInUse, err.Error())
+	case placement.IsCapacity(err):
+		return fault(http.StatusConflict, codeUndefined, "Unable to allocate inventory: "+err.Error())
+	case placement.IsInvalid(err):
+		return fault(http.StatusBadRequest, codeUndefined, err.Error())
+	case errors.Is(err, store.ErrExists):
+		return fault(http.StatusConflict, codeDuplicateName, err.Error())
 	case errors.Is(err, store.ErrNotFound):
-		he = &httpError{status: http.StatusNotFound, code: "placement.undefined_code", msg: err.Error()}
+		return fault(http.StatusNotFound, codeUndefined, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		he = &httpError{status: http.StatusServiceUnavailable, code: "placement.undefined_code", msg: err.Error()}
-	default:
-		he = &httpError{status: http.StatusInternalServerError, code: "placement.undefined_code", msg: "internal error: " + err.Error()}
+		return fault(http.StatusServiceUnavailable, codeUndefined, err.Error())
 	}
-	writeFault(w, he)
+	return fault(http.StatusInternalServerError, codeUndefined, "internal error: "+err.Error())
 }
+
+// Placement's error codes.
+const (
+	codeUndefined        = "placement.undefined_code"
+	codeConcurrentUpdate = "placement.concurrent_update"
+	codeInventoryInUse   = "placement.inventory.inuse"
+	codeDuplicateName    = "placement.duplicate_name"
+)
 
 // WriteStatus writes a bare status and message in Placement's error shape
 // (for the token check in front of the API).
 func WriteStatus(w http.ResponseWriter, status int, msg string) {
-	writeFault(w, &httpError{status: status, code: "placement.undefined_code", msg: msg})
+	writeFault(w, &httpError{status: status, code: codeUndefined, msg: msg})
 }
 
 func writeFault(w http.ResponseWriter, he *httpError) {

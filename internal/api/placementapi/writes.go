@@ -13,33 +13,6 @@ import (
 	"keel/internal/store"
 )
 
-// Placement's error codes for conflicts.
-const (
-	codeConcurrentUpdate = "placement.concurrent_update"
-	codeInventoryInUse   = "placement.inventory.inuse"
-	codeDuplicateName    = "placement.duplicate_name"
-)
-
-// writeErr maps the store's typed errors to Placement's statuses and codes.
-func writeErr(err error) error {
-	var inUse *placement.InUseError
-	switch {
-	case err == nil:
-		return nil
-	case placement.IsConflict(err):
-		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: err.Error()}
-	case errors.As(err, &inUse):
-		return &httpError{status: http.StatusConflict, code: codeInventoryInUse, msg: err.Error()}
-	case placement.IsCapacity(err):
-		return &httpError{status: http.StatusConflict, code: "placement.undefined_code", msg: "Unable to allocate inventory: " + err.Error()}
-	case placement.IsInvalid(err):
-		return &httpError{status: http.StatusBadRequest, code: "placement.undefined_code", msg: err.Error()}
-	case errors.Is(err, store.ErrExists):
-		return &httpError{status: http.StatusConflict, code: codeDuplicateName, msg: err.Error()}
-	}
-	return err
-}
-
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 8<<20))
 	if err := dec.Decode(v); err != nil {
@@ -66,7 +39,7 @@ func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	}
 	p, err := a.st.CreateProvider(r.Context(), placement.Provider{UUID: body.UUID, Name: body.Name, Inventories: placement.Inventories{}})
 	if err != nil {
-		return writeErr(err)
+		return err
 	}
 	scheme := "http"
 	if r.TLS != nil {
@@ -86,7 +59,7 @@ func (a *API) deleteProvider(w http.ResponseWriter, r *http.Request, _ int) erro
 		return err
 	}
 	if err := a.st.DeleteProvider(r.Context(), r.PathValue("uuid")); err != nil {
-		return writeErr(err)
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -118,7 +91,7 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 	}
 	np, err := a.st.SetInventories(r.Context(), p.UUID, *body.Generation, invs)
 	if err != nil {
-		return writeErr(err)
+		return err
 	}
 	out := map[string]any{}
 	for rc, inv := range np.Inventories {
@@ -301,7 +274,7 @@ func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error 
 		}
 	}
 	_, err := a.st.WriteAllocations(r.Context(), writes...)
-	return writeErr(err)
+	return err
 }
 
 func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) error {
@@ -313,7 +286,7 @@ func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) e
 		return err
 	}
 	if _, err := a.st.WriteAllocations(r.Context(), placement.AllocationWrite{ConsumerUUID: consumer, AnyConsumerGeneration: true}); err != nil {
-		return writeErr(err)
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
