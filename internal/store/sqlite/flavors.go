@@ -53,15 +53,7 @@ func (s *Store) GetFlavor(ctx context.Context, id string) (records.Flavor, error
 
 // ListFlavors implements store.Store.
 func (s *Store) ListFlavors(ctx context.Context) ([]records.Flavor, error) {
-	out := []records.Flavor{}
-	err := s.listJSON(ctx, func(data []byte) error {
-		var f records.Flavor
-		if err := json.Unmarshal(data, &f); err != nil {
-			return err
-		}
-		out = append(out, f)
-		return nil
-	}, `SELECT data FROM flavors ORDER BY id`)
+	out, err := listJSON[records.Flavor](ctx, s, nil, `SELECT data FROM flavors ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing flavors: %w", err)
 	}

@@ -42,15 +42,7 @@ func (s *Store) GetHostRecord(ctx context.Context, host string) (records.HostRec
 
 // ListHostRecords implements store.Store; records come sorted by host.
 func (s *Store) ListHostRecords(ctx context.Context) ([]records.HostRecord, error) {
-	out := []records.HostRecord{}
-	err := s.listJSON(ctx, func(data []byte) error {
-		var h records.HostRecord
-		if err := json.Unmarshal(data, &h); err != nil {
-			return err
-		}
-		out = append(out, h)
-		return nil
-	}, `SELECT data FROM host_records ORDER BY host`)
+	out, err := listJSON[records.HostRecord](ctx, s, nil, `SELECT data FROM host_records ORDER BY host`)
 	if err != nil {
 		return nil, fmt.Errorf("listing host records: %w", err)
 	}
@@ -120,15 +112,7 @@ func (s *Store) GetService(ctx context.Context, host string) (records.Service, e
 
 // ListServices implements store.Store; services come sorted by host.
 func (s *Store) ListServices(ctx context.Context) ([]records.Service, error) {
-	out := []records.Service{}
-	err := s.listJSON(ctx, func(data []byte) error {
-		var sv records.Service
-		if err := json.Unmarshal(data, &sv); err != nil {
-			return err
-		}
-		out = append(out, sv)
-		return nil
-	}, `SELECT data FROM services ORDER BY host`)
+	out, err := listJSON[records.Service](ctx, s, nil, `SELECT data FROM services ORDER BY host`)
 	if err != nil {
 		return nil, fmt.Errorf("listing services: %w", err)
 	}
@@ -224,15 +208,7 @@ func (s *Store) ListInstances(ctx context.Context, host string) ([]records.Insta
 	if host != "" {
 		query, args = `SELECT data FROM instances WHERE host = ? ORDER BY uuid`, []any{host}
 	}
-	var out []records.Instance
-	err := s.listJSON(ctx, func(data []byte) error {
-		var in records.Instance
-		if err := json.Unmarshal(data, &in); err != nil {
-			return err
-		}
-		out = append(out, in)
-		return nil
-	}, query, args...)
+	out, err := listJSON[records.Instance](ctx, s, nil, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing instances on %q: %w", host, err)
 	}
@@ -346,17 +322,7 @@ func (s *Store) ListMigrations(ctx context.Context, f store.MigrationFilter) ([]
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY id"
-	var out []records.Migration
-	err := s.listJSON(ctx, func(data []byte) error {
-		var m records.Migration
-		if err := json.Unmarshal(data, &m); err != nil {
-			return err
-		}
-		if store.MatchMigration(m, f) {
-			out = append(out, m)
-		}
-		return nil
-	}, query, args...)
+	out, err := listJSON(ctx, s, func(m records.Migration) bool { return store.MatchMigration(m, f) }, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing migrations: %w", err)
 	}
@@ -379,21 +345,28 @@ func (s *Store) getJSON(ctx context.Context, v any, query string, args ...any) e
 	return nil
 }
 
-// listJSON calls each with the JSON column of every row of a query.
-func (s *Store) listJSON(ctx context.Context, each func(data []byte) error, query string, args ...any) error {
+// listJSON decodes the JSON column of every row of a query, keeping those
+// keep accepts (all if keep is nil). It never returns a nil slice without
+// an error.
+func listJSON[T any](ctx context.Context, s *Store, keep func(T) bool, query string, args ...any) ([]T, error) {
 	rows, err := s.rquery(ctx, query, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
+	out := []T{}
 	for rows.Next() {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return err
+			return nil, err
 		}
-		if err := each(data); err != nil {
-			return fmt.Errorf("decoding: %w", err)
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("decoding: %w", err)
+		}
+		if keep == nil || keep(v) {
+			out = append(out, v)
 		}
 	}
-	return rows.Err()
+	return out, rows.Err()
 }
