@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -206,24 +205,9 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mAudit:         func(ctx context.Context, _ computeArgs) (any, error) { return m.Audit(ctx) },
 		mCheckIncoming: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckIncoming(ctx, a.UUID) },
 	}
-	var subs []bus.Subscription
+	typed := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
-		h := h
-		sub, err := conn.Handle(bus.ComputeSubject(m.Host(), method), "", func(ctx context.Context, data json.RawMessage) (any, error) {
-			var args computeArgs
-			if err := bus.Decode(data, &args); err != nil {
-				return nil, err
-			}
-			res, err := h(ctx, args)
-			return res, encode(err)
-		})
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return nil, fmt.Errorf("serving %s on the bus: %w", method, err)
-		}
-		subs = append(subs, sub)
+		typed[method] = decoded(h)
 	}
-	return subs, nil
+	return serveAll(conn, func(method string) string { return bus.ComputeSubject(m.Host(), method) }, "", typed)
 }

@@ -206,7 +206,7 @@ type ConductorHandlers struct {
 // the queue group shared by every server.
 func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, error) {
 	st := h.Store
-	handlers := map[string]func(ctx context.Context, data json.RawMessage) (any, error){
+	handlers := map[string]bus.Handler{
 		mBuildDone: report(func(ctx context.Context, a reportArgs) {
 			h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
 		}),
@@ -214,20 +214,20 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			h.Reporter.CopyProgress(ctx, a.MigrationID, a.Total, a.Processed, a.Remaining)
 		}),
 		mCopyDone: report(func(ctx context.Context, a reportArgs) { h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error)) }),
-		mPutHostRecord: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+		mPutHostRecord: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Record == nil {
 				return nil, &placement.InvalidError{Msg: "no host record given"}
 			}
 			return nil, st.PutHostRecord(ctx, *a.Record)
 		}),
-		mConsumersOn: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.ConsumersOn(ctx, a.UUID) }),
-		mGetConsumer: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.GetConsumer(ctx, a.UUID) }),
-		mWriteAllocs: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.WriteAllocations(ctx, a.Writes...) }),
-		mGetInstance: storeCall(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
-		mListMigrations: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.ConsumersOn(ctx, a.UUID) }),
+		mGetConsumer: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetConsumer(ctx, a.UUID) }),
+		mWriteAllocs: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.WriteAllocations(ctx, a.Writes...) }),
+		mGetInstance: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
+		mListMigrations: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			return st.ListMigrations(ctx, a.Filter)
 		}),
-		mRegisterHost: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+		mRegisterHost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.HostConfig == nil {
 				return nil, &placement.InvalidError{Msg: "no host configuration given"}
 			}
@@ -243,7 +243,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			}
 			return nil, nil
 		},
-		mHeartbeat: storeCall(func(ctx context.Context, a storeArgs) (any, error) {
+		mHeartbeat: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
 				if a.At.After(s.LastSeenUp) {
 					s.LastSeenUp = a.At
@@ -254,9 +254,15 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return nil, err
 		}),
 	}
+	return serveAll(conn, bus.ConductorSubject, conductorQueue, handlers)
+}
+
+// serveAll subscribes every handler at its method's subject, in queue
+// group queue ("" for none); on an error it undoes what it subscribed.
+func serveAll(conn *bus.Conn, subject func(method string) string, queue string, handlers map[string]bus.Handler) ([]bus.Subscription, error) {
 	var subs []bus.Subscription
-	for method, fn := range handlers {
-		sub, err := conn.Handle(bus.ConductorSubject(method), conductorQueue, fn)
+	for method, h := range handlers {
+		sub, err := conn.Handle(subject(method), queue, h)
 		if err != nil {
 			for _, s := range subs {
 				_ = s.Unsubscribe()
@@ -280,20 +286,20 @@ type remoteFailure string
 
 func (e remoteFailure) Error() string { return string(e) }
 
-func report(fn func(ctx context.Context, a reportArgs)) func(ctx context.Context, data json.RawMessage) (any, error) {
-	return func(ctx context.Context, data json.RawMessage) (any, error) {
-		var a reportArgs
-		if err := bus.Decode(data, &a); err != nil {
-			return nil, err
-		}
+// report is the handler of a progress report from an agent: fn runs to
+// the end even if the agent stops waiting.
+func report(fn func(ctx context.Context, a reportArgs)) bus.Handler {
+	return decoded(func(ctx context.Context, a reportArgs) (any, error) {
 		fn(context.WithoutCancel(ctx), a)
 		return nil, nil
-	}
+	})
 }
 
-func storeCall(fn func(ctx context.Context, a storeArgs) (any, error)) func(ctx context.Context, data json.RawMessage) (any, error) {
+// decoded is a bus handler that decodes its arguments into an A, calls fn
+// and encodes fn's error for the caller.
+func decoded[A any](fn func(ctx context.Context, a A) (any, error)) bus.Handler {
 	return func(ctx context.Context, data json.RawMessage) (any, error) {
-		var a storeArgs
+		var a A
 		if err := bus.Decode(data, &a); err != nil {
 			return nil, err
 		}

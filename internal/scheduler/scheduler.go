@@ -440,16 +440,19 @@ func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, ca
 	return cands, rej, ignored
 }
 
+// resetTotals sizes s.totals for n candidates, all 0, and reports whether
+// they are to be weighed at all (Nova does not weigh a single host).
+func (s *Scheduler) resetTotals(n int) bool {
+	s.totals = grow(s.totals, n)
+	clear(s.totals)
+	return n > 1
+}
+
 // total sets s.totals[k] to candidate k's total weight: the fast weighers
 // from the dense rows with the bounds the filter pass gathered, then the
 // request-dependent ones.
 func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast []boundWeigher, slow []weigherEntry) {
-	n := len(cands)
-	s.totals = grow(s.totals, n)
-	for k := range s.totals {
-		s.totals[k] = 0
-	}
-	if n <= 1 { // Nova does not weigh a single host
+	if !s.resetTotals(len(cands)) {
 		return
 	}
 	live, scale := liveWeighers(fast)
@@ -465,12 +468,7 @@ func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast 
 // weigh sets s.totals[k] to candidate k's total weight, weigher by
 // weigher (Explain's path: rec receives every raw and normalised value).
 func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec func(k int, w string, raw, norm, mult float64)) {
-	n := len(cands)
-	s.totals = grow(s.totals, n)
-	for k := range s.totals {
-		s.totals[k] = 0
-	}
-	if n <= 1 { // Nova does not weigh a single host
+	if !s.resetTotals(len(cands)) {
 		return
 	}
 	for _, we := range s.weighers {
