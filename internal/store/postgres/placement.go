@@ -503,28 +503,58 @@ func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.Alloca
 		return nil
 	})
 	if err != nil {
+		if ce := capacityViolation(err); ce != nil {
+			err = ce
+		}
 		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", err)
 	}
 	return plan, nil
+}
+
+// capacityViolation turns a refusal by the inventories_within_capacity
+// trigger (migration 0002) into the *placement.CapacityError PlanWrites
+// would have returned, or returns nil for any other error.
+func capacityViolation(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.ConstraintName != "inventories_within_capacity" {
+		return nil
+	}
+	ce := &placement.CapacityError{Reason: "refused by the store's capacity constraint"}
+	var rc string
+	if _, serr := fmt.Sscan(pe.Detail, &ce.Provider, &rc, &ce.Used, &ce.Capacity); serr == nil {
+		ce.Class = placement.ResourceClass(rc)
+	}
+	return ce
 }
 
 // apply queues the statements persisting a plan decided against st. Usage
 // follows the allocations by trigger. Nothing here may need checking by the
 // client: COMMIT follows in the same pipeline, so every guard is the
 // server's (constraints, foreign keys).
+//
+// Every removal comes before any addition: usage only goes down, then only
+// up, so the capacity trigger (which refuses an increase above capacity)
+// sees no transient excess when a plan moves allocations between
+// consumers on one provider (a migration's source).
 func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) {
+	for _, ch := range plan.Consumers {
+		if _, existed := st.Consumers[ch.UUID]; !existed {
+			continue
+		}
+		if ch.New == nil {
+			// Its allocations go with it (ON DELETE CASCADE).
+			w.queue(`DELETE FROM consumers WHERE uuid = $1`, ch.UUID)
+		} else {
+			w.queue(`DELETE FROM allocations WHERE consumer_uuid = $1`, ch.UUID)
+		}
+	}
 	for _, ch := range plan.Consumers {
 		_, existed := st.Consumers[ch.UUID]
 		c := ch.New
 		switch {
-		case c == nil && existed:
-			// Its allocations go with it (ON DELETE CASCADE).
-			w.queue(`DELETE FROM consumers WHERE uuid = $1`, ch.UUID)
-			continue
 		case c == nil:
 			continue
 		case existed:
-			w.queue(`DELETE FROM allocations WHERE consumer_uuid = $1`, ch.UUID)
 			w.queue(`UPDATE consumers SET project_id = $1, user_id = $2, type = $3, generation = $4 WHERE uuid = $5`,
 				c.ProjectID, c.UserID, string(c.Type), c.Generation, c.UUID)
 		default:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -591,6 +592,30 @@ func TestDatabaseGuards(t *testing.T) {
 	mustFail("an infinite allocation ratio", `UPDATE inventories SET allocation_ratio = 'Infinity' WHERE provider_uuid = 'p-1'`)
 	mustFail("removing an inventory in use", `DELETE FROM inventories WHERE provider_uuid = 'p-1' AND resource_class = 'VCPU'`)
 	mustFail("deleting a provider in use", `DELETE FROM providers WHERE uuid = 'p-1'`)
+	// 6 of 8 VCPU used: a hand-written allocation of 3 more would overcommit.
+	mustFail("an allocation raised above capacity", `UPDATE allocations SET used = 5 WHERE consumer_uuid = 'c-2' AND resource_class = 'VCPU'`)
+	var code, constraint string
+	if err := func() error {
+		_, err := conn.Exec(ctx, `UPDATE inventories SET used = 9 WHERE provider_uuid = 'p-1' AND resource_class = 'VCPU'`)
+		return err
+	}(); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			code, constraint = pe.Code, pe.ConstraintName
+		}
+	}
+	if code != "23514" || constraint != "inventories_within_capacity" {
+		t.Errorf("usage set above capacity: SQLSTATE %q constraint %q, want 23514 inventories_within_capacity", code, constraint)
+	}
+	// Lowering the inventory below its usage stays allowed (as in
+	// Placement), and so does giving usage back while over capacity.
+	if _, err := conn.Exec(ctx, `UPDATE inventories SET total = 4 WHERE provider_uuid = 'p-1' AND resource_class = 'VCPU'`); err != nil {
+		t.Fatalf("lowering an inventory below its usage: %v", err)
+	}
+	mustFail("raising usage on an over-capacity provider", `UPDATE allocations SET used = 3 WHERE consumer_uuid = 'c-2' AND resource_class = 'VCPU'`)
+	if _, err := conn.Exec(ctx, `UPDATE inventories SET total = 8 WHERE provider_uuid = 'p-1' AND resource_class = 'VCPU'`); err != nil {
+		t.Fatalf("restoring the inventory: %v", err)
+	}
 
 	// Usage follows allocations deleted by hand, directly or with their
 	// consumer.

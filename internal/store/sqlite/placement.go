@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -478,6 +479,10 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 				continue
 			}
 			res, err := w.exec(qAddUsage, d[rc], p, string(rc))
+			if err != nil && strings.Contains(err.Error(), "inventories_within_capacity") {
+				// The store's capacity trigger (migration 0004) refused it.
+				return &placement.CapacityError{Provider: p, Class: rc, Requested: d[rc], Reason: "refused by the store's capacity constraint"}
+			}
 			if err != nil {
 				return fmt.Errorf("updating usage of %s on %s: %w", rc, p, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -371,5 +372,41 @@ func TestRecordsStoredAsJSONText(t *testing.T) {
 	}
 	if id != m.ID || active != 1 {
 		t.Errorf("migration row: json id %d (want %d), active %d (want 1)", id, m.ID, active)
+	}
+}
+
+// TestCapacityTrigger checks the schema's own guard against overcommit:
+// raising a class's usage above its capacity is refused whatever writes it,
+// while lowering an inventory below its usage, and giving usage back on an
+// over-capacity provider, stay allowed.
+func TestCapacityTrigger(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t, Options{})
+	inv := placement.NewInventory(8)
+	inv.AllocationRatio, inv.MaxUnit = 1.5, 12 // capacity 12
+	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1", Inventories: placement.Inventories{placement.VCPU: inv}})
+	if err != nil {
+		t.Fatalf("CreateProvider: %v", err)
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "c-1",
+		Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 10}}}); err != nil {
+		t.Fatalf("WriteAllocations: %v", err)
+	}
+	db := rawDB(t, path)
+	exec := func(q string) error { _, err := db.ExecContext(ctx, q); return err }
+	if err := exec(`UPDATE inventories SET used = 13 WHERE provider_uuid = 'p-1'`); err == nil || !strings.Contains(err.Error(), "inventories_within_capacity") {
+		t.Errorf("usage 13 of capacity 12: %v, want the capacity trigger's refusal", err)
+	}
+	if err := exec(`UPDATE inventories SET used = 12 WHERE provider_uuid = 'p-1'`); err != nil {
+		t.Errorf("usage exactly at capacity refused: %v", err)
+	}
+	if err := exec(`UPDATE inventories SET total = 4 WHERE provider_uuid = 'p-1'`); err != nil {
+		t.Errorf("lowering the inventory below its usage refused: %v", err)
+	}
+	if err := exec(`UPDATE inventories SET used = 11 WHERE provider_uuid = 'p-1'`); err != nil {
+		t.Errorf("giving usage back while over capacity refused: %v", err)
+	}
+	if err := exec(`UPDATE inventories SET used = 12 WHERE provider_uuid = 'p-1'`); err == nil {
+		t.Error("raising usage on an over-capacity provider accepted")
 	}
 }
