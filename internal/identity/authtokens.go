@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
+	"keel/internal/httpbody"
 	"net/http"
 	"slices"
 	"sync"
@@ -62,12 +62,11 @@ var unauthorized = &authFailure{http.StatusUnauthorized, msgAuthRequired}
 // issueToken is POST /v3/auth/tokens.
 func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 	var req authRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAuthBody+1))
-	if err != nil || len(body) > maxAuthBody {
-		WriteError(w, http.StatusBadRequest, "The request body could not be read or is too large.")
-		return
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := httpbody.DecodeJSON(r, maxAuthBody, &req); err != nil {
+		if httpbody.IsTooLarge(err) {
+			WriteError(w, http.StatusRequestEntityTooLarge, "Request is too large.")
+			return
+		}
 		WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body: "+err.Error())
 		return
 	}

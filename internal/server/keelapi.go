@@ -2,7 +2,7 @@ package server
 
 import (
 	"encoding/json"
-	"io"
+	"keel/internal/httpbody"
 	"net/http"
 
 	"keel/internal/api/compute"
@@ -66,8 +66,11 @@ type explainRequest struct {
 
 func (k *keelAPI) explain(w http.ResponseWriter, r *http.Request) {
 	var req explainRequest
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err := json.Unmarshal(body, &req); err != nil || req.Flavor == "" {
+	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil || req.Flavor == "" {
+		if httpbody.IsTooLarge(err) {
+			compute.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
+			return
+		}
 		compute.WriteError(w, http.StatusBadRequest, `give {"flavor": "<id or name>"}`)
 		return
 	}

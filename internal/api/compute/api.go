@@ -2,11 +2,11 @@ package compute
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
+	"keel/internal/httpbody"
+	"keel/internal/httproute"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -116,6 +116,13 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.setVersionHeaders(w, v)
 	r = r.WithContext(context.WithValue(r.Context(), keyVersion, v))
+	if miss, status, allow := httproute.Miss(a.mux, r); miss {
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		WriteError(w, status, http.StatusText(status))
+		return
+	}
 	a.mux.ServeHTTP(w, r)
 }
 
@@ -165,12 +172,11 @@ func (a *API) authed(admin bool, pattern string, h func(w http.ResponseWriter, r
 
 // decode reads a JSON body into v; a malformed body is a 400.
 func decode(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		return badRequest("reading the request body: " + err.Error())
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return badRequest("malformed request body: " + err.Error())
+	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, v); err != nil {
+		if httpbody.IsTooLarge(err) {
+			return &apiError{http.StatusRequestEntityTooLarge, "Request is too large."}
+		}
+		return badRequest("Malformed request body: " + err.Error())
 	}
 	return nil
 }

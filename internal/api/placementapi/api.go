@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"keel/internal/httproute"
 	"keel/internal/placement"
 	"keel/internal/requestid"
 	"keel/internal/store"
@@ -87,6 +88,13 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"id": "v1.0", "min_version": "1.0", "max_version": "1." + strconv.Itoa(MaxMinor), "status": "CURRENT",
 			"links": []any{map[string]any{"rel": "self", "href": ""}},
 		}}})
+		return
+	}
+	if miss, status, allow := httproute.Miss(a.mux, r); miss {
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		writeError(w, errorf(status, "The resource could not be found or does not take %s.", r.Method))
 		return
 	}
 	a.mux.ServeHTTP(w, r)

@@ -3,6 +3,7 @@ package placementapi
 import (
 	"encoding/json"
 	"errors"
+	"keel/internal/httpbody"
 	"maps"
 	"net/http"
 	"slices"
@@ -14,8 +15,10 @@ import (
 )
 
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 8<<20))
-	if err := dec.Decode(v); err != nil {
+	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, v); err != nil {
+		if httpbody.IsTooLarge(err) {
+			return errorf(http.StatusRequestEntityTooLarge, "Request is too large: %v", err)
+		}
 		return errorf(http.StatusBadRequest, "Malformed JSON: %v", err)
 	}
 	return nil

@@ -1,0 +1,113 @@
+package compute_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/apitest"
+	"keel/internal/httpbody"
+)
+
+// computeWrites are the compute API's request bodies, by method and path
+// ({id} is a server that exists).
+var computeWrites = []struct{ method, path string }{
+	{"POST", "/compute/v2.1/servers"},
+	{"POST", "/compute/v2.1/servers/{id}/action"},
+	{"PUT", "/compute/v2.1/servers/{id}"},
+	{"POST", "/compute/v2.1/flavors"},
+	{"POST", "/compute/v2.1/flavors/1/os-extra_specs"},
+	{"PUT", "/compute/v2.1/flavors/1/os-extra_specs/hw:cpu_policy"},
+	{"PUT", "/compute/v2.1/os-services/disable"},
+	{"PUT", "/compute/v2.1/os-services/{service}"},
+	{"POST", "/compute/v2.1/os-aggregates"},
+	{"POST", "/compute/v2.1/os-server-groups"},
+}
+
+// computeShape is Nova's fault body: one key naming the fault, with the
+// status code and a message.
+func computeShape(body []byte) error {
+	var f map[string]struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	if err := json.Unmarshal(body, &f); err != nil {
+		return err
+	}
+	if len(f) != 1 {
+		return fmt.Errorf("%d keys, want one fault", len(f))
+	}
+	for k, v := range f {
+		if v.Code == nil || v.Message == nil {
+			return fmt.Errorf("fault %q lacks code or message", k)
+		}
+	}
+	return nil
+}
+
+// snapshot renders what a compute request can change, as admin sees it.
+func (e *env) snapshot() string {
+	var b strings.Builder
+	for _, p := range []string{"/servers/detail?all_tenants=1", "/flavors/detail?is_public=None", "/os-services", "/os-hypervisors/detail", "/os-migrations"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/compute/v2.1"+p, nil)
+		req.Header.Set("X-Auth-Token", "admin")
+		req.Header.Set("OpenStack-API-Version", "compute 2.87")
+		e.srv.Config.Handler.ServeHTTP(rec, req)
+		fmt.Fprintf(&b, "%s %d %s\n", p, rec.Code, rec.Body.Bytes())
+	}
+	return b.String()
+}
+
+// FuzzComputeRequests sends arbitrary bodies and microversions to every
+// compute write: never a 5xx, errors in Nova's shape, and a refused request
+// leaves servers, flavors, services, hypervisors and migrations as they were.
+func FuzzComputeRequests(f *testing.F) {
+	for i := range computeWrites {
+		for _, seed := range []string{
+			`{"server": {"name": "vm", "flavorRef": "1", "networks": "none"}}`,
+			`{"server": {"name": 1, "flavorRef": ["1"]}}`,
+			`{"os-migrateLive": {"host": null, "block_migration": "auto"}}`,
+			`{"os-migrateLive": {"host": "h2", "block_migration": true, "disk_over_commit": false}}`,
+			`{"flavor": {"name": "f", "ram": 1, "vcpus": 1, "disk": 0}}`,
+			`{"flavor": {"name": "f", "ram": -1, "vcpus": "x", "disk": 1e400}}`,
+			`{"extra_specs": {"hw:cpu_policy": "dedicated"}}`,
+			`{"hw:cpu_policy": "shared"}`,
+			`{"host": "h1", "binary": "nova-compute"}`,
+			`{"status": "disabled", "disabled_reason": "x"}`,
+			`{"aggregate": {"name": "a", "availability_zone": "z"}}`,
+			`{"server_group": {"name": "g", "policies": ["anti-affinity"]}}`,
+			`{"server": null}`, `[]`, `null`, `{`, ``, `{"a":1} {"b":2}`,
+		} {
+			f.Add(uint8(i), "2.1", []byte(seed))
+			f.Add(uint8(i), "2.87", []byte(seed))
+		}
+	}
+	f.Add(uint8(0), "latest", bytes.Repeat([]byte(" "), int(httpbody.DefaultLimit)+1))
+	f.Add(uint8(1), "2.999", []byte(`{"pause": null}`))
+	f.Fuzz(func(t *testing.T, which uint8, version string, body []byte) {
+		e := newEnv(t)
+		var created struct{ Server struct{ ID string } }
+		resp := e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "1", "networks": "none"}}, &created)
+		if resp.StatusCode != 202 {
+			t.Fatalf("creating the server to act on: %d", resp.StatusCode)
+		}
+		e.clk.Advance(2 * time.Second)
+		w := computeWrites[int(which)%len(computeWrites)]
+		path := strings.ReplaceAll(w.path, "{id}", created.Server.ID)
+		path = strings.ReplaceAll(path, "{service}", "00000000-0000-0000-0000-000000000000")
+		req := httptest.NewRequest(w.method, path, bytes.NewReader(body))
+		req.Header.Set("X-Auth-Token", "admin")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("OpenStack-API-Version", "compute "+version)
+		rec := apitest.Refused(t, e.srv.Config.Handler, req, e.snapshot, computeShape)
+		if len(body) > int(httpbody.DefaultLimit) && rec.Code != http.StatusRequestEntityTooLarge {
+			t.Fatalf("a %d-byte body: %d, want 413", len(body), rec.Code)
+		}
+	})
+}

@@ -1,0 +1,85 @@
+// Package httpbody reads JSON request bodies the same way for every keel
+// API (compute, placement, identity, keel's own): the body is capped at a
+// limit, a larger one is reported as too large (the APIs answer 413 Request
+// Entity Too Large, as Nova and Placement do) rather than cut short and
+// misread, and a body that is not one JSON value of the expected shape is
+// reported as malformed (400).
+package httpbody
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// DefaultLimit is the largest request body keel's APIs read: 1 MiB, far
+// above any real request (a POST /allocations for many consumers is a few
+// KiB) and below anything that would hurt the server.
+const DefaultLimit int64 = 1 << 20
+
+// TooLargeError is returned when the body exceeds the limit.
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("request body is larger than the limit of %d bytes", e.Limit)
+}
+
+// MalformedError is returned when the body is not valid JSON for the
+// target (syntax errors, wrong types, trailing data).
+type MalformedError struct{ Err error }
+
+func (e *MalformedError) Error() string { return e.Err.Error() }
+func (e *MalformedError) Unwrap() error { return e.Err }
+
+// Read returns the whole body, or a TooLargeError when it is longer than
+// limit bytes (checked against Content-Length first, so an oversized upload
+// is refused without being read).
+func Read(r *http.Request, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	if r.ContentLength > limit {
+		return nil, &TooLargeError{Limit: limit}
+	}
+	if r.Body == nil {
+		return nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, &TooLargeError{Limit: limit}
+	}
+	return body, nil
+}
+
+// DecodeJSON reads the body (see Read) and unmarshals it into v. An empty
+// body, a syntax error, a type mismatch or data after the JSON value is a
+// MalformedError.
+func DecodeJSON(r *http.Request, limit int64, v any) error {
+	body, err := Read(r, limit)
+	if err != nil {
+		return err
+	}
+	return Unmarshal(body, v)
+}
+
+// Unmarshal is json.Unmarshal with its failures as MalformedError.
+func Unmarshal(body []byte, v any) error {
+	if len(body) == 0 {
+		return &MalformedError{Err: errors.New("the request body is empty")}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return &MalformedError{Err: err}
+	}
+	return nil
+}
+
+// IsTooLarge reports whether err is (or wraps) a TooLargeError.
+func IsTooLarge(err error) bool {
+	var tl *TooLargeError
+	return errors.As(err, &tl)
+}

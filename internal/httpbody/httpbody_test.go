@@ -1,0 +1,46 @@
+package httpbody_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"keel/internal/httpbody"
+)
+
+func TestDecodeJSON(t *testing.T) {
+	var v struct{ A int }
+	cases := []struct {
+		body      string
+		limit     int64
+		tooLarge  bool
+		malformed bool
+	}{
+		{`{"A": 1}`, 100, false, false},
+		{`{"A": 1}`, 4, true, false},
+		{``, 100, false, true},
+		{`{"A": "x"}`, 100, false, true},
+		{`{"A": 1} {"A": 2}`, 100, false, true},
+		{`{"A": 1}` + strings.Repeat(" ", 100), 100, true, false},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(c.body))
+		err := httpbody.DecodeJSON(r, c.limit, &v)
+		var m *httpbody.MalformedError
+		if httpbody.IsTooLarge(err) != c.tooLarge || (err != nil && !c.tooLarge && !asMalformed(err, &m)) || (err == nil) != (!c.tooLarge && !c.malformed) {
+			t.Errorf("%q with limit %d: %v", c.body, c.limit, err)
+		}
+	}
+	// Content-Length alone decides, without reading.
+	r := httptest.NewRequest("POST", "/", strings.NewReader("{}"))
+	r.ContentLength = 1 << 30
+	if err := httpbody.DecodeJSON(r, 0, &v); !httpbody.IsTooLarge(err) {
+		t.Fatalf("declared 1 GiB: %v", err)
+	}
+}
+
+func asMalformed(err error, m **httpbody.MalformedError) bool {
+	e, ok := err.(*httpbody.MalformedError)
+	*m = e
+	return ok
+}
