@@ -71,7 +71,7 @@ func (d *dense) sync(h *HostState) {
 	raw[rawCPU] = max(float64(h.VCPUsTotal)*h.CPUAllocationRatio-float64(h.VCPUsUsed), 0)
 	raw[rawDisk] = max(float64(h.FreeDiskMB), 0)
 	raw[rawIOOps] = max(float64(h.NumIOOps), 0)
-	raw[rawBuildFailure] = -float64(h.FailedBuilds)
+	raw[rawBuildFailure] = float64(h.FailedBuilds)
 	raw[rawNumInstances] = float64(h.NumInstances)
 	for k := range raw {
 		if (r.raw[k] != 0) != (raw[k] != 0) {

@@ -89,7 +89,15 @@ type computeFilter struct {
 func (computeFilter) Name() string         { return "ComputeFilter" }
 func (computeFilter) Active(*Request) bool { return true }
 func (f computeFilter) Fits(h *HostState, r *Request) bool {
-	return h.HasService && !h.Disabled && !h.ForcedDown && (f.down <= 0 || r.now.Sub(h.LastSeenUp) <= f.down)
+	return h.HasService && !h.Disabled && !h.ForcedDown && heardFrom(r.now.UnixNano()-h.LastSeenUp.UnixNano(), int64(f.down))
+}
+
+// heardFrom is Nova's service_is_up on the heartbeat's age: up when it is
+// within service_down_time either way (a heartbeat stamped in the future by
+// a skewed clock counts as much as one in the past); down <= 0 disables
+// the check.
+func heardFrom(age, down int64) bool {
+	return down <= 0 || (age <= down && -age <= down)
 }
 func (f computeFilter) Why(h *HostState, r *Request) string {
 	switch {
@@ -104,14 +112,30 @@ func (f computeFilter) Why(h *HostState, r *Request) string {
 	}
 }
 
+// zoneFilter passes a host whose zone is the requested one. A host in an
+// aggregate with availability_zone metadata is in the zones its aggregates
+// name (as Nova's filter reads them); any other host is in its service's
+// zone (keel's stand-in for Nova's default_availability_zone).
 type zoneFilter struct{}
 
-func (zoneFilter) Name() string                       { return "AvailabilityZoneFilter" }
-func (zoneFilter) Active(r *Request) bool             { return r.Zone != "" }
-func (zoneFilter) Fits(h *HostState, r *Request) bool { return h.Zone == r.Zone }
+func (zoneFilter) Name() string           { return "AvailabilityZoneFilter" }
+func (zoneFilter) Active(r *Request) bool { return r.Zone != "" }
+func (zoneFilter) Fits(h *HostState, r *Request) bool {
+	if azs, ok := h.AggregateMetadata[ZoneKey]; ok {
+		return contains(azs, r.Zone)
+	}
+	return h.Zone == r.Zone
+}
 func (zoneFilter) Why(h *HostState, r *Request) string {
+	if azs, ok := h.AggregateMetadata[ZoneKey]; ok {
+		return fmt.Sprintf("host's aggregates put it in zone(s) %q, request wants %q", azs, r.Zone)
+	}
 	return fmt.Sprintf("host is in zone %q, request wants %q", h.Zone, r.Zone)
 }
+
+// ZoneKey is the aggregate metadata key that sets its hosts' availability
+// zone.
+const ZoneKey = "availability_zone"
 
 // capabilitiesFilter matches "capabilities:KEY" extra specs against the
 // host's capabilities.
@@ -202,7 +226,7 @@ func (affinityFilter) Why(*HostState, *Request) string {
 type sameHostFilter struct{}
 
 func (sameHostFilter) Name() string                       { return "SameHostFilter" }
-func (sameHostFilter) Active(r *Request) bool             { return len(r.SameHost) > 0 }
+func (sameHostFilter) Active(r *Request) bool             { return r.SameHost != nil }
 func (sameHostFilter) Fits(h *HostState, r *Request) bool { return contains(r.SameHost, h.Name) }
 func (sameHostFilter) Why(*HostState, *Request) string {
 	return "same_host: none of the named instances is on this host"
@@ -293,60 +317,74 @@ func hasScope(specs map[string]string, prefix string) bool {
 	return false
 }
 
-// matchSpec evaluates one extra-spec requirement against a value, with
-// Nova's operators: "= N" (numeric ≥), "== N", "!= N", ">= N", "<= N",
-// "s== S", "s!= S", "s< S", "s<= S", "s> S", "s>= S" (string order),
-// "<in> S" (substring), "<all-in> A B" (every word a substring),
-// "<or> A <or> B"; otherwise plain string equality.
-func matchSpec(have, want string) bool {
-	fields := strings.Fields(want)
-	if len(fields) >= 2 {
-		op, arg := fields[0], strings.Join(fields[1:], " ")
-		num := func(cmp func(a, b float64) bool) bool {
-			a, err1 := strconv.ParseFloat(have, 64)
-			b, err2 := strconv.ParseFloat(arg, 64)
-			return err1 == nil && err2 == nil && cmp(a, b)
-		}
-		switch op {
-		case "=", ">=":
-			return num(func(a, b float64) bool { return a >= b })
-		case "==":
-			return num(func(a, b float64) bool { return a == b })
-		case "!=":
-			return num(func(a, b float64) bool { return a != b })
-		case "<=":
-			return num(func(a, b float64) bool { return a <= b })
-		case "s==":
-			return have == arg
-		case "s!=":
-			return have != arg
-		case "s<":
-			return have < arg
-		case "s<=":
-			return have <= arg
-		case "s>":
-			return have > arg
-		case "s>=":
-			return have >= arg
-		case "<all-in>":
-			for _, want := range fields[1:] {
-				if !strings.Contains(have, want) {
-					return false
-				}
-			}
-			return true
-		case "<in>":
-			return strings.Contains(have, arg)
-		case "<or>":
-			for _, alt := range strings.Split(want, "<or>") {
-				if strings.TrimSpace(alt) == have {
-					return true
-				}
-			}
+// specOps are Nova's extra-spec operators (nova/scheduler/filters/
+// extra_specs_ops.py): each compares a host's value with the operator's
+// argument.
+var specOps = map[string]func(have string, args []string) bool{
+	"=":        numOp(func(a, b float64) bool { return a >= b }),
+	">=":       numOp(func(a, b float64) bool { return a >= b }),
+	"==":       numOp(func(a, b float64) bool { return a == b }),
+	"!=":       numOp(func(a, b float64) bool { return a != b }),
+	"<=":       numOp(func(a, b float64) bool { return a <= b }),
+	"s==":      func(have string, args []string) bool { return have == args[0] },
+	"s!=":      func(have string, args []string) bool { return have != args[0] },
+	"s<":       func(have string, args []string) bool { return have < args[0] },
+	"s<=":      func(have string, args []string) bool { return have <= args[0] },
+	"s>":       func(have string, args []string) bool { return have > args[0] },
+	"s>=":      func(have string, args []string) bool { return have >= args[0] },
+	"<in>":     func(have string, args []string) bool { return strings.Contains(have, args[0]) },
+	"<all-in>": allIn,
+}
+
+// numOp compares numerically; a value or argument that is not a number
+// does not match (Nova raises and fails the request instead).
+func numOp(cmp func(a, b float64) bool) func(string, []string) bool {
+	return func(have string, args []string) bool {
+		a, err1 := strconv.ParseFloat(strings.TrimSpace(have), 64)
+		b, err2 := strconv.ParseFloat(args[0], 64)
+		return err1 == nil && err2 == nil && cmp(a, b)
+	}
+}
+
+func allIn(have string, args []string) bool {
+	for _, w := range args {
+		if !strings.Contains(have, w) {
 			return false
 		}
 	}
-	return have == want
+	return true
+}
+
+// matchSpec evaluates one extra-spec requirement against a value as Nova
+// does. The requirement is split into words; when the first is an
+// operator, it applies to the second word only ("<all-in>" to every
+// following word; "<or> A <or> B" compares whole words with the value);
+// an operator without an argument matches nothing; anything else is plain
+// string equality with the whole requirement.
+func matchSpec(have, want string) bool {
+	words := strings.Fields(want)
+	if len(words) == 0 {
+		return have == want
+	}
+	op, args := words[0], words[1:]
+	if op == "<or>" {
+		for len(args) > 0 {
+			if args[0] == have {
+				return true
+			}
+			args = args[1:]
+			if len(args) == 0 {
+				break
+			}
+			args = args[1:] // the next "<or>" (whatever the word is, as Nova)
+		}
+		return false
+	}
+	f, ok := specOps[op]
+	if !ok {
+		return have == want
+	}
+	return len(args) > 0 && f(have, args)
 }
 
 func asCapacity(err error, target **placement.CapacityError) bool { return errors.As(err, target) }

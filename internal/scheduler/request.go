@@ -38,7 +38,9 @@ type Request struct {
 	RequestedHost string
 	Force         bool
 	// SameHost / DifferentHost are the hosts of the instances named in the
-	// same_host / different_host scheduler hints.
+	// same_host / different_host scheduler hints. A non-nil empty SameHost
+	// (the hint named instances that are on no host) passes no host, as in
+	// Nova.
 	SameHost      []string
 	DifferentHost []string
 	Group         *Group

@@ -388,7 +388,7 @@ func (p *filterPass) check(i int, steps []filterStep) int {
 		var ok bool
 		switch {
 		case st.compute:
-			ok = row.eligible && (st.down <= 0 || p.now-row.lastSeen <= st.down)
+			ok = row.eligible && heardFrom(p.now-row.lastSeen, st.down)
 		case k == 0: // ResourceFilter, always first
 			ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
 		default:

@@ -318,6 +318,11 @@ func TestExtraSpecOperatorsAsNova(t *testing.T) {
 		{"avx2 sse4 aes", "<all-in> aes avx2", true}, {"avx2 sse4", "<all-in> aes avx2", false},
 		{"kvm", "<or> qemu <or> kvm", true}, {"xen", "<or> qemu <or> kvm", false},
 		{"fast", "fast", true}, {"fast", "slow", false},
+		// Nova's quirks: an operator without an argument matches nothing,
+		// an operator reads only its first argument, "<or>" compares whole
+		// words.
+		{"=", "=", false}, {"a b", "<in> b c", true}, {"x", "s== x y", true},
+		{"gold", "<or> silver gold", false}, {"a b", "<or> a b", false},
 	}
 	for _, tc := range cases {
 		if got := matchSpec(tc.have, tc.want); got != tc.ok {

@@ -38,7 +38,11 @@ func newWeigher(name string, cfg Config) (Weigher, float64) {
 	case "IoOpsWeigher":
 		return ioOpsWeigher{}, cfg.IOOpsWeightMultiplier
 	case "BuildFailureWeigher":
-		return buildFailureWeigher{}, cfg.BuildFailureWeightMultiplier
+		// Nova weighs the failure count itself and negates the
+		// multiplier, so the best host's term is 0 and the others'
+		// negative (negating the count instead shifts every weight by the
+		// multiplier).
+		return buildFailureWeigher{}, -cfg.BuildFailureWeightMultiplier
 	case "NumInstancesWeigher":
 		return numInstancesWeigher{}, cfg.NumInstancesWeightMultiplier
 	case "ServerGroupSoftAffinityWeigher":
@@ -85,7 +89,7 @@ func (buildFailureWeigher) Name() string         { return "BuildFailureWeigher" 
 func (buildFailureWeigher) Active(*Request) bool { return true }
 func (buildFailureWeigher) FixedMin() bool       { return false }
 func (buildFailureWeigher) Raw(h *HostState, _ *Request) float64 {
-	return -float64(h.FailedBuilds)
+	return float64(h.FailedBuilds)
 }
 
 type numInstancesWeigher struct{}
