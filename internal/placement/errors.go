@@ -12,6 +12,14 @@ var ErrNotFound = errors.New("not found")
 // ErrExists is wrapped by errors about creating something that already exists.
 var ErrExists = errors.New("already exists")
 
+// ErrInUse is wrapped by errors refusing to delete a trait or a resource
+// class that providers still use (HTTP 409).
+var ErrInUse = errors.New("in use")
+
+// ErrHasChildren is wrapped by errors refusing to delete a provider that
+// is the parent of others (HTTP 409).
+var ErrHasChildren = errors.New("provider has child providers")
+
 // ConflictKind tells which generation was stale.
 type ConflictKind string
 

@@ -13,6 +13,21 @@ type Provider struct {
 	Name        string      `json:"name"`
 	Generation  int64       `json:"generation"`
 	Inventories Inventories `json:"inventories"`
+	// ParentUUID is the provider's parent in its provider tree; "" for a
+	// root provider (every host's provider).
+	ParentUUID string `json:"parent_provider_uuid,omitempty"`
+	// Traits and Aggregates (aggregate UUIDs) are sorted, without
+	// duplicates.
+	Traits     []string `json:"traits,omitempty"`
+	Aggregates []string `json:"aggregates,omitempty"`
+}
+
+// Clone returns a deep copy of p.
+func (p Provider) Clone() Provider {
+	p.Inventories = p.Inventories.Clone()
+	p.Traits = slices.Clone(p.Traits)
+	p.Aggregates = slices.Clone(p.Aggregates)
+	return p
 }
 
 // Capacities returns the capacity per class.
@@ -31,6 +46,9 @@ type ConsumerType string
 const (
 	ConsumerInstance  ConsumerType = "INSTANCE"
 	ConsumerMigration ConsumerType = "MIGRATION"
+	// ConsumerUnknown is the type of a consumer created through placement
+	// before 1.38, which could not say (Placement's name for it).
+	ConsumerUnknown ConsumerType = "unknown"
 )
 
 // Consumer is whoever holds allocations: an instance, or a migration holding
@@ -73,7 +91,10 @@ type AllocationWrite struct {
 	ConsumerUUID string
 	ProjectID    string
 	UserID       string
-	Type         ConsumerType
+	// Type is the consumer's type; empty keeps an existing consumer's
+	// type and gives a new one NewType (INSTANCE if that is empty too).
+	Type    ConsumerType
+	NewType ConsumerType
 	// ConsumerGeneration is the generation the writer last saw; nil means the
 	// consumer must not exist yet. Ignored when AnyConsumerGeneration is set
 	// (Placement before 1.28, and internal moves that hold their own lock).
@@ -249,6 +270,9 @@ func consumerChange(st WriteState, w AllocationWrite) ConsumerChange {
 		if c.Type == "" {
 			c.Type = cur.Type
 		}
+	}
+	if c.Type == "" {
+		c.Type = w.NewType
 	}
 	if c.Type == "" {
 		c.Type = ConsumerInstance

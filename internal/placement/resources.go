@@ -2,7 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -25,19 +24,22 @@ var standardClasses = map[ResourceClass]bool{
 	"IPV4_ADDRESS": true, "VGPU": true, "VGPU_DISPLAY_HEAD": true,
 	"NET_BW_EGR_KILOBIT_PER_SEC": true, "NET_BW_IGR_KILOBIT_PER_SEC": true,
 	"PCPU": true, "MEM_ENCRYPTION_CONTEXT": true, "FPGA": true, "PGPU": true,
+	"NET_PACKET_RATE_KILOPACKET_PER_SEC": true, "NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC": true,
+	"NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC": true,
 }
-
-var customClassRE = regexp.MustCompile(`^CUSTOM_[A-Z0-9_]+$`)
 
 // IsCustom reports whether rc is a custom class (CUSTOM_*).
 func (rc ResourceClass) IsCustom() bool { return strings.HasPrefix(string(rc), "CUSTOM_") }
+
+// IsStandard reports whether rc is one of the standard classes.
+func (rc ResourceClass) IsStandard() bool { return standardClasses[rc] }
 
 // Validate checks that rc is a standard class or a well-formed custom one.
 func (rc ResourceClass) Validate() error {
 	if standardClasses[rc] {
 		return nil
 	}
-	if customClassRE.MatchString(string(rc)) {
+	if len(rc) <= 255 && customNameRE.MatchString(string(rc)) {
 		return nil
 	}
 	return invalidf("resource class %q is neither standard nor CUSTOM_[A-Z0-9_]+", rc)

@@ -21,6 +21,10 @@ import (
 var (
 	ErrNotFound = placement.ErrNotFound
 	ErrExists   = placement.ErrExists
+	// ErrInUse: a trait or resource class still in use.
+	ErrInUse = placement.ErrInUse
+	// ErrHasChildren: a provider that is another's parent.
+	ErrHasChildren = placement.ErrHasChildren
 )
 
 // ChangeKind says what a change-stream entry refers to.
@@ -74,6 +78,40 @@ type Store interface {
 	SetInventories(ctx context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error)
 	// DeleteProvider removes a provider that holds no allocations.
 	DeleteProvider(ctx context.Context, uuid string) error
+
+	// Placement's provider trees, traits, aggregates and custom resource
+	// classes. CreateProvider takes the new provider's ParentUUID (which
+	// must exist), Traits (which must exist) and Aggregates too, and
+	// DeleteProvider refuses a provider with children (ErrHasChildren).
+
+	// UpdateProvider renames a provider and sets its parent ("" for none).
+	// Giving a parent to a root is always allowed; changing or removing a
+	// parent only with reparent (placement 1.37). The parent must exist and
+	// not be in the provider's own subtree (InvalidError). The generation
+	// is not bumped, as in Placement. ErrExists if the name is taken.
+	UpdateProvider(ctx context.Context, uuid, name, parent string, reparent bool) (placement.Provider, error)
+	// SetProviderTraits replaces a provider's traits if gen is current and
+	// bumps its generation. Every trait must be standard or created
+	// (InvalidError naming the others).
+	SetProviderTraits(ctx context.Context, uuid string, gen int64, traits []string) (placement.Provider, error)
+	// SetProviderAggregates replaces a provider's aggregates (UUIDs) and
+	// bumps its generation. gen nil skips the generation check (placement
+	// before 1.19, and keel mirroring Nova's host aggregates).
+	SetProviderAggregates(ctx context.Context, uuid string, gen *int64, aggregates []string) (placement.Provider, error)
+	// CreateTrait creates a custom trait; created is false if it existed.
+	CreateTrait(ctx context.Context, name string) (created bool, err error)
+	// CustomTraits lists the created traits, sorted.
+	CustomTraits(ctx context.Context) ([]string, error)
+	// DeleteTrait deletes a created trait: ErrNotFound, or ErrInUse while a
+	// provider has it.
+	DeleteTrait(ctx context.Context, name string) error
+	// CreateResourceClass creates a custom class; ErrExists if it exists.
+	CreateResourceClass(ctx context.Context, rc placement.ResourceClass) error
+	// CustomResourceClasses lists the created classes, sorted.
+	CustomResourceClasses(ctx context.Context) ([]placement.ResourceClass, error)
+	// DeleteResourceClass deletes a created class: ErrNotFound, or
+	// ErrInUse while an inventory has it.
+	DeleteResourceClass(ctx context.Context, rc placement.ResourceClass) error
 
 	GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error)
 	// ConsumersOn lists the consumers holding allocations on a provider.

@@ -33,7 +33,9 @@ type Store struct {
 	instances  map[string]records.Instance
 	migrations map[int64]records.Migration
 	flavors    map[string]records.Flavor
-	activeMigs map[int64]bool // not in a terminal status: ListMigrations(ActiveOnly) reads only these
+	traits     map[string]bool                  // created (custom) traits
+	classes    map[placement.ResourceClass]bool // created (custom) resource classes
+	activeMigs map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
 	nextMigID  int64
 	changes    []store.Change
 	seq        int64
@@ -54,6 +56,8 @@ func New() *Store {
 		instances:  map[string]records.Instance{},
 		migrations: map[int64]records.Migration{},
 		flavors:    map[string]records.Flavor{},
+		traits:     map[string]bool{},
+		classes:    map[placement.ResourceClass]bool{},
 		activeMigs: map[int64]bool{},
 	}
 }
@@ -83,21 +87,22 @@ func (s *Store) CreateProvider(_ context.Context, p placement.Provider) (placeme
 	if _, ok := s.names[p.Name]; ok {
 		return placement.Provider{}, fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
 	}
+	if err := s.checkNewProvider(p); err != nil {
+		return placement.Provider{}, err
+	}
 	p.Generation = 0
 	if len(p.Inventories) > 0 {
 		p.Generation = 1
 	}
-	p.Inventories = p.Inventories.Clone()
+	p = p.Clone()
+	p.Traits, p.Aggregates = placement.NormalizeNames(p.Traits), placement.NormalizeNames(p.Aggregates)
 	s.providers[p.UUID] = &p
 	s.names[p.Name] = p.UUID
 	s.note(store.ChangeProvider, p.UUID)
 	return clone(p), nil
 }
 
-func clone(p placement.Provider) placement.Provider {
-	p.Inventories = p.Inventories.Clone()
-	return p
-}
+func clone(p placement.Provider) placement.Provider { return p.Clone() }
 
 // GetProvider implements store.Store.
 func (s *Store) GetProvider(_ context.Context, uuid string) (placement.Provider, error) {
@@ -159,6 +164,11 @@ func (s *Store) DeleteProvider(_ context.Context, uuid string) error {
 	}
 	if len(s.byProvider[uuid]) > 0 {
 		return fmt.Errorf("deleting provider %s: %w", uuid, &placement.InUseError{Provider: uuid})
+	}
+	for _, q := range s.providers {
+		if q.ParentUUID == uuid {
+			return fmt.Errorf("deleting provider %s: parent of %s: %w", uuid, q.UUID, store.ErrHasChildren)
+		}
 	}
 	delete(s.providers, uuid)
 	delete(s.names, p.Name)

@@ -17,7 +17,7 @@ import (
 // providerColumns are the columns scanProviders reads: providers with
 // their inventories and usage, one row per inventory (or one row with NULL
 // inventory columns).
-const providerColumns = `SELECT p.uuid, p.name, p.generation,
+const providerColumns = `SELECT p.uuid, p.name, p.generation, COALESCE(p.parent_uuid, ''), p.traits, p.aggregates,
 	i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, i.used`
 
 // providerSelect reads providers with their inventories.
@@ -40,19 +40,27 @@ func scanProviders(rows pgx.Rows) ([]*store.ProviderSummary, error) {
 	)
 	for rows.Next() {
 		var (
-			uuid, name                              string
+			uuid, name, parent                      string
+			traits, aggs                            []string
 			generation                              int64
 			rc                                      *string
 			total, reserved, minU, maxU, step, used *int64
 			ratio                                   *float64
 		)
-		if err := rows.Scan(&uuid, &name, &generation, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
+		if err := rows.Scan(&uuid, &name, &generation, &parent, &traits, &aggs, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
 			return nil, fmt.Errorf("scanning provider: %w", err)
 		}
 		if last == nil || last.UUID != uuid {
 			last = &store.ProviderSummary{
 				Provider: placement.Provider{UUID: uuid, Name: name, Generation: generation, Inventories: placement.Inventories{}},
 				Usage:    placement.Resources{},
+			}
+			last.ParentUUID = parent
+			if len(traits) > 0 {
+				last.Traits = traits
+			}
+			if len(aggs) > 0 {
+				last.Aggregates = aggs
 			}
 			out = append(out, last)
 		}
@@ -120,11 +128,21 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 	if len(p.Inventories) > 0 {
 		p.Generation = 1
 	}
-	p.Inventories = p.Inventories.Clone()
+	p = p.Clone()
+	p.Traits, p.Aggregates = placement.NormalizeNames(p.Traits), placement.NormalizeNames(p.Aggregates)
 	err := s.write(ctx, func(w *wtx) error {
+		if p.ParentUUID != "" || len(p.Traits) > 0 {
+			if err := placement.CheckParent(placement.Provider{UUID: p.UUID}, p.ParentUUID, false, w.parentOf); err != nil {
+				return err
+			}
+			if err := placement.UnknownTraits(p.Traits, w.isCustomTrait); err != nil {
+				return err
+			}
+		}
 		// One round trip: a taken UUID or name fails the INSERT, and the
 		// server skips the rest.
-		w.queue(`INSERT INTO providers (uuid, name, generation) VALUES ($1, $2, $3)`, p.UUID, p.Name, p.Generation)
+		w.queue(`INSERT INTO providers (uuid, name, generation, parent_uuid, traits, aggregates) VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6)`,
+			p.UUID, p.Name, p.Generation, p.ParentUUID, p.Traits, p.Aggregates)
 		w.putInventories(p.UUID, p.Inventories)
 		w.note(store.ChangeProvider, p.UUID)
 		return nil
@@ -210,12 +228,18 @@ func (s *Store) ProviderSummaries(ctx context.Context, uuids []string) ([]store.
 // if it did not exist yet. Both statements are index lookups whatever the
 // table statistics say.
 func (w *wtx) lockProviders(into map[string]*store.ProviderSummary, set string, args ...any) {
-	w.queue(`SELECT uuid, name, generation FROM providers WHERE uuid = ANY(`+set+`)
+	w.queue(`SELECT uuid, name, generation, COALESCE(parent_uuid, ''), traits, aggregates FROM providers WHERE uuid = ANY(`+set+`)
 		ORDER BY uuid FOR UPDATE`, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			p := &store.ProviderSummary{Provider: placement.Provider{Inventories: placement.Inventories{}}, Usage: placement.Resources{}}
-			if err := rows.Scan(&p.UUID, &p.Name, &p.Generation); err != nil {
+			if err := rows.Scan(&p.UUID, &p.Name, &p.Generation, &p.ParentUUID, &p.Traits, &p.Aggregates); err != nil {
 				return fmt.Errorf("scanning provider: %w", err)
+			}
+			if len(p.Traits) == 0 {
+				p.Traits = nil
+			}
+			if len(p.Aggregates) == 0 {
+				p.Aggregates = nil
 			}
 			into[p.UUID] = p
 		}
@@ -280,7 +304,8 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 		}
 		w.queue(`DELETE FROM inventories WHERE provider_uuid = $1 AND resource_class <> ALL($2::text[])`, uuid, keep)
 		w.putInventories(uuid, invs)
-		out = placement.Provider{UUID: uuid, Name: cur.Name, Generation: cur.Generation + 1, Inventories: invs.Clone()}
+		out = cur.Provider.Clone()
+		out.Generation, out.Inventories = cur.Generation+1, invs.Clone()
 		w.queue(`UPDATE providers SET generation = $1 WHERE uuid = $2`, out.Generation, uuid)
 		w.note(store.ChangeProvider, uuid)
 		return nil
@@ -314,6 +339,16 @@ func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 		}
 		if held {
 			return &placement.InUseError{Provider: uuid}
+		}
+		var child string
+		w.queue(`SELECT COALESCE(min(uuid), '') FROM providers WHERE parent_uuid = $1`, uuid).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&child)
+		})
+		if err := w.send(); err != nil {
+			return fmt.Errorf("checking children of %s: %w", uuid, err)
+		}
+		if child != "" {
+			return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
 		}
 		w.queue(`DELETE FROM providers WHERE uuid = $1`, uuid)
 		w.note(store.ChangeProvider, uuid)

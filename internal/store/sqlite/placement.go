@@ -16,7 +16,7 @@ import (
 
 // providerSelect reads providers with their inventories and usage, one row
 // per inventory (or one row with NULL inventory columns).
-const providerSelect = `SELECT p.uuid, p.name, p.generation,
+const providerSelect = `SELECT p.uuid, p.name, p.generation, p.parent_uuid, p.traits, p.aggregates,
 	i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, i.used
 	FROM providers p LEFT JOIN inventories i ON i.provider_uuid = p.uuid`
 
@@ -30,19 +30,28 @@ func scanProviders(rows *sql.Rows) ([]*store.ProviderSummary, error) {
 	)
 	for rows.Next() {
 		var (
-			uuid, name                              string
+			uuid, name, traits, aggs                string
+			parent                                  sql.NullString
 			generation                              int64
 			rc                                      sql.NullString
 			total, reserved, minU, maxU, step, used sql.NullInt64
 			ratio                                   sql.NullFloat64
 		)
-		if err := rows.Scan(&uuid, &name, &generation, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
+		if err := rows.Scan(&uuid, &name, &generation, &parent, &traits, &aggs, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
 			return nil, fmt.Errorf("scanning provider: %w", err)
 		}
 		if last == nil || last.UUID != uuid {
 			last = &store.ProviderSummary{
 				Provider: placement.Provider{UUID: uuid, Name: name, Generation: generation, Inventories: placement.Inventories{}},
 				Usage:    placement.Resources{},
+			}
+			last.ParentUUID = parent.String
+			var err error
+			if last.Traits, err = decodeNames(traits); err != nil {
+				return nil, fmt.Errorf("provider %s traits: %w", uuid, err)
+			}
+			if last.Aggregates, err = decodeNames(aggs); err != nil {
+				return nil, fmt.Errorf("provider %s aggregates: %w", uuid, err)
 			}
 			out = append(out, last)
 		}
@@ -62,6 +71,25 @@ func scanProviders(rows *sql.Rows) ([]*store.ProviderSummary, error) {
 		return nil, fmt.Errorf("reading providers: %w", err)
 	}
 	return out, nil
+}
+
+// decodeNames reads a JSON array of names; "[]" (the usual case) costs
+// nothing.
+func decodeNames(s string) ([]string, error) {
+	if s == "[]" || s == "" {
+		return nil, nil
+	}
+	var out []string
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// encodeNames writes names (normalised) as a JSON array.
+func encodeNames(names []string) string {
+	b, _ := json.Marshal(placement.NormalizeNames(names))
+	return string(b)
 }
 
 // loadProvider reads one provider inside a write transaction.
@@ -102,7 +130,8 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 	if len(p.Inventories) > 0 {
 		p.Generation = 1
 	}
-	p.Inventories = p.Inventories.Clone()
+	p = p.Clone()
+	p.Traits, p.Aggregates = placement.NormalizeNames(p.Traits), placement.NormalizeNames(p.Aggregates)
 	err := s.write(ctx, func(w *wtx) error {
 		var n int
 		if err := w.queryRow(qProviderExists, p.UUID).Scan(&n); err != nil {
@@ -117,7 +146,14 @@ func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (place
 		if n > 0 {
 			return fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
 		}
-		if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation); err != nil {
+		if err := placement.CheckParent(placement.Provider{UUID: p.UUID}, p.ParentUUID, false, w.parentOf); err != nil {
+			return err
+		}
+		if err := placement.UnknownTraits(p.Traits, w.isCustomTrait); err != nil {
+			return err
+		}
+		if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation,
+			sql.NullString{String: p.ParentUUID, Valid: p.ParentUUID != ""}, encodeNames(p.Traits), encodeNames(p.Aggregates)); err != nil {
 			return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
 		}
 		for _, rc := range slices.Sorted(maps.Keys(p.Inventories)) {
@@ -220,7 +256,8 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 				return err
 			}
 		}
-		out = placement.Provider{UUID: uuid, Name: cur.Name, Generation: cur.Generation + 1, Inventories: invs.Clone()}
+		out = cur.Provider.Clone()
+		out.Generation, out.Inventories = cur.Generation+1, invs.Clone()
 		if _, err := w.exec(qSetProviderGeneration, out.Generation, uuid); err != nil {
 			return fmt.Errorf("bumping generation of %s: %w", uuid, err)
 		}
@@ -260,6 +297,13 @@ func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 		}
 		if n > 0 {
 			return &placement.InUseError{Provider: uuid}
+		}
+		var child string
+		switch err := w.queryRow(qProviderChild, uuid).Scan(&child); {
+		case err == nil:
+			return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("checking children of %s: %w", uuid, err)
 		}
 		if _, err := w.exec(qDeleteProvider, uuid); err != nil {
 			return fmt.Errorf("deleting provider %s: %w", uuid, err)

@@ -36,6 +36,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		tests []subtest
 	}{
 		{"Providers", providerTests},
+		{"ProviderDetails", treeTests},
 		{"Allocations", allocationTests},
 		{"Records", recordTests},
 		{"Changes", changeTests},

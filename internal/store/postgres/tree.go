@@ -1,0 +1,249 @@
+package postgres
+
+import (
+	"context"
+
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"keel/internal/placement"
+	"keel/internal/store"
+)
+
+// parentOf is placement.CheckParent's view of the providers inside a
+// write transaction.
+func (w *wtx) parentOf(uuid string) (string, bool, error) {
+	var parent *string
+	found := false
+	w.queue(`SELECT COALESCE(parent_uuid, '') FROM providers WHERE uuid = $1`, uuid).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			found = true
+			if err := rows.Scan(&parent); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	if err := w.send(); err != nil {
+		return "", false, fmt.Errorf("reading parent of %s: %w", uuid, err)
+	}
+	if !found {
+		return "", false, nil
+	}
+	return *parent, true, nil
+}
+
+// isCustomTrait looks a created trait up and keeps it locked (FOR SHARE)
+// until the transaction ends, so that DeleteTrait cannot remove it under a
+// provider being given it.
+func (w *wtx) isCustomTrait(name string) (bool, error) {
+	found := false
+	w.queue(`SELECT name FROM custom_traits WHERE name = $1 FOR SHARE`, name).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			found = true
+		}
+		return rows.Err()
+	})
+	if err := w.send(); err != nil {
+		return false, fmt.Errorf("looking up trait %s: %w", name, err)
+	}
+	return found, nil
+}
+
+// UpdateProvider implements store.Store.
+func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, reparent bool) (placement.Provider, error) {
+	if name == "" {
+		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a name"}
+	}
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.lockProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if err := placement.CheckParent(cur.Provider, parent, reparent, w.parentOf); err != nil {
+			return err
+		}
+		w.queue(`UPDATE providers SET name = $1, parent_uuid = NULLIF($2, '') WHERE uuid = $3`, name, parent, uuid)
+		w.note(store.ChangeProvider, uuid)
+		out = cur.Provider
+		out.Name, out.ParentUUID = name, parent
+		return nil
+	})
+	if isUniqueViolation(err, "providers") {
+		return placement.Provider{}, fmt.Errorf("updating provider %s: name %q: %w", uuid, name, store.ErrExists)
+	}
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("updating provider %s: %w", uuid, err)
+	}
+	return out, nil
+}
+
+// SetProviderTraits implements store.Store.
+func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, traits []string) (placement.Provider, error) {
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.lockProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if err := placement.CheckGeneration(cur.Provider, gen); err != nil {
+			return err
+		}
+		if err := placement.UnknownTraits(traits, w.isCustomTrait); err != nil {
+			return err
+		}
+		out = cur.Provider
+		out.Traits, out.Generation = placement.NormalizeNames(traits), cur.Generation+1
+		w.queue(`UPDATE providers SET traits = $1, generation = $2 WHERE uuid = $3`, out.Traits, out.Generation, uuid)
+		w.note(store.ChangeProvider, uuid)
+		return nil
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("setting traits of %s: %w", uuid, err)
+	}
+	if len(out.Traits) == 0 {
+		out.Traits = nil
+	}
+	return out, nil
+}
+
+// SetProviderAggregates implements store.Store.
+func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int64, aggregates []string) (placement.Provider, error) {
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.lockProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if gen != nil {
+			if err := placement.CheckGeneration(cur.Provider, *gen); err != nil {
+				return err
+			}
+		}
+		out = cur.Provider
+		out.Aggregates, out.Generation = placement.NormalizeNames(aggregates), cur.Generation+1
+		w.queue(`UPDATE providers SET aggregates = $1, generation = $2 WHERE uuid = $3`, out.Aggregates, out.Generation, uuid)
+		w.note(store.ChangeProvider, uuid)
+		return nil
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("setting aggregates of %s: %w", uuid, err)
+	}
+	if len(out.Aggregates) == 0 {
+		out.Aggregates = nil
+	}
+	return out, nil
+}
+
+// CreateTrait implements store.Store.
+func (s *Store) CreateTrait(ctx context.Context, name string) (bool, error) {
+	if err := placement.ValidateCustomTrait(name); err != nil {
+		return false, err
+	}
+	ct, err := s.pool.Exec(ctx, `INSERT INTO custom_traits (name) VALUES ($1) ON CONFLICT DO NOTHING`, name)
+	if err != nil {
+		return false, fmt.Errorf("creating trait %s: %w", name, err)
+	}
+	return ct.RowsAffected() == 1, nil
+}
+
+// CustomTraits implements store.Store.
+func (s *Store) CustomTraits(ctx context.Context) ([]string, error) {
+	out, err := s.names(ctx, `SELECT name FROM custom_traits ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing traits: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) names(ctx context.Context, query string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if out == nil {
+		out = []string{}
+	}
+	return out, err
+}
+
+// deleteName deletes a created trait or class, then looks for a provider
+// still using it and rolls back if there is one. Deleting first locks the
+// row: a writer giving it to a provider (which locks it FOR SHARE) either
+// committed before, and is seen, or waits and then finds it gone.
+func (s *Store) deleteName(ctx context.Context, what, name, del, user string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		var deleted int64
+		var users []string
+		w.queue(del, name).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				deleted++
+			}
+			return rows.Err()
+		})
+		w.queue(user, name).Query(func(rows pgx.Rows) error {
+			var err error
+			users, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err := w.send(); err != nil {
+			return err
+		}
+		if deleted == 0 {
+			return fmt.Errorf("%s %s: %w", what, name, store.ErrNotFound)
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("provider %s uses it: %w", users[0], store.ErrInUse)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", what, name, err)
+	}
+	return nil
+}
+
+// DeleteTrait implements store.Store.
+func (s *Store) DeleteTrait(ctx context.Context, name string) error {
+	return s.deleteName(ctx, "trait", name,
+		`DELETE FROM custom_traits WHERE name = $1 RETURNING name`,
+		`SELECT uuid FROM providers WHERE traits @> ARRAY[$1::text] ORDER BY uuid LIMIT 1`)
+}
+
+// CreateResourceClass implements store.Store.
+func (s *Store) CreateResourceClass(ctx context.Context, rc placement.ResourceClass) error {
+	if !rc.IsCustom() || rc.Validate() != nil {
+		return &placement.InvalidError{Msg: fmt.Sprintf("resource class %q: custom classes are CUSTOM_[A-Z0-9_]+", rc)}
+	}
+	ct, err := s.pool.Exec(ctx, `INSERT INTO custom_resource_classes (name) VALUES ($1) ON CONFLICT DO NOTHING`, string(rc))
+	if err == nil && ct.RowsAffected() == 0 {
+		err = store.ErrExists
+	}
+	if err != nil {
+		return fmt.Errorf("creating resource class %s: %w", rc, err)
+	}
+	return nil
+}
+
+// CustomResourceClasses implements store.Store.
+func (s *Store) CustomResourceClasses(ctx context.Context) ([]placement.ResourceClass, error) {
+	names, err := s.names(ctx, `SELECT name FROM custom_resource_classes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing resource classes: %w", err)
+	}
+	out := make([]placement.ResourceClass, len(names))
+	for i, n := range names {
+		out[i] = placement.ResourceClass(n)
+	}
+	return out, nil
+}
+
+// DeleteResourceClass implements store.Store.
+func (s *Store) DeleteResourceClass(ctx context.Context, rc placement.ResourceClass) error {
+	return s.deleteName(ctx, "resource class", string(rc),
+		`DELETE FROM custom_resource_classes WHERE name = $1 RETURNING name`,
+		`SELECT provider_uuid FROM inventories WHERE resource_class = $1 ORDER BY provider_uuid LIMIT 1`)
+}

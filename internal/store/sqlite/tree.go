@@ -1,0 +1,237 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"keel/internal/placement"
+	"keel/internal/store"
+)
+
+// parentOf is placement.CheckParent's view of the providers inside a
+// write transaction.
+func (w *wtx) parentOf(uuid string) (string, bool, error) {
+	var parent string
+	err := w.queryRow(qProviderParent, uuid).Scan(&parent)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading parent of %s: %w", uuid, err)
+	}
+	return parent, true, nil
+}
+
+func (w *wtx) isCustomTrait(name string) (bool, error) {
+	var n int
+	if err := w.queryRow(qCustomTraitExists, name).Scan(&n); err != nil {
+		return false, fmt.Errorf("looking up trait %s: %w", name, err)
+	}
+	return n > 0, nil
+}
+
+// UpdateProvider implements store.Store.
+func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, reparent bool) (placement.Provider, error) {
+	if name == "" {
+		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a name"}
+	}
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.loadProvider(uuid)
+		if err != nil {
+			return err
+		}
+		var owner string
+		switch err := w.queryRow(qProviderNameOwner, name).Scan(&owner); {
+		case err == nil && owner != uuid:
+			return fmt.Errorf("name %q: %w", name, store.ErrExists)
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("checking name %q: %w", name, err)
+		}
+		if err := placement.CheckParent(cur.Provider, parent, reparent, w.parentOf); err != nil {
+			return err
+		}
+		if _, err := w.exec(qUpdateProvider, name, sql.NullString{String: parent, Valid: parent != ""}, uuid); err != nil {
+			return fmt.Errorf("writing provider: %w", err)
+		}
+		out = cur.Provider
+		out.Name, out.ParentUUID = name, parent
+		return w.note(store.ChangeProvider, uuid)
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("updating provider %s: %w", uuid, err)
+	}
+	return out, nil
+}
+
+// SetProviderTraits implements store.Store.
+func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, traits []string) (placement.Provider, error) {
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.loadProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if err := placement.CheckGeneration(cur.Provider, gen); err != nil {
+			return err
+		}
+		if err := placement.UnknownTraits(traits, w.isCustomTrait); err != nil {
+			return err
+		}
+		out = cur.Provider
+		out.Traits, out.Generation = placement.NormalizeNames(traits), cur.Generation+1
+		if _, err := w.exec(qSetProviderTraits, encodeNames(out.Traits), out.Generation, uuid); err != nil {
+			return fmt.Errorf("writing traits: %w", err)
+		}
+		return w.note(store.ChangeProvider, uuid)
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("setting traits of %s: %w", uuid, err)
+	}
+	return out, nil
+}
+
+// SetProviderAggregates implements store.Store.
+func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int64, aggregates []string) (placement.Provider, error) {
+	var out placement.Provider
+	err := s.write(ctx, func(w *wtx) error {
+		cur, err := w.loadProvider(uuid)
+		if err != nil {
+			return err
+		}
+		if gen != nil {
+			if err := placement.CheckGeneration(cur.Provider, *gen); err != nil {
+				return err
+			}
+		}
+		out = cur.Provider
+		out.Aggregates, out.Generation = placement.NormalizeNames(aggregates), cur.Generation+1
+		if _, err := w.exec(qSetProviderAggregates, encodeNames(out.Aggregates), out.Generation, uuid); err != nil {
+			return fmt.Errorf("writing aggregates: %w", err)
+		}
+		return w.note(store.ChangeProvider, uuid)
+	})
+	if err != nil {
+		return placement.Provider{}, fmt.Errorf("setting aggregates of %s: %w", uuid, err)
+	}
+	return out, nil
+}
+
+// CreateTrait implements store.Store.
+func (s *Store) CreateTrait(ctx context.Context, name string) (bool, error) {
+	if err := placement.ValidateCustomTrait(name); err != nil {
+		return false, err
+	}
+	var created bool
+	err := s.write(ctx, func(w *wtx) error {
+		res, err := w.exec(qInsertTrait, name)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		created = n == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("creating trait %s: %w", name, err)
+	}
+	return created, nil
+}
+
+// CustomTraits implements store.Store.
+func (s *Store) CustomTraits(ctx context.Context) ([]string, error) {
+	out, err := s.names(ctx, `SELECT name FROM custom_traits ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing traits: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) names(ctx context.Context, query string) ([]string, error) {
+	rows, err := s.rquery(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// deleteName deletes a created trait or class unless user finds a
+// provider that uses it.
+func (s *Store) deleteName(ctx context.Context, what, name, user, del string) error {
+	err := s.write(ctx, func(w *wtx) error {
+		var p string
+		switch err := w.queryRow(user, name).Scan(&p); {
+		case err == nil:
+			return fmt.Errorf("provider %s uses it: %w", p, store.ErrInUse)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("checking its use: %w", err)
+		}
+		res, err := w.exec(del, name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("%s %s: %w", what, name, store.ErrNotFound)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", what, name, err)
+	}
+	return nil
+}
+
+// DeleteTrait implements store.Store.
+func (s *Store) DeleteTrait(ctx context.Context, name string) error {
+	return s.deleteName(ctx, "trait", name, qTraitUser, qDeleteTrait)
+}
+
+// CreateResourceClass implements store.Store.
+func (s *Store) CreateResourceClass(ctx context.Context, rc placement.ResourceClass) error {
+	if !rc.IsCustom() || rc.Validate() != nil {
+		return &placement.InvalidError{Msg: fmt.Sprintf("resource class %q: custom classes are CUSTOM_[A-Z0-9_]+", rc)}
+	}
+	err := s.write(ctx, func(w *wtx) error {
+		res, err := w.exec(qInsertClass, string(rc))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("resource class %s: %w", rc, store.ErrExists)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating resource class %s: %w", rc, err)
+	}
+	return nil
+}
+
+// CustomResourceClasses implements store.Store.
+func (s *Store) CustomResourceClasses(ctx context.Context) ([]placement.ResourceClass, error) {
+	names, err := s.names(ctx, `SELECT name FROM custom_resource_classes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing resource classes: %w", err)
+	}
+	out := make([]placement.ResourceClass, len(names))
+	for i, n := range names {
+		out[i] = placement.ResourceClass(n)
+	}
+	return out, nil
+}
+
+// DeleteResourceClass implements store.Store.
+func (s *Store) DeleteResourceClass(ctx context.Context, rc placement.ResourceClass) error {
+	return s.deleteName(ctx, "resource class", string(rc), qClassUser, qDeleteClass)
+}
