@@ -110,12 +110,14 @@ type Instance struct {
 	Flavor    Flavor `json:"flavor"`
 	// ImageRef is the image the instance was booted from, as the client
 	// named it ("" for none; the fake driver boots any image).
-	ImageRef  string    `json:"image_ref,omitempty"`
-	VMState   string    `json:"vm_state"`
-	TaskState string    `json:"task_state"`
-	Fault     string    `json:"fault,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ImageRef string `json:"image_ref,omitempty"`
+	// Hints are the scheduler hints given at boot (nil for none).
+	Hints     *SchedulerHints `json:"scheduler_hints,omitempty"`
+	VMState   string          `json:"vm_state"`
+	TaskState string          `json:"task_state"`
+	Fault     string          `json:"fault,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 	// Version increments on every update; an update naming a stale version
 	// fails with a conflict (optimistic concurrency between servers).
 	Version int64 `json:"version"`
@@ -173,4 +175,58 @@ type Migration struct {
 	CreatedAt            time.Time `json:"created_at"`
 	UpdatedAt            time.Time `json:"updated_at"`
 	Version              int64     `json:"version"`
+}
+
+// Aggregate is a compute host aggregate (Nova's os-aggregates): a named set
+// of hosts with metadata. Its "availability_zone" metadata puts its hosts
+// in that zone; its other metadata feeds AggregateInstanceExtraSpecsFilter.
+type Aggregate struct {
+	ID        int64             `json:"id"`
+	UUID      string            `json:"uuid"`
+	Name      string            `json:"name"`
+	Hosts     []string          `json:"hosts"`
+	Metadata  map[string]string `json:"metadata"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// AggregateZoneKey is the metadata key naming an aggregate's availability
+// zone.
+const AggregateZoneKey = "availability_zone"
+
+// Zone returns the aggregate's availability zone ("" for none).
+func (a Aggregate) Zone() string { return a.Metadata[AggregateZoneKey] }
+
+// Server group policies (Nova's names).
+const (
+	PolicyAffinity         = "affinity"
+	PolicyAntiAffinity     = "anti-affinity"
+	PolicySoftAffinity     = "soft-affinity"
+	PolicySoftAntiAffinity = "soft-anti-affinity"
+)
+
+// ServerGroup is a server group (Nova's os-server-groups): instances the
+// scheduler places together or apart according to Policy.
+type ServerGroup struct {
+	UUID      string `json:"uuid"`
+	Name      string `json:"name"`
+	ProjectID string `json:"project_id"`
+	UserID    string `json:"user_id"`
+	Policy    string `json:"policy"`
+	// MaxServerPerHost is the anti-affinity rule max_server_per_host (0:
+	// not set, which means 1).
+	MaxServerPerHost int `json:"max_server_per_host,omitempty"`
+	// Members are the instances in the group, in the order they joined.
+	Members   []string  `json:"members"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SchedulerHints are the scheduler hints an instance was booted with
+// (os:scheduler_hints); they apply to every later scheduling of it too.
+type SchedulerHints struct {
+	// Group is the server group's UUID.
+	Group string `json:"group,omitempty"`
+	// SameHost and DifferentHost name instances (UUIDs).
+	SameHost      []string `json:"same_host,omitempty"`
+	DifferentHost []string `json:"different_host,omitempty"`
 }

@@ -32,9 +32,10 @@ type ChangeKind string
 
 // Kinds of change.
 const (
-	ChangeProvider ChangeKind = "provider" // Key: provider UUID (inventories, usage, generation)
-	ChangeHost     ChangeKind = "host"     // Key: host name (host record)
-	ChangeService  ChangeKind = "service"  // Key: host name (service record)
+	ChangeProvider  ChangeKind = "provider"  // Key: provider UUID (inventories, usage, generation)
+	ChangeHost      ChangeKind = "host"      // Key: host name (host record)
+	ChangeService   ChangeKind = "service"   // Key: host name (service record)
+	ChangeAggregate ChangeKind = "aggregate" // Key: aggregate ID (compute host aggregate)
 )
 
 // Change is one entry of the change stream. Seq increases strictly.
@@ -155,6 +156,34 @@ type Store interface {
 	// ListFlavors lists flavors sorted by ID.
 	ListFlavors(ctx context.Context) ([]records.Flavor, error)
 	DeleteFlavor(ctx context.Context, id string) error
+
+	// Compute host aggregates and server groups (os-aggregates,
+	// os-server-groups). Aggregate writes append a ChangeAggregate entry to
+	// the change stream (the scheduler's view reads zones and metadata
+	// from them).
+
+	// CreateAggregate stores a new aggregate, assigning its ID;
+	// ErrExists if its name is taken.
+	CreateAggregate(ctx context.Context, a records.Aggregate) (records.Aggregate, error)
+	GetAggregate(ctx context.Context, id int64) (records.Aggregate, error)
+	// ListAggregates lists aggregates sorted by ID.
+	ListAggregates(ctx context.Context) ([]records.Aggregate, error)
+	// UpdateAggregate applies fn to an aggregate atomically; ErrNotFound if
+	// it does not exist, ErrExists if fn renames it to a taken name. An
+	// error from fn aborts the update.
+	UpdateAggregate(ctx context.Context, id int64, fn func(*records.Aggregate) error) (records.Aggregate, error)
+	DeleteAggregate(ctx context.Context, id int64) error
+
+	// CreateServerGroup stores a new server group; ErrExists if its UUID
+	// is taken.
+	CreateServerGroup(ctx context.Context, g records.ServerGroup) (records.ServerGroup, error)
+	GetServerGroup(ctx context.Context, uuid string) (records.ServerGroup, error)
+	// ListServerGroups lists server groups sorted by UUID.
+	ListServerGroups(ctx context.Context) ([]records.ServerGroup, error)
+	// UpdateServerGroup applies fn to a server group atomically (members
+	// join and leave through it); ErrNotFound if it does not exist.
+	UpdateServerGroup(ctx context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error)
+	DeleteServerGroup(ctx context.Context, uuid string) error
 
 	// Changes returns up to limit entries with Seq > since, oldest first.
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)

@@ -36,6 +36,9 @@ type Store struct {
 	traits     map[string]bool                  // created (custom) traits
 	classes    map[placement.ResourceClass]bool // created (custom) resource classes
 	activeMigs map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
+	aggregates map[int64]records.Aggregate
+	nextAggID  int64
+	groups     map[string]records.ServerGroup
 	nextMigID  int64
 	changes    []store.Change
 	seq        int64
@@ -59,6 +62,8 @@ func New() *Store {
 		traits:     map[string]bool{},
 		classes:    map[placement.ResourceClass]bool{},
 		activeMigs: map[int64]bool{},
+		aggregates: map[int64]records.Aggregate{},
+		groups:     map[string]records.ServerGroup{},
 	}
 }
 
@@ -517,6 +522,11 @@ func (s *Store) Close() error { return nil }
 // shares them with a caller.
 func cloneInstance(in records.Instance) records.Instance {
 	in.Flavor = cloneFlavor(in.Flavor)
+	if in.Hints != nil {
+		h := *in.Hints
+		h.SameHost, h.DifferentHost = slices.Clone(h.SameHost), slices.Clone(h.DifferentHost)
+		in.Hints = &h
+	}
 	return in
 }
 
