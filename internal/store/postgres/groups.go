@@ -226,4 +226,3 @@ func (s *Store) DeleteServerGroup(ctx context.Context, uuid string) error {
 	}
 	return nil
 }
-

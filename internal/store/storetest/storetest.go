@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Allocations", allocationTests},
 		{"Records", recordTests},
 		{"Changes", changeTests},
+		{"Groups", groupTests},
 		{"Concurrency", concurrencyTests},
 	}
 	for _, g := range groups {
