@@ -2,6 +2,7 @@ package compute
 
 import (
 	"context"
+	"errors"
 
 	"keel/internal/records"
 )
@@ -78,3 +79,28 @@ const (
 type Interrupter interface {
 	Interrupted() []Guest
 }
+
+// IncomingChecker is implemented by drivers that can tell why an incoming
+// guest is gone (a real hypervisor's process exited, with its stderr):
+// the destination's answer to the source after a copy, which becomes the
+// migration's fault message.
+type IncomingChecker interface {
+	CheckIncoming(ctx context.Context, uuid string) error
+}
+
+// Resumer is implemented by drivers whose memory copies outlive the agent
+// (a real hypervisor keeps copying while the agent restarts). After a
+// restart the agent asks for the copies still in progress and re-attaches
+// to each, so it reports its outcome as LiveMigration would have.
+type Resumer interface {
+	// Resumable returns, once, the guests (State migrating, with their
+	// MigrationID) whose copy outlived the restart.
+	Resumable() []Guest
+	// Reattach watches such a copy again; progress and done as for
+	// LiveMigration.
+	Reattach(ctx context.Context, uuid string, progress func(total, processed, remaining int64), done func(error))
+}
+
+// ErrCopyCancelled is wrapped by the error a driver reports for a copy
+// that was cancelled (an abort, or the completion timeout's abort).
+var ErrCopyCancelled = errors.New("memory copy cancelled")

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -152,23 +153,68 @@ func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.I
 	m.res.Lock()
 	defer m.res.Unlock()
 	m.tracker.Busy(inst.UUID, true)
+	progress, done := m.copyReports(ctx, migID, inst.UUID, dest)
+	m.driver.LiveMigration(ctx, migID, inst, dest, data, progress, done)
+	return nil
+}
+
+// ResumeCopies re-attaches to the copies that outlived a restart of the
+// agent (drivers that are Resumers), so each reports its outcome; it
+// returns how many.
+func (m *Manager) ResumeCopies(ctx context.Context) int {
+	r, ok := m.driver.(Resumer)
+	if !ok {
+		return 0
+	}
+	gs := r.Resumable()
+	m.res.Lock()
+	defer m.res.Unlock()
+	for _, g := range gs {
+		m.log.Info("re-attaching to a copy that outlived the agent", "instance", g.UUID, "migration", g.MigrationID)
+		m.tracker.Busy(g.UUID, true)
+		progress, done := m.copyReports(ctx, g.MigrationID, g.UUID, m.destinationOf(g))
+		r.Reattach(ctx, g.UUID, progress, done)
+	}
+	return len(gs)
+}
+
+// destinationOf is the host a resumed copy goes to, from the migration
+// record (the driver does not need to know it).
+func (m *Manager) destinationOf(g Guest) string {
+	if dl, ok := m.driver.(interface{ DestinationOf(uuid string) string }); ok {
+		return dl.DestinationOf(g.UUID)
+	}
+	return ""
+}
+
+// copyReports returns the callbacks of a copy: progress goes to the
+// reporter; the end releases the tracker's busy mark and reports the
+// outcome, checked with the destination (a copy to a destination that
+// lost its guest did not complete; a failed one says why the
+// destination's side ended, if it knows).
+func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest string) (func(total, processed, remaining int64), func(error)) {
 	bg := context.WithoutCancel(ctx)
-	m.driver.LiveMigration(ctx, migID, inst, dest, data,
-		func(total, processed, remaining int64) {
-			m.reporter.CopyProgress(bg, migID, total, processed, remaining)
-		},
-		func(err error) {
+	progress := func(total, processed, remaining int64) {
+		m.reporter.CopyProgress(bg, migID, total, processed, remaining)
+	}
+	done := func(err error) {
+		if dest != "" {
 			if err == nil {
 				// As a real hypervisor's copy does, fail when the
 				// destination is gone: ask it for the guest it receives.
-				err = m.checkDestination(bg, dest, inst.UUID)
+				err = m.checkDestination(bg, dest, uuid)
+			} else if !errors.Is(err, ErrCopyCancelled) {
+				if cerr := m.checkDestination(bg, dest, uuid); cerr != nil {
+					err = fmt.Errorf("%w; %v", err, cerr)
+				}
 			}
-			m.res.Lock()
-			m.tracker.Busy(inst.UUID, false)
-			m.res.Unlock()
-			m.reporter.CopyDone(bg, migID, err)
-		})
-	return nil
+		}
+		m.res.Lock()
+		m.tracker.Busy(uuid, false)
+		m.res.Unlock()
+		m.reporter.CopyDone(bg, migID, err)
+	}
+	return progress, done
 }
 
 func (m *Manager) checkDestination(ctx context.Context, dest, uuid string) error {
@@ -187,6 +233,12 @@ func (m *Manager) checkDestination(ctx context.Context, dest, uuid string) error
 // CheckIncoming is the destination's answer to the source at the end of a
 // copy: it still holds the incoming (or already running) guest.
 func (m *Manager) CheckIncoming(ctx context.Context, uuid string) error {
+	if ic, ok := m.driver.(IncomingChecker); ok {
+		if err := ic.CheckIncoming(ctx, uuid); err != nil {
+			return fmt.Errorf("destination %s: %w", m.host, err)
+		}
+		return nil
+	}
 	gs, err := m.driver.Guests(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,104 @@
+// Package guest is keel's tiny test guest for the QEMU driver: a 512-byte
+// x86 boot sector built by the project itself (guest.S, assembled into
+// guest.bin and embedded), so no image is ever downloaded. A mode byte
+// chosen per instance makes it idle, fill N MiB once and idle, or dirty
+// N MiB forever; the heartbeat word at HeartbeatAddr proves a guest kept
+// running across a live migration.
+package guest
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+//go:embed guest.bin
+var sector []byte
+
+// Mode is what the guest does once booted.
+type Mode byte
+
+// Modes (the byte guest.S reads).
+const (
+	Idle  Mode = 'i' // halts between timer ticks, counting them
+	Fill  Mode = 'f' // makes N MiB non-zero once, then idles
+	Dirty Mode = 'd' // rewrites N MiB forever on a busy vCPU
+)
+
+// Guest memory layout.
+const (
+	// HeartbeatAddr is the physical address of the 32-bit heartbeat: it
+	// rises with every timer tick (idle, fill) or every pass over the
+	// dirtied memory (dirty).
+	HeartbeatAddr = 0x1000
+	// MagicAddr holds Magic once the guest runs.
+	MagicAddr = 0x1004
+	// Magic is "KEEL" read as a little-endian word.
+	Magic = 0x4c45454b
+	// TouchedBase is where the memory the guest fills or dirties starts
+	// (1 MiB).
+	TouchedBase = 0x100000
+
+	modeOffset = 0x1fa
+	mibOffset  = 0x1fc
+)
+
+// Spec is one guest's program: a mode and how many MiB it touches.
+type Spec struct {
+	Mode Mode
+	MiB  int
+}
+
+// String is the image name that selects the spec (see ParseImage).
+func (s Spec) String() string {
+	switch s.Mode {
+	case Fill:
+		return fmt.Sprintf("keel-guest-fill-%d", s.MiB)
+	case Dirty:
+		return fmt.Sprintf("keel-guest-dirty-%d", s.MiB)
+	}
+	return "keel-guest"
+}
+
+// ParseImage reads a spec from an instance's image name:
+// keel-guest-fill-N and keel-guest-dirty-N select those modes over N MiB;
+// any other image (keel-guest, keel-fake, none) boots an idle guest.
+func ParseImage(ref string) (Spec, error) {
+	for _, m := range []struct {
+		prefix string
+		mode   Mode
+	}{{"keel-guest-fill-", Fill}, {"keel-guest-dirty-", Dirty}} {
+		rest, ok := strings.CutPrefix(ref, m.prefix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest)
+		if err != nil || n < 1 || n > 0xffff {
+			return Spec{}, fmt.Errorf("image %q: want %sN with N the MiB to touch, 1 to 65535", ref, m.prefix)
+		}
+		return Spec{Mode: m.mode, MiB: n}, nil
+	}
+	return Spec{Mode: Idle}, nil
+}
+
+// MinRAMMB is the least guest RAM the spec runs in: the first MiB, the
+// touched MiB, and one to spare.
+func (s Spec) MinRAMMB() int64 {
+	if s.Mode == Idle {
+		return 2
+	}
+	return int64(s.MiB) + 2
+}
+
+// Image returns the boot sector for the spec: a 512-byte raw disk image.
+func (s Spec) Image() []byte {
+	b := append([]byte(nil), sector...)
+	b[modeOffset] = byte(s.Mode)
+	if s.Mode == Idle {
+		b[modeOffset] = byte(Idle)
+	}
+	binary.LittleEndian.PutUint16(b[mibOffset:], uint16(s.MiB))
+	return b
+}

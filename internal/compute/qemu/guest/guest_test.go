@@ -1,0 +1,69 @@
+package guest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestEmbeddedSectorIsCurrent assembles guest.S again and compares: the
+// embedded guest.bin must be what its documented source builds.
+func TestEmbeddedSectorIsCurrent(t *testing.T) {
+	for _, tool := range []string{"as", "objcopy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: install Debian's binutils (apt-get install binutils) to check guest.bin against guest.S", tool)
+		}
+	}
+	dir := t.TempDir()
+	obj, bin := filepath.Join(dir, "guest.o"), filepath.Join(dir, "guest.bin")
+	for _, args := range [][]string{{"as", "--32", "-o", obj, "guest.S"}, {"objcopy", "-O", "binary", "-j", ".text", obj, bin}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	got, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, sector) {
+		t.Fatalf("guest.bin is stale: rebuild it from guest.S (see its header)")
+	}
+}
+
+func TestImage(t *testing.T) {
+	if len(sector) != 512 || sector[510] != 0x55 || sector[511] != 0xaa {
+		t.Fatalf("guest.bin is not a boot sector: %d bytes, signature %x", len(sector), sector[510:])
+	}
+	cases := []struct {
+		ref  string
+		want Spec
+	}{
+		{"", Spec{Mode: Idle}},
+		{"keel-fake", Spec{Mode: Idle}},
+		{"keel-guest", Spec{Mode: Idle}},
+		{"keel-guest-fill-48", Spec{Mode: Fill, MiB: 48}},
+		{"keel-guest-dirty-16", Spec{Mode: Dirty, MiB: 16}},
+	}
+	for _, c := range cases {
+		got, err := ParseImage(c.ref)
+		if err != nil || got != c.want {
+			t.Errorf("ParseImage(%q) = %v, %v; want %v", c.ref, got, err, c.want)
+			continue
+		}
+		if back, _ := ParseImage(got.String()); back != got {
+			t.Errorf("%v does not round-trip through %q", got, got.String())
+		}
+		img := got.Image()
+		if Mode(img[modeOffset]) != got.Mode || int(binary.LittleEndian.Uint16(img[mibOffset:])) != got.MiB {
+			t.Errorf("%v: image carries mode %c, %d MiB", got, img[modeOffset], binary.LittleEndian.Uint16(img[mibOffset:]))
+		}
+	}
+	for _, bad := range []string{"keel-guest-fill-", "keel-guest-dirty-0", "keel-guest-fill-x", "keel-guest-dirty-70000"} {
+		if _, err := ParseImage(bad); err == nil {
+			t.Errorf("ParseImage(%q) accepted", bad)
+		}
+	}
+}
