@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"keel/internal/agent"
 	"keel/internal/bus"
+	"keel/internal/compute/qemu"
 	"keel/internal/config"
 )
 
@@ -23,6 +25,13 @@ func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Cre
 		UpdateResourcesInterval: time.Duration(cfg.Default.UpdateResourcesInterval) * time.Second,
 		ReportInterval:          cfg.Default.ReportInterval,
 		SpawnTime:               cfg.Keel.FakeSpawnTime, StepTime: cfg.Keel.FakeStepTime, BandwidthMiBps: bw,
+		Driver: cfg.Keel.Driver,
+		QEMU: qemu.Config{
+			Binary: cfg.Keel.QEMUBinary, ExtraArgs: strings.Fields(cfg.Keel.QEMUArgs),
+			BandwidthMiBps: int64(cfg.Libvirt.LiveMigrationBandwidth), Downtime: cfg.Libvirt.LiveMigrationDowntime,
+			CompletionTimeout: cfg.Libvirt.LiveMigrationCompletionTimeout, PermitPostCopy: cfg.Libvirt.LiveMigrationPermitPostCopy,
+			TimeoutAction: cfg.Libvirt.LiveMigrationTimeoutAction,
+		},
 	}
 }
 
@@ -35,20 +44,27 @@ func agentCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run one hypervisor host's compute agent (fake driver)",
+		Short: "Run one hypervisor host's compute agent (fake or QEMU driver)",
 		Long: `agent runs the compute service of one host: it registers the host's
 resource provider and inventory with the servers, heartbeats, runs the
 periodic audit every [DEFAULT] update_resources_interval, and performs every
-agent-side step of boots and live migrations with the fake virt driver.
-The fake driver keeps its guests in DATA_DIR/guests.json, so an agent killed
-with kill -9 finds them again; operations the kill cut short are reported
-so the conductor finishes or rolls them back.
+agent-side step of boots and live migrations with its virt driver
+(--driver, [keel] driver). The fake driver keeps its guests in
+DATA_DIR/guests.json, so an agent killed with kill -9 finds them again;
+operations the kill cut short are reported so the conductor finishes or
+rolls them back. The qemu driver runs each guest as a qemu-system-x86_64
+process (TCG) with keel's own tiny guest, in DATA_DIR/qemu/UUID; its
+processes outlive the agent, which adopts them (and any migration still
+copying) when it starts again. Its migrations follow [libvirt]
+live_migration_bandwidth, _downtime, _completion_timeout,
+_permit_post_copy and _timeout_action.
 
 The host's size comes from [keel] vcpus, memory_mb and disk_gb, its
 overcommit from [DEFAULT] cpu/ram/disk_allocation_ratio and
 reserved_host_memory_mb.`,
 		Example: `  keel agent --host h01 --bus-url nats://127.0.0.1:4222 \
-      --bus-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01`,
+      --bus-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01
+  keel agent --driver qemu --host h02 --bus-url nats://127.0.0.1:4222 --data-dir /var/lib/keel-agent/h02`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := cf.logger()

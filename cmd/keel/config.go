@@ -25,6 +25,7 @@ type configFlags struct {
 // shortcuts map flag names to [group] option.
 var shortcuts = map[string][2]string{
 	"data-dir": {"keel", "data_dir"},
+	"driver":   {"keel", "driver"},
 	"listen":   {"keel", "listen"},
 	"nats-url": {"keel", "nats_url"},
 	"policy":   {"keel", "policy"},
@@ -39,6 +40,7 @@ func addConfigFlags(cmd *cobra.Command) *configFlags {
 	help := map[string]string{
 		"data-dir": "directory for the database, bus credentials, users and tokens ([keel] data_dir)",
 		"listen":   "HTTP listen address ([keel] listen)",
+		"driver":   "agents' virt driver: fake or qemu ([keel] driver)",
 		"nats-url": "external NATS URL(s), comma-separated; empty runs an embedded server ([keel] nats_url)",
 		"policy":   "what the scheduler's weighers read: claim, dest-update or legacy ([keel] policy)",
 	}

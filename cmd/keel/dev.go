@@ -31,16 +31,25 @@ func devCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a whole cloud in one process: a server and N fake-driver agents",
+		Short: "Run a whole cloud in one process: a server and N agents (fake or QEMU driver)",
 		Long: `dev runs a keel server and N compute agents (hosts h01, h02, …) in one
 process, on the embedded store and bus, in --data-dir (default ./.keel; an
 existing one is reused, with its instances). On first start it creates the
 admin and demo users, the m1.tiny … m1.xlarge flavors, and
 DATA_DIR/clouds.yaml (a cloud named keel, admin credentials, mode 0600),
-then prints the two lines that point openstackclient at it.`,
+then prints the two lines that point openstackclient at it.
+
+With --driver qemu every guest is a real qemu-system-x86_64 process (TCG,
+Debian's qemu-system-x86) running keel's tiny guest, and live migrations
+copy its memory for real. Boot with --image keel-guest-fill-N or
+keel-guest-dirty-N (N MiB, under the flavor's RAM) for a guest that fills
+or keeps dirtying its memory; any other image is an idle guest. The QEMU
+processes outlive keel dev (it adopts them when started again on the same
+--data-dir); delete the servers to stop them.`,
 		Example: `  keel dev
   keel dev --hosts 12 --data-dir /tmp/keel
-  keel dev --set DEFAULT.update_resources_interval=3600 --set filter_scheduler.host_subset_size=3`,
+  keel dev --set DEFAULT.update_resources_interval=3600 --set filter_scheduler.host_subset_size=3
+  keel dev --driver qemu --hosts 3 --set libvirt.live_migration_bandwidth=64`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if hosts < 1 || hosts > 9999 {
@@ -93,7 +102,7 @@ then prints the two lines that point openstackclient at it.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "keel dev: %d hosts, API at %s, data in %s\n", hosts, s.URL(), dataDir)
+			fmt.Fprintf(out, "keel dev: %d hosts (%s driver), API at %s, data in %s\n", hosts, cfg.Keel.Driver, s.URL(), dataDir)
 			fmt.Fprintf(out, "export OS_CLIENT_CONFIG_FILE=%s\n", clouds)
 			fmt.Fprintf(out, "openstack --os-cloud keel server list\n")
 			<-ctx.Done()
@@ -101,7 +110,7 @@ then prints the two lines that point openstackclient at it.`,
 		},
 	}
 	cf = addConfigFlags(cmd)
-	cmd.Flags().IntVar(&hosts, "hosts", 3, "number of fake-driver hosts")
+	cmd.Flags().IntVar(&hosts, "hosts", 3, "number of hosts (agents)")
 	return cmd
 }
 

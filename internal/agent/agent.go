@@ -2,8 +2,10 @@
 // It connects to the bus, registers its host (resource provider and
 // inventory, service record) through the servers, heartbeats, runs the
 // periodic audit, and answers every agent-side step of a boot or a live
-// migration with the fake virt driver, whose guests live in a state file
-// in the agent's data dir so that a `kill -9` loses nothing.
+// migration with its virt driver: the fake one, whose guests live in a
+// state file in the agent's data dir so that a `kill -9` loses nothing, or
+// the QEMU one, whose guests are QEMU processes that outlive the agent and
+// are adopted again when it restarts.
 package agent
 
 import (
@@ -20,6 +22,7 @@ import (
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
+	"keel/internal/compute/qemu"
 	"keel/internal/rpc"
 )
 
@@ -45,8 +48,12 @@ type Options struct {
 	SpawnTime      time.Duration
 	StepTime       time.Duration
 	BandwidthMiBps float64
-	Clock          clock.Clock
-	Log            *slog.Logger
+	// Driver is the virt driver: "fake" (default) or "qemu", configured by
+	// QEMU (its Dir defaults to DataDir/qemu; its Log to the agent's).
+	Driver string
+	QEMU   qemu.Config
+	Clock  clock.Clock
+	Log    *slog.Logger
 }
 
 // Agent is a running agent.
@@ -102,8 +109,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	hc.ProviderUUID = uuid
-	drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
-		ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc)})
+	drv, interrupter, err := a.newDriver(hc)
 	if err != nil {
 		return err
 	}
@@ -127,7 +133,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	// Operations a restart cut short are reported as ended, so the
 	// conductor finishes the build or rolls the migration back.
-	for _, g := range drv.Interrupted() {
+	for _, g := range interrupter.Interrupted() {
 		switch g.State {
 		case compute.GuestBuilding:
 			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
@@ -137,6 +143,8 @@ func (a *Agent) start(ctx context.Context) error {
 			reporter.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
 		}
 	}
+	// Copies that outlived the restart (a real hypervisor's) report again.
+	a.mgr.ResumeCopies(ctx)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	if err := st.Heartbeat(ctx, opts.Host, opts.Clock.Now()); err != nil {
@@ -158,6 +166,31 @@ func (a *Agent) start(ctx context.Context) error {
 	})
 	a.log.Info("agent started", "provider", uuid, "guests", len(guests))
 	return nil
+}
+
+// newDriver makes the configured virt driver.
+func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interrupter, error) {
+	opts := a.opts
+	switch opts.Driver {
+	case "", "fake":
+		drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
+			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc)})
+		return drv, drv, err
+	case "qemu":
+		qc := opts.QEMU
+		if qc.Dir == "" {
+			qc.Dir = filepath.Join(opts.DataDir, "qemu")
+		}
+		if qc.Log == nil {
+			qc.Log = a.log
+		}
+		drv, err := qemu.New(qc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent %s: %w", opts.Host, err)
+		}
+		return drv, drv, nil
+	}
+	return nil, nil, fmt.Errorf("agent %s: unknown virt driver %q (fake or qemu)", opts.Host, opts.Driver)
 }
 
 // register retries until a server answers (the agent may start first).

@@ -100,6 +100,12 @@ type KeelGroup struct {
 	// DB is db: a postgres:// URL, or a SQLite path; empty means keel.db in
 	// DataDir.
 	DB string
+	// Driver is driver: the agent's virt driver, fake (default) or qemu.
+	Driver string
+	// QEMUBinary is qemu_binary (qemu-system-x86_64) and QEMUArgs
+	// qemu_args (none): the qemu driver's QEMU and extra arguments.
+	QEMUBinary string
+	QEMUArgs   string
 	// FakeSpawnTime is fake_spawn_seconds (0).
 	FakeSpawnTime time.Duration
 	// FakeStepTime is fake_step_seconds (0): how long the fake driver takes
@@ -169,6 +175,8 @@ func Default() Config {
 			DataDir:    "./.keel",
 			NATSListen: "127.0.0.1:0",
 			RPCTimeout: 30 * time.Second,
+			Driver:     "fake",
+			QEMUBinary: "qemu-system-x86_64",
 			VCPUs:      32,
 			MemoryMB:   131072,
 			DiskGB:     2000,

@@ -397,6 +397,13 @@ var options = []*option{
 		"Address the embedded NATS server listens on (port 0 picks a free port); unused when nats_url is set."),
 	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },
 		"Database: a postgres:// URL for PostgreSQL, or a SQLite file path; empty means keel.db in data_dir."),
+	strOpt("keel", "driver", func(c *Config) *string { return &c.Keel.Driver },
+		"The agent's virt driver: fake (simulated guests in a state file) or qemu (each guest a qemu-system-x86_64 process under TCG, running keel's own tiny guest; needs Debian's qemu-system-x86).").
+		oneOf("fake", "qemu"),
+	strOpt("keel", "qemu_binary", func(c *Config) *string { return &c.Keel.QEMUBinary },
+		"The QEMU the qemu driver runs: a path, or a name looked up on PATH."),
+	strOpt("keel", "qemu_args", func(c *Config) *string { return &c.Keel.QEMUArgs },
+		"Extra arguments (space-separated) appended to every QEMU command line the qemu driver runs; they must be the same on every host a guest migrates between."),
 	secondsOpt("keel", "fake_spawn_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeSpawnTime },
 		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
 	secondsOpt("keel", "fake_step_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeStepTime },
@@ -416,7 +423,7 @@ var options = []*option{
 
 	// [libvirt]
 	intOpt("libvirt", "live_migration_bandwidth", func(c *Config) *int { return &c.Libvirt.LiveMigrationBandwidth },
-		"Maximum bandwidth of a live migration, in MiB/s; 0 means unlimited, which keel's fake driver models as 1024 MiB/s.").atLeast(0),
+		"Maximum bandwidth of a live migration, in MiB/s; 0 means unlimited, which keel's fake driver models as 1024 MiB/s (the qemu driver lifts QEMU's own cap).").atLeast(0),
 	millisOpt("libvirt", "live_migration_downtime", func(c *Config) *time.Duration { return &c.Libvirt.LiveMigrationDowntime },
 		"Maximum downtime of a live migration's switch-over, in milliseconds.").atLeast(100),
 	secondsOpt("libvirt", "live_migration_completion_timeout", func(c *Config) *time.Duration { return &c.Libvirt.LiveMigrationCompletionTimeout },

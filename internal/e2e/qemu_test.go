@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"keel/internal/compute/qemu"
+	"keel/internal/store/sqlite"
+)
+
+// The QEMU tests run real guests (keel's 512-byte guest under TCG) on
+// agents started with --driver qemu, one migration at a time. Each cloud
+// boots its guest while only h1 runs, then starts h2: the scheduler then
+// has exactly one destination to choose.
+
+// qemuCloud starts a server and agent h1 with the qemu driver, creates the
+// 64 MiB flavor "q64", and kills every QEMU the test leaves behind. It
+// fails (never skips) without qemu-system-x86_64.
+func qemuCloud(t *testing.T, sets ...string) *cloud {
+	t.Helper()
+	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
+		t.Fatalf("%v", qemu.ErrNoQEMU)
+	}
+	c := newCloud(t, append([]string{"keel.driver=qemu", "DEFAULT.update_resources_interval=2", "DEFAULT.report_interval=1"}, sets...)...)
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join(c.dataDir, "agents", "*", "qemu"))
+		for _, d := range dirs {
+			qemu.KillAll(d)
+		}
+	})
+	c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": map[string]any{"name": "q64", "ram": 64, "vcpus": 1, "disk": 0, "id": "q64"}}, nil)
+	return c
+}
+
+// bootImage boots a server from image (which selects the guest's
+// program) and waits until it is ACTIVE.
+func (c *cloud) bootImage(name, flavor, image string) string {
+	c.t.Helper()
+	var out struct {
+		Server struct{ ID string } `json:"server"`
+	}
+	body := map[string]any{"server": map[string]any{"name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}}
+	if st := c.call("POST", "/compute/v2.1/servers", body, &out); st != 202 {
+		c.t.Fatalf("boot %s: %d", name, st)
+	}
+	c.waitFor("server "+name+" ACTIVE", 30*time.Second, func() bool { return c.server_(out.Server.ID)["status"] == "ACTIVE" })
+	return out.Server.ID
+}
+
+// heartbeat reads the guest's heartbeat from its memory on host (through
+// the observers' QMP socket of its QEMU there).
+func (c *cloud) heartbeat(host, id string) (uint32, error) {
+	sock, err := qemu.PeekSocket(filepath.Join(c.dataDir, "agents", host, "qemu"), id)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return qemu.ReadHeartbeat(ctx, sock)
+}
+
+// rising waits until the guest's heartbeat on host passes from, and
+// returns it.
+func (c *cloud) rising(host, id string, from uint32) uint32 {
+	c.t.Helper()
+	var hb uint32
+	var err error
+	c.waitFor(fmt.Sprintf("the heartbeat of %s on %s to pass %d", id, host, from), 15*time.Second, func() bool {
+		hb, err = c.heartbeat(host, id)
+		return err == nil && hb > from
+	})
+	return hb
+}
+
+// watchHeartbeat records the last heartbeat read on host until stop is
+// closed or the guest is gone there.
+func (c *cloud) watchHeartbeat(host, id string, stop <-chan struct{}) func() uint32 {
+	var mu sync.Mutex
+	var last uint32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			hb, err := c.heartbeat(host, id)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			last = hb
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint32 {
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// migrationError reads the migration record's error from the server's
+// database.
+func (c *cloud) migrationError(mid int64) string {
+	c.t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(c.dataDir, "keel.db"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := st.GetMigration(context.Background(), mid)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return m.Error
+}
+
+// migrationShow returns GET /servers/{id}/migrations/{mid} (2.30), or nil
+// once the migration has ended.
+func (c *cloud) memoryProcessed(id string, mid int64) float64 {
+	var out struct {
+		Migration map[string]any `json:"migration"`
+	}
+	if c.tryCall("GET", fmt.Sprintf("/compute/v2.1/servers/%s/migrations/%d", id, mid), nil, &out) != 200 {
+		return -1
+	}
+	v, _ := out.Migration["memory_processed_bytes"].(float64)
+	return v
+}
+
+// consistent checks the instance settled ACTIVE on host with its 64 MiB
+// counted there only, and that the audit finds nothing.
+func (c *cloud) consistent(id, host string) {
+	c.t.Helper()
+	c.waitFor("the instance to settle on "+host, 20*time.Second, func() bool {
+		s := c.server_(id)
+		return s["status"] == "ACTIVE" && s["OS-EXT-STS:task_state"] == nil && c.hostOf(id) == host
+	})
+	c.waitFor("memory to be counted on "+host+" only", 20*time.Second, func() bool {
+		used := c.memUsed()
+		for h, mb := range used {
+			want := 512.0 // reserved_host_memory_mb
+			if h == host {
+				want += 64
+			}
+			if mb != want {
+				return false
+			}
+		}
+		return true
+	})
+	var v []string
+	c.waitFor("the audit to find no violation", 20*time.Second, func() bool {
+		v = c.audit()
+		return len(v) == 0
+	})
+}
+
+// TestQEMULiveMigration moves a running 64 MiB guest between two agents,
+// the scheduler choosing the destination, and proves it is the same guest
+// still running: the heartbeat read from the destination's memory goes on
+// from the last value read on the source. Then a guest that filled 48 MiB
+// migrates at 16 and 32 MiB/s (each agent's live_migration_bandwidth) and
+// the copy time follows the cap.
+func TestQEMULiveMigration(t *testing.T) {
+	c := qemuCloud(t)
+	c.startAgent("h1", "--set", "libvirt.live_migration_bandwidth=16")
+	id := c.bootImage("idle", "q64", "keel-guest")
+	before := c.rising("h1", id, 0)
+	c.startAgent("h2", "--set", "libvirt.live_migration_bandwidth=32")
+
+	stop := make(chan struct{})
+	lastOnSource := c.watchHeartbeat("h1", id, stop)
+	mid := c.migrate(id, "")
+	if st := c.waitMigration(mid, 60*time.Second); st != "completed" {
+		t.Fatalf("migration %d ended %s: %s", mid, st, c.migrationError(mid))
+	}
+	close(stop)
+	last := lastOnSource()
+	first, err := c.heartbeat("h2", id)
+	if err != nil {
+		t.Fatalf("reading the guest on the destination: %v", err)
+	}
+	if last < before || first < last {
+		t.Fatalf("heartbeat went %d (before) → %d (last on h1) → %d (first on h2): not the same guest running on", before, last, first)
+	}
+	c.rising("h2", id, first)
+	t.Logf("heartbeat %d before, %d last on h1, %d first on h2", before, last, first)
+	c.consistent(id, "h2")
+	c.call("DELETE", "/compute/v2.1/servers/"+id, nil, nil)
+	c.waitFor("the guest's QEMU to go", 20*time.Second, func() bool { _, err := c.heartbeat("h2", id); return err != nil })
+
+	// 48 MiB of non-zero pages, copied at each host's cap.
+	fill := c.bootImage("fill", "q64", "keel-guest-fill-48")
+	host := c.hostOf(fill)
+	c.rising(host, fill, 0)
+	took := map[string]time.Duration{}
+	for range 2 {
+		start := time.Now()
+		mid := c.migrate(fill, "")
+		if st := c.waitMigration(mid, 60*time.Second); st != "completed" {
+			t.Fatalf("migration %d from %s ended %s: %s", mid, host, st, c.migrationError(mid))
+		}
+		took[host] = time.Since(start)
+		next := c.hostOf(fill)
+		c.rising(next, fill, 0)
+		host = next
+	}
+	ratio := took["h1"].Seconds() / took["h2"].Seconds()
+	t.Logf("48 MiB: %s at 16 MiB/s, %s at 32 MiB/s (ratio %.2f)", took["h1"], took["h2"], ratio)
+	if took["h1"] < 2500*time.Millisecond || ratio < 1.4 || ratio > 2.8 {
+		t.Fatalf("copy times %v do not follow the caps 16 and 32 MiB/s", took)
+	}
+	c.consistent(fill, host)
+}
+
+// TestQEMUDestinationFails migrates to a host whose QEMU gets more RAM
+// (qemu_args -m 80): the destination QEMU refuses the stream and exits,
+// its stderr becomes the migration's error, and everything rolls back:
+// the guest runs on at the source, counted there only.
+func TestQEMUDestinationFails(t *testing.T) {
+	c := qemuCloud(t)
+	c.startAgent("h1")
+	id := c.bootImage("vm", "q64", "keel-guest")
+	hb := c.rising("h1", id, 0)
+	c.startAgent("h2", "--set", "keel.qemu_args=-m 80")
+	mid := c.migrate(id, "")
+	st := c.waitMigration(mid, 60*time.Second)
+	msg := c.migrationError(mid)
+	t.Logf("migration %d: %s: %s", mid, st, msg)
+	if st != "error" && st != "failed" {
+		t.Fatalf("migration to a mismatched QEMU ended %s", st)
+	}
+	if !strings.Contains(msg, "mismatch") || !strings.Contains(msg, "qemu-system-x86_64") {
+		t.Fatalf("the migration's error does not carry the destination QEMU's stderr: %q", msg)
+	}
+	c.rising("h1", id, hb)
+	c.consistent(id, "h1")
+	if n := qemu.KillAll(filepath.Join(c.dataDir, "agents", "h2", "qemu")); n != 0 {
+		t.Fatalf("the rollback left %d QEMU on the destination", n)
+	}
+}
