@@ -35,7 +35,17 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 	if err != nil {
 		return inst, fmt.Errorf("creating instance %s: %w", inst.Name, err)
 	}
-	req := requestFor(inst)
+	if err := c.joinGroup(ctx, inst); err != nil {
+		return c.failBuild(ctx, inst, err.Error())
+	}
+	// The group's members are placed one at a time, from reading where
+	// the others are to recording this one's host.
+	unlock := c.groupLock(inst)
+	defer unlock()
+	req, err := c.request(ctx, inst)
+	if err != nil {
+		return c.failBuild(ctx, inst, err.Error())
+	}
 	req.Zone = inst.Zone
 	if forceHost != "" {
 		req.Zone, req.RequestedHost, req.Force = "", forceHost, true
@@ -64,6 +74,7 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 		return inst, fmt.Errorf("recording host %s of %s (deleted while it was scheduled?): %w", sel.Host, inst.UUID, err)
 	}
 	inst = updated
+	unlock()
 	api, err := c.compute(sel.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)
@@ -112,6 +123,7 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 }
 
 func (c *Conductor) failBuild(ctx context.Context, inst records.Instance, fault string) (records.Instance, error) {
+	c.leaveGroup(ctx, inst)
 	inst.VMState, inst.TaskState, inst.Fault, inst.UpdatedAt = records.VMError, records.TaskNone, fault, c.clock.Now()
 	updated, err := c.store.UpdateInstance(ctx, inst)
 	if err != nil {
@@ -162,6 +174,7 @@ func (c *Conductor) Delete(ctx context.Context, uuid string) error {
 		}
 	}
 	c.releaseAll(ctx, uuid)
+	c.leaveGroup(ctx, inst)
 	if err := c.store.DeleteInstance(ctx, uuid); err != nil && !isNotFound(err) {
 		return fmt.Errorf("deleting instance record %s: %w", uuid, err)
 	}

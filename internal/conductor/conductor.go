@@ -79,6 +79,9 @@ type Conductor struct {
 	locks   map[int64]*sync.Mutex
 	slots   map[string]int
 	waiting map[string][]int64
+	// groupMus serialise the scheduling of each server group's members
+	// (see groupLock).
+	groupMus map[string]*sync.Mutex
 }
 
 // New returns a conductor.

@@ -280,7 +280,14 @@ func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, i
 	if err != nil {
 		return "", fmt.Errorf("reading the allocation of %s: %w", inst.UUID, err)
 	}
-	req := requestFor(inst)
+	// The instance's group policy and hints hold for its new host too
+	// (as Nova's live migration runs the same filters).
+	unlock := c.groupLock(inst)
+	defer unlock()
+	req, err := c.request(ctx, inst)
+	if err != nil {
+		return "", err
+	}
 	req.IgnoreHosts = append([]string{m.SourceHost}, m.TriedHosts...)
 	req.RequestedHost = m.RequestedHost
 	res := inst.Flavor.Resources()

@@ -358,6 +358,7 @@ func (nopSource) GetService(context.Context, string) (records.Service, error) {
 }
 func (nopSource) Changes(context.Context, int64, int) ([]store.Change, error) { return nil, nil }
 func (nopSource) LastChange(context.Context) (int64, error)                   { return 0, nil }
+func (nopSource) ListAggregates(context.Context) ([]records.Aggregate, error) { return nil, nil }
 
 type keelResult struct {
 	passed []string

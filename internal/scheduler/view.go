@@ -20,6 +20,7 @@ type Source interface {
 	GetService(ctx context.Context, host string) (records.Service, error)
 	Changes(ctx context.Context, since int64, limit int) ([]store.Change, error)
 	LastChange(ctx context.Context) (int64, error)
+	ListAggregates(ctx context.Context) ([]records.Aggregate, error)
 }
 
 // changeBatch is how many change-stream entries one read takes.
@@ -40,6 +41,9 @@ type View struct {
 	byUUID map[string]*HostState
 	sorted bool
 	dense  dense
+	// aggMeta is every host's merged aggregate metadata (AggregateMetadata),
+	// reloaded whenever an aggregate changes.
+	aggMeta map[string]map[string][]string
 }
 
 // NewView builds a view for a policy and loads it fully.
@@ -69,6 +73,9 @@ func (v *View) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading host view services: %w", err)
 	}
+	if err := v.loadAggregates(ctx); err != nil {
+		return err
+	}
 	v.seq = seq
 	v.hosts = v.hosts[:0]
 	v.byName = make(map[string]*HostState, len(sums))
@@ -97,6 +104,7 @@ func (v *View) reload(ctx context.Context) error {
 
 func (v *View) add(h *HostState) {
 	h.idx = -1
+	h.AggregateMetadata = v.aggMeta[h.Name]
 	v.hosts = append(v.hosts, h)
 	v.byName[h.Name] = h
 	v.byUUID[h.ProviderUUID] = h
@@ -147,6 +155,7 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 	provs := map[string]bool{}
 	hosts := map[string]bool{}
 	svcs := map[string]bool{}
+	aggs := false
 	for _, c := range chs {
 		switch c.Kind {
 		case store.ChangeProvider:
@@ -155,6 +164,16 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 			hosts[c.Key] = true
 		case store.ChangeService:
 			svcs[c.Key] = true
+		case store.ChangeAggregate:
+			aggs = true
+		}
+	}
+	if aggs {
+		if err := v.loadAggregates(ctx); err != nil {
+			return err
+		}
+		for _, h := range v.hosts {
+			h.AggregateMetadata = v.aggMeta[h.Name]
 		}
 	}
 	touched := map[*HostState]bool{}
@@ -222,6 +241,26 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 	for h := range touched {
 		h.derive(v.readsRecords)
 		v.dense.sync(h)
+	}
+	return nil
+}
+
+// loadAggregates reads every aggregate and merges each host's metadata.
+// Aggregates are few and change rarely, so any change reloads them all.
+func (v *View) loadAggregates(ctx context.Context) error {
+	aggs, err := v.src.ListAggregates(ctx)
+	if err != nil {
+		return fmt.Errorf("loading host view aggregates: %w", err)
+	}
+	byHost := map[string][]map[string]string{}
+	for _, a := range aggs {
+		for _, h := range a.Hosts {
+			byHost[h] = append(byHost[h], a.Metadata)
+		}
+	}
+	v.aggMeta = make(map[string]map[string][]string, len(byHost))
+	for h, mds := range byHost {
+		v.aggMeta[h] = AggregateMetadata(mds)
 	}
 	return nil
 }

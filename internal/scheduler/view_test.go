@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 func TestViewFollowsAHostReRegisteredUnderANewProvider(t *testing.T) {
@@ -63,5 +64,63 @@ func TestClaimLoopSurvivesAHostRemovedMidDecision(t *testing.T) {
 	// Equal hosts rank in name order; the decision keeps its ranking.
 	if fmt.Sprint(tried) != "[h01 h02 h03 h04]" {
 		t.Fatalf("tried %v, want [h01 h02 h03 h04]", tried)
+	}
+}
+
+// candidates returns the hosts that pass the filters for req, in name
+// order.
+func candidates(t *testing.T, s *Scheduler, req *Request) []string {
+	t.Helper()
+	exp, err := s.Explain(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, h := range exp.Hosts {
+		if h.RejectedBy == "" {
+			out = append(out, h.Host)
+		}
+	}
+	return out
+}
+
+func TestViewFollowsAggregates(t *testing.T) {
+	ctx := context.Background()
+	c := newCloud(t, 3)
+	cfg := DefaultConfig()
+	cfg.EnabledFilters = append(cfg.EnabledFilters, "AggregateInstanceExtraSpecsFilter")
+	s := c.scheduler(t, cfg, PolicyClaim, 1)
+	inAZ1 := &Request{Resources: small(), Zone: "az1"}
+	if got := candidates(t, s, inAZ1); got != nil {
+		t.Fatalf("no host is in az1 yet, but %v pass", got)
+	}
+	a, err := c.st.CreateAggregate(ctx, records.Aggregate{Name: "rack", Metadata: map[string]string{"availability_zone": "az1", "ssd": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.UpdateAggregate(ctx, a.ID, func(x *records.Aggregate) error { x.Hosts = []string{"h02", "h03"}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(candidates(t, s, inAZ1)); got != "[h02 h03]" {
+		t.Fatalf("az1 after adding h02 and h03: %s", got)
+	}
+	if got := fmt.Sprint(candidates(t, s, &Request{Resources: small(), Zone: "nova"})); got != "[h01]" {
+		t.Fatalf("nova (the default zone): %s", got)
+	}
+	ssd := &Request{Resources: small(), ExtraSpecs: map[string]string{"aggregate_instance_extra_specs:ssd": "true"}}
+	if got := fmt.Sprint(candidates(t, s, ssd)); got != "[h02 h03]" {
+		t.Fatalf("ssd=true: %s", got)
+	}
+	if _, err := c.st.UpdateAggregate(ctx, a.ID, func(x *records.Aggregate) error { x.Hosts = []string{"h03"}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(candidates(t, s, inAZ1)); got != "[h03]" {
+		t.Fatalf("az1 after removing h02: %s", got)
+	}
+	if err := c.st.DeleteAggregate(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := candidates(t, s, ssd); got != nil {
+		t.Fatalf("ssd=true after deleting the aggregate: %v", got)
 	}
 }

@@ -1,0 +1,142 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"keel/internal/records"
+	"keel/internal/scheduler"
+)
+
+// request builds the scheduler request for an instance: its flavor, and
+// what its scheduler hints ask — the server group's policy with where its
+// other members are, and the hosts of the instances named by same_host and
+// different_host (as Nova's conductor fills the RequestSpec).
+func (c *Conductor) request(ctx context.Context, inst records.Instance) (*scheduler.Request, error) {
+	req := requestFor(inst)
+	h := inst.Hints
+	if h == nil {
+		return req, nil
+	}
+	if h.Group != "" {
+		g, err := c.store.GetServerGroup(ctx, h.Group)
+		switch {
+		case isNotFound(err):
+			// The group was deleted: nothing left to keep together or apart.
+		case err != nil:
+			return nil, fmt.Errorf("reading server group %s of %s: %w", h.Group, inst.UUID, err)
+		default:
+			sg := &scheduler.Group{Policy: g.Policy, MaxServerPerHost: g.MaxServerPerHost, Members: map[string]int{}}
+			for _, m := range g.Members {
+				if m == inst.UUID {
+					continue
+				}
+				host, err := c.hostOf(ctx, m)
+				if err != nil {
+					return nil, err
+				}
+				if host != "" {
+					sg.Members[host]++
+				}
+			}
+			req.Group = sg
+		}
+	}
+	var err error
+	if h.SameHost != nil {
+		if req.SameHost, err = c.hostsOf(ctx, h.SameHost); err != nil {
+			return nil, err
+		}
+	}
+	if h.DifferentHost != nil {
+		if req.DifferentHost, err = c.hostsOf(ctx, h.DifferentHost); err != nil {
+			return nil, err
+		}
+	}
+	return req, nil
+}
+
+// hostOf returns an instance's host ("" if it has none or is gone).
+func (c *Conductor) hostOf(ctx context.Context, uuid string) (string, error) {
+	in, err := c.store.GetInstance(ctx, uuid)
+	if isNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading instance %s: %w", uuid, err)
+	}
+	return in.Host, nil
+}
+
+// hostsOf returns the hosts of the named instances, each once; never nil
+// (a hint naming only instances without a host passes no host).
+func (c *Conductor) hostsOf(ctx context.Context, uuids []string) ([]string, error) {
+	out := []string{}
+	for _, u := range uuids {
+		h, err := c.hostOf(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		if h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// groupLock serialises the scheduling of one server group's members in
+// this process, so two boots in an anti-affinity group cannot both pick a
+// host before either has recorded it. It returns the unlock function,
+// which may be called more than once (a no-op for an instance in no
+// group).
+func (c *Conductor) groupLock(inst records.Instance) func() {
+	if inst.Hints == nil || inst.Hints.Group == "" {
+		return func() {}
+	}
+	c.mu.Lock()
+	if c.groupMus == nil {
+		c.groupMus = map[string]*sync.Mutex{}
+	}
+	mu := c.groupMus[inst.Hints.Group]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		c.groupMus[inst.Hints.Group] = mu
+	}
+	c.mu.Unlock()
+	mu.Lock()
+	return sync.OnceFunc(mu.Unlock)
+}
+
+// joinGroup adds a new instance to its server group's members.
+func (c *Conductor) joinGroup(ctx context.Context, inst records.Instance) error {
+	if inst.Hints == nil || inst.Hints.Group == "" {
+		return nil
+	}
+	_, err := c.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
+		if !slices.Contains(g.Members, inst.UUID) {
+			g.Members = append(g.Members, inst.UUID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("adding %s to server group %s: %w", inst.UUID, inst.Hints.Group, err)
+	}
+	return nil
+}
+
+// leaveGroup removes an instance that failed to build or was deleted from
+// its server group's members; a group deleted meanwhile is fine.
+func (c *Conductor) leaveGroup(ctx context.Context, inst records.Instance) {
+	if inst.Hints == nil || inst.Hints.Group == "" {
+		return
+	}
+	_, err := c.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
+		g.Members = slices.DeleteFunc(g.Members, func(m string) bool { return m == inst.UUID })
+		return nil
+	})
+	if err != nil && !isNotFound(err) {
+		c.log.Warn("removing an instance from its server group", "instance", inst.UUID, "group", inst.Hints.Group, "err", err)
+	}
+}
