@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"testing"
 )
+
+// requestIDs differ from answer to answer; snapshots compare without them.
+var requestIDs = regexp.MustCompile(`req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 // Shape checks that an error body has the API's error shape.
 type Shape func(body []byte) error
@@ -19,7 +23,7 @@ type Shape func(body []byte) error
 // after an error answer. It returns the recorded answer.
 func Refused(t testing.TB, h http.Handler, req *http.Request, snapshot func() string, shape Shape) *httptest.ResponseRecorder {
 	t.Helper()
-	before := snapshot()
+	before := requestIDs.ReplaceAllString(snapshot(), "req-…")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	desc := fmt.Sprintf("%s %s", req.Method, req.URL.Path)
@@ -30,7 +34,7 @@ func Refused(t testing.TB, h http.Handler, req *http.Request, snapshot func() st
 		if err := shape(rec.Body.Bytes()); err != nil {
 			t.Fatalf("%s: %d with a body not shaped as the API's errors: %v: %s", desc, rec.Code, err, rec.Body.Bytes())
 		}
-		if after := snapshot(); after != before {
+		if after := requestIDs.ReplaceAllString(snapshot(), "req-…"); after != before {
 			t.Fatalf("%s: refused with %d but the state changed:\nbefore %s\nafter  %s", desc, rec.Code, before, after)
 		}
 	}
