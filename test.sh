@@ -6,7 +6,8 @@
 #   ./test.sh -short     skips the slowest cases (fewer seeds in the sim test)
 #
 # After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
-# openstackclient (apt-get install python3-openstackclient; .ci/run does).
+# openstackclient (apt-get install python3-openstackclient; .ci/run does),
+# and tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME).
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
@@ -27,3 +28,6 @@ go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
 
 echo "== openstackclient against keel dev"
 tests/openstackclient.sh
+
+echo "== fuzz targets, a few seconds each"
+FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
