@@ -384,10 +384,10 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 			LastSeenUp: time.Unix(dh.LastSeenUp, 0),
 			FreeRAMMB:  dh.FreeRAMMB, FreeDiskMB: dh.FreeDiskMB, VCPUsTotal: dh.VCPUsTotal, VCPUsUsed: dh.VCPUsUsed,
 			CPUAllocationRatio: dh.CPUAllocationRatio, NumIOOps: dh.NumIOOps, NumInstances: dh.NumInstances,
-			FailedBuilds:      dh.FailedBuilds,
-			AggregateMetadata: AggregateMetadata(dh.Aggregates),
+			FailedBuilds: dh.FailedBuilds,
 		}
 		v.add(h)
+		h.AggregateMetadata = AggregateMetadata(dh.Aggregates) // as loadAggregates would
 		for _, u := range dh.Instances {
 			instanceHost[u] = dh.Host
 		}
