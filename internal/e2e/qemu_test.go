@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -248,5 +249,101 @@ func TestQEMUDestinationFails(t *testing.T) {
 	c.consistent(id, "h1")
 	if n := qemu.KillAll(filepath.Join(c.dataDir, "agents", "h2", "qemu")); n != 0 {
 		t.Fatalf("the rollback left %d QEMU on the destination", n)
+	}
+}
+
+// restartAgent kills host's agent (SIGKILL, as the harness does) and
+// starts it again with extra arguments.
+func (c *cloud) restartAgent(host string, extra ...string) {
+	c.t.Helper()
+	c.agents[host].kill()
+	c.startAgent(host, extra...)
+}
+
+// TestQEMUNeverConverges is the one test with a busy vCPU: a 64 MiB guest
+// rewriting 48 MiB forever, copied at 16 MiB/s with a 500 ms downtime
+// limit, never converges. The completion timeout (1 s per GiB, counting
+// 2 GiB) cancels it: the migration fails, the guest runs on at the source.
+// Then the API's force_complete completes one (the source is paused for
+// the last pass), and finally live_migration_timeout_action =
+// force_complete with post-copy permitted completes one on its own
+// (post-copy where userfaultfd works, else the pause).
+func TestQEMUNeverConverges(t *testing.T) {
+	c := qemuCloud(t, "libvirt.live_migration_bandwidth=16", "libvirt.live_migration_completion_timeout=1")
+	c.startAgent("h1")
+	id := c.bootImage("busy", "q64", "keel-guest-dirty-48")
+	hb := c.rising("h1", id, 0)
+	c.startAgent("h2")
+
+	start := time.Now()
+	mid := c.migrate(id, "")
+	if st := c.waitMigration(mid, 60*time.Second); st != "failed" && st != "error" {
+		t.Fatalf("a migration that cannot converge ended %s: %s", st, c.migrationError(mid))
+	}
+	msg := c.migrationError(mid)
+	t.Logf("timed out after %s: %s", time.Since(start).Round(time.Millisecond), msg)
+	if !strings.Contains(msg, "live_migration_completion_timeout") {
+		t.Fatalf("the migration's error does not say the completion timeout cancelled it: %q", msg)
+	}
+	hb = c.rising("h1", id, hb)
+	c.consistent(id, "h1")
+
+	// No timeout on h1 now: the API's force_complete finishes the copy.
+	c.restartAgent("h1", "--set", "libvirt.live_migration_completion_timeout=0")
+	hb = c.rising("h1", id, hb) // adopted, still running
+	mid = c.migrate(id, "")
+	c.waitFor("the copy to run", 20*time.Second, func() bool { return c.memoryProcessed(id, mid) > 0 })
+	if st := c.call("POST", fmt.Sprintf("/compute/v2.1/servers/%s/migrations/%d/action", id, mid), map[string]any{"force_complete": nil}, nil); st != 202 {
+		t.Fatalf("force_complete: %d", st)
+	}
+	if st := c.waitMigration(mid, 60*time.Second); st != "completed" {
+		t.Fatalf("force-completed migration ended %s: %s", st, c.migrationError(mid))
+	}
+	hb = c.rising("h2", id, hb)
+	c.consistent(id, "h2")
+
+	// Back to h1, completed by the timeout's force_complete action.
+	post := []string{"--set", "libvirt.live_migration_timeout_action=force_complete", "--set", "libvirt.live_migration_permit_post_copy=true"}
+	c.restartAgent("h1", post...)
+	c.restartAgent("h2", post...)
+	mid = c.migrate(id, "")
+	if st := c.waitMigration(mid, 60*time.Second); st != "completed" {
+		t.Fatalf("migration force-completed by the timeout ended %s: %s", st, c.migrationError(mid))
+	}
+	c.rising("h1", id, hb)
+	c.consistent(id, "h1")
+	data, _ := os.ReadFile(c.agents["h2"].log)
+	t.Logf("the timeout's force_complete switched to post-copy: %v", strings.Contains(string(data), "forcing completion") && strings.Contains(string(data), "post_copy=true"))
+}
+
+// TestQEMUKillSourceAgentMidCopy kills the source agent with SIGKILL while
+// QEMU copies a guest (48 MiB filled, 8 MiB/s: about 6 s). QEMU runs on in
+// its own session; the restarted agent adopts it, re-attaches to the copy
+// and reports its end, and the migration completes consistently.
+func TestQEMUKillSourceAgentMidCopy(t *testing.T) {
+	c := qemuCloud(t, "libvirt.live_migration_bandwidth=8")
+	c.startAgent("h1")
+	id := c.bootImage("vm", "q64", "keel-guest-fill-48")
+	hb := c.rising("h1", id, 0)
+	c.startAgent("h2")
+	mid := c.migrate(id, "")
+	c.waitFor("the copy to run", 20*time.Second, func() bool { return c.memoryProcessed(id, mid) > 0 })
+	c.agents["h1"].kill()
+	time.Sleep(500 * time.Millisecond)
+	if st := c.migrationStatus(mid); st != "running" {
+		t.Fatalf("migration %d is %s with its source agent dead, want running", mid, st)
+	}
+	c.startAgent("h1")
+	if st := c.waitMigration(mid, 60*time.Second); st != "completed" {
+		t.Fatalf("migration %d ended %s: %s", mid, st, c.migrationError(mid))
+	}
+	data, _ := os.ReadFile(c.agents["h1"].log)
+	if !strings.Contains(string(data), "re-attached") {
+		t.Errorf("the restarted agent did not say it re-attached to the copy")
+	}
+	c.rising("h2", id, hb)
+	c.consistent(id, "h2")
+	if n := qemu.KillAll(filepath.Join(c.dataDir, "agents", "h1", "qemu")); n != 0 {
+		t.Fatalf("%d QEMU left on the source after the move", n)
 	}
 }

@@ -555,20 +555,43 @@ func capabilities(postCopy bool) map[string]any {
 
 // CheckIncoming implements compute.IncomingChecker: nil while the
 // incoming (or arrived) guest's QEMU runs; else why it ended, with its
-// stderr.
-func (d *Driver) CheckIncoming(_ context.Context, uuid string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if v, ok := d.vms[uuid]; ok {
-		if v.pid == 0 || v.alive() {
+// stderr. An incoming QEMU whose load failed is given a moment to exit
+// (the source may notice the broken stream first) so its stderr is
+// complete.
+func (d *Driver) CheckIncoming(ctx context.Context, uuid string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		d.mu.Lock()
+		v, ok := d.vms[uuid]
+		msg, gone := d.gone[uuid]
+		d.mu.Unlock()
+		switch {
+		case !ok && gone:
+			return fmt.Errorf("the incoming QEMU exited: %s", msg)
+		case !ok:
+			return fmt.Errorf("no incoming guest %s", uuid)
+		case v.pid == 0:
+			return nil // still starting
+		case !v.alive():
+			return fmt.Errorf("the incoming QEMU exited: %s", logTail(v.dir))
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		var info MigrationInfo
+		err := d.execute(qctx, v, "query-migrate", nil, &info)
+		qcancel()
+		if err == nil && info.Status != "failed" {
 			return nil
 		}
-		return fmt.Errorf("the incoming QEMU exited: %s", logTail(v.dir))
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				return fmt.Errorf("the incoming migration failed: %s", orUnknown(logTail(v.dir)))
+			}
+			return nil // the monitor does not answer, but QEMU runs
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if msg, ok := d.gone[uuid]; ok {
-		return fmt.Errorf("the incoming QEMU exited: %s", msg)
-	}
-	return fmt.Errorf("no incoming guest %s", uuid)
 }
 
 // PostLiveMigrationAtSource implements compute.Driver: the source's QEMU

@@ -47,6 +47,7 @@ type copyJob struct {
 	mu       sync.Mutex
 	paused   bool // the source was paused to force completion
 	forced   bool
+	timedOut time.Duration // the completion timeout that cancelled it
 	last     MigrationInfo
 }
 
@@ -134,8 +135,9 @@ func (d *Driver) completionTimeout(ramMB int64) time.Duration {
 func (d *Driver) watch(ctx context.Context, v *vm, job *copyJob, progress func(total, processed, remaining int64)) error {
 	uuid := v.st.Guest.UUID
 	var timeout <-chan time.Time
-	if t := d.completionTimeout(v.st.Guest.Flavor.RAMMB); t > 0 {
-		timer := time.NewTimer(t)
+	limit := d.completionTimeout(v.st.Guest.Flavor.RAMMB)
+	if limit > 0 {
+		timer := time.NewTimer(limit)
 		defer timer.Stop()
 		timeout = timer.C
 	}
@@ -166,6 +168,13 @@ func (d *Driver) watch(ctx context.Context, v *vm, job *copyJob, progress func(t
 			case "failed":
 				return fmt.Errorf("live migration of %s failed in QEMU: %s", uuid, orUnknown(info.ErrorDesc))
 			case "cancelled":
+				job.mu.Lock()
+				timedOut := job.timedOut
+				job.mu.Unlock()
+				if timedOut > 0 {
+					return fmt.Errorf("live migration of %s did not complete within live_migration_completion_timeout (%s for %d MiB): %w",
+						uuid, timedOut, v.st.Guest.Flavor.RAMMB, compute.ErrCopyCancelled)
+				}
 				return fmt.Errorf("live migration of %s: %w", uuid, compute.ErrCopyCancelled)
 			}
 			if progress != nil && info.RAM != nil && time.Since(lastReport) >= d.cfg.ProgressEvery {
@@ -178,7 +187,7 @@ func (d *Driver) watch(ctx context.Context, v *vm, job *copyJob, progress func(t
 			return fmt.Errorf("live migration of %s: the guest was destroyed", uuid)
 		case <-timeout:
 			timeout = nil
-			d.onTimeout(ctx, v, job)
+			d.onTimeout(ctx, v, job, limit)
 		case _, ok := <-events:
 			if !ok { // the session ended: poll (and reconnect) on the tick
 				<-tick.C
@@ -195,7 +204,7 @@ func orUnknown(s string) string {
 	return s
 }
 
-func (d *Driver) onTimeout(ctx context.Context, v *vm, job *copyJob) {
+func (d *Driver) onTimeout(ctx context.Context, v *vm, job *copyJob, limit time.Duration) {
 	uuid := v.st.Guest.UUID
 	if d.cfg.TimeoutAction == "force_complete" {
 		d.log.Info("live_migration_completion_timeout: forcing completion", "instance", uuid, "post_copy", job.postCopy)
@@ -205,6 +214,9 @@ func (d *Driver) onTimeout(ctx context.Context, v *vm, job *copyJob) {
 		return
 	}
 	d.log.Info("live_migration_completion_timeout: aborting", "instance", uuid)
+	job.mu.Lock()
+	job.timedOut = limit
+	job.mu.Unlock()
 	if err := d.execute(ctx, v, "migrate_cancel", nil, nil); err != nil {
 		d.log.Warn("cancelling the migration", "instance", uuid, "err", err)
 	}
