@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
+
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"keel/internal/httproute"
 	"keel/internal/placement"
@@ -35,6 +37,7 @@ type API struct {
 	st      store.Store
 	isAdmin func(*http.Request) bool
 	mux     *http.ServeMux
+	views   viewCache
 }
 
 // New returns the placement API over st. isAdmin tells whether the
@@ -42,6 +45,7 @@ type API struct {
 // call but the version document is admin-only.
 func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 	a := &API{st: st, isAdmin: isAdmin, mux: http.NewServeMux()}
+	a.views.src = st
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, int) error) {
 		a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			minor, err := negotiate(r)
@@ -61,6 +65,26 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 	route("GET /placement/resource_providers", a.listProviders)
 	route("GET /placement/resource_providers/{uuid}", a.showProvider)
 	route("GET /placement/resource_providers/{uuid}/inventories", a.inventories)
+	route("POST /placement/resource_providers/{uuid}/inventories", a.postInventory)
+	route("DELETE /placement/resource_providers/{uuid}/inventories", a.deleteInventories)
+	route("GET /placement/resource_providers/{uuid}/inventories/{rc}", a.inventory)
+	route("PUT /placement/resource_providers/{uuid}/inventories/{rc}", a.putInventory)
+	route("DELETE /placement/resource_providers/{uuid}/inventories/{rc}", a.deleteInventory)
+	route("PUT /placement/resource_providers/{uuid}", a.updateProvider)
+	route("GET /placement/resource_providers/{uuid}/traits", a.providerTraits)
+	route("PUT /placement/resource_providers/{uuid}/traits", a.putProviderTraits)
+	route("DELETE /placement/resource_providers/{uuid}/traits", a.deleteProviderTraits)
+	route("GET /placement/resource_providers/{uuid}/aggregates", a.providerAggregates)
+	route("PUT /placement/resource_providers/{uuid}/aggregates", a.putProviderAggregates)
+	route("GET /placement/traits", a.listTraits)
+	route("GET /placement/traits/{name}", a.getTrait)
+	route("PUT /placement/traits/{name}", a.putTrait)
+	route("DELETE /placement/traits/{name}", a.deleteTrait)
+	route("GET /placement/resource_classes", a.listClasses)
+	route("POST /placement/resource_classes", a.postClass)
+	route("GET /placement/resource_classes/{name}", a.getClass)
+	route("PUT /placement/resource_classes/{name}", a.putClass)
+	route("DELETE /placement/resource_classes/{name}", a.deleteClass)
 	route("GET /placement/resource_providers/{uuid}/usages", a.providerUsages)
 	route("GET /placement/usages", a.projectUsages)
 	route("GET /placement/allocation_candidates", a.candidates)
@@ -145,10 +169,16 @@ func writeError(w http.ResponseWriter, err error) {
 func asHTTPError(err error) *httpError {
 	var he *httpError
 	var inUse *placement.InUseError
+	var conflict *placement.ConflictError
 	fault := func(status int, code, msg string) *httpError { return &httpError{status: status, code: code, msg: msg} }
 	switch {
 	case errors.As(err, &he):
 		return he
+	case errors.As(err, &conflict) && conflict.Kind == placement.ConsumerGeneration:
+		return fault(http.StatusConflict, codeConcurrentUpdate, fmt.Sprintf(
+			"consumer generation conflict - expected %s but got %s", genString(conflict.Actual), genString(conflict.Expected)))
+	case errors.As(err, &conflict) && conflict.Kind == placement.ProviderGeneration:
+		return fault(http.StatusConflict, codeConcurrentUpdate, "resource provider generation conflict: "+err.Error())
 	case placement.IsConflict(err):
 		return fault(http.StatusConflict, codeConcurrentUpdate, err.Error())
 	case errors.As(err, &inUse):
@@ -159,6 +189,8 @@ func asHTTPError(err error) *httpError {
 		return fault(http.StatusBadRequest, codeUndefined, err.Error())
 	case errors.Is(err, store.ErrExists):
 		return fault(http.StatusConflict, codeDuplicateName, err.Error())
+	case errors.Is(err, store.ErrInUse), errors.Is(err, store.ErrHasChildren):
+		return fault(http.StatusConflict, codeUndefined, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		return fault(http.StatusNotFound, codeUndefined, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -173,7 +205,28 @@ const (
 	codeConcurrentUpdate = "placement.concurrent_update"
 	codeInventoryInUse   = "placement.inventory.inuse"
 	codeDuplicateName    = "placement.duplicate_name"
+	// Deleting a provider with allocations, or with children.
+	codeProviderInUse      = "placement.resource_provider.inuse"
+	codeCannotDeleteParent = "placement.resource_provider.cannot_delete_parent"
 )
+
+// genString renders a generation for a conflict message ("null" for
+// none, as Placement's JSON would).
+func genString(g *int64) string {
+	if g == nil {
+		return "null"
+	}
+	return strconv.FormatInt(*g, 10)
+}
+
+func isUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+type jsonRaw = json.RawMessage
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // WriteStatus writes a bare status and message in Placement's error shape
 // (for the token check in front of the API).
@@ -194,94 +247,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (a *API) providerView(p placement.Provider, minor int) map[string]any {
-	self := "/resource_providers/" + p.UUID
-	links := []any{
-		map[string]any{"rel": "self", "href": self},
-		map[string]any{"rel": "inventories", "href": self + "/inventories"},
-		map[string]any{"rel": "usages", "href": self + "/usages"},
-	}
-	v := map[string]any{"uuid": p.UUID, "name": p.Name, "generation": p.Generation, "links": links}
-	if minor >= 14 {
-		v["parent_provider_uuid"], v["root_provider_uuid"] = nil, p.UUID
-	}
-	return v
-}
-
-func (a *API) listProviders(w http.ResponseWriter, r *http.Request, minor int) error {
-	q := r.URL.Query()
-	want, err := parseResources(q.Get("resources"))
-	if err != nil {
-		return err
-	}
-	sums, err := a.st.ProviderSummaries(r.Context(), nil)
-	if err != nil {
-		return err
-	}
-	out := []any{}
-	for _, s := range sortByName(sums) {
-		if n := q.Get("name"); n != "" && n != s.Name {
-			continue
-		}
-		if u := q.Get("uuid"); u != "" && u != s.UUID {
-			continue
-		}
-		if len(want) > 0 && placement.Fits(s.UUID, s.Inventories, s.Usage, want) != nil {
-			continue
-		}
-		out = append(out, a.providerView(s.Provider, minor))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"resource_providers": out})
-	return nil
-}
-
-func (a *API) showProvider(w http.ResponseWriter, r *http.Request, minor int) error {
-	p, err := a.provider(r)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, a.providerView(p.Provider, minor))
-	return nil
-}
-
-func (a *API) provider(r *http.Request) (store.ProviderSummary, error) {
-	u := r.PathValue("uuid")
-	sums, err := a.st.ProviderSummaries(r.Context(), []string{u})
-	if err != nil {
-		return store.ProviderSummary{}, err
-	}
-	if len(sums) == 0 {
-		return store.ProviderSummary{}, errorf(http.StatusNotFound, "No resource provider with uuid %s found", u)
-	}
-	return sums[0], nil
-}
-
-func (a *API) inventories(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, err := a.provider(r)
-	if err != nil {
-		return err
-	}
-	invs := map[string]any{}
-	for rc, inv := range p.Inventories {
-		invs[string(rc)] = inv
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"inventories": invs, "resource_provider_generation": p.Generation})
-	return nil
-}
-
-func (a *API) providerUsages(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, err := a.provider(r)
-	if err != nil {
-		return err
-	}
-	usages := map[string]int64{}
-	for rc := range p.Inventories {
-		usages[string(rc)] = p.Usage[rc]
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"usages": usages, "resource_provider_generation": p.Generation})
-	return nil
-}
-
 // projectUsages is GET /usages?project_id=[&user_id=] (1.9): what a
 // project's consumers hold, summed over every provider.
 func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) error {
@@ -292,6 +257,18 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	project, user := q.Get("project_id"), q.Get("user_id")
 	if project == "" {
 		return errorf(http.StatusBadRequest, "'project_id' is a required property")
+	}
+	allowed := []string{"project_id", "user_id"}
+	if minor >= 38 {
+		allowed = append(allowed, "consumer_type")
+	}
+	if err := checkParams(q, allowed...); err != nil {
+		return err
+	}
+	// consumer_type (1.38): one type, "unknown", or "all" (one group).
+	only, group := q.Get("consumer_type"), ""
+	if only == "all" {
+		only, group = "", "all"
 	}
 	sums, err := a.st.ProviderSummaries(r.Context(), nil)
 	if err != nil {
@@ -308,14 +285,19 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 			return err
 		}
 		for _, c := range cs {
-			if seen[c.UUID] || c.ProjectID != project || (user != "" && c.UserID != user) {
+			if seen[c.UUID] || c.ProjectID != project || (user != "" && c.UserID != user) ||
+				(only != "" && string(c.Type) != only) {
 				continue
 			}
 			seen[c.UUID] = true
-			t := byType[string(c.Type)]
+			key := string(c.Type)
+			if group != "" {
+				key = group
+			}
+			t := byType[key]
 			if t == nil {
 				t = map[string]int64{}
-				byType[string(c.Type)] = t
+				byType[key] = t
 			}
 			t["consumer_count"]++
 			for _, res := range c.Allocations {
@@ -334,70 +316,6 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	return nil
 }
 
-// candidates is GET /allocation_candidates?resources=…[&limit=] (1.10):
-// every provider the request fits on whole, as one allocation request each.
-func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) error {
-	if minor < 10 {
-		return errorf(http.StatusNotFound, "The resource could not be found.")
-	}
-	q := r.URL.Query()
-	want, err := parseResources(q.Get("resources"))
-	if err != nil {
-		return err
-	}
-	if len(want) == 0 {
-		return errorf(http.StatusBadRequest, "'resources' is a required query parameter")
-	}
-	limit := -1
-	if l := q.Get("limit"); l != "" {
-		if limit, err = strconv.Atoi(l); err != nil || limit < 1 {
-			return errorf(http.StatusBadRequest, "Invalid query string parameters: limit must be a positive integer, got %q", l)
-		}
-	}
-	sums, err := a.st.ProviderSummaries(r.Context(), nil)
-	if err != nil {
-		return err
-	}
-	reqs, summaries := []any{}, map[string]any{}
-	for _, s := range sortByName(sums) {
-		if limit >= 0 && len(reqs) == limit {
-			break
-		}
-		if placement.Fits(s.UUID, s.Inventories, s.Usage, want) != nil {
-			continue
-		}
-		res := map[string]int64{}
-		for rc, n := range want {
-			res[string(rc)] = n
-		}
-		// 1.10 and 1.11 list the allocations; 1.12 keys them by provider.
-		var allocs any = []any{map[string]any{"resource_provider": map[string]any{"uuid": s.UUID}, "resources": res}}
-		if minor >= 12 {
-			allocs = map[string]any{s.UUID: map[string]any{"resources": res}}
-		}
-		req := map[string]any{"allocations": allocs}
-		if minor >= 34 {
-			req["mappings"] = map[string]any{"": []string{s.UUID}}
-		}
-		reqs = append(reqs, req)
-		classes := map[string]any{}
-		caps := s.Capacities()
-		for rc := range s.Inventories {
-			classes[string(rc)] = map[string]int64{"capacity": caps[rc], "used": s.Usage[rc]}
-		}
-		sum := map[string]any{"resources": classes}
-		if minor >= 17 {
-			sum["traits"] = []string{}
-		}
-		if minor >= 29 {
-			sum["parent_provider_uuid"], sum["root_provider_uuid"] = nil, s.UUID
-		}
-		summaries[s.UUID] = sum
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"allocation_requests": reqs, "provider_summaries": summaries})
-	return nil
-}
-
 // parseResources reads "VCPU:1,MEMORY_MB:512".
 func parseResources(s string) (placement.Resources, error) {
 	out := placement.Resources{}
@@ -413,9 +331,4 @@ func parseResources(s string) (placement.Resources, error) {
 		out[placement.ResourceClass(rc)] += v
 	}
 	return out, nil
-}
-
-func sortByName(sums []store.ProviderSummary) []store.ProviderSummary {
-	sort.Slice(sums, func(i, j int) bool { return sums[i].Name < sums[j].Name })
-	return sums
 }

@@ -6,9 +6,8 @@ import (
 	"keel/internal/httpbody"
 	"maps"
 	"net/http"
+	"regexp"
 	"slices"
-
-	"github.com/google/uuid"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -24,89 +23,9 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) error {
-	var body struct {
-		Name string `json:"name"`
-		UUID string `json:"uuid"`
-	}
-	if err := decode(r, &body); err != nil {
-		return err
-	}
-	if body.Name == "" || len(body.Name) > 200 {
-		return errorf(http.StatusBadRequest, "'name' is a required property of at most 200 characters")
-	}
-	if body.UUID == "" {
-		body.UUID = uuid.NewString()
-	} else if _, err := uuid.Parse(body.UUID); err != nil {
-		return errorf(http.StatusBadRequest, "'uuid' %q is not a UUID", body.UUID)
-	}
-	p, err := a.st.CreateProvider(r.Context(), placement.Provider{UUID: body.UUID, Name: body.Name, Inventories: placement.Inventories{}})
-	if err != nil {
-		return err
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	w.Header().Set("Location", scheme+"://"+r.Host+"/placement/resource_providers/"+p.UUID)
-	if minor >= 20 {
-		writeJSON(w, http.StatusOK, a.providerView(p, minor))
-		return nil
-	}
-	w.WriteHeader(http.StatusCreated)
-	return nil
-}
-
-func (a *API) deleteProvider(w http.ResponseWriter, r *http.Request, _ int) error {
-	if _, err := a.provider(r); err != nil {
-		return err
-	}
-	if err := a.st.DeleteProvider(r.Context(), r.PathValue("uuid")); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// putInventories is PUT /resource_providers/{uuid}/inventories: replaces
-// every inventory if resource_provider_generation is current.
-func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) error {
-	p, err := a.provider(r)
-	if err != nil {
-		return err
-	}
-	var body struct {
-		Generation  *int64                         `json:"resource_provider_generation"`
-		Inventories map[string]placement.Inventory `json:"inventories"`
-	}
-	if err := decode(r, &body); err != nil {
-		return err
-	}
-	if body.Generation == nil || body.Inventories == nil {
-		return errorf(http.StatusBadRequest, "'resource_provider_generation' and 'inventories' are required properties")
-	}
-	invs := placement.Inventories{}
-	for rc, inv := range body.Inventories {
-		if inv.Total < 1 {
-			return errorf(http.StatusBadRequest, "inventory of %s: 'total' is a required property of at least 1", rc)
-		}
-		invs[placement.ResourceClass(rc)] = inv.WithDefaults()
-	}
-	np, err := a.st.SetInventories(r.Context(), p.UUID, *body.Generation, invs)
-	if err != nil {
-		return err
-	}
-	out := map[string]any{}
-	for rc, inv := range np.Inventories {
-		out[string(rc)] = inv
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"inventories": out, "resource_provider_generation": np.Generation})
-	return nil
-}
-
 // providerAllocations is GET /resource_providers/{uuid}/allocations.
 func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, err := a.provider(r)
+	p, _, err := a.provider(r)
 	if err != nil {
 		return err
 	}
@@ -157,16 +76,20 @@ func (a *API) consumerAllocations(w http.ResponseWriter, r *http.Request, minor 
 	return nil
 }
 
-// allocationBody is one consumer's allocations in the 1.12+ shape.
+// allocationBody is one consumer's allocations: keyed by provider from
+// 1.12, a list of {resource_provider: {uuid}, resources} before.
 type allocationBody struct {
-	Allocations map[string]struct {
-		Resources map[string]int64 `json:"resources"`
-	} `json:"allocations"`
-	ProjectID          string `json:"project_id"`
-	UserID             string `json:"user_id"`
-	ConsumerGeneration *int64 `json:"consumer_generation"`
-	ConsumerType       string `json:"consumer_type"`
+	Allocations        map[string]allocationEntry `json:"-"`
+	ProjectID          string                     `json:"project_id"`
+	UserID             string                     `json:"user_id"`
+	ConsumerGeneration *int64                     `json:"consumer_generation"`
+	ConsumerType       string                     `json:"consumer_type"`
 	generationGiven    bool
+	raw                json.RawMessage // "allocations", decoded by shape
+}
+
+type allocationEntry struct {
+	Resources map[string]int64 `json:"resources"`
 }
 
 func (b *allocationBody) UnmarshalJSON(data []byte) error {
@@ -176,20 +99,69 @@ func (b *allocationBody) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	_, b.generationGiven = raw["consumer_generation"]
+	b.raw = raw["allocations"]
 	return json.Unmarshal(data, (*plain)(b))
 }
+
+// readAllocations decodes "allocations" in the microversion's shape.
+func (b *allocationBody) readAllocations(minor int) error {
+	if len(b.raw) == 0 || string(b.raw) == "null" {
+		return errorf(http.StatusBadRequest, "'allocations' is a required property")
+	}
+	if minor >= 12 {
+		if err := json.Unmarshal(b.raw, &b.Allocations); err != nil {
+			return errorf(http.StatusBadRequest, "JSON does not validate: 'allocations' must be an object keyed by resource provider UUID: %v", err)
+		}
+		return nil
+	}
+	var list []struct {
+		ResourceProvider struct {
+			UUID string `json:"uuid"`
+		} `json:"resource_provider"`
+		Resources map[string]int64 `json:"resources"`
+	}
+	if err := json.Unmarshal(b.raw, &list); err != nil {
+		return errorf(http.StatusBadRequest, "JSON does not validate: before placement 1.12 'allocations' is a list of {resource_provider: {uuid}, resources}: %v", err)
+	}
+	if len(list) == 0 {
+		return errorf(http.StatusBadRequest, "JSON does not validate: [] is too short")
+	}
+	b.Allocations = map[string]allocationEntry{}
+	for _, e := range list {
+		if e.ResourceProvider.UUID == "" || len(e.Resources) == 0 {
+			return errorf(http.StatusBadRequest, "JSON does not validate: each allocation needs resource_provider.uuid and resources")
+		}
+		if _, dup := b.Allocations[e.ResourceProvider.UUID]; dup {
+			return errorf(http.StatusBadRequest, "Allocation for resource provider '%s' that does not exist or is given twice.", e.ResourceProvider.UUID)
+		}
+		b.Allocations[e.ResourceProvider.UUID] = allocationEntry{Resources: e.Resources}
+	}
+	return nil
+}
+
+// incompleteConsumer is the project and user Placement records for a
+// consumer written before 1.8, which could not name them.
+const incompleteConsumer = "00000000-0000-0000-0000-000000000000"
+
+// consumerTypeRE is the form of a consumer type (1.38).
+var consumerTypeRE = regexp.MustCompile(`^[A-Z0-9_]+$`)
 
 // toWrite checks one consumer's body against the microversion and turns
 // it into a store write.
 func (b allocationBody) toWrite(consumer string, minor int) (placement.AllocationWrite, error) {
-	if minor < 12 {
-		return placement.AllocationWrite{}, errorf(http.StatusBadRequest, "keel's placement takes allocation writes in the 1.12 shape or later; send OpenStack-API-Version: placement 1.12 or newer")
+	if err := b.readAllocations(minor); err != nil {
+		return placement.AllocationWrite{}, err
+	}
+	if minor < 8 && b.ProjectID == "" && b.UserID == "" {
+		b.ProjectID, b.UserID = incompleteConsumer, incompleteConsumer
 	}
 	if b.ProjectID == "" || b.UserID == "" {
 		return placement.AllocationWrite{}, errorf(http.StatusBadRequest, "'project_id' and 'user_id' are required properties")
 	}
+	// Before 1.38 a write cannot say what the consumer is: an existing
+	// consumer keeps its type, a new one is "unknown", as in Placement.
 	w := placement.AllocationWrite{ConsumerUUID: consumer, ProjectID: b.ProjectID, UserID: b.UserID,
-		Type: placement.ConsumerInstance, Allocations: map[string]placement.Resources{}}
+		NewType: placement.ConsumerUnknown, Allocations: map[string]placement.Resources{}}
 	if minor >= 28 {
 		if !b.generationGiven {
 			return w, errorf(http.StatusBadRequest, "'consumer_generation' is a required property")
@@ -199,12 +171,10 @@ func (b allocationBody) toWrite(consumer string, minor int) (placement.Allocatio
 		w.AnyConsumerGeneration = true
 	}
 	if minor >= 38 {
-		switch placement.ConsumerType(b.ConsumerType) {
-		case placement.ConsumerInstance, placement.ConsumerMigration:
-			w.Type = placement.ConsumerType(b.ConsumerType)
-		default:
-			return w, errorf(http.StatusBadRequest, "'consumer_type' must be INSTANCE or MIGRATION, got %q", b.ConsumerType)
+		if len(b.ConsumerType) > 255 || !consumerTypeRE.MatchString(b.ConsumerType) {
+			return w, errorf(http.StatusBadRequest, "'consumer_type' is a required property of the form [A-Z0-9_]+, got %q", b.ConsumerType)
 		}
+		w.Type = placement.ConsumerType(b.ConsumerType)
 	}
 	for rp, a := range b.Allocations {
 		res := placement.Resources{}
@@ -224,12 +194,12 @@ func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) 
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if len(body.Allocations) == 0 && minor < 34 {
-		return errorf(http.StatusBadRequest, "'allocations' must not be empty (use DELETE to remove a consumer's allocations)")
-	}
 	wr, err := body.toWrite(r.PathValue("consumer"), minor)
 	if err != nil {
 		return err
+	}
+	if len(wr.Allocations) == 0 && minor < 34 {
+		return errorf(http.StatusBadRequest, "'allocations' must not be empty (use DELETE to remove a consumer's allocations)")
 	}
 	if err := a.write(r, wr); err != nil {
 		return err

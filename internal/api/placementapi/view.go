@@ -1,0 +1,146 @@
+package placementapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"keel/internal/store"
+)
+
+// view is an immutable picture of every provider with its usage, sorted by
+// name, as of one position in the store's change stream. Requests that
+// read many providers (lists, allocation candidates) share it instead of
+// reading every provider from the store each time.
+type view struct {
+	seq    int64
+	sorted []*store.ProviderSummary // by name
+	byUUID map[string]*store.ProviderSummary
+	roots  map[string]string // provider → root of its tree
+}
+
+// root returns the root of u's tree (u itself for a root).
+func (v *view) root(u string) string {
+	if r, ok := v.roots[u]; ok {
+		return r
+	}
+	return u
+}
+
+// viewCache keeps the current view and brings it up to date by following
+// the change stream: a request first asks the store for its newest change
+// (one cheap read), and only when something changed re-reads the providers
+// the new entries name. What a client wrote is therefore always in the view
+// of its next request.
+type viewCache struct {
+	src interface {
+		ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+		Changes(ctx context.Context, since int64, limit int) ([]store.Change, error)
+		LastChange(ctx context.Context) (int64, error)
+	}
+	mu  sync.Mutex
+	cur *view
+}
+
+// changeBatch is how many change-stream entries one read takes.
+const changeBatch = 4096
+
+// get returns a view at least as new as the store's newest change when it
+// was called.
+func (c *viewCache) get(ctx context.Context) (*view, error) {
+	last, err := c.src.LastChange(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the change stream: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != nil && c.cur.seq >= last {
+		return c.cur, nil
+	}
+	if c.cur == nil {
+		return c.reload(ctx, last)
+	}
+	changed := map[string]bool{}
+	seq := c.cur.seq
+	for seq < last {
+		chs, err := c.src.Changes(ctx, seq, changeBatch)
+		if errors.Is(err, store.ErrChangesTrimmed) {
+			return c.reload(ctx, last)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the change stream: %w", err)
+		}
+		if len(chs) == 0 {
+			break
+		}
+		for _, ch := range chs {
+			if ch.Kind == store.ChangeProvider {
+				changed[ch.Key] = true
+			}
+		}
+		seq = chs[len(chs)-1].Seq
+	}
+	if len(changed) == 0 {
+		c.cur = &view{seq: seq, sorted: c.cur.sorted, byUUID: c.cur.byUUID, roots: c.cur.roots}
+		return c.cur, nil
+	}
+	sums, err := c.src.ProviderSummaries(ctx, slices.Sorted(maps.Keys(changed)))
+	if err != nil {
+		return nil, fmt.Errorf("reading changed providers: %w", err)
+	}
+	byUUID := maps.Clone(c.cur.byUUID)
+	for u := range changed {
+		delete(byUUID, u)
+	}
+	for i := range sums {
+		byUUID[sums[i].UUID] = &sums[i]
+	}
+	c.cur = build(seq, byUUID)
+	return c.cur, nil
+}
+
+// reload reads every provider afresh.
+func (c *viewCache) reload(ctx context.Context, last int64) (*view, error) {
+	sums, err := c.src.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading providers: %w", err)
+	}
+	byUUID := make(map[string]*store.ProviderSummary, len(sums))
+	for i := range sums {
+		byUUID[sums[i].UUID] = &sums[i]
+	}
+	c.cur = build(last, byUUID)
+	return c.cur, nil
+}
+
+func build(seq int64, byUUID map[string]*store.ProviderSummary) *view {
+	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*store.ProviderSummary, 0, len(byUUID)), roots: map[string]string{}}
+	for _, s := range byUUID {
+		v.sorted = append(v.sorted, s)
+	}
+	slices.SortFunc(v.sorted, func(a, b *store.ProviderSummary) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.UUID, b.UUID)
+	})
+	for _, s := range v.sorted {
+		if s.ParentUUID == "" {
+			continue
+		}
+		r := s.ParentUUID
+		for i := 0; i < 1000; i++ {
+			p, ok := byUUID[r]
+			if !ok || p.ParentUUID == "" {
+				break
+			}
+			r = p.ParentUUID
+		}
+		v.roots[s.UUID] = r
+	}
+	return v
+}
