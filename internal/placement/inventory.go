@@ -125,6 +125,19 @@ func (inv Inventory) CheckAmount(rc ResourceClass, n int64) error {
 // *CapacityError or *InvalidError naming the first class that does not fit
 // (classes are checked in sorted order so the answer is deterministic).
 func Fits(provider string, invs Inventories, usage, request Resources) error {
+	// The common answer, "fits", needs no order: check without sorting
+	// first, and sort only to name the first failing class.
+	fits := true
+	for rc, n := range request {
+		inv, ok := invs[rc]
+		if !ok || inv.CheckAmount(rc, n) != nil || usage[rc]+n > inv.Capacity() {
+			fits = false
+			break
+		}
+	}
+	if fits {
+		return nil
+	}
 	for _, rc := range slices.Sorted(maps.Keys(request)) {
 		n := request[rc]
 		inv, ok := invs[rc]

@@ -1,13 +1,23 @@
 // Package placementapi serves keel's store as the OpenStack Placement API
-// (under /placement): the providers, inventories and usages the agents and
-// the scheduler write, read through the shapes Placement clients expect.
+// (under /placement, microversions 1.0–1.39): the providers, inventories,
+// traits, aggregates and allocations the agents and the scheduler write,
+// read and written through the shapes Placement clients expect.
 //
-// It serves the version document, resource providers (create, list with
-// name/uuid/resources filters, show, delete), inventories (all at once),
-// usages, project usages, allocations (per consumer, per provider, several
-// consumers at once) and allocation candidates. Every write goes through
-// the store's one decision (placement.PlanWrites): the same generation,
-// unit and capacity checks as the scheduler's claims.
+// It serves the version document; resource providers (create, list with
+// name/uuid/member_of/resources/in_tree/required filters, show, update with
+// parents, delete); inventories (all at once and per class); usages and
+// project usages; traits and provider traits; resource classes; provider
+// aggregates; allocations (per consumer in the 1.0 and 1.12 shapes, per
+// provider, several consumers at once, consumer generations from 1.28 and
+// types from 1.38) and allocation candidates. Every allocation write goes
+// through the store's one decision (placement.PlanWrites): the same
+// generation, unit and capacity checks as the scheduler's claims; every
+// other write names the generation the store checks in its transaction.
+//
+// Reads of many providers (lists, candidates) come from a view that
+// follows the store's change stream (view.go): each request asks the
+// store for its newest change and re-reads only the providers changed
+// since, so what the scheduler claimed a moment ago is already there.
 package placementapi
 
 import (

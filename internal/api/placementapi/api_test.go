@@ -20,6 +20,14 @@ import (
 // project p1 holding 4 VCPU and 8192 MB on h1.
 func newServer(t *testing.T) (*httptest.Server, map[string]string) {
 	t.Helper()
+	srv, uuids, _ := newServerStore(t)
+	return srv, uuids
+}
+
+// newServerStore is newServer that also returns the store, for tests that
+// write around the API (as the scheduler and the agents do).
+func newServerStore(t *testing.T) (*httptest.Server, map[string]string, *memory.Store) {
+	t.Helper()
 	ctx := context.Background()
 	st := memory.New()
 	uuids := map[string]string{}
@@ -43,7 +51,7 @@ func newServer(t *testing.T) (*httptest.Server, map[string]string) {
 	api := placementapi.New(st, func(r *http.Request) bool { return r.Header.Get("X-Auth-Token") == "admin" })
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return srv, uuids
+	return srv, uuids, st
 }
 
 func get(t *testing.T, srv *httptest.Server, path, token, version string, out any) *http.Response {

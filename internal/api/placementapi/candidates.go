@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"keel/internal/placement"
-	"keel/internal/store"
 )
 
 // candidatesSince says from which microversion GET /allocation_candidates
@@ -52,7 +51,7 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 	if err != nil {
 		return err
 	}
-	var found []*store.ProviderSummary
+	var found []*entry
 	for _, s := range v.sorted {
 		if limit >= 0 && len(found) == limit {
 			break
@@ -83,7 +82,7 @@ func granular(k string) bool {
 // encodeCandidates writes the response by hand: it is the one large
 // answer (about 470 bytes per provider), and building maps for
 // encoding/json would cost more than everything else in the request.
-func encodeCandidates(b []byte, v *view, found []*store.ProviderSummary, want placement.Resources, minor int) []byte {
+func encodeCandidates(b []byte, v *view, found []*entry, want placement.Resources, minor int) []byte {
 	classes := slices.Sorted(maps.Keys(want))
 	writeRes := func(b []byte) []byte {
 		b = append(b, '{')
@@ -130,17 +129,18 @@ func encodeCandidates(b []byte, v *view, found []*store.ProviderSummary, want pl
 		b = appendString(b, s.UUID)
 		b = append(b, `:{"resources":{`...)
 		// From 1.27 every class the provider has; before, the requested ones.
-		shown := classes
-		if minor >= 27 {
-			shown = slices.Sorted(maps.Keys(s.Inventories))
-		}
-		for j, rc := range shown {
-			if j > 0 {
+		first := true
+		for j, rc := range s.classes {
+			if minor < 27 && want[rc] == 0 {
+				continue
+			}
+			if !first {
 				b = append(b, ',')
 			}
+			first = false
 			b = appendString(b, string(rc))
 			b = append(b, `:{"capacity":`...)
-			b = strconv.AppendInt(b, s.Inventories[rc].Capacity(), 10)
+			b = strconv.AppendInt(b, s.caps[j], 10)
 			b = append(b, `,"used":`...)
 			b = strconv.AppendInt(b, s.Usage[rc], 10)
 			b = append(b, '}')

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"keel/internal/placement"
-	"keel/internal/store"
 )
 
 // inventoryBody is one inventory as PUT and POST take it; the generation
@@ -211,7 +210,7 @@ func (a *API) deleteInventory(w http.ResponseWriter, r *http.Request, _ int) err
 // changeInventory sets (inv) or removes (nil) one class's inventory on
 // top of the provider's others, with the writer's generation: if anything
 // changed the provider since, the store refuses with a conflict.
-func (a *API) changeInventory(w http.ResponseWriter, r *http.Request, p *store.ProviderSummary, gen int64, rc string, inv *placement.Inventory, status int) error {
+func (a *API) changeInventory(w http.ResponseWriter, r *http.Request, p *entry, gen int64, rc string, inv *placement.Inventory, status int) error {
 	invs := p.Inventories.Clone()
 	if inv == nil {
 		delete(invs, placement.ResourceClass(rc))

@@ -68,7 +68,7 @@ type providerFilter struct {
 }
 
 // match reports whether s passes f (in view v, for tree questions).
-func (f *providerFilter) match(v *view, s *store.ProviderSummary) bool {
+func (f *providerFilter) match(v *view, s *entry) bool {
 	switch {
 	case f.name != "" && s.Name != f.name,
 		f.uuid != "" && s.UUID != f.uuid,
@@ -284,7 +284,7 @@ func (a *API) showProvider(w http.ResponseWriter, r *http.Request, minor int) er
 
 // provider looks up the provider the path names, in a view as new as the
 // store's newest change.
-func (a *API) provider(r *http.Request) (*store.ProviderSummary, *view, error) {
+func (a *API) provider(r *http.Request) (*entry, *view, error) {
 	u := r.PathValue("uuid")
 	v, err := a.views.get(r.Context())
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"keel/internal/placement"
 	"keel/internal/store"
 )
 
@@ -18,9 +19,26 @@ import (
 // reading every provider from the store each time.
 type view struct {
 	seq    int64
-	sorted []*store.ProviderSummary // by name
-	byUUID map[string]*store.ProviderSummary
+	sorted []*entry // by name
+	byUUID map[string]*entry
 	roots  map[string]string // provider → root of its tree
+}
+
+// entry is one provider of a view, with what answers derive from it
+// computed once.
+type entry struct {
+	*store.ProviderSummary
+	classes []placement.ResourceClass // sorted
+	caps    []int64                   // capacity per class, as classes
+}
+
+func newEntry(s *store.ProviderSummary) *entry {
+	e := &entry{ProviderSummary: s, classes: slices.Sorted(maps.Keys(s.Inventories))}
+	e.caps = make([]int64, len(e.classes))
+	for i, rc := range e.classes {
+		e.caps[i] = s.Inventories[rc].Capacity()
+	}
+	return e
 }
 
 // root returns the root of u's tree (u itself for a root).
@@ -97,7 +115,7 @@ func (c *viewCache) get(ctx context.Context) (*view, error) {
 		delete(byUUID, u)
 	}
 	for i := range sums {
-		byUUID[sums[i].UUID] = &sums[i]
+		byUUID[sums[i].UUID] = newEntry(&sums[i])
 	}
 	c.cur = build(seq, byUUID)
 	return c.cur, nil
@@ -109,20 +127,20 @@ func (c *viewCache) reload(ctx context.Context, last int64) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading providers: %w", err)
 	}
-	byUUID := make(map[string]*store.ProviderSummary, len(sums))
+	byUUID := make(map[string]*entry, len(sums))
 	for i := range sums {
-		byUUID[sums[i].UUID] = &sums[i]
+		byUUID[sums[i].UUID] = newEntry(&sums[i])
 	}
 	c.cur = build(last, byUUID)
 	return c.cur, nil
 }
 
-func build(seq int64, byUUID map[string]*store.ProviderSummary) *view {
-	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*store.ProviderSummary, 0, len(byUUID)), roots: map[string]string{}}
+func build(seq int64, byUUID map[string]*entry) *view {
+	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*entry, 0, len(byUUID)), roots: map[string]string{}}
 	for _, s := range byUUID {
 		v.sorted = append(v.sorted, s)
 	}
-	slices.SortFunc(v.sorted, func(a, b *store.ProviderSummary) int {
+	slices.SortFunc(v.sorted, func(a, b *entry) int {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"keel/internal/httpbody"
-	"maps"
 	"net/http"
 	"regexp"
-	"slices"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -233,20 +231,13 @@ func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int)
 	return nil
 }
 
+// write applies allocation writes; the store's decision names a provider
+// that does not exist with ErrNotFound, which Placement answers with 400.
 func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error {
-	for _, wr := range writes {
-		if len(wr.Allocations) == 0 {
-			continue
-		}
-		sums, err := a.st.ProviderSummaries(r.Context(), slices.Collect(maps.Keys(wr.Allocations)))
-		if err != nil {
-			return err
-		}
-		if len(sums) != len(wr.Allocations) {
-			return errorf(http.StatusBadRequest, "Allocation for consumer %s names a resource provider that does not exist", wr.ConsumerUUID)
-		}
-	}
 	_, err := a.st.WriteAllocations(r.Context(), writes...)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusBadRequest, "Allocation names a resource provider that does not exist: %v", err)
+	}
 	return err
 }
 

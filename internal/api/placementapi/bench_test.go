@@ -1,0 +1,104 @@
+package placementapi_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"keel/internal/api/placementapi"
+	"keel/internal/placement"
+	"keel/internal/store"
+	"keel/internal/store/memory"
+	"keel/internal/store/sqlite"
+)
+
+// benchStores opens the stores the benchmarks run against.
+func benchStores(b *testing.B) map[string]func() store.Store {
+	return map[string]func() store.Store{
+		"memory": func() store.Store { return memory.New() },
+		"sqlite": func() store.Store {
+			st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "keel.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { st.Close() })
+			return st
+		},
+	}
+}
+
+// benchServer serves placement over st holding n providers shaped like the
+// ones OpenStack Placement 8.0 was measured with (VCPU 64 ×4.0, MEMORY_MB
+// 262144, DISK_GB 2000).
+func benchServer(b *testing.B, st store.Store, n int) (*httptest.Server, []string) {
+	ctx := context.Background()
+	vcpu := placement.NewInventory(64)
+	vcpu.AllocationRatio = 4
+	uuids := make([]string, n)
+	for i := range n {
+		uuids[i] = fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: uuids[i], Name: fmt.Sprintf("cn%04d", i),
+			Inventories: placement.Inventories{placement.VCPU: vcpu, placement.MemoryMB: placement.NewInventory(262144), placement.DiskGB: placement.NewInventory(2000)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(placementapi.New(st, func(*http.Request) bool { return true }))
+	b.Cleanup(srv.Close)
+	return srv, uuids
+}
+
+func benchDo(b *testing.B, req *http.Request, want int) int {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		b.Fatalf("%s %s: %d", req.Method, req.URL, resp.StatusCode)
+	}
+	return int(n)
+}
+
+// BenchmarkCandidates1000 is GET /allocation_candidates?resources=VCPU:2,
+// MEMORY_MB:4096,DISK_GB:20&limit=1000 over 1,000 providers through HTTP,
+// the request OpenStack Placement 8.0 answers in a median 0.236 s here.
+func BenchmarkCandidates1000(b *testing.B) {
+	for name, open := range benchStores(b) {
+		b.Run(name, func(b *testing.B) {
+			srv, _ := benchServer(b, open(), 1000)
+			req, _ := http.NewRequest("GET", srv.URL+"/placement/allocation_candidates?resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20&limit=1000", nil)
+			req.Header.Set("OpenStack-API-Version", "placement 1.39")
+			size := benchDo(b, req, 200)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for b.Loop() {
+				benchDo(b, req, 200)
+			}
+		})
+	}
+}
+
+// BenchmarkPutAllocations is sequential PUT /allocations/{consumer} of new
+// consumers spread over 1,000 providers (Placement 8.0: 26/s here).
+func BenchmarkPutAllocations(b *testing.B) {
+	for name, open := range benchStores(b) {
+		b.Run(name, func(b *testing.B) {
+			srv, uuids := benchServer(b, open(), 1000)
+			i := 0
+			for b.Loop() {
+				body := fmt.Sprintf(`{"allocations":{%q:{"resources":{"VCPU":1,"MEMORY_MB":256}}},"project_id":"p","user_id":"u","consumer_generation":null,"consumer_type":"INSTANCE"}`, uuids[i%len(uuids)])
+				req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/placement/allocations/%08x-1111-4000-8000-000000000000", srv.URL, i), strings.NewReader(body))
+				req.Header.Set("OpenStack-API-Version", "placement 1.39")
+				req.Header.Set("Content-Type", "application/json")
+				benchDo(b, req, 204)
+				i++
+			}
+		})
+	}
+}
