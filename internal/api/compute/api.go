@@ -101,6 +101,8 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/limits", false, a.showLimits)
 	route("GET /compute/v2.1/os-services", true, a.listServices)
 	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
+	a.aggregateRoutes(route)
+	a.serverGroupRoutes(route)
 }
 
 // ServeHTTP implements http.Handler: every response carries the

@@ -171,9 +171,14 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	zones, err := a.hostZones(r.Context())
+	if err != nil {
+		return err
+	}
 	q := r.URL.Query()
 	out := []any{}
 	for _, s := range svcs {
+		s.Zone = serviceZone(s, zones)
 		if b := q.Get("binary"); b != "" && b != "nova-compute" {
 			continue
 		}

@@ -104,6 +104,8 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 			Networks  any    `json:"networks"`
 			Zone      string `json:"availability_zone"`
 		} `json:"server"`
+		Hints    jsonRaw `json:"os:scheduler_hints"`
+		OldHints jsonRaw `json:"OS-SCH-HNT:scheduler_hints"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
@@ -139,6 +141,13 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	}
 	image := sb.ImageRef[strings.LastIndex(sb.ImageRef, "/")+1:]
 	in := records.Instance{Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: zone, ImageRef: image}
+	hints := body.Hints
+	if hints == nil {
+		hints = body.OldHints
+	}
+	if in.Hints, err = a.schedulerHints(r, hints); err != nil {
+		return err
+	}
 	if forced {
 		in.Zone = zone
 		in, err = a.cfg.Conductor.BootOn(r.Context(), in, host)

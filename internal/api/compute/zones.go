@@ -13,16 +13,17 @@ func (a *API) listZones(detail bool) func(w http.ResponseWriter, r *http.Request
 		if err != nil {
 			return err
 		}
+		aggZones, err := a.hostZones(r.Context())
+		if err != nil {
+			return err
+		}
 		type zone struct {
 			available bool
 			hosts     map[string]any
 		}
 		zones := map[string]*zone{}
 		for _, s := range svcs {
-			name := s.Zone
-			if name == "" {
-				name = "nova"
-			}
+			name := serviceZone(s, aggZones)
 			z := zones[name]
 			if z == nil {
 				z = &zone{hosts: map[string]any{}}
@@ -31,7 +32,7 @@ func (a *API) listZones(detail bool) func(w http.ResponseWriter, r *http.Request
 			up := a.serviceUp(s)
 			z.available = z.available || (up && !s.Disabled)
 			z.hosts[s.Host] = map[string]any{"nova-compute": map[string]any{
-				"available": up, "active": !s.Disabled, "updated_at": timeStr(s.UpdatedAt)}}
+				"available": up, "active": !s.Disabled, "updated_at": migrationTime(s.UpdatedAt)}}
 		}
 		names := make([]string, 0, len(zones))
 		for n := range zones {
