@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+	"keel/internal/store"
+	"keel/internal/store/memory"
+)
+
+// hostShape is one synthetic host's size and usage.
+type hostShape struct {
+	Name             string
+	UUID             string
+	VCPUs            int64
+	CPURatio         float64
+	MemoryMB         int64
+	DiskGB           int64
+	UsedVCPU, UsedMB int64
+	UsedGB           int64
+}
+
+// synthHosts returns n hosts of one size (vcpus at ratio 4, memMB, diskGB),
+// each with random, uncorrelated usage per class — the hard case for the
+// scheduler's ranked walk, and no host full. The same seed gives the same
+// hosts.
+func synthHosts(n int, vcpus, memMB, diskGB int64, seed uint64) []hostShape {
+	r := rand.New(rand.NewPCG(seed, 7))
+	hs := make([]hostShape, n)
+	for i := range hs {
+		hs[i] = hostShape{
+			Name: fmt.Sprintf("h%06d", i), UUID: fmt.Sprintf("%08x-0000-4000-8000-%012x", seed, i),
+			VCPUs: vcpus, CPURatio: 4, MemoryMB: memMB, DiskGB: diskGB,
+			UsedVCPU: 1 + r.Int64N(vcpus), UsedMB: 1 + r.Int64N(memMB/2), UsedGB: 1 + r.Int64N(diskGB/2),
+		}
+	}
+	return hs
+}
+
+// seed writes hosts into a store: a provider with its inventory, an
+// enabled, up service, and one consumer holding the host's usage.
+func seed(ctx context.Context, st store.Store, hs []hostShape, now time.Time) error {
+	for _, h := range hs {
+		cpu := placement.NewInventory(h.VCPUs)
+		cpu.AllocationRatio = h.CPURatio
+		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: h.UUID, Name: h.Name, Inventories: placement.Inventories{
+			placement.VCPU: cpu, placement.MemoryMB: placement.NewInventory(h.MemoryMB), placement.DiskGB: placement.NewInventory(h.DiskGB),
+		}}); err != nil {
+			return fmt.Errorf("creating provider %s: %w", h.Name, err)
+		}
+		if err := st.PutService(ctx, records.Service{Host: h.Name, Binary: "nova-compute", Zone: "nova", LastSeenUp: now}); err != nil {
+			return fmt.Errorf("service of %s: %w", h.Name, err)
+		}
+		if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "seed-" + h.UUID, ProjectID: "bench", UserID: "bench",
+			Allocations: map[string]placement.Resources{h.UUID: {placement.VCPU: h.UsedVCPU, placement.MemoryMB: h.UsedMB, placement.DiskGB: h.UsedGB}}}); err != nil {
+			return fmt.Errorf("usage of %s: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// newScheduler builds a claim-policy scheduler over st with cfg.
+func newScheduler(ctx context.Context, st store.Store, cfg scheduler.Config, clk clock.Clock) (*scheduler.Scheduler, error) {
+	view, err := scheduler.NewView(ctx, st, scheduler.PolicyClaim)
+	if err != nil {
+		return nil, fmt.Errorf("loading the host view: %w", err)
+	}
+	s, err := scheduler.New(cfg, view, clk, rand.New(rand.NewPCG(2, 2)))
+	if err != nil {
+		return nil, fmt.Errorf("building the scheduler: %w", err)
+	}
+	return s, nil
+}
+
+// storeClaim claims r for consumer on the candidate, naming the generation
+// the scheduler's view holds, as the conductor does.
+func storeClaim(st store.Store, consumer string, r placement.Resources) scheduler.ClaimFunc {
+	return func(ctx context.Context, c scheduler.Candidate) (int64, error) {
+		plan, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: consumer, ProjectID: "bench", UserID: "bench",
+			Allocations: map[string]placement.Resources{c.ProviderUUID: r}, ProviderGenerations: map[string]int64{c.ProviderUUID: c.Generation}})
+		return plan.Providers[c.ProviderUUID], err
+	}
+}
+
+// decisions makes n decisions of flavor on s, each claimed in st, after
+// warm warm-up decisions, and returns each one's latency.
+func decisions(ctx context.Context, s *scheduler.Scheduler, st store.Store, flavor placement.Resources, warm, n int, prefix string) ([]time.Duration, int, error) {
+	lat := make([]time.Duration, 0, n)
+	conflicts := 0
+	for i := 0; i < warm+n; i++ {
+		t0 := time.Now()
+		sel, err := s.Select(ctx, &scheduler.Request{Resources: flavor}, storeClaim(st, fmt.Sprintf("%s-%d", prefix, i), flavor))
+		if err != nil {
+			return nil, 0, fmt.Errorf("decision %d: %w", i, err)
+		}
+		if i >= warm {
+			lat = append(lat, time.Since(t0))
+			conflicts += sel.Conflicts
+		}
+	}
+	return lat, conflicts, nil
+}
+
+// smallFlavor is what the decision and claim figures place (m1.small).
+var smallFlavor = placement.Resources{placement.VCPU: 1, placement.MemoryMB: 2048, placement.DiskGB: 20}
+
+// decision measures one scheduler decision at 1,000, 10,000 and 100,000
+// hosts in the memory store.
+func (r *run) decision(ctx context.Context) error {
+	sizes := []struct {
+		n   int
+		key string
+	}{{r.size(1000, 100), "1k"}, {r.size(10000, 1000), "10k"}, {r.size(100000, 2000), "100k"}}
+	n := r.size(3000, 200)
+	for _, sz := range sizes {
+		st := memory.New()
+		clk := clock.NewVirtual(clock.Epoch)
+		if err := seed(ctx, st, synthHosts(sz.n, 32, 131072, 2000, 1), clk.Now()); err != nil {
+			return err
+		}
+		cfg := scheduler.DefaultConfig()
+		cfg.HostSubsetSize = 3
+		s, err := newScheduler(ctx, st, cfg, clk)
+		if err != nil {
+			return err
+		}
+		lat, _, err := decisions(ctx, s, st, smallFlavor, 100, n, "d")
+		if err != nil {
+			return err
+		}
+		p50, p99 := ms(percentile(lat, 50)), ms(percentile(lat, 99))
+		r.figure("decision_p50_ms_"+sz.key, p50)
+		r.figure("decision_p99_ms_"+sz.key, p99)
+		res := fmt.Sprintf("p50 %s, p99 %s", fmtMS(p50), fmtMS(p99))
+		if sz.key == "10k" {
+			res += " (" + goal(p99 <= 2, "p99 ≤ 2 ms") + ")"
+		}
+		r.row("1", fmt.Sprintf("scheduler decision, %s hosts", commas(int64(sz.n))), res,
+			fmt.Sprintf("%s decisions after 100 warm-up, one at a time; each: refresh the view, Nova's default filters + all weighers, host_subset_size 3, claim m1.small in the memory store; hosts 32 vCPU ×4 / 128 GiB / 2 TB, random usage", commas(int64(n))))
+		r.progress("decision at %d hosts: p50 %.3f ms p99 %.3f ms", sz.n, p50, p99)
+	}
+	return nil
+}

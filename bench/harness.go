@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Sections are the harness's parts, in the order they run; --only takes a
+// comma-separated subset of these names.
+var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim"}
+
+// RequiredKeys are the figures a full or quick run of every section always
+// reports (the issue's list); the harness's own test checks each is a
+// positive number.
+var RequiredKeys = []string{
+	"decision_p99_ms_10k", "claims_per_s_sqlite_10k", "claims_per_s_postgres_10k",
+	"api_boots_per_s", "placement_candidates_ratio", "placement_claims_ratio",
+	"placement_schedule_ratio", "nova_scheduler_ratio", "sim_10k_24h_wall_s",
+}
+
+// Options choose what a run does.
+type Options struct {
+	// Only lists the sections to run (names from Sections); empty means
+	// all.
+	Only []string
+	// Quick shrinks every size so the whole harness runs in seconds: for
+	// checking that it works, not for figures. Keys keep their names
+	// (…_10k); the conditions say the sizes actually used.
+	Quick bool
+	// Progress receives a line as each step starts and ends (nil: none).
+	Progress io.Writer
+}
+
+// Row is one line of the table: a figure with the conditions it was
+// measured under.
+type Row struct {
+	Section    string `json:"section"`
+	What       string `json:"what"`
+	Result     string `json:"result"`
+	Conditions string `json:"conditions"`
+}
+
+// Report is what a run measured.
+type Report struct {
+	// Figures are the numbers, by JSON key.
+	Figures map[string]float64
+	// Rows are the table.
+	Rows []Row
+	// Quick tells whether the sizes were shrunk.
+	Quick bool
+	// Started and Wall frame the run.
+	Started time.Time
+	Wall    time.Duration
+}
+
+// run carries one harness run's state.
+type run struct {
+	opts Options
+	rep  *Report
+}
+
+func (r *run) progress(format string, args ...any) {
+	if r.opts.Progress != nil {
+		fmt.Fprintf(r.opts.Progress, "keelbench %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *run) figure(key string, v float64) { r.rep.Figures[key] = v }
+
+func (r *run) row(section, what, result, conditions string) {
+	r.rep.Rows = append(r.rep.Rows, Row{Section: section, What: what, Result: result, Conditions: conditions})
+}
+
+// size picks the full or the quick value.
+func (r *run) size(full, quick int) int {
+	if r.opts.Quick {
+		return quick
+	}
+	return full
+}
+
+// Run runs the selected sections one after the other and returns what they
+// measured. Every server, cluster and child process a section starts is
+// stopped before the section returns, also on error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	for _, s := range opts.Only {
+		if !contains(Sections, s) {
+			return nil, fmt.Errorf("unknown section %q (sections: %s)", s, strings.Join(Sections, ", "))
+		}
+	}
+	r := &run{opts: opts, rep: &Report{Figures: map[string]float64{}, Quick: opts.Quick, Started: time.Now()}}
+	steps := map[string]func(context.Context) error{
+		"decision": r.decision, "claims": r.claims, "api": r.api,
+		"placement": r.placement, "nova": r.nova, "sim": r.sim,
+	}
+	for _, s := range Sections {
+		if len(opts.Only) > 0 && !contains(opts.Only, s) {
+			continue
+		}
+		t0 := time.Now()
+		r.progress("%s: starting", s)
+		if err := steps[s](ctx); err != nil {
+			return r.rep, fmt.Errorf("%s: %w", s, err)
+		}
+		r.progress("%s: done in %.1f s", s, time.Since(t0).Seconds())
+	}
+	r.rep.Wall = time.Since(r.rep.Started)
+	return r.rep, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// machine describes where the run happened, for the table's heading.
+func machine() string {
+	return fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d), %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+}
+
+// WriteTable prints the report as an aligned text table.
+func (rep *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "keel benchmark, %s, on %s%s\n", rep.Started.UTC().Format("2006-01-02 15:04 MST"), machine(), quickNote(rep.Quick))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tmeasure\tresult\tconditions")
+	for _, row := range rep.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.Section, row.What, row.Result, row.Conditions)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing table: %w", err)
+	}
+	_, err := fmt.Fprintf(w, "whole run: %.0f s wall\n", rep.Wall.Seconds())
+	return err
+}
+
+// WriteMarkdown prints the report as a Markdown table (the README's).
+func (rep *Report) WriteMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "keel benchmark, %s, on %s%s; whole run %.0f s wall.\n\n", rep.Started.UTC().Format("2006-01-02 15:04 MST"), machine(), quickNote(rep.Quick), rep.Wall.Seconds())
+	fmt.Fprintln(w, "| # | measure | result | conditions |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, row := range rep.Rows {
+		esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %s |\n", row.Section, esc(row.What), esc(row.Result), esc(row.Conditions)); err != nil {
+			return fmt.Errorf("writing table: %w", err)
+		}
+	}
+	return nil
+}
+
+func quickNote(quick bool) string {
+	if quick {
+		return " — QUICK MODE: shrunk sizes, figures only show the harness works"
+	}
+	return ""
+}
+
+// WriteJSON prints the figures as one JSON object: every figure under its
+// key at the top level, and besides them "quick", "started", "wall_s" and
+// "rows" (the table, with each figure's conditions).
+func (rep *Report) WriteJSON(w io.Writer) error {
+	out := map[string]any{}
+	for k, v := range rep.Figures {
+		out[k] = round(v)
+	}
+	out["quick"] = rep.Quick
+	out["started"] = rep.Started.UTC().Format(time.RFC3339)
+	out["wall_s"] = round(rep.Wall.Seconds())
+	out["machine"] = machine()
+	out["rows"] = rep.Rows
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	return nil
+}
+
+// round keeps four significant digits: enough for a benchmark figure.
+func round(v float64) float64 {
+	if v == 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return v
+	}
+	mag := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(v))))
+	return math.Round(v*mag) / mag
+}
+
+// percentile returns the p-th percentile (0–100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fmtMS prints a duration in ms with a sensible number of digits.
+func fmtMS(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f ms", v)
+	case v >= 1:
+		return fmt.Sprintf("%.2f ms", v)
+	default:
+		return fmt.Sprintf("%.3f ms", v)
+	}
+}
+
+// fmtRate prints a rate with thousands separators.
+func fmtRate(v float64, unit string) string {
+	if v >= 100 {
+		return commas(int64(math.Round(v))) + " " + unit
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// goal marks a figure against its goal.
+func goal(met bool, text string) string {
+	if met {
+		return "goal " + text + ": met"
+	}
+	return "goal " + text + ": MISSED"
+}

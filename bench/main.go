@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Main is keelbench's command line: it parses args, runs the harness and
+// prints the report to stdout (progress lines go to stderr).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keelbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the figures as one JSON object instead of a table")
+	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown (the README's)")
+	quick := fs.Bool("quick", false, "shrink every size: runs in seconds, checks the harness works; the figures mean little")
+	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(Sections, ", "))
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet]\n\n"+
+			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
+			"Sections: %s.\n\n", strings.Join(Sections, ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	opts := Options{Quick: *quick}
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			opts.Only = append(opts.Only, strings.TrimSpace(s))
+		}
+	}
+	if !*quiet {
+		opts.Progress = stderr
+	}
+	rep, err := Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *asJSON:
+		return rep.WriteJSON(stdout)
+	case *asMarkdown:
+		return rep.WriteMarkdown(stdout)
+	}
+	return rep.WriteTable(stdout)
+}

@@ -1,0 +1,469 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "modernc.org/sqlite" // Placement's database, loaded before gunicorn starts
+)
+
+// placementMicroversion is the one both systems are asked for: ≥ 1.28, so
+// PUT /allocations takes consumer_generation, project_id and user_id, and
+// below 1.38, which would add consumer_type.
+const placementMicroversion = "placement 1.36"
+
+// candidatesQuery is the issue's request.
+const candidatesQuery = "/allocation_candidates?resources=VCPU:2,MEMORY_MB:4096,DISK_GB:20&limit=1000"
+
+// claimResources is what each claim asks for (the candidates' request).
+var claimResources = map[string]int64{"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20}
+
+// placementPeer is a running OpenStack Placement: gunicorn with one sync
+// worker serving placement.wsgi, on SQLite, in its own process group.
+type placementPeer struct {
+	dir     string
+	url     string
+	cmd     *exec.Cmd
+	log     string
+	version string
+}
+
+// debPython is Debian's interpreter: the packages are installed for it.
+const debPython = "/usr/bin/python3"
+
+// needPackages fails, naming the Debian packages, when a peer is missing.
+func needPackages(module string, pkgs string) error {
+	out, err := exec.Command(debPython, "-c", "import "+module).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s cannot import %s (%v: %s): install Debian's %s (apt-get install -y --no-install-recommends %s)",
+			debPython, module, err, strings.TrimSpace(string(out)), pkgs, pkgs)
+	}
+	return nil
+}
+
+// startPlacement configures Placement 8.0 on SQLite in a temporary
+// directory, runs placement-manage db sync, loads the providers straight
+// into its database (2,000 API calls at Placement's ~30 a second would
+// take a minute; the rows are the ones its API writes: provider at
+// generation 1, root itself, three inventories), then serves it with
+// gunicorn -w 1 on a free loopback port.
+func startPlacement(ctx context.Context, providers []provider) (_ *placementPeer, err error) {
+	if err := needPackages("placement.wsgi", "python3-placement gunicorn"); err != nil {
+		return nil, err
+	}
+	gunicorn, err := exec.LookPath("gunicorn")
+	if err != nil {
+		if gunicorn, err = exec.LookPath("gunicorn3"); err != nil {
+			return nil, fmt.Errorf("gunicorn not found: install Debian's gunicorn (apt-get install -y --no-install-recommends gunicorn)")
+		}
+	}
+	manage, err := exec.LookPath("placement-manage")
+	if err != nil {
+		return nil, fmt.Errorf("placement-manage not found: install Debian's python3-placement")
+	}
+	dir, err := os.MkdirTemp("", "keelbench-placement-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	p := &placementPeer{dir: dir, log: filepath.Join(dir, "gunicorn.log")}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	db := filepath.Join(dir, "placement.db")
+	conf := fmt.Sprintf("[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = sqlite:///%s\n", db)
+	if err := os.WriteFile(filepath.Join(dir, "placement.conf"), []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("writing placement.conf: %w", err)
+	}
+	sync := exec.CommandContext(ctx, manage, "--config-file", filepath.Join(dir, "placement.conf"), "db", "sync")
+	if out, err := sync.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("placement-manage db sync: %v\n%s", err, out)
+	}
+	if err := loadPlacementDB(ctx, db, providers); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("finding a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p.url = "http://" + addr
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, fmt.Errorf("gunicorn log: %w", err)
+	}
+	defer logf.Close()
+	p.cmd = exec.Command(gunicorn, "-w", "1", "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
+	p.cmd.Env = append(os.Environ(), "OS_PLACEMENT_CONFIG_DIR="+dir)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting gunicorn: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	c := newHTTPClient(p.url, "admin", placementMicroversion)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var doc struct {
+			Versions []struct {
+				MaxVersion string `json:"max_version"`
+			} `json:"versions"`
+		}
+		if _, err := c.do(ctx, "GET", "/", nil, &doc); err == nil && len(doc.Versions) > 0 {
+			p.version = doc.Versions[0].MaxVersion
+			break
+		}
+		select {
+		case err := <-exited:
+			p.cmd = nil
+			return nil, fmt.Errorf("gunicorn exited (%v): %s", err, tail(p.log))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("placement did not answer on %s within 60 s: %s", p.url, tail(p.log))
+		}
+	}
+	return p, nil
+}
+
+// loadPlacementDB writes providers into Placement's schema in one
+// transaction.
+func loadPlacementDB(ctx context.Context, path string, providers []provider) error {
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		return fmt.Errorf("opening placement.db: %w", err)
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("placement.db: %w", err)
+	}
+	defer tx.Rollback()
+	now := time.Now().UTC().Format("2006-01-02 15:04:05.000000")
+	// Placement's standard resource classes have fixed ids (their index
+	// in os-resource-classes): VCPU 0, MEMORY_MB 1, DISK_GB 2.
+	for i, p := range providers {
+		id := i + 1
+		if _, err := tx.ExecContext(ctx, `INSERT INTO resource_providers (created_at, updated_at, id, uuid, name, generation, root_provider_id, parent_provider_id) VALUES (?, ?, ?, ?, ?, 1, ?, NULL)`,
+			now, now, id, p.UUID, p.Name, id); err != nil {
+			return fmt.Errorf("placement.db: provider %s: %w", p.Name, err)
+		}
+		for _, inv := range []struct {
+			rc    int
+			total int64
+			ratio float64
+		}{{0, p.VCPUs, p.CPURatio}, {1, p.MemoryMB, 1}, {2, p.DiskGB, 1}} {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO inventories (created_at, updated_at, resource_provider_id, resource_class_id, total, reserved, min_unit, max_unit, step_size, allocation_ratio) VALUES (?, NULL, ?, ?, ?, 0, 1, 2147483647, 1, ?)`,
+				now, id, inv.rc, inv.total, inv.ratio); err != nil {
+				return fmt.Errorf("placement.db: inventory of %s: %w", p.Name, err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("placement.db: %w", err)
+	}
+	return nil
+}
+
+func (p *placementPeer) stop() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		// gunicorn's master and its worker are one process group.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() {
+			for i := 0; i < 50; i++ {
+				if syscall.Kill(-p.cmd.Process.Pid, 0) != nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(done)
+		}()
+		<-done
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	os.RemoveAll(p.dir)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// provider is one of the side-by-side's providers.
+type provider = hostShape
+
+// placementProviders returns the issue's n providers: VCPU 64 at ratio 4.0,
+// MEMORY_MB 262144, DISK_GB 2000, nothing allocated.
+func placementProviders(n int) []provider {
+	ps := make([]provider, n)
+	for i := range ps {
+		ps[i] = provider{Name: fmt.Sprintf("cn%05d", i), UUID: fmt.Sprintf("5e1ec7ed-0000-4000-8000-%012d", i),
+			VCPUs: 64, CPURatio: 4, MemoryMB: 262144, DiskGB: 2000}
+	}
+	return ps
+}
+
+// loadKeelPlacement creates the providers through keel's Placement API.
+func loadKeelPlacement(ctx context.Context, c *httpClient, providers []provider) error {
+	for _, p := range providers {
+		var created struct {
+			Generation int64 `json:"generation"`
+		}
+		if _, err := c.do(ctx, "POST", "/resource_providers", map[string]any{"uuid": p.UUID, "name": p.Name}, &created); err != nil {
+			return err
+		}
+		if _, err := c.do(ctx, "PUT", "/resource_providers/"+p.UUID+"/inventories", map[string]any{
+			"resource_provider_generation": created.Generation,
+			"inventories": map[string]any{
+				"VCPU":      map[string]any{"total": p.VCPUs, "allocation_ratio": p.CPURatio},
+				"MEMORY_MB": map[string]any{"total": p.MemoryMB},
+				"DISK_GB":   map[string]any{"total": p.DiskGB},
+			},
+		}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// candidatesAnswer is the part of GET /allocation_candidates a scheduler
+// reads: the allocation requests, to claim the first.
+type candidatesAnswer struct {
+	AllocationRequests []struct {
+		Allocations map[string]struct {
+			Resources map[string]int64 `json:"resources"`
+		} `json:"allocations"`
+	} `json:"allocation_requests"`
+	ProviderSummaries map[string]any `json:"provider_summaries"`
+}
+
+// timeCandidates returns the median time of reps GET /allocation_candidates
+// after one warm-up, each answer read and decoded, and how many
+// candidates the answer held.
+func timeCandidates(ctx context.Context, c *httpClient, reps int) (float64, int, error) {
+	var ds []time.Duration
+	n := 0
+	for i := 0; i <= reps; i++ {
+		var ans candidatesAnswer
+		t0 := time.Now()
+		if _, err := c.do(ctx, "GET", candidatesQuery, nil, &ans); err != nil {
+			return 0, 0, err
+		}
+		if i > 0 {
+			ds = append(ds, time.Since(t0))
+		}
+		n = len(ans.AllocationRequests)
+	}
+	return ms(percentile(ds, 50)), n, nil
+}
+
+// claim writes one consumer's allocation at microversion 1.28+.
+func claim(ctx context.Context, c *httpClient, consumer, rp string) error {
+	_, err := c.do(ctx, "PUT", "/allocations/"+consumer, map[string]any{
+		"allocations":         map[string]any{rp: map[string]any{"resources": claimResources}},
+		"project_id":          "5e1ec7ed-0000-4000-8000-00000000000a",
+		"user_id":             "5e1ec7ed-0000-4000-8000-00000000000b",
+		"consumer_generation": nil,
+	}, nil)
+	return err
+}
+
+// timeClaims writes n new consumers one at a time, round-robin over the
+// providers, and returns claims per second.
+func timeClaims(ctx context.Context, c *httpClient, providers []provider, n int) (float64, error) {
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if err := claim(ctx, c, fmt.Sprintf("c1a1a000-0000-4000-8000-%012d", i), providers[i%len(providers)].UUID); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// timeSchedules does n rounds of what a scheduler does per boot with
+// Placement — GET the candidates, PUT /allocations on the first — and
+// returns rounds per second.
+func timeSchedules(ctx context.Context, c *httpClient, n int) (float64, error) {
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		var ans candidatesAnswer
+		if _, err := c.do(ctx, "GET", candidatesQuery, nil, &ans); err != nil {
+			return 0, err
+		}
+		if len(ans.AllocationRequests) == 0 {
+			return 0, errors.New("no allocation candidates left")
+		}
+		var rp string
+		for u := range ans.AllocationRequests[0].Allocations {
+			rp = u
+		}
+		if err := claim(ctx, c, fmt.Sprintf("5c4ed000-0000-4000-8000-%012d", i), rp); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// placement runs the side by side with OpenStack Placement 8.0.
+func (r *run) placement(ctx context.Context) error {
+	n := r.size(1000, 50)
+	reps := r.size(9, 3)
+	claims := r.size(300, 20)
+	keelScheds, peerScheds := r.size(300, 10), r.size(30, 3)
+	providers := placementProviders(n)
+
+	r.progress("placement: configuring OpenStack Placement with %d providers", n)
+	peer, err := startPlacement(ctx, providers)
+	if err != nil {
+		return err
+	}
+	defer peer.stop()
+	k, err := startKeel(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer k.stop()
+	kc := newHTTPClient(k.srv.URL()+"/placement", k.token, placementMicroversion)
+	pc := newHTTPClient(peer.url, "admin", placementMicroversion)
+	t0 := time.Now()
+	if err := loadKeelPlacement(ctx, kc, providers); err != nil {
+		return fmt.Errorf("loading keel: %w", err)
+	}
+	r.progress("placement: %d providers created through keel's Placement API in %.1f s", n, time.Since(t0).Seconds())
+	for _, side := range []struct {
+		name string
+		c    *httpClient
+	}{{"keel", kc}, {"Placement", pc}} {
+		var list struct {
+			Providers []struct {
+				UUID string `json:"uuid"`
+			} `json:"resource_providers"`
+		}
+		if _, err := side.c.do(ctx, "GET", "/resource_providers", nil, &list); err != nil {
+			return fmt.Errorf("%s: %w", side.name, err)
+		}
+		if len(list.Providers) != n {
+			return fmt.Errorf("%s lists %d providers, want %d", side.name, len(list.Providers), n)
+		}
+	}
+
+	var kt, pt struct {
+		candidatesMS, claimsPerSec, schedPerSec float64
+		candidates                              int
+	}
+	r.progress("placement: timing allocation candidates")
+	if kt.candidatesMS, kt.candidates, err = timeCandidates(ctx, kc, reps); err != nil {
+		return fmt.Errorf("keel: %w", err)
+	}
+	if pt.candidatesMS, pt.candidates, err = timeCandidates(ctx, pc, reps); err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+	if kt.candidates != pt.candidates || kt.candidates != min(n, 1000) {
+		return fmt.Errorf("keel answered %d allocation candidates, Placement %d; want %d", kt.candidates, pt.candidates, min(n, 1000))
+	}
+	r.progress("placement: timing claims")
+	if kt.claimsPerSec, err = timeClaims(ctx, kc, providers, claims); err != nil {
+		return fmt.Errorf("keel: %w", err)
+	}
+	if pt.claimsPerSec, err = timeClaims(ctx, pc, providers, claims); err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+	// Both hold the same claims now: the two did the same work.
+	if err := sameUsages(ctx, kc, pc, providers); err != nil {
+		return err
+	}
+	r.progress("placement: timing candidates + claim")
+	if kt.schedPerSec, err = timeSchedules(ctx, kc, keelScheds); err != nil {
+		return fmt.Errorf("keel: %w", err)
+	}
+	if pt.schedPerSec, err = timeSchedules(ctx, pc, peerScheds); err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+
+	candRatio := pt.candidatesMS / kt.candidatesMS
+	claimRatio := kt.claimsPerSec / pt.claimsPerSec
+	schedRatio := kt.schedPerSec / pt.schedPerSec
+	r.figure("placement_candidates_ms_keel", kt.candidatesMS)
+	r.figure("placement_candidates_ms_placement", pt.candidatesMS)
+	r.figure("placement_candidates_ratio", candRatio)
+	r.figure("placement_claims_per_s_keel", kt.claimsPerSec)
+	r.figure("placement_claims_per_s_placement", pt.claimsPerSec)
+	r.figure("placement_claims_ratio", claimRatio)
+	r.figure("placement_schedule_per_s_keel", kt.schedPerSec)
+	r.figure("placement_schedule_per_s_placement", pt.schedPerSec)
+	r.figure("placement_schedule_ratio", schedRatio)
+	fair := fmt.Sprintf("one gunicorn worker (Placement %s, max microversion %s) vs one keel server, both on SQLite on local disk, both on loopback, same client; %s providers (VCPU 64 ×4.0, MEMORY_MB 262144, DISK_GB 2000); microversion %s",
+		placementPackageVersion(), peer.version, commas(int64(n)), strings.TrimPrefix(placementMicroversion, "placement "))
+	r.row("4", "GET /allocation_candidates (VCPU:2, MEMORY_MB:4096, DISK_GB:20, limit=1000)",
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× faster (%s)", fmtMS(kt.candidatesMS), fmtMS(pt.candidatesMS), candRatio, goal(candRatio >= 100, "≥ 100×")),
+		fmt.Sprintf("median of %d after a warm-up, %d candidates each, answer read and decoded; ", reps, kt.candidates)+fair)
+	r.row("4", "sequential PUT /allocations/{consumer}",
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.claimsPerSec, "/s"), fmtRate(pt.claimsPerSec, "/s"), claimRatio, goal(claimRatio >= 50, "≥ 50×")),
+		fmt.Sprintf("%d new consumers each, one at a time, round-robin over the providers, consumer_generation null, project_id/user_id set; ", claims)+fair)
+	r.row("4", "candidates + claim (a Placement-style schedule)",
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.schedPerSec, "/s"), fmtRate(pt.schedPerSec, "/s"), schedRatio, goal(schedRatio >= 300, "≥ 300×")),
+		fmt.Sprintf("GET the candidates, then PUT /allocations on the first; keel %d rounds, Placement %d; ", keelScheds, peerScheds)+fair)
+	r.progress("placement: candidates %.1f×, claims %.1f×, candidates+claim %.1f×", candRatio, claimRatio, schedRatio)
+	return nil
+}
+
+// sameUsages checks that keel and Placement agree on every provider's
+// usage after the same claims: the two did the same work.
+func sameUsages(ctx context.Context, kc, pc *httpClient, providers []provider) error {
+	for i, p := range providers {
+		if i%max(1, len(providers)/20) != 0 {
+			continue // a sample keeps this cheap against Placement
+		}
+		var ku, pu struct {
+			Usages map[string]int64 `json:"usages"`
+		}
+		if _, err := kc.do(ctx, "GET", "/resource_providers/"+p.UUID+"/usages", nil, &ku); err != nil {
+			return fmt.Errorf("keel: %w", err)
+		}
+		if _, err := pc.do(ctx, "GET", "/resource_providers/"+p.UUID+"/usages", nil, &pu); err != nil {
+			return fmt.Errorf("placement: %w", err)
+		}
+		if fmt.Sprint(sortedUsage(ku.Usages)) != fmt.Sprint(sortedUsage(pu.Usages)) {
+			return fmt.Errorf("provider %s: keel's usages %v, Placement's %v", p.Name, ku.Usages, pu.Usages)
+		}
+	}
+	return nil
+}
+
+func sortedUsage(m map[string]int64) []string {
+	var out []string
+	for k, v := range m {
+		if v != 0 {
+			out = append(out, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// placementPackageVersion asks dpkg for python3-placement's version.
+func placementPackageVersion() string {
+	out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "python3-placement").Output()
+	if err != nil || len(out) == 0 {
+		return "8.0"
+	}
+	return string(out)
+}
