@@ -40,17 +40,32 @@ func newHTTPClient(base, token, version string) *httpClient {
 // do sends a request and reads the whole answer; out, if not nil, gets
 // the decoded body. It returns the status.
 func (c *httpClient) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	status, data, err := c.raw(ctx, method, path, body)
+	if err != nil {
+		return status, err
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return status, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return status, nil
+}
+
+// raw sends a request and returns the status and the whole body, read
+// but not decoded; a status of 300 or more is an error.
+func (c *httpClient) raw(ctx context.Context, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return 0, fmt.Errorf("encoding %s %s: %w", method, path, err)
+			return 0, nil, fmt.Errorf("encoding %s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("X-Auth-Token", c.token)
 	if c.version != "" {
@@ -62,22 +77,17 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
-		}
+		return resp.StatusCode, nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(data[:min(len(data), 300)])))
+		return resp.StatusCode, data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(data[:min(len(data), 300)])))
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, data, nil
 }
 
 // keelServer is one in-process keel server on SQLite in a temporary data

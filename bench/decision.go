@@ -44,8 +44,20 @@ func synthHosts(n int, vcpus, memMB, diskGB int64, seed uint64) []hostShape {
 }
 
 // seed writes hosts into a store: a provider with its inventory, an
-// enabled, up service, and one consumer holding the host's usage.
+// enabled, up service, and one consumer holding the host's usage (the
+// usages written 500 at a time, in one transaction each).
 func seed(ctx context.Context, st store.Store, hs []hostShape, now time.Time) error {
+	var batch []placement.AllocationWrite
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if _, err := st.WriteAllocations(ctx, batch...); err != nil {
+			return fmt.Errorf("writing usage: %w", err)
+		}
+		batch = batch[:0]
+		return nil
+	}
 	for _, h := range hs {
 		cpu := placement.NewInventory(h.VCPUs)
 		cpu.AllocationRatio = h.CPURatio
@@ -57,12 +69,15 @@ func seed(ctx context.Context, st store.Store, hs []hostShape, now time.Time) er
 		if err := st.PutService(ctx, records.Service{Host: h.Name, Binary: "nova-compute", Zone: "nova", LastSeenUp: now}); err != nil {
 			return fmt.Errorf("service of %s: %w", h.Name, err)
 		}
-		if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "seed-" + h.UUID, ProjectID: "bench", UserID: "bench",
-			Allocations: map[string]placement.Resources{h.UUID: {placement.VCPU: h.UsedVCPU, placement.MemoryMB: h.UsedMB, placement.DiskGB: h.UsedGB}}}); err != nil {
-			return fmt.Errorf("usage of %s: %w", h.Name, err)
+		batch = append(batch, placement.AllocationWrite{ConsumerUUID: "seed-" + h.UUID, ProjectID: "bench", UserID: "bench",
+			Allocations: map[string]placement.Resources{h.UUID: {placement.VCPU: h.UsedVCPU, placement.MemoryMB: h.UsedMB, placement.DiskGB: h.UsedGB}}})
+		if len(batch) == 500 {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	return flush()
 }
 
 // newScheduler builds a claim-policy scheduler over st with cfg.

@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 )
@@ -96,24 +98,88 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("unknown section %q (sections: %s)", s, strings.Join(Sections, ", "))
 		}
 	}
-	r := &run{opts: opts, rep: &Report{Figures: map[string]float64{}, Quick: opts.Quick, Started: time.Now()}}
-	steps := map[string]func(context.Context) error{
-		"decision": r.decision, "claims": r.claims, "api": r.api,
-		"placement": r.placement, "nova": r.nova, "sim": r.sim,
+	rep := &Report{Figures: map[string]float64{}, Quick: opts.Quick, Started: time.Now()}
+	if opts.Progress != nil {
+		opts.Progress = &lockedWriter{w: opts.Progress}
 	}
+	var selected []string
 	for _, s := range Sections {
-		if len(opts.Only) > 0 && !contains(opts.Only, s) {
+		if len(opts.Only) == 0 || contains(opts.Only, s) {
+			selected = append(selected, s)
+		}
+	}
+	// Each section reports into its own run; the rows are merged in
+	// section order. A full run takes the sections one at a time, so no
+	// figure is measured while another section loads the machine; quick
+	// mode, whose figures mean nothing, runs them all at once.
+	parts := make([]*run, len(selected))
+	errs := make([]error, len(selected))
+	var wg sync.WaitGroup
+	for i, s := range selected {
+		parts[i] = &run{opts: opts, rep: &Report{Figures: map[string]float64{}}}
+		one := func() {
+			r := parts[i]
+			t0 := time.Now()
+			r.progress("%s: starting", s)
+			if err := r.section(ctx, s); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", s, err)
+				return
+			}
+			r.progress("%s: done in %.1f s", s, time.Since(t0).Seconds())
+		}
+		if !opts.Quick {
+			one()
+			if errs[i] != nil {
+				break
+			}
 			continue
 		}
-		t0 := time.Now()
-		r.progress("%s: starting", s)
-		if err := steps[s](ctx); err != nil {
-			return r.rep, fmt.Errorf("%s: %w", s, err)
-		}
-		r.progress("%s: done in %.1f s", s, time.Since(t0).Seconds())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one()
+		}()
 	}
-	r.rep.Wall = time.Since(r.rep.Started)
-	return r.rep, nil
+	wg.Wait()
+	for _, p := range parts {
+		rep.Rows = append(rep.Rows, p.rep.Rows...)
+		for k, v := range p.rep.Figures {
+			rep.Figures[k] = v
+		}
+	}
+	rep.Wall = time.Since(rep.Started)
+	return rep, errors.Join(errs...)
+}
+
+// section runs one named section.
+func (r *run) section(ctx context.Context, name string) error {
+	switch name {
+	case "decision":
+		return r.decision(ctx)
+	case "claims":
+		return r.claims(ctx)
+	case "api":
+		return r.api(ctx)
+	case "placement":
+		return r.placement(ctx)
+	case "nova":
+		return r.nova(ctx)
+	case "sim":
+		return r.sim(ctx)
+	}
+	return fmt.Errorf("unknown section %q", name)
+}
+
+// lockedWriter serialises writes from sections running at once.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func contains(list []string, s string) bool {
