@@ -209,9 +209,9 @@ func parallel(workers, n int, f func(i int) error) (time.Duration, error) {
 // api measures boots and live migrations per second through keel's HTTP
 // API: the in-process equivalent of `keel dev --hosts 1000`.
 func (r *run) api(ctx context.Context) error {
-	hosts := r.size(1000, 10)
-	boots := r.size(2000, 40)
-	migrations := r.size(1000, 20)
+	hosts := r.size(1000, 3)
+	boots := r.size(2000, 12)
+	migrations := r.size(1000, 6)
 	const workers = 16
 	k, err := startKeel(ctx, func(c *config.Config) {
 		c.Libvirt.LiveMigrationBandwidth = 1 << 30 // near-zero copies

@@ -25,14 +25,14 @@ type claimRun struct {
 // decideAndClaim seeds hosts into st, builds a scheduler on it and times n
 // decisions, each claimed in st (one at a time, as one scheduler makes
 // them).
-func decideAndClaim(ctx context.Context, st store.Store, n int, prefix string) (claimRun, error) {
+func decideAndClaim(ctx context.Context, st store.Store, warm, n int, prefix string) (claimRun, error) {
 	cfg := scheduler.DefaultConfig()
 	cfg.HostSubsetSize = 3
 	s, err := newScheduler(ctx, st, cfg, clock.NewVirtual(clock.Epoch))
 	if err != nil {
 		return claimRun{}, err
 	}
-	lat, conflicts, err := decisions(ctx, s, st, smallFlavor, 50, n, prefix)
+	lat, conflicts, err := decisions(ctx, s, st, smallFlavor, warm, n, prefix)
 	if err != nil {
 		return claimRun{}, err
 	}
@@ -46,11 +46,11 @@ func decideAndClaim(ctx context.Context, st store.Store, n int, prefix string) (
 // claims measures decide + durable claim at 10,000 hosts on SQLite (the
 // default synchronous=NORMAL and FULL) and on PostgreSQL.
 func (r *run) claims(ctx context.Context) error {
-	hosts := r.size(10000, 300)
-	n := r.size(3000, 100)
+	hosts := r.size(10000, 100)
+	n := r.size(3000, 30)
 	hs := synthHosts(hosts, 32, 131072, 2000, 3)
 	clk := clock.NewVirtual(clock.Epoch)
-	cond := fmt.Sprintf("%s decisions after 50 warm-up, one at a time: refresh the view from the store's change stream, filter and weigh %s hosts, claim m1.small in the store naming the provider generation", commas(int64(n)), commas(int64(hosts)))
+	cond := fmt.Sprintf("%s decisions after %d warm-up, one at a time: refresh the view from the store's change stream, filter and weigh %s hosts, claim m1.small in the store naming the provider generation", commas(int64(n)), r.size(50, 5), commas(int64(hosts)))
 
 	dir, err := os.MkdirTemp("", "keelbench-sqlite-")
 	if err != nil {
@@ -70,7 +70,7 @@ func (r *run) claims(ctx context.Context) error {
 				return err
 			}
 		}
-		res, err := decideAndClaim(ctx, st, n, "sqlite-"+sync)
+		res, err := decideAndClaim(ctx, st, r.size(50, 5), n, "sqlite-"+sync)
 		st.Close()
 		if err != nil {
 			return fmt.Errorf("SQLite %s: %w", sync, err)
@@ -114,7 +114,7 @@ func (r *run) claims(ctx context.Context) error {
 	if err := seed(ctx, st, hs, clk.Now()); err != nil {
 		return err
 	}
-	res, err := decideAndClaim(ctx, st, n, "pg")
+	res, err := decideAndClaim(ctx, st, r.size(50, 5), n, "pg")
 	if err != nil {
 		return fmt.Errorf("PostgreSQL: %w", err)
 	}

@@ -131,8 +131,8 @@ func (r *run) decision(ctx context.Context) error {
 	sizes := []struct {
 		n   int
 		key string
-	}{{r.size(1000, 100), "1k"}, {r.size(10000, 1000), "10k"}, {r.size(100000, 2000), "100k"}}
-	n := r.size(3000, 200)
+	}{{r.size(1000, 100), "1k"}, {r.size(10000, 300), "10k"}, {r.size(100000, 500), "100k"}}
+	n, warm := r.size(3000, 50), r.size(100, 10)
 	for _, sz := range sizes {
 		st := memory.New()
 		clk := clock.NewVirtual(clock.Epoch)
@@ -145,7 +145,7 @@ func (r *run) decision(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		lat, _, err := decisions(ctx, s, st, smallFlavor, 100, n, "d")
+		lat, _, err := decisions(ctx, s, st, smallFlavor, warm, n, "d")
 		if err != nil {
 			return err
 		}
@@ -157,7 +157,7 @@ func (r *run) decision(ctx context.Context) error {
 			res += " (" + goal(p99 <= 2, "p99 ≤ 2 ms") + ")"
 		}
 		r.row("1", fmt.Sprintf("scheduler decision, %s hosts", commas(int64(sz.n))), res,
-			fmt.Sprintf("%s decisions after 100 warm-up, one at a time; each: refresh the view, Nova's default filters + all weighers, host_subset_size 3, claim m1.small in the memory store; hosts 32 vCPU ×4 / 128 GiB / 2 TB, random usage", commas(int64(n))))
+			fmt.Sprintf("%s decisions after %d warm-up, one at a time; each: refresh the view, Nova's default filters + all weighers, host_subset_size 3, claim m1.small in the memory store; hosts 32 vCPU ×4 / 128 GiB / 2 TB, random usage", commas(int64(n)), warm))
 		r.progress("decision at %d hosts: p50 %.3f ms p99 %.3f ms", sz.n, p50, p99)
 	}
 	return nil

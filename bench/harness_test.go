@@ -17,9 +17,9 @@ import (
 func TestQuickHarness(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var out, progress bytes.Buffer
-	if err := Main(ctx, []string{"--quick", "--json"}, &out, &progress); err != nil {
-		t.Fatalf("keelbench --quick --json: %v\n%s", err, progress.String())
+	var out bytes.Buffer
+	if err := Main(ctx, []string{"--quick", "--json"}, &out, logWriter{t}); err != nil {
+		t.Fatalf("keelbench --quick --json: %v", err)
 	}
 	var got map[string]any
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
@@ -67,4 +67,12 @@ func TestOnlyRejectsUnknownSections(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown section "nope"`) {
 		t.Fatalf("want an unknown-section error, got %v", err)
 	}
+}
+
+// logWriter sends the harness's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

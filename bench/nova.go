@@ -97,9 +97,9 @@ func tailString(s string) string {
 // nova ranks the same synthetic hosts with Nova 26's scheduler code and
 // with keel's and compares one decision's time.
 func (r *run) nova(ctx context.Context) error {
-	n := r.size(1000, 100)
-	novaDecisions := r.size(30, 3)
-	keelDecisions := r.size(2000, 100)
+	n := r.size(1000, 50)
+	novaDecisions := r.size(30, 2)
+	keelDecisions := r.size(2000, 50)
 	hs := synthHosts(n, 64, 262144, 2000, 5)
 	flavor := placement.Resources{placement.VCPU: 2, placement.MemoryMB: 4096, placement.DiskGB: 20}
 
@@ -125,7 +125,7 @@ func (r *run) nova(ctx context.Context) error {
 			keelBest = h.Host
 		}
 	}
-	lat, _, err := decisions(ctx, s, st, flavor, 100, keelDecisions, "nova")
+	lat, _, err := decisions(ctx, s, st, flavor, r.size(100, 5), keelDecisions, "nova")
 	if err != nil {
 		return err
 	}

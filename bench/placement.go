@@ -367,10 +367,10 @@ func timeSchedules(ctx context.Context, c *httpClient, n int) (float64, error) {
 
 // placement runs the side by side with OpenStack Placement 8.0.
 func (r *run) placement(ctx context.Context) error {
-	n := r.size(1000, 50)
+	n := r.size(1000, 20)
 	reps := r.size(9, 3)
-	claims := r.size(300, 20)
-	keelScheds, peerScheds := r.size(300, 10), r.size(30, 3)
+	claims := r.size(300, 10)
+	keelScheds, peerScheds := r.size(300, 5), r.size(30, 2)
 	providers := placementProviders(n)
 
 	r.progress("placement: configuring OpenStack Placement with %d providers", n)

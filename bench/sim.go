@@ -13,10 +13,10 @@ import (
 // sim runs `keel sim --generate 10000 --hours 24 --policy claim` in
 // process and times it.
 func (r *run) sim(ctx context.Context) error {
-	hosts := r.size(10000, 300)
+	hosts := r.size(10000, 50)
 	hours := 24.0
 	if r.opts.Quick {
-		hours = 0.5
+		hours = 0.1
 	}
 	sc := scenario.Generate(hosts, hours, 1)
 	if err := sc.Validate(); err != nil {
