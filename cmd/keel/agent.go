@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"keel/internal/agent"
 	"keel/internal/bus"
@@ -41,6 +44,7 @@ func agentCommand() *cobra.Command {
 		host      string
 		busURL    string
 		credsFile string
+		count     int
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -82,17 +86,27 @@ reserved_host_memory_mb.`,
 				return fmt.Errorf("agent needs the bus URL: --bus-url (the keel server logs it at start) or [keel] nats_url")
 			}
 			if credsFile == "" {
-				credsFile = filepath.Join(cfg.Keel.DataDir, "bus-credentials.json")
+				credsFile = cfg.Keel.NATSCredentials
+			}
+			if credsFile == "" {
+				credsFile = filepath.Join(cfg.Keel.DataDir, bus.CredentialsFile)
 			}
 			creds, err := bus.ReadCredentials(credsFile)
 			if err != nil {
 				return fmt.Errorf("reading bus credentials (--bus-credentials): %w", err)
 			}
-			a, err := agent.Start(cmd.Context(), agentOptions(cfg, host, cfg.Keel.DataDir, busURL, creds))
+			if count < 1 {
+				return fmt.Errorf("--hosts must be at least 1, got %d", count)
+			}
+			agents, err := startAgents(cmd.Context(), cfg, host, count, busURL, creds, log)
+			defer func() {
+				for _, a := range agents {
+					a.Stop()
+				}
+			}()
 			if err != nil {
 				return err
 			}
-			defer a.Stop()
 			<-cmd.Context().Done()
 			return nil
 		},
@@ -101,6 +115,46 @@ reserved_host_memory_mb.`,
 	f := cmd.Flags()
 	f.StringVar(&host, "host", "", "this host's name ([DEFAULT] host; default: the machine's hostname)")
 	f.StringVar(&busURL, "bus-url", "", "NATS URL of the keel server's bus (several comma-separated for a cluster)")
-	f.StringVar(&credsFile, "bus-credentials", "", "bus credentials file (default: DATA_DIR/bus-credentials.json)")
+	f.StringVar(&credsFile, "bus-credentials", "", "bus credentials file (default: [keel] nats_credentials, else DATA_DIR/bus-credentials.json)")
+	f.IntVar(&count, "hosts", 1, "run this many fake hosts in this process, named HOST-1 … HOST-N, each with its data dir DATA_DIR/HOST-i (for scale tests)")
 	return cmd
+}
+
+// startAgents starts one agent named host, or count agents named host-1 …
+// host-count (eight at a time), each with a data dir of its own. On an
+// error it returns the agents already started, for the caller to stop.
+func startAgents(ctx context.Context, cfg config.Config, host string, count int, busURL string, creds bus.Credentials, log *slog.Logger) ([]*agent.Agent, error) {
+	if count == 1 {
+		opts := agentOptions(cfg, host, cfg.Keel.DataDir, busURL, creds)
+		opts.Log = log
+		a, err := agent.Start(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []*agent.Agent{a}, nil
+	}
+	agents := make([]*agent.Agent, count)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range count {
+		name := fmt.Sprintf("%s-%d", host, i+1)
+		g.Go(func() error {
+			opts := agentOptions(cfg, name, filepath.Join(cfg.Keel.DataDir, name), busURL, creds)
+			opts.Log = log
+			a, err := agent.Start(gctx, opts)
+			agents[i] = a
+			return err
+		})
+	}
+	err := g.Wait()
+	started := agents[:0]
+	for _, a := range agents {
+		if a != nil {
+			started = append(started, a)
+		}
+	}
+	if err == nil {
+		log.Info("agents started", "hosts", len(started))
+	}
+	return started, err
 }

@@ -24,11 +24,12 @@ type configFlags struct {
 
 // shortcuts map flag names to [group] option.
 var shortcuts = map[string][2]string{
-	"data-dir": {"keel", "data_dir"},
-	"driver":   {"keel", "driver"},
-	"listen":   {"keel", "listen"},
-	"nats-url": {"keel", "nats_url"},
-	"policy":   {"keel", "policy"},
+	"data-dir":         {"keel", "data_dir"},
+	"driver":           {"keel", "driver"},
+	"listen":           {"keel", "listen"},
+	"nats-url":         {"keel", "nats_url"},
+	"nats-credentials": {"keel", "nats_credentials"},
+	"policy":           {"keel", "policy"},
 }
 
 func addConfigFlags(cmd *cobra.Command) *configFlags {
@@ -38,11 +39,12 @@ func addConfigFlags(cmd *cobra.Command) *configFlags {
 	f.StringArrayVar(&cf.sets, "set", nil, "set any option, as group.option=value (e.g. --set filter_scheduler.host_subset_size=3); repeatable")
 	f.BoolVarP(&cf.verbose, "verbose", "v", false, "log at debug level")
 	help := map[string]string{
-		"data-dir": "directory for the database, bus credentials, users and tokens ([keel] data_dir)",
-		"listen":   "HTTP listen address ([keel] listen)",
-		"driver":   "agents' virt driver: fake or qemu ([keel] driver)",
-		"nats-url": "external NATS URL(s), comma-separated; empty runs an embedded server ([keel] nats_url)",
-		"policy":   "what the scheduler's weighers read: claim, dest-update or legacy ([keel] policy)",
+		"data-dir":         "directory for the database, bus credentials, users and tokens ([keel] data_dir)",
+		"listen":           "HTTP listen address ([keel] listen)",
+		"driver":           "agents' virt driver: fake or qemu ([keel] driver)",
+		"nats-url":         "external NATS URL(s), comma-separated; empty runs an embedded server ([keel] nats_url)",
+		"nats-credentials": "bus credentials file, JSON user and password ([keel] nats_credentials; default DATA_DIR/bus-credentials.json)",
+		"policy":           "what the scheduler's weighers read: claim, dest-update or legacy ([keel] policy)",
 	}
 	for name := range shortcuts {
 		cf.named[name] = f.String(name, "", help[name])

@@ -718,3 +718,104 @@ func TestErrorCodes(t *testing.T) {
 		t.Fatalf("Decode(nil): %v", err)
 	}
 }
+
+// TestRepeatedCallRunsOnce: a call whose connection drops while the
+// handler runs fails at once with ErrConnectionLost (not at its deadline);
+// sent again with the same request id after the NATS server is back, it
+// gets the first run's answer and the handler has run once. Another id
+// runs it again.
+func TestRepeatedCallRunsOnce(t *testing.T) {
+	log := testLog(t)
+	creds := testCreds(t)
+	s1 := startServer(t, log, creds, 0)
+	port := portOf(t, s1)
+	agent := connect(t, log, s1.URL(), creds, "agent")
+	caller := connect(t, log, s1.URL(), creds, "conductor")
+	subj := bus.ComputeSubject("host1", "build")
+	var runs atomic.Int64
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	if _, err := agent.Handle(subj, "", func(ctx context.Context, data json.RawMessage) (any, error) {
+		n := runs.Add(1)
+		started <- struct{}{}
+		<-release
+		return echoResp{Text: fmt.Sprint(n)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := bus.WithRequestID(callCtx(t, 20*time.Second), bus.NewRequestID())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- caller.Call(ctx, subj, echoReq{}, nil) }()
+	<-started
+	s1.Shutdown()
+	err := <-errc
+	if !errors.Is(err, bus.ErrUnavailable) || !errors.Is(err, bus.ErrConnectionLost) || errors.Is(err, bus.ErrNotDelivered) {
+		t.Fatalf("call cut by the outage: %v; want ErrUnavailable and ErrConnectionLost, not ErrNotDelivered", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("call cut by the outage failed after %s; want at once, not at its deadline", d)
+	}
+	close(release) // the handler ends while the bus is down: its answer is kept
+
+	startServer(t, log, creds, port)
+	var resp echoResp
+	waitFor(t, 15*time.Second, "the repeated call", func() error { return caller.Call(ctx, subj, echoReq{}, &resp) })
+	if resp.Text != "1" || runs.Load() != 1 {
+		t.Fatalf("repeat answered %q with %d runs; want the first run's answer (1) and one run", resp.Text, runs.Load())
+	}
+	if agent.RepeatedCalls() < 1 {
+		t.Errorf("RepeatedCalls = %d, want ≥ 1", agent.RepeatedCalls())
+	}
+	started2 := make(chan struct{})
+	go func() { <-started; close(started2) }()
+	if err := caller.Call(bus.WithRequestID(callCtx(t, 5*time.Second), bus.NewRequestID()), subj, echoReq{}, &resp); err != nil || resp.Text != "2" {
+		t.Fatalf("a new request id: %v, %q; want the handler run again (2)", err, resp.Text)
+	}
+	<-started2
+}
+
+// TestAttemptTimeRepeatsWithoutRerunning: an attempt that waits longer
+// than its attempt time fails with ErrNoAnswerYet while the handler goes
+// on with the call's whole deadline; repeats with the same request id wait
+// for that first run's answer, and the handler runs once.
+func TestAttemptTimeRepeatsWithoutRerunning(t *testing.T) {
+	_, c, _, _ := setup(t)
+	subj := bus.ComputeSubject("host1", "slow")
+	var runs atomic.Int64
+	var handlerDeadline atomic.Int64
+	if _, err := c.Handle(subj, "", func(ctx context.Context, data json.RawMessage) (any, error) {
+		runs.Add(1)
+		if dl, ok := ctx.Deadline(); ok {
+			handlerDeadline.Store(int64(time.Until(dl)))
+		}
+		time.Sleep(700 * time.Millisecond)
+		return echoResp{Text: "done"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := bus.WithAttempt(bus.WithRequestID(callCtx(t, 10*time.Second), bus.NewRequestID()), 200*time.Millisecond)
+	start := time.Now()
+	err := c.Call(ctx, subj, echoReq{}, nil)
+	if !errors.Is(err, bus.ErrNoAnswerYet) || !errors.Is(err, bus.ErrUnavailable) || time.Since(start) > 600*time.Millisecond {
+		t.Fatalf("first attempt: %v after %s; want ErrNoAnswerYet after about 200ms", err, time.Since(start))
+	}
+	if d := time.Duration(handlerDeadline.Load()); d < 5*time.Second {
+		t.Errorf("handler's deadline %s away; want the call's whole 10s, not the attempt's", d)
+	}
+	var resp echoResp
+	attempts := 1
+	for {
+		attempts++
+		err := c.Call(ctx, subj, echoReq{}, &resp)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bus.ErrNoAnswerYet) {
+			t.Fatalf("repeat: %v", err)
+		}
+	}
+	if resp.Text != "done" || runs.Load() != 1 {
+		t.Fatalf("after %d attempts: %q, %d runs; want the answer and one run", attempts, resp.Text, runs.Load())
+	}
+}

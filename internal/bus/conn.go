@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +34,12 @@ type Conn struct {
 	log    *slog.Logger
 	ctx    context.Context // parent of handler contexts; cancelled by Close
 	cancel context.CancelFunc
+
+	lostMu sync.Mutex
+	lost   chan struct{} // closed, and replaced, at every disconnection
+
+	dedupe  dedupe       // requests handled, by request id
+	repeats atomic.Int64 // repeated calls answered from dedupe
 }
 
 // Connect connects to the bus at url, which may list several servers of a
@@ -58,6 +66,7 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "bus", "client", name)
+	c := &Conn{log: log, lost: make(chan struct{}), dedupe: dedupe{now: time.Now}}
 
 	opts := []nats.Option{
 		nats.Name(name),
@@ -77,6 +86,7 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		nats.PingInterval(PingInterval),
 		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			c.markLost()
 			if err != nil {
 				log.Warn("bus disconnected", "err", err)
 			} else {
@@ -109,8 +119,9 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		nc, err := nats.Connect(url, opts...)
 		if err == nil {
 			log.Debug("bus connected", "url", nc.ConnectedUrlRedacted())
-			cctx, cancel := context.WithCancel(context.Background())
-			return &Conn{nc: nc, log: log, ctx: cctx, cancel: cancel}, nil
+			c.nc = nc
+			c.ctx, c.cancel = context.WithCancel(context.Background())
+			return c, nil
 		}
 		if !retryableConnectError(err) {
 			return nil, fmt.Errorf("bus: connect to %s as %s: %w", url, creds.User, err)
@@ -158,3 +169,24 @@ func (c *Conn) notConnected(what string) error {
 		cause: nats.ErrDisconnected,
 	}
 }
+
+// markLost wakes the calls waiting for an answer: the connection they sent
+// on is gone, and so is any answer sent to it.
+func (c *Conn) markLost() {
+	c.lostMu.Lock()
+	defer c.lostMu.Unlock()
+	close(c.lost)
+	c.lost = make(chan struct{})
+}
+
+// lostSignal is closed at the next disconnection.
+func (c *Conn) lostSignal() <-chan struct{} {
+	c.lostMu.Lock()
+	defer c.lostMu.Unlock()
+	return c.lost
+}
+
+// RepeatedCalls counts the calls this connection's handlers received again
+// with a request id they had already handled, and answered without running
+// the handler a second time.
+func (c *Conn) RepeatedCalls() int64 { return c.repeats.Load() }

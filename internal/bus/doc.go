@@ -46,6 +46,20 @@
 // connection was down), so it is safe to retry or give up; after a timeout
 // (it then wraps context.DeadlineExceeded) the handler may have run.
 //
+// # Repeated calls
+//
+// A call whose connection goes down while it waits (a NATS restart, a
+// cluster node lost) fails at once, wrapping ErrUnavailable and
+// ErrConnectionLost, not at its deadline: the answer, if any, is lost. The
+// handler may or may not have run. A caller that puts a request id in the
+// context (WithRequestID; Keel-Request-Id header) may send the call again
+// with the same id once reconnected: the handling Conn remembers each id
+// it received, per subject, for DedupeWindow, and answers a repeat with
+// the first run's answer, waiting for it if the handler still runs. So a
+// retried step never runs twice. The memory is per connection: a repeat
+// that reaches another member of a queue group is handled again (the
+// conductor's handlers are idempotent against the store for that reason).
+//
 // # What Cast guarantees
 //
 // Cast and Publish are fire and forget, at most once. A nil error means the

@@ -29,6 +29,19 @@ var (
 	// subject, or the connection was down when it was sent. A call that
 	// timed out does not wrap it: its handler may have run.
 	ErrNotDelivered = errors.New("bus: not delivered")
+
+	// ErrConnectionLost is wrapped, besides ErrUnavailable, by the error of
+	// a call whose connection went down while it waited for the answer:
+	// the handler may have run, and its answer is lost. Sending the call
+	// again with the same request id (WithRequestID) is safe: the handler
+	// does not run twice.
+	ErrConnectionLost = errors.New("bus: connection lost while waiting for the answer")
+
+	// ErrNoAnswerYet is wrapped, besides ErrUnavailable, by the error of a
+	// call that waited for its attempt time (WithAttempt) without an
+	// answer while its deadline is still ahead: repeat it with the same
+	// request id.
+	ErrNoAnswerYet = errors.New("bus: no answer within the attempt time")
 )
 
 // RemoteError is an error returned by the handler of a call.

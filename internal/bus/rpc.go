@@ -132,9 +132,42 @@ func (c *Conn) Call(ctx context.Context, subject string, req, resp any) error {
 	wait := dl.Sub(start)
 	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
 	msg.Header.Set(TimeoutHeader, strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+	if id := RequestID(ctx); id != "" {
+		msg.Header.Set(RequestIDHeader, id)
+	}
 
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	// An answer sent while this connection is down is lost for good: stop
+	// waiting at the first disconnection rather than at the deadline.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if d := attemptTimeout(ctx); d > 0 && d < wait {
+		t := time.AfterFunc(d, func() { cancel(ErrNoAnswerYet) })
+		defer t.Stop()
+	}
+	lost := c.lostSignal()
+	go func() {
+		select {
+		case <-lost:
+			cancel(ErrConnectionLost)
+		case <-rctx.Done():
+		}
+	}()
+	reply, err := c.nc.RequestMsgWithContext(rctx, msg)
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(rctx), ErrConnectionLost) {
+			return &unavailableError{
+				msg:       fmt.Sprintf("call %s: connection to the bus lost while waiting for the answer", subject),
+				delivered: true,
+				cause:     ErrConnectionLost,
+			}
+		}
+		if ctx.Err() == nil && errors.Is(context.Cause(rctx), ErrNoAnswerYet) {
+			return &unavailableError{
+				msg:       fmt.Sprintf("call %s: no answer within %s (the attempt time); the answer may be lost", subject, roundDuration(attemptTimeout(ctx))),
+				delivered: true,
+				cause:     ErrNoAnswerYet,
+			}
+		}
 		return c.callError(ctx, subject, wait, err)
 	}
 	var env envelope
@@ -172,9 +205,9 @@ func (c *Conn) callError(ctx context.Context, subject string, wait time.Duration
 		return c.notConnected("call " + subject)
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
 		return &unavailableError{
-			msg:       fmt.Sprintf("call %s: connection to the bus lost while waiting for the answer", subject),
+			msg:       fmt.Sprintf("call %s: connection to the bus lost while waiting for the answer (%v)", subject, err),
 			delivered: true,
-			cause:     err,
+			cause:     ErrConnectionLost,
 		}
 	}
 	return fmt.Errorf("bus: call %s: %w", subject, err)
@@ -253,9 +286,30 @@ func (c *Conn) Handle(subject, queue string, h Handler) (Subscription, error) {
 
 func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {
 	defer s.wg.Done()
+	var first *dedupeEntry
+	if id := m.Header.Get(RequestIDHeader); id != "" && m.Reply != "" {
+		e, isFirst := c.dedupe.claim(subject, id)
+		if !isFirst {
+			// The caller lost the connection while waiting and asks again:
+			// answer with the first run's answer, never run it twice.
+			c.repeats.Add(1)
+			c.log.Info("repeated call answered without running it again", "subject", subject, "request_id", id)
+			select {
+			case <-e.done:
+			case <-c.ctx.Done():
+				return
+			}
+			c.respond(subject, m, e.reply)
+			return
+		}
+		first = e
+	}
 	ctx, cancel := c.handlerContext(m)
 	defer cancel()
 	result, err := c.invoke(ctx, subject, h, m.Data)
+	if first != nil {
+		first.finish(c.encodeReply(subject, result, err))
+	}
 	if err != nil && m.Reply != "" && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller's deadline has passed (the handler's is the same,
 		// rounded down to the millisecond): it has given up, or is about
@@ -270,7 +324,15 @@ func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {
 		}
 		return
 	}
-	if err := m.Respond(c.encodeReply(subject, result, err)); err != nil {
+	reply := c.encodeReply(subject, result, err)
+	if first != nil {
+		reply = first.reply
+	}
+	c.respond(subject, m, reply)
+}
+
+func (c *Conn) respond(subject string, m *nats.Msg, reply []byte) {
+	if err := m.Respond(reply); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			c.log.Debug("reply dropped: connection closed", "subject", subject)
 		} else {

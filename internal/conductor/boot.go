@@ -107,6 +107,22 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 		c.log.Warn("build finished but the instance cannot be read", "instance", instanceUUID, "host", host, "err", err)
 		return
 	}
+	switch {
+	case inst.VMState == records.VMActive && inst.Host == host:
+		return // a repeated report (its first answer was lost on the bus)
+	case inst.VMState != records.VMBuilding || inst.Host != host:
+		// The build was given up meanwhile (its call timed out and the
+		// boot failed, releasing the claim): the guest must not stay.
+		c.log.Warn("build report for an instance no longer building there; removing its guest", "instance", instanceUUID, "host", host, "vm_state", inst.VMState)
+		if buildErr == nil {
+			if api, err := c.compute(host); err == nil {
+				if err := api.TerminateInstance(ctx, instanceUUID); err != nil {
+					c.log.Warn("removing the guest of an abandoned build", "instance", instanceUUID, "host", host, "err", err)
+				}
+			}
+		}
+		return
+	}
 	if buildErr != nil {
 		c.releaseAll(ctx, instanceUUID)
 		_, _ = c.failBuild(ctx, inst, fmt.Sprintf("build on %s failed: %v", host, buildErr))

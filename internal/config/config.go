@@ -97,6 +97,9 @@ type KeelGroup struct {
 	DataDir    string // data_dir (./.keel); [DEFAULT] state_path is another name for it
 	NATSURL    string // nats_url (empty: run an embedded server)
 	NATSListen string // nats_listen (127.0.0.1:0)
+	// NATSCredentials is nats_credentials: the bus credentials file
+	// (empty: DATA_DIR/bus-credentials.json).
+	NATSCredentials string
 	// DB is db: a postgres:// URL, or a SQLite path; empty means keel.db in
 	// DataDir.
 	DB string

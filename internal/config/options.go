@@ -392,7 +392,9 @@ var options = []*option{
 		"Directory of keel's state (database, embedded NATS storage); a relative path is taken from the working directory. Nova's [DEFAULT] state_path is another name for it.").
 		alias("DEFAULT", "state_path").checked(nonEmpty),
 	strOpt("keel", "nats_url", func(c *Config) *string { return &c.Keel.NATSURL },
-		"NATS server to connect to (nats://host:port); empty runs an embedded server."),
+		"NATS server to connect to (nats://host:port), or the servers of a NATS cluster, comma-separated; empty runs an embedded server."),
+	strOpt("keel", "nats_credentials", func(c *Config) *string { return &c.Keel.NATSCredentials },
+		"File holding the bus user and password, as JSON {\"user\": …, \"password\": …}; empty means bus-credentials.json in data_dir (which keel server creates for its embedded NATS). With an external NATS, give every server and agent the file matching the NATS server's authorization."),
 	addrOpt("keel", "nats_listen", func(c *Config) *string { return &c.Keel.NATSListen },
 		"Address the embedded NATS server listens on (port 0 picks a free port); unused when nats_url is set."),
 	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },

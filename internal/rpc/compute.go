@@ -81,14 +81,21 @@ func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp 
 		defer cancel()
 	}
 	// A request nobody received (the agent is restarting or reconnecting)
-	// is safe to send again: retry it until the deadline.
+	// is safe to send again, and so is one whose answer the bus lost (a
+	// NATS restart while the agent worked): every attempt carries the same
+	// request id, and the agent answers a repeat with its first answer
+	// instead of running the step twice. Retry until the deadline.
+	// An attempt that got no answer within attemptTime is repeated too:
+	// the agent's answer may have been lost on a NATS node that went down
+	// while this side's connection stayed up.
+	ctx = bus.WithAttempt(bus.WithRequestID(ctx, bus.NewRequestID()), attemptTime)
 	wait := 50 * time.Millisecond
 	for {
 		err := a.conn.Call(ctx, bus.ComputeSubject(a.host, method), args, resp)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, bus.ErrNotDelivered) {
+		if !repeatable(err) {
 			return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
 		}
 		select {
@@ -98,6 +105,19 @@ func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp 
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// attemptTime is how long one attempt of a call waits for its answer
+// before it is sent again with the same request id (which the other side
+// answers from its first run): it bounds how long an answer lost in the
+// bus delays a step.
+const attemptTime = 5 * time.Second
+
+// repeatable reports whether a call that failed with err may be sent
+// again with the same request id: nobody received it, or its answer was
+// lost or is late.
+func repeatable(err error) bool {
+	return errors.Is(err, bus.ErrNotDelivered) || errors.Is(err, bus.ErrConnectionLost) || errors.Is(err, bus.ErrNoAnswerYet)
 }
 
 // BuildAndRunInstance implements conductor.ComputeAPI.

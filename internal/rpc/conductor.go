@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -72,8 +73,11 @@ func (r *Reporter) send(ctx context.Context, method string, args reportArgs) {
 	}
 	deadline := time.Now().Add(retryFor)
 	wait := 100 * time.Millisecond
+	// One id for every attempt: a server that already handled the report
+	// answers a repeat without handling it again.
+	ctx = bus.WithRequestID(ctx, bus.NewRequestID())
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 2*attemptTime)
 		err := r.Conn.Call(cctx, bus.ConductorSubject(method), args, nil)
 		cancel()
 		if err == nil || !bus.IsCode(err, bus.CodeUnavailable) {
@@ -131,11 +135,35 @@ type Store struct{ Conn *bus.Conn }
 
 var _ compute.TrackerStore = (*Store)(nil)
 
+// call sends a store call to whichever server answers. Within ctx's
+// deadline (a call without one is tried once), a call no server received
+// is sent again (a NATS restart, servers restarting), and so is one whose
+// answer the bus lost, except a write that is not idempotent
+// (write_allocations): the repeat may reach another server, which would
+// apply it again.
 func (s *Store) call(ctx context.Context, method string, args storeArgs, resp any) error {
-	if err := s.Conn.Call(ctx, bus.ConductorSubject(method), args, resp); err != nil {
-		return fmt.Errorf("%s: %w", method, decode(err))
+	ctx = bus.WithRequestID(ctx, bus.NewRequestID())
+	_, retries := ctx.Deadline()
+	if method != mWriteAllocs {
+		ctx = bus.WithAttempt(ctx, attemptTime)
 	}
-	return nil
+	wait := 50 * time.Millisecond
+	for {
+		err := s.Conn.Call(ctx, bus.ConductorSubject(method), args, resp)
+		if err == nil {
+			return nil
+		}
+		retry := retries && (errors.Is(err, bus.ErrNotDelivered) || (repeatable(err) && method != mWriteAllocs))
+		if !retry {
+			return fmt.Errorf("%s: %w", method, decode(err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", method, decode(err))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // PutHostRecord implements compute.TrackerStore.

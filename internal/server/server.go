@@ -77,7 +77,11 @@ func (s *Server) start(ctx context.Context) error {
 	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
 		return err
 	}
-	if s.creds, err = bus.LoadOrCreateCredentials(dataDir); err != nil {
+	if cfg.Keel.NATSCredentials != "" {
+		if s.creds, err = bus.ReadCredentials(cfg.Keel.NATSCredentials); err != nil {
+			return fmt.Errorf("[keel] nats_credentials: %w", err)
+		}
+	} else if s.creds, err = bus.LoadOrCreateCredentials(dataDir); err != nil {
 		return err
 	}
 	s.busURL = cfg.Keel.NATSURL
