@@ -31,3 +31,6 @@ tests/openstackclient.sh
 
 echo "== fuzz targets, a few seconds each"
 FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
+
+echo "== real guests with QEMU: keel dev --driver qemu and openstackclient"
+tests/qemu.sh

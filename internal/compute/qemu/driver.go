@@ -305,7 +305,7 @@ func (d *Driver) launch(ctx context.Context, v *vm, inst records.Instance, incom
 		case <-ctx.Done():
 			_ = killIn(v.pid, v.dir, exited)
 			return fmt.Errorf("qemu's monitor did not answer within 20 s: %w (stderr: %s)", err, logTail(v.dir))
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
@@ -520,6 +520,7 @@ func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (m
 		_ = d.stop(v)
 		return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
 	}
+	start := time.Now()
 	if err := d.launch(ctx, v, inst, true); err != nil {
 		return fail(err)
 	}
@@ -539,6 +540,7 @@ func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (m
 	d.saveLocked(v)
 	st := v.st
 	d.mu.Unlock()
+	d.log.Info("incoming qemu ready", "instance", inst.UUID, "start_ms", time.Since(start).Milliseconds(), "post_copy", postCopy)
 	return migrateData(st), nil
 }
 

@@ -161,6 +161,10 @@ func (d *Driver) watch(ctx context.Context, v *vm, job *copyJob, progress func(t
 			job.mu.Unlock()
 			switch info.Status {
 			case "completed":
+				info = d.finalFigures(ctx, v, info)
+				job.mu.Lock()
+				job.last = info
+				job.mu.Unlock()
 				if progress != nil && info.RAM != nil {
 					progress(info.RAM.Total, info.RAM.Transferred, 0)
 				}
@@ -220,6 +224,18 @@ func (d *Driver) onTimeout(ctx context.Context, v *vm, job *copyJob, limit time.
 	if err := d.execute(ctx, v, "migrate_cancel", nil, nil); err != nil {
 		d.log.Warn("cancelling the migration", "instance", uuid, "err", err)
 	}
+}
+
+// finalFigures re-reads a completed migration's figures while QEMU has
+// not yet filled them in (it sets the status a moment before the times).
+func (d *Driver) finalFigures(ctx context.Context, v *vm, info MigrationInfo) MigrationInfo {
+	for i := 0; i < 25 && info.TotalTime == 0; i++ {
+		time.Sleep(2 * time.Millisecond)
+		if again, err := d.queryMigrate(ctx, v); err == nil && again.Status == "completed" {
+			info = again
+		}
+	}
+	return info
 }
 
 func (d *Driver) queryMigrate(ctx context.Context, v *vm) (MigrationInfo, error) {

@@ -96,9 +96,6 @@ func (s Spec) MinRAMMB() int64 {
 func (s Spec) Image() []byte {
 	b := append([]byte(nil), sector...)
 	b[modeOffset] = byte(s.Mode)
-	if s.Mode == Idle {
-		b[modeOffset] = byte(Idle)
-	}
 	binary.LittleEndian.PutUint16(b[mibOffset:], uint16(s.MiB))
 	return b
 }
