@@ -68,17 +68,21 @@ func derivedID(kind, domainID, name string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// NewDevDirectory returns the development directory: projects "admin" and
-// "demo"; user "admin" with role admin on project admin, and user "demo"
-// with role member on project demo. Both users get adminPassword.
+// NewDevDirectory returns the development directory: projects "admin",
+// "demo" and "alt_demo"; user "admin" with role admin on project admin,
+// and users "demo" and "alt_demo" with role member on the projects of
+// their names (two members in two projects, as Tempest's pre-provisioned
+// accounts want a primary and an alternate user). Every user gets
+// adminPassword.
 func NewDevDirectory(adminPassword string) *Directory {
 	d := &Directory{}
-	admin := d.mustAddProject("admin")
-	demo := d.mustAddProject("demo")
-	must(d.AddUser("admin", adminPassword))
-	must(d.AddUser("demo", adminPassword))
-	mustDo(d.Grant(UserID(DefaultDomainID, "admin"), admin.ID, RoleAdmin))
-	mustDo(d.Grant(UserID(DefaultDomainID, "demo"), demo.ID, RoleMember))
+	for _, u := range []struct{ name, role string }{
+		{"admin", RoleAdmin}, {"demo", RoleMember}, {"alt_demo", RoleMember},
+	} {
+		p := d.mustAddProject(u.name)
+		must(d.AddUser(u.name, adminPassword))
+		mustDo(d.Grant(UserID(DefaultDomainID, u.name), p.ID, u.role))
+	}
 	return d
 }
 

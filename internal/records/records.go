@@ -112,12 +112,19 @@ type Instance struct {
 	// named it ("" for none; the fake driver boots any image).
 	ImageRef string `json:"image_ref,omitempty"`
 	// Hints are the scheduler hints given at boot (nil for none).
-	Hints     *SchedulerHints `json:"scheduler_hints,omitempty"`
-	VMState   string          `json:"vm_state"`
-	TaskState string          `json:"task_state"`
-	Fault     string          `json:"fault,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	Hints *SchedulerHints `json:"scheduler_hints,omitempty"`
+	// What the user gave at create or update and the compute API shows
+	// back: metadata, description, access addresses and disk config.
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Description string            `json:"description,omitempty"`
+	AccessIPv4  string            `json:"access_ip_v4,omitempty"`
+	AccessIPv6  string            `json:"access_ip_v6,omitempty"`
+	DiskConfig  string            `json:"disk_config,omitempty"`
+	VMState     string            `json:"vm_state"`
+	TaskState   string            `json:"task_state"`
+	Fault       string            `json:"fault,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
 	// Version increments on every update; an update naming a stale version
 	// fails with a conflict (optimistic concurrency between servers).
 	Version int64 `json:"version"`

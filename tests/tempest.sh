@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Runs a selection of Tempest's compute API tests (Debian's tempest 33)
+# against `keel dev` on loopback, with pre-provisioned accounts and a
+# tempest.conf generated here. test.sh runs it after the Go tests.
+#
+#   tests/tempest.sh                 the selection in tests/tempest/include.txt
+#   tests/tempest.sh REGEX           only the selected tests matching REGEX
+#   KEEP=1 tests/tempest.sh          keep the workspace even when all pass
+#
+# The selection (tests/tempest/include.txt) and the excluded tests with
+# their reasons (tests/tempest/exclude.txt) live next to this script. The
+# script fails when any selected test fails or none ran; then it keeps the
+# workspace (tempest.conf, tempest.log, the subunit stream, keel's log) and
+# prints where.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+TEMPEST=/usr/bin/tempest
+if [ ! -x "$TEMPEST" ]; then
+  echo "tempest.sh: $TEMPEST not found; install it with:" >&2
+  echo "  apt-get install -y --no-install-recommends tempest" >&2
+  exit 1
+fi
+HOSTS=3
+CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
+filter=${1:-}
+
+work=$(mktemp -d /tmp/keel-tempest.XXXXXX)
+pid=
+ok=0
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [ "$ok" = 1 ] && [ -z "${KEEP:-}" ]; then
+    rm -rf "$work"
+  else
+    echo "tempest.sh: workspace kept in $work (etc/tempest.conf, tempest.log, subunit.v2, dev.log)" >&2
+  fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- keel dev log (last 30 lines)" >&2
+  tail -30 "$work/dev.log" >&2 || true
+  exit 1
+}
+
+start=$(date +%s)
+go build -o "$work/keel" ./cmd/keel
+"$work/keel" dev --hosts "$HOSTS" --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+  grep -q "keel dev: $HOSTS hosts" "$work/dev.log" && break
+  kill -0 "$pid" 2>/dev/null || fail "keel dev exited"
+  sleep 0.2
+done
+url=$(sed -n "s/^keel dev: $HOSTS hosts, API at \([^,]*\),.*/\1/p" "$work/dev.log")
+[ -n "$url" ] || fail "keel dev did not report its URL in 20 s"
+password=$(cat "$work/data/admin-password")
+
+"$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null
+ws=$work/ws
+# keel dev's identity: admin (role admin on project admin), demo and
+# alt_demo (role member on their own projects), all with one password.
+cat >"$ws/etc/accounts.yaml" <<EOF
+- username: admin
+  project_name: admin
+  password: '$password'
+  types: [admin]
+  roles: [admin]
+- username: demo
+  project_name: demo
+  password: '$password'
+  roles: [member]
+- username: alt_demo
+  project_name: alt_demo
+  password: '$password'
+  roles: [member]
+EOF
+cat >"$ws/etc/tempest.conf" <<EOF
+[DEFAULT]
+log_file = $ws/tempest.log
+debug = true
+
+[oslo_concurrency]
+lock_path = $ws/locks
+
+[auth]
+use_dynamic_credentials = False
+test_accounts_file = $ws/etc/accounts.yaml
+default_credentials_domain_name = Default
+
+[identity]
+uri_v3 = $url/identity/v3
+auth_version = v3
+region = RegionOne
+admin_role = admin
+
+[identity-feature-enabled]
+api_v2 = False
+api_v3 = True
+
+[service_available]
+nova = True
+glance = True
+neutron = False
+cinder = False
+swift = False
+horizon = False
+
+[compute]
+image_ref = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
+image_ref_alt = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
+flavor_ref = 1
+flavor_ref_alt = 2
+min_compute_nodes = $HOSTS
+min_microversion = 2.1
+max_microversion = 2.87
+build_interval = 1
+build_timeout = 60
+
+[compute-feature-enabled]
+live_migration = True
+block_migration_for_live_migration = True
+volume_backed_live_migration = False
+cold_migration = False
+resize = False
+shelve = False
+shelve_migrate = False
+suspend = False
+pause = True
+rescue = False
+snapshot = False
+console_output = False
+vnc_console = False
+serial_console = False
+spice_console = False
+interface_attach = False
+change_password = False
+personality = False
+config_drive = False
+metadata_service = False
+swap_volume = False
+attach_encrypted_volume = False
+
+[validation]
+run_validation = False
+
+[image]
+build_interval = 1
+EOF
+
+include=$work/include.txt
+grep -v '^\s*\(#\|$\)' tests/tempest/include.txt >"$include"
+if [ -n "$filter" ]; then
+  grep -E -- "$filter" "$include" >"$include.f" || fail "no selected test matches $filter"
+  mv "$include.f" "$include"
+fi
+exclude=$work/exclude.txt
+sed -e 's/\s*#.*//' -e '/^\s*$/d' tests/tempest/exclude.txt >"$exclude"
+
+cd "$ws"
+set +e
+"$TEMPEST" run --concurrency "$CONCURRENCY" --include-list "$include" --exclude-list "$exclude" \
+  --subunit >"$work/subunit.v2" 2>"$work/run.err"
+rc=$?
+set -e
+cd "$root"
+subunit2csv <"$work/subunit.v2" >"$work/results.csv" || true
+# One line per test (or per class whose setUpClass failed): STATUS NAME.
+/usr/bin/python3 - "$work/results.csv" >"$work/results.txt" <<'PY'
+import csv, re, sys
+for row in csv.DictReader(open(sys.argv[1])):
+    name = re.sub(r"\[.*", "", row["test"])
+    m = re.match(r"setUpClass \((.*)\)", name)
+    if m:
+        name = m.group(1) + " (setUpClass)"
+    elif not name.startswith("tempest."):
+        continue
+    print({"success": "pass", "failure": "FAIL", "skip": "skip"}.get(row["status"], row["status"]), name)
+PY
+sort -k2 -o "$work/results.txt" "$work/results.txt"
+count() { grep -c "^$1 " "$work/results.txt" || true; }
+passed=$(count pass)
+failed=$(( $(grep -vc '^\(pass\|skip\) ' "$work/results.txt" || true) ))
+skipped=$(count skip)
+grep -v '^pass ' "$work/results.txt" || true
+echo "tempest: $passed passed, $failed failed, $skipped skipped in $(( $(date +%s) - start )) s (results: $work/results.txt)"
+if [ "$failed" != 0 ] || [ "$passed" = 0 ] || [ "$rc" != 0 ]; then
+  subunit2pyunit <"$work/subunit.v2" 2>&1 | grep -A30 '^\(FAIL\|ERROR\):' | head -300 >&2 || true
+  tail -20 "$work/run.err" >&2
+  fail "tempest run exited $rc with $failed failed and $passed passed"
+fi
+ok=1
