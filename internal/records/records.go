@@ -237,3 +237,20 @@ type SchedulerHints struct {
 	SameHost      []string `json:"same_host,omitempty"`
 	DifferentHost []string `json:"different_host,omitempty"`
 }
+
+// InstanceAction is one user request on an instance (create, delete,
+// live-migration, …) as the compute API's os-instance-actions shows it:
+// who asked, when, and the request id. Actions outlive their instance.
+type InstanceAction struct {
+	InstanceUUID string    `json:"instance_uuid"`
+	RequestID    string    `json:"request_id"`
+	Action       string    `json:"action"`
+	UserID       string    `json:"user_id"`
+	ProjectID    string    `json:"project_id"`
+	StartTime    time.Time `json:"start_time"`
+	// MigrationID links a live-migration action to its migration, whose
+	// status gives the action's outcome.
+	MigrationID int64 `json:"migration_id,omitempty"`
+	// Message is the failure reason of an action refused or failed at once.
+	Message string `json:"message,omitempty"`
+}

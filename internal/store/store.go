@@ -150,6 +150,16 @@ type Store interface {
 	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
 	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
 
+	// Instance actions (os-instance-actions): an append-only log per
+	// instance, kept after the instance is deleted.
+
+	// CreateInstanceAction records an action; ErrExists if the instance
+	// already has one with the same request ID.
+	CreateInstanceAction(ctx context.Context, a records.InstanceAction) error
+	// ListInstanceActions lists an instance's actions, oldest first (empty,
+	// not ErrNotFound, for an instance without any).
+	ListInstanceActions(ctx context.Context, instanceUUID string) ([]records.InstanceAction, error)
+
 	// CreateFlavor stores a flavor; ErrExists if its ID or name is taken.
 	CreateFlavor(ctx context.Context, f records.Flavor) (records.Flavor, error)
 	GetFlavor(ctx context.Context, id string) (records.Flavor, error)

@@ -39,6 +39,7 @@ type Store struct {
 	aggregates map[int64]records.Aggregate
 	nextAggID  int64
 	groups     map[string]records.ServerGroup
+	actions    map[string][]records.InstanceAction // by instance UUID, oldest first
 	nextMigID  int64
 	changes    []store.Change
 	seq        int64
@@ -61,6 +62,7 @@ func New() *Store {
 		flavors:    map[string]records.Flavor{},
 		traits:     map[string]bool{},
 		classes:    map[placement.ResourceClass]bool{},
+		actions:    map[string][]records.InstanceAction{},
 		activeMigs: map[int64]bool{},
 		aggregates: map[int64]records.Aggregate{},
 		groups:     map[string]records.ServerGroup{},
@@ -527,7 +529,28 @@ func cloneInstance(in records.Instance) records.Instance {
 		h.SameHost, h.DifferentHost = slices.Clone(h.SameHost), slices.Clone(h.DifferentHost)
 		in.Hints = &h
 	}
+	in.Metadata = maps.Clone(in.Metadata)
 	return in
+}
+
+// CreateInstanceAction implements store.Store.
+func (s *Store) CreateInstanceAction(_ context.Context, a records.InstanceAction) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.actions[a.InstanceUUID] {
+		if b.RequestID == a.RequestID {
+			return fmt.Errorf("instance action %s of %s: %w", a.RequestID, a.InstanceUUID, store.ErrExists)
+		}
+	}
+	s.actions[a.InstanceUUID] = append(s.actions[a.InstanceUUID], a)
+	return nil
+}
+
+// ListInstanceActions implements store.Store.
+func (s *Store) ListInstanceActions(_ context.Context, instanceUUID string) ([]records.InstanceAction, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.actions[instanceUUID]), nil
 }
 
 // CreateFlavor implements store.Store.

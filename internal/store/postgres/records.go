@@ -403,3 +403,30 @@ func listJSON[T any](ctx context.Context, s *Store, keep func(T) bool, query str
 	}
 	return out, rows.Err()
 }
+
+// CreateInstanceAction implements store.Store.
+func (s *Store) CreateInstanceAction(ctx context.Context, a records.InstanceAction) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encoding instance action %s: %w", a.RequestID, err)
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO instance_actions (instance_uuid, request_id, data) VALUES ($1, $2, $3)
+		ON CONFLICT (instance_uuid, request_id) DO NOTHING`, a.InstanceUUID, a.RequestID, data)
+	if err != nil {
+		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, store.ErrExists)
+	}
+	return nil
+}
+
+// ListInstanceActions implements store.Store.
+func (s *Store) ListInstanceActions(ctx context.Context, instanceUUID string) ([]records.InstanceAction, error) {
+	out, err := listJSON[records.InstanceAction](ctx, s, nil,
+		`SELECT data FROM instance_actions WHERE instance_uuid = $1 ORDER BY id`, instanceUUID)
+	if err != nil {
+		return nil, fmt.Errorf("listing actions of instance %s: %w", instanceUUID, err)
+	}
+	return out, nil
+}

@@ -370,3 +370,37 @@ func listJSON[T any](ctx context.Context, s *Store, keep func(T) bool, query str
 	}
 	return out, rows.Err()
 }
+
+// CreateInstanceAction implements store.Store.
+func (s *Store) CreateInstanceAction(ctx context.Context, a records.InstanceAction) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encoding instance action %s: %w", a.RequestID, err)
+	}
+	err = s.write(ctx, func(w *wtx) error {
+		res, err := w.exec(qInsertInstanceAction, a.InstanceUUID, a.RequestID, string(data))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return store.ErrExists
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, err)
+	}
+	return nil
+}
+
+// ListInstanceActions implements store.Store.
+func (s *Store) ListInstanceActions(ctx context.Context, instanceUUID string) ([]records.InstanceAction, error) {
+	out, err := listJSON[records.InstanceAction](ctx, s, nil,
+		`SELECT data FROM instance_actions WHERE instance_uuid = ? ORDER BY id`, instanceUUID)
+	if err != nil {
+		return nil, fmt.Errorf("listing actions of instance %s: %w", instanceUUID, err)
+	}
+	return out, nil
+}

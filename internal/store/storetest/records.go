@@ -23,6 +23,7 @@ var recordTests = []subtest{
 	{"ListMigrations", testListMigrations},
 	{"Flavors", testFlavors},
 	{"UpdateService", testUpdateService},
+	{"InstanceActions", testInstanceActions},
 }
 
 // t0 is a fixed instant in UTC with microsecond precision, which every store
@@ -510,5 +511,40 @@ func testUpdateService(t *testing.T, s store.Store) {
 	}
 	if got, _ := s.GetService(ctx, "h1"); !got.Disabled {
 		t.Fatal("an update whose fn failed was written")
+	}
+}
+
+// testInstanceActions: actions come back per instance in the order they
+// were recorded, with every field; a repeated request ID is ErrExists and
+// changes nothing; they do not depend on the instance existing.
+func testInstanceActions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	got, err := s.ListInstanceActions(ctx, "nobody")
+	if err != nil || len(got) != 0 {
+		t.Fatalf("ListInstanceActions(unknown) = %v, %v; want empty, nil", got, err)
+	}
+	a := records.InstanceAction{InstanceUUID: "i1", RequestID: "req-b", Action: "create", UserID: "u", ProjectID: "p", StartTime: t0}
+	b := records.InstanceAction{InstanceUUID: "i1", RequestID: "req-a", Action: "live-migration", UserID: "u2", ProjectID: "p",
+		StartTime: t0.Add(time.Second), MigrationID: 7, Message: "no valid host"}
+	c := records.InstanceAction{InstanceUUID: "i2", RequestID: "req-b", Action: "delete", UserID: "u", ProjectID: "p", StartTime: t0}
+	for _, x := range []records.InstanceAction{a, b, c} {
+		if err := s.CreateInstanceAction(ctx, x); err != nil {
+			t.Fatalf("CreateInstanceAction(%+v): %v", x, err)
+		}
+	}
+	dup := a
+	dup.Action = "delete"
+	if err := s.CreateInstanceAction(ctx, dup); !errors.Is(err, store.ErrExists) {
+		t.Errorf("CreateInstanceAction(same instance and request id) = %v, want ErrExists", err)
+	}
+	got, err = s.ListInstanceActions(ctx, "i1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []records.InstanceAction{a, b}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ListInstanceActions(i1) = %+v, want %+v", got, want)
+	}
+	if got, err = s.ListInstanceActions(ctx, "i2"); err != nil || !reflect.DeepEqual(got, []records.InstanceAction{c}) {
+		t.Errorf("ListInstanceActions(i2) = %+v, %v; want [%+v]", got, err, c)
 	}
 }
