@@ -7,6 +7,7 @@
 #
 # After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
 # openstackclient (apt-get install python3-openstackclient; .ci/run does),
+# tests/tempest.sh runs a selection of Tempest's compute API tests (tempest),
 # and tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,6 +29,9 @@ go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
 
 echo "== openstackclient against keel dev"
 tests/openstackclient.sh
+
+echo "== Tempest (compute API selection) against keel dev"
+tests/tempest.sh
 
 echo "== fuzz targets, a few seconds each"
 FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh

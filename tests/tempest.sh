@@ -23,7 +23,7 @@ if [ ! -x "$TEMPEST" ]; then
   exit 1
 fi
 HOSTS=3
-CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
+CONCURRENCY=${TEMPEST_CONCURRENCY:-1}
 filter=${1:-}
 
 work=$(mktemp -d /tmp/keel-tempest.XXXXXX)
@@ -135,7 +135,6 @@ snapshot = False
 console_output = False
 vnc_console = False
 serial_console = False
-spice_console = False
 interface_attach = False
 change_password = False
 personality = False

@@ -435,7 +435,7 @@ func TestResources(t *testing.T) {
 		check             func(r response)
 	}{
 		{"admin lists projects", admin, "/identity/v3/projects", 200, func(r response) {
-			if count(r, "projects") != 2 {
+			if count(r, "projects") != 3 {
 				t.Errorf("projects %s", r.body)
 			}
 		}},
@@ -461,7 +461,7 @@ func TestResources(t *testing.T) {
 		}},
 		{"demo may not show admin", demo, "/identity/v3/users/" + adminUser, 403, nil},
 		{"admin lists users", admin, "/identity/v3/users", 200, func(r response) {
-			if count(r, "users") != 2 || strings.Contains(string(r.body), "pbkdf2") {
+			if count(r, "users") != 3 || strings.Contains(string(r.body), "pbkdf2") {
 				t.Errorf("users %s", r.body)
 			}
 		}},

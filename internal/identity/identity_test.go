@@ -94,6 +94,8 @@ func TestDevDirectoryRoles(t *testing.T) {
 		{demoUser, demoProject, []string{"member", "reader"}},
 		{demoUser, adminProject, nil},
 		{adminUser, demoProject, nil},
+		{UserID(DefaultDomainID, "alt_demo"), ProjectID(DefaultDomainID, "alt_demo"), []string{"member", "reader"}},
+		{UserID(DefaultDomainID, "alt_demo"), demoProject, nil},
 	}
 	for _, c := range cases {
 		if got := d.EffectiveRoles(c.user, c.project); !reflect.DeepEqual(got, c.want) {

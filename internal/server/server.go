@@ -153,6 +153,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	api := compute.New(compute.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log,
+		ImageExists: func(id string) bool { return id == fakeImage["id"] },
 		Caller: func(r *http.Request) (compute.Caller, bool) {
 			p, ok := identity.PrincipalFrom(r.Context())
 			return compute.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok

@@ -38,7 +38,10 @@ type Config struct {
 	// Caller returns the authenticated caller; the handler answers 401
 	// when it reports false.
 	Caller func(r *http.Request) (Caller, bool)
-	Log    *slog.Logger
+	// ImageExists reports whether an image ID names an image servers can
+	// boot from; nil accepts any.
+	ImageExists func(id string) bool
+	Log         *slog.Logger
 }
 
 // API is the compute API handler.
@@ -85,7 +88,10 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/servers/detail", false, a.listServers(true))
 	route("GET /compute/v2.1/servers/{id}", false, a.showServer)
 	route("DELETE /compute/v2.1/servers/{id}", false, a.deleteServer)
+	route("PUT /compute/v2.1/servers/{id}", false, a.updateServer)
 	route("POST /compute/v2.1/servers/{id}/action", false, a.serverAction)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions", false, a.listInstanceActions)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions/{rid}", false, a.showInstanceAction)
 	route("GET /compute/v2.1/servers/{id}/migrations", true, a.listServerMigrations)
 	route("GET /compute/v2.1/servers/{id}/migrations/{mid}", true, a.showServerMigration)
 	route("DELETE /compute/v2.1/servers/{id}/migrations/{mid}", true, a.abortServerMigration)
@@ -96,6 +102,9 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/os-hypervisors/detail", true, a.listHypervisors(true))
 	route("GET /compute/v2.1/os-hypervisors/{id}", true, a.showHypervisor)
 	route("GET /compute/v2.1/os-hypervisors/statistics", true, a.hypervisorStatistics)
+	route("GET /compute/v2.1/os-hypervisors/{id}/uptime", true, a.hypervisorUptime)
+	route("GET /compute/v2.1/os-hypervisors/{id}/search", true, a.searchHypervisors(false))
+	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.searchHypervisors(true))
 	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
 	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
 	route("GET /compute/v2.1/limits", false, a.showLimits)

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -33,17 +34,62 @@ func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[str
 	return v
 }
 
+// listFlavors is GET /flavors[/detail], sorted by id as Nova does, with
+// Nova's minRam, minDisk, limit and marker.
 func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		q := r.URL.Query()
+		var minRAM, minDisk int64
+		for _, p := range []struct {
+			name string
+			dst  *int64
+		}{{"minRam", &minRAM}, {"minDisk", &minDisk}} {
+			if s := q.Get(p.name); s != "" {
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil || n < 0 {
+					return badRequest("Invalid " + p.name + " filter [" + s + "]")
+				}
+				*p.dst = n
+			}
+		}
+		limit := -1
+		if q.Has("limit") {
+			n, err := strconv.Atoi(q.Get("limit"))
+			if err != nil || n < 0 {
+				return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+			}
+			limit = min(n, 1000)
+		}
 		fs, err := a.cfg.Store.ListFlavors(r.Context())
 		if err != nil {
 			return err
 		}
-		out := make([]any, 0, len(fs))
+		if m := q.Get("marker"); m != "" {
+			i := slices.IndexFunc(fs, func(f records.Flavor) bool { return f.ID == m })
+			if i < 0 {
+				return badRequest("marker [" + m + "] not found")
+			}
+			fs = fs[i+1:]
+		}
+		var sel []records.Flavor
 		for _, f := range fs {
+			if f.RAMMB >= minRAM && f.DiskGB >= minDisk {
+				sel = append(sel, f)
+			}
+		}
+		body := map[string]any{}
+		if limit >= 0 && len(sel) > limit {
+			sel = sel[:limit]
+			if limit > 0 {
+				body["flavors_links"] = a.nextLink(r, "flavors", sel[limit-1].ID)
+			}
+		}
+		out := make([]any, 0, len(sel))
+		for _, f := range sel {
 			out = append(out, a.flavorView(r, f, detail))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"flavors": out})
+		body["flavors"] = out
+		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
 }

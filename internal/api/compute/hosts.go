@@ -1,8 +1,11 @@
 package compute
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -75,23 +78,136 @@ func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[str
 	v["local_gb"], v["local_gb_used"], v["free_disk_gb"] = rec.LocalGB, rec.LocalGBUsed, rec.FreeDiskGB
 	v["disk_available_least"] = rec.FreeDiskGB
 	v["running_vms"], v["current_workload"] = rec.RunningVMs, rec.NumIOOps
-	v["cpu_info"] = "{}"
+	if version(r).AtLeast(28) {
+		v["cpu_info"] = map[string]any{}
+	} else {
+		v["cpu_info"] = "{}"
+	}
 	return v
+}
+
+// withServers adds the names and UUIDs of the servers on a hypervisor to
+// its view (Nova adds the key only when there are some, or from 2.75
+// always when they were asked for).
+func (a *API) withServers(r *http.Request, v map[string]any, host string) error {
+	ins, err := a.cfg.Store.ListInstances(r.Context(), host)
+	if err != nil {
+		return err
+	}
+	if len(ins) == 0 && !version(r).AtLeast(75) {
+		return nil
+	}
+	servers := make([]any, 0, len(ins))
+	for _, in := range ins {
+		servers = append(servers, map[string]any{"uuid": in.UUID, "name": in.Name})
+	}
+	v["servers"] = servers
+	return nil
+}
+
+// wantServers reads 2.53's with_servers query parameter.
+func wantServers(r *http.Request) (bool, error) {
+	s := r.URL.Query().Get("with_servers")
+	if s == "" || !version(r).AtLeast(53) {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, badRequest("Invalid input for query parameters with_servers. Value: " + s + ". not a boolean")
+	}
+	return b, nil
 }
 
 func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		servers, err := wantServers(r)
+		if err != nil {
+			return err
+		}
 		hs, err := a.hypervisors(r)
 		if err != nil {
 			return err
 		}
+		pattern := ""
+		if version(r).AtLeast(53) {
+			pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
+		}
 		out := make([]any, 0, len(hs))
 		for _, h := range hs {
-			out = append(out, a.hypervisorView(r, h, detail))
+			if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
+				continue
+			}
+			v := a.hypervisorView(r, h, detail)
+			if servers {
+				if err := a.withServers(r, v, h.rec.Host); err != nil {
+					return err
+				}
+			}
+			out = append(out, v)
+		}
+		if pattern != "" && len(out) == 0 {
+			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"hypervisors": out})
 		return nil
 	}
+}
+
+// searchHypervisors is GET /os-hypervisors/{pattern}/search and, with
+// servers, /os-hypervisors/{pattern}/servers (both gone from 2.53, as in
+// Nova): the hypervisors whose hostname contains pattern.
+func (a *API) searchHypervisors(servers bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if version(r).AtLeast(53) {
+			return notFound("The resource could not be found.")
+		}
+		pattern := r.PathValue("id")
+		hs, err := a.hypervisors(r)
+		if err != nil {
+			return err
+		}
+		out := []any{}
+		for _, h := range hs {
+			if !strings.Contains(h.rec.Host, pattern) {
+				continue
+			}
+			v := a.hypervisorView(r, h, false)
+			if servers {
+				if err := a.withServers(r, v, h.rec.Host); err != nil {
+					return err
+				}
+			}
+			out = append(out, v)
+		}
+		if len(out) == 0 {
+			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"hypervisors": out})
+		return nil
+	}
+}
+
+// hypervisorUptime is GET /os-hypervisors/{id}/uptime (gone from 2.88).
+// keel's agents report heartbeats, not their host's boot time, so the
+// uptime text says when the host last reported; a host that is down has
+// none (400, as Nova answers for an unreachable compute service).
+func (a *API) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
+	if version(r).AtLeast(88) {
+		return notFound("The resource could not be found.")
+	}
+	h, err := a.findHypervisor(r)
+	if err != nil {
+		return err
+	}
+	if !h.hasSvc || !a.serviceUp(h.svc) {
+		return badRequest("Compute service of " + h.rec.Host + " is unavailable at this time.")
+	}
+	v := a.hypervisorView(r, h, false)
+	now := a.cfg.Clock.Now().UTC()
+	v["uptime"] = fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
+		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second))
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
+	return nil
 }
 
 // hypervisorStatistics is GET /os-hypervisors/statistics (gone from 2.88,
@@ -127,19 +243,39 @@ func (a *API) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
+// findHypervisor finds the hypervisor of the path's id: its UUID from
+// 2.53, its integer id before (or its hostname, for keel's own client).
+func (a *API) findHypervisor(r *http.Request) (hypervisor, error) {
 	hs, err := a.hypervisors(r)
 	if err != nil {
-		return err
+		return hypervisor{}, err
 	}
 	id := r.PathValue("id")
 	for _, h := range hs {
 		if id == h.uuid || id == strconv.FormatInt(intID(h.rec.Host), 10) || id == h.rec.Host {
-			writeJSON(w, http.StatusOK, map[string]any{"hypervisor": a.hypervisorView(r, h, true)})
-			return nil
+			return h, nil
 		}
 	}
-	return notFoundf("Hypervisor %s could not be found.", id)
+	return hypervisor{}, notFoundf("Hypervisor with ID '%s' could not be found.", id)
+}
+
+func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
+	servers, err := wantServers(r)
+	if err != nil {
+		return err
+	}
+	h, err := a.findHypervisor(r)
+	if err != nil {
+		return err
+	}
+	v := a.hypervisorView(r, h, true)
+	if servers {
+		if err := a.withServers(r, v, h.rec.Host); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
+	return nil
 }
 
 func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {

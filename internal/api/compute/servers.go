@@ -3,11 +3,20 @@ package compute
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
 
+	"keel/internal/placement"
 	"keel/internal/records"
+	"keel/internal/requestid"
 )
 
 // serverStatus is Nova's status for a vm_state and task_state.
@@ -35,10 +44,86 @@ func hostID(in records.Instance) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (a *API) serverView(r *http.Request, in records.Instance, detail bool) map[string]any {
+// serverViewKind selects which of Nova's server views to render.
+type serverViewKind int
+
+const (
+	viewBrief  serverViewKind = iota // GET /servers: id, name, links
+	viewDetail                       // GET /servers/detail
+	viewShow                         // GET /servers/{id}
+	viewUpdate                       // PUT /servers/{id}
+)
+
+// serverView renders an instance in the shape Nova gives the request's
+// microversion and caller: the fields every view has, then the detail
+// view's extended attributes (admin-only ones for admins).
+func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKind) map[string]any {
 	v := map[string]any{"id": in.UUID, "name": in.Name, "links": a.link("servers", in.UUID)}
-	if !detail {
+	if kind == viewBrief {
 		return v
+	}
+	ver := version(r)
+	if kind == viewUpdate && ver.AtLeast(75) {
+		kind = viewShow // 2.75: PUT answers with the whole server
+	}
+	v["status"] = serverStatus(in)
+	v["tenant_id"], v["user_id"] = in.ProjectID, in.UserID
+	meta := in.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	v["metadata"] = meta
+	v["hostId"] = hostID(in)
+	v["image"] = ""
+	if in.ImageRef != "" {
+		v["image"] = map[string]any{"id": in.ImageRef, "links": a.link("images", in.ImageRef)[1:]}
+	}
+	v["created"], v["updated"] = timeStr(in.CreatedAt), timeStr(in.UpdatedAt)
+	v["addresses"] = map[string]any{}
+	v["accessIPv4"], v["accessIPv6"] = in.AccessIPv4, in.AccessIPv6
+	diskConfig := in.DiskConfig
+	if diskConfig == "" {
+		diskConfig = "MANUAL"
+	}
+	v["OS-DCF:diskConfig"] = diskConfig
+	v["progress"] = 0
+	if ver.AtLeast(47) {
+		specs := in.Flavor.ExtraSpecs
+		if specs == nil {
+			specs = map[string]string{}
+		}
+		v["flavor"] = map[string]any{"vcpus": in.Flavor.VCPUs, "ram": in.Flavor.RAMMB, "disk": in.Flavor.DiskGB,
+			"ephemeral": 0, "swap": 0, "original_name": in.Flavor.Name, "extra_specs": specs}
+	} else {
+		v["flavor"] = map[string]any{"id": in.Flavor.ID, "links": a.link("flavors", in.Flavor.ID)[1:]}
+	}
+	if ver.AtLeast(9) {
+		v["locked"] = false
+	}
+	if ver.AtLeast(19) {
+		var desc any
+		if in.Description != "" {
+			desc = in.Description
+		}
+		v["description"] = desc
+	}
+	if ver.AtLeast(26) {
+		v["tags"] = []string{}
+	}
+	if ver.AtLeast(63) {
+		v["trusted_image_certificates"] = nil
+	}
+	if ver.AtLeast(73) {
+		v["locked_reason"] = nil
+	}
+	if kind == viewShow && ver.AtLeast(71) || kind == viewUpdate && ver.AtLeast(71) {
+		v["server_groups"] = []string{}
+	}
+	if kind == viewUpdate {
+		return v
+	}
+	if in.VMState == records.VMError && in.Fault != "" {
+		v["fault"] = map[string]any{"code": 500, "message": in.Fault, "created": timeStr(in.UpdatedAt)}
 	}
 	var task any
 	if in.TaskState != "" {
@@ -48,19 +133,6 @@ func (a *API) serverView(r *http.Request, in records.Instance, detail bool) map[
 	if in.VMState != records.VMActive {
 		power = 0
 	}
-	v["status"] = serverStatus(in)
-	v["tenant_id"], v["user_id"] = in.ProjectID, in.UserID
-	v["metadata"] = map[string]string{}
-	v["hostId"] = hostID(in)
-	v["image"] = ""
-	if in.ImageRef != "" {
-		v["image"] = map[string]any{"id": in.ImageRef, "links": a.link("images", in.ImageRef)[1:]}
-	}
-	v["created"], v["updated"] = timeStr(in.CreatedAt), timeStr(in.UpdatedAt)
-	v["addresses"] = map[string]any{}
-	v["accessIPv4"], v["accessIPv6"] = "", ""
-	v["OS-DCF:diskConfig"] = "MANUAL"
-	v["progress"] = 0
 	v["OS-EXT-AZ:availability_zone"] = in.Zone
 	v["config_drive"] = ""
 	v["key_name"] = nil
@@ -71,16 +143,6 @@ func (a *API) serverView(r *http.Request, in records.Instance, detail bool) map[
 	v["OS-EXT-STS:vm_state"], v["OS-EXT-STS:task_state"], v["OS-EXT-STS:power_state"] = in.VMState, task, power
 	v["os-extended-volumes:volumes_attached"] = []any{}
 	v["security_groups"] = []map[string]string{{"name": "default"}}
-	if version(r).AtLeast(47) {
-		specs := in.Flavor.ExtraSpecs
-		if specs == nil {
-			specs = map[string]string{}
-		}
-		v["flavor"] = map[string]any{"vcpus": in.Flavor.VCPUs, "ram": in.Flavor.RAMMB, "disk": in.Flavor.DiskGB,
-			"ephemeral": 0, "swap": 0, "original_name": in.Flavor.Name, "extra_specs": specs}
-	} else {
-		v["flavor"] = map[string]any{"id": in.Flavor.ID, "links": a.link("flavors", in.Flavor.ID)}
-	}
 	if caller(r).Admin {
 		var host any
 		if in.Host != "" {
@@ -88,22 +150,138 @@ func (a *API) serverView(r *http.Request, in records.Instance, detail bool) map[
 		}
 		v["OS-EXT-SRV-ATTR:host"], v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = host, host
 		v["OS-EXT-SRV-ATTR:instance_name"] = "instance-" + in.UUID[:8]
-	}
-	if in.VMState == records.VMError && in.Fault != "" {
-		v["fault"] = map[string]any{"code": 500, "message": in.Fault, "created": timeStr(in.UpdatedAt)}
+		if ver.AtLeast(3) {
+			v["OS-EXT-SRV-ATTR:reservation_id"] = "r-" + in.UUID[:8]
+			v["OS-EXT-SRV-ATTR:launch_index"] = 0
+			v["OS-EXT-SRV-ATTR:kernel_id"], v["OS-EXT-SRV-ATTR:ramdisk_id"] = "", ""
+			v["OS-EXT-SRV-ATTR:hostname"] = hostnameOf(in.Name)
+			v["OS-EXT-SRV-ATTR:root_device_name"] = nil
+			if !ver.AtLeast(75) || kind != viewUpdate {
+				v["OS-EXT-SRV-ATTR:user_data"] = nil
+			}
+		}
 	}
 	return v
 }
 
+// hostnameOf is the guest hostname Nova derives from a server's name:
+// lower case, characters other than letters, digits, '-' and '.' dropped,
+// at most 63 characters.
+func hostnameOf(name string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.ReplaceAll(name, " ", "-")) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			b.WriteRune(r)
+		}
+	}
+	h := strings.Trim(b.String(), "-.")
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	if h == "" {
+		h = "server"
+	}
+	return h
+}
+
+// serverBody is what POST /servers and PUT /servers/{id} accept, kept raw
+// so types can be checked as Nova's JSON schema does.
+type serverBody map[string]json.RawMessage
+
+// stringField reads an optional string field; present but not a string is
+// a 400.
+func (b serverBody) stringField(name string) (string, bool, error) {
+	raw, ok := b[name]
+	if !ok {
+		return "", false, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", true, badRequest(fmt.Sprintf("Invalid input for field/attribute %s. Value: %s. %s is not of type 'string'", name, raw, raw))
+	}
+	return s, true, nil
+}
+
+// checkName validates a server name as Nova does: a string of 1 to 255
+// characters without leading or trailing whitespace.
+func checkName(name string) error {
+	if name == "" || strings.TrimSpace(name) == "" {
+		return badRequest("Invalid input for field/attribute name. Value: " + name + ". '" + name + "' is too short or blank")
+	}
+	if utf8.RuneCountInString(name) > 255 {
+		return badRequest("Invalid input for field/attribute name. Value: " + name + ". is too long (more than 255 characters)")
+	}
+	if strings.TrimSpace(name) != name {
+		return badRequest("Invalid input for field/attribute name. Value: " + name + ". has leading or trailing whitespace")
+	}
+	return nil
+}
+
+// accessIPs reads accessIPv4 and accessIPv6 into in, checking each is an
+// address of its family ("" clears it); IPv6 is kept in canonical form.
+func (b serverBody) accessIPs(in *records.Instance) error {
+	for _, f := range []struct {
+		name string
+		v4   bool
+		dst  *string
+	}{{"accessIPv4", true, &in.AccessIPv4}, {"accessIPv6", false, &in.AccessIPv6}} {
+		s, ok, err := b.stringField(f.name)
+		if err != nil || !ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if s == "" {
+			*f.dst = ""
+			continue
+		}
+		ip := net.ParseIP(s)
+		if ip == nil || (ip.To4() != nil) != f.v4 || (f.v4 && strings.Contains(s, ":")) {
+			return badRequest(fmt.Sprintf("Invalid input for field/attribute %s. Value: %s. '%s' is not a valid %s address", f.name, s, s, map[bool]string{true: "IPv4", false: "IPv6"}[f.v4]))
+		}
+		*f.dst = ip.String()
+	}
+	return nil
+}
+
+func (b serverBody) diskConfig(in *records.Instance) error {
+	s, ok, err := b.stringField("OS-DCF:diskConfig")
+	if err != nil || !ok {
+		return err
+	}
+	if s != "AUTO" && s != "MANUAL" {
+		return badRequest("Invalid input for field/attribute OS-DCF:diskConfig. Value: " + s + ". '" + s + "' is not one of ['AUTO', 'MANUAL']")
+	}
+	in.DiskConfig = s
+	return nil
+}
+
+func (b serverBody) description(r *http.Request, in *records.Instance) error {
+	raw, ok := b["description"]
+	if !ok {
+		return nil
+	}
+	if !version(r).AtLeast(19) {
+		return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('description' was unexpected)")
+	}
+	var d *string
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return badRequest("Invalid input for field/attribute description: not a string or null")
+	}
+	in.Description = ""
+	if d != nil {
+		if utf8.RuneCountInString(*d) > 255 {
+			return badRequest("Invalid input for field/attribute description: longer than 255 characters")
+		}
+		in.Description = *d
+	}
+	return nil
+}
+
 func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
-		Server *struct {
-			Name      string `json:"name"`
-			FlavorRef any    `json:"flavorRef"`
-			ImageRef  string `json:"imageRef"`
-			Networks  any    `json:"networks"`
-			Zone      string `json:"availability_zone"`
-		} `json:"server"`
+		Server serverBody `json:"server"`
 		Hints    jsonRaw `json:"os:scheduler_hints"`
 		OldHints jsonRaw `json:"OS-SCH-HNT:scheduler_hints"`
 	}
@@ -114,33 +292,81 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	if sb == nil {
 		return badRequest("Invalid input for field/attribute server: 'server' is a required property")
 	}
-	if strings.TrimSpace(sb.Name) == "" {
-		return badRequest("Invalid input for field/attribute name: 'name' is a required property and may not be blank")
+	if _, ok := sb["name"]; !ok {
+		return badRequest("Invalid input for field/attribute server. 'name' is a required property")
 	}
-	ref := fmt.Sprint(sb.FlavorRef)
-	if sb.FlavorRef == nil || ref == "" {
+	name, _, err := sb.stringField("name")
+	if err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
+	var flavorRef any
+	if raw, ok := sb["flavorRef"]; ok {
+		if err := json.Unmarshal(raw, &flavorRef); err != nil {
+			return badRequest("Invalid input for field/attribute flavorRef")
+		}
+	}
+	ref := fmt.Sprint(flavorRef)
+	if flavorRef == nil || ref == "" {
 		return badRequest("Invalid input for field/attribute flavorRef: 'flavorRef' is a required property")
 	}
 	// flavorRef may be an id or a link ending in the id.
 	ref = ref[strings.LastIndex(ref, "/")+1:]
 	f, err := a.flavor(r, ref)
 	if err != nil {
-		if isNotFound(err) || statusOf(err) == http.StatusNotFound {
+		if statusOf(err) == http.StatusNotFound {
 			return badRequest("Flavor " + ref + " could not be found.")
 		}
 		return err
 	}
+	imageRef, _, err := sb.stringField("imageRef")
+	if err != nil {
+		return err
+	}
+	image := imageRef[strings.LastIndex(imageRef, "/")+1:]
+	if image != "" && a.cfg.ImageExists != nil && !a.cfg.ImageExists(image) {
+		return badRequest("Can not find requested image " + imageRef)
+	}
+	if _, ok := sb["key_name"]; ok {
+		var k *string
+		_ = json.Unmarshal(sb["key_name"], &k)
+		if k != nil {
+			return badRequest("Invalid key_name provided: keel has no key pairs (" + *k + ")")
+		}
+	}
+	zoneRef, _, err := sb.stringField("availability_zone")
+	if err != nil {
+		return err
+	}
+	in := records.Instance{Name: name, Flavor: f, ImageRef: image}
+	if err := sb.accessIPs(&in); err != nil {
+		return err
+	}
+	if err := sb.diskConfig(&in); err != nil {
+		return err
+	}
+	if err := sb.description(r, &in); err != nil {
+		return err
+	}
+	if raw, ok := sb["metadata"]; ok {
+		if in.Metadata, err = decodeMetadata(raw); err != nil {
+			return err
+		}
+	}
+	adminPass, _, err := sb.stringField("adminPass")
+	if err != nil {
+		return err
+	}
 	c := caller(r)
+	in.ProjectID, in.UserID = c.ProjectID, c.UserID
 	// "zone:host" (admin only, as in Nova) forces the host.
-	zone, host, forced := strings.Cut(sb.Zone, ":")
+	zone, host, forced := strings.Cut(zoneRef, ":")
 	if forced && !c.Admin {
 		return forbidden("os_compute_api:servers:create:forced_host")
 	}
-	if zone == "" {
-		zone = "nova"
-	}
-	image := sb.ImageRef[strings.LastIndex(sb.ImageRef, "/")+1:]
-	in := records.Instance{Name: sb.Name, ProjectID: c.ProjectID, UserID: c.UserID, Flavor: f, Zone: zone, ImageRef: image}
+	in.Zone = zone
 	hints := body.Hints
 	if hints == nil {
 		hints = body.OldHints
@@ -149,50 +375,252 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if forced {
-		in.Zone = zone
+		if in.Zone == "" {
+			in.Zone = "nova"
+		}
 		in, err = a.cfg.Conductor.BootOn(r.Context(), in, host)
 	} else {
-		if sb.Zone == "" {
-			in.Zone = ""
-		}
 		in, err = a.cfg.Conductor.Boot(r.Context(), in)
+	}
+	if in.UUID != "" {
+		a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "create", Message: in.Fault})
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"server": map[string]any{
-		"id": in.UUID, "links": a.link("servers", in.UUID), "OS-DCF:diskConfig": "MANUAL",
-		"security_groups": []map[string]string{{"name": "default"}}, "adminPass": "",
-	}})
+	out := map[string]any{
+		"id": in.UUID, "links": a.link("servers", in.UUID), "OS-DCF:diskConfig": cmpOr(in.DiskConfig, "MANUAL"),
+		"security_groups": []map[string]string{{"name": "default"}},
+	}
+	// Nova generates a password when none is given; keel's guests have no
+	// password to set, so it hands back the one given, or an empty one.
+	out["adminPass"] = adminPass
+	writeJSON(w, http.StatusAccepted, map[string]any{"server": out})
 	return nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// decodeMetadata reads server metadata: an object of string values, keys
+// of 1 to 255 characters, values of at most 255.
+func decodeMetadata(raw json.RawMessage) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, badRequest("Invalid input for field/attribute metadata: must be an object of strings")
+	}
+	for k, v := range m {
+		if k == "" || utf8.RuneCountInString(k) > 255 || utf8.RuneCountInString(v) > 255 {
+			return nil, badRequest("Invalid input for field/attribute metadata: keys must have 1 to 255 characters, values at most 255")
+		}
+	}
+	return m, nil
+}
+
+// updateServer is PUT /servers/{id}: name, access addresses, disk config
+// and (2.19) description.
+func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Server serverBody `json:"server"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	sb := body.Server
+	if sb == nil {
+		return badRequest("Invalid input for field/attribute server: 'server' is a required property")
+	}
+	for k := range sb {
+		switch k {
+		case "name", "accessIPv4", "accessIPv6", "OS-DCF:diskConfig", "description":
+		default:
+			return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('" + k + "' was unexpected)")
+		}
+	}
+	in, err := a.instance(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	// Validate once against the loaded copy, then apply to fresh copies
+	// until the versioned write lands.
+	apply := func(in *records.Instance) error {
+		if name, ok, err := sb.stringField("name"); err != nil {
+			return err
+		} else if ok {
+			if err := checkName(name); err != nil {
+				return err
+			}
+			in.Name = name
+		}
+		if err := sb.accessIPs(in); err != nil {
+			return err
+		}
+		if err := sb.diskConfig(in); err != nil {
+			return err
+		}
+		return sb.description(r, in)
+	}
+	if err := apply(&in); err != nil {
+		return err
+	}
+	for range 5 {
+		cur, err := a.cfg.Store.GetInstance(r.Context(), in.UUID)
+		if err != nil {
+			if isNotFound(err) {
+				return notFoundf("Instance %s could not be found.", in.UUID)
+			}
+			return err
+		}
+		if err := apply(&cur); err != nil {
+			return err
+		}
+		cur.UpdatedAt = a.cfg.Clock.Now()
+		if in, err = a.cfg.Store.UpdateInstance(r.Context(), cur); err == nil {
+			break
+		} else if !placement.IsConflict(err) {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"server": a.serverView(r, in, viewUpdate)})
+	return nil
+}
+
+// listQuery is GET /servers' query, checked as Nova checks it.
+type listQuery struct {
+	all          bool
+	name         *regexp.Regexp
+	host, status string
+	flavor       string
+	image        string
+	changesSince time.Time
+	limit        int
+	marker       string
+}
+
+func parseListQuery(r *http.Request) (listQuery, error) {
+	q := r.URL.Query()
+	c := caller(r)
+	lq := listQuery{limit: -1}
+	lq.all = c.Admin && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true") || (q.Has("all_tenants") && q.Get("all_tenants") == ""))
+	if n := q.Get("name"); n != "" {
+		re, err := regexp.Compile(n)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameter name: not a valid regular expression")
+		}
+		lq.name = re
+	}
+	if c.Admin {
+		lq.host = q.Get("host")
+	}
+	lq.status = q.Get("status")
+	lq.flavor = q.Get("flavor")
+	lq.image = q.Get("image")
+	if s := q.Get("changes-since"); q.Has("changes-since") {
+		t, err := parseISOTime(s)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameters changes-since. Value: " + s + ". '" + s + "' is not a 'date-time'")
+		}
+		lq.changesSince = t
+	}
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 0 {
+			return lq, badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+		}
+		lq.limit = min(n, 1000)
+	}
+	lq.marker = q.Get("marker")
+	return lq, nil
+}
+
+// parseISOTime reads an ISO 8601 time as Nova's date-time checks accept
+// it: with or without fractional seconds and zone (UTC when absent).
+func parseISOTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05Z0700", "2006-01-02T15:04:05"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 time", s)
+}
+
+func (lq listQuery) match(c Caller, in records.Instance) bool {
+	switch {
+	case !lq.all && in.ProjectID != c.ProjectID,
+		lq.host != "" && in.Host != lq.host,
+		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
+		lq.name != nil && !lq.name.MatchString(in.Name),
+		lq.flavor != "" && in.Flavor.ID != lq.flavor,
+		lq.image != "" && in.ImageRef != lq.image[strings.LastIndex(lq.image, "/")+1:],
+		!lq.changesSince.IsZero() && in.UpdatedAt.Before(lq.changesSince):
+		return false
+	}
+	return true
 }
 
 func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		lq, err := parseListQuery(r)
+		if err != nil {
+			return err
+		}
 		ins, err := a.cfg.Store.ListInstances(r.Context(), "")
 		if err != nil {
 			return err
 		}
 		c := caller(r)
-		q := r.URL.Query()
-		all := c.Admin && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true"))
-		host := q.Get("host")
-		out := []any{}
+		var sel []records.Instance
 		for _, in := range ins {
-			if !all && in.ProjectID != c.ProjectID {
-				continue
+			if lq.match(c, in) {
+				sel = append(sel, in)
 			}
-			if host != "" && in.Host != host {
-				continue
-			}
-			if s := q.Get("status"); s != "" && !strings.EqualFold(s, serverStatus(in)) {
-				continue
-			}
-			out = append(out, a.serverView(r, in, detail))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"servers": out})
+		// Nova's default order: newest first.
+		slices.SortFunc(sel, func(x, y records.Instance) int {
+			if d := y.CreatedAt.Compare(x.CreatedAt); d != 0 {
+				return d
+			}
+			return strings.Compare(y.UUID, x.UUID)
+		})
+		if lq.marker != "" {
+			i := slices.IndexFunc(sel, func(in records.Instance) bool { return in.UUID == lq.marker })
+			if i < 0 {
+				return badRequest("marker [" + lq.marker + "] not found")
+			}
+			sel = sel[i+1:]
+		}
+		out := map[string]any{}
+		if lq.limit >= 0 && len(sel) >= lq.limit {
+			if len(sel) > lq.limit && lq.limit > 0 {
+				out["servers_links"] = a.nextLink(r, "servers", sel[lq.limit-1].UUID)
+			}
+			sel = sel[:lq.limit]
+		}
+		kind := viewBrief
+		if detail {
+			kind = viewDetail
+		}
+		list := make([]any, 0, len(sel))
+		for _, in := range sel {
+			list = append(list, a.serverView(r, in, kind))
+		}
+		out["servers"] = list
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
+}
+
+// nextLink is a collection's "next" link: the same query from after
+// marker.
+func (a *API) nextLink(r *http.Request, collection, marker string) []map[string]string {
+	q := r.URL.Query()
+	q.Set("marker", marker)
+	path := strings.TrimPrefix(r.URL.Path, "/compute")
+	return []map[string]string{{"rel": "next", "href": a.cfg.BaseURL + path + "?" + q.Encode()}}
 }
 
 // instance loads a server the caller may see (its project's, or any for
@@ -211,7 +639,7 @@ func (a *API) showServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"server": a.serverView(r, in, true)})
+	writeJSON(w, http.StatusOK, map[string]any{"server": a.serverView(r, in, viewShow)})
 	return nil
 }
 
@@ -223,15 +651,21 @@ func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	if err := a.cfg.Conductor.Delete(r.Context(), in.UUID); err != nil {
 		return err
 	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "delete"})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 // serverAction handles POST /servers/{id}/action; keel implements
-// os-migrateLive.
+// os-migrateLive. The server is looked up first, so an unknown server is
+// a 404 whatever the action.
 func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]jsonRaw
 	if err := decode(r, &body); err != nil {
+		return err
+	}
+	in, err := a.instance(r, r.PathValue("id"))
+	if err != nil {
 		return err
 	}
 	raw, ok := body["os-migrateLive"]
@@ -250,10 +684,6 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if err := unmarshalRaw(raw, &args); err != nil {
 		return badRequest("Invalid input for os-migrateLive: " + err.Error())
 	}
-	in, err := a.instance(r, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
 	host := ""
 	if args.Host != nil {
 		host = *args.Host
@@ -268,6 +698,7 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "live-migration", MigrationID: m.ID})
 	// Before 2.34 the pre-checks were synchronous: a migration that ended
 	// in error at once is a 400 with its reason.
 	if !version(r).AtLeast(34) && m.Status == records.MigrationError {
@@ -275,4 +706,17 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// recordAction stores an instance action with the response's request id
+// and the caller. Failing to record it is logged, not returned: the
+// request itself has been carried out.
+func (a *API) recordAction(w http.ResponseWriter, r *http.Request, act records.InstanceAction) {
+	c := caller(r)
+	act.RequestID = requestid.Ensure(w)
+	act.UserID, act.ProjectID = c.UserID, c.ProjectID
+	act.StartTime = a.cfg.Clock.Now()
+	if err := a.cfg.Store.CreateInstanceAction(r.Context(), act); err != nil {
+		a.cfg.Log.Error("recording instance action", "instance", act.InstanceUUID, "action", act.Action, "err", err)
+	}
 }
