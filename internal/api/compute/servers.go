@@ -336,6 +336,9 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("Invalid key_name provided: keel has no key pairs (" + *k + ")")
 		}
 	}
+	if err := checkNetworking(sb); err != nil {
+		return err
+	}
 	zoneRef, _, err := sb.stringField("availability_zone")
 	if err != nil {
 		return err
@@ -396,6 +399,42 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	// password to set, so it hands back the one given, or an empty one.
 	out["adminPass"] = adminPass
 	writeJSON(w, http.StatusAccepted, map[string]any{"server": out})
+	return nil
+}
+
+// checkNetworking refuses what keel cannot give a server: it has no
+// network service, so networks may only be absent, empty, "none" or "auto"
+// (2.37), and the only security group is "default".
+func checkNetworking(sb serverBody) error {
+	if raw, ok := sb["networks"]; ok && string(raw) != "null" {
+		var s string
+		var list []map[string]any
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			if s != "none" && s != "auto" {
+				return badRequest("Invalid input for field/attribute networks: '" + s + "' is not one of 'none', 'auto'")
+			}
+		case json.Unmarshal(raw, &list) == nil:
+			if len(list) > 0 {
+				return badRequest(fmt.Sprintf("Network %v could not be found: keel has no network service (use networks 'none')", list[0]["uuid"]))
+			}
+		default:
+			return badRequest("Invalid input for field/attribute networks")
+		}
+	}
+	if raw, ok := sb["security_groups"]; ok {
+		var groups []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(raw, &groups); err != nil {
+			return badRequest("Invalid input for field/attribute security_groups")
+		}
+		for _, g := range groups {
+			if g.Name != "default" {
+				return badRequest("Security group " + g.Name + " not found: keel has only the group default")
+			}
+		}
+	}
 	return nil
 }
 
@@ -492,6 +531,7 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 // listQuery is GET /servers' query, checked as Nova checks it.
 type listQuery struct {
 	all          bool
+	tenant       string // with all: only this project's servers
 	name         *regexp.Regexp
 	host, status string
 	flavor       string
@@ -506,6 +546,10 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	c := caller(r)
 	lq := listQuery{limit: -1}
 	lq.all = c.Admin && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true") || (q.Has("all_tenants") && q.Get("all_tenants") == ""))
+	if lq.all {
+		// As in Nova, tenant_id counts only with all_tenants.
+		lq.tenant = cmpOr(q.Get("tenant_id"), q.Get("project_id"))
+	}
 	if n := q.Get("name"); n != "" {
 		re, err := regexp.Compile(n)
 		if err != nil {
@@ -551,6 +595,7 @@ func parseISOTime(s string) (time.Time, error) {
 func (lq listQuery) match(c Caller, in records.Instance) bool {
 	switch {
 	case !lq.all && in.ProjectID != c.ProjectID,
+		lq.tenant != "" && in.ProjectID != lq.tenant,
 		lq.host != "" && in.Host != lq.host,
 		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
 		lq.name != nil && !lq.name.MatchString(in.Name),
