@@ -281,9 +281,9 @@ func (b serverBody) description(r *http.Request, in *records.Instance) error {
 
 func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
-		Server serverBody `json:"server"`
-		Hints    jsonRaw `json:"os:scheduler_hints"`
-		OldHints jsonRaw `json:"OS-SCH-HNT:scheduler_hints"`
+		Server   serverBody `json:"server"`
+		Hints    jsonRaw    `json:"os:scheduler_hints"`
+		OldHints jsonRaw    `json:"OS-SCH-HNT:scheduler_hints"`
 	}
 	if err := decode(r, &body); err != nil {
 		return err
