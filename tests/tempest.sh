@@ -25,6 +25,9 @@ if [ ! -x "$TEMPEST" ]; then
   exit 1
 fi
 HOSTS=3
+# keel's default filters plus the two that read same_host/different_host
+# hints; tempest.conf names the same list, so Tempest runs their tests.
+FILTERS=ComputeFilter,AvailabilityZoneFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,SameHostFilter,DifferentHostFilter
 CONCURRENCY=${TEMPEST_CONCURRENCY:-1}
 regenerate=0
 if [ "${1:-}" = --regenerate ]; then regenerate=1; shift; fi
@@ -52,7 +55,7 @@ fail() {
 
 start=$(date +%s)
 go build -o "$work/keel" ./cmd/keel
-"$work/keel" dev --hosts "$HOSTS" --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
+"$work/keel" dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS" --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
   grep -q "^keel dev: $HOSTS hosts.* API at " "$work/dev.log" && break
@@ -63,7 +66,7 @@ url=$(sed -n "s/^keel dev: $HOSTS hosts.* API at \([^,]*\),.*/\1/p" "$work/dev.l
 [ -n "$url" ] || fail "keel dev did not report its URL in 20 s"
 password=$(cat "$work/data/admin-password")
 
-"$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null
+(cd "$work" && "$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null)
 ws=$work/ws
 # keel dev's identity: admin (role admin on project admin), demo and
 # alt_demo (role member on their own projects), all with one password.
@@ -125,6 +128,7 @@ build_interval = 1
 build_timeout = 60
 
 [compute-feature-enabled]
+scheduler_enabled_filters = $FILTERS
 live_migration = True
 block_migration_for_live_migration = True
 volume_backed_live_migration = False

@@ -295,7 +295,7 @@ func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
 		id = serviceID(s.Host)
 	}
 	v := map[string]any{"id": id, "binary": "nova-compute", "host": s.Host, "zone": s.Zone,
-		"status": status, "state": state, "updated_at": timeStr(s.UpdatedAt), "disabled_reason": reason}
+		"status": status, "state": state, "updated_at": migrationTime(s.UpdatedAt), "disabled_reason": reason}
 	if version(r).AtLeast(11) {
 		v["forced_down"] = s.ForcedDown
 	}

@@ -27,7 +27,25 @@ func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any
 	if ver.AtLeast(59) {
 		v["uuid"] = m.UUID
 	}
+	if ver.AtLeast(80) {
+		v["user_id"], v["project_id"] = a.migrationOwner(r, m)
+	}
 	return v
+}
+
+// migrationOwner is who started a migration (2.80's user_id and
+// project_id): the live-migration action that names it.
+func (a *API) migrationOwner(r *http.Request, m records.Migration) (user, project any) {
+	acts, err := a.cfg.Store.ListInstanceActions(r.Context(), m.InstanceUUID)
+	if err != nil {
+		a.cfg.Log.Warn("reading the actions of a migrated instance", "instance", m.InstanceUUID, "err", err)
+	}
+	for _, act := range acts {
+		if act.MigrationID == m.ID {
+			return act.UserID, act.ProjectID
+		}
+	}
+	return nil, nil
 }
 
 func nilIfEmpty(s string) any {
@@ -59,8 +77,8 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) serverMigrationView(m records.Migration) map[string]any {
-	return map[string]any{
+func (a *API) serverMigrationView(r *http.Request, m records.Migration) map[string]any {
+	v := map[string]any{
 		"id": m.ID, "server_uuid": m.InstanceUUID, "status": m.Status,
 		"source_compute": m.SourceHost, "source_node": m.SourceHost,
 		"dest_compute": m.DestHost, "dest_node": m.DestHost, "dest_host": "",
@@ -69,6 +87,13 @@ func (a *API) serverMigrationView(m records.Migration) map[string]any {
 		"disk_total_bytes":       0, "disk_processed_bytes": 0, "disk_remaining_bytes": 0,
 		"created_at": migrationTime(m.CreatedAt), "updated_at": migrationTime(m.UpdatedAt),
 	}
+	if version(r).AtLeast(59) {
+		v["uuid"] = m.UUID
+	}
+	if version(r).AtLeast(80) {
+		v["user_id"], v["project_id"] = a.migrationOwner(r, m)
+	}
+	return v
 }
 
 // migrationTime renders a migration's timestamps as Nova does
@@ -110,7 +135,7 @@ func (a *API) listServerMigrations(w http.ResponseWriter, r *http.Request) error
 	}
 	out := make([]any, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, a.serverMigrationView(m))
+		out = append(out, a.serverMigrationView(r, m))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"migrations": out})
 	return nil
@@ -124,7 +149,7 @@ func (a *API) showServerMigration(w http.ResponseWriter, r *http.Request) error 
 	if records.MigrationTerminal(m.Status) {
 		return notFoundf("In-progress live migration %d is not found for server %s.", m.ID, m.InstanceUUID)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"migration": a.serverMigrationView(m)})
+	writeJSON(w, http.StatusOK, map[string]any{"migration": a.serverMigrationView(r, m)})
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -151,8 +154,12 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 		v["OS-EXT-SRV-ATTR:host"], v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = host, host
 		v["OS-EXT-SRV-ATTR:instance_name"] = "instance-" + in.UUID[:8]
 		if ver.AtLeast(3) {
-			v["OS-EXT-SRV-ATTR:reservation_id"] = "r-" + in.UUID[:8]
-			v["OS-EXT-SRV-ATTR:launch_index"] = 0
+			var res any
+			if in.ReservationID != "" {
+				res = in.ReservationID
+			}
+			v["OS-EXT-SRV-ATTR:reservation_id"] = res
+			v["OS-EXT-SRV-ATTR:launch_index"] = in.LaunchIndex
 			v["OS-EXT-SRV-ATTR:kernel_id"], v["OS-EXT-SRV-ATTR:ramdisk_id"] = "", ""
 			v["OS-EXT-SRV-ATTR:hostname"] = hostnameOf(in.Name)
 			v["OS-EXT-SRV-ATTR:root_device_name"] = nil
@@ -377,22 +384,51 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	if in.Hints, err = a.schedulerHints(r, hints); err != nil {
 		return err
 	}
-	if forced {
-		if in.Zone == "" {
-			in.Zone = "nova"
-		}
-		in, err = a.cfg.Conductor.BootOn(r.Context(), in, host)
-	} else {
-		in, err = a.cfg.Conductor.Boot(r.Context(), in)
-	}
-	if in.UUID != "" {
-		a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "create", Message: in.Fault})
-	}
+	count, err := createCount(sb)
 	if err != nil {
 		return err
 	}
+	var retRes bool
+	if raw, ok := sb["return_reservation_id"]; ok {
+		if err := json.Unmarshal(raw, &retRes); err != nil {
+			return badRequest("Invalid input for field/attribute return_reservation_id: not a boolean")
+		}
+	}
+	in.ReservationID = "r-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	if forced && in.Zone == "" {
+		in.Zone = "nova"
+	}
+	// Several servers (min_count/max_count) are booted one after another,
+	// named as Nova's multi_instance_display_name_template does.
+	var first records.Instance
+	for i := range count {
+		one := in
+		one.LaunchIndex = i
+		one.Metadata = maps.Clone(in.Metadata)
+		if count > 1 {
+			one.Name = fmt.Sprintf("%s-%d", in.Name, i+1)
+		}
+		if forced {
+			one, err = a.cfg.Conductor.BootOn(r.Context(), one, host)
+		} else {
+			one, err = a.cfg.Conductor.Boot(r.Context(), one)
+		}
+		if one.UUID != "" {
+			a.recordAction(w, r, records.InstanceAction{InstanceUUID: one.UUID, Action: "create", Message: one.Fault})
+		}
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			first = one
+		}
+	}
+	if retRes {
+		writeJSON(w, http.StatusAccepted, map[string]any{"reservation_id": in.ReservationID})
+		return nil
+	}
 	out := map[string]any{
-		"id": in.UUID, "links": a.link("servers", in.UUID), "OS-DCF:diskConfig": cmpOr(in.DiskConfig, "MANUAL"),
+		"id": first.UUID, "links": a.link("servers", first.UUID), "OS-DCF:diskConfig": cmpOr(first.DiskConfig, "MANUAL"),
 		"security_groups": []map[string]string{{"name": "default"}},
 	}
 	// Nova generates a password when none is given; keel's guests have no
@@ -400,6 +436,49 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	out["adminPass"] = adminPass
 	writeJSON(w, http.StatusAccepted, map[string]any{"server": out})
 	return nil
+}
+
+// maxCreateCount bounds min_count/max_count.
+const maxCreateCount = 100
+
+// createCount reads min_count and max_count (integers or numeric strings,
+// 1 ≤ min ≤ max): keel boots max_count servers.
+func createCount(sb serverBody) (int, error) {
+	read := func(name string) (int, error) {
+		raw, ok := sb[name]
+		if !ok {
+			return 0, nil
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return 0, badRequest("Invalid input for field/attribute " + name)
+		}
+		n, err := positiveInt(name, v, 1)
+		if err != nil {
+			return 0, err
+		}
+		if n > maxCreateCount {
+			return 0, badRequest(fmt.Sprintf("Invalid input for field/attribute %s: at most %d", name, maxCreateCount))
+		}
+		return int(n), nil
+	}
+	lo, err := read("min_count")
+	if err != nil {
+		return 0, err
+	}
+	hi, err := read("max_count")
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case lo == 0 && hi == 0:
+		return 1, nil
+	case hi == 0:
+		return lo, nil
+	case lo > hi:
+		return 0, badRequest("min_count must be <= max_count")
+	}
+	return hi, nil
 }
 
 // checkNetworking refuses what keel cannot give a server: it has no
@@ -539,6 +618,7 @@ type listQuery struct {
 	changesSince time.Time
 	limit        int
 	marker       string
+	reservation  string
 }
 
 func parseListQuery(r *http.Request) (listQuery, error) {
@@ -578,6 +658,7 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 		lq.limit = min(n, 1000)
 	}
 	lq.marker = q.Get("marker")
+	lq.reservation = q.Get("reservation_id")
 	return lq, nil
 }
 
@@ -596,6 +677,7 @@ func (lq listQuery) match(c Caller, in records.Instance) bool {
 	switch {
 	case !lq.all && in.ProjectID != c.ProjectID,
 		lq.tenant != "" && in.ProjectID != lq.tenant,
+		lq.reservation != "" && in.ReservationID != lq.reservation,
 		lq.host != "" && in.Host != lq.host,
 		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
 		lq.name != nil && !lq.name.MatchString(in.Name),
