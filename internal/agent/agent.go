@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -258,6 +259,11 @@ func (a *Agent) Stop() {
 	}
 	for _, s := range a.subs {
 		_ = s.Unsubscribe()
+	}
+	if a.mgr != nil {
+		if c, ok := a.mgr.Driver().(io.Closer); ok {
+			_ = c.Close() // a real hypervisor's guests run on
+		}
 	}
 	a.wg.Wait()
 	a.conn.Close()

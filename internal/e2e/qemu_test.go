@@ -171,11 +171,12 @@ func (c *cloud) consistent(id, host string) {
 // the scheduler choosing the destination, and proves it is the same guest
 // still running: the heartbeat read from the destination's memory goes on
 // from the last value read on the source. Then a guest that filled 48 MiB
-// migrates at 16 and 32 MiB/s (each agent's live_migration_bandwidth) and
-// the copy time follows the cap.
+// migrates at 8 and 32 MiB/s (each agent's live_migration_bandwidth) and
+// the copy time follows the cap (ideally 6 s and 1.5 s; the bounds leave
+// room for a loaded machine).
 func TestQEMULiveMigration(t *testing.T) {
 	c := qemuCloud(t)
-	c.startAgent("h1", "--set", "libvirt.live_migration_bandwidth=16")
+	c.startAgent("h1", "--set", "libvirt.live_migration_bandwidth=8")
 	id := c.bootImage("idle", "q64", "keel-guest")
 	before := c.rising("h1", id, 0)
 	c.startAgent("h2", "--set", "libvirt.live_migration_bandwidth=32")
@@ -218,9 +219,9 @@ func TestQEMULiveMigration(t *testing.T) {
 		host = next
 	}
 	ratio := took["h1"].Seconds() / took["h2"].Seconds()
-	t.Logf("48 MiB: %s at 16 MiB/s, %s at 32 MiB/s (ratio %.2f)", took["h1"], took["h2"], ratio)
-	if took["h1"] < 2500*time.Millisecond || ratio < 1.4 || ratio > 2.8 {
-		t.Fatalf("copy times %v do not follow the caps 16 and 32 MiB/s", took)
+	t.Logf("48 MiB: %s at 8 MiB/s, %s at 32 MiB/s (ratio %.2f)", took["h1"], took["h2"], ratio)
+	if took["h1"] < 5*time.Second || ratio < 2 {
+		t.Fatalf("copy times %v do not follow the caps 8 and 32 MiB/s", took)
 	}
 	c.consistent(fill, host)
 }

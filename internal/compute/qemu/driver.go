@@ -475,13 +475,22 @@ func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.
 	return nil
 }
 
-// CheckCanLiveMigrateSource implements compute.Driver.
-func (d *Driver) CheckCanLiveMigrateSource(_ context.Context, inst records.Instance) error {
+// CheckCanLiveMigrateSource implements compute.Driver: the guest is ours,
+// and QEMU says it runs (query-status).
+func (d *Driver) CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	v, ok := d.vms[inst.UUID]
-	if !ok || v.st.Guest.State != compute.GuestRunning || !v.alive() {
+	ok = ok && v.st.Guest.State == compute.GuestRunning && v.alive()
+	d.mu.Unlock()
+	if !ok {
 		return fmt.Errorf("instance %s is not running on the source", inst.UUID)
+	}
+	var st struct{ Status string }
+	if err := d.execute(ctx, v, "query-status", nil, &st); err != nil {
+		return fmt.Errorf("instance %s: %w", inst.UUID, err)
+	}
+	if st.Status != "running" {
+		return fmt.Errorf("instance %s is %s in QEMU, not running", inst.UUID, st.Status)
 	}
 	return nil
 }

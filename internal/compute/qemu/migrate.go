@@ -44,6 +44,9 @@ type copyJob struct {
 	postCopy bool
 	stopOnce sync.Once
 	stopCh   chan struct{}
+	// detached: the agent is stopping; the copy goes on in QEMU and the
+	// next agent re-attaches to it.
+	detached bool
 	mu       sync.Mutex
 	paused   bool // the source was paused to force completion
 	forced   bool
@@ -52,6 +55,9 @@ type copyJob struct {
 }
 
 func (j *copyJob) cancel() { j.stopOnce.Do(func() { close(j.stopCh) }) }
+
+// errDetached ends a watch when the driver closes: nothing is reported.
+var errDetached = errors.New("detached from the copy")
 
 // ErrNoMigration is returned when there is no copy to act on.
 var ErrNoMigration = errors.New("no live migration in progress for this instance")
@@ -90,6 +96,9 @@ func (d *Driver) LiveMigration(ctx context.Context, migID int64, inst records.In
 		err := d.startCopy(bg, v, job, inst, data["uri"])
 		if err == nil {
 			err = d.watch(bg, v, job, progress)
+		}
+		if errors.Is(err, errDetached) {
+			return
 		}
 		d.finish(bg, v, job, err)
 		<-returned
@@ -188,6 +197,12 @@ func (d *Driver) watch(ctx context.Context, v *vm, job *copyJob, progress func(t
 		}
 		select {
 		case <-job.stopCh:
+			job.mu.Lock()
+			detached := job.detached
+			job.mu.Unlock()
+			if detached {
+				return errDetached
+			}
 			return fmt.Errorf("live migration of %s: the guest was destroyed", uuid)
 		case <-timeout:
 			timeout = nil
@@ -372,6 +387,9 @@ func (d *Driver) Reattach(ctx context.Context, uuid string, progress func(total,
 		}
 		d.log.Info("re-attached to a migration that outlived the agent", "instance", uuid, "migration", job.migID)
 		err := d.watch(bg, v, job, progress)
+		if errors.Is(err, errDetached) {
+			return
+		}
 		d.finish(bg, v, job, err)
 		<-returned
 		done(err)
@@ -401,4 +419,31 @@ func ReadHeartbeat(ctx context.Context, sock string) (uint32, error) {
 	}
 	defer c.Close()
 	return heartbeat(ctx, c)
+}
+
+// Close lets go of the guests without stopping them (the agent is
+// stopping): copies in progress go on in QEMU, unreported, for the next
+// agent to re-attach to; the monitor sessions close.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	vms := make([]*vm, 0, len(d.vms))
+	for _, v := range d.vms {
+		vms = append(vms, v)
+		if v.job != nil {
+			v.job.mu.Lock()
+			v.job.detached = true
+			v.job.mu.Unlock()
+			v.job.cancel()
+		}
+	}
+	d.mu.Unlock()
+	for _, v := range vms {
+		v.monMu.Lock()
+		if v.mon != nil {
+			v.mon.Close()
+			v.mon = nil
+		}
+		v.monMu.Unlock()
+	}
+	return nil
 }
