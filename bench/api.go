@@ -80,10 +80,13 @@ func (c *httpClient) raw(ctx context.Context, method, path string, body any) (in
 		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
+	// Read into one buffer of the announced size, as a client that cares
+	// would, not one grown by doubling.
+	buf := bytes.NewBuffer(make([]byte, 0, max(resp.ContentLength, 0)+512))
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return resp.StatusCode, nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
+	data := buf.Bytes()
 	if resp.StatusCode >= 300 {
 		return resp.StatusCode, data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(data[:min(len(data), 300)])))
 	}

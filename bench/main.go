@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 )
 
@@ -18,8 +20,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quick := fs.Bool("quick", false, "shrink every size: runs in seconds, checks the harness works; the figures mean little")
 	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(Sections, ", "))
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (keel's servers run in this process) to this file, for go tool pprof")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet]\n\n"+
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE]\n\n"+
 			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
 			"Sections: %s.\n\n", strings.Join(Sections, ", "))
 		fs.PrintDefaults()
@@ -38,6 +41,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if !*quiet {
 		opts.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := Run(ctx, opts)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"keel/internal/placement"
 )
@@ -51,22 +52,38 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 	if err != nil {
 		return err
 	}
+	// The filters but resources are cheap; the resource check and the
+	// answer's two parts per provider are remembered on the provider's
+	// entry for this request (see memo), so after a claim only the claimed
+	// provider is checked and rendered again.
+	others := *f
+	others.hasResources = false
+	key := memoKey(f.resources, minor)
 	var found []*entry
 	for _, s := range v.sorted {
 		if limit >= 0 && len(found) == limit {
 			break
 		}
-		if f.match(v, s) {
+		if others.match(v, s) && s.memoFor(key, v, f.resources, minor).fits {
 			found = append(found, s)
 		}
 	}
-	body := encodeCandidates(make([]byte, 0, 512*len(found)+64), v, found, f.resources, minor)
+	buf := answers.Get().(*[]byte)
+	body := encodeCandidates((*buf)[:0], v, found, key, f.resources, minor)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+	// The answer is written (or the write failed): the buffer is free.
+	*buf = body
+	answers.Put(buf)
 	return nil
 }
+
+// answers holds buffers for candidate answers (about 470 bytes per
+// provider): a fresh half-megabyte buffer per request would be zeroed and
+// collected each time.
+var answers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // granular reports whether a query key names a numbered or suffixed
 // request group (resources1, required_NET, …).
@@ -81,12 +98,83 @@ func granular(k string) bool {
 
 // encodeCandidates writes the response by hand: it is the one large
 // answer (about 470 bytes per provider), and building maps for
-// encoding/json would cost more than everything else in the request.
-func encodeCandidates(b []byte, v *view, found []*entry, want placement.Resources, minor int) []byte {
-	classes := slices.Sorted(maps.Keys(want))
+// encoding/json would cost more than everything else in the request. Each
+// provider's two parts come from its memo when it has them.
+func encodeCandidates(b []byte, v *view, found []*entry, key string, want placement.Resources, minor int) []byte {
+	b = append(b, `{"allocation_requests":[`...)
+	for i, s := range found {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if m := s.memo.Load(); m != nil && m.key == key && m.request != nil {
+			b = append(b, m.request...)
+		} else {
+			b = appendRequest(b, s, want, minor)
+		}
+	}
+	b = append(b, `],"provider_summaries":{`...)
+	for i, s := range found {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if m := s.memo.Load(); m != nil && m.key == key && m.summary != nil {
+			b = append(b, m.summary...)
+		} else {
+			b = appendSummary(b, v, s, want, minor)
+		}
+	}
+	return append(b, "}}\n"...)
+}
+
+// memo is what one candidates request derived from one provider: whether
+// the resources fit and, if so, its allocation request and summary as
+// JSON. An entry is replaced whenever its provider changes, so a memo is
+// valid for as long as its entry is in the view; key names the request
+// (resources and microversion) it answers.
+type memo struct {
+	key     string
+	fits    bool
+	request []byte // the allocation request, {…}
+	summary []byte // "uuid":{…} in provider_summaries; nil when not kept
+}
+
+// memoKey names a request's resources and microversion.
+func memoKey(want placement.Resources, minor int) string {
+	b := strconv.AppendInt(nil, int64(minor), 10)
+	for _, rc := range slices.Sorted(maps.Keys(want)) {
+		b = append(b, ',')
+		b = append(b, rc...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, want[rc], 10)
+	}
+	return string(b)
+}
+
+// memoFor returns the entry's memo for key, making (and keeping) it when
+// the entry holds one for another request or none. Concurrent requests may
+// both make it; they make the same one.
+func (s *entry) memoFor(key string, v *view, want placement.Resources, minor int) *memo {
+	if m := s.memo.Load(); m != nil && m.key == key {
+		return m
+	}
+	m := &memo{key: key, fits: placement.Fits(s.UUID, s.Inventories, s.Usage, want) == nil}
+	if m.fits {
+		m.request = appendRequest(nil, s, want, minor)
+		// A root's summary depends on the entry alone; a child's names
+		// its root, which can change while the entry stays.
+		if s.ParentUUID == "" {
+			m.summary = appendSummary(nil, v, s, want, minor)
+		}
+	}
+	s.memo.Store(m)
+	return m
+}
+
+// appendRequest appends s's allocation request for want.
+func appendRequest(b []byte, s *entry, want placement.Resources, minor int) []byte {
 	writeRes := func(b []byte) []byte {
 		b = append(b, '{')
-		for i, rc := range classes {
+		for i, rc := range slices.Sorted(maps.Keys(want)) {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -96,79 +184,74 @@ func encodeCandidates(b []byte, v *view, found []*entry, want placement.Resource
 		}
 		return append(b, '}')
 	}
-	b = append(b, `{"allocation_requests":[`...)
-	for i, s := range found {
-		if i > 0 {
+	if minor >= 12 {
+		b = append(b, `{"allocations":{`...)
+		b = append(b, s.quoted...)
+		b = append(b, `:{"resources":`...)
+		b = writeRes(b)
+		b = append(b, `}}`...)
+	} else {
+		b = append(b, `{"allocations":[{"resource_provider":{"uuid":`...)
+		b = append(b, s.quoted...)
+		b = append(b, `},"resources":`...)
+		b = writeRes(b)
+		b = append(b, `}]`...)
+	}
+	if minor >= 34 {
+		b = append(b, `,"mappings":{"":[`...)
+		b = append(b, s.quoted...)
+		b = append(b, `]}`...)
+	}
+	return append(b, '}')
+}
+
+// appendSummary appends s's entry in provider_summaries.
+func appendSummary(b []byte, v *view, s *entry, want placement.Resources, minor int) []byte {
+	b = append(b, s.quoted...)
+	b = append(b, `:{"resources":{`...)
+	// From 1.27 every class the provider has; before, the requested ones.
+	first := true
+	for j, rc := range s.classes {
+		if minor < 27 && want[rc] == 0 {
+			continue
+		}
+		if !first {
 			b = append(b, ',')
 		}
-		if minor >= 12 {
-			b = append(b, `{"allocations":{`...)
-			b = appendString(b, s.UUID)
-			b = append(b, `:{"resources":`...)
-			b = writeRes(b)
-			b = append(b, `}}`...)
-		} else {
-			b = append(b, `{"allocations":[{"resource_provider":{"uuid":`...)
-			b = appendString(b, s.UUID)
-			b = append(b, `},"resources":`...)
-			b = writeRes(b)
-			b = append(b, `}]`...)
-		}
-		if minor >= 34 {
-			b = append(b, `,"mappings":{"":[`...)
-			b = appendString(b, s.UUID)
-			b = append(b, `]}`...)
-		}
+		first = false
+		b = appendString(b, string(rc))
+		b = append(b, `:{"capacity":`...)
+		b = strconv.AppendInt(b, s.caps[j], 10)
+		b = append(b, `,"used":`...)
+		b = strconv.AppendInt(b, s.Usage[rc], 10)
 		b = append(b, '}')
 	}
-	b = append(b, `],"provider_summaries":{`...)
-	for i, s := range found {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, s.UUID)
-		b = append(b, `:{"resources":{`...)
-		// From 1.27 every class the provider has; before, the requested ones.
-		first := true
-		for j, rc := range s.classes {
-			if minor < 27 && want[rc] == 0 {
-				continue
-			}
-			if !first {
+	b = append(b, '}')
+	if minor >= 17 {
+		b = append(b, `,"traits":[`...)
+		for j, t := range s.Traits {
+			if j > 0 {
 				b = append(b, ',')
 			}
-			first = false
-			b = appendString(b, string(rc))
-			b = append(b, `:{"capacity":`...)
-			b = strconv.AppendInt(b, s.caps[j], 10)
-			b = append(b, `,"used":`...)
-			b = strconv.AppendInt(b, s.Usage[rc], 10)
-			b = append(b, '}')
+			b = appendString(b, t)
 		}
-		b = append(b, '}')
-		if minor >= 17 {
-			b = append(b, `,"traits":[`...)
-			for j, t := range s.Traits {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendString(b, t)
-			}
-			b = append(b, ']')
+		b = append(b, ']')
+	}
+	if minor >= 29 {
+		b = append(b, `,"parent_provider_uuid":`...)
+		if s.ParentUUID == "" {
+			b = append(b, "null"...)
+		} else {
+			b = appendString(b, s.ParentUUID)
 		}
-		if minor >= 29 {
-			b = append(b, `,"parent_provider_uuid":`...)
-			if s.ParentUUID == "" {
-				b = append(b, "null"...)
-			} else {
-				b = appendString(b, s.ParentUUID)
-			}
-			b = append(b, `,"root_provider_uuid":`...)
+		b = append(b, `,"root_provider_uuid":`...)
+		if s.ParentUUID == "" {
+			b = append(b, s.quoted...)
+		} else {
 			b = appendString(b, v.root(s.UUID))
 		}
-		b = append(b, '}')
 	}
-	return append(b, "}}\n"...)
+	return append(b, '}')
 }
 
 // appendString appends s as a JSON string: directly when it holds only

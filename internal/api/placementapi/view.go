@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -21,6 +22,7 @@ type view struct {
 	seq    int64
 	sorted []*entry // by name
 	byUUID map[string]*entry
+	pos    map[string]int    // provider → its index in sorted
 	roots  map[string]string // provider → root of its tree
 }
 
@@ -30,10 +32,12 @@ type entry struct {
 	*store.ProviderSummary
 	classes []placement.ResourceClass // sorted
 	caps    []int64                   // capacity per class, as classes
+	quoted  []byte                    // the UUID as a JSON string
+	memo    atomic.Pointer[memo]      // the last candidates request's findings
 }
 
 func newEntry(s *store.ProviderSummary) *entry {
-	e := &entry{ProviderSummary: s, classes: slices.Sorted(maps.Keys(s.Inventories))}
+	e := &entry{ProviderSummary: s, classes: slices.Sorted(maps.Keys(s.Inventories)), quoted: appendString(nil, s.UUID)}
 	e.caps = make([]int64, len(e.classes))
 	for i, rc := range e.classes {
 		e.caps[i] = s.Inventories[rc].Capacity()
@@ -110,6 +114,10 @@ func (c *viewCache) get(ctx context.Context) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading changed providers: %w", err)
 	}
+	if v := c.cur.replaced(seq, changed, sums); v != nil {
+		c.cur = v
+		return v, nil
+	}
 	byUUID := maps.Clone(c.cur.byUUID)
 	for u := range changed {
 		delete(byUUID, u)
@@ -119,6 +127,30 @@ func (c *viewCache) get(ctx context.Context) (*view, error) {
 	}
 	c.cur = build(seq, byUUID)
 	return c.cur, nil
+}
+
+// replaced returns a copy of v with the changed providers' entries
+// swapped in place — the common case, where a write changed usages or
+// inventories but no provider came, went, was renamed or moved in a
+// tree — or nil when the view must be built afresh. It saves sorting
+// every provider again after each claim.
+func (v *view) replaced(seq int64, changed map[string]bool, sums []store.ProviderSummary) *view {
+	if len(sums) != len(changed) {
+		return nil // a provider was deleted
+	}
+	for i := range sums {
+		old, ok := v.byUUID[sums[i].UUID]
+		if !ok || old.Name != sums[i].Name || old.ParentUUID != sums[i].ParentUUID {
+			return nil
+		}
+	}
+	n := &view{seq: seq, sorted: slices.Clone(v.sorted), byUUID: maps.Clone(v.byUUID), pos: v.pos, roots: v.roots}
+	for i := range sums {
+		e := newEntry(&sums[i])
+		n.byUUID[e.UUID] = e
+		n.sorted[v.pos[e.UUID]] = e
+	}
+	return n
 }
 
 // reload reads every provider afresh.
@@ -136,7 +168,7 @@ func (c *viewCache) reload(ctx context.Context, last int64) (*view, error) {
 }
 
 func build(seq int64, byUUID map[string]*entry) *view {
-	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*entry, 0, len(byUUID)), roots: map[string]string{}}
+	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*entry, 0, len(byUUID)), pos: make(map[string]int, len(byUUID)), roots: map[string]string{}}
 	for _, s := range byUUID {
 		v.sorted = append(v.sorted, s)
 	}
@@ -146,7 +178,8 @@ func build(seq int64, byUUID map[string]*entry) *view {
 		}
 		return strings.Compare(a.UUID, b.UUID)
 	})
-	for _, s := range v.sorted {
+	for i, s := range v.sorted {
+		v.pos[s.UUID] = i
 		if s.ParentUUID == "" {
 			continue
 		}
