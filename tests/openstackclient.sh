@@ -133,3 +133,48 @@ echo "ok  a disabled host gets no new server"
 
 os server delete --wait vm1 vm2
 expect "" "$(os server list -f value -c Name)" "server delete --wait"
+
+# Host aggregates and availability zones: a zone on an aggregate is its
+# hosts' zone, in the zone list and for the scheduler. $target is still
+# disabled, so the aggregate takes the two hosts that are not.
+az=()
+for h in h01 h02 h03; do [ "$h" != "$target" ] && az+=("$h"); done
+expect "$(printf 'az1\nrack1')" "$(os aggregate create --zone az1 rack1 -f value -c name -c availability_zone)" "aggregate create --zone az1"
+os aggregate add host rack1 "${az[0]}" >/dev/null
+expect "['${az[0]}', '${az[1]}']" "$(os aggregate add host rack1 "${az[1]}" -f value -c hosts)" "aggregate add host"
+# nova keeps only the disabled $target: Nova reports such a zone unavailable.
+expect "$(printf 'az1 available\nnova not available')" "$(os availability zone list --compute -f value)" \
+  "availability zone list (az1 from the aggregate)"
+expect "$(printf 'az1 %s\naz1 %s\nnova %s' "${az[0]}" "${az[1]}" "$target")" \
+  "$(os availability zone list --compute --long -f value -c 'Zone Name' -c 'Host Name' | sort)" "availability zone list --long"
+os server create --flavor m1.small --image keel-fake --nic none --availability-zone az1 --wait inaz1 >/dev/null
+case "$(hostof inaz1)" in "${az[0]}"|"${az[1]}") echo "ok  server create --availability-zone az1 lands in rack1" ;;
+  *) fail "inaz1 landed on [$(hostof inaz1)], outside az1" ;; esac
+os server delete --wait inaz1
+
+# Server groups: anti-affinity spreads the members over the two enabled
+# hosts; a third member finds no valid host and leaves the group.
+expect "$(printf 'web\nanti-affinity')" "$(os server group create --policy anti-affinity web -f value -c name -c policy)" \
+  "server group create --policy anti-affinity"
+gid=$(os server group show web -f value -c id)
+for m in web1 web2; do
+  os server create --flavor m1.small --image keel-fake --nic none --hint group="$gid" --wait "$m" >/dev/null
+done
+[ "$(hostof web1)" != "$(hostof web2)" ] || fail "anti-affinity put web1 and web2 both on $(hostof web1)"
+echo "ok  server create --hint group= (anti-affinity: web1 on $(hostof web1), web2 on $(hostof web2))"
+os server create --flavor m1.small --image keel-fake --nic none --hint group="$gid" --wait web3 >/dev/null 2>&1 || true
+expect "ERROR" "$(os server show web3 -f value -c status)" "a third anti-affinity member on two hosts"
+case "$(os server show web3 -f value -c fault)" in *"No valid host"*"ServerGroupAntiAffinityFilter"*) echo "ok  its fault names the filter" ;;
+  *) fail "web3's fault: $(os server show web3 -f value -c fault)" ;; esac
+members=$(os server group show web -f value -c members)
+for m in web1 web2; do
+  case "$members" in *"$(os server show "$m" -f value -c id)"*) ;; *) fail "server group members [$members] lack $m" ;; esac
+done
+case "$members" in *"$(os server show web3 -f value -c id)"*) fail "the failed web3 is still a member: $members" ;; esac
+echo "ok  server group show: members web1 and web2"
+os server delete --wait web1 web2 web3
+os server group delete web
+os aggregate remove host rack1 "${az[0]}" >/dev/null
+os aggregate remove host rack1 "${az[1]}" >/dev/null
+os aggregate delete rack1
+expect "nova available" "$(os availability zone list --compute -f value)" "aggregate remove host, aggregate delete"
