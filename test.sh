@@ -38,3 +38,9 @@ FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
 
 echo "== real guests with QEMU: keel dev --driver qemu and openstackclient"
 tests/qemu.sh
+
+echo "== scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once"
+# Build tag scale: kept out of the -race run above (real processes, about
+# two minutes); prints the figures (ACTIVE, No valid host, conflicts per
+# placement, wall time).
+go test -tags scale -count=1 -v -run '^TestRaceManyBoots$' -timeout 10m ./internal/e2e/ | grep -v '^=== RUN'

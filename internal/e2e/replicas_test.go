@@ -109,6 +109,14 @@ func TestReplicasOnPostgres(t *testing.T) {
 		r := sc.replicas[i%3]
 		ids = append(ids, r.boot(fmt.Sprintf("vm%d", i), "1"))
 	}
+	// One boot at a time, each on another replica: had a replica decided on
+	// a view that missed the others' claims, the store would have refused
+	// its claim (a stale generation), counted as a conflict.
+	for _, r := range sc.replicas {
+		if n := r.metric("keel_scheduler_claim_conflicts_total"); n != 0 {
+			t.Errorf("%s: %v claims refused; want 0 (its view follows the others' claims)", r.proc.name, n)
+		}
+	}
 	perHost := map[string]int{}
 	for _, id := range ids {
 		perHost[c.hostOf(id)]++
