@@ -178,3 +178,47 @@ os aggregate remove host rack1 "${az[0]}" >/dev/null
 os aggregate remove host rack1 "${az[1]}" >/dev/null
 os aggregate delete rack1
 expect "nova available" "$(os availability zone list --compute -f value)" "aggregate remove host, aggregate delete"
+
+# Placement traits, resource classes and aggregates, and the list and
+# candidate filters that read them (osc-placement at 1.39; --required A,B
+# is 1.39's "in:" any-of).
+rpa=$(os resource provider list --name h01 -f value -c uuid)
+rpb=$(os resource provider list --name h02 -f value -c uuid)
+osp trait create CUSTOM_FAST_NIC
+expect "CUSTOM_FAST_NIC" "$(osp trait list --name startswith:CUSTOM_ -f value)" "trait create, trait list --name startswith:"
+osp resource class create CUSTOM_GPU
+expect "$(printf 'CUSTOM_GPU\nVCPU')" "$(osp resource class list -f value | grep -x -e VCPU -e 'CUSTOM_.*' | sort)" \
+  "resource class create, resource class list"
+expect "$(printf 'CUSTOM_FAST_NIC\nHW_CPU_X86_AVX2')" \
+  "$(osp resource provider trait set --trait CUSTOM_FAST_NIC --trait HW_CPU_X86_AVX2 "$rpa" -f value | sort)" "resource provider trait set"
+expect "$(printf 'CUSTOM_FAST_NIC\nHW_CPU_X86_AVX2')" "$(osp resource provider trait list "$rpa" -f value | sort)" \
+  "resource provider trait list"
+agg=$(cat /proc/sys/kernel/random/uuid)
+gen=$(osp resource provider show "$rpb" -f value -c generation)
+if out=$(osp resource provider aggregate set --aggregate "$agg" --generation $((gen - 1)) "$rpb" 2>&1); then
+  fail "aggregate set with a stale generation was accepted"
+fi
+case "$out" in *"HTTP 409"*) echo "ok  aggregate set with a stale generation is refused (409)" ;; *) fail "stale generation: [$out]" ;; esac
+expect "$agg" "$(osp resource provider aggregate set --aggregate "$agg" --generation "$gen" "$rpb" -f value -c uuid)" \
+  "resource provider aggregate set"
+expect "$agg" "$(osp resource provider aggregate list "$rpb" -f value -c uuid)" "resource provider aggregate list"
+expect "h01" "$(osp resource provider list --required CUSTOM_FAST_NIC -f value -c name)" "resource provider list --required"
+expect "$(printf 'h02\nh03')" "$(osp resource provider list --forbidden CUSTOM_FAST_NIC -f value -c name | sort)" \
+  "resource provider list --forbidden"
+expect "h01" "$(osp resource provider list --required HW_CPU_X86_AVX2,COMPUTE_STATUS_DISABLED -f value -c name)" \
+  "resource provider list --required A,B (any of)"
+expect "h02" "$(osp resource provider list --member-of "$agg" -f value -c name)" "resource provider list --member-of"
+expect "$rpa" "$(osp allocation candidate list --resource VCPU=1 --required CUSTOM_FAST_NIC -f value -c 'resource provider')" \
+  "allocation candidate list --resource VCPU=1 --required CUSTOM_FAST_NIC"
+expect "$rpb" "$(osp allocation candidate list --resource VCPU=1 --forbidden HW_CPU_X86_AVX2 --member-of "$agg" -f value -c 'resource provider')" \
+  "allocation candidate list --forbidden --member-of"
+expect "" "$(osp allocation candidate list --resource VCPU=1 --required CUSTOM_FAST_NIC --member-of "$agg" -f value)" \
+  "allocation candidate list --required --member-of (no provider has both)"
+if out=$(osp trait delete CUSTOM_FAST_NIC 2>&1); then fail "a trait in use was deleted"; fi
+case "$out" in *"HTTP 409"*) echo "ok  trait delete of a trait in use is refused (409)" ;; *) fail "trait in use: [$out]" ;; esac
+osp resource provider trait delete "$rpa"
+osp trait delete CUSTOM_FAST_NIC
+osp resource class delete CUSTOM_GPU
+osp resource provider aggregate set --generation "$(osp resource provider show "$rpb" -f value -c generation)" "$rpb" >/dev/null
+expect "" "$(osp trait list --name startswith:CUSTOM_ -f value)$(osp resource provider aggregate list "$rpb" -f value)" \
+  "resource provider trait delete, trait delete, aggregates cleared"
