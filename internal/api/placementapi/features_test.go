@@ -2,6 +2,8 @@ package placementapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -482,4 +484,72 @@ func TestViewFollowsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, srv, "GET", "/placement/resource_providers/"+p.UUID, "1.39", nil, 404, "", nil)
+}
+
+// TestCandidateShapes checks the hand-written candidates body at every
+// microversion: valid JSON, the allocation shape of its version, the
+// summary fields of its version, and summaries that follow usage.
+func TestCandidateShapes(t *testing.T) {
+	srv, uuids, st := newServerStore(t)
+	h1, h3 := uuids["h1"], uuids["h3"]
+	for minor := 10; minor <= 39; minor++ {
+		v := fmt.Sprintf("1.%d", minor)
+		var ac struct {
+			Requests  []map[string]json.RawMessage `json:"allocation_requests"`
+			Summaries map[string]map[string]any    `json:"provider_summaries"`
+		}
+		if code, msg := send(t, srv, "GET", "/placement/allocation_candidates?resources=VCPU:1", v, nil, &ac); code != 200 {
+			t.Fatalf("%s: %d %s", v, code, msg)
+		}
+		if len(ac.Requests) != 3 || len(ac.Summaries) != 3 {
+			t.Fatalf("%s: %d requests, %d summaries", v, len(ac.Requests), len(ac.Summaries))
+		}
+		isList := strings.HasPrefix(string(ac.Requests[0]["allocations"]), "[")
+		_, mappings := ac.Requests[0]["mappings"]
+		res := ac.Summaries[h1]["resources"].(map[string]any)
+		_, traits := ac.Summaries[h1]["traits"]
+		root, hasRoot := ac.Summaries[h1]["root_provider_uuid"]
+		if isList != (minor < 12) || mappings != (minor >= 34) || (len(res) == 2) != (minor >= 27) ||
+			traits != (minor >= 17) || hasRoot != (minor >= 29) || (hasRoot && root != h1) {
+			t.Errorf("%s: list=%v mappings=%v classes=%d traits=%v root=%v", v, isList, mappings, len(res), traits, root)
+		}
+	}
+	used := func() float64 {
+		var ac struct {
+			Summaries map[string]struct {
+				Resources map[string]struct{ Used float64 }
+			} `json:"provider_summaries"`
+		}
+		send(t, srv, "GET", "/placement/allocation_candidates?resources=VCPU:1", "1.39", nil, &ac)
+		return ac.Summaries[h3].Resources["VCPU"].Used
+	}
+	if u := used(); u != 0 {
+		t.Fatalf("h3 VCPU used = %v", u)
+	}
+	if _, err := st.WriteAllocations(context.Background(), placement.AllocationWrite{ConsumerUUID: "c9", ProjectID: "p", UserID: "u",
+		Allocations: map[string]placement.Resources{h3: {placement.VCPU: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if u := used(); u != 3 {
+		t.Errorf("h3 VCPU used after a claim = %v, want 3", u)
+	}
+	// A child's summary names its root, which follows its parent's moves.
+	var child providerOut
+	expect(t, srv, "POST", "/placement/resource_providers", "1.20", map[string]any{"name": "c", "parent_provider_uuid": h3}, 200, "", &child)
+	expect(t, srv, "PUT", "/placement/resource_providers/"+child.UUID+"/inventories", "1.39",
+		map[string]any{"resource_provider_generation": 0, "inventories": map[string]any{"VCPU": map[string]any{"total": 4}}}, 200, "", nil)
+	rootOf := func() any {
+		var ac struct {
+			Summaries map[string]map[string]any `json:"provider_summaries"`
+		}
+		send(t, srv, "GET", "/placement/allocation_candidates?resources=VCPU:1", "1.39", nil, &ac)
+		return ac.Summaries[child.UUID]["root_provider_uuid"]
+	}
+	if r := rootOf(); r != h3 {
+		t.Errorf("child's root = %v, want %s", r, h3)
+	}
+	expect(t, srv, "PUT", "/placement/resource_providers/"+h3, "1.37", map[string]any{"name": "h3", "parent_provider_uuid": h1}, 200, "", nil)
+	if r := rootOf(); r != h1 {
+		t.Errorf("child's root after its parent moved under h1 = %v, want %s", r, h1)
+	}
 }
