@@ -1,0 +1,183 @@
+package compute_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServerRequestsRefusedAsNova: each malformed or impossible request is
+// a 400 (or 404 for an unknown server) in Nova's fault shape, and creates
+// nothing.
+func TestServerRequestsRefusedAsNova(t *testing.T) {
+	e := newEnv(t)
+	ok := map[string]any{"name": "vm", "flavorRef": "1"}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for kk, vv := range ok {
+			m[kk] = vv
+		}
+		m[k] = v
+		return map[string]any{"server": m}
+	}
+	cases := []struct {
+		what, method, path string
+		body               any
+		status             int
+	}{
+		{"numeric name", "POST", "/servers", with("name", 12345), 400},
+		{"blank name", "POST", "/servers", with("name", "  "), 400},
+		{"256-character name", "POST", "/servers", with("name", strings.Repeat("a", 256)), 400},
+		{"unknown flavor", "POST", "/servers", with("flavorRef", "99"), 400},
+		{"a network", "POST", "/servers", with("networks", []any{map[string]any{"uuid": "a-b-c"}}), 400},
+		{"networks neither none nor auto", "POST", "/servers", with("networks", "public"), 400},
+		{"unknown security group", "POST", "/servers", with("security_groups", []any{map[string]any{"name": "web"}}), 400},
+		{"a key pair", "POST", "/servers", with("key_name", "mykey"), 400},
+		{"bad IPv4 access address", "POST", "/servers", with("accessIPv4", "1.1.1.1.1"), 400},
+		{"IPv6 as accessIPv4", "POST", "/servers", with("accessIPv4", "::1"), 400},
+		{"min_count over max_count", "POST", "/servers", map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1", "min_count": 3, "max_count": 2}}, 400},
+		{"zero max_count", "POST", "/servers", with("max_count", 0), 400},
+		{"negative limit", "GET", "/servers?limit=-1", nil, 400},
+		{"limit not a number", "GET", "/servers/detail?limit=ten", nil, 400},
+		{"changes-since not a time", "GET", "/servers?changes-since=2011/01/01", nil, 400},
+		{"unknown marker", "GET", "/servers?marker=nope", nil, 400},
+		{"unknown flavor marker", "GET", "/flavors?marker=nope", nil, 400},
+		{"bad minRam", "GET", "/flavors/detail?minRam=lots", nil, 400},
+		{"update with an unknown field", "PUT", "/servers/" + "00000000-0000-0000-0000-000000000000", map[string]any{"server": map[string]any{"color": "red"}}, 400},
+		{"update of an unknown server", "PUT", "/servers/00000000-0000-0000-0000-000000000000", map[string]any{"server": map[string]any{"name": "x"}}, 404},
+		{"any action on an unknown server", "POST", "/servers/00000000-0000-0000-0000-000000000000/action", map[string]any{"pause": nil}, 404},
+		{"actions of an unknown server", "GET", "/servers/00000000-0000-0000-0000-000000000000/os-instance-actions", nil, 404},
+	}
+	for _, c := range cases {
+		var fault map[string]map[string]any
+		resp := e.call(c.method, "/compute/v2.1"+c.path, "admin", "2.1", c.body, &fault)
+		if resp.StatusCode != c.status || len(fault) != 1 {
+			t.Errorf("%s: %d %v, want %d and one fault", c.what, resp.StatusCode, fault, c.status)
+		}
+	}
+	var list struct{ Servers []any }
+	e.call("GET", "/compute/v2.1/servers?all_tenants=1", "admin", "", nil, &list)
+	if len(list.Servers) != 0 {
+		t.Errorf("refused requests created %d servers", len(list.Servers))
+	}
+}
+
+// TestMultiCreateAndListFilters: min_count/max_count boots several servers
+// named name-1…, sharing a reservation id the list filters on; limit and
+// marker page through them newest first; PUT changes what it names.
+func TestMultiCreateAndListFilters(t *testing.T) {
+	e := newEnv(t)
+	var res struct {
+		ReservationID string `json:"reservation_id"`
+	}
+	resp := e.call("POST", "/compute/v2.1/servers", "member", "2.1", map[string]any{"server": map[string]any{
+		"name": "web", "flavorRef": "1", "min_count": 2, "max_count": "3", "return_reservation_id": true,
+		"metadata": map[string]string{"tier": "front"}}}, &res)
+	if resp.StatusCode != 202 || !strings.HasPrefix(res.ReservationID, "r-") {
+		t.Fatalf("multi-create: %d %+v", resp.StatusCode, res)
+	}
+	e.call("POST", "/compute/v2.1/servers", "member", "2.1", map[string]any{"server": map[string]any{"name": "db", "flavorRef": "1"}}, nil)
+	e.clk.Advance(2 * time.Second)
+
+	type srv struct {
+		ID, Name, Status string
+		Metadata         map[string]string
+		Reservation      *string `json:"OS-EXT-SRV-ATTR:reservation_id"`
+		LaunchIndex      *int    `json:"OS-EXT-SRV-ATTR:launch_index"`
+	}
+	var list struct {
+		Servers []srv
+		Links   []map[string]string `json:"servers_links"`
+	}
+	e.call("GET", "/compute/v2.1/servers/detail?all_tenants=1&reservation_id="+res.ReservationID, "admin", "2.3", nil, &list)
+	names := map[string]int{}
+	for _, s := range list.Servers {
+		if s.Status != "ACTIVE" || s.Metadata["tier"] != "front" || s.Reservation == nil || *s.Reservation != res.ReservationID || s.LaunchIndex == nil {
+			t.Errorf("server of the reservation: %+v", s)
+			continue
+		}
+		names[s.Name] = *s.LaunchIndex
+	}
+	if len(names) != 3 || names["web-1"] != 0 || names["web-3"] != 2 {
+		t.Fatalf("reservation %s lists %v, want web-1…web-3 at launch indexes 0…2", res.ReservationID, names)
+	}
+
+	// Paging: two of four, then the rest after the marker.
+	e.call("GET", "/compute/v2.1/servers?limit=2", "member", "", nil, &list)
+	if len(list.Servers) != 2 || len(list.Links) != 1 || !strings.Contains(list.Links[0]["href"], "marker="+list.Servers[1].ID) {
+		t.Fatalf("first page: %+v", list)
+	}
+	first := slices.Clone(list.Servers)
+	list.Servers, list.Links = nil, nil
+	e.call("GET", "/compute/v2.1/servers?marker="+first[1].ID, "member", "", nil, &list)
+	if len(list.Servers) != 2 || list.Links != nil || list.Servers[0].ID == first[0].ID || list.Servers[1].ID == first[1].ID {
+		t.Fatalf("second page: %+v after %+v", list.Servers, first)
+	}
+	e.call("GET", "/compute/v2.1/servers?name=^web-[12]$", "member", "", nil, &list)
+	if len(list.Servers) != 2 {
+		t.Errorf("name regex: %+v", list.Servers)
+	}
+
+	// PUT: the name and access address change; the 2.1 view has no
+	// detail-only fields.
+	var upd map[string]map[string]any
+	if r := e.call("PUT", "/compute/v2.1/servers/"+first[0].ID, "member", "2.1", map[string]any{"server": map[string]any{"name": "renamed", "accessIPv6": "0:0:0:0:0:0:0:1"}}, &upd); r.StatusCode != 200 {
+		t.Fatalf("update: %d", r.StatusCode)
+	}
+	if s := upd["server"]; s["name"] != "renamed" || s["accessIPv6"] != "::1" || s["key_name"] != nil || s["OS-EXT-STS:vm_state"] != nil {
+		t.Errorf("update answered %v", s)
+	}
+	if r := e.call("PUT", "/compute/v2.1/servers/"+first[0].ID, "admin", "2.1", map[string]any{"server": map[string]any{"name": ""}}, nil); r.StatusCode != 400 {
+		t.Errorf("empty name: %d, want 400", r.StatusCode)
+	}
+}
+
+// TestFlavorFiltersAndHypervisorSearch: flavor minRam/minDisk/limit, and
+// the pre-2.53 hypervisor search and servers lookups.
+func TestFlavorFiltersAndHypervisorSearch(t *testing.T) {
+	e := newEnv(t)
+	var fl struct {
+		Flavors []struct{ ID string }
+		Links   []map[string]string `json:"flavors_links"`
+	}
+	e.call("GET", "/compute/v2.1/flavors?minRam=1024", "member", "", nil, &fl)
+	if len(fl.Flavors) != 1 || fl.Flavors[0].ID != "2" {
+		t.Errorf("minRam=1024: %+v", fl.Flavors)
+	}
+	e.call("GET", "/compute/v2.1/flavors/detail?limit=1", "member", "", nil, &fl)
+	if len(fl.Flavors) != 1 || fl.Flavors[0].ID != "1" || len(fl.Links) != 1 {
+		t.Errorf("limit=1: %+v", fl)
+	}
+
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1", "availability_zone": "nova:h2"}}, &created)
+	var hs struct {
+		Hypervisors []struct {
+			Name    string `json:"hypervisor_hostname"`
+			Servers []struct{ UUID, Name string }
+		}
+	}
+	e.call("GET", "/compute/v2.1/os-hypervisors/h2/servers", "admin", "2.1", nil, &hs)
+	if len(hs.Hypervisors) != 1 || hs.Hypervisors[0].Name != "h2" || len(hs.Hypervisors[0].Servers) != 1 || hs.Hypervisors[0].Servers[0].UUID != created.Server.ID {
+		t.Errorf("servers on h2: %+v", hs)
+	}
+	e.call("GET", "/compute/v2.1/os-hypervisors/h/search", "admin", "2.1", nil, &hs)
+	if len(hs.Hypervisors) != 3 {
+		t.Errorf("search h: %+v", hs)
+	}
+	for _, c := range []struct {
+		path, version, token string
+		status              int
+	}{
+		{"/os-hypervisors/nope/search", "2.1", "admin", 404},
+		{"/os-hypervisors/h1/search", "2.53", "admin", 404},
+		{"/os-hypervisors/h1/search", "2.1", "member", 403},
+		{"/os-hypervisors/nope/uptime", "2.1", "admin", 404},
+		{"/os-hypervisors/h1/uptime", "2.88", "admin", 406}, // beyond keel's maximum
+	} {
+		if r := e.call("GET", "/compute/v2.1"+c.path, c.token, c.version, nil, nil); r.StatusCode != c.status {
+			t.Errorf("%s at %s as %s: %d, want %d", c.path, c.version, c.token, r.StatusCode, c.status)
+		}
+	}
+}
