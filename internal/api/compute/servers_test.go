@@ -168,7 +168,7 @@ func TestFlavorFiltersAndHypervisorSearch(t *testing.T) {
 	}
 	for _, c := range []struct {
 		path, version, token string
-		status              int
+		status               int
 	}{
 		{"/os-hypervisors/nope/search", "2.1", "admin", 404},
 		{"/os-hypervisors/h1/search", "2.53", "admin", 404},
