@@ -229,6 +229,12 @@ func TestGophercloudServerGroups(t *testing.T) {
 	if err := raw.ExtractInto(&body); err != nil || !strings.Contains(body.Fault.Message, "No valid host") {
 		t.Fatalf("the 4th member's fault: %q %v", body.Fault.Message, err)
 	}
+	var shown struct {
+		Groups []string `json:"server_groups"`
+	}
+	if err := servers.Get(ctx, computeAt(cl, "2.71"), ids[0]).ExtractInto(&shown); err != nil || fmt.Sprint(shown.Groups) != "["+anti.ID+"]" {
+		t.Fatalf("server_groups of a member at 2.71: %v %v", shown.Groups, err)
+	}
 	got, err := servergroups.Get(ctx, sc, anti.ID).Extract()
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +293,16 @@ func TestGophercloudServerGroups(t *testing.T) {
 	list, err := servergroups.ExtractServerGroups(pages)
 	if err != nil || len(list) != 3 {
 		t.Fatalf("list: %d groups %v", len(list), err)
+	}
+	var lim struct {
+		Limits struct {
+			Absolute struct {
+				Used int `json:"totalServerGroupsUsed"`
+			} `json:"absolute"`
+		} `json:"limits"`
+	}
+	if _, err := sc.Get(ctx, sc.ServiceURL("limits"), &lim, nil); err != nil || lim.Limits.Absolute.Used != 3 {
+		t.Fatalf("limits: totalServerGroupsUsed %d, want 3 (%v)", lim.Limits.Absolute.Used, err)
 	}
 	if err := servergroups.Delete(ctx, sc, two.ID).ExtractErr(); err != nil {
 		t.Fatal(err)

@@ -229,3 +229,12 @@ func (a *API) schedulerHints(r *http.Request, raw json.RawMessage) (*records.Sch
 	}
 	return h, nil
 }
+
+// serverGroupsOf is a server's server_groups field (2.71): the group it
+// was booted into, if any.
+func serverGroupsOf(in records.Instance) []string {
+	if in.Hints != nil && in.Hints.Group != "" {
+		return []string{in.Hints.Group}
+	}
+	return []string{}
+}

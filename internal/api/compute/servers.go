@@ -120,7 +120,7 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 		v["locked_reason"] = nil
 	}
 	if kind == viewShow && ver.AtLeast(71) || kind == viewUpdate && ver.AtLeast(71) {
-		v["server_groups"] = []string{}
+		v["server_groups"] = serverGroupsOf(in)
 	}
 	if kind == viewUpdate {
 		return v

@@ -73,10 +73,20 @@ func (a *API) showLimits(w http.ResponseWriter, r *http.Request) error {
 		cores += in.Flavor.VCPUs
 		ram += in.Flavor.RAMMB
 	}
+	groups, err := a.cfg.Store.ListServerGroups(r.Context())
+	if err != nil {
+		return err
+	}
+	nGroups := 0
+	for _, g := range groups {
+		if g.ProjectID == project {
+			nGroups++
+		}
+	}
 	abs := map[string]any{
 		"maxTotalInstances": -1, "maxTotalCores": -1, "maxTotalRAMSize": -1,
 		"maxServerMeta": -1, "maxTotalKeypairs": -1, "maxServerGroups": -1, "maxServerGroupMembers": -1,
-		"totalInstancesUsed": n, "totalCoresUsed": cores, "totalRAMUsed": ram, "totalServerGroupsUsed": 0,
+		"totalInstancesUsed": n, "totalCoresUsed": cores, "totalRAMUsed": ram, "totalServerGroupsUsed": nGroups,
 	}
 	if !version(r).AtLeast(57) {
 		abs["maxPersonality"], abs["maxPersonalitySize"] = -1, -1
