@@ -53,8 +53,8 @@ func TestGophercloudComputeLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Metadata["role"] != "db" || got.AccessIPv4 != "192.0.2.7" || got.Flavor["original_name"] != "m1.small" {
-		t.Fatalf("shown server: metadata %v, accessIPv4 %q, flavor %v", got.Metadata, got.AccessIPv4, got.Flavor)
+	if got.Metadata["role"] != "db" || got.AccessIPv4 != "192.0.2.7" || got.Flavor["original_name"] != "m1.small" || got.AvailabilityZone != "nova" {
+		t.Fatalf("shown server: metadata %v, accessIPv4 %q, flavor %v, zone %q", got.Metadata, got.AccessIPv4, got.Flavor, got.AvailabilityZone)
 	}
 
 	// Update, and list with Nova's filters.

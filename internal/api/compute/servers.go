@@ -730,6 +730,9 @@ func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Reque
 		kind := viewBrief
 		if detail {
 			kind = viewDetail
+			if err := a.fillZones(r, sel); err != nil {
+				return err
+			}
 		}
 		list := make([]any, 0, len(sel))
 		for _, in := range sel {
@@ -761,11 +764,43 @@ func (a *API) instance(r *http.Request, id string) (records.Instance, error) {
 	return in, err
 }
 
+// fillZones gives the placed instances booted without a zone their host's
+// zone, as Nova records the host's zone on the instance when it schedules
+// one.
+func (a *API) fillZones(r *http.Request, ins []records.Instance) error {
+	if !slices.ContainsFunc(ins, func(in records.Instance) bool { return in.Zone == "" && in.Host != "" }) {
+		return nil
+	}
+	svcs, err := a.cfg.Store.ListServices(r.Context())
+	if err != nil {
+		return err
+	}
+	aggZones, err := a.hostZones(r.Context())
+	if err != nil {
+		return err
+	}
+	byHost := map[string]string{}
+	for _, s := range svcs {
+		byHost[s.Host] = serviceZone(s, aggZones)
+	}
+	for i := range ins {
+		if ins[i].Zone == "" && ins[i].Host != "" {
+			ins[i].Zone = byHost[ins[i].Host]
+		}
+	}
+	return nil
+}
+
 func (a *API) showServer(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
+	one := []records.Instance{in}
+	if err := a.fillZones(r, one); err != nil {
+		return err
+	}
+	in = one[0]
 	writeJSON(w, http.StatusOK, map[string]any{"server": a.serverView(r, in, viewShow)})
 	return nil
 }
