@@ -58,7 +58,7 @@ qemuof() {
 
 # One openstack command costs seconds of Python: they are kept few.
 # (-f value prints the columns in the server's field order: host, id, status.)
-read -r src id status <<<"$(os server create --flavor m1.tiny --image keel-fake --nic none --wait \
+read -r src id status <<<"$(os server create --flavor m1.tiny --image keel-fake --property keel_guest=fill-32 --nic none --wait \
   -f value -c id -c status -c OS-EXT-SRV-ATTR:host vm1 | tr '\n' ' ')"
 expect "ACTIVE" "$status" "server create (a QEMU guest)"
 [ -n "$(qemuof "$src" "$id")" ] || fail "no QEMU runs vm1 on $src"

@@ -41,9 +41,9 @@ then prints the two lines that point openstackclient at it.
 
 With --driver qemu every guest is a real qemu-system-x86_64 process (TCG,
 Debian's qemu-system-x86) running keel's tiny guest, and live migrations
-copy its memory for real. Boot with --image keel-guest-fill-N or
-keel-guest-dirty-N (N MiB, under the flavor's RAM) for a guest that fills
-or keeps dirtying its memory; any other image is an idle guest. The QEMU
+copy its memory for real. Boot with --property keel_guest=fill-N or
+keel_guest=dirty-N (N MiB, under the flavor's RAM) for a guest that fills
+or keeps dirtying its memory; without it the guest idles. The QEMU
 processes outlive keel dev (it adopts them when started again on the same
 --data-dir); delete the servers to stop them.`,
 		Example: `  keel dev

@@ -101,6 +101,14 @@ type Resumer interface {
 	Reattach(ctx context.Context, uuid string, progress func(total, processed, remaining int64), done func(error))
 }
 
+// CopyReverter is implemented by drivers whose completed copy leaves the
+// source guest stopped (a real hypervisor's): when the destination turns
+// out to have lost the guest after all, the copy is taken as failed and
+// RevertCopy makes the source guest run again.
+type CopyReverter interface {
+	RevertCopy(ctx context.Context, uuid string) error
+}
+
 // ErrCopyCancelled is wrapped by the error a driver reports for a copy
 // that was cancelled (an abort, or the completion timeout's abort).
 var ErrCopyCancelled = errors.New("memory copy cancelled")

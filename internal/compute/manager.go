@@ -203,6 +203,11 @@ func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest strin
 				// As a real hypervisor's copy does, fail when the
 				// destination is gone: ask it for the guest it receives.
 				err = m.checkDestination(bg, dest, uuid)
+				if r, ok := m.driver.(CopyReverter); ok && err != nil {
+					if rerr := r.RevertCopy(bg, uuid); rerr != nil {
+						m.log.Error("resuming the source guest of a copy whose destination is gone", "instance", uuid, "err", rerr)
+					}
+				}
 			} else if !errors.Is(err, ErrCopyCancelled) {
 				if cerr := m.checkDestination(bg, dest, uuid); cerr != nil {
 					err = fmt.Errorf("%w; %v", err, cerr)

@@ -39,14 +39,15 @@ func qemuCloud(t *testing.T, sets ...string) *cloud {
 	return c
 }
 
-// bootImage boots a server from image (which selects the guest's
-// program) and waits until it is ACTIVE.
-func (c *cloud) bootImage(name, flavor, image string) string {
+// bootGuest boots a server running the guest program (keel_guest
+// metadata: idle, fill-N, dirty-N) and waits until it is ACTIVE.
+func (c *cloud) bootGuest(name, flavor, program string) string {
 	c.t.Helper()
 	var out struct {
 		Server struct{ ID string } `json:"server"`
 	}
-	body := map[string]any{"server": map[string]any{"name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}}
+	body := map[string]any{"server": map[string]any{"name": name, "flavorRef": flavor, "networks": "none",
+		"metadata": map[string]string{"keel_guest": program}}}
 	if st := c.call("POST", "/compute/v2.1/servers", body, &out); st != 202 {
 		c.t.Fatalf("boot %s: %d", name, st)
 	}
@@ -177,7 +178,7 @@ func (c *cloud) consistent(id, host string) {
 func TestQEMULiveMigration(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1", "--set", "libvirt.live_migration_bandwidth=8")
-	id := c.bootImage("idle", "q64", "keel-guest")
+	id := c.bootGuest("idle", "q64", "idle")
 	before := c.rising("h1", id, 0)
 	c.startAgent("h2", "--set", "libvirt.live_migration_bandwidth=32")
 
@@ -203,7 +204,7 @@ func TestQEMULiveMigration(t *testing.T) {
 	c.waitFor("the guest's QEMU to go", 20*time.Second, func() bool { _, err := c.heartbeat("h2", id); return err != nil })
 
 	// 48 MiB of non-zero pages, copied at each host's cap.
-	fill := c.bootImage("fill", "q64", "keel-guest-fill-48")
+	fill := c.bootGuest("fill", "q64", "fill-48")
 	host := c.hostOf(fill)
 	c.rising(host, fill, 0)
 	took := map[string]time.Duration{}
@@ -233,7 +234,7 @@ func TestQEMULiveMigration(t *testing.T) {
 func TestQEMUDestinationFails(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1")
-	id := c.bootImage("vm", "q64", "keel-guest")
+	id := c.bootGuest("vm", "q64", "idle")
 	hb := c.rising("h1", id, 0)
 	c.startAgent("h2", "--set", "keel.qemu_args=-m 80")
 	mid := c.migrate(id, "")
@@ -272,7 +273,7 @@ func (c *cloud) restartAgent(host string, extra ...string) {
 func TestQEMUNeverConverges(t *testing.T) {
 	c := qemuCloud(t, "libvirt.live_migration_bandwidth=16", "libvirt.live_migration_completion_timeout=1")
 	c.startAgent("h1")
-	id := c.bootImage("busy", "q64", "keel-guest-dirty-48")
+	id := c.bootGuest("busy", "q64", "dirty-48")
 	hb := c.rising("h1", id, 0)
 	c.startAgent("h2")
 
@@ -324,7 +325,7 @@ func TestQEMUNeverConverges(t *testing.T) {
 func TestQEMUKillSourceAgentMidCopy(t *testing.T) {
 	c := qemuCloud(t, "libvirt.live_migration_bandwidth=8")
 	c.startAgent("h1")
-	id := c.bootImage("vm", "q64", "keel-guest-fill-48")
+	id := c.bootGuest("vm", "q64", "fill-48")
 	hb := c.rising("h1", id, 0)
 	c.startAgent("h2")
 	mid := c.migrate(id, "")
@@ -347,4 +348,35 @@ func TestQEMUKillSourceAgentMidCopy(t *testing.T) {
 	if n := qemu.KillAll(filepath.Join(c.dataDir, "agents", "h1", "qemu")); n != 0 {
 		t.Fatalf("%d QEMU left on the source after the move", n)
 	}
+}
+
+// TestQEMUKillDestinationAgentMidCopy kills the destination's agent while
+// QEMU copies. The copy itself completes (QEMU runs on), but the source
+// cannot confirm the destination holds the guest, so the migration rolls
+// back: the source resumes its (postmigrate) guest, and the destination's
+// agent, back later, finds the QEMU nobody wants there and its audit
+// removes it. One guest runs, counted once. (The source waits 10 s for
+// the dead destination's answer, the conductor rpc_timeout for its
+// rollback: 5 s here.)
+func TestQEMUKillDestinationAgentMidCopy(t *testing.T) {
+	c := qemuCloud(t, "libvirt.live_migration_bandwidth=8", "keel.rpc_timeout=5")
+	c.startAgent("h1")
+	id := c.bootGuest("vm", "q64", "fill-48")
+	hb := c.rising("h1", id, 0)
+	c.startAgent("h2")
+	mid := c.migrate(id, "")
+	c.waitFor("the copy to run", 20*time.Second, func() bool { return c.memoryProcessed(id, mid) > 0 })
+	c.agents["h2"].kill()
+	if st := c.waitMigration(mid, 60*time.Second); st != "failed" && st != "error" {
+		t.Fatalf("migration %d to a dead agent ended %s", mid, st)
+	}
+	t.Logf("migration %d: %s", mid, c.migrationError(mid))
+	c.rising("h1", id, hb) // resumed at the source
+	c.startAgent("h2")
+	c.consistent(id, "h1")
+	c.waitFor("the destination's audit to remove the stray QEMU", 30*time.Second, func() bool {
+		_, err := c.heartbeat("h2", id)
+		return err != nil
+	})
+	c.rising("h1", id, hb)
 }

@@ -87,6 +87,7 @@ var (
 	_ compute.Interrupter     = (*Driver)(nil)
 	_ compute.IncomingChecker = (*Driver)(nil)
 	_ compute.Resumer         = (*Driver)(nil)
+	_ compute.CopyReverter    = (*Driver)(nil)
 )
 
 // ErrNoQEMU says the QEMU binary is missing, and which package has it.
@@ -254,12 +255,12 @@ func (d *Driver) args(inst records.Instance, incoming bool) []string {
 // launch starts v's QEMU and waits until its monitor answers (or it dies,
 // then the error carries its stderr).
 func (d *Driver) launch(ctx context.Context, v *vm, inst records.Instance, incoming bool) error {
-	spec, err := guest.ParseImage(inst.ImageRef)
+	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
 	if err != nil {
 		return err
 	}
 	if inst.Flavor.RAMMB < spec.MinRAMMB() {
-		return fmt.Errorf("image %s needs at least %d MiB of RAM, flavor %s has %d", inst.ImageRef, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
+		return fmt.Errorf("%s=%s needs at least %d MiB of RAM, flavor %s has %d", guest.MetadataKey, spec, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
 	}
 	if err := os.WriteFile(filepath.Join(v.dir, fileDisk), spec.Image(), 0o644); err != nil {
 		return fmt.Errorf("writing the boot disk: %w", err)
@@ -382,7 +383,7 @@ func (d *Driver) Spawn(ctx context.Context, inst records.Instance, done func(err
 		report(fmt.Errorf("spawning %s: guest already exists", inst.UUID))
 		return
 	}
-	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Image: inst.ImageRef,
+	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Program: inst.Metadata[guest.MetadataKey],
 		Guest: compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}}}
 	if err := os.MkdirAll(v.dir, 0o755); err != nil {
 		d.mu.Unlock()
@@ -469,7 +470,7 @@ func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.
 	if _, ok := d.vms[inst.UUID]; ok {
 		return fmt.Errorf("instance %s already has a guest on this host", inst.UUID)
 	}
-	if _, err := guest.ParseImage(inst.ImageRef); err != nil {
+	if _, err := guest.Parse(inst.Metadata[guest.MetadataKey]); err != nil {
 		return err
 	}
 	return nil
@@ -509,7 +510,7 @@ func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (m
 		}
 		return nil, fmt.Errorf("instance %s already runs here", inst.UUID)
 	}
-	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Image: inst.ImageRef,
+	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Program: inst.Metadata[guest.MetadataKey],
 		Guest: compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}}}
 	if err := os.MkdirAll(v.dir, 0o755); err != nil {
 		d.mu.Unlock()

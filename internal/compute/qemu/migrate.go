@@ -447,3 +447,33 @@ func (d *Driver) Close() error {
 	}
 	return nil
 }
+
+// RevertCopy implements compute.CopyReverter: the copy completed in QEMU
+// but the destination lost the guest, so the source guest (postmigrate)
+// runs again here.
+func (d *Driver) RevertCopy(ctx context.Context, uuid string) error {
+	d.mu.Lock()
+	v, ok := d.vms[uuid]
+	ok = ok && v.st.Guest.State == compute.GuestMigrating && v.job == nil
+	d.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var st struct{ Status string }
+	if err := d.execute(ctx, v, "query-status", nil, &st); err != nil {
+		return fmt.Errorf("reverting the copy of %s: %w", uuid, err)
+	}
+	if st.Status != "running" {
+		if err := d.execute(ctx, v, "cont", nil, nil); err != nil {
+			return fmt.Errorf("resuming %s (%s) after its destination was lost: %w", uuid, st.Status, err)
+		}
+	}
+	d.mu.Lock()
+	v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = compute.GuestRunning, 0, "", ""
+	d.saveLocked(v)
+	d.mu.Unlock()
+	d.log.Info("the destination lost the guest after the copy: it runs here again", "instance", uuid, "was", st.Status)
+	return nil
+}

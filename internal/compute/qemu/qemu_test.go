@@ -70,7 +70,7 @@ func TestSpawnMigrateAdopt(t *testing.T) {
 	ctx := context.Background()
 	src := newDriver(t, Config{})
 	dst := newDriver(t, Config{})
-	inst := records.Instance{UUID: "6f0c1c6e-0000-4000-8000-000000000001", Name: "g1", ImageRef: "keel-guest-fill-8",
+	inst := records.Instance{UUID: "6f0c1c6e-0000-4000-8000-000000000001", Name: "g1", Metadata: map[string]string{"keel_guest": "fill-8"},
 		Flavor: records.Flavor{Name: "tiny", VCPUs: 1, RAMMB: 64}}
 
 	spawned := make(chan error, 1)

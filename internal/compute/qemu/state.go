@@ -16,7 +16,8 @@ import (
 // vmState is what guest.json keeps about one guest.
 type vmState struct {
 	Guest compute.Guest `json:"guest"`
-	Image string        `json:"image,omitempty"`
+	// Program is the guest's keel_guest metadata (idle, fill-N, dirty-N).
+	Program string `json:"program,omitempty"`
 	// Dest and URI are the outgoing copy's destination host and QEMU URI,
 	// while Guest.State is migrating.
 	Dest string `json:"dest,omitempty"`

@@ -1,9 +1,9 @@
 // Package guest is keel's tiny test guest for the QEMU driver: a 512-byte
 // x86 boot sector built by the project itself (guest.S, assembled into
 // guest.bin and embedded), so no image is ever downloaded. A mode byte
-// chosen per instance makes it idle, fill N MiB once and idle, or dirty
-// N MiB forever; the heartbeat word at HeartbeatAddr proves a guest kept
-// running across a live migration.
+// chosen per instance (server metadata keel_guest) makes it idle, fill N
+// MiB once and idle, or dirty N MiB forever; the heartbeat word at
+// HeartbeatAddr proves a guest kept running across a live migration.
 package guest
 
 import (
@@ -51,36 +51,42 @@ type Spec struct {
 	MiB  int
 }
 
-// String is the image name that selects the spec (see ParseImage).
+// MetadataKey is the server metadata key that selects a guest's program
+// (`openstack server create --property keel_guest=dirty-16`).
+const MetadataKey = "keel_guest"
+
+// String is the metadata value that selects the spec (see Parse).
 func (s Spec) String() string {
 	switch s.Mode {
 	case Fill:
-		return fmt.Sprintf("keel-guest-fill-%d", s.MiB)
+		return fmt.Sprintf("fill-%d", s.MiB)
 	case Dirty:
-		return fmt.Sprintf("keel-guest-dirty-%d", s.MiB)
+		return fmt.Sprintf("dirty-%d", s.MiB)
 	}
-	return "keel-guest"
+	return "idle"
 }
 
-// ParseImage reads a spec from an instance's image name:
-// keel-guest-fill-N and keel-guest-dirty-N select those modes over N MiB;
-// any other image (keel-guest, keel-fake, none) boots an idle guest.
-func ParseImage(ref string) (Spec, error) {
+// Parse reads a spec from a server's keel_guest metadata: fill-N and
+// dirty-N select those modes over N MiB; idle or nothing an idle guest.
+func Parse(v string) (Spec, error) {
+	if v == "" || v == "idle" {
+		return Spec{Mode: Idle}, nil
+	}
 	for _, m := range []struct {
 		prefix string
 		mode   Mode
-	}{{"keel-guest-fill-", Fill}, {"keel-guest-dirty-", Dirty}} {
-		rest, ok := strings.CutPrefix(ref, m.prefix)
+	}{{"fill-", Fill}, {"dirty-", Dirty}} {
+		rest, ok := strings.CutPrefix(v, m.prefix)
 		if !ok {
 			continue
 		}
 		n, err := strconv.Atoi(rest)
 		if err != nil || n < 1 || n > 0xffff {
-			return Spec{}, fmt.Errorf("image %q: want %sN with N the MiB to touch, 1 to 65535", ref, m.prefix)
+			break
 		}
 		return Spec{Mode: m.mode, MiB: n}, nil
 	}
-	return Spec{Mode: Idle}, nil
+	return Spec{}, fmt.Errorf("%s %q: want idle, fill-N or dirty-N, with N the MiB to touch (1 to 65535)", MetadataKey, v)
 }
 
 // MinRAMMB is the least guest RAM the spec runs in: the first MiB, the

@@ -42,18 +42,17 @@ func TestImage(t *testing.T) {
 		want Spec
 	}{
 		{"", Spec{Mode: Idle}},
-		{"keel-fake", Spec{Mode: Idle}},
-		{"keel-guest", Spec{Mode: Idle}},
-		{"keel-guest-fill-48", Spec{Mode: Fill, MiB: 48}},
-		{"keel-guest-dirty-16", Spec{Mode: Dirty, MiB: 16}},
+		{"idle", Spec{Mode: Idle}},
+		{"fill-48", Spec{Mode: Fill, MiB: 48}},
+		{"dirty-16", Spec{Mode: Dirty, MiB: 16}},
 	}
 	for _, c := range cases {
-		got, err := ParseImage(c.ref)
+		got, err := Parse(c.ref)
 		if err != nil || got != c.want {
-			t.Errorf("ParseImage(%q) = %v, %v; want %v", c.ref, got, err, c.want)
+			t.Errorf("Parse(%q) = %v, %v; want %v", c.ref, got, err, c.want)
 			continue
 		}
-		if back, _ := ParseImage(got.String()); back != got {
+		if back, _ := Parse(got.String()); back != got {
 			t.Errorf("%v does not round-trip through %q", got, got.String())
 		}
 		img := got.Image()
@@ -61,9 +60,9 @@ func TestImage(t *testing.T) {
 			t.Errorf("%v: image carries mode %c, %d MiB", got, img[modeOffset], binary.LittleEndian.Uint16(img[mibOffset:]))
 		}
 	}
-	for _, bad := range []string{"keel-guest-fill-", "keel-guest-dirty-0", "keel-guest-fill-x", "keel-guest-dirty-70000"} {
-		if _, err := ParseImage(bad); err == nil {
-			t.Errorf("ParseImage(%q) accepted", bad)
+	for _, bad := range []string{"fill-", "dirty-0", "fill-x", "dirty-70000", "busy", "keel-fake"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
 		}
 	}
 }
