@@ -1,5 +1,22 @@
-// Package bench holds keel's cross-package benchmarks: figures that need
-// several real parts at once (the scheduler deciding on a durable store).
-// Run them with `go test -run XXX -bench . ./bench/`; they print figures
-// and assert nothing about speed.
+// Package bench is keel's benchmark harness and its cross-package
+// benchmarks.
+//
+// The harness (Run, and the command bench/cmd/keelbench) measures, in one
+// run, every figure the README's Performance table shows, each with its
+// conditions: scheduler decision latency at 1,000 / 10,000 / 100,000
+// hosts; decide + durable claim at 10,000 hosts on SQLite and on
+// PostgreSQL (a throw-away cluster); boots and live migrations per second
+// through the HTTP API with 1,000 fake-driver agents; keel side by side
+// with OpenStack Placement 8.0 (Debian's python3-placement under gunicorn,
+// on SQLite) and with Nova 26's scheduler code (python3-nova, driven by
+// the embedded nova_sched.py); and `keel sim` at 10,000 hosts × 24 hours.
+//
+//	go run ./bench/cmd/keelbench [--json|--markdown] [--quick] [--only SECTIONS]
+//
+// It prints figures and judges them against the issue's goals, but fails
+// only when something does not work. Its test runs the quick mode end to
+// end.
+//
+// The Go benchmarks here (`go test -run XXX -bench . ./bench/`) time
+// narrower things with the testing package.
 package bench
