@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 // expect sends a request and checks its status and, for errors,
@@ -589,5 +590,45 @@ func TestOddBodiesNeverFail5xx(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestViewKeepsOrderAcrossOtherChanges: a change that names no provider (a
+// host record, a service heartbeat) between provider changes must leave
+// the view whole — every provider once, in name order.
+func TestViewKeepsOrderAcrossOtherChanges(t *testing.T) {
+	srv, uuids, st := newServerStore(t)
+	ctx := context.Background()
+	names := func(query string) string {
+		var list struct {
+			ResourceProviders []providerOut `json:"resource_providers"`
+		}
+		get(t, srv, "/placement/resource_providers?"+query, "admin", "1.39", &list)
+		var out []string
+		for _, rp := range list.ResourceProviders {
+			out = append(out, rp.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for i, h := range []string{"h3", "h2", "h1"} {
+		if got := names(""); got != "h1,h2,h3" {
+			t.Fatalf("step %d: providers %q", i, got)
+		}
+		if err := st.PutHostRecord(ctx, records.HostRecord{Host: h}); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(""); got != "h1,h2,h3" {
+			t.Fatalf("step %d, after a host record: providers %q", i, got)
+		}
+		p, err := st.GetProvider(ctx, uuids[h])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.SetProviderTraits(ctx, p.UUID, p.Generation, []string{"HW_CPU_X86_AVX2"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := names("required=HW_CPU_X86_AVX2"); got != "h1,h2,h3" {
+		t.Errorf("providers with the trait: %q", got)
 	}
 }

@@ -107,7 +107,9 @@ func (c *viewCache) get(ctx context.Context) (*view, error) {
 		seq = chs[len(chs)-1].Seq
 	}
 	if len(changed) == 0 {
-		c.cur = &view{seq: seq, sorted: c.cur.sorted, byUUID: c.cur.byUUID, roots: c.cur.roots}
+		next := *c.cur
+		next.seq = seq
+		c.cur = &next
 		return c.cur, nil
 	}
 	sums, err := c.src.ProviderSummaries(ctx, slices.Sorted(maps.Keys(changed)))
