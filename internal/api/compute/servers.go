@@ -830,10 +830,13 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if raw, ok := body["os-resetState"]; ok {
+		return a.resetState(w, r, in, raw)
+	}
 	raw, ok := body["os-migrateLive"]
 	if !ok {
 		for k := range body {
-			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive)")
+			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, os-resetState)")
 		}
 		return badRequest("Malformed request body: no action given")
 	}
@@ -868,6 +871,46 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// resetState is the admin's os-resetState: it sets the record's vm_state
+// to active or error and clears its task, touching nothing on the host, as
+// Nova's does. keel refuses it while a live migration is in flight (409),
+// because there the migration record owns the instance's task.
+func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+	if !caller(r).Admin {
+		return forbidden("os_compute_api:os-admin-actions:reset_state")
+	}
+	var args struct {
+		State string `json:"state"`
+	}
+	if err := unmarshalRaw(raw, &args); err != nil {
+		return badRequest("Invalid input for os-resetState: " + err.Error())
+	}
+	state := map[string]string{"active": records.VMActive, "error": records.VMError}[args.State]
+	if state == "" {
+		return badRequest("Invalid input for field/attribute state. Value: " + args.State + ". '" + args.State + "' is not one of ['active', 'error']")
+	}
+	for range 5 {
+		cur, err := a.cfg.Store.GetInstance(r.Context(), in.UUID)
+		if err != nil {
+			if isNotFound(err) {
+				return notFoundf("Instance %s could not be found.", in.UUID)
+			}
+			return err
+		}
+		if cur.TaskState == records.TaskMigrating {
+			return conflict("Cannot 'os-resetState' instance " + in.UUID + " while it is being live-migrated; abort the migration first")
+		}
+		cur.VMState, cur.TaskState, cur.UpdatedAt = state, records.TaskNone, a.cfg.Clock.Now()
+		if _, err = a.cfg.Store.UpdateInstance(r.Context(), cur); err == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		} else if !placement.IsConflict(err) {
+			return err
+		}
+	}
+	return conflict("instance " + in.UUID + " kept changing; try again")
 }
 
 // recordAction stores an instance action with the response's request id

@@ -1,6 +1,7 @@
 package compute_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -179,5 +180,44 @@ func TestFlavorFiltersAndHypervisorSearch(t *testing.T) {
 		if r := e.call("GET", "/compute/v2.1"+c.path, c.token, c.version, nil, nil); r.StatusCode != c.status {
 			t.Errorf("%s at %s as %s: %d, want %d", c.path, c.version, c.token, r.StatusCode, c.status)
 		}
+	}
+}
+
+// TestResetState: an admin sets a server's vm_state to error or active;
+// a member may not, an unknown state is a 400, and a server in a live
+// migration is refused (409) until the migration ends.
+func TestResetState(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1"}}, &created)
+	id := created.Server.ID
+	e.clk.Advance(2 * time.Second)
+	reset := func(token, state string) int {
+		t.Helper()
+		return e.call("POST", "/compute/v2.1/servers/"+id+"/action", token, "", map[string]any{"os-resetState": map[string]any{"state": state}}, nil).StatusCode
+	}
+	status := func() string {
+		t.Helper()
+		var show struct{ Server map[string]any }
+		e.call("GET", "/compute/v2.1/servers/"+id, "admin", "", nil, &show)
+		return fmt.Sprint(show.Server["status"], " ", show.Server["OS-EXT-STS:vm_state"])
+	}
+	if got := reset("member", "error"); got != 403 {
+		t.Errorf("member resetting: %d, want 403", got)
+	}
+	if got := reset("admin", "stopped"); got != 400 {
+		t.Errorf("state stopped: %d, want 400", got)
+	}
+	if got := reset("admin", "error"); got != 202 || status() != "ERROR error" {
+		t.Fatalf("reset to error: %d, then %s", got, status())
+	}
+	if got := reset("admin", "active"); got != 202 || status() != "ACTIVE active" {
+		t.Fatalf("reset to active: %d, then %s", got, status())
+	}
+	if r := e.call("POST", "/compute/v2.1/servers/"+id+"/action", "admin", "2.30", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil); r.StatusCode != 202 {
+		t.Fatalf("live migration: %d", r.StatusCode)
+	}
+	if got := reset("admin", "error"); got != 409 || status() != "MIGRATING active" {
+		t.Errorf("reset during a live migration: %d, then %s; want 409 and no change", got, status())
 	}
 }
