@@ -56,7 +56,12 @@
 // with the same id once reconnected: the handling Conn remembers each id
 // it received, per subject, for DedupeWindow, and answers a repeat with
 // the first run's answer, waiting for it if the handler still runs. So a
-// retried step never runs twice. The memory is per connection: a repeat
+// retried step never runs twice. An answer can also be lost without the
+// caller's connection breaking (the cluster node the handler's side used
+// went down): WithAttempt bounds how long one attempt waits (the error
+// then wraps ErrNoAnswerYet) while the handler keeps the call's whole
+// deadline, so the caller repeats the call rather than wait it out. The
+// memory is per connection: a repeat
 // that reaches another member of a queue group is handled again (the
 // conductor's handlers are idempotent against the store for that reason).
 //
