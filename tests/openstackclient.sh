@@ -142,6 +142,14 @@ for h in h01 h02 h03; do [ "$h" != "$target" ] && az+=("$h"); done
 expect "$(printf 'az1\nrack1')" "$(os aggregate create --zone az1 rack1 -f value -c name -c availability_zone)" "aggregate create --zone az1"
 os aggregate add host rack1 "${az[0]}" >/dev/null
 expect "['${az[0]}', '${az[1]}']" "$(os aggregate add host rack1 "${az[1]}" -f value -c hosts)" "aggregate add host"
+# Placement mirrors the membership: each host's provider is in the
+# placement aggregate of rack1's UUID, the disabled one's in none.
+agg=$(os --os-compute-api-version 2.41 aggregate show rack1 -f value -c uuid)
+for h in "${az[@]}" "$target"; do
+  want=$agg; [ "$h" = "$target" ] && want=
+  expect "$want" "$(osp resource provider aggregate list "$(os resource provider list --name "$h" -f value -c uuid)" -f value -c uuid)" \
+    "resource provider aggregate list ($h)"
+done
 # nova keeps only the disabled $target: Nova reports such a zone unavailable.
 expect "$(printf 'az1 available\nnova not available')" "$(os availability zone list --compute -f value)" \
   "availability zone list (az1 from the aggregate)"

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -29,4 +30,49 @@ func AggregateMetadata(metadata []map[string]string) map[string][]string {
 		slices.Sort(out[k])
 	}
 	return out
+}
+
+// WeightMultipliers returns the weigher multipliers a host's aggregates
+// set (metadata keys named like the nova.conf options, e.g.
+// ram_weight_multiplier), as Nova reads them: over the distinct values of
+// a key across the host's aggregates (not split at commas), the smallest;
+// if any of them is not a number, none (the configured multiplier holds).
+// nil when no aggregate sets one.
+func WeightMultipliers(metadata []map[string]string) map[string]float64 {
+	vals := map[string][]string{}
+	for _, md := range metadata {
+		for k, v := range md {
+			if strings.HasSuffix(k, "_weight_multiplier") && !slices.Contains(vals[k], v) {
+				vals[k] = append(vals[k], v)
+			}
+		}
+	}
+	var out map[string]float64
+	for k, vs := range vals {
+		m, ok := 0.0, true
+		for i, v := range vs {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				ok = false
+				break
+			}
+			if i == 0 || f < m {
+				m = f
+			}
+		}
+		if ok {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[k] = m
+		}
+	}
+	return out
+}
+
+// setAggregates sets what a host's aggregates say: the merged metadata and
+// the weigher multipliers they override.
+func (h *HostState) setAggregates(metadata []map[string]string) {
+	h.AggregateMetadata = AggregateMetadata(metadata)
+	h.multipliers = WeightMultipliers(metadata)
 }

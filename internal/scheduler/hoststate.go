@@ -94,6 +94,9 @@ type HostState struct {
 	// AggregateMetadata feeds AggregateInstanceExtraSpecsFilter: key → values
 	// over the host's aggregates.
 	AggregateMetadata map[string][]string
+	// multipliers are the weigher multipliers the host's aggregates set
+	// (option name → value), overriding the configured ones for this host.
+	multipliers map[string]float64
 }
 
 // Used returns the host's usage from allocations.

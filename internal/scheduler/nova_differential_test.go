@@ -248,6 +248,16 @@ func randomCase(r *rand.Rand, i int) diffCase {
 		if r.IntN(3) == 0 {
 			a["tier"] = pick(r, "gold", "silver", "bronze iron")
 		}
+		// Per-aggregate weigher multipliers (Nova reads the smallest of a
+		// host's values; any value that is not a number voids them all).
+		if i%4 == 0 && r.IntN(2) == 0 {
+			w := pick(r, novaWeighers...)
+			m := pick(r, "2.0", "0", "-1.5", " 3 ", "0.25", "1e2", "x", "1,2")
+			if strings.HasPrefix(w, "ServerGroupSoft") && strings.HasPrefix(m, "-") {
+				m = "1.5"
+			}
+			a[weigherOption[w]] = m
+		}
 		aggs = append(aggs, a)
 	}
 	n := 1 + r.IntN(30)
@@ -377,6 +387,7 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 	ctx := context.Background()
 	v := &View{src: nopSource{}, byName: map[string]*HostState{}, byUUID: map[string]*HostState{}}
 	instanceHost := map[string]string{}
+	byHost := map[string][]map[string]string{}
 	for _, dh := range c.Hosts {
 		h := &HostState{
 			Name: dh.Host, ProviderUUID: "rp-" + dh.Host, Zone: "nova",
@@ -387,11 +398,12 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 			FailedBuilds: dh.FailedBuilds,
 		}
 		v.add(h)
-		h.AggregateMetadata = AggregateMetadata(dh.Aggregates) // as loadAggregates would
+		byHost[dh.Host] = dh.Aggregates
 		for _, u := range dh.Instances {
 			instanceHost[u] = dh.Host
 		}
 	}
+	v.setAggregates(byHost) // as loadAggregates does
 	cfg := DefaultConfig()
 	cfg.EnabledFilters = c.Filters
 	cfg.Weighers = c.Weighers

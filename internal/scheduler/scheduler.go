@@ -125,7 +125,8 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 		if !ok {
 			raw = -1
 		}
-		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw})
+		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw,
+			option: weigherOptions[name], negate: name == "BuildFailureWeigher"})
 		if raw >= 0 && m != 0 {
 			view.indexWeigher(raw, m, m > 0 && w.FixedMin())
 		}
@@ -239,10 +240,11 @@ func (s *Scheduler) weighPlan(req *Request) (fast []boundWeigher, slow []weigher
 	d := &s.view.dense
 	fast = s.fast[:0]
 	for _, we := range s.weighers {
+		perHost := s.view.overrides(we.option)
 		switch {
-		case we.multiplier == 0 || !we.w.Active(req):
+		case (we.multiplier == 0 && !perHost) || !we.w.Active(req):
 			// contributes 0 to every host
-		case we.raw >= 0:
+		case we.raw >= 0 && !perHost:
 			if d.nonZero[we.raw] == 0 {
 				continue // 0 on every host: lo == hi, contributes 0
 			}
@@ -472,7 +474,7 @@ func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec f
 		return
 	}
 	for _, we := range s.weighers {
-		if (we.multiplier == 0 || !we.w.Active(req)) && rec == nil {
+		if ((we.multiplier == 0 && !s.view.overrides(we.option)) || !we.w.Active(req)) && rec == nil {
 			continue // contributes 0 to every host
 		}
 		s.addWeigher(hosts, cands, req, we, rec)
@@ -492,18 +494,27 @@ func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, 
 		}
 	}
 	lo, hi := bounds(raw, we.w.FixedMin())
+	perHost := s.view.overrides(we.option)
 	scale := 0.0
 	if hi > lo {
 		scale = we.multiplier / (hi - lo) // as in total, so both paths add the same terms
 	}
-	for k := range cands {
-		norm := 0.0
-		if hi > lo {
+	for k, i := range cands {
+		mult, norm := we.multiplier, 0.0
+		if perHost {
+			// Some host's aggregates set this multiplier: Nova multiplies
+			// each host's normalised value by that host's multiplier.
+			mult = we.multiplierFor(hosts[i])
+			if hi > lo {
+				norm = (raw[k] - lo) / (hi - lo)
+				s.totals[k] += mult * norm
+			}
+		} else if hi > lo {
 			norm = (raw[k] - lo) / (hi - lo)
 			s.totals[k] += (raw[k] - lo) * scale
 		}
 		if rec != nil {
-			rec(k, we.w.Name(), raw[k], norm, we.multiplier)
+			rec(k, we.w.Name(), raw[k], norm, mult)
 		}
 	}
 }

@@ -41,9 +41,11 @@ type View struct {
 	byUUID map[string]*HostState
 	sorted bool
 	dense  dense
-	// aggMeta is every host's merged aggregate metadata (AggregateMetadata),
-	// reloaded whenever an aggregate changes.
-	aggMeta map[string]map[string][]string
+	// aggMeta is every host's aggregates' metadata, reloaded whenever an
+	// aggregate changes; overridden counts, per multiplier option, the
+	// hosts whose aggregates set it.
+	aggMeta    map[string][]map[string]string
+	overridden map[string]int
 }
 
 // NewView builds a view for a policy and loads it fully.
@@ -104,7 +106,7 @@ func (v *View) reload(ctx context.Context) error {
 
 func (v *View) add(h *HostState) {
 	h.idx = -1
-	h.AggregateMetadata = v.aggMeta[h.Name]
+	h.setAggregates(v.aggMeta[h.Name])
 	v.hosts = append(v.hosts, h)
 	v.byName[h.Name] = h
 	v.byUUID[h.ProviderUUID] = h
@@ -171,9 +173,6 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 	if aggs {
 		if err := v.loadAggregates(ctx); err != nil {
 			return err
-		}
-		for _, h := range v.hosts {
-			h.AggregateMetadata = v.aggMeta[h.Name]
 		}
 	}
 	touched := map[*HostState]bool{}
@@ -258,11 +257,29 @@ func (v *View) loadAggregates(ctx context.Context) error {
 			byHost[h] = append(byHost[h], a.Metadata)
 		}
 	}
-	v.aggMeta = make(map[string]map[string][]string, len(byHost))
-	for h, mds := range byHost {
-		v.aggMeta[h] = AggregateMetadata(mds)
-	}
+	v.setAggregates(byHost)
 	return nil
+}
+
+// setAggregates takes every host's aggregates' metadata and applies it to
+// the hosts in the view.
+func (v *View) setAggregates(byHost map[string][]map[string]string) {
+	v.aggMeta = byHost
+	v.overridden = map[string]int{}
+	for _, mds := range byHost {
+		for k := range WeightMultipliers(mds) {
+			v.overridden[k]++
+		}
+	}
+	for _, h := range v.hosts {
+		h.setAggregates(v.aggMeta[h.Name])
+	}
+}
+
+// overrides reports whether some host's aggregates set a multiplier
+// option.
+func (v *View) overrides(option string) bool {
+	return v.overridden[option] > 0
 }
 
 // loadHostExtras reads the record and service of a host that just appeared.

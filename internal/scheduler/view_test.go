@@ -124,3 +124,40 @@ func TestViewFollowsAggregates(t *testing.T) {
 		t.Fatalf("ssd=true after deleting the aggregate: %v", got)
 	}
 }
+
+func TestAggregateWeightMultipliers(t *testing.T) {
+	ctx := context.Background()
+	c := newCloud(t, 3)
+	s := c.scheduler(t, DefaultConfig(), PolicyClaim, 1)
+	best := func() string {
+		exp, err := s.Explain(ctx, &Request{Resources: small()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range exp.Hosts {
+			if h.Rank == 1 {
+				return h.Host
+			}
+		}
+		return ""
+	}
+	c.use(t, "h01", "x", placement.Resources{placement.MemoryMB: 1024})
+	if got := best(); got != "h02" {
+		t.Fatalf("equal hosts but h01's RAM: best %s, want h02", got)
+	}
+	// An aggregate's ram_weight_multiplier applies to its hosts only:
+	// with 3 on h03, h03's RAM term triples and it wins.
+	a, err := c.st.CreateAggregate(ctx, records.Aggregate{Name: "big", Hosts: []string{"h03"}, Metadata: map[string]string{"ram_weight_multiplier": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := best(); got != "h03" {
+		t.Fatalf("h03's aggregate sets ram_weight_multiplier 3: best %s, want h03", got)
+	}
+	if _, err := c.st.UpdateAggregate(ctx, a.ID, func(x *records.Aggregate) error { x.Metadata["ram_weight_multiplier"] = "three"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := best(); got != "h02" {
+		t.Fatalf("a multiplier that is not a number is ignored (Nova): best %s, want h02", got)
+	}
+}

@@ -19,6 +19,32 @@ type weigherEntry struct {
 	// raw is the weigher's index in the dense arrays, or -1 if its values
 	// depend on the request (computed per decision with Raw).
 	raw int
+	// option is the multiplier's nova.conf name, which a host's
+	// aggregates may set for that host (negate: the weigher uses the
+	// value negated, as BuildFailureWeigher does).
+	option string
+	negate bool
+}
+
+// weigherOptions are the multiplier options, by weigher.
+var weigherOptions = map[string]string{
+	"RAMWeigher": "ram_weight_multiplier", "CPUWeigher": "cpu_weight_multiplier",
+	"DiskWeigher": "disk_weight_multiplier", "IoOpsWeigher": "io_ops_weight_multiplier",
+	"BuildFailureWeigher": "build_failure_weight_multiplier", "NumInstancesWeigher": "num_instances_weight_multiplier",
+	"ServerGroupSoftAffinityWeigher":     "soft_affinity_weight_multiplier",
+	"ServerGroupSoftAntiAffinityWeigher": "soft_anti_affinity_weight_multiplier",
+}
+
+// multiplierFor is the weigher's multiplier for host h: the one its
+// aggregates set, or the configured one.
+func (we *weigherEntry) multiplierFor(h *HostState) float64 {
+	if m, ok := h.multipliers[we.option]; ok {
+		if we.negate {
+			return -m
+		}
+		return m
+	}
+	return we.multiplier
 }
 
 // denseIndex maps the host-only weighers to their precomputed arrays.

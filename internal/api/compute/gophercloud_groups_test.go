@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/aggregates"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/availabilityzones"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/placement/v1/resourceproviders"
 
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
@@ -162,16 +164,29 @@ func TestGophercloudAggregatesAndZones(t *testing.T) {
 		t.Fatalf("a server for az2 (no host there): %s on %q", srv.Status, srv.Host)
 	}
 
-	// Placement mirrors the membership (read from the store: placement's
-	// provider-aggregates API is another part of the work).
+	// Placement mirrors the membership, as gophercloud's placement client
+	// reads it.
+	pl, err := openstack.NewPlacementV1(sc.ProviderClient, gophercloud.EndpointOpts{Region: "RegionOne"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Microversion = "1.19"
+	rpPages, err := resourceproviders.List(pl, resourceproviders.ListOpts{}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rps, err := resourceproviders.ExtractResourceProviders(rpPages)
+	if err != nil {
+		t.Fatal(err)
+	}
 	placementAggs := func() map[string][]string {
-		sums, err := cloud.Server.Store().ProviderSummaries(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string][]string{}
-		for _, s := range sums {
-			out[s.Name] = s.Aggregates
+		for _, rp := range rps {
+			pa, err := resourceproviders.GetAggregates(ctx, pl, rp.UUID).Extract()
+			if err != nil {
+				t.Fatalf("placement aggregates of %s: %v", rp.Name, err)
+			}
+			out[rp.Name] = pa.Aggregates
 		}
 		return out
 	}
