@@ -15,8 +15,13 @@ import (
 const RequestIDHeader = "Keel-Request-Id"
 
 // DedupeWindow is how long a handled request's answer is kept for a
-// repeated call with the same id.
-const DedupeWindow = 10 * time.Minute
+// repeated call with the same id; dedupeMax bounds how many are kept (the
+// oldest finished ones go first), so a flood of calls cannot exhaust
+// memory.
+const (
+	DedupeWindow = 10 * time.Minute
+	dedupeMax    = 200_000
+)
 
 type requestIDKey struct{}
 
@@ -85,7 +90,7 @@ func (d *dedupe) claim(subject, id string) (*dedupeEntry, bool) {
 	// Expire the oldest entries; a request still being handled stays.
 	for len(d.order) > 0 {
 		e := d.entries[d.order[0]]
-		if e != nil && (now.Sub(e.arrived) < DedupeWindow || !e.finished()) {
+		if e != nil && ((now.Sub(e.arrived) < DedupeWindow && len(d.order) < dedupeMax) || !e.finished()) {
 			break
 		}
 		delete(d.entries, d.order[0])
