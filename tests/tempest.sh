@@ -24,6 +24,13 @@ if [ ! -x "$TEMPEST" ]; then
   echo "  apt-get install -y --no-install-recommends tempest" >&2
   exit 1
 fi
+for tool in subunit2csv subunit2pyunit; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "tempest.sh: $tool not found; install it with:" >&2
+    echo "  apt-get install -y --no-install-recommends subunit" >&2
+    exit 1
+  fi
+done
 HOSTS=3
 # keel's default filters plus the two that read same_host/different_host
 # hints; tempest.conf names the same list, so Tempest runs their tests.
