@@ -457,7 +457,7 @@ func (r *run) placement(ctx context.Context) error {
 		placementPackageVersion(), peer.version, commas(int64(n)), strings.TrimPrefix(placementMicroversion, "placement "))
 	r.row("4", "GET /allocation_candidates (VCPU:2, MEMORY_MB:4096, DISK_GB:20, limit=1000)",
 		fmt.Sprintf("keel %s, Placement %s: keel %.0f× faster (%s)", fmtMS(kt.candidatesMS), fmtMS(pt.candidatesMS), candRatio, r.goal(candRatio >= 100, "≥ 100×")),
-		fmt.Sprintf("median of %d after a warm-up, %d candidates each, answer read and decoded; ", reps, kt.candidates)+fair)
+		fmt.Sprintf("median of %d after a warm-up, %d candidates each, timed until the whole answer is read; ", reps, kt.candidates)+fair)
 	r.row("4", "sequential PUT /allocations/{consumer}",
 		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.claimsPerSec, "/s"), fmtRate(pt.claimsPerSec, "/s"), claimRatio, r.goal(claimRatio >= 50, "≥ 50×")),
 		fmt.Sprintf("%d new consumers each, one at a time, round-robin over the providers, consumer_generation null, project_id/user_id set; ", claims)+fair)
