@@ -280,7 +280,7 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	if only == "all" {
 		only, group = "", "all"
 	}
-	sums, err := a.st.ProviderSummaries(r.Context(), nil)
+	v, err := a.views.get(r.Context())
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,10 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	seen := map[string]bool{}
 	flat := map[string]int64{}
 	byType := map[string]map[string]int64{}
-	for _, s := range sums {
+	for _, s := range v.sorted {
+		if len(s.Usage) == 0 {
+			continue // nobody holds anything there
+		}
 		cs, err := a.st.ConsumersOn(r.Context(), s.UUID)
 		if err != nil {
 			return err
