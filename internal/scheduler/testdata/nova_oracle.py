@@ -10,6 +10,7 @@ case format. Nova is imported once; every case runs in this process.
 import datetime
 import json
 import sys
+import traceback
 import types
 
 try:
@@ -131,7 +132,8 @@ def main():
         try:
             out = run(json.loads(line))
         except Exception as e:  # report, keep serving
-            out = {"error": "%s: %s" % (type(e).__name__, e)}
+            out = {"error": "%s: %s\n%s" % (type(e).__name__, e,
+                                             traceback.format_exc(limit=4))}
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 
