@@ -68,7 +68,8 @@ func (resourceFilter) Fits(h *HostState, r *Request) bool {
 			return false
 		}
 	}
-	return r.other == nil || placement.Fits(h.Name, h.otherInv, h.other, r.other) == nil
+	return (r.other == nil || placement.Fits(h.Name, h.otherInv, h.other, r.other) == nil) &&
+		(r.traits.Empty() || r.traits.Match(h.Traits))
 }
 func (resourceFilter) Why(h *HostState, r *Request) string {
 	if err := placement.Fits(h.Name, h.Inventories(), h.Used(), r.Resources); err != nil {
@@ -77,6 +78,16 @@ func (resourceFilter) Why(h *HostState, r *Request) string {
 			return fmt.Sprintf("%s: %s (requested %d, used %d of %d)", ce.Class, ce.Reason, ce.Requested, ce.Used, ce.Capacity)
 		}
 		return err.Error()
+	}
+	for _, g := range r.traits.Required {
+		if !(placement.TraitQuery{Required: [][]string{g}}).Match(h.Traits) {
+			return "lacks required trait " + strings.Join(g, " or ")
+		}
+	}
+	for _, f := range r.traits.Forbidden {
+		if (placement.TraitQuery{Required: [][]string{{f}}}).Match(h.Traits) {
+			return "has forbidden trait " + f
+		}
 	}
 	return ""
 }

@@ -80,7 +80,10 @@ type HostState struct {
 	Name         string
 	ProviderUUID string
 	Generation   int64
-	Zone         string
+	// Traits are the provider's placement traits, sorted (what a
+	// flavor's or image's trait:NAME=required|forbidden asks about).
+	Traits []string
+	Zone   string
 
 	otherInv placement.Inventories // non-standard classes
 	other    placement.Resources   // their usage
@@ -137,6 +140,7 @@ func (h *HostState) WeigherUsed() placement.Resources {
 func (h *HostState) setProvider(p placement.Provider, usage placement.Resources) {
 	h.ProviderUUID = p.UUID
 	h.Generation = p.Generation
+	h.Traits = p.Traits
 	h.otherInv, h.other = nil, nil
 	for i := range stdClasses {
 		h.hasInv[i], h.inv[i], h.capacity[i], h.used[i] = false, placement.Inventory{}, 0, 0

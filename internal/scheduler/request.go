@@ -1,6 +1,9 @@
 package scheduler
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"keel/internal/placement"
@@ -23,10 +26,10 @@ type Request struct {
 	InstanceUUID string
 	Resources    placement.Resources
 	// ExtraSpecs are the flavor's extra specs (capabilities:…,
-	// aggregate_instance_extra_specs:…).
+	// aggregate_instance_extra_specs:…, trait:NAME=required|forbidden).
 	ExtraSpecs map[string]string
 	// ImageProps are image properties (hw_architecture, img_hv_type,
-	// hw_vm_mode).
+	// hw_vm_mode, trait:NAME=required|forbidden).
 	ImageProps map[string]string
 	// Zone is the requested availability zone ("" for any).
 	Zone string
@@ -49,6 +52,7 @@ type Request struct {
 	std    [numStd]int64
 	hasStd [numStd]bool
 	other  placement.Resources
+	traits placement.TraitQuery // from trait:NAME specs; checked with the resources
 	now    time.Time
 }
 
@@ -56,6 +60,7 @@ type Request struct {
 func (r *Request) prepare(now time.Time) {
 	r.now = now
 	r.other = nil
+	r.traits = requiredTraits(r.ExtraSpecs, r.ImageProps)
 	for i := range r.std {
 		r.std[i], r.hasStd[i] = 0, false
 	}
@@ -81,4 +86,28 @@ func (r *Request) ignored(host string) bool {
 		}
 	}
 	return false
+}
+
+// requiredTraits reads trait:NAME=required|forbidden from the flavor's
+// extra specs and the image's properties, as Nova turns them into
+// placement's required traits (the flavor's value wins where both name a
+// trait). Other values are ignored, as in Nova.
+func requiredTraits(specs ...map[string]string) placement.TraitQuery {
+	want := map[string]string{}
+	for i := len(specs) - 1; i >= 0; i-- {
+		for k, v := range specs[i] {
+			if name, ok := strings.CutPrefix(k, "trait:"); ok && (v == "required" || v == "forbidden") {
+				want[name] = v
+			}
+		}
+	}
+	var q placement.TraitQuery
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if want[name] == "required" {
+			q.Required = append(q.Required, []string{name})
+		} else {
+			q.Forbidden = append(q.Forbidden, name)
+		}
+	}
+	return q
 }

@@ -392,7 +392,7 @@ func (p *filterPass) check(i int, steps []filterStep) int {
 		case st.compute:
 			ok = row.eligible && heardFrom(p.now-row.lastSeen, st.down)
 		case k == 0: // ResourceFilter, always first
-			ok = row.fits(req) && (req.other == nil || st.f.Fits(p.hosts[i], req))
+			ok = row.fits(req) && ((req.other == nil && req.traits.Empty()) || st.f.Fits(p.hosts[i], req))
 		default:
 			ok = st.f.Fits(p.hosts[i], req)
 		}
