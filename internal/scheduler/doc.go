@@ -6,7 +6,10 @@
 //
 //	view.Refresh            pull the store's change stream into the host view
 //	ResourceFilter          always first: does the request fit the host's
-//	                        inventory given its allocations (as Placement)
+//	                        inventory given its allocations, and does its
+//	                        provider have the traits the flavor's or image's
+//	                        trait:NAME=required|forbidden ask for (as
+//	                        Placement's allocation candidates)
 //	enabled_filters         each a small predicate; cheap ones first
 //	weighers                raw value per host, normalised to 0..1 over the
 //	                        candidates ((v−min)/(max−min), min fixed at 0 for
