@@ -167,6 +167,13 @@ type Store interface {
 	ListFlavors(ctx context.Context) ([]records.Flavor, error)
 	DeleteFlavor(ctx context.Context, id string) error
 
+	// Flavor extra specs (os-extra_specs writes).
+
+	// UpdateFlavor applies fn to a flavor atomically; its ID and name stay
+	// as they are. ErrNotFound if there is no such flavor; an error from fn
+	// aborts the update.
+	UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error)
+
 	// Compute host aggregates and server groups (os-aggregates,
 	// os-server-groups). Aggregate writes append a ChangeAggregate entry to
 	// the change stream (the scheduler's view reads zones and metadata

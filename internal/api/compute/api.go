@@ -80,6 +80,10 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/flavors/detail", false, a.listFlavors(true))
 	route("GET /compute/v2.1/flavors/{id}", false, a.showFlavor)
 	route("GET /compute/v2.1/flavors/{id}/os-extra_specs", false, a.flavorExtraSpecs)
+	route("POST /compute/v2.1/flavors/{id}/os-extra_specs", true, a.setExtraSpecs)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs/{key}", false, a.showExtraSpec)
+	route("PUT /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.putExtraSpec)
+	route("DELETE /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.deleteExtraSpec)
 	route("POST /compute/v2.1/flavors", true, a.createFlavor)
 	route("DELETE /compute/v2.1/flavors/{id}", true, a.deleteFlavor)
 

@@ -1,7 +1,11 @@
 package compute
 
 import (
+	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 
@@ -220,5 +224,138 @@ func (a *API) deleteFlavor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
+
+// extraSpecKey is the shape Nova allows for an extra spec's key.
+var extraSpecKey = regexp.MustCompile(`^[a-zA-Z0-9\-_:. ]{1,255}$`)
+
+// decodeExtraSpecs reads an object of extra specs: keys of Nova's shape,
+// values strings (numbers and booleans are taken as their text, as Nova
+// accepts them) of at most 255 characters.
+func decodeExtraSpecs(raw jsonRaw) (map[string]string, error) {
+	var in map[string]any
+	if err := json.Unmarshal(raw, &in); err != nil || in == nil {
+		return nil, badRequest("Invalid input for field/attribute extra_specs: must be an object")
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if !extraSpecKey.MatchString(k) {
+			return nil, badRequest("Invalid input for field/attribute extra_specs. Key " + k + " does not match '^[a-zA-Z0-9-_:. ]{1,255}$'")
+		}
+		var s string
+		switch x := v.(type) {
+		case string:
+			s = x
+		case float64, bool:
+			s = fmt.Sprint(x)
+		default:
+			return nil, badRequest("Invalid input for field/attribute extra_specs." + k + ": not a string")
+		}
+		if len(s) > 255 {
+			return nil, badRequest("Invalid input for field/attribute extra_specs." + k + ": longer than 255 characters")
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// updateExtraSpecs applies fn to a flavor's extra specs in the store.
+func (a *API) updateExtraSpecs(r *http.Request, fn func(specs map[string]string) error) error {
+	f, err := a.flavor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	_, err = a.cfg.Store.UpdateFlavor(r.Context(), f.ID, func(f *records.Flavor) error {
+		if f.ExtraSpecs == nil {
+			f.ExtraSpecs = map[string]string{}
+		}
+		return fn(f.ExtraSpecs)
+	})
+	if isNotFound(err) {
+		return notFoundf("Flavor %s could not be found.", f.ID)
+	}
+	return err
+}
+
+// setExtraSpecs is POST /flavors/{id}/os-extra_specs: the given specs are
+// added or replaced, the others kept.
+func (a *API) setExtraSpecs(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Specs jsonRaw `json:"extra_specs"`
+	}
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if body.Specs == nil {
+		return badRequest("Invalid input for field/attribute extra_specs: 'extra_specs' is a required property")
+	}
+	specs, err := decodeExtraSpecs(body.Specs)
+	if err != nil {
+		return err
+	}
+	if err := a.updateExtraSpecs(r, func(cur map[string]string) error {
+		maps.Copy(cur, specs)
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"extra_specs": specs})
+	return nil
+}
+
+// showExtraSpec is GET /flavors/{id}/os-extra_specs/{key}.
+func (a *API) showExtraSpec(w http.ResponseWriter, r *http.Request) error {
+	f, err := a.flavor(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	v, ok := f.ExtraSpecs[key]
+	if !ok {
+		return notFoundf("Flavor %s has no extra specs with key %s.", f.ID, key)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{key: v})
+	return nil
+}
+
+// putExtraSpec is PUT /flavors/{id}/os-extra_specs/{key}: the body names
+// exactly that key.
+func (a *API) putExtraSpec(w http.ResponseWriter, r *http.Request) error {
+	var raw jsonRaw
+	if err := decode(r, &raw); err != nil {
+		return err
+	}
+	specs, err := decodeExtraSpecs(raw)
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if _, ok := specs[key]; !ok || len(specs) != 1 {
+		return badRequest("Request body and URI mismatch: the body must hold exactly the key " + key)
+	}
+	if err := a.updateExtraSpecs(r, func(cur map[string]string) error {
+		cur[key] = specs[key]
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, specs)
+	return nil
+}
+
+// deleteExtraSpec is DELETE /flavors/{id}/os-extra_specs/{key}.
+func (a *API) deleteExtraSpec(w http.ResponseWriter, r *http.Request) error {
+	key := r.PathValue("key")
+	if err := a.updateExtraSpecs(r, func(cur map[string]string) error {
+		if _, ok := cur[key]; !ok {
+			return notFoundf("Flavor %s has no extra specs with key %s.", r.PathValue("id"), key)
+		}
+		delete(cur, key)
+		return nil
+	}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
 	return nil
 }

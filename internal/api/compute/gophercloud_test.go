@@ -2,11 +2,13 @@ package compute_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/hypervisors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/instanceactions"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/migrations"
@@ -223,4 +225,43 @@ func TestGophercloudComputeLifecycle(t *testing.T) {
 	}
 	_, err = instanceactions.List(computeAt(cl, "2.20"), s.ID, nil).AllPages(ctx)
 	wantStatus(t, "a deleted server's actions before 2.21", err, http.StatusNotFound)
+}
+
+// TestGophercloudFlavorExtraSpecs sets, reads, updates and unsets a
+// flavor's extra specs with gophercloud; a server booted afterwards carries
+// them in its flavor (2.47).
+func TestGophercloudFlavorExtraSpecs(t *testing.T) {
+	ctx := context.Background()
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
+	cl := cloud.Connect(t)
+	sc := computeAt(cl, "2.61")
+	fl, err := cl.FindFlavor(ctx, "m1.small") // the flavor boot uses
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := flavors.CreateExtraSpecs(ctx, sc, fl.ID, flavors.ExtraSpecsOpts{"hw:cpu_policy": "shared", "trait:CUSTOM_X": "required"}).Extract()
+	if err != nil || len(set) != 2 {
+		t.Fatalf("set: %v %v", set, err)
+	}
+	if _, err := flavors.UpdateExtraSpec(ctx, sc, fl.ID, flavors.ExtraSpecsOpts{"hw:cpu_policy": "dedicated"}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	if err := flavors.DeleteExtraSpec(ctx, sc, fl.ID, "trait:CUSTOM_X").ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := flavors.ListExtraSpecs(ctx, sc, fl.ID).Extract()
+	if err != nil || len(got) != 1 || got["hw:cpu_policy"] != "dedicated" {
+		t.Fatalf("extra specs after set, update, unset: %v %v", got, err)
+	}
+	_, err = flavors.GetExtraSpec(ctx, sc, fl.ID, "trait:CUSTOM_X").Extract()
+	wantStatus(t, "an unset key", err, http.StatusNotFound)
+	// gophercloud refuses this one itself, so it goes out raw.
+	_, err = sc.Put(ctx, sc.ServiceURL("flavors", fl.ID, "os-extra_specs", "a"), map[string]string{"a": "1", "b": "2"}, nil, nil)
+	wantStatus(t, "an update naming two keys", err, http.StatusBadRequest)
+
+	srv := boot(t, cl, computeAt(cl, "2.47"), "pinned", "", servers.SchedulerHintOpts{})
+	shown, err := servers.Get(ctx, computeAt(cl, "2.47"), srv.ID).Extract()
+	if err != nil || fmt.Sprint(shown.Flavor["extra_specs"]) != "map[hw:cpu_policy:dedicated]" {
+		t.Fatalf("the booted server's flavor: %v %v", shown.Flavor, err)
+	}
 }

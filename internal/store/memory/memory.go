@@ -573,6 +573,23 @@ func (s *Store) CreateFlavor(_ context.Context, f records.Flavor) (records.Flavo
 	return cloneFlavor(f), nil
 }
 
+// UpdateFlavor implements store.Store.
+func (s *Store) UpdateFlavor(_ context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.flavors[id]
+	if !ok {
+		return records.Flavor{}, fmt.Errorf("flavor %s: %w", id, store.ErrNotFound)
+	}
+	f := cloneFlavor(cur)
+	if err := fn(&f); err != nil {
+		return records.Flavor{}, err
+	}
+	f.ID, f.Name = cur.ID, cur.Name
+	s.flavors[id] = cloneFlavor(f)
+	return f, nil
+}
+
 // GetFlavor implements store.Store.
 func (s *Store) GetFlavor(_ context.Context, id string) (records.Flavor, error) {
 	s.mu.Lock()

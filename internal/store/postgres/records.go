@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -328,6 +329,48 @@ func (s *Store) CreateFlavor(ctx context.Context, f records.Flavor) (records.Fla
 	}
 	if err != nil {
 		return records.Flavor{}, fmt.Errorf("creating flavor %s (%s): %w", f.ID, f.Name, err)
+	}
+	return f, nil
+}
+
+// UpdateFlavor implements store.Store.
+func (s *Store) UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error) {
+	var f records.Flavor
+	err := s.write(ctx, func(w *wtx) error {
+		var data []byte
+		w.queue(`SELECT data FROM flavors WHERE id = $1 FOR UPDATE`, id).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&data); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+		if err := w.send(); err != nil {
+			return err
+		}
+		if data == nil {
+			return store.ErrNotFound
+		}
+		var cur records.Flavor
+		if err := json.Unmarshal(data, &cur); err != nil {
+			return fmt.Errorf("decoding: %w", err)
+		}
+		f = cur
+		f.ExtraSpecs = maps.Clone(cur.ExtraSpecs)
+		if err := fn(&f); err != nil {
+			return err
+		}
+		f.ID, f.Name = cur.ID, cur.Name
+		out, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		w.queue(`UPDATE flavors SET data = $1 WHERE id = $2`, out, id)
+		return nil
+	})
+	if err != nil {
+		return records.Flavor{}, fmt.Errorf("updating flavor %s: %w", id, err)
 	}
 	return f, nil
 }

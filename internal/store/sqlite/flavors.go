@@ -2,8 +2,11 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -14,7 +17,42 @@ var (
 	qInsertFlavor    = wq(`INSERT INTO flavors (id, name, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`)
 	qFlavorNameTaken = wq(`SELECT COUNT(*) FROM flavors WHERE name = ? OR id = ?`)
 	qDeleteFlavor    = wq(`DELETE FROM flavors WHERE id = ?`)
+	qGetFlavor       = wq(`SELECT data FROM flavors WHERE id = ?`)
+	qSetFlavorData   = wq(`UPDATE flavors SET data = ? WHERE id = ?`)
 )
+
+// UpdateFlavor implements store.Store.
+func (s *Store) UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error) {
+	var f records.Flavor
+	err := s.write(ctx, func(w *wtx) error {
+		var data []byte
+		if err := w.queryRow(qGetFlavor, id).Scan(&data); errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		} else if err != nil {
+			return err
+		}
+		var cur records.Flavor
+		if err := json.Unmarshal(data, &cur); err != nil {
+			return fmt.Errorf("decoding: %w", err)
+		}
+		f = cur
+		f.ExtraSpecs = maps.Clone(cur.ExtraSpecs)
+		if err := fn(&f); err != nil {
+			return err
+		}
+		f.ID, f.Name = cur.ID, cur.Name
+		out, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		_, err = w.exec(qSetFlavorData, string(out), id)
+		return err
+	})
+	if err != nil {
+		return records.Flavor{}, fmt.Errorf("updating flavor %s: %w", id, err)
+	}
+	return f, nil
+}
 
 // CreateFlavor implements store.Store.
 func (s *Store) CreateFlavor(ctx context.Context, f records.Flavor) (records.Flavor, error) {

@@ -24,6 +24,7 @@ var recordTests = []subtest{
 	{"Flavors", testFlavors},
 	{"UpdateService", testUpdateService},
 	{"InstanceActions", testInstanceActions},
+	{"UpdateFlavor", testUpdateFlavor},
 }
 
 // t0 is a fixed instant in UTC with microsecond precision, which every store
@@ -546,5 +547,39 @@ func testInstanceActions(t *testing.T, s store.Store) {
 	}
 	if got, err = s.ListInstanceActions(ctx, "i2"); err != nil || !reflect.DeepEqual(got, []records.InstanceAction{c}) {
 		t.Errorf("ListInstanceActions(i2) = %+v, %v; want [%+v]", got, err, c)
+	}
+}
+
+// testUpdateFlavor: fn's changes to extra specs are kept (ID and name are
+// not changeable); an error from fn changes nothing; an unknown flavor is
+// ErrNotFound.
+func testUpdateFlavor(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if _, err := s.CreateFlavor(ctx, records.Flavor{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1,
+		ExtraSpecs: map[string]string{"a": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.UpdateFlavor(ctx, "1", func(f *records.Flavor) error {
+		f.ExtraSpecs["b"] = "2"
+		delete(f.ExtraSpecs, "a")
+		f.ID, f.Name = "9", "renamed"
+		return nil
+	})
+	want := records.Flavor{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1, ExtraSpecs: map[string]string{"b": "2"}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("UpdateFlavor = %+v, %v; want %+v", got, err, want)
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateFlavor(ctx, "1", func(f *records.Flavor) error {
+		f.ExtraSpecs["c"] = "3"
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Errorf("UpdateFlavor with a failing fn: %v, want boom", err)
+	}
+	if f, err := s.GetFlavor(ctx, "1"); err != nil || !reflect.DeepEqual(f, want) {
+		t.Errorf("GetFlavor after the updates = %+v, %v; want %+v", f, err, want)
+	}
+	if _, err := s.UpdateFlavor(ctx, "nope", func(*records.Flavor) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpdateFlavor(unknown) = %v, want ErrNotFound", err)
 	}
 }
