@@ -67,6 +67,15 @@ type Report struct {
 	// and its children used meanwhile, and the machine's load average when
 	// it started: other work on the machine shows there.
 	Sections []SectionStat
+	// Goals are the issue's goals, judged (not in quick mode).
+	Goals []Goal
+}
+
+// Goal is one of the issue's goals and whether this run met it.
+type Goal struct {
+	Key  string `json:"key"`
+	Goal string `json:"goal"`
+	Met  bool   `json:"met"`
 }
 
 // SectionStat is one section's cost and the machine's load.
@@ -161,6 +170,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for _, p := range parts {
 		rep.Rows = append(rep.Rows, p.rep.Rows...)
 		rep.Sections = append(rep.Sections, p.rep.Sections...)
+		rep.Goals = append(rep.Goals, p.rep.Goals...)
 		for k, v := range p.rep.Figures {
 			rep.Figures[k] = v
 		}
@@ -225,8 +235,28 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "whole run: %.0f s wall; %s\n", rep.Wall.Seconds(), rep.sectionNote())
+	_, err := fmt.Fprintf(w, "whole run: %.0f s wall; %s\n%s\n", rep.Wall.Seconds(), rep.sectionNote(), rep.goalNote())
 	return err
+}
+
+// goalNote counts the goals met and names the missed ones.
+func (rep *Report) goalNote() string {
+	if len(rep.Goals) == 0 {
+		return "goals: none judged"
+	}
+	met, missed := 0, []string{}
+	for _, g := range rep.Goals {
+		if g.Met {
+			met++
+		} else {
+			missed = append(missed, g.Key+" "+g.Goal)
+		}
+	}
+	note := fmt.Sprintf("goals: %d of %d met", met, len(rep.Goals))
+	if len(missed) > 0 {
+		note += "; missed: " + strings.Join(missed, ", ")
+	}
+	return note
 }
 
 // sectionNote says each section's wall and CPU time and the load it met.
@@ -280,6 +310,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			return fmt.Errorf("writing table: %w", err)
 		}
 	}
+	if _, err := fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(rep.goalNote()[:1])+rep.goalNote()[1:]); err != nil {
+		return fmt.Errorf("writing table: %w", err)
+	}
 	return nil
 }
 
@@ -304,6 +337,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	out["machine"] = machine()
 	out["rows"] = rep.Rows
 	out["sections"] = rep.Sections
+	out["goals"] = rep.Goals
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(out); err != nil {
@@ -370,10 +404,11 @@ func commas(n int64) string {
 
 // goal marks a figure against its goal (in quick mode it only names the
 // goal: shrunk sizes prove nothing either way).
-func (r *run) goal(met bool, text string) string {
+func (r *run) goal(key string, met bool, text string) string {
 	if r.opts.Quick {
 		return "goal " + text + ": not judged in quick mode"
 	}
+	r.rep.Goals = append(r.rep.Goals, Goal{Key: key, Goal: text, Met: met})
 	if met {
 		return "goal " + text + ": met"
 	}

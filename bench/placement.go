@@ -456,13 +456,13 @@ func (r *run) placement(ctx context.Context) error {
 	fair := fmt.Sprintf("one gunicorn worker (Placement %s, max microversion %s) vs one keel server, both on SQLite (local disk), both on loopback, same client; %s providers (VCPU 64 ×4.0, MEMORY_MB 262144, DISK_GB 2000); microversion %s",
 		placementPackageVersion(), peer.version, commas(int64(n)), strings.TrimPrefix(placementMicroversion, "placement "))
 	r.row("4", "GET /allocation_candidates (VCPU:2, MEMORY_MB:4096, DISK_GB:20, limit=1000)",
-		fmt.Sprintf("keel %s, Placement %s: keel %.0f× faster (%s)", fmtMS(kt.candidatesMS), fmtMS(pt.candidatesMS), candRatio, r.goal(candRatio >= 100, "≥ 100×")),
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× faster (%s)", fmtMS(kt.candidatesMS), fmtMS(pt.candidatesMS), candRatio, r.goal("placement_candidates_ratio", candRatio >= 100, "≥ 100×")),
 		fmt.Sprintf("median of %d after a warm-up, %d candidates each, timed until the whole answer is read; ", reps, kt.candidates)+fair)
 	r.row("4", "sequential PUT /allocations/{consumer}",
-		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.claimsPerSec, "/s"), fmtRate(pt.claimsPerSec, "/s"), claimRatio, r.goal(claimRatio >= 50, "≥ 50×")),
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.claimsPerSec, "/s"), fmtRate(pt.claimsPerSec, "/s"), claimRatio, r.goal("placement_claims_ratio", claimRatio >= 50, "≥ 50×")),
 		fmt.Sprintf("%d new consumers each, one at a time, round-robin over the providers, consumer_generation null, project_id/user_id set; ", claims)+fair)
 	r.row("4", "candidates + claim (a Placement-style schedule)",
-		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.schedPerSec, "/s"), fmtRate(pt.schedPerSec, "/s"), schedRatio, r.goal(schedRatio >= 300, "≥ 300×")),
+		fmt.Sprintf("keel %s, Placement %s: keel %.0f× (%s)", fmtRate(kt.schedPerSec, "/s"), fmtRate(pt.schedPerSec, "/s"), schedRatio, r.goal("placement_schedule_ratio", schedRatio >= 300, "≥ 300×")),
 		fmt.Sprintf("GET the candidates, then PUT /allocations on the first; keel %d rounds, Placement %d; ", keelScheds, peerScheds)+fair)
 	r.progress("placement: candidates %.1f×, claims %.1f×, candidates+claim %.1f×", candRatio, claimRatio, schedRatio)
 	return nil
