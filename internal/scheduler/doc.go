@@ -14,6 +14,7 @@
 //	weighers                raw value per host, normalised to 0..1 over the
 //	                        candidates ((v−min)/(max−min), min fixed at 0 for
 //	                        RAM/CPU/Disk/IoOps), times *_weight_multiplier
+//	                        (or the one the host's aggregates set)
 //	selection               best first (ties in host-name order, or shuffled
 //	                        with shuffle_best_same_weighed_hosts); pick at
 //	                        random among the first host_subset_size; claim
@@ -27,6 +28,11 @@
 // resource trackers (legacy and dest-update; those two differ only in when
 // the trackers write). Whether a host fits is always decided from
 // allocations.
+//
+// The view also follows the compute host aggregates: their metadata feeds
+// AvailabilityZoneFilter (availability_zone),
+// AggregateInstanceExtraSpecsFilter and per-host weigher multipliers. TestNovaDifferential checks the
+// filters and weighers against Nova 26's own code (python3-nova).
 //
 // Time and randomness come from outside (a clock.Clock and a *rand.Rand), so
 // the simulator replays decisions exactly.
