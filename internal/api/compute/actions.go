@@ -68,6 +68,36 @@ func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents
 		}
 		events = append(events, ev)
 	}
+	if act.Action == "create" && act.MigrationID == 0 {
+		// A create's outcome is its server's: building, active, or in
+		// error with the fault as the reason (nothing once it is deleted).
+		// keel does not record when a build ended, so a finished one shows
+		// the server's creation time, as its launched_at does.
+		if in, err := a.cfg.Store.GetInstance(r.Context(), act.InstanceUUID); err == nil {
+			ev := map[string]any{"event": "compute_build_and_run_instance", "start_time": migrationTime(act.StartTime),
+				"finish_time": nil, "result": nil}
+			switch in.VMState {
+			case records.VMError:
+				ev["finish_time"], ev["result"] = migrationTime(in.UpdatedAt), "Error"
+				if msg == nil && in.Fault != "" {
+					msg = in.Fault
+				}
+			case records.VMBuilding:
+			default:
+				ev["finish_time"], ev["result"] = migrationTime(in.CreatedAt), "Success"
+			}
+			if caller(r).Admin {
+				ev["traceback"] = nil
+			}
+			if version(r).AtLeast(62) {
+				ev["hostId"] = hostID(in)
+				if caller(r).Admin {
+					ev["host"] = in.Host
+				}
+			}
+			events = append(events, ev)
+		}
+	}
 	v := map[string]any{
 		"action": act.Action, "instance_uuid": act.InstanceUUID, "request_id": act.RequestID,
 		"user_id": act.UserID, "project_id": act.ProjectID, "start_time": migrationTime(act.StartTime), "message": msg,

@@ -213,6 +213,10 @@ func TestGophercloudComputeLifecycle(t *testing.T) {
 	if err != nil || act.Events == nil || len(*act.Events) != 1 || (*act.Events)[0].Result != "Success" || act.Message != "" {
 		t.Fatalf("the last live migration's action: %+v %v", act, err)
 	}
+	act, err = instanceactions.Get(ctx, sc, s.ID, createReq).Extract()
+	if err != nil || act.Events == nil || len(*act.Events) != 1 || (*act.Events)[0].Event != "compute_build_and_run_instance" || (*act.Events)[0].Result != "Success" {
+		t.Fatalf("the create action: %+v %v", act, err)
+	}
 	_, err = instanceactions.Get(ctx, sc, s.ID, "req-nope").Extract()
 	wantStatus(t, "an unknown action", err, http.StatusNotFound)
 

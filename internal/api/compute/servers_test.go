@@ -221,3 +221,34 @@ func TestResetState(t *testing.T) {
 		t.Errorf("reset during a live migration: %d, then %s; want 409 and no change", got, status())
 	}
 }
+
+// TestFailedCreateActionGivesTheReason: a server no host can take ends in
+// ERROR with a fault, and its create action carries that reason and an
+// event whose result is Error.
+func TestFailedCreateActionGivesTheReason(t *testing.T) {
+	e := newEnv(t)
+	e.call("POST", "/compute/v2.1/flavors", "admin", "", map[string]any{"flavor": map[string]any{"name": "huge", "id": "99", "ram": 1024, "vcpus": 64, "disk": 1}}, nil)
+	var created struct{ Server struct{ ID string } }
+	resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "big", "flavorRef": "99"}}, &created)
+	if resp.StatusCode != 202 {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	reqID := resp.Header.Get("X-Openstack-Request-Id")
+	var show struct{ Server map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+created.Server.ID, "member", "", nil, &show)
+	fault, _ := show.Server["fault"].(map[string]any)
+	if show.Server["status"] != "ERROR" || fault == nil || fault["message"] == "" {
+		t.Fatalf("server: %v", show.Server)
+	}
+	var act struct {
+		InstanceAction struct {
+			Action, Message string
+			Events          []map[string]any
+		}
+	}
+	e.call("GET", "/compute/v2.1/servers/"+created.Server.ID+"/os-instance-actions/"+reqID, "member", "2.51", nil, &act)
+	a := act.InstanceAction
+	if a.Action != "create" || a.Message != fault["message"] || len(a.Events) != 1 || a.Events[0]["result"] != "Error" || a.Events[0]["traceback"] != nil {
+		t.Errorf("create action of a failed build: %+v (fault %v)", a, fault["message"])
+	}
+}
