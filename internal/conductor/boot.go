@@ -66,6 +66,11 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 		return c.failBuild(ctx, inst, err.Error())
 	}
 	inst.Host = sel.Host
+	if inst.Zone == "" {
+		// As Nova's conductor: an instance booted without a zone is in its
+		// host's zone from now on.
+		inst.Zone = c.sched.View().HostZone(sel.Host)
+	}
 	updated, err := c.store.UpdateInstance(ctx, inst)
 	if err != nil {
 		// Most likely a delete marked the instance meanwhile (its version

@@ -350,6 +350,22 @@ func (v *View) Host(name string) (HostState, bool) {
 	return *h, true
 }
 
+// HostZone returns a host's availability zone: the zone its aggregates
+// name (the first, should they name several), else its service's ("" for
+// a host the view does not know).
+func (v *View) HostZone(name string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	h := v.byName[name]
+	if h == nil {
+		return ""
+	}
+	if azs := h.AggregateMetadata[ZoneKey]; len(azs) > 0 {
+		return azs[0]
+	}
+	return h.Zone
+}
+
 // Len returns the number of hosts in the view.
 func (v *View) Len() int {
 	v.mu.Lock()

@@ -160,6 +160,17 @@ func TestGophercloudAggregatesAndZones(t *testing.T) {
 			t.Fatalf("a server for az1: %s on %q", srv.Status, srv.Host)
 		}
 	}
+	// A server booted without a zone is in its host's zone.
+	free := boot(t, cl, sc, "anyzone", "", servers.SchedulerHintOpts{})
+	var az struct {
+		Zone string `json:"OS-EXT-AZ:availability_zone"`
+	}
+	if err := servers.Get(ctx, sc, free.ID).ExtractInto(&az); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"h01": "az1", "h02": "az1", "h03": "nova"}[free.Host]; az.Zone != want {
+		t.Fatalf("a server booted without a zone on %s shows zone %q, want %q", free.Host, az.Zone, want)
+	}
 	if srv := boot(t, cl, sc, "az2", "az2", servers.SchedulerHintOpts{}); srv.Status != "ERROR" {
 		t.Fatalf("a server for az2 (no host there): %s on %q", srv.Status, srv.Host)
 	}
