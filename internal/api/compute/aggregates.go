@@ -282,7 +282,8 @@ func (a *API) addAggregateHost(ctx context.Context, ag records.Aggregate, host s
 	if err != nil {
 		return ag, err
 	}
-	return ag, a.mirrorPlacement(ctx, host, ag.UUID, true)
+	a.mirror(ctx, host, ag.UUID, true)
+	return ag, nil
 }
 
 func (a *API) removeAggregateHost(ctx context.Context, ag records.Aggregate, host string) (records.Aggregate, error) {
@@ -297,7 +298,8 @@ func (a *API) removeAggregateHost(ctx context.Context, ag records.Aggregate, hos
 	if err != nil {
 		return ag, err
 	}
-	return ag, a.mirrorPlacement(ctx, host, ag.UUID, false)
+	a.mirror(ctx, host, ag.UUID, false)
+	return ag, nil
 }
 
 func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md map[string]*string) (records.Aggregate, error) {
@@ -391,6 +393,14 @@ func serviceZone(s records.Service, aggZones map[string]string) string {
 	return "nova"
 }
 
+// mirror mirrors a membership change into placement; as in Nova, a
+// failure there is logged and does not undo the compute aggregate's change.
+func (a *API) mirror(ctx context.Context, host, aggUUID string, add bool) {
+	if err := a.mirrorPlacement(ctx, host, aggUUID, add); err != nil {
+		a.cfg.Log.Warn("placement aggregate not updated", "host", host, "aggregate", aggUUID, "add", add, "err", err)
+	}
+}
+
 // mirrorPlacement adds (or removes) aggregate aggUUID to (from) the
 // placement aggregates of host's resource provider, as Nova's API does
 // when a host joins or leaves a compute aggregate. A host without a
@@ -398,7 +408,7 @@ func serviceZone(s records.Service, aggZones map[string]string) string {
 func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add bool) error {
 	sums, err := a.cfg.Store.ProviderSummaries(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("finding the provider of %s: %w", host, err)
 	}
 	var rp string
 	for _, s := range sums {
@@ -409,10 +419,12 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 	if rp == "" {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
-		p, err := a.cfg.Store.GetProvider(ctx, rp)
-		if err != nil {
-			return fmt.Errorf("mirroring aggregate %s on the provider of %s: %w", aggUUID, host, err)
+	// The provider's generation guards the read-modify-write; a
+	// concurrent change to the provider means reading it again.
+	for attempt := 0; attempt < 5; attempt++ {
+		var p placement.Provider
+		if p, err = a.cfg.Store.GetProvider(ctx, rp); err != nil {
+			break
 		}
 		aggs := slices.DeleteFunc(slices.Clone(p.Aggregates), func(u string) bool { return u == aggUUID })
 		if add {
@@ -423,14 +435,14 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 			return nil
 		}
 		gen := p.Generation
-		_, err = a.cfg.Store.SetProviderAggregates(ctx, rp, &gen, aggs)
-		if err == nil || !placement.IsConflict(err) || attempt >= 5 {
-			if err != nil {
-				return fmt.Errorf("mirroring aggregate %s on the provider of %s: %w", aggUUID, host, err)
-			}
-			return nil
+		if _, err = a.cfg.Store.SetProviderAggregates(ctx, rp, &gen, aggs); !placement.IsConflict(err) {
+			break
 		}
 	}
+	if err != nil {
+		return fmt.Errorf("mirroring aggregate %s on the provider of %s: %w", aggUUID, host, err)
+	}
+	return nil
 }
 
 // decodeStrict is decode for bodies whose schema Nova closes
