@@ -230,3 +230,18 @@ osp resource class delete CUSTOM_GPU
 osp resource provider aggregate set --generation "$(osp resource provider show "$rpb" -f value -c generation)" "$rpb" >/dev/null
 expect "" "$(osp trait list --name startswith:CUSTOM_ -f value)$(osp resource provider aggregate list "$rpb" -f value)" \
   "resource provider trait delete, trait delete, aggregates cleared"
+
+# A flavor's trait:NAME=required reaches keel's scheduler: the server lands
+# on the one enabled host whose provider has the trait.
+th=
+for h in h01 h02 h03; do if [ "$h" != "$target" ]; then th=$h; break; fi; done
+rpt=$(os resource provider list --name "$th" -f value -c uuid)
+osp trait create CUSTOM_PICK_ME
+osp resource provider trait set --trait CUSTOM_PICK_ME "$rpt" >/dev/null
+os flavor create --vcpus 1 --ram 512 --disk 1 --property trait:CUSTOM_PICK_ME=required picky >/dev/null
+os server create --flavor picky --image keel-fake --nic none --wait vmt >/dev/null
+expect "$th" "$(hostof vmt)" "server create --flavor with trait:CUSTOM_PICK_ME=required lands on $th"
+os server delete --wait vmt
+os flavor delete picky
+osp resource provider trait delete "$rpt"
+osp trait delete CUSTOM_PICK_ME
