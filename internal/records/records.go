@@ -122,13 +122,15 @@ type Instance struct {
 	DiskConfig  string            `json:"disk_config,omitempty"`
 	// ReservationID is shared by the servers of one create request;
 	// LaunchIndex is each one's place in it.
-	ReservationID string    `json:"reservation_id,omitempty"`
-	LaunchIndex   int       `json:"launch_index,omitempty"`
-	VMState       string    `json:"vm_state"`
-	TaskState     string    `json:"task_state"`
-	Fault         string    `json:"fault,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	ReservationID string `json:"reservation_id,omitempty"`
+	LaunchIndex   int    `json:"launch_index,omitempty"`
+	// Tags are the server's tags (compute API 2.26), in the order added.
+	Tags      []string  `json:"tags,omitempty"`
+	VMState   string    `json:"vm_state"`
+	TaskState string    `json:"task_state"`
+	Fault     string    `json:"fault,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Version increments on every update; an update naming a stale version
 	// fails with a conflict (optimistic concurrency between servers).
 	Version int64 `json:"version"`

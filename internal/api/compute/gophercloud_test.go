@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/migrations"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/services"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/tags"
 	"github.com/gophercloud/gophercloud/v2/pagination"
 
 	"keel/internal/client"
@@ -268,4 +270,82 @@ func TestGophercloudFlavorExtraSpecs(t *testing.T) {
 	if err != nil || fmt.Sprint(shown.Flavor["extra_specs"]) != "map[hw:cpu_policy:dedicated]" {
 		t.Fatalf("the booted server's flavor: %v %v", shown.Flavor, err)
 	}
+}
+
+// TestGophercloudServerTags adds, checks, replaces and deletes server tags
+// with gophercloud (2.26), filters the server list by them, and finds the
+// tag API absent before 2.26.
+func TestGophercloudServerTags(t *testing.T) {
+	ctx := context.Background()
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
+	cl := cloud.Connect(t)
+	sc := computeAt(cl, "2.26")
+	a := boot(t, cl, sc, "a", "", servers.SchedulerHintOpts{})
+	b := boot(t, cl, sc, "b", "", servers.SchedulerHintOpts{})
+	for _, tag := range []string{"web", "prod"} {
+		if err := tags.Add(ctx, sc, a.ID, tag).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tags.Add(ctx, sc, b.ID, "web").ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tags.Check(ctx, sc, a.ID, "prod").Extract(); !ok || err != nil {
+		t.Errorf("check prod on a: %v %v", ok, err)
+	}
+	if ok, err := tags.Check(ctx, sc, b.ID, "prod").Extract(); ok || err != nil {
+		t.Errorf("check prod on b: %v %v", ok, err)
+	}
+	names := func(opts servers.ListOpts) string {
+		t.Helper()
+		pages, err := servers.List(sc, opts).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := servers.ExtractServers(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, s := range all {
+			out = append(out, s.Name)
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		opts servers.ListOpts
+		want string
+	}{
+		{servers.ListOpts{Tags: "web,prod"}, "a"},
+		{servers.ListOpts{TagsAny: "prod,nope"}, "a"},
+		{servers.ListOpts{NotTags: "prod"}, "b"},
+		{servers.ListOpts{Tags: "web"}, "a,b"},
+	} {
+		if got := names(c.opts); got != c.want {
+			t.Errorf("list %+v: %s, want %s", c.opts, got, c.want)
+		}
+	}
+	got, err := tags.ReplaceAll(ctx, sc, a.ID, tags.ReplaceAllOpts{Tags: []string{"db", "db", "eu"}}).Extract()
+	if err != nil || strings.Join(got, ",") != "db,eu" {
+		t.Fatalf("replace all: %v %v", got, err)
+	}
+	if err := tags.Delete(ctx, sc, a.ID, "db").ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tags.List(ctx, sc, a.ID).Extract(); err != nil || strings.Join(got, ",") != "eu" {
+		t.Fatalf("after deleting db: %v %v", got, err)
+	}
+	err = tags.Add(ctx, sc, a.ID, "a/b").ExtractErr()
+	wantStatus(t, "a tag with a slash", err, http.StatusNotFound) // the slash makes another path
+	err = tags.Add(ctx, sc, a.ID, "a,b").ExtractErr()
+	wantStatus(t, "a tag with a comma", err, http.StatusBadRequest)
+	if err := tags.DeleteAll(ctx, sc, a.ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tags.List(ctx, sc, a.ID).Extract(); err != nil || len(got) != 0 {
+		t.Fatalf("after delete all: %v %v", got, err)
+	}
+	_, err = tags.List(ctx, computeAt(cl, "2.25"), a.ID).Extract()
+	wantStatus(t, "tags at 2.25", err, http.StatusNotFound)
 }

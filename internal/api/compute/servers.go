@@ -111,7 +111,7 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 		v["description"] = desc
 	}
 	if ver.AtLeast(26) {
-		v["tags"] = []string{}
+		v["tags"] = tagList(in)
 	}
 	if ver.AtLeast(63) {
 		v["trusted_image_certificates"] = nil
@@ -619,6 +619,8 @@ type listQuery struct {
 	limit        int
 	marker       string
 	reservation  string
+	// 2.26 tag filters: comma-separated lists.
+	tags, tagsAny, notTags, notTagsAny []string
 }
 
 func parseListQuery(r *http.Request) (listQuery, error) {
@@ -659,7 +661,29 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	}
 	lq.marker = q.Get("marker")
 	lq.reservation = q.Get("reservation_id")
+	if version(r).AtLeast(26) {
+		split := func(k string) []string {
+			if v := q.Get(k); v != "" {
+				return strings.Split(v, ",")
+			}
+			return nil
+		}
+		lq.tags, lq.tagsAny, lq.notTags, lq.notTagsAny = split("tags"), split("tags-any"), split("not-tags"), split("not-tags-any")
+	}
 	return lq, nil
+}
+
+func hasAll(tags, want []string) bool {
+	for _, t := range want {
+		if !slices.Contains(tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasAny(tags, want []string) bool {
+	return slices.ContainsFunc(want, func(t string) bool { return slices.Contains(tags, t) })
 }
 
 // parseISOTime reads an ISO 8601 time as Nova's date-time checks accept
@@ -678,6 +702,10 @@ func (lq listQuery) match(c Caller, in records.Instance) bool {
 	case !lq.all && in.ProjectID != c.ProjectID,
 		lq.tenant != "" && in.ProjectID != lq.tenant,
 		lq.reservation != "" && in.ReservationID != lq.reservation,
+		lq.tags != nil && !hasAll(in.Tags, lq.tags),
+		lq.tagsAny != nil && !hasAny(in.Tags, lq.tagsAny),
+		lq.notTags != nil && hasAll(in.Tags, lq.notTags),
+		lq.notTagsAny != nil && hasAny(in.Tags, lq.notTagsAny),
 		lq.host != "" && in.Host != lq.host,
 		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
 		lq.name != nil && !lq.name.MatchString(in.Name),

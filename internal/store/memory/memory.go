@@ -530,6 +530,7 @@ func cloneInstance(in records.Instance) records.Instance {
 		in.Hints = &h
 	}
 	in.Metadata = maps.Clone(in.Metadata)
+	in.Tags = slices.Clone(in.Tags)
 	return in
 }
 
