@@ -94,6 +94,8 @@ func (a *API) routes() {
 	route("DELETE /compute/v2.1/servers/{id}", false, a.deleteServer)
 	route("PUT /compute/v2.1/servers/{id}", false, a.updateServer)
 	route("POST /compute/v2.1/servers/{id}/action", false, a.serverAction)
+	route("GET /compute/v2.1/servers/{id}/ips", false, a.listAddresses)
+	route("GET /compute/v2.1/servers/{id}/ips/{network}", false, a.showNetworkAddresses)
 	route("GET /compute/v2.1/servers/{id}/tags", false, a.listTags)
 	route("PUT /compute/v2.1/servers/{id}/tags", false, a.replaceTags)
 	route("DELETE /compute/v2.1/servers/{id}/tags", false, a.deleteTags)

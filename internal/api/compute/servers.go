@@ -833,6 +833,24 @@ func (a *API) showServer(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listAddresses is GET /servers/{id}/ips: keel has no network service,
+// so a server has no addresses.
+func (a *API) listAddresses(w http.ResponseWriter, r *http.Request) error {
+	if _, err := a.instance(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"addresses": map[string]any{}})
+	return nil
+}
+
+// showNetworkAddresses is GET /servers/{id}/ips/{network}: never found.
+func (a *API) showNetworkAddresses(w http.ResponseWriter, r *http.Request) error {
+	if _, err := a.instance(r, r.PathValue("id")); err != nil {
+		return err
+	}
+	return notFoundf("Instance is not a member of specified network %s: keel has no networks", r.PathValue("network"))
+}
+
 func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {

@@ -252,3 +252,28 @@ func TestFailedCreateActionGivesTheReason(t *testing.T) {
 		t.Errorf("create action of a failed build: %+v (fault %v)", a, fault["message"])
 	}
 }
+
+// TestServerAddresses: keel has no networks, so a server's address list is
+// empty and any network is unknown; another project's server is not found.
+func TestServerAddresses(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1"}}, &created)
+	id := created.Server.ID
+	var ips map[string]map[string]any
+	if r := e.call("GET", "/compute/v2.1/servers/"+id+"/ips", "admin", "", nil, &ips); r.StatusCode != 200 || ips["addresses"] == nil || len(ips["addresses"]) != 0 {
+		t.Errorf("ips: %d %v", r.StatusCode, ips)
+	}
+	for _, c := range []struct {
+		path, token string
+		status      int
+	}{
+		{"/servers/" + id + "/ips/public", "admin", 404},
+		{"/servers/" + id + "/ips", "member", 404},
+		{"/servers/nope/ips", "admin", 404},
+	} {
+		if r := e.call("GET", "/compute/v2.1"+c.path, c.token, "", nil, nil); r.StatusCode != c.status {
+			t.Errorf("%s as %s: %d, want %d", c.path, c.token, r.StatusCode, c.status)
+		}
+	}
+}
