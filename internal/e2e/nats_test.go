@@ -143,7 +143,11 @@ func runRestartScenario(t *testing.T, nats *natsCluster, disrupt func()) int {
 	for _, id := range all {
 		want := r.hostOf(id) + ":running"
 		if got := where[id]; len(got) != 1 || got[0] != want {
-			t.Errorf("instance %s: guests %v, want exactly [%s]", id, got, want)
+			var ms struct {
+				Migrations []map[string]any `json:"migrations"`
+			}
+			r.call("GET", "/compute/v2.1/os-migrations?instance_uuid="+id, nil, &ms)
+			t.Errorf("instance %s: guests %v, want exactly [%s]; its migrations: %v", id, got, want, ms.Migrations)
 		}
 		delete(where, id)
 	}
