@@ -3,6 +3,7 @@ package compute
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,6 +133,31 @@ func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.R
 		if version(r).AtLeast(53) {
 			pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
 		}
+		// 2.33: paging with limit and a hypervisor's id as marker.
+		body := map[string]any{}
+		if version(r).AtLeast(33) {
+			q := r.URL.Query()
+			idOf := func(h hypervisor) string { return fmt.Sprint(a.hypervisorView(r, h, false)["id"]) }
+			if m := q.Get("marker"); m != "" {
+				i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
+				if i < 0 {
+					return badRequest("marker [" + m + "] not found")
+				}
+				hs = hs[i+1:]
+			}
+			if q.Has("limit") {
+				n, err := strconv.Atoi(q.Get("limit"))
+				if err != nil || n < 0 {
+					return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+				}
+				if len(hs) > n {
+					hs = hs[:n]
+					if n > 0 {
+						body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
+					}
+				}
+			}
+		}
 		out := make([]any, 0, len(hs))
 		for _, h := range hs {
 			if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
@@ -148,7 +174,8 @@ func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.R
 		if pattern != "" && len(out) == 0 {
 			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"hypervisors": out})
+		body["hypervisors"] = out
+		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
 }

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -63,17 +64,67 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, map[string]any{"migrations": []any{}})
 		return nil
 	}
+	// 2.59: paging (limit, marker: a migration's uuid) and changes-since;
+	// 2.66: changes-before.
+	paged := version(r).AtLeast(59)
+	limit := -1
+	var since, before time.Time
+	if paged {
+		if q.Has("limit") {
+			n, err := strconv.Atoi(q.Get("limit"))
+			if err != nil || n < 0 {
+				return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+			}
+			limit = min(n, 1000)
+		}
+		for _, p := range []struct {
+			name string
+			dst  *time.Time
+			from int
+		}{{"changes-since", &since, 59}, {"changes-before", &before, 66}} {
+			if s := q.Get(p.name); s != "" && version(r).AtLeast(p.from) {
+				t, err := parseISOTime(s)
+				if err != nil {
+					return badRequest("Invalid input for query parameters " + p.name + ". Value: " + s + ". not a 'date-time'")
+				}
+				*p.dst = t
+			}
+		}
+	}
 	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{
 		Host: q.Get("host"), Status: q.Get("status"), InstanceUUID: q.Get("instance_uuid"),
 	})
 	if err != nil {
 		return err
 	}
-	out := make([]any, 0, len(ms))
-	for i := len(ms) - 1; i >= 0; i-- {
-		out = append(out, a.migrationView(r, ms[i]))
+	slices.Reverse(ms) // newest first
+	if m := q.Get("marker"); paged && m != "" {
+		i := slices.IndexFunc(ms, func(x records.Migration) bool { return x.UUID == m })
+		if i < 0 {
+			return badRequest("Marker " + m + " could not be found.")
+		}
+		ms = ms[i+1:]
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"migrations": out})
+	var sel []records.Migration
+	for _, m := range ms {
+		if (!since.IsZero() && m.UpdatedAt.Before(since)) || (!before.IsZero() && m.UpdatedAt.After(before)) {
+			continue
+		}
+		sel = append(sel, m)
+	}
+	body := map[string]any{}
+	if limit >= 0 && len(sel) > limit {
+		sel = sel[:limit]
+		if limit > 0 {
+			body["migrations_links"] = a.nextLink(r, "os-migrations", sel[limit-1].UUID)
+		}
+	}
+	out := make([]any, 0, len(sel))
+	for _, m := range sel {
+		out = append(out, a.migrationView(r, m))
+	}
+	body["migrations"] = out
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 

@@ -277,3 +277,46 @@ func TestServerAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationPaging: from 2.59 os-migrations pages with limit and a
+// migration's uuid as marker, newest first; before 2.59 both are ignored.
+func TestMigrationPaging(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{"a", "b"} {
+		var created struct{ Server struct{ ID string } }
+		e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": name, "flavorRef": "1"}}, &created)
+		e.clk.Advance(2 * time.Second)
+		if r := e.call("POST", "/compute/v2.1/servers/"+created.Server.ID+"/action", "admin", "2.30", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil); r.StatusCode != 202 {
+			t.Fatalf("live-migrating %s: %d", name, r.StatusCode)
+		}
+	}
+	type page struct {
+		Migrations []struct {
+			ID   int64
+			UUID string
+		}
+		Links []map[string]string `json:"migrations_links"`
+	}
+	var all, first, rest page
+	e.call("GET", "/compute/v2.1/os-migrations", "admin", "2.59", nil, &all)
+	if len(all.Migrations) != 2 || all.Migrations[0].ID < all.Migrations[1].ID {
+		t.Fatalf("all migrations, newest first: %+v", all)
+	}
+	e.call("GET", "/compute/v2.1/os-migrations?limit=1", "admin", "2.59", nil, &first)
+	if len(first.Migrations) != 1 || first.Migrations[0].UUID != all.Migrations[0].UUID || len(first.Links) != 1 ||
+		!strings.Contains(first.Links[0]["href"], "marker="+all.Migrations[0].UUID) {
+		t.Fatalf("limit=1: %+v", first)
+	}
+	e.call("GET", "/compute/v2.1/os-migrations?marker="+first.Migrations[0].UUID, "admin", "2.59", nil, &rest)
+	if len(rest.Migrations) != 1 || rest.Migrations[0].UUID != all.Migrations[1].UUID || rest.Links != nil {
+		t.Fatalf("after the marker: %+v", rest)
+	}
+	var old page
+	e.call("GET", "/compute/v2.1/os-migrations?limit=1", "admin", "2.58", nil, &old)
+	if len(old.Migrations) != 2 {
+		t.Errorf("limit at 2.58 (not yet paged): %d migrations, want 2", len(old.Migrations))
+	}
+	if r := e.call("GET", "/compute/v2.1/os-migrations?marker=nope", "admin", "2.59", nil, nil); r.StatusCode != 400 {
+		t.Errorf("unknown marker: %d, want 400", r.StatusCode)
+	}
+}
