@@ -114,6 +114,9 @@ func runRestartScenario(t *testing.T, nats *natsCluster, disrupt func()) int {
 			t.Errorf("migration %d ended %s, want completed", m, st)
 		}
 	}
+	for _, id := range ids {
+		r.waitSettled(id)
+	}
 	for _, id := range late {
 		r.waitFor("server "+id+" ACTIVE", 60*time.Second, func() bool { return r.server_(id)["status"] == "ACTIVE" })
 	}

@@ -148,6 +148,7 @@ func TestReplicasOnPostgres(t *testing.T) {
 	if st := a.waitMigration(mid, 60*time.Second); st != "completed" {
 		t.Fatalf("migration %d asked of replica B ended %s (seen on A)", mid, st)
 	}
+	a.waitSettled(ids[0])
 	if dst := a.hostOf(ids[0]); dst == src {
 		t.Fatalf("instance still on %s after its migration", src)
 	}

@@ -254,3 +254,16 @@ func countInLogs(text string, ps ...*proc) int {
 	}
 	return n
 }
+
+// waitSettled waits until server id has no task left. A migration's record
+// reads "completed" a moment before the conductor moves the instance's
+// host to the destination (the record is saved before its last action),
+// so a test that reads the host right after the status can see the
+// source.
+func (c *cloud) waitSettled(id string) {
+	c.t.Helper()
+	c.waitFor("server "+id+" settled", 30*time.Second, func() bool {
+		s := c.server_(id)
+		return s["OS-EXT-STS:task_state"] == nil && s["status"] == "ACTIVE"
+	})
+}
