@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"keel/internal/httpbody"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	"keel/internal/httpbody"
 )
 
 // maxAuthBody bounds a login request body.

@@ -2,11 +2,11 @@ package server
 
 import (
 	"encoding/json"
-	"keel/internal/httpbody"
 	"net/http"
 
 	"keel/internal/api/compute"
 	"keel/internal/audit"
+	"keel/internal/httpbody"
 	"keel/internal/identity"
 	"keel/internal/records"
 	"keel/internal/scheduler"

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"keel/internal/httpbody"
-	"keel/internal/httproute"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +12,8 @@ import (
 
 	"keel/internal/clock"
 	"keel/internal/conductor"
+	"keel/internal/httpbody"
+	"keel/internal/httproute"
 	"keel/internal/records"
 	"keel/internal/requestid"
 	"keel/internal/store"

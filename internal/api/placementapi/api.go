@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-
 	"strconv"
 	"strings"
 

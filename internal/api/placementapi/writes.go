@@ -3,10 +3,10 @@ package placementapi
 import (
 	"encoding/json"
 	"errors"
-	"keel/internal/httpbody"
 	"net/http"
 	"regexp"
 
+	"keel/internal/httpbody"
 	"keel/internal/placement"
 	"keel/internal/store"
 )

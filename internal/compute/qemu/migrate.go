@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"keel/internal/compute/qemu/qmp"
 	"sync"
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/compute/qemu/qmp"
 	"keel/internal/records"
 )
 
