@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -14,30 +13,6 @@ import (
 )
 
 // Compute host aggregates and server groups.
-
-// lockJSON reads one row's JSON column with FOR UPDATE inside a write
-// transaction and decodes it into v; ErrNotFound without a row.
-func (w *wtx) lockJSON(v any, query string, args ...any) error {
-	var data []byte
-	w.queue(query, args...).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := rows.Scan(&data); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
-	if err := w.send(); err != nil {
-		return err
-	}
-	if data == nil {
-		return store.ErrNotFound
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding: %w", err)
-	}
-	return nil
-}
 
 // CreateAggregate implements store.Store.
 func (s *Store) CreateAggregate(ctx context.Context, a records.Aggregate) (records.Aggregate, error) {
@@ -61,13 +36,8 @@ func (s *Store) CreateAggregate(ctx context.Context, a records.Aggregate) (recor
 		if a.ID == 0 {
 			return store.ErrExists
 		}
-		data, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		w.queue(`UPDATE aggregates SET data = $1 WHERE id = $2`, data, a.ID)
 		w.note(store.ChangeAggregate, strconv.FormatInt(a.ID, 10))
-		return nil
+		return w.putJSON(`UPDATE aggregates SET data = $2 WHERE id = $1`, a, a.ID)
 	})
 	if err != nil {
 		return records.Aggregate{}, fmt.Errorf("creating aggregate %q: %w", a.Name, err)
@@ -95,33 +65,21 @@ func (s *Store) ListAggregates(ctx context.Context) ([]records.Aggregate, error)
 
 // UpdateAggregate implements store.Store.
 func (s *Store) UpdateAggregate(ctx context.Context, id int64, fn func(*records.Aggregate) error) (records.Aggregate, error) {
-	var a records.Aggregate
-	err := s.write(ctx, func(w *wtx) error {
-		a = records.Aggregate{}
-		if err := w.lockJSON(&a, `SELECT data FROM aggregates WHERE id = $1 FOR UPDATE`, id); err != nil {
-			return err
-		}
-		if err := fn(&a); err != nil {
-			return err
-		}
-		a.ID = id
-		var taken bool
-		w.queue(`SELECT EXISTS (SELECT 1 FROM aggregates WHERE name = $1 AND id <> $2)`, a.Name, id).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&taken) })
-		if err := w.send(); err != nil {
-			return err
-		}
-		if taken {
-			return fmt.Errorf("aggregate name %q: %w", a.Name, store.ErrExists)
-		}
-		data, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		w.queue(`UPDATE aggregates SET name = $1, data = $2 WHERE id = $3`, a.Name, data, id)
-		w.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
-		return nil
-	})
+	a, err := updateJSON(ctx, s, `SELECT data FROM aggregates WHERE id = $1 FOR UPDATE`, id, fn,
+		func(w *wtx, a *records.Aggregate) error {
+			a.ID = id
+			var taken bool
+			w.queue(`SELECT EXISTS (SELECT 1 FROM aggregates WHERE name = $1 AND id <> $2)`, a.Name, id).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&taken) })
+			if err := w.send(); err != nil {
+				return err
+			}
+			if taken {
+				return fmt.Errorf("aggregate name %q: %w", a.Name, store.ErrExists)
+			}
+			w.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
+			return w.putJSON(`UPDATE aggregates SET name = $2, data = $3 WHERE id = $1`, a, id, a.Name)
+		})
 	if err != nil {
 		return records.Aggregate{}, fmt.Errorf("updating aggregate %d: %w", id, err)
 	}
@@ -157,14 +115,7 @@ func (s *Store) CreateServerGroup(ctx context.Context, g records.ServerGroup) (r
 	if g.Members == nil {
 		g.Members = []string{}
 	}
-	data, err := json.Marshal(g)
-	if err != nil {
-		return records.ServerGroup{}, fmt.Errorf("encoding server group %s: %w", g.UUID, err)
-	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO server_groups (uuid, data) VALUES ($1, $2) ON CONFLICT DO NOTHING`, g.UUID, data)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrExists
-	}
+	err := s.insertJSON(ctx, `INSERT INTO server_groups (uuid, data) VALUES ($1, $2) ON CONFLICT DO NOTHING`, g, g.UUID)
 	if err != nil {
 		return records.ServerGroup{}, fmt.Errorf("creating server group %s: %w", g.UUID, err)
 	}
@@ -192,23 +143,11 @@ func (s *Store) ListServerGroups(ctx context.Context) ([]records.ServerGroup, er
 // UpdateServerGroup implements store.Store: the row is locked, fn applied
 // and the result written in one transaction.
 func (s *Store) UpdateServerGroup(ctx context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error) {
-	var g records.ServerGroup
-	err := s.write(ctx, func(w *wtx) error {
-		g = records.ServerGroup{}
-		if err := w.lockJSON(&g, `SELECT data FROM server_groups WHERE uuid = $1 FOR UPDATE`, uuid); err != nil {
-			return err
-		}
-		if err := fn(&g); err != nil {
-			return err
-		}
-		g.UUID = uuid
-		data, err := json.Marshal(g)
-		if err != nil {
-			return err
-		}
-		w.queue(`UPDATE server_groups SET data = $1 WHERE uuid = $2`, data, uuid)
-		return nil
-	})
+	g, err := updateJSON(ctx, s, `SELECT data FROM server_groups WHERE uuid = $1 FOR UPDATE`, uuid, fn,
+		func(w *wtx, g *records.ServerGroup) error {
+			g.UUID = uuid
+			return w.putJSON(`UPDATE server_groups SET data = $2 WHERE uuid = $1`, g, uuid)
+		})
 	if err != nil {
 		return records.ServerGroup{}, fmt.Errorf("updating server group %s: %w", uuid, err)
 	}
@@ -217,11 +156,7 @@ func (s *Store) UpdateServerGroup(ctx context.Context, uuid string, fn func(*rec
 
 // DeleteServerGroup implements store.Store.
 func (s *Store) DeleteServerGroup(ctx context.Context, uuid string) error {
-	ct, err := s.pool.Exec(ctx, `DELETE FROM server_groups WHERE uuid = $1`, uuid)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
+	if err := s.deleteOne(ctx, `DELETE FROM server_groups WHERE uuid = $1`, uuid); err != nil {
 		return fmt.Errorf("deleting server group %s: %w", uuid, err)
 	}
 	return nil

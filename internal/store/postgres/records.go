@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,15 +16,10 @@ import (
 
 // PutHostRecord implements store.Store.
 func (s *Store) PutHostRecord(ctx context.Context, h records.HostRecord) error {
-	data, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("encoding host record %s: %w", h.Host, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		w.queue(`INSERT INTO host_records (host, data) VALUES ($1, $2)
-			ON CONFLICT (host) DO UPDATE SET data = excluded.data`, h.Host, data)
+	err := s.write(ctx, func(w *wtx) error {
 		w.note(store.ChangeHost, h.Host)
-		return nil
+		return w.putJSON(`INSERT INTO host_records (host, data) VALUES ($1, $2)
+			ON CONFLICT (host) DO UPDATE SET data = excluded.data`, h, h.Host)
 	})
 	if err != nil {
 		return fmt.Errorf("writing host record %s: %w", h.Host, err)
@@ -56,58 +50,27 @@ const qPutService = `INSERT INTO services (host, data) VALUES ($1, $2)
 
 // PutService implements store.Store.
 func (s *Store) PutService(ctx context.Context, sv records.Service) error {
-	data, err := json.Marshal(sv)
-	if err != nil {
-		return fmt.Errorf("encoding service %s: %w", sv.Host, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		w.queue(qPutService, sv.Host, data)
-		w.note(store.ChangeService, sv.Host)
-		return nil
-	})
-	if err != nil {
+	if err := s.write(ctx, func(w *wtx) error { return w.putService(sv) }); err != nil {
 		return fmt.Errorf("writing service %s: %w", sv.Host, err)
 	}
 	return nil
+}
+
+// putService queues a service's row and notes the change.
+func (w *wtx) putService(sv records.Service) error {
+	w.note(store.ChangeService, sv.Host)
+	return w.putJSON(qPutService, sv, sv.Host)
 }
 
 // UpdateService implements store.Store: the service row is locked (SELECT
 // … FOR UPDATE), fn applied and the result written in one transaction, so
 // concurrent updates of one service queue instead of undoing each other.
 func (s *Store) UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
-	var sv records.Service
-	err := s.write(ctx, func(w *wtx) error {
-		var data []byte
-		w.queue(`SELECT data FROM services WHERE host = $1 FOR UPDATE`, host).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				if err := rows.Scan(&data); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
+	sv, err := updateJSON(ctx, s, `SELECT data FROM services WHERE host = $1 FOR UPDATE`, host, fn,
+		func(w *wtx, sv *records.Service) error {
+			sv.Host = host
+			return w.putService(*sv)
 		})
-		if err := w.send(); err != nil {
-			return err
-		}
-		if data == nil {
-			return store.ErrNotFound
-		}
-		sv = records.Service{}
-		if err := json.Unmarshal(data, &sv); err != nil {
-			return fmt.Errorf("decoding: %w", err)
-		}
-		if err := fn(&sv); err != nil {
-			return err
-		}
-		sv.Host = host
-		out, err := json.Marshal(sv)
-		if err != nil {
-			return err
-		}
-		w.queue(qPutService, host, out)
-		w.note(store.ChangeService, host)
-		return nil
-	})
 	if err != nil {
 		return records.Service{}, fmt.Errorf("updating service %s: %w", host, err)
 	}
@@ -135,15 +98,8 @@ func (s *Store) ListServices(ctx context.Context) ([]records.Service, error) {
 // CreateInstance implements store.Store.
 func (s *Store) CreateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
 	in.Version = 1
-	data, err := json.Marshal(in)
-	if err != nil {
-		return records.Instance{}, fmt.Errorf("encoding instance %s: %w", in.UUID, err)
-	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO instances (uuid, host, version, data) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (uuid) DO NOTHING`, in.UUID, in.Host, in.Version, data)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrExists
-	}
+	err := s.insertJSON(ctx, `INSERT INTO instances (uuid, host, version, data) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (uuid) DO NOTHING`, in, in.UUID, in.Host, in.Version)
 	if err != nil {
 		return records.Instance{}, fmt.Errorf("creating instance %s: %w", in.UUID, err)
 	}
@@ -188,11 +144,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 
 // DeleteInstance implements store.Store.
 func (s *Store) DeleteInstance(ctx context.Context, uuid string) error {
-	ct, err := s.pool.Exec(ctx, `DELETE FROM instances WHERE uuid = $1`, uuid)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
+	if err := s.deleteOne(ctx, `DELETE FROM instances WHERE uuid = $1`, uuid); err != nil {
 		return fmt.Errorf("deleting instance %s: %w", uuid, err)
 	}
 	return nil
@@ -318,56 +270,23 @@ func (s *Store) CreateFlavor(ctx context.Context, f records.Flavor) (records.Fla
 	if f.ID == "" || f.Name == "" {
 		return records.Flavor{}, &placement.InvalidError{Msg: "flavor needs an id and a name"}
 	}
-	data, err := json.Marshal(f)
-	if err != nil {
-		return records.Flavor{}, fmt.Errorf("encoding flavor %s: %w", f.ID, err)
-	}
 	// A taken ID or name: nothing inserted.
-	ct, err := s.pool.Exec(ctx, `INSERT INTO flavors (id, name, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, f.ID, f.Name, data)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrExists
-	}
+	err := s.insertJSON(ctx, `INSERT INTO flavors (id, name, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, f, f.ID, f.Name)
 	if err != nil {
 		return records.Flavor{}, fmt.Errorf("creating flavor %s (%s): %w", f.ID, f.Name, err)
 	}
 	return f, nil
 }
 
-// UpdateFlavor implements store.Store.
+// UpdateFlavor implements store.Store; fn may not change the ID or the name.
 func (s *Store) UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error) {
-	var f records.Flavor
-	err := s.write(ctx, func(w *wtx) error {
-		var data []byte
-		w.queue(`SELECT data FROM flavors WHERE id = $1 FOR UPDATE`, id).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				if err := rows.Scan(&data); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
-		})
-		if err := w.send(); err != nil {
-			return err
-		}
-		if data == nil {
-			return store.ErrNotFound
-		}
-		var cur records.Flavor
-		if err := json.Unmarshal(data, &cur); err != nil {
-			return fmt.Errorf("decoding: %w", err)
-		}
-		f = cur
-		f.ExtraSpecs = maps.Clone(cur.ExtraSpecs)
-		if err := fn(&f); err != nil {
-			return err
-		}
-		f.ID, f.Name = cur.ID, cur.Name
-		out, err := json.Marshal(f)
-		if err != nil {
-			return err
-		}
-		w.queue(`UPDATE flavors SET data = $1 WHERE id = $2`, out, id)
-		return nil
+	var name string
+	f, err := updateJSON(ctx, s, `SELECT data FROM flavors WHERE id = $1 FOR UPDATE`, id, func(f *records.Flavor) error {
+		name = f.Name
+		return fn(f)
+	}, func(w *wtx, f *records.Flavor) error {
+		f.ID, f.Name = id, name
+		return w.putJSON(`UPDATE flavors SET data = $2 WHERE id = $1`, f, id)
 	})
 	if err != nil {
 		return records.Flavor{}, fmt.Errorf("updating flavor %s: %w", id, err)
@@ -395,71 +314,18 @@ func (s *Store) ListFlavors(ctx context.Context) ([]records.Flavor, error) {
 
 // DeleteFlavor implements store.Store.
 func (s *Store) DeleteFlavor(ctx context.Context, id string) error {
-	ct, err := s.pool.Exec(ctx, `DELETE FROM flavors WHERE id = $1`, id)
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
+	if err := s.deleteOne(ctx, `DELETE FROM flavors WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("deleting flavor %s: %w", id, err)
 	}
 	return nil
 }
 
-// getJSON reads one JSONB column into v; ErrNotFound if there is no row.
-func (s *Store) getJSON(ctx context.Context, v any, query string, args ...any) error {
-	var data []byte
-	err := s.pool.QueryRow(ctx, query, args...).Scan(&data)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return store.ErrNotFound
-	case err != nil:
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding: %w", err)
-	}
-	return nil
-}
-
-// listJSON decodes the JSONB column of every row of a query, keeping those
-// keep accepts (all if keep is nil). It never returns a nil slice without
-// an error.
-func listJSON[T any](ctx context.Context, s *Store, keep func(T) bool, query string, args ...any) ([]T, error) {
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		var v T
-		if err := json.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("decoding: %w", err)
-		}
-		if keep == nil || keep(v) {
-			out = append(out, v)
-		}
-	}
-	return out, rows.Err()
-}
-
 // CreateInstanceAction implements store.Store.
 func (s *Store) CreateInstanceAction(ctx context.Context, a records.InstanceAction) error {
-	data, err := json.Marshal(a)
-	if err != nil {
-		return fmt.Errorf("encoding instance action %s: %w", a.RequestID, err)
-	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO instance_actions (instance_uuid, request_id, data) VALUES ($1, $2, $3)
-		ON CONFLICT (instance_uuid, request_id) DO NOTHING`, a.InstanceUUID, a.RequestID, data)
+	err := s.insertJSON(ctx, `INSERT INTO instance_actions (instance_uuid, request_id, data) VALUES ($1, $2, $3)
+		ON CONFLICT (instance_uuid, request_id) DO NOTHING`, a, a.InstanceUUID, a.RequestID)
 	if err != nil {
 		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, store.ErrExists)
 	}
 	return nil
 }

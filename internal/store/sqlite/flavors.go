@@ -2,11 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"maps"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -18,34 +14,18 @@ var (
 	qFlavorNameTaken = wq(`SELECT COUNT(*) FROM flavors WHERE name = ? OR id = ?`)
 	qDeleteFlavor    = wq(`DELETE FROM flavors WHERE id = ?`)
 	qGetFlavor       = wq(`SELECT data FROM flavors WHERE id = ?`)
-	qSetFlavorData   = wq(`UPDATE flavors SET data = ? WHERE id = ?`)
+	qSetFlavorData   = wq(`UPDATE flavors SET data = ?2 WHERE id = ?1`)
 )
 
-// UpdateFlavor implements store.Store.
+// UpdateFlavor implements store.Store; fn may not change the ID or the name.
 func (s *Store) UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error) {
-	var f records.Flavor
-	err := s.write(ctx, func(w *wtx) error {
-		var data []byte
-		if err := w.queryRow(qGetFlavor, id).Scan(&data); errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNotFound
-		} else if err != nil {
-			return err
-		}
-		var cur records.Flavor
-		if err := json.Unmarshal(data, &cur); err != nil {
-			return fmt.Errorf("decoding: %w", err)
-		}
-		f = cur
-		f.ExtraSpecs = maps.Clone(cur.ExtraSpecs)
-		if err := fn(&f); err != nil {
-			return err
-		}
-		f.ID, f.Name = cur.ID, cur.Name
-		out, err := json.Marshal(f)
-		if err != nil {
-			return err
-		}
-		_, err = w.exec(qSetFlavorData, string(out), id)
+	var name string
+	f, err := updateJSON(ctx, s, qGetFlavor, id, func(f *records.Flavor) error {
+		name = f.Name
+		return fn(f)
+	}, func(w *wtx, f *records.Flavor) error {
+		f.ID, f.Name = id, name
+		_, err := w.putJSON(qSetFlavorData, f, id)
 		return err
 	})
 	if err != nil {
@@ -59,11 +39,7 @@ func (s *Store) CreateFlavor(ctx context.Context, f records.Flavor) (records.Fla
 	if f.ID == "" || f.Name == "" {
 		return records.Flavor{}, &placement.InvalidError{Msg: "flavor needs an id and a name"}
 	}
-	data, err := json.Marshal(f)
-	if err != nil {
-		return records.Flavor{}, fmt.Errorf("encoding flavor %s: %w", f.ID, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
+	err := s.write(ctx, func(w *wtx) error {
 		var taken int
 		if err := w.queryRow(qFlavorNameTaken, f.Name, f.ID).Scan(&taken); err != nil {
 			return err
@@ -71,8 +47,7 @@ func (s *Store) CreateFlavor(ctx context.Context, f records.Flavor) (records.Fla
 		if taken > 0 {
 			return store.ErrExists
 		}
-		_, err := w.exec(qInsertFlavor, f.ID, f.Name, string(data))
-		return err
+		return w.insertJSON(qInsertFlavor, f, f.ID, f.Name)
 	})
 	if err != nil {
 		return records.Flavor{}, fmt.Errorf("creating flavor %s (%s): %w", f.ID, f.Name, err)
@@ -100,19 +75,7 @@ func (s *Store) ListFlavors(ctx context.Context) ([]records.Flavor, error) {
 
 // DeleteFlavor implements store.Store.
 func (s *Store) DeleteFlavor(ctx context.Context, id string) error {
-	err := s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qDeleteFlavor, id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return store.ErrNotFound
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.deleteOne(ctx, qDeleteFlavor, id); err != nil {
 		return fmt.Errorf("deleting flavor %s: %w", id, err)
 	}
 	return nil

@@ -2,9 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -19,11 +16,11 @@ var (
 	qAggregateNameTaken = wq(`SELECT COUNT(*) FROM aggregates WHERE name = ? AND id != ?`)
 	qInsertAggregate    = wq(`INSERT INTO aggregates (name, data) VALUES (?, '{}')`)
 	qGetAggregate       = wq(`SELECT data FROM aggregates WHERE id = ?`)
-	qPutAggregate       = wq(`UPDATE aggregates SET name = ?, data = ? WHERE id = ?`)
+	qPutAggregate       = wq(`UPDATE aggregates SET name = ?1, data = ?3 WHERE id = ?2`)
 	qDeleteAggregate    = wq(`DELETE FROM aggregates WHERE id = ?`)
 	qInsertGroup        = wq(`INSERT INTO server_groups (uuid, data) VALUES (?, ?) ON CONFLICT DO NOTHING`)
 	qGetGroup           = wq(`SELECT data FROM server_groups WHERE uuid = ?`)
-	qPutGroup           = wq(`UPDATE server_groups SET data = ? WHERE uuid = ?`)
+	qPutGroup           = wq(`UPDATE server_groups SET data = ?2 WHERE uuid = ?1`)
 	qDeleteGroup        = wq(`DELETE FROM server_groups WHERE uuid = ?`)
 )
 
@@ -37,11 +34,7 @@ func (w *wtx) putAggregate(a records.Aggregate) error {
 	if taken > 0 {
 		return fmt.Errorf("aggregate name %q: %w", a.Name, store.ErrExists)
 	}
-	data, err := json.Marshal(a)
-	if err != nil {
-		return err
-	}
-	if _, err := w.exec(qPutAggregate, a.Name, string(data), a.ID); err != nil {
+	if _, err := w.putJSON(qPutAggregate, a, a.Name, a.ID); err != nil {
 		return err
 	}
 	return w.note(store.ChangeAggregate, strconv.FormatInt(a.ID, 10))
@@ -97,16 +90,9 @@ func (s *Store) ListAggregates(ctx context.Context) ([]records.Aggregate, error)
 
 // UpdateAggregate implements store.Store.
 func (s *Store) UpdateAggregate(ctx context.Context, id int64, fn func(*records.Aggregate) error) (records.Aggregate, error) {
-	var a records.Aggregate
-	err := s.write(ctx, func(w *wtx) error {
-		if err := w.getJSON(qGetAggregate, &a, id); err != nil {
-			return err
-		}
-		if err := fn(&a); err != nil {
-			return err
-		}
+	a, err := updateJSON(ctx, s, qGetAggregate, id, fn, func(w *wtx, a *records.Aggregate) error {
 		a.ID = id
-		return w.putAggregate(a)
+		return w.putAggregate(*a)
 	})
 	if err != nil {
 		return records.Aggregate{}, fmt.Errorf("updating aggregate %d: %w", id, err)
@@ -136,23 +122,7 @@ func (s *Store) CreateServerGroup(ctx context.Context, g records.ServerGroup) (r
 	if g.Members == nil {
 		g.Members = []string{}
 	}
-	data, err := json.Marshal(g)
-	if err != nil {
-		return records.ServerGroup{}, fmt.Errorf("encoding server group %s: %w", g.UUID, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qInsertGroup, g.UUID, string(data))
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return store.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.insertJSON(ctx, qInsertGroup, g, g.UUID); err != nil {
 		return records.ServerGroup{}, fmt.Errorf("creating server group %s: %w", g.UUID, err)
 	}
 	return g, nil
@@ -178,20 +148,9 @@ func (s *Store) ListServerGroups(ctx context.Context) ([]records.ServerGroup, er
 
 // UpdateServerGroup implements store.Store.
 func (s *Store) UpdateServerGroup(ctx context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error) {
-	var g records.ServerGroup
-	err := s.write(ctx, func(w *wtx) error {
-		if err := w.getJSON(qGetGroup, &g, uuid); err != nil {
-			return err
-		}
-		if err := fn(&g); err != nil {
-			return err
-		}
+	g, err := updateJSON(ctx, s, qGetGroup, uuid, fn, func(w *wtx, g *records.ServerGroup) error {
 		g.UUID = uuid
-		data, err := json.Marshal(g)
-		if err != nil {
-			return err
-		}
-		_, err = w.exec(qPutGroup, string(data), uuid)
+		_, err := w.putJSON(qPutGroup, g, uuid)
 		return err
 	})
 	if err != nil {
@@ -202,35 +161,8 @@ func (s *Store) UpdateServerGroup(ctx context.Context, uuid string, fn func(*rec
 
 // DeleteServerGroup implements store.Store.
 func (s *Store) DeleteServerGroup(ctx context.Context, uuid string) error {
-	if err := s.write(ctx, func(w *wtx) error { return w.deleteOne(qDeleteGroup, uuid) }); err != nil {
+	if err := s.deleteOne(ctx, qDeleteGroup, uuid); err != nil {
 		return fmt.Errorf("deleting server group %s: %w", uuid, err)
-	}
-	return nil
-}
-
-// getJSON decodes one row's JSON column inside a write transaction;
-// ErrNotFound without a row.
-func (w *wtx) getJSON(query string, v any, args ...any) error {
-	var data string
-	if err := w.queryRow(query, args...).Scan(&data); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.ErrNotFound
-		}
-		return err
-	}
-	return json.Unmarshal([]byte(data), v)
-}
-
-// deleteOne runs a DELETE that must remove one row; ErrNotFound otherwise.
-func (w *wtx) deleteOne(query string, args ...any) error {
-	res, err := w.exec(query, args...)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return store.ErrNotFound
 	}
 	return nil
 }

@@ -15,12 +15,8 @@ import (
 
 // PutHostRecord implements store.Store.
 func (s *Store) PutHostRecord(ctx context.Context, h records.HostRecord) error {
-	data, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("encoding host record %s: %w", h.Host, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(qPutHostRecord, h.Host, string(data)); err != nil {
+	err := s.write(ctx, func(w *wtx) error {
+		if _, err := w.putJSON(qPutHostRecord, h, h.Host); err != nil {
 			return err
 		}
 		return w.note(store.ChangeHost, h.Host)
@@ -51,49 +47,26 @@ func (s *Store) ListHostRecords(ctx context.Context) ([]records.HostRecord, erro
 
 // PutService implements store.Store.
 func (s *Store) PutService(ctx context.Context, sv records.Service) error {
-	data, err := json.Marshal(sv)
-	if err != nil {
-		return fmt.Errorf("encoding service %s: %w", sv.Host, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		if _, err := w.exec(qPutService, sv.Host, string(data)); err != nil {
-			return err
-		}
-		return w.note(store.ChangeService, sv.Host)
-	})
-	if err != nil {
+	if err := s.write(ctx, func(w *wtx) error { return w.putService(sv) }); err != nil {
 		return fmt.Errorf("writing service %s: %w", sv.Host, err)
 	}
 	return nil
 }
 
+// putService writes a service's row and notes the change.
+func (w *wtx) putService(sv records.Service) error {
+	if _, err := w.putJSON(qPutService, sv, sv.Host); err != nil {
+		return err
+	}
+	return w.note(store.ChangeService, sv.Host)
+}
+
 // UpdateService implements store.Store: read, apply and write in one
 // write transaction.
 func (s *Store) UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
-	var sv records.Service
-	err := s.write(ctx, func(w *wtx) error {
-		var data string
-		if err := w.queryRow(qGetService, host).Scan(&data); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return store.ErrNotFound
-			}
-			return err
-		}
-		if err := json.Unmarshal([]byte(data), &sv); err != nil {
-			return err
-		}
-		if err := fn(&sv); err != nil {
-			return err
-		}
+	sv, err := updateJSON(ctx, s, qGetService, host, fn, func(w *wtx, sv *records.Service) error {
 		sv.Host = host
-		out, err := json.Marshal(sv)
-		if err != nil {
-			return err
-		}
-		if _, err := w.exec(qPutService, host, string(out)); err != nil {
-			return err
-		}
-		return w.note(store.ChangeService, host)
+		return w.putService(*sv)
 	})
 	if err != nil {
 		return records.Service{}, fmt.Errorf("updating service %s: %w", host, err)
@@ -122,23 +95,7 @@ func (s *Store) ListServices(ctx context.Context) ([]records.Service, error) {
 // CreateInstance implements store.Store.
 func (s *Store) CreateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
 	in.Version = 1
-	data, err := json.Marshal(in)
-	if err != nil {
-		return records.Instance{}, fmt.Errorf("encoding instance %s: %w", in.UUID, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qInsertInstance, in.UUID, in.Host, in.Version, string(data))
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return store.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.insertJSON(ctx, qInsertInstance, in, in.UUID, in.Host, in.Version); err != nil {
 		return records.Instance{}, fmt.Errorf("creating instance %s: %w", in.UUID, err)
 	}
 	return in, nil
@@ -184,19 +141,7 @@ func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (record
 
 // DeleteInstance implements store.Store.
 func (s *Store) DeleteInstance(ctx context.Context, uuid string) error {
-	err := s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qDeleteInstance, uuid)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return store.ErrNotFound
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.deleteOne(ctx, qDeleteInstance, uuid); err != nil {
 		return fmt.Errorf("deleting instance %s: %w", uuid, err)
 	}
 	return nil
@@ -329,67 +274,9 @@ func (s *Store) ListMigrations(ctx context.Context, f store.MigrationFilter) ([]
 	return out, nil
 }
 
-// getJSON reads one JSON column into v; ErrNotFound if there is no row.
-func (s *Store) getJSON(ctx context.Context, v any, query string, args ...any) error {
-	var data []byte
-	err := s.rqueryRow(ctx, query, args...).Scan(&data)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.ErrNotFound
-	case err != nil:
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding: %w", err)
-	}
-	return nil
-}
-
-// listJSON decodes the JSON column of every row of a query, keeping those
-// keep accepts (all if keep is nil). It never returns a nil slice without
-// an error.
-func listJSON[T any](ctx context.Context, s *Store, keep func(T) bool, query string, args ...any) ([]T, error) {
-	rows, err := s.rquery(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		var v T
-		if err := json.Unmarshal(data, &v); err != nil {
-			return nil, fmt.Errorf("decoding: %w", err)
-		}
-		if keep == nil || keep(v) {
-			out = append(out, v)
-		}
-	}
-	return out, rows.Err()
-}
-
 // CreateInstanceAction implements store.Store.
 func (s *Store) CreateInstanceAction(ctx context.Context, a records.InstanceAction) error {
-	data, err := json.Marshal(a)
-	if err != nil {
-		return fmt.Errorf("encoding instance action %s: %w", a.RequestID, err)
-	}
-	err = s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qInsertInstanceAction, a.InstanceUUID, a.RequestID, string(data))
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return store.ErrExists
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.insertJSON(ctx, qInsertInstanceAction, a, a.InstanceUUID, a.RequestID); err != nil {
 		return fmt.Errorf("recording instance action %s of %s: %w", a.RequestID, a.InstanceUUID, err)
 	}
 	return nil
