@@ -137,7 +137,7 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		t.Fatal(err)
 	}
 	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID},
-		c.st, sched, c.agents, c.clk, quiet, conductor.Hooks{
+		endsSettled{c.st, t}, sched, c.agents, c.clk, quiet, conductor.Hooks{
 			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
 			BuildDone:     func(in records.Instance) { c.builds = append(c.builds, in) },
 		})
@@ -403,4 +403,24 @@ func normUsages(u map[string]placement.Resources) map[string]string {
 		out[h] = r.String()
 	}
 	return out
+}
+
+// endsSettled is the store, checking at each migration record saved with
+// a final status that the instance has already settled: no task, and on
+// the destination once completed: no reader can see a migration ended
+// before its instance settled.
+type endsSettled struct {
+	*memory.Store
+	t *testing.T
+}
+
+func (s endsSettled) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
+	if records.MigrationTerminal(m.Status) {
+		in, err := s.GetInstance(ctx, m.InstanceUUID)
+		onFinalHost := in.Host == m.DestHost || (m.Status != records.MigrationCompleted && in.Host == m.SourceHost)
+		if err == nil && (!onFinalHost || in.TaskState != records.TaskNone) {
+			s.t.Errorf("migration %d (%s→%s) saved %s while its instance is on %q with task %q", m.ID, m.SourceHost, m.DestHost, m.Status, in.Host, in.TaskState)
+		}
+	}
+	return s.Store.UpdateMigration(ctx, m)
 }

@@ -117,6 +117,16 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 			return err
 		}
 		next.UpdatedAt = c.clock.Now()
+		// The instance settles on its final host before the record says
+		// the migration ended (as Nova saves the instance before the
+		// migration's status): whoever reads "completed" finds the
+		// instance where it now runs. Settling is idempotent, so a crash
+		// between the two repeats it on recovery.
+		for _, a := range acts {
+			if a.Kind == migration.SettleInstance {
+				c.perform(ctx, next, a)
+			}
+		}
 		if next, err = c.store.UpdateMigration(ctx, next); err != nil {
 			return fmt.Errorf("saving migration %d: %w", migID, err)
 		}
@@ -125,6 +135,9 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 				"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
 		}
 		for _, a := range acts {
+			if a.Kind == migration.SettleInstance {
+				continue // done above
+			}
 			if ans, ok := c.perform(ctx, next, a); ok {
 				queue = append(queue, ans)
 			}
