@@ -6,45 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OPENSTACK=/usr/bin/openstack
-if [ ! -x "$OPENSTACK" ]; then
-  echo "openstackclient.sh: $OPENSTACK not found; install it with:" >&2
-  echo "  apt-get install -y --no-install-recommends python3-openstackclient python3-osc-placement" >&2
-  exit 1
-fi
-
-work=$(mktemp -d)
-pid=
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- keel dev log (last 30 lines)" >&2
-  tail -30 "$work/dev.log" >&2 || true
-  exit 1
-}
-
-go build -o "$work/keel" ./cmd/keel
-"$work/keel" dev --hosts 3 --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-  [ -s "$work/data/clouds.yaml" ] && grep -q "keel dev: 3 hosts" "$work/dev.log" && break
-  kill -0 "$pid" 2>/dev/null || fail "keel dev exited"
-  sleep 0.2
-done
-[ -s "$work/data/clouds.yaml" ] || fail "keel dev wrote no clouds.yaml in 20 s"
-export OS_CLIENT_CONFIG_FILE="$work/data/clouds.yaml"
-os() { "$OPENSTACK" --os-cloud keel "$@"; }
-
-# expect WANT GOT WHAT: compares one command's (trimmed) output.
-expect() {
-  if [ "$1" != "$2" ]; then fail "$3: want [$1], got [$2]"; fi
-  echo "ok  $3"
-}
+. tests/lib.sh
+need "$OPENSTACK" python3-openstackclient python3-osc-placement
+workspace
+start_keel_dev --hosts 3
+expect "keel dev: 3 hosts (fake driver)" "${keel_banner%%,*}" "keel dev started"
 
 expect "keel-fake" "$(os image list -f value -c Name)" "image list"
 

@@ -8,48 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OPENSTACK=/usr/bin/openstack
-for need in "$OPENSTACK:python3-openstackclient" "/usr/bin/qemu-system-x86_64:qemu-system-x86"; do
-  if [ ! -x "${need%%:*}" ]; then
-    echo "qemu.sh: ${need%%:*} not found; install it with: apt-get install -y ${need##*:}" >&2
-    exit 1
-  fi
-done
-
-work=$(mktemp -d)
-pid=
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  # The guests' QEMU outlive keel dev by design: stop any left behind.
+. tests/lib.sh
+need "$OPENSTACK" python3-openstackclient
+need /usr/bin/qemu-system-x86_64 qemu-system-x86
+workspace
+# The guests' QEMU outlive keel dev by design: stop any left behind.
+on_exit() {
   for f in "$work"/data/agents/*/qemu/*/qemu.pid; do
     [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
   done
-  rm -rf "$work"
 }
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- keel dev log (last 30 lines)" >&2
-  tail -30 "$work/dev.log" >&2 || true
-  exit 1
-}
-
-go build -o "$work/keel" ./cmd/keel
-"$work/keel" dev --driver qemu --hosts 3 --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-  [ -s "$work/data/clouds.yaml" ] && grep -q "keel dev: 3 hosts (qemu driver)" "$work/dev.log" && break
-  kill -0 "$pid" 2>/dev/null || fail "keel dev exited"
-  sleep 0.2
-done
-[ -s "$work/data/clouds.yaml" ] || fail "keel dev wrote no clouds.yaml in 20 s"
-export OS_CLIENT_CONFIG_FILE="$work/data/clouds.yaml"
-os() { "$OPENSTACK" --os-cloud keel "$@"; }
-expect() {
-  if [ "$1" != "$2" ]; then fail "$3: want [$1], got [$2]"; fi
-  echo "ok  $3"
-}
+start_keel_dev --driver qemu --hosts 3
+expect "keel dev: 3 hosts (qemu driver)" "${keel_banner%%,*}" "keel dev started"
 # qemuof HOST UUID: the pid of the guest's live QEMU on HOST, or nothing.
 qemuof() {
   local f="$work/data/agents/$1/qemu/$2/qemu.pid"

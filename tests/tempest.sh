@@ -19,19 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+. tests/lib.sh
 TEMPEST=/usr/bin/tempest
-if [ ! -x "$TEMPEST" ]; then
-  echo "tempest.sh: $TEMPEST not found; install it with:" >&2
-  echo "  apt-get install -y --no-install-recommends tempest" >&2
-  exit 1
-fi
-for tool in subunit2csv subunit2pyunit; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "tempest.sh: $tool not found; install it with:" >&2
-    echo "  apt-get install -y --no-install-recommends subunit" >&2
-    exit 1
-  fi
-done
+need "$TEMPEST" tempest
+need subunit2csv subunit
+need subunit2pyunit subunit
 HOSTS=3
 # keel's default filters plus the two that read same_host/different_host
 # hints; tempest.conf names the same list, so Tempest runs their tests.
@@ -41,37 +33,20 @@ regenerate=0
 if [ "${1:-}" = --regenerate ]; then regenerate=1; shift; fi
 filter=${1:-}
 
-work=$(mktemp -d /tmp/keel-tempest.XXXXXX)
-pid=
+workspace /tmp/keel-tempest.XXXXXX
 ok=0
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  if [ "$ok" = 1 ] && [ -z "${KEEP:-}" ]; then
-    rm -rf "$work"
-  else
+# The workspace stays for a look unless every selected test passed.
+on_exit() {
+  if [ "$ok" != 1 ] || [ -n "${KEEP:-}" ]; then
+    keep_work=1
     echo "tempest.sh: workspace kept in $work (etc/tempest.conf, tempest.log, subunit.v2, dev.log)" >&2
   fi
 }
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  echo "--- keel dev log (last 30 lines)" >&2
-  tail -30 "$work/dev.log" >&2 || true
-  exit 1
-}
 
 start=$(date +%s)
-go build -o "$work/keel" ./cmd/keel
-"$work/keel" dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS" --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/dev.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-  grep -q "^keel dev: $HOSTS hosts.* API at " "$work/dev.log" && break
-  kill -0 "$pid" 2>/dev/null || fail "keel dev exited"
-  sleep 0.2
-done
-url=$(sed -n "s/^keel dev: $HOSTS hosts.* API at \([^,]*\),.*/\1/p" "$work/dev.log")
-[ -n "$url" ] || fail "keel dev did not report its URL in 20 s"
+start_keel_dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS"
+case "$keel_banner" in "keel dev: $HOSTS hosts "*) ;; *) fail "keel dev started [$keel_banner], not $HOSTS hosts" ;; esac
+url=$keel_url
 password=$(cat "$work/data/admin-password")
 
 (cd "$work" && "$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null)
