@@ -319,9 +319,15 @@ func progress(_ Machine, m records.Migration, ev Event) (records.Migration, []Ac
 	return m, nil
 }
 
+// copied: the copy ended. A driver that reported its final figures (the
+// last progress with nothing remaining, as the QEMU driver sends what QEMU
+// counted) keeps them; otherwise the whole RAM counts as processed.
 func copied(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
 	m.Phase = PhasePostSource
-	m.MemoryProcessedBytes, m.MemoryRemainingBytes = m.MemoryTotalBytes, 0
+	if m.MemoryRemainingBytes != 0 || m.MemoryProcessedBytes == 0 {
+		m.MemoryProcessedBytes = m.MemoryTotalBytes
+	}
+	m.MemoryRemainingBytes = 0
 	return releasing(m, []Action{{Kind: PostAtSource, Host: m.SourceHost}})
 }
 

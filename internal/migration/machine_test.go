@@ -243,6 +243,16 @@ func TestMachineScripts(t *testing.T) {
 					}
 				}}),
 		},
+		{name: "a driver's final figures are kept (QEMU sends less than the RAM: zero pages)", script: then(toCopy,
+			step{ev: Event{Kind: Progress, Total: 100, Processed: 30, Remaining: 0}, wantStatus: records.MigrationRunning, wantPhase: PhaseCopy},
+			step{ev: Event{Kind: Copied}, wantStatus: records.MigrationRunning, wantPhase: PhasePostSource,
+				wantActions: []Action{act(ReleaseSlot, "src"), act(PostAtSource, "src")},
+				check: func(t *testing.T, m records.Migration) {
+					if m.MemoryTotalBytes != 100 || m.MemoryProcessedBytes != 30 || m.MemoryRemainingBytes != 0 {
+						t.Fatalf("after copy memory = %d/%d/%d; want the driver's 100/30/0", m.MemoryTotalBytes, m.MemoryProcessedBytes, m.MemoryRemainingBytes)
+					}
+				}}),
+		},
 		{name: "pre-check failure then next host", script: then(toCheck,
 			step{ev: Event{Kind: CheckFailed, Err: "no shared storage"}, wantStatus: records.MigrationAccepted, wantPhase: PhaseRelease,
 				wantActions: []Action{act(ReleaseDestination, "dst")}, check: all(triedAre("dst"), errContains("no shared storage"), errContains("dst"))},
