@@ -90,11 +90,11 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 		m.res.Lock()
 		m.tracker.Busy(inst.UUID, false)
 		if err != nil {
-			if rerr := m.tracker.RemoveInstance(ctx, inst.UUID); rerr != nil {
+			if rerr := m.tracker.BuildFailed(ctx, inst.UUID); rerr != nil {
 				m.log.Warn("releasing tracker claim after failed spawn", "instance", inst.UUID, "err", rerr)
 			}
 			_ = m.driver.Destroy(ctx, inst.UUID)
-		} else if werr := m.tracker.WriteRecord(ctx); werr != nil {
+		} else if werr := m.tracker.BuildSucceeded(ctx); werr != nil {
 			m.log.Warn("writing host record after spawn", "instance", inst.UUID, "err", werr)
 		}
 		m.res.Unlock()

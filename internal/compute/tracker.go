@@ -90,6 +90,9 @@ type Tracker struct {
 	tracked map[string]records.Flavor // instances counted in the record
 	busy    map[string]int            // instances with an operation in flight
 	record  records.HostRecord
+	// failedBuilds counts failed spawns since the last success; kept in
+	// memory, as Nova keeps it: an agent restart starts again at zero.
+	failedBuilds int64
 }
 
 // NewTracker returns a tracker with nothing tracked; call Load (or Audit)
@@ -135,6 +138,26 @@ func (t *Tracker) Busy(uuid string, on bool) {
 func (t *Tracker) InstanceClaim(ctx context.Context, inst records.Instance) error {
 	t.mu.Lock()
 	t.tracked[inst.UUID] = inst.Flavor
+	t.mu.Unlock()
+	return t.WriteRecord(ctx)
+}
+
+// BuildFailed stops counting an instance whose spawn failed, counts the
+// failure and writes the record; BuildSucceeded resets the count (Nova's
+// build_failed / build_succeeded: a host that keeps failing builds weighs
+// less under BuildFailureWeigher until one succeeds).
+func (t *Tracker) BuildFailed(ctx context.Context, uuid string) error {
+	t.mu.Lock()
+	delete(t.tracked, uuid)
+	t.failedBuilds++
+	t.mu.Unlock()
+	return t.WriteRecord(ctx)
+}
+
+// BuildSucceeded resets the failed-build count and writes the record.
+func (t *Tracker) BuildSucceeded(ctx context.Context) error {
+	t.mu.Lock()
+	t.failedBuilds = 0
 	t.mu.Unlock()
 	return t.WriteRecord(ctx)
 }
@@ -196,6 +219,7 @@ func (t *Tracker) computeLocked() records.HostRecord {
 			rec.NumIOOps++
 		}
 	}
+	rec.FailedBuilds = t.failedBuilds
 	rec.FreeRAMMB = rec.MemoryMB - rec.MemoryMBUsed
 	rec.FreeDiskGB = rec.LocalGB - rec.LocalGBUsed
 	return rec

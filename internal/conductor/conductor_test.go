@@ -691,3 +691,40 @@ func TestPostAtSourceFailure(t *testing.T) {
 	}
 	c.checkInvariants()
 }
+
+// TestFailedBuildsSteerTheScheduler: each failed spawn counts in the
+// host's record (failed_builds) and BuildFailureWeigher sends the next
+// boot elsewhere; a successful spawn there resets the count.
+func TestFailedBuildsSteerTheScheduler(t *testing.T) {
+	c := newCloud(t)
+	for i, uuid := range []string{"fail-1", "fail-2"} {
+		c.drivers["h1"].FailNext(compute.StepSpawn, uuid, "disk image corrupt")
+		if _, err := c.cond.BootOn(ctx, records.Instance{UUID: uuid, Name: uuid, Flavor: medium, Zone: "nova"}, "h1"); err != nil {
+			t.Fatal(err)
+		}
+		c.advance(spawnTime)
+		if got := c.hostRecord("h1").FailedBuilds; got != int64(i+1) {
+			t.Fatalf("after %d failed spawns h1 records failed_builds %d", i+1, got)
+		}
+	}
+	// h1 is otherwise the best host (the others are no emptier), but the
+	// weigher's default multiplier (1e6) outweighs everything else.
+	in, err := c.cond.Boot(ctx, records.Instance{UUID: "next", Name: "next", Flavor: medium, Zone: "nova"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Host == "" || in.Host == "h1" {
+		t.Fatalf("the boot after two failures on h1 went to %q", in.Host)
+	}
+	c.advance(spawnTime)
+	if _, err := c.cond.BootOn(ctx, records.Instance{UUID: "ok", Name: "ok", Flavor: medium, Zone: "nova"}, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	c.advance(spawnTime)
+	if got := c.instance("ok"); got.VMState != records.VMActive {
+		t.Fatalf("forced boot on h1: %s %q", got.VMState, got.Fault)
+	}
+	if got := c.hostRecord("h1").FailedBuilds; got != 0 {
+		t.Fatalf("after a successful spawn h1 records failed_builds %d, want 0", got)
+	}
+}

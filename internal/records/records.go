@@ -28,6 +28,10 @@ type HostRecord struct {
 	FreeDiskGB   int64 `json:"free_disk_gb"`
 	RunningVMs   int64 `json:"running_vms"`
 	NumIOOps     int64 `json:"num_io_ops"`
+	// FailedBuilds counts the spawns that failed here since the last one
+	// that succeeded (Nova's failed_builds stat, which BuildFailureWeigher
+	// reads).
+	FailedBuilds int64 `json:"failed_builds"`
 
 	CPUAllocationRatio  float64 `json:"cpu_allocation_ratio"`
 	RAMAllocationRatio  float64 `json:"ram_allocation_ratio"`

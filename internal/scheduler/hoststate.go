@@ -199,6 +199,7 @@ func (h *HostState) derive(readsRecords bool) {
 	if h.HasRecord {
 		h.NumIOOps = h.Record.NumIOOps
 		h.NumInstances = h.Record.RunningVMs
+		h.FailedBuilds = h.Record.FailedBuilds
 	}
 }
 
