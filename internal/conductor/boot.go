@@ -42,43 +42,72 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 	// the others are to recording this one's host.
 	unlock := c.groupLock(inst)
 	defer unlock()
-	req, err := c.request(ctx, inst)
-	if err != nil {
-		return c.failBuild(ctx, inst, err.Error())
-	}
-	req.Zone = inst.Zone
-	if forceHost != "" {
-		req.Zone, req.RequestedHost, req.Force = "", forceHost, true
-	}
-	res := inst.Flavor.Resources()
-	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
-		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
-			ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
-			Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
-			ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
+	var sel scheduler.Selection
+	askedZone := inst.Zone
+	for attempt := 1; ; attempt++ {
+		req, err := c.request(ctx, inst)
+		if err != nil {
+			return c.failBuild(ctx, inst, err.Error())
+		}
+		req.Zone = askedZone
+		if forceHost != "" {
+			req.Zone, req.RequestedHost, req.Force = "", forceHost, true
+		}
+		res := inst.Flavor.Resources()
+		sel, err = c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
+			plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
+				ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
+				Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
+				ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
+			})
+			return plan.Providers[cand.ProviderUUID], err
 		})
-		return plan.Providers[cand.ProviderUUID], err
-	})
-	if c.hooks.Decision != nil {
-		c.hooks.Decision("boot", inst, sel, err)
-	}
-	if err != nil {
+		if c.hooks.Decision != nil {
+			c.hooks.Decision("boot", inst, sel, err)
+		}
+		if err != nil {
+			return c.failBuild(ctx, inst, err.Error())
+		}
+		inst.Host, inst.Zone = sel.Host, askedZone
+		if inst.Zone == "" {
+			// As Nova's conductor: an instance booted without a zone is in
+			// its host's zone from now on.
+			inst.Zone = c.sched.View().HostZone(sel.Host)
+		}
+		updated, err := c.store.UpdateInstance(ctx, inst)
+		if err != nil {
+			// Most likely a delete marked the instance meanwhile (its
+			// version moved on): give the claim back and stand down.
+			c.releaseAll(ctx, inst.UUID)
+			return inst, fmt.Errorf("recording host %s of %s (deleted while it was scheduled?): %w", sel.Host, inst.UUID, err)
+		}
+		inst = updated
+		ok, err := c.confirmGroup(ctx, inst)
+		if err == nil && ok {
+			break
+		}
+		// Another keel server placed a member of the group meanwhile and
+		// this host now breaks its policy (Nova's late check on the compute
+		// host): give the claim back and schedule again, knowing where that
+		// member went.
+		c.releaseAll(ctx, inst.UUID)
+		if err == nil && attempt < lateCheckAttempts {
+			c.log.Info("server group policy no longer allows the chosen host; scheduling again", "instance", inst.UUID, "host", sel.Host, "group", inst.Hints.Group)
+			inst.Host = ""
+			cleared, uerr := c.store.UpdateInstance(ctx, inst)
+			if uerr == nil {
+				inst = cleared
+				continue
+			}
+			err = uerr
+		}
+		if err == nil {
+			err = fmt.Errorf("No valid host was found. Server group %s's policy no longer allowed the chosen host %s after %d attempts (other members were placed meanwhile)",
+				inst.Hints.Group, sel.Host, attempt)
+		}
+		inst.Host = ""
 		return c.failBuild(ctx, inst, err.Error())
 	}
-	inst.Host = sel.Host
-	if inst.Zone == "" {
-		// As Nova's conductor: an instance booted without a zone is in its
-		// host's zone from now on.
-		inst.Zone = c.sched.View().HostZone(sel.Host)
-	}
-	updated, err := c.store.UpdateInstance(ctx, inst)
-	if err != nil {
-		// Most likely a delete marked the instance meanwhile (its version
-		// moved on): give the claim back and stand down.
-		c.releaseAll(ctx, inst.UUID)
-		return inst, fmt.Errorf("recording host %s of %s (deleted while it was scheduled?): %w", sel.Host, inst.UUID, err)
-	}
-	inst = updated
 	unlock()
 	api, err := c.compute(sel.Host)
 	if err == nil {

@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -138,5 +139,63 @@ func (c *Conductor) leaveGroup(ctx context.Context, inst records.Instance) {
 	})
 	if err != nil && !isNotFound(err) {
 		c.log.Warn("removing an instance from its server group", "instance", inst.UUID, "group", inst.Hints.Group, "err", err)
+	}
+}
+
+// lateCheckAttempts bounds how often a boot schedules again after the late
+// check found its host no longer allowed.
+const lateCheckAttempts = 3
+
+// errGroupMoved: a member of the group was placed between reading where
+// the members are and confirming.
+var errGroupMoved = errors.New("server group placements moved on")
+
+// confirmGroup is the late check of a hard server group policy, made after
+// the instance's host is recorded: it reads the group's placement count,
+// then where the other members are, checks the policy still allows the
+// host, and bumps the count with a versioned update of the group. Two
+// members placed at once by different keel servers are thereby ordered:
+// the second to confirm re-reads after the first's host was recorded and
+// sees it (the groupLock only orders boots within one process). It
+// returns false when the policy no longer allows the host.
+func (c *Conductor) confirmGroup(ctx context.Context, inst records.Instance) (bool, error) {
+	if inst.Hints == nil || inst.Hints.Group == "" {
+		return true, nil
+	}
+	for {
+		g, err := c.store.GetServerGroup(ctx, inst.Hints.Group)
+		if isNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading server group %s of %s: %w", inst.Hints.Group, inst.UUID, err)
+		}
+		if g.Policy != "affinity" && g.Policy != "anti-affinity" {
+			return true, nil // soft policies only weigh
+		}
+		seen := g.Placements
+		req, err := c.request(ctx, inst)
+		if err != nil {
+			return false, err
+		}
+		if req.Group != nil && !req.Group.Allows(inst.Host) {
+			return false, nil
+		}
+		_, err = c.store.UpdateServerGroup(ctx, g.UUID, func(g *records.ServerGroup) error {
+			if g.Placements != seen {
+				return errGroupMoved
+			}
+			g.Placements++
+			return nil
+		})
+		switch {
+		case errors.Is(err, errGroupMoved):
+			continue
+		case isNotFound(err):
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("confirming %s's place in server group %s: %w", inst.UUID, g.UUID, err)
+		}
+		return true, nil
 	}
 }

@@ -2,11 +2,15 @@ package conductor_test
 
 import (
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"keel/internal/conductor"
 	"keel/internal/records"
+	"keel/internal/scheduler"
 )
 
 func (c *cloud) group(policy string, max int) records.ServerGroup {
@@ -127,4 +131,63 @@ func TestServerGroupPolicies(t *testing.T) {
 			t.Fatalf("a new member: %s on %q (%s); want it on %s, freed by the delete", in.VMState, in.Host, in.Fault, a.Host)
 		}
 	})
+}
+
+// TestServerGroupLateCheckAcrossServers: two keel servers (two conductors,
+// each with its own scheduler and view, on one store) place the two members
+// of an anti-affinity group at the same moment — the second boot runs in
+// full while the first has claimed a host but not yet recorded it. Each
+// picks the fuller host (the RAM, CPU and disk weighers packing), so both pick h1; the late
+// check makes the one that confirms second schedule again, onto h2.
+func TestServerGroupLateCheckAcrossServers(t *testing.T) {
+	pack := func(o *cloudOptions) {
+		o.schedulerConfig = func(cfg *scheduler.Config) {
+			cfg.RAMWeightMultiplier, cfg.CPUWeightMultiplier, cfg.DiskWeightMultiplier = -1, -1, -1
+		}
+	}
+	c := newCloud(t, hosts(2), pack)
+	g := c.group(records.PolicyAntiAffinity, 0)
+	// A little usage on h1 makes it the fuller host for both servers.
+	c.seed("h1", "filler", small)
+
+	cfg := scheduler.DefaultConfig()
+	cfg.ServiceDownTime = 0
+	cfg.RAMWeightMultiplier, cfg.CPUWeightMultiplier, cfg.DiskWeightMultiplier = -1, -1, -1
+	view, err := scheduler.NewView(ctx, c.st, scheduler.PolicyClaim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(cfg, view, c.clk, rand.New(rand.NewPCG(3, 4)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other records.Instance
+	fired := false
+	first := conductor.New(conductor.Config{NewID: c.newID}, c.st, sched, c.agents, c.clk, slog.New(slog.DiscardHandler), conductor.Hooks{
+		Decision: func(kind string, in records.Instance, sel scheduler.Selection, err error) {
+			if fired || err != nil {
+				return
+			}
+			fired = true
+			if sel.Host != "h1" {
+				t.Errorf("the first server chose %s, want h1 (the fuller host)", sel.Host)
+			}
+			other = c.bootIn(g) // the second server, start to finish
+		},
+	})
+	in, err := first.Boot(ctx, records.Instance{Name: "vm", Flavor: small, Hints: &records.SchedulerHints{Group: g.UUID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Host != "h1" {
+		t.Fatalf("the second server placed its member on %q, want h1", other.Host)
+	}
+	if in.VMState != records.VMBuilding || in.Host != "h2" {
+		t.Fatalf("the first server's member: %s on %q (fault %q), want building on h2 after the late check", in.VMState, in.Host, in.Fault)
+	}
+	if a := c.allocations(in.UUID); !sameAllocations(a, only("h2", small)) {
+		t.Fatalf("its allocations = %v, want only h2", a)
+	}
+	c.advance(spawnTime)
+	c.checkInvariants()
 }

@@ -236,6 +236,10 @@ type ServerGroup struct {
 	// Members are the instances in the group, in the order they joined.
 	Members   []string  `json:"members"`
 	CreatedAt time.Time `json:"created_at"`
+	// Placements counts the members placed so far: each boot's late check
+	// bumps it with a versioned update, which orders the placements of one
+	// group across keel server replicas (see conductor.confirmGroup).
+	Placements int64 `json:"placements,omitempty"`
 }
 
 // SchedulerHints are the scheduler hints an instance was booted with

@@ -210,7 +210,7 @@ func (antiAffinityFilter) Active(r *Request) bool {
 	return r.Group != nil && r.Group.Policy == "anti-affinity"
 }
 func (antiAffinityFilter) Fits(h *HostState, r *Request) bool {
-	return r.Group.Members[h.Name] < maxPerHost(r.Group)
+	return r.Group.Allows(h.Name)
 }
 func (antiAffinityFilter) Why(h *HostState, r *Request) string {
 	return fmt.Sprintf("anti-affinity: %d group members already on host (max_server_per_host %d)", r.Group.Members[h.Name], maxPerHost(r.Group))
@@ -229,7 +229,7 @@ func (affinityFilter) Name() string { return "ServerGroupAffinityFilter" }
 func (affinityFilter) Active(r *Request) bool {
 	return r.Group != nil && r.Group.Policy == "affinity" && len(r.Group.Members) > 0
 }
-func (affinityFilter) Fits(h *HostState, r *Request) bool { return r.Group.Members[h.Name] > 0 }
+func (affinityFilter) Fits(h *HostState, r *Request) bool { return r.Group.Allows(h.Name) }
 func (affinityFilter) Why(*HostState, *Request) string {
 	return "affinity: the group's members are on other hosts"
 }

@@ -20,6 +20,22 @@ type Group struct {
 	MaxServerPerHost int
 }
 
+// Allows reports whether the group's hard policy lets one more member on
+// host: under anti-affinity while the host has fewer than
+// max_server_per_host members, under affinity when no member is placed yet
+// or some are on host; soft policies always allow (they only weigh). The
+// group filters decide with it, and the conductor's late check after a
+// claim asks it again.
+func (g *Group) Allows(host string) bool {
+	switch g.Policy {
+	case "anti-affinity":
+		return g.Members[host] < maxPerHost(g)
+	case "affinity":
+		return len(g.Members) == 0 || g.Members[host] > 0
+	}
+	return true
+}
+
 // Request is one placement request (Nova's RequestSpec, reduced to what the
 // filters and weighers read).
 type Request struct {
