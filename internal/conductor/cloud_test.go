@@ -123,19 +123,7 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 			t.Fatal(err)
 		}
 	}
-	scfg := scheduler.DefaultConfig()
-	scfg.ServiceDownTime = 0 // heartbeats are not simulated
-	if o.schedulerConfig != nil {
-		o.schedulerConfig(&scfg)
-	}
-	view, err := scheduler.NewView(ctx, c.st, scheduler.PolicyClaim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New(scfg, view, c.clk, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched := c.newScheduler(1)
 	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID},
 		endsSettled{c.st, t}, sched, c.agents, c.clk, quiet, conductor.Hooks{
 			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
@@ -145,6 +133,26 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		c.agents[h] = compute.NewManager(h, c.drivers[h], c.trackers[h], c.agents, c.cond, c.clk, quiet)
 	}
 	return c
+}
+
+// newScheduler is a scheduler with its own view of the cloud's store (as
+// each keel server has), configured by the cloud's options.
+func (c *cloud) newScheduler(seed uint64) *scheduler.Scheduler {
+	c.t.Helper()
+	scfg := scheduler.DefaultConfig()
+	scfg.ServiceDownTime = 0 // heartbeats are not simulated
+	if c.opts.schedulerConfig != nil {
+		c.opts.schedulerConfig(&scfg)
+	}
+	view, err := scheduler.NewView(ctx, c.st, scheduler.PolicyClaim)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	sched, err := scheduler.New(scfg, view, c.clk, rand.New(rand.NewPCG(seed, seed+1)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return sched
 }
 
 func (c *cloud) newID() string {

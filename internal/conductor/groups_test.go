@@ -3,7 +3,6 @@ package conductor_test
 import (
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -150,17 +149,7 @@ func TestServerGroupLateCheckAcrossServers(t *testing.T) {
 	// A little usage on h1 makes it the fuller host for both servers.
 	c.seed("h1", "filler", small)
 
-	cfg := scheduler.DefaultConfig()
-	cfg.ServiceDownTime = 0
-	cfg.RAMWeightMultiplier, cfg.CPUWeightMultiplier, cfg.DiskWeightMultiplier = -1, -1, -1
-	view, err := scheduler.NewView(ctx, c.st, scheduler.PolicyClaim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New(cfg, view, c.clk, rand.New(rand.NewPCG(3, 4)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched := c.newScheduler(3) // the first server's own scheduler and view
 	var other records.Instance
 	fired := false
 	first := conductor.New(conductor.Config{NewID: c.newID}, c.st, sched, c.agents, c.clk, slog.New(slog.DiscardHandler), conductor.Hooks{
