@@ -108,6 +108,45 @@ func (w *wtx) loadProvider(uuid string) (*store.ProviderSummary, error) {
 	return ps[0], nil
 }
 
+// loadProviderState reads what placement.PlanWrites needs of one provider
+// (generation, inventories, usage) inside a write transaction: the columns
+// of providerSelect without names, traits and aggregates.
+func (w *wtx) loadProviderState(uuid string) (placement.ProviderState, bool, error) {
+	rows, err := w.query(qLoadProviderState, uuid)
+	if err != nil {
+		return placement.ProviderState{}, false, fmt.Errorf("reading provider %s: %w", uuid, err)
+	}
+	defer rows.Close()
+	ps := placement.ProviderState{UUID: uuid, Inventories: placement.Inventories{}, Usage: placement.Resources{}}
+	found := false
+	for rows.Next() {
+		var (
+			rc                                      sql.NullString
+			total, reserved, minU, maxU, step, used sql.NullInt64
+			ratio                                   sql.NullFloat64
+		)
+		if err := rows.Scan(&ps.Generation, &rc, &total, &reserved, &minU, &maxU, &step, &ratio, &used); err != nil {
+			return placement.ProviderState{}, false, fmt.Errorf("scanning provider %s: %w", uuid, err)
+		}
+		found = true
+		if !rc.Valid {
+			continue
+		}
+		class := placement.ResourceClass(rc.String)
+		ps.Inventories[class] = placement.Inventory{
+			Total: total.Int64, Reserved: reserved.Int64, MinUnit: minU.Int64, MaxUnit: maxU.Int64,
+			StepSize: step.Int64, AllocationRatio: ratio.Float64,
+		}
+		if used.Int64 != 0 {
+			ps.Usage[class] = used.Int64
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return placement.ProviderState{}, false, fmt.Errorf("reading provider %s: %w", uuid, err)
+	}
+	return ps, found, nil
+}
+
 func (w *wtx) putInventory(provider string, rc placement.ResourceClass, inv placement.Inventory) error {
 	_, err := w.exec(qPutInventory,
 		provider, string(rc), inv.Total, inv.Reserved, inv.MinUnit, inv.MaxUnit, inv.StepSize, inv.AllocationRatio)
@@ -429,14 +468,13 @@ func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.Alloca
 			if _, done := st.Providers[uuid]; done {
 				return nil
 			}
-			ps, err := w.loadProvider(uuid)
-			if errors.Is(err, store.ErrNotFound) {
-				return nil // PlanWrites reports it if it matters
-			}
+			ps, ok, err := w.loadProviderState(uuid)
 			if err != nil {
 				return err
 			}
-			st.Providers[uuid] = placement.ProviderState{UUID: uuid, Generation: ps.Generation, Inventories: ps.Inventories, Usage: ps.Usage}
+			if ok { // if not, PlanWrites reports it if it matters
+				st.Providers[uuid] = ps
+			}
 			return nil
 		}
 		for _, wr := range writes {

@@ -5,7 +5,10 @@ package sqlite
 // preparing on the pool while a transaction holds its only connection
 // would deadlock.
 var (
-	qLoadProvider = wq(providerSelect + ` WHERE p.uuid = ?`)
+	qLoadProvider      = wq(providerSelect + ` WHERE p.uuid = ?`)
+	qLoadProviderState = wq(`SELECT p.generation,
+		i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, i.used
+		FROM providers p LEFT JOIN inventories i ON i.provider_uuid = p.uuid WHERE p.uuid = ?`)
 	qPutInventory = wq(`INSERT INTO inventories
 		(provider_uuid, resource_class, total, reserved, min_unit, max_unit, step_size, allocation_ratio)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
