@@ -263,10 +263,19 @@ func (c *stmtCache) close() error {
 }
 
 // wtx is a write transaction on the writer connection.
+//
+// Its statements run under ctx without its cancellation (sctx): with a
+// cancellable context the driver starts a watcher goroutine and installs a
+// progress handler around every statement, which cost more than the
+// statements themselves (primary-key lookups and single-row writes). A
+// cancelled ctx still ends the transaction: database/sql rolls it back as
+// soon as ctx is done (BeginTx watches the real ctx), and every statement
+// checks ctx before it starts.
 type wtx struct {
-	ctx context.Context
-	tx  *sql.Tx
-	s   *Store
+	ctx  context.Context // the caller's
+	sctx context.Context // ctx without cancellation, for the statements
+	tx   *sql.Tx
+	s    *Store
 }
 
 // write runs fn in a write transaction (BEGIN IMMEDIATE on the single
@@ -276,7 +285,7 @@ func (s *Store) write(ctx context.Context, fn func(w *wtx) error) error {
 	if err != nil {
 		return fmt.Errorf("beginning write transaction: %w", err)
 	}
-	if err := fn(&wtx{ctx: ctx, tx: tx, s: s}); err != nil {
+	if err := fn(&wtx{ctx: ctx, sctx: context.WithoutCancel(ctx), tx: tx, s: s}); err != nil {
 		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
 			return errors.Join(err, fmt.Errorf("rolling back: %w", rerr))
 		}
@@ -292,11 +301,14 @@ func (s *Store) write(ctx context.Context, fn func(w *wtx) error) error {
 // statements registered with wq exist: preparing one now would need a second
 // writer connection.
 func (w *wtx) stmt(query string) (*sql.Stmt, error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, err
+	}
 	st, ok := w.s.wstmts.m.Load(query)
 	if !ok {
 		return nil, fmt.Errorf("statement not registered with wq: %q", query)
 	}
-	return w.tx.StmtContext(w.ctx, st.(*sql.Stmt)), nil
+	return w.tx.StmtContext(w.sctx, st.(*sql.Stmt)), nil
 }
 
 func (w *wtx) exec(query string, args ...any) (sql.Result, error) {
@@ -304,7 +316,7 @@ func (w *wtx) exec(query string, args ...any) (sql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(w.ctx, args...)
+	return st.ExecContext(w.sctx, args...)
 }
 
 func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
@@ -312,7 +324,7 @@ func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryContext(w.ctx, args...)
+	return st.QueryContext(w.sctx, args...)
 }
 
 // queryRow runs a single-row query; an error preparing it is reported by
@@ -322,7 +334,7 @@ func (w *wtx) queryRow(query string, args ...any) rowScanner {
 	if err != nil {
 		return errRow{err}
 	}
-	return st.QueryRowContext(w.ctx, args...)
+	return st.QueryRowContext(w.sctx, args...)
 }
 
 // rowScanner is *sql.Row or errRow.
