@@ -410,3 +410,86 @@ func TestCapacityTrigger(t *testing.T) {
 		t.Error("raising usage on an over-capacity provider accepted")
 	}
 }
+
+// TestChangesMigrationKeepsSequence opens a database at schema 7, whose
+// changes table still had AUTOINCREMENT and has been trimmed, and checks
+// that migration 0008 keeps the rows and that new changes continue the
+// sequence.
+func TestChangesMigrationKeepsSequence(t *testing.T) {
+	ctx := context.Background()
+	ms, err := schemaMigrations()
+	if err != nil {
+		t.Fatalf("schemaMigrations: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "keel.db")
+	db := rawDB(t, path)
+	if _, err := db.Exec(`CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+		t.Fatalf("creating schema_version: %v", err)
+	}
+	for _, m := range ms[:7] {
+		if _, err := db.Exec(m.sql); err != nil {
+			t.Fatalf("applying %s: %v", m.name, err)
+		}
+		if _, err := db.Exec(`INSERT INTO schema_version VALUES (?, ?, 'then')`, m.version, m.name); err != nil {
+			t.Fatalf("recording %s: %v", m.name, err)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		if _, err := db.Exec(`INSERT INTO changes (kind, key) VALUES ('provider', ?)`, fmt.Sprintf("p-%d", i)); err != nil {
+			t.Fatalf("inserting change: %v", err)
+		}
+	}
+	if _, err := db.Exec(`DELETE FROM changes WHERE seq <= 3`); err != nil {
+		t.Fatalf("trimming: %v", err)
+	}
+	db.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if last, err := s.LastChange(ctx); err != nil || last != 5 {
+		t.Errorf("LastChange after migrating = %d, %v; want 5", last, err)
+	}
+	if _, err := s.Changes(ctx, 2, 0); !errors.Is(err, store.ErrChangesTrimmed) {
+		t.Errorf("Changes(2): err = %v, want ErrChangesTrimmed", err)
+	}
+	if err := s.PutHostRecord(ctx, records.HostRecord{Host: "cmp-1"}); err != nil {
+		t.Fatalf("PutHostRecord: %v", err)
+	}
+	got, err := s.Changes(ctx, 3, 0)
+	if err != nil || len(got) != 3 || got[0].Seq != 4 || got[0].Key != "p-4" || got[2].Seq != 6 {
+		t.Errorf("Changes(3) = %+v, %v; want seq 4, 5 (kept) and 6 (new)", got, err)
+	}
+}
+
+// TestWriteCancelled checks that a write under a cancelled context fails
+// with the context's error and leaves nothing behind, although the
+// transaction's statements run without the context's cancellation.
+func TestWriteCancelled(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t, Options{})
+	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1",
+		Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(8)}})
+	if err != nil {
+		t.Fatalf("CreateProvider: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.WriteAllocations(cctx, placement.AllocationWrite{
+		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 3}},
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("WriteAllocations with a cancelled context: err = %v, want context.Canceled", err)
+	}
+	if _, err := s.GetConsumer(ctx, "c-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetConsumer after the cancelled write: err = %v, want ErrNotFound", err)
+	}
+	// The writer connection is still usable.
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 3}},
+	}); err != nil {
+		t.Errorf("WriteAllocations after a cancelled one: %v", err)
+	}
+}
