@@ -545,32 +545,25 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 		}
 		for _, p := range slices.Sorted(maps.Keys(c.Allocations)) {
 			r := c.Allocations[p]
-			for _, rc := range slices.Sorted(maps.Keys(r)) {
-				if _, err := w.exec(qInsertAllocation,
-					c.UUID, p, string(rc), r[rc]); err != nil {
-					return fmt.Errorf("inserting allocation of %s on %s: %w", c.UUID, p, err)
+			classes := slices.Sorted(maps.Keys(r))
+			for len(classes) > 0 {
+				n := min(len(classes), len(qInsertAllocations))
+				args := make([]any, 0, 2+2*n)
+				args = append(args, c.UUID, p)
+				for _, rc := range classes[:n] {
+					args = append(args, string(rc), r[rc])
+					add(p, rc, r[rc])
 				}
-				add(p, rc, r[rc])
+				if _, err := w.exec(qInsertAllocations[n-1], args...); err != nil {
+					return fmt.Errorf("inserting allocations of %s on %s: %w", c.UUID, p, err)
+				}
+				classes = classes[n:]
 			}
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(delta)) {
-		d := delta[p]
-		for _, rc := range slices.Sorted(maps.Keys(d)) {
-			if d[rc] == 0 {
-				continue
-			}
-			res, err := w.exec(qAddUsage, d[rc], p, string(rc))
-			if err != nil && strings.Contains(err.Error(), "inventories_within_capacity") {
-				// The store's capacity trigger (migration 0004) refused it.
-				return &placement.CapacityError{Provider: p, Class: rc, Requested: d[rc], Reason: "refused by the store's capacity constraint"}
-			}
-			if err != nil {
-				return fmt.Errorf("updating usage of %s on %s: %w", rc, p, err)
-			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				return fmt.Errorf("updating usage of %s on %s: %d rows (%v): inventory missing", rc, p, n, err)
-			}
+		if err := w.addUsage(p, delta[p]); err != nil {
+			return err
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
@@ -582,4 +575,33 @@ func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 		}
 	}
 	return nil
+}
+
+// addUsage adds d (the net change per class; zeros are skipped) to the
+// usage of provider p's inventories, one statement a class: an UPDATE of
+// several rows at once (IN list or UPDATE … FROM) measured slower than
+// these primary-key updates.
+func (w *wtx) addUsage(p string, d map[placement.ResourceClass]int64) error {
+	for _, rc := range slices.Sorted(maps.Keys(d)) {
+		if d[rc] == 0 {
+			continue
+		}
+		res, err := w.exec(qAddUsage, d[rc], p, string(rc))
+		if isCapacityRefusal(err) {
+			return &placement.CapacityError{Provider: p, Class: rc, Requested: d[rc], Reason: "refused by the store's capacity constraint"}
+		}
+		if err != nil {
+			return fmt.Errorf("updating usage of %s on %s: %w", rc, p, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("updating usage of %s on %s: %d rows (%v): inventory missing", rc, p, n, err)
+		}
+	}
+	return nil
+}
+
+// isCapacityRefusal tells whether err is the store's capacity trigger
+// (migration 0004) refusing a usage increase.
+func isCapacityRefusal(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "inventories_within_capacity")
 }

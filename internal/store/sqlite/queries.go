@@ -1,5 +1,10 @@
 package sqlite
 
+import (
+	"fmt"
+	"strings"
+)
+
 // The write transactions' statements. Each is registered with wq so Open
 // can prepare it on the writer connection before any transaction runs:
 // preparing on the pool while a transaction holds its only connection
@@ -37,12 +42,11 @@ var (
 	qProviderHasAllocations    = wq(`SELECT COUNT(*) FROM (SELECT 1 FROM allocations WHERE provider_uuid = ? LIMIT 1)`)
 	qDeleteProvider            = wq(`DELETE FROM providers WHERE uuid = ?`)
 	qLoadConsumer              = wq(consumerSelect + ` WHERE c.uuid = ?`)
+	qAddUsage                  = wq(`UPDATE inventories SET used = used + ? WHERE provider_uuid = ? AND resource_class = ?`)
 	qDeleteConsumerAllocations = wq(`DELETE FROM allocations WHERE consumer_uuid = ?`)
 	qDeleteConsumer            = wq(`DELETE FROM consumers WHERE uuid = ?`)
 	qUpdateConsumer            = wq(`UPDATE consumers SET project_id = ?, user_id = ?, type = ?, generation = ? WHERE uuid = ?`)
 	qInsertConsumer            = wq(`INSERT INTO consumers (uuid, project_id, user_id, type, generation) VALUES (?, ?, ?, ?, ?)`)
-	qInsertAllocation          = wq(`INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES (?, ?, ?, ?)`)
-	qAddUsage                  = wq(`UPDATE inventories SET used = used + ? WHERE provider_uuid = ? AND resource_class = ?`)
 	qPutHostRecord             = wq(`INSERT INTO host_records (host, data) VALUES (?, ?)
 			ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
 	qPutService = wq(`INSERT INTO services (host, data) VALUES (?, ?)
@@ -64,3 +68,33 @@ var (
 	qInsertChange = wq(`INSERT INTO changes (kind, key) VALUES (?, ?)`)
 	qTrimChanges  = wq(`DELETE FROM changes WHERE seq <= ?`)
 )
+
+// Statements for 1…multiRows rows at once: the allocation rows of one
+// consumer on one provider. A claim (VCPU, MEMORY_MB, DISK_GB on one host)
+// is then one INSERT, not three.
+const multiRows = 8
+
+var (
+	// qInsertAllocations[n-1] inserts n allocation rows; arguments:
+	// consumer, provider, then class and amount for each row.
+	qInsertAllocations = multiRowQueries(func(n int) string {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO allocations (consumer_uuid, provider_uuid, resource_class, used) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "(?1, ?2, ?%d, ?%d)", 3+2*i, 4+2*i)
+		}
+		return b.String()
+	})
+)
+
+// multiRowQueries registers query(1)…query(multiRows) with wq.
+func multiRowQueries(query func(n int) string) []string {
+	out := make([]string, multiRows)
+	for n := 1; n <= multiRows; n++ {
+		out[n-1] = wq(query(n))
+	}
+	return out
+}
