@@ -493,3 +493,46 @@ func TestWriteCancelled(t *testing.T) {
 		t.Errorf("WriteAllocations after a cancelled one: %v", err)
 	}
 }
+
+// TestManyClassesOneProvider claims more classes on one provider than one
+// multi-row INSERT holds (multiRows), then replaces the claim with fewer.
+func TestManyClassesOneProvider(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t, Options{})
+	classes := []placement.ResourceClass{"VCPU", "MEMORY_MB", "DISK_GB", "PCI_DEVICE", "SRIOV_NET_VF",
+		"NUMA_SOCKET", "IPV4_ADDRESS", "VGPU", "VGPU_DISPLAY_HEAD", "NUMA_CORE"}
+	if len(classes) <= multiRows {
+		t.Fatalf("test needs more than %d classes", multiRows)
+	}
+	invs := placement.Inventories{}
+	claim := placement.Resources{}
+	for i, rc := range classes {
+		invs[rc] = placement.NewInventory(100)
+		claim[rc] = int64(i + 1)
+	}
+	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1", Inventories: invs})
+	if err != nil {
+		t.Fatalf("CreateProvider: %v", err)
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: claim},
+	}); err != nil {
+		t.Fatalf("WriteAllocations of %d classes: %v", len(classes), err)
+	}
+	c, err := s.GetConsumer(ctx, "c-1")
+	if err != nil || len(c.Allocations[p.UUID]) != len(classes) {
+		t.Fatalf("GetConsumer = %+v, %v; want %d classes", c, err, len(classes))
+	}
+	for rc, n := range claim {
+		if c.Allocations[p.UUID][rc] != n {
+			t.Errorf("allocation of %s = %d, want %d", rc, c.Allocations[p.UUID][rc], n)
+		}
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+		ConsumerUUID: "c-1", ConsumerGeneration: &c.Generation,
+		Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 2}},
+	}); err != nil {
+		t.Fatalf("replacing the claim: %v", err)
+	}
+	checkUsageColumn(t, path)
+}
