@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,10 @@ type cloud struct {
 	hosts    []string
 	ids      int
 
+	// reports carries the agents' reports to a conductor (the bus's
+	// queue group: whichever replica answers).
+	reports routedReporter
+
 	done   []records.Migration // MigrationDone hook
 	builds []records.Instance  // BuildDone hook
 }
@@ -80,6 +85,8 @@ type cloudOptions struct {
 	maxAttempts     int
 	progressEvery   time.Duration
 	schedulerConfig func(*scheduler.Config)
+	owner           string        // conductor.Config.Owner
+	downTime        time.Duration // conductor.Config.ServiceDownTime
 }
 
 type option func(*cloudOptions)
@@ -89,6 +96,12 @@ func legacyHosts() option        { return func(o *cloudOptions) { o.legacy = tru
 func maxConcurrent(n int) option { return func(o *cloudOptions) { o.maxConcurrent = n } }
 func maxAttempts(n int) option   { return func(o *cloudOptions) { o.maxAttempts = n } }
 func noProgressReports() option  { return func(o *cloudOptions) { o.progressEvery = 0 } }
+
+// owned makes the cloud's conductor the replica name, judging replicas
+// dead after downTime.
+func owned(name string, downTime time.Duration) option {
+	return func(o *cloudOptions) { o.owner, o.downTime = name, downTime }
+}
 func hostConfig(h string) compute.HostConfig {
 	return compute.HostConfig{Host: h, ProviderUUID: "rp-" + h, VCPUs: 16, MemoryMB: 32768, LocalGB: 500, ReservedHostMemoryMB: 512}
 }
@@ -124,13 +137,15 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		}
 	}
 	sched := c.newScheduler(1)
-	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID},
+	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID,
+		Owner: o.owner, ServiceDownTime: o.downTime},
 		endsSettled{c.st, t}, sched, c.agents, c.clk, quiet, conductor.Hooks{
 			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
 			BuildDone:     func(in records.Instance) { c.builds = append(c.builds, in) },
 		})
+	c.reports.route(c.cond)
 	for _, h := range c.hosts {
-		c.agents[h] = compute.NewManager(h, c.drivers[h], c.trackers[h], c.agents, c.cond, c.clk, quiet)
+		c.agents[h] = compute.NewManager(h, c.drivers[h], c.trackers[h], c.agents, &c.reports, c.clk, quiet)
 	}
 	return c
 }
@@ -153,6 +168,37 @@ func (c *cloud) newScheduler(seed uint64) *scheduler.Scheduler {
 		c.t.Fatal(err)
 	}
 	return sched
+}
+
+// routedReporter hands the agents' reports to the conductor in to.
+type routedReporter struct {
+	mu sync.Mutex
+	to compute.Reporter
+}
+
+func (r *routedReporter) target() compute.Reporter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.to
+}
+
+// route sends the reports that follow to rep.
+func (r *routedReporter) route(rep compute.Reporter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.to = rep
+}
+
+func (r *routedReporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) {
+	r.target().BuildDone(ctx, instanceUUID, host, err)
+}
+
+func (r *routedReporter) CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64) {
+	r.target().CopyProgress(ctx, migrationID, total, processed, remaining)
+}
+
+func (r *routedReporter) CopyDone(ctx context.Context, migrationID int64, err error) {
+	r.target().CopyDone(ctx, migrationID, err)
 }
 
 func (c *cloud) newID() string {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -62,6 +63,23 @@ type Config struct {
 	// NewID makes UUIDs for new instances and migrations (default: random
 	// v4; the simulator passes a counter so runs replay exactly).
 	NewID func() string
+
+	// Owner is this keel server replica's name ([keel] server_name). When
+	// set, the conductor heartbeats it in the store (a service record of
+	// binary records.ServerBinary), records it as the owner of the
+	// migrations it creates or takes over, and resumes only migrations
+	// that are unowned, its own, or owned by a replica whose heartbeat is
+	// older than ServiceDownTime (see Recover, Sweep and RunOwnership).
+	// Empty turns ownership off: Recover resumes every active migration
+	// (one server alone).
+	Owner string
+	// ServiceDownTime is how old a replica's heartbeat must be for its
+	// migrations to be taken over ([DEFAULT] service_down_time); 0 means
+	// replicas are never judged dead.
+	ServiceDownTime time.Duration
+	// HeartbeatInterval is how often RunOwnership heartbeats ([DEFAULT]
+	// report_interval; 0 means ServiceDownTime/3, or 10s).
+	HeartbeatInterval time.Duration
 }
 
 // Conductor runs the flows.
@@ -77,7 +95,9 @@ type Conductor struct {
 
 	mu      sync.Mutex
 	locks   map[int64]*sync.Mutex
-	slots   map[string]int
+	// slots are the source slots this replica holds, by source host and
+	// migration.
+	slots   map[string]map[int64]bool
 	waiting map[string][]int64
 	// groupMus serialise the scheduling of each server group's members
 	// (see groupLock).
@@ -100,7 +120,7 @@ func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Comput
 	}
 	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
 		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts},
-		locks:   map[int64]*sync.Mutex{}, slots: map[string]int{}, waiting: map[string][]int64{}}
+		locks:   map[int64]*sync.Mutex{}, slots: map[string]map[int64]bool{}, waiting: map[string][]int64{}}
 }
 
 // InvalidStateError is a request the instance's state does not allow (HTTP

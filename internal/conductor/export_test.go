@@ -9,8 +9,8 @@ func (c *Conductor) Remembered() (locks, queued, slots int) {
 	for _, q := range c.waiting {
 		queued += len(q)
 	}
-	for _, n := range c.slots {
-		slots += n
+	for _, held := range c.slots {
+		slots += len(held)
 	}
 	return len(c.locks), queued, slots
 }

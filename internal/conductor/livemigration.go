@@ -36,7 +36,7 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 	now := c.clock.Now()
 	m, err := c.store.CreateMigration(ctx, records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: "live-migration", SourceHost: inst.Host,
-		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now,
+		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
 	})
 	if err != nil {
@@ -102,6 +102,7 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 	l.Lock()
 	defer l.Unlock()
 	queue := []migration.Event{ev}
+	conflicts := 0
 	for len(queue) > 0 {
 		ev, queue = queue[0], queue[1:]
 		m, err := c.store.GetMigration(ctx, migID)
@@ -127,9 +128,19 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 				c.perform(ctx, next, a)
 			}
 		}
-		if next, err = c.store.UpdateMigration(ctx, next); err != nil {
+		saved, err := c.store.UpdateMigration(ctx, next)
+		if placement.IsConflict(err) && conflicts < 3 {
+			// Another replica wrote the record between our read and
+			// write (it applied an agent's report, or took the migration
+			// over): step the same event again from what it wrote.
+			conflicts++
+			queue = append([]migration.Event{ev}, queue...)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("saving migration %d: %w", migID, err)
 		}
+		next = saved
 		if next.Phase != m.Phase || next.Status != m.Status {
 			c.log.Info("migration step", "migration", migID, "instance", next.InstanceUUID, "event", ev.Kind,
 				"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
@@ -212,18 +223,18 @@ func (c *Conductor) perform(ctx context.Context, m records.Migration, a migratio
 			if c.acquireSlot(m.SourceHost, m.ID) {
 				// Refused (aborted meanwhile): pass the slot on.
 				if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-					c.releaseSlot(bg, m.SourceHost)
+					c.releaseSlot(bg, m.SourceHost, m.ID)
 				}
 			}
 		})
 		return migration.Event{}, false
 	case migration.HoldSlot:
 		c.mu.Lock()
-		c.slots[a.Host]++
+		c.holdSlot(a.Host, m.ID)
 		c.mu.Unlock()
 		return migration.Event{}, false
 	case migration.ReleaseSlot:
-		c.releaseSlot(ctx, m.SourceHost)
+		c.releaseSlot(ctx, m.SourceHost, m.ID)
 		return migration.Event{}, false
 	case migration.PreLiveMigration:
 		var data map[string]string
@@ -381,33 +392,93 @@ func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, h
 func (c *Conductor) acquireSlot(host string, migID int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slots[host] < c.cfg.MaxConcurrentLiveMigrations {
-		c.slots[host]++
+	if len(c.slots[host]) < c.cfg.MaxConcurrentLiveMigrations {
+		c.holdSlot(host, migID)
 		return true
 	}
 	c.waiting[host] = append(c.waiting[host], migID)
 	return false
 }
 
-// releaseSlot frees a slot and hands it to the next queued migration,
-// whose step then runs on its own (the clock runs it after the current
-// handler returns).
-func (c *Conductor) releaseSlot(ctx context.Context, host string) {
+// holdSlot records that migID holds a slot of host; c.mu is held.
+func (c *Conductor) holdSlot(host string, migID int64) {
+	if c.slots[host] == nil {
+		c.slots[host] = map[int64]bool{}
+	}
+	c.slots[host][migID] = true
+}
+
+// releaseSlot frees migID's slot and hands it to the next queued
+// migration, whose step then runs on its own (the clock runs it after the
+// current handler returns). A slot this replica does not hold (another
+// replica queued the migration; this one only applied an agent's report)
+// is left to the replica holding it, which frees it when it reconciles
+// (see reconcile).
+func (c *Conductor) releaseSlot(ctx context.Context, host string, migID int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.slots[host][migID] {
+		return
+	}
+	delete(c.slots[host], migID)
+	if len(c.slots[host]) == 0 {
+		delete(c.slots, host)
+	}
 	if q := c.waiting[host]; len(q) > 0 {
 		next := q[0]
 		c.waiting[host] = q[1:]
+		if len(c.waiting[host]) == 0 {
+			delete(c.waiting, host)
+		}
+		c.holdSlot(host, next)
 		bg := context.WithoutCancel(ctx)
 		c.clock.AfterFunc(0, func() {
 			// A migration aborted while it waited refuses the slot: pass it on.
 			if err := c.Handle(bg, next, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-				c.releaseSlot(bg, host)
+				c.releaseSlot(bg, host, next)
 			}
 		})
-		return
 	}
-	if c.slots[host] > 0 {
-		c.slots[host]--
+}
+
+// reconcile drops what this replica keeps in memory for migrations that
+// ended elsewhere, and frees the slots it holds for migrations that ended
+// or that another replica now owns: with several replicas, the agent's
+// last report of a migration may have been applied by another replica,
+// whose ReleaseSlot and forget could not reach this one's memory.
+func (c *Conductor) reconcile(ctx context.Context) {
+	held := map[int64]string{} // migration → source whose slot it holds
+	c.mu.Lock()
+	for host, ids := range c.slots {
+		for id := range ids {
+			held[id] = host
+		}
+	}
+	ids := make([]int64, 0, len(c.locks)+len(held))
+	for id := range c.locks {
+		if _, ok := held[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	for id := range held {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		m, err := c.store.GetMigration(ctx, id)
+		if err != nil && !isNotFound(err) {
+			c.log.Warn("reconciling the conductor's memory", "migration", id, "err", err)
+			continue
+		}
+		ended := err != nil || records.MigrationTerminal(m.Status)
+		host, holds := held[id]
+		if holds && (ended || (c.cfg.Owner != "" && m.Owner != c.cfg.Owner)) {
+			c.log.Info("freeing the slot of a migration another replica ended or took", "migration", id, "source", host)
+			c.releaseSlot(ctx, host, id)
+		}
+		if ended {
+			m.ID = id
+			c.forget(m)
+		}
 	}
 }

@@ -93,7 +93,11 @@ type LibvirtGroup struct {
 
 // KeelGroup is the [keel] group: keel's own settings.
 type KeelGroup struct {
-	Listen     string // listen (127.0.0.1:8080)
+	Listen string // listen (127.0.0.1:8080)
+	// ServerName is server_name: this keel server replica's name, which
+	// owns the migrations it drives (empty: a UUID kept in
+	// DATA_DIR/server_name, stable across restarts of the replica).
+	ServerName string
 	DataDir    string // data_dir (./.keel); [DEFAULT] state_path is another name for it
 	NATSURL    string // nats_url (empty: run an embedded server)
 	NATSListen string // nats_listen (127.0.0.1:0)

@@ -388,6 +388,8 @@ var options = []*option{
 	// [keel]
 	addrOpt("keel", "listen", func(c *Config) *string { return &c.Keel.Listen },
 		"Address the API listens on."),
+	strOpt("keel", "server_name", func(c *Config) *string { return &c.Keel.ServerName },
+		"This keel server replica's name: it owns the live migrations it drives, and heartbeats under it. Each replica needs its own; empty uses a UUID kept in DATA_DIR/server_name."),
 	strOpt("keel", "data_dir", func(c *Config) *string { return &c.Keel.DataDir },
 		"Directory of keel's state (database, embedded NATS storage); a relative path is taken from the working directory. Nova's [DEFAULT] state_path is another name for it.").
 		alias("DEFAULT", "state_path").checked(nonEmpty),

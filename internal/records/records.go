@@ -62,6 +62,20 @@ type Service struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 }
 
+// ServerBinary is the binary of the service records keel server replicas
+// heartbeat (their Host is ServerServiceHost of the replica's name). They
+// live beside the compute services but are not compute services: the
+// compute API, the scheduler and the agents' metrics skip them.
+const ServerBinary = "keel-server"
+
+// ServerServiceHost is the service record key of a keel server replica:
+// prefixed so it can never collide with a compute host's name.
+func ServerServiceHost(name string) string { return ServerBinary + ":" + name }
+
+// IsCompute reports whether s is a compute agent's service (not a keel
+// server replica's heartbeat).
+func (s Service) IsCompute() bool { return s.Binary != ServerBinary }
+
 // Flavor is an instance size.
 type Flavor struct {
 	ID         string            `json:"id"`
@@ -185,6 +199,11 @@ type Migration struct {
 	// AbortRequested is set by an abort that arrives while a step is in
 	// flight; the machine honours it at the next step.
 	AbortRequested bool `json:"abort_requested,omitempty"`
+	// Owner is the keel server replica that drives the migration: the one
+	// that created it or took it over (see conductor.Config.Owner). Empty
+	// for a migration no replica claims (a single server without
+	// ownership, or one written before owners existed).
+	Owner string `json:"owner,omitempty"`
 
 	MemoryTotalBytes     int64     `json:"memory_total_bytes"`
 	MemoryProcessedBytes int64     `json:"memory_processed_bytes"`

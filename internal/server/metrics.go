@@ -112,6 +112,9 @@ func (c *agentsCollector) Collect(ch chan<- prometheus.Metric) {
 	up, down := 0, 0
 	now := time.Now()
 	for _, s := range svcs {
+		if !s.IsCompute() {
+			continue // a keel server replica's heartbeat
+		}
 		if !s.ForcedDown && (c.downTime <= 0 || now.Sub(s.LastSeenUp) <= c.downTime) {
 			up++
 		} else {

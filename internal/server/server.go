@@ -52,6 +52,8 @@ type Server struct {
 	listener net.Listener
 	baseURL  string
 	metrics  *Metrics
+	// stopOwnership ends the replica's heartbeats and sweeps.
+	stopOwnership context.CancelFunc
 }
 
 // Start starts a server and returns once it serves HTTP.
@@ -114,9 +116,16 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.sched = sched
 	s.metrics = newMetrics()
+	name, err := serverName(cfg.Keel.ServerName, dataDir)
+	if err != nil {
+		return err
+	}
 	s.cond = conductor.New(conductor.Config{
 		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
 		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
+		Owner:                       name,
+		ServiceDownTime:             cfg.Default.ServiceDownTime,
+		HeartbeatInterval:           cfg.Default.ReportInterval,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.metrics.hooks())
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
@@ -126,6 +135,12 @@ func (s *Server) start(ctx context.Context) error {
 	} else if n > 0 {
 		s.log.Info("resumed migrations interrupted by a restart", "count", n)
 	}
+	// Heartbeats and the sweep for dead replicas' migrations run until
+	// Close.
+	ownCtx, stopOwnership := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopOwnership = stopOwnership
+	s.cond.RunOwnership(ownCtx)
+	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
 }
 
@@ -234,6 +249,9 @@ func (s *Server) Conductor() *conductor.Conductor { return s.cond }
 
 // Close stops serving and releases everything, in reverse order.
 func (s *Server) Close() {
+	if s.stopOwnership != nil {
+		s.stopOwnership()
+	}
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.http.Shutdown(ctx)
@@ -251,6 +269,32 @@ func (s *Server) Close() {
 	if s.store != nil {
 		_ = s.store.Close()
 	}
+}
+
+// serverName is the replica's name: [keel] server_name, or a UUID made
+// once and kept in DATA_DIR/server_name (so a restart of the replica owns
+// what it owned before).
+func serverName(configured, dataDir string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	path := filepath.Join(dataDir, "server_name")
+	if data, err := os.ReadFile(path); err == nil {
+		if name := strings.TrimSpace(string(data)); name != "" {
+			return name, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	name := uuid.NewString()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(name+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return name, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -27,7 +28,7 @@ func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := a.cfg.Store.ListServices(r.Context())
+	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +331,7 @@ func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
 }
 
 func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
-	svcs, err := a.cfg.Store.ListServices(r.Context())
+	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func serviceID(host string) string {
 
 // serviceHost finds the host of the service with the given id.
 func (a *API) serviceHost(r *http.Request, id string) (string, error) {
-	svcs, err := a.cfg.Store.ListServices(r.Context())
+	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return "", err
 	}
@@ -448,4 +449,20 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"service": out})
 	return nil
+}
+
+// computeServices are the compute agents' service records: the keel
+// server replicas' heartbeats, kept beside them, are not compute services.
+func (a *API) computeServices(ctx context.Context) ([]records.Service, error) {
+	svcs, err := a.cfg.Store.ListServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := svcs[:0]
+	for _, s := range svcs {
+		if s.IsCompute() {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }

@@ -799,7 +799,7 @@ func (a *API) fillZones(r *http.Request, ins []records.Instance) error {
 	if !slices.ContainsFunc(ins, func(in records.Instance) bool { return in.Zone == "" && in.Host != "" }) {
 		return nil
 	}
-	svcs, err := a.cfg.Store.ListServices(r.Context())
+	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 // services; with detail (admin) each zone's hosts and their services.
 func (a *API) listZones(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		svcs, err := a.cfg.Store.ListServices(r.Context())
+		svcs, err := a.computeServices(r.Context())
 		if err != nil {
 			return err
 		}
