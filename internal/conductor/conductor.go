@@ -93,8 +93,8 @@ type Conductor struct {
 	log      *slog.Logger
 	hooks    Hooks
 
-	mu      sync.Mutex
-	locks   map[int64]*sync.Mutex
+	mu    sync.Mutex
+	locks map[int64]*sync.Mutex
 	// slots are the source slots this replica holds, by source host and
 	// migration.
 	slots   map[string]map[int64]bool
