@@ -66,9 +66,10 @@ _permit_post_copy and _timeout_action.
 The host's size comes from [keel] vcpus, memory_mb and disk_gb, its
 overcommit from [DEFAULT] cpu/ram/disk_allocation_ratio and
 reserved_host_memory_mb.`,
-		Example: `  keel agent --host h01 --bus-url nats://127.0.0.1:4222 \
-      --bus-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01
-  keel agent --driver qemu --host h02 --bus-url nats://127.0.0.1:4222 --data-dir /var/lib/keel-agent/h02`,
+		Example: `  keel agent --host h01 --nats-url nats://127.0.0.1:4222 \
+      --nats-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01
+  keel agent --driver qemu --host h02 --nats-url nats://n1:4222,nats://n2:4222 \
+      --nats-credentials /etc/keel/bus.json --data-dir /var/lib/keel-agent/h02`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := cf.logger()
@@ -83,7 +84,7 @@ reserved_host_memory_mb.`,
 				busURL = cfg.Keel.NATSURL
 			}
 			if busURL == "" {
-				return fmt.Errorf("agent needs the bus URL: --bus-url (the keel server logs it at start) or [keel] nats_url")
+				return fmt.Errorf("agent needs the bus URL: --nats-url (the keel server logs it at start) or [keel] nats_url")
 			}
 			if credsFile == "" {
 				credsFile = cfg.Keel.NATSCredentials
@@ -93,7 +94,7 @@ reserved_host_memory_mb.`,
 			}
 			creds, err := bus.ReadCredentials(credsFile)
 			if err != nil {
-				return fmt.Errorf("reading bus credentials (--bus-credentials): %w", err)
+				return fmt.Errorf("reading bus credentials (--nats-credentials): %w", err)
 			}
 			if count < 1 {
 				return fmt.Errorf("--hosts must be at least 1, got %d", count)
@@ -111,11 +112,17 @@ reserved_host_memory_mb.`,
 			return nil
 		},
 	}
-	cf = addConfigFlags(cmd)
+	cf = addConfigFlags(cmd, "data-dir", "driver", "nats-url", "nats-credentials")
 	f := cmd.Flags()
+	f.Lookup("data-dir").Usage = "directory for this agent's state: its guests, QEMU processes and sockets ([keel] data_dir)"
+	f.Lookup("nats-url").Usage = "NATS URL of the keel servers' bus, several comma-separated for a cluster (the keel server logs it at start; [keel] nats_url)"
+	f.Lookup("nats-credentials").Usage = "bus credentials file, JSON user and password ([keel] nats_credentials; default DATA_DIR/bus-credentials.json)"
 	f.StringVar(&host, "host", "", "this host's name ([DEFAULT] host; default: the machine's hostname)")
-	f.StringVar(&busURL, "bus-url", "", "NATS URL of the keel server's bus (several comma-separated for a cluster)")
-	f.StringVar(&credsFile, "bus-credentials", "", "bus credentials file (default: [keel] nats_credentials, else DATA_DIR/bus-credentials.json)")
+	// The first names of --nats-url and --nats-credentials, still taken.
+	f.StringVar(&busURL, "bus-url", "", "NATS URL of the keel server's bus")
+	f.StringVar(&credsFile, "bus-credentials", "", "bus credentials file")
+	_ = f.MarkDeprecated("bus-url", "use --nats-url")
+	_ = f.MarkDeprecated("bus-credentials", "use --nats-credentials")
 	f.IntVar(&count, "hosts", 1, "run this many fake hosts in this process, named HOST-1 … HOST-N, each with its data dir DATA_DIR/HOST-i (for scale tests)")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -32,10 +33,12 @@ var shortcuts = map[string][2]string{
 	"policy":           {"keel", "policy"},
 }
 
-func addConfigFlags(cmd *cobra.Command) *configFlags {
+// addConfigFlags adds --config, --set, --verbose and the shortcuts named
+// in only (every shortcut when only is empty).
+func addConfigFlags(cmd *cobra.Command, only ...string) *configFlags {
 	cf := &configFlags{named: map[string]*string{}}
 	f := cmd.Flags()
-	f.StringVar(&cf.file, "config", "", "nova.conf-style configuration file (`keel config sample` prints every option)")
+	f.StringVar(&cf.file, "config", "", "nova.conf-style configuration `FILE` (keel config sample prints every option)")
 	f.StringArrayVar(&cf.sets, "set", nil, "set any option, as group.option=value (e.g. --set filter_scheduler.host_subset_size=3); repeatable")
 	f.BoolVarP(&cf.verbose, "verbose", "v", false, "log at debug level")
 	help := map[string]string{
@@ -47,7 +50,9 @@ func addConfigFlags(cmd *cobra.Command) *configFlags {
 		"policy":           "what the scheduler's weighers read: claim, dest-update or legacy ([keel] policy)",
 	}
 	for name := range shortcuts {
-		cf.named[name] = f.String(name, "", help[name])
+		if len(only) == 0 || slices.Contains(only, name) {
+			cf.named[name] = f.String(name, "", help[name])
+		}
 	}
 	return cf
 }
@@ -71,7 +76,7 @@ func (cf *configFlags) load(cmd *cobra.Command, log *slog.Logger) (config.Config
 		}
 	}
 	for name, opt := range shortcuts {
-		if cmd.Flags().Changed(name) {
+		if cf.named[name] != nil && cmd.Flags().Changed(name) {
 			if err := cfg.Set(opt[0], opt[1], *cf.named[name]); err != nil {
 				return cfg, fmt.Errorf("--%s: %w", name, err)
 			}

@@ -38,6 +38,6 @@ Migrations a restart interrupted are resumed at start.`,
 			return nil
 		},
 	}
-	cf = addConfigFlags(cmd)
+	cf = addConfigFlags(cmd, "data-dir", "listen", "nats-url", "nats-credentials", "policy")
 	return cmd
 }

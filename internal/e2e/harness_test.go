@@ -149,8 +149,8 @@ func (c *cloud) startServer() {
 func (c *cloud) startAgent(host string, extra ...string) {
 	c.t.Helper()
 	args := append([]string{"agent", "--host", host, "--data-dir", filepath.Join(c.dataDir, "agents", host),
-		"--bus-url", fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort),
-		"--bus-credentials", filepath.Join(c.dataDir, "bus-credentials.json")}, c.setArgs()...)
+		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort),
+		"--nats-credentials", filepath.Join(c.dataDir, "bus-credentials.json")}, c.setArgs()...)
 	args = append(args, extra...)
 	c.agents[host] = start(c.t, "agent-"+host, args...)
 	c.waitFor("agent "+host+" to be up", 20*time.Second, func() bool {
