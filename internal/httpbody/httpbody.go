@@ -7,6 +7,7 @@
 package httpbody
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,6 +75,28 @@ func Unmarshal(body []byte, v any) error {
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return &MalformedError{Err: err}
+	}
+	return nil
+}
+
+// DecodeJSONStrict is DecodeJSON for bodies whose schema is closed
+// (additionalProperties false, as many of Nova's are): a field v has no
+// place for is a MalformedError too.
+func DecodeJSONStrict(r *http.Request, limit int64, v any) error {
+	body, err := Read(r, limit)
+	if err != nil {
+		return err
+	}
+	if len(body) == 0 {
+		return &MalformedError{Err: errors.New("the request body is empty")}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &MalformedError{Err: err}
+	}
+	if dec.More() {
+		return &MalformedError{Err: errors.New("data after the JSON value")}
 	}
 	return nil
 }

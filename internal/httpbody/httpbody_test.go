@@ -1,6 +1,7 @@
 package httpbody_test
 
 import (
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -43,4 +44,15 @@ func asMalformed(err error, m **httpbody.MalformedError) bool {
 	e, ok := err.(*httpbody.MalformedError)
 	*m = e
 	return ok
+}
+
+func TestDecodeJSONStrict(t *testing.T) {
+	var v struct{ A int }
+	for body, ok := range map[string]bool{`{"A": 1}`: true, `{"A": 1, "B": 2}`: false, `{"A": 1} {}`: false, ``: false} {
+		err := httpbody.DecodeJSONStrict(httptest.NewRequest("POST", "/", strings.NewReader(body)), 100, &v)
+		var m *httpbody.MalformedError
+		if (err == nil) != ok || (err != nil && !errors.As(err, &m)) {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
 }

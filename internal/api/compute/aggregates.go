@@ -1,9 +1,7 @@
 package compute
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"keel/internal/httpbody"
 	"keel/internal/placement"
 	"keel/internal/records"
 )
@@ -441,27 +438,6 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 	}
 	if err != nil {
 		return fmt.Errorf("mirroring aggregate %s on the provider of %s: %w", aggUUID, host, err)
-	}
-	return nil
-}
-
-// decodeStrict is decode for bodies whose schema Nova closes
-// (additionalProperties false): an unknown field is a 400.
-func decodeStrict(r *http.Request, v any) error {
-	body, err := httpbody.Read(r, httpbody.DefaultLimit)
-	if err != nil {
-		if httpbody.IsTooLarge(err) {
-			return &apiError{http.StatusRequestEntityTooLarge, "Request is too large."}
-		}
-		return badRequest("Malformed request body: " + err.Error())
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badRequest("Invalid input for the request body: " + err.Error())
-	}
-	if dec.More() {
-		return badRequest("Malformed request body: data after the JSON value")
 	}
 	return nil
 }

@@ -195,11 +195,23 @@ func (a *API) authed(admin bool, pattern string, h func(w http.ResponseWriter, r
 
 // decode reads a JSON body into v; a malformed body is a 400.
 func decode(r *http.Request, v any) error {
-	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, v); err != nil {
+	return decodeWith(r, v, httpbody.DecodeJSON, "Malformed request body: ")
+}
+
+// decodeStrict is decode for bodies whose schema Nova closes
+// (additionalProperties false): an unknown field is a 400.
+func decodeStrict(r *http.Request, v any) error {
+	return decodeWith(r, v, httpbody.DecodeJSONStrict, "Invalid input for the request body: ")
+}
+
+// decodeWith maps a body reader's failures to Nova's answers: 413 for a
+// body over the limit, else 400 with the reason after prefix.
+func decodeWith(r *http.Request, v any, read func(*http.Request, int64, any) error, prefix string) error {
+	if err := read(r, httpbody.DefaultLimit, v); err != nil {
 		if httpbody.IsTooLarge(err) {
 			return &apiError{http.StatusRequestEntityTooLarge, "Request is too large."}
 		}
-		return badRequest("Malformed request body: " + err.Error())
+		return badRequest(prefix + err.Error())
 	}
 	return nil
 }
