@@ -28,7 +28,7 @@ func TestDecodeJSON(t *testing.T) {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(c.body))
 		err := httpbody.DecodeJSON(r, c.limit, &v)
 		var m *httpbody.MalformedError
-		if httpbody.IsTooLarge(err) != c.tooLarge || (err != nil && !c.tooLarge && !asMalformed(err, &m)) || (err == nil) != (!c.tooLarge && !c.malformed) {
+		if httpbody.IsTooLarge(err) != c.tooLarge || (err != nil && !c.tooLarge && !errors.As(err, &m)) || (err == nil) != (!c.tooLarge && !c.malformed) {
 			t.Errorf("%q with limit %d: %v", c.body, c.limit, err)
 		}
 	}
@@ -40,11 +40,6 @@ func TestDecodeJSON(t *testing.T) {
 	}
 }
 
-func asMalformed(err error, m **httpbody.MalformedError) bool {
-	e, ok := err.(*httpbody.MalformedError)
-	*m = e
-	return ok
-}
 
 func TestDecodeJSONStrict(t *testing.T) {
 	var v struct{ A int }
