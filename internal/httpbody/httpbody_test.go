@@ -40,7 +40,6 @@ func TestDecodeJSON(t *testing.T) {
 	}
 }
 
-
 func TestDecodeJSONStrict(t *testing.T) {
 	var v struct{ A int }
 	for body, ok := range map[string]bool{`{"A": 1}`: true, `{"A": 1, "B": 2}`: false, `{"A": 1} {}`: false, ``: false} {
