@@ -2,16 +2,37 @@
 # Runs every check and test keel has: formatting, go vet, and the whole test
 # suite under the race detector. CI (.ci/run) calls exactly this script.
 #
+# First it checks the Debian packages the tests need (tests/packages.txt):
+# run as root on Debian it installs the missing ones (apt-get update, then
+# apt-get install); otherwise it prints the apt-get line they need and stops.
+#
 #   ./test.sh            everything
 #   ./test.sh -short     skips the slowest cases (fewer seeds in the sim test)
 #
 # After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
-# openstackclient (apt-get install python3-openstackclient; .ci/run does),
+# openstackclient (python3-openstackclient),
 # tests/tempest.sh runs a selection of Tempest's compute API tests (tempest),
 # and tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME).
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+
+# shellcheck source=tests/packages.sh
+. tests/packages.sh
+mapfile -t missing < <(keel_missing_packages)
+if [ ${#missing[@]} -gt 0 ]; then
+  if keel_can_install; then
+    echo "== installing the Debian packages the tests need: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    keel_install "${missing[@]}"
+  else
+    echo "./test.sh needs Debian packages that are not installed (tests/packages.txt says what for);"
+    echo "install them as root, or run ./test.sh as root on Debian to have it do so:"
+    echo "  $(keel_install_line "${missing[@]}")"
+    exit 1
+  fi
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
