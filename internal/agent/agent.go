@@ -138,10 +138,10 @@ func (a *Agent) start(ctx context.Context) error {
 		switch g.State {
 		case compute.GuestBuilding:
 			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
-			reporter.BuildDone(ctx, g.UUID, opts.Host, nil)
+			_ = reporter.BuildDone(ctx, g.UUID, opts.Host, nil)
 		case compute.GuestMigrating:
 			a.log.Info("reporting a copy the restart interrupted", "instance", g.UUID, "migration", g.MigrationID)
-			reporter.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
+			_ = reporter.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
 		}
 	}
 	// Copies that outlived the restart (a real hypervisor's) report again.

@@ -14,12 +14,20 @@ import (
 
 // Reporter receives the outcome of the agent's asynchronous steps (in one
 // process it is the conductor; across processes, the bus).
+//
+// BuildDone and CopyDone return nil once the report is taken: committed
+// by the conductor (which also answers nil to a report that no longer
+// applies, such as a repeat), or kept durably by a reporter that delivers
+// it later. An error means the report was not taken and must be made
+// again; a report is never acknowledged before it is committed.
 type Reporter interface {
-	// BuildDone reports a spawn's outcome (nil error: the guest runs).
-	BuildDone(ctx context.Context, instanceUUID, host string, err error)
-	// CopyProgress and CopyDone report a live migration's memory copy.
+	// BuildDone reports a spawn's outcome (nil buildErr: the guest runs).
+	BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) error
+	// CopyProgress reports a live migration's memory copy (best effort:
+	// the next report replaces a lost one).
 	CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64)
-	CopyDone(ctx context.Context, migrationID int64, err error)
+	// CopyDone reports the end of the memory copy (nil copyErr: copied).
+	CopyDone(ctx context.Context, migrationID int64, copyErr error) error
 }
 
 // Peer is what one agent asks another (agent ↔ agent RPC).
@@ -98,7 +106,9 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 			m.log.Warn("writing host record after spawn", "instance", inst.UUID, "err", werr)
 		}
 		m.res.Unlock()
-		m.reporter.BuildDone(ctx, inst.UUID, m.host, err)
+		if rerr := m.reporter.BuildDone(ctx, inst.UUID, m.host, err); rerr != nil {
+			m.log.Error("build report not taken; the agent's restart or the conductor's recovery re-reports it", "instance", inst.UUID, "err", rerr)
+		}
 	})
 	return nil
 }
@@ -217,7 +227,9 @@ func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest strin
 		m.res.Lock()
 		m.tracker.Busy(uuid, false)
 		m.res.Unlock()
-		m.reporter.CopyDone(bg, migID, err)
+		if rerr := m.reporter.CopyDone(bg, migID, err); rerr != nil {
+			m.log.Error("copy report not taken; the agent's restart or the conductor's recovery re-reports it", "migration", migID, "err", rerr)
+		}
 	}
 	return progress, done
 }

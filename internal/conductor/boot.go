@@ -120,8 +120,12 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 	return inst, nil
 }
 
-// BuildDone implements compute.Reporter: the agent's spawn finished.
-func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) {
+// BuildDone implements compute.Reporter: the agent's spawn finished. It
+// returns nil once the outcome is committed, or when the report no longer
+// applies (a repeat, or a build given up meanwhile, whose guest it
+// removes); an error (the store could not be read or written) means the
+// report was not taken and the agent must send it again.
+func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) error {
 	inst, err := c.store.GetInstance(ctx, instanceUUID)
 	if isNotFound(err) || (err == nil && inst.TaskState == records.TaskDeleting) {
 		// Deleted while it was building: the delete may have run before
@@ -135,15 +139,14 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 		if isNotFound(err) {
 			c.releaseAll(ctx, instanceUUID)
 		}
-		return
+		return nil
 	}
 	if err != nil {
-		c.log.Warn("build finished but the instance cannot be read", "instance", instanceUUID, "host", host, "err", err)
-		return
+		return fmt.Errorf("build report of %s on %s: reading the instance: %w", instanceUUID, host, err)
 	}
 	switch {
 	case inst.VMState == records.VMActive && inst.Host == host:
-		return // a repeated report (its first answer was lost on the bus)
+		return nil // a repeated report (its first answer was lost on the bus)
 	case inst.VMState != records.VMBuilding || inst.Host != host:
 		// The build was given up meanwhile (its call timed out and the
 		// boot failed, releasing the claim): the guest must not stay.
@@ -155,21 +158,28 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 				}
 			}
 		}
-		return
+		return nil
 	}
 	if buildErr != nil {
 		c.releaseAll(ctx, instanceUUID)
-		_, _ = c.failBuild(ctx, inst, fmt.Sprintf("build on %s failed: %v", host, buildErr))
-		return
+		if _, err := c.failBuild(ctx, inst, fmt.Sprintf("build on %s failed: %v", host, buildErr)); err != nil {
+			return fmt.Errorf("build report of %s on %s: %w", instanceUUID, host, err)
+		}
+		return nil
 	}
 	inst.VMState, inst.TaskState, inst.UpdatedAt = records.VMActive, records.TaskNone, c.clock.Now()
 	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		c.log.Warn("marking instance active", "instance", instanceUUID, "err", err)
-		return
+		if placement.IsConflict(err) {
+			// Changed meanwhile (a delete marked it): judge again from
+			// what is there now.
+			return c.BuildDone(ctx, instanceUUID, host, buildErr)
+		}
+		return fmt.Errorf("build report of %s on %s: marking it active: %w", instanceUUID, host, err)
 	}
 	if c.hooks.BuildDone != nil {
 		c.hooks.BuildDone(inst)
 	}
+	return nil
 }
 
 func (c *Conductor) failBuild(ctx context.Context, inst records.Instance, fault string) (records.Instance, error) {

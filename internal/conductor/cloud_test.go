@@ -189,16 +189,16 @@ func (r *routedReporter) route(rep compute.Reporter) {
 	r.to = rep
 }
 
-func (r *routedReporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) {
-	r.target().BuildDone(ctx, instanceUUID, host, err)
+func (r *routedReporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) error {
+	return r.target().BuildDone(ctx, instanceUUID, host, err)
 }
 
 func (r *routedReporter) CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64) {
 	r.target().CopyProgress(ctx, migrationID, total, processed, remaining)
 }
 
-func (r *routedReporter) CopyDone(ctx context.Context, migrationID int64, err error) {
-	r.target().CopyDone(ctx, migrationID, err)
+func (r *routedReporter) CopyDone(ctx context.Context, migrationID int64, err error) error {
+	return r.target().CopyDone(ctx, migrationID, err)
 }
 
 func (c *cloud) newID() string {

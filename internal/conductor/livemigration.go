@@ -73,13 +73,20 @@ func (c *Conductor) CopyProgress(ctx context.Context, migID int64, total, proces
 	_ = c.Handle(ctx, migID, migration.Event{Kind: migration.Progress, Total: total, Processed: processed, Remaining: remaining})
 }
 
-// CopyDone implements compute.Reporter.
-func (c *Conductor) CopyDone(ctx context.Context, migID int64, err error) {
-	if err != nil {
-		_ = c.Handle(ctx, migID, migration.Event{Kind: migration.CopyFailed, Err: err.Error()})
-		return
+// CopyDone implements compute.Reporter. It returns nil once the outcome
+// is committed, or when it no longer applies (the migration ended or moved
+// on: a repeat); an error means it was not taken and must be sent again.
+func (c *Conductor) CopyDone(ctx context.Context, migID int64, copyErr error) error {
+	ev := migration.Event{Kind: migration.Copied}
+	if copyErr != nil {
+		ev = migration.Event{Kind: migration.CopyFailed, Err: copyErr.Error()}
 	}
-	_ = c.Handle(ctx, migID, migration.Event{Kind: migration.Copied})
+	err := c.Handle(ctx, migID, ev)
+	var illegal *migration.IllegalError
+	if errors.As(err, &illegal) || isNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 func (c *Conductor) lock(migID int64) *sync.Mutex {

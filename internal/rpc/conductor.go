@@ -80,7 +80,10 @@ func (r *Reporter) send(ctx context.Context, method string, args reportArgs) {
 		cctx, cancel := context.WithTimeout(ctx, 2*attemptTime)
 		err := r.Conn.Call(cctx, bus.ConductorSubject(method), args, nil)
 		cancel()
-		if err == nil || !bus.IsCode(err, bus.CodeUnavailable) {
+		// A server that could not commit the report (its store failed:
+		// a full disk) answers an internal error: send it again, as when
+		// no server answered.
+		if err == nil || !(bus.IsCode(err, bus.CodeUnavailable) || bus.IsCode(err, bus.CodeInternal)) {
 			if err != nil && r.Log != nil {
 				r.Log.Warn("conductor refused a report", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
 			}
@@ -105,8 +108,9 @@ func errText(err error) string {
 }
 
 // BuildDone implements compute.Reporter.
-func (r *Reporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) {
+func (r *Reporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) error {
 	go r.send(context.WithoutCancel(ctx), mBuildDone, reportArgs{InstanceUUID: instanceUUID, Host: host, Error: errText(err)})
+	return nil
 }
 
 // CopyProgress implements compute.Reporter (best effort: one lost
@@ -119,8 +123,9 @@ func (r *Reporter) CopyProgress(ctx context.Context, migID int64, total, process
 }
 
 // CopyDone implements compute.Reporter.
-func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) {
+func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) error {
 	go r.send(context.WithoutCancel(ctx), mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
+	return nil
 }
 
 // AuditDrift sends an audit's findings to the servers (best effort: a lost
@@ -235,13 +240,16 @@ type ConductorHandlers struct {
 func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, error) {
 	st := h.Store
 	handlers := map[string]bus.Handler{
-		mBuildDone: report(func(ctx context.Context, a reportArgs) {
-			h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
+		mBuildDone: report(func(ctx context.Context, a reportArgs) error {
+			return h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
 		}),
-		mCopyProgress: report(func(ctx context.Context, a reportArgs) {
+		mCopyProgress: report(func(ctx context.Context, a reportArgs) error {
 			h.Reporter.CopyProgress(ctx, a.MigrationID, a.Total, a.Processed, a.Remaining)
+			return nil
 		}),
-		mCopyDone: report(func(ctx context.Context, a reportArgs) { h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error)) }),
+		mCopyDone: report(func(ctx context.Context, a reportArgs) error {
+			return h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error))
+		}),
 		mPutHostRecord: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Record == nil {
 				return nil, &placement.InvalidError{Msg: "no host record given"}
@@ -314,12 +322,13 @@ type remoteFailure string
 
 func (e remoteFailure) Error() string { return string(e) }
 
-// report is the handler of a progress report from an agent: fn runs to
-// the end even if the agent stops waiting.
-func report(fn func(ctx context.Context, a reportArgs)) bus.Handler {
+// report is the handler of a report from an agent: fn runs to the end
+// even if the agent stops waiting, and the agent's call is answered only
+// after fn returns, with fn's error when the report was not committed (the
+// agent then sends it again).
+func report(fn func(ctx context.Context, a reportArgs) error) bus.Handler {
 	return decoded(func(ctx context.Context, a reportArgs) (any, error) {
-		fn(context.WithoutCancel(ctx), a)
-		return nil, nil
+		return nil, fn(context.WithoutCancel(ctx), a)
 	})
 }
 
