@@ -48,7 +48,7 @@ func (p peers) CheckIncoming(context.Context, string) error { return p.err }
 // copyReports records what the manager reports.
 type copyReports struct{ done chan error }
 
-func (r *copyReports) BuildDone(context.Context, string, string, error) error { return nil }
+func (r *copyReports) BuildDone(context.Context, string, string, error) error   { return nil }
 func (r *copyReports) CopyProgress(context.Context, int64, int64, int64, int64) {}
 func (r *copyReports) CopyDone(_ context.Context, migID int64, err error) error {
 	r.done <- err
