@@ -325,6 +325,13 @@ func LoadDirectory(path string) (*Directory, error) {
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("loading identity directory %s: %w", path, err)
 	}
+	// Valid JSON with nobody in it (`{}`) would start a server nobody can
+	// log in to: refuse it.
+	if len(d.Users) == 0 || len(d.Projects) == 0 {
+		return nil, fmt.Errorf("loading identity directory %s: it has %d users and %d projects, so nobody could log in; "+
+			"restore it from a copy, or move it (and admin-password next to it) away to have keel server create a new one with a new admin password",
+			path, len(d.Users), len(d.Projects))
+	}
 	return &d, nil
 }
 

@@ -395,3 +395,23 @@ func TestFormatTime(t *testing.T) {
 		}
 	}
 }
+
+// A directory that is valid JSON but holds nobody is refused, saying
+// what to do (issue 10, row 8).
+func TestEmptyDirectoryIsRefused(t *testing.T) {
+	for _, data := range []string{`{}`, `{"users": [], "projects": []}`} {
+		path := filepath.Join(t.TempDir(), "identity.json")
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadDirectory(path)
+		if err == nil {
+			t.Fatalf("LoadDirectory accepted %s", data)
+		}
+		for _, want := range []string{path, "0 users", "nobody could log in", "move it"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("LoadDirectory(%s): %q does not say %q", data, err, want)
+			}
+		}
+	}
+}

@@ -2,11 +2,14 @@
 // records, a spawn takes SpawnTime, a live migration takes RAM ÷ bandwidth
 // and reports progress, failures can be injected per step, and with a
 // state file the guests survive a restart of the agent (kill -9 included:
-// every change is written to a temporary file and renamed over the old
-// one).
+// every change is written to a temporary file, synced and renamed over the
+// old one). A change the driver cannot save (a full disk) is undone and
+// the operation fails: the driver never reports what it could not make
+// durable.
 package fake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,8 +77,9 @@ type fault struct {
 }
 
 var (
-	_ compute.Driver      = (*Driver)(nil)
-	_ compute.Interrupter = (*Driver)(nil)
+	_ compute.Driver       = (*Driver)(nil)
+	_ compute.Interrupter  = (*Driver)(nil)
+	_ compute.CopyReverter = (*Driver)(nil)
 )
 
 // New returns a driver, loading the state file if there is one.
@@ -133,30 +137,47 @@ func (d *Driver) Spawn(_ context.Context, inst records.Instance, done func(error
 		return
 	}
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		delete(d.guests, inst.UUID)
+		err = fmt.Errorf("spawning %s: %w", inst.UUID, err)
+		d.cfg.Clock.AfterFunc(0, func() { done(err) })
+		return
+	}
 	d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() {
 		d.mu.Lock()
 		g, ok := d.guests[inst.UUID]
-		if ok {
+		var err error
+		if !ok {
+			err = fmt.Errorf("spawning %s: guest destroyed while building", inst.UUID)
+		} else {
 			g.State = compute.GuestRunning
-			d.saveLocked()
+			if serr := d.saveLocked(); serr != nil {
+				// The guest cannot be recorded as running: the spawn
+				// fails (the caller destroys what is left).
+				g.State = compute.GuestBuilding
+				err = fmt.Errorf("spawning %s: %w", inst.UUID, serr)
+			}
 		}
 		d.mu.Unlock()
-		if !ok {
-			done(fmt.Errorf("spawning %s: guest destroyed while building", inst.UUID))
-			return
-		}
-		done(nil)
+		done(err)
 	})
 }
 
 // Destroy implements compute.Driver. Destroying a guest that is not there
-// succeeds (it is gone either way).
+// succeeds (it is gone either way); one whose removal cannot be saved
+// stays, and Destroy fails.
 func (d *Driver) Destroy(_ context.Context, uuid string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	g, ok := d.guests[uuid]
+	if !ok {
+		return nil
+	}
 	delete(d.guests, uuid)
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		d.guests[uuid] = g
+		return fmt.Errorf("destroying %s: %w", uuid, err)
+	}
 	return nil
 }
 
@@ -216,8 +237,16 @@ func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (m
 			return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
 		}
 	}
+	old, had := d.guests[inst.UUID]
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		if had {
+			d.guests[inst.UUID] = old
+		} else {
+			delete(d.guests, inst.UUID)
+		}
+		return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
+	}
 	return map[string]string{"driver": "fake"}, nil
 }
 
@@ -285,7 +314,14 @@ func (d *Driver) LiveMigration(_ context.Context, migID int64, inst records.Inst
 		dur /= 2
 	} else {
 		g.State, g.MigrationID = compute.GuestMigrating, migID
-		d.saveLocked()
+		if err := d.saveLocked(); err != nil {
+			// The copy cannot be recorded: it fails at once, the guest
+			// running here as before.
+			g.State, g.MigrationID = compute.GuestRunning, 0
+			err = fmt.Errorf("live migration of %s: %w", inst.UUID, err)
+			d.cfg.Clock.AfterFunc(0, func() { done(err) })
+			return
+		}
 	}
 	d.copies[inst.UUID] = job
 	job.timer = d.cfg.Clock.AfterFunc(dur, func() {
@@ -332,7 +368,11 @@ func (d *Driver) finishLocked(uuid string, job *copyJob, err error) bool {
 	}
 	if g, ok := d.guests[uuid]; ok && err != nil && g.State == compute.GuestMigrating {
 		g.State, g.MigrationID = compute.GuestRunning, 0
-		d.saveLocked()
+		if serr := d.saveLocked(); serr != nil {
+			// The file still says migrating: a restart reports the copy
+			// interrupted and the guest running, as it is.
+			slog.Warn("fake driver: could not save the end of a failed copy", "instance", uuid, "err", serr)
+		}
 	}
 	return true
 }
@@ -384,9 +424,50 @@ func (d *Driver) PostLiveMigrationAtSource(_ context.Context, uuid string) error
 	if err := d.takeFault(compute.StepPostAtSource, uuid); err != nil {
 		return err
 	}
+	g, ok := d.guests[uuid]
+	if !ok {
+		return nil
+	}
 	delete(d.guests, uuid)
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		d.guests[uuid] = g
+		return fmt.Errorf("post live migration of %s at source: %w", uuid, err)
+	}
 	return nil
+}
+
+// RevertCopy implements compute.CopyReverter: the source guest of a copy
+// taken as failed (its destination lost the guest, or the copy's report
+// could not be kept) runs here again, as QEMU's source resumes its paused
+// guest.
+func (d *Driver) RevertCopy(_ context.Context, uuid string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, ok := d.guests[uuid]
+	if !ok {
+		return fmt.Errorf("reverting the copy of %s: no guest here", uuid)
+	}
+	if g.State != compute.GuestMigrating {
+		return nil // already running (a copy that failed reverts itself)
+	}
+	if job, ok := d.copies[uuid]; ok && !job.finished {
+		return fmt.Errorf("reverting the copy of %s: the copy is still in progress", uuid)
+	}
+	mig := g.MigrationID
+	g.State, g.MigrationID = compute.GuestRunning, 0
+	if err := d.saveLocked(); err != nil {
+		g.State, g.MigrationID = compute.GuestMigrating, mig
+		return fmt.Errorf("reverting the copy of %s: %w", uuid, err)
+	}
+	return nil
+}
+
+// Copying reports whether a copy of uuid is in progress.
+func (d *Driver) Copying(uuid string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	job, ok := d.copies[uuid]
+	return ok && !job.finished
 }
 
 // PostLiveMigrationAtDestination implements compute.Driver. Once the
@@ -415,7 +496,10 @@ func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst record
 		return fmt.Errorf("post live migration of %s: no incoming guest", inst.UUID)
 	}
 	g.State = compute.GuestRunning
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		g.State = compute.GuestIncoming
+		return fmt.Errorf("post live migration of %s at destination: %w", inst.UUID, err)
+	}
 	return fault
 }
 
@@ -425,7 +509,10 @@ func (d *Driver) RollbackLiveMigrationAtDestination(_ context.Context, uuid stri
 	defer d.mu.Unlock()
 	if g, ok := d.guests[uuid]; ok && g.State == compute.GuestIncoming {
 		delete(d.guests, uuid)
-		d.saveLocked()
+		if err := d.saveLocked(); err != nil {
+			d.guests[uuid] = g
+			return fmt.Errorf("rollback of %s at destination: %w", uuid, err)
+		}
 	}
 	return nil
 }
@@ -437,7 +524,9 @@ func (d *Driver) AddGuest(g compute.Guest) {
 	defer d.mu.Unlock()
 	cp := g
 	d.guests[g.UUID] = &cp
-	d.saveLocked()
+	if err := d.saveLocked(); err != nil {
+		slog.Warn("fake driver: could not save an added guest", "instance", g.UUID, "err", err)
+	}
 }
 
 type stateFile struct {
@@ -452,9 +541,9 @@ func (d *Driver) load() error {
 	if err != nil {
 		return fmt.Errorf("reading fake driver state %s: %w", d.cfg.StateFile, err)
 	}
-	var st stateFile
-	if err := json.Unmarshal(data, &st); err != nil {
-		return fmt.Errorf("reading fake driver state %s: %w", d.cfg.StateFile, err)
+	st, err := parseState(data)
+	if err != nil {
+		return fmt.Errorf("fake driver state %s is not a guest state file: %w; restore it from a copy, or move it away to start with no guests (their instances then show as lost)", d.cfg.StateFile, err)
 	}
 	for _, g := range st.Guests {
 		g := g
@@ -470,6 +559,52 @@ func (d *Driver) load() error {
 	return nil
 }
 
+// parseState decodes a state file strictly: a "guests" list (possibly
+// empty) of guests, each with a UUID, a known state and a flavor, and
+// nothing else. Valid JSON that is not a state file (`{}`, a guest without
+// its fields) is refused rather than read as no guests.
+func parseState(data []byte) (stateFile, error) {
+	var raw struct {
+		Guests *[]compute.Guest `json:"guests"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return stateFile{}, err
+	}
+	if dec.More() {
+		return stateFile{}, errors.New("data after the JSON object")
+	}
+	if raw.Guests == nil {
+		return stateFile{}, errors.New(`no "guests" list`)
+	}
+	seen := map[string]bool{}
+	for i, g := range *raw.Guests {
+		switch {
+		case g.UUID == "":
+			return stateFile{}, fmt.Errorf("guest %d has no uuid", i)
+		case seen[g.UUID]:
+			return stateFile{}, fmt.Errorf("guest %s is listed twice", g.UUID)
+		case !knownState(g.State):
+			return stateFile{}, fmt.Errorf("guest %s has state %q (want building, running, migrating or incoming)", g.UUID, g.State)
+		case g.Flavor.RAMMB <= 0 && g.Flavor.VCPUs <= 0 && g.Flavor.DiskGB <= 0:
+			return stateFile{}, fmt.Errorf("guest %s has no flavor", g.UUID)
+		case g.State == compute.GuestMigrating && g.MigrationID == 0:
+			return stateFile{}, fmt.Errorf("guest %s is migrating with no migration_id", g.UUID)
+		}
+		seen[g.UUID] = true
+	}
+	return stateFile{Guests: *raw.Guests}, nil
+}
+
+func knownState(s compute.GuestState) bool {
+	switch s {
+	case compute.GuestBuilding, compute.GuestRunning, compute.GuestMigrating, compute.GuestIncoming:
+		return true
+	}
+	return false
+}
+
 // Interrupted returns, once, the guests whose build or outgoing copy a
 // restart interrupted, as they were (State building or migrating, with
 // the MigrationID of the copy). They now run here.
@@ -481,12 +616,12 @@ func (d *Driver) Interrupted() []compute.Guest {
 	return out
 }
 
-// saveLocked writes the state file atomically; called with mu held. A
-// failed write is kept for the next change to retry (the guests live in
-// memory meanwhile).
-func (d *Driver) saveLocked() {
+// saveLocked writes the state file atomically; called with mu held. On
+// an error the file is as it was: the caller undoes its change in memory
+// and fails.
+func (d *Driver) saveLocked() error {
 	if d.cfg.StateFile == "" {
-		return
+		return nil
 	}
 	st := stateFile{Guests: make([]compute.Guest, 0, len(d.guests))}
 	for _, g := range d.guests {
@@ -495,8 +630,9 @@ func (d *Driver) saveLocked() {
 	sort.Slice(st.Guests, func(i, j int) bool { return st.Guests[i].UUID < st.Guests[j].UUID })
 	data, _ := json.MarshalIndent(st, "", "  ")
 	if err := writeFileAtomic(d.cfg.StateFile, data); err != nil {
-		slog.Warn("fake driver: could not save guest state; it stays in memory and the next change retries", "file", d.cfg.StateFile, "err", err)
+		return fmt.Errorf("saving guest state %s: %w", d.cfg.StateFile, err)
 	}
+	return nil
 }
 
 func writeFileAtomic(path string, data []byte) error {
@@ -510,14 +646,26 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
+		os.Remove(tmp)
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		os.Remove(tmp)
 		return err
 	}
 	if err := f.Close(); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename is durable once the directory is synced.
+	if df, err := os.Open(filepath.Dir(path)); err == nil {
+		serr := df.Sync()
+		df.Close()
+		return serr
+	}
+	return nil
 }
