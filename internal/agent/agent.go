@@ -32,7 +32,8 @@ type Options struct {
 	// Host names the hypervisor (one bus subject token: no dots).
 	Host string
 	Zone string
-	// DataDir holds the fake driver's state file.
+	// DataDir holds the fake driver's state file (guests.json) and the
+	// reports not yet taken by the conductor (reports/).
 	DataDir string
 	// BusURL is the NATS URL (several comma-separated for a cluster);
 	// Creds the bus credentials.
@@ -63,6 +64,7 @@ type Agent struct {
 	conn    *bus.Conn
 	mgr     *compute.Manager
 	subs    []bus.Subscription
+	outbox  *compute.Outbox
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	log     *slog.Logger
@@ -127,10 +129,20 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	}
 	reporter := &rpc.Reporter{Conn: a.conn, Log: a.log}
-	a.mgr = compute.NewManager(opts.Host, drv, tr, rpc.Agents{Conn: a.conn}, reporter, opts.Clock, a.log)
+	// Every build and copy report is kept on disk until a server took it.
+	a.outbox, err = compute.NewOutbox(filepath.Join(opts.DataDir, "reports"), reporter, opts.Clock, a.log)
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", opts.Host, err)
+	}
+	a.mgr = compute.NewManager(opts.Host, drv, tr, rpc.Agents{Conn: a.conn}, a.outbox, opts.Clock, a.log)
 	a.subs, err = rpc.ServeAgent(a.conn, a.mgr)
 	if err != nil {
 		return err
+	}
+	// Reports a previous run kept and no server took yet go first: the
+	// outcome they record is the one that happened.
+	if _, err := a.outbox.Replay(ctx); err != nil {
+		return fmt.Errorf("agent %s: %w", opts.Host, err)
 	}
 	// Operations a restart cut short are reported as ended, so the
 	// conductor finishes the build or rolls the migration back.
@@ -138,14 +150,24 @@ func (a *Agent) start(ctx context.Context) error {
 		switch g.State {
 		case compute.GuestBuilding:
 			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
-			_ = reporter.BuildDone(ctx, g.UUID, opts.Host, nil)
+			if err := a.outbox.BuildDone(ctx, g.UUID, opts.Host, nil); err != nil {
+				a.log.Error("build report not kept", "instance", g.UUID, "err", err)
+			}
 		case compute.GuestMigrating:
 			a.log.Info("reporting a copy the restart interrupted", "instance", g.UUID, "migration", g.MigrationID)
-			_ = reporter.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
+			_ = a.outbox.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
 		}
 	}
 	// Copies that outlived the restart (a real hypervisor's) report again.
 	a.mgr.ResumeCopies(ctx)
+	// Whatever the guests' saved state, what the store still shows in
+	// flight here is reported: builds whose report was lost, copies this
+	// host no longer runs (an abort's, or one whose end was lost).
+	if n, err := a.mgr.Reconcile(ctx); err != nil {
+		return fmt.Errorf("agent %s: %w", opts.Host, err)
+	} else if n > 0 {
+		a.log.Info("reported what the store showed in flight on this host", "reports", n)
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	if err := st.Heartbeat(ctx, opts.Host, opts.Clock.Now()); err != nil {
@@ -256,6 +278,9 @@ func (a *Agent) Stop() {
 	}
 	if a.mgr != nil {
 		a.mgr.StopPeriodicAudit()
+	}
+	if a.outbox != nil {
+		a.outbox.Stop() // what is pending stays on disk for the next start
 	}
 	for _, s := range a.subs {
 		_ = s.Unsubscribe()

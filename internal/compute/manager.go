@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"keel/internal/clock"
+	"keel/internal/migration"
 	"keel/internal/records"
+	"keel/internal/store"
 )
 
 // Reporter receives the outcome of the agent's asynchronous steps (in one
@@ -18,8 +20,11 @@ import (
 // BuildDone and CopyDone return nil once the report is taken: committed
 // by the conductor (which also answers nil to a report that no longer
 // applies, such as a repeat), or kept durably by a reporter that delivers
-// it later. An error means the report was not taken and must be made
-// again; a report is never acknowledged before it is committed.
+// it later (Outbox). An error means the report was not taken and must be
+// made again; a report is never acknowledged before it is committed. An
+// error wrapping ErrReportNotKept for a success means it could not even be
+// kept: the agent then fails the operation (destroys the new guest,
+// reverts the copy) and reports that instead.
 type Reporter interface {
 	// BuildDone reports a spawn's outcome (nil buildErr: the guest runs).
 	BuildDone(ctx context.Context, instanceUUID, host string, buildErr error) error
@@ -64,6 +69,23 @@ type Manager struct {
 	onAudit      func(Drift)
 	audit        clock.Timer
 	auditStopped bool
+
+	copiesMu sync.Mutex
+	// copies are the memory copies this process started or re-attached to
+	// and whose end it has not reported yet, by migration ID.
+	copies map[int64]string
+}
+
+// MigrationReader reads a migration record: the source's fence before a
+// copy (rpc.Store over the bus; store.Store in one process).
+type MigrationReader interface {
+	GetMigration(ctx context.Context, id int64) (records.Migration, error)
+}
+
+// InstanceLister lists the instances recorded on a host (a restarted
+// agent's reconciliation).
+type InstanceLister interface {
+	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
 }
 
 // NewManager wires an agent.
@@ -71,7 +93,8 @@ func NewManager(host string, driver Driver, tracker *Tracker, peers Peers, repor
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{host: host, driver: driver, tracker: tracker, peers: peers, reporter: reporter, clock: clk, log: log.With("host", host)}
+	return &Manager{host: host, driver: driver, tracker: tracker, peers: peers, reporter: reporter, clock: clk, log: log.With("host", host),
+		copies: map[int64]string{}}
 }
 
 // Host returns the manager's host name.
@@ -98,19 +121,38 @@ func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance
 		m.res.Lock()
 		m.tracker.Busy(inst.UUID, false)
 		if err != nil {
-			if rerr := m.tracker.BuildFailed(ctx, inst.UUID); rerr != nil {
-				m.log.Warn("releasing tracker claim after failed spawn", "instance", inst.UUID, "err", rerr)
-			}
-			_ = m.driver.Destroy(ctx, inst.UUID)
+			m.buildFailedLocked(ctx, inst.UUID)
 		} else if werr := m.tracker.BuildSucceeded(ctx); werr != nil {
 			m.log.Warn("writing host record after spawn", "instance", inst.UUID, "err", werr)
 		}
 		m.res.Unlock()
-		if rerr := m.reporter.BuildDone(ctx, inst.UUID, m.host, err); rerr != nil {
+		rerr := m.reporter.BuildDone(ctx, inst.UUID, m.host, err)
+		if err == nil && errors.Is(rerr, ErrReportNotKept) {
+			// The success could not be kept on disk: a kill now would
+			// lose it with the guest running. The build fails instead.
+			m.log.Error("the build report could not be kept; failing the build", "instance", inst.UUID, "err", rerr)
+			err = fmt.Errorf("the agent on %s could not keep the build's report: %w", m.host, rerr)
+			m.res.Lock()
+			m.buildFailedLocked(ctx, inst.UUID)
+			m.res.Unlock()
+			rerr = m.reporter.BuildDone(ctx, inst.UUID, m.host, err)
+		}
+		if rerr != nil {
 			m.log.Error("build report not taken; the agent's restart or the conductor's recovery re-reports it", "instance", inst.UUID, "err", rerr)
 		}
 	})
 	return nil
+}
+
+// buildFailedLocked releases the tracker's claim of a failed build and
+// removes its guest; called with res held.
+func (m *Manager) buildFailedLocked(ctx context.Context, uuid string) {
+	if rerr := m.tracker.BuildFailed(ctx, uuid); rerr != nil {
+		m.log.Warn("releasing tracker claim after failed spawn", "instance", uuid, "err", rerr)
+	}
+	if derr := m.driver.Destroy(ctx, uuid); derr != nil {
+		m.log.Warn("removing the guest of a failed spawn", "instance", uuid, "err", derr)
+	}
 }
 
 // TerminateInstance destroys the guest and stops counting it.
@@ -158,13 +200,59 @@ func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (
 }
 
 // LiveMigration starts the memory copy from this host (the source) and
-// reports progress and the outcome for migration migID.
+// reports progress and the outcome for migration migID. It is fenced: the
+// copy starts only if the migration record still asks for it (phase copy,
+// status running, no abort requested, this host the source, dest the
+// destination), so a call that arrives late — after the conductor gave up
+// on it — refuses instead of starting a copy nobody waits for.
 func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	if err := m.fence(ctx, migID, inst.UUID, dest); err != nil {
+		m.log.Warn("refusing a copy the migration no longer asks for", "migration", migID, "instance", inst.UUID, "err", err)
+		return fmt.Errorf("live migration %d of %s from %s: %w", migID, inst.UUID, m.host, err)
+	}
 	m.res.Lock()
 	defer m.res.Unlock()
+	m.copiesMu.Lock()
+	if _, dup := m.copies[migID]; dup {
+		m.copiesMu.Unlock()
+		return fmt.Errorf("live migration %d of %s from %s: its copy is already running", migID, inst.UUID, m.host)
+	}
+	m.copies[migID] = inst.UUID
+	m.copiesMu.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	progress, done := m.copyReports(ctx, migID, inst.UUID, dest)
 	m.driver.LiveMigration(ctx, migID, inst, dest, data, progress, done)
+	return nil
+}
+
+// ErrFenced is wrapped by the error of a step refused because the
+// migration record no longer asks for it.
+var ErrFenced = errors.New("the migration no longer asks for this step")
+
+// fence checks that migration migID still asks this host to copy uuid to
+// dest. Without a MigrationReader there is no fence.
+func (m *Manager) fence(ctx context.Context, migID int64, uuid, dest string) error {
+	mr, ok := m.tracker.store.(MigrationReader)
+	if !ok {
+		return nil
+	}
+	rec, err := mr.GetMigration(ctx, migID)
+	if err != nil {
+		return fmt.Errorf("%w: reading migration %d: %v", ErrFenced, migID, err)
+	}
+	return copyWanted(rec, m.host, uuid, dest)
+}
+
+// copyWanted is the fence's rule.
+func copyWanted(rec records.Migration, host, uuid, dest string) error {
+	switch {
+	case rec.Phase != migration.PhaseCopy || rec.Status != records.MigrationRunning:
+		return fmt.Errorf("%w: migration %d is in phase %s, status %s", ErrFenced, rec.ID, rec.Phase, rec.Status)
+	case rec.AbortRequested:
+		return fmt.Errorf("%w: migration %d was aborted", ErrFenced, rec.ID)
+	case rec.SourceHost != host || rec.InstanceUUID != uuid || (dest != "" && rec.DestHost != dest):
+		return fmt.Errorf("%w: migration %d moves %s from %s to %s", ErrFenced, rec.ID, rec.InstanceUUID, rec.SourceHost, rec.DestHost)
+	}
 	return nil
 }
 
@@ -181,6 +269,9 @@ func (m *Manager) ResumeCopies(ctx context.Context) int {
 	defer m.res.Unlock()
 	for _, g := range gs {
 		m.log.Info("re-attaching to a copy that outlived the agent", "instance", g.UUID, "migration", g.MigrationID)
+		m.copiesMu.Lock()
+		m.copies[g.MigrationID] = g.UUID
+		m.copiesMu.Unlock()
 		m.tracker.Busy(g.UUID, true)
 		progress, done := m.copyReports(ctx, g.MigrationID, g.UUID, m.destinationOf(g))
 		r.Reattach(ctx, g.UUID, progress, done)
@@ -213,10 +304,13 @@ func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest strin
 				// As a real hypervisor's copy does, fail when the
 				// destination is gone: ask it for the guest it receives.
 				err = m.checkDestination(bg, dest, uuid)
-				if r, ok := m.driver.(CopyReverter); ok && err != nil {
-					if rerr := r.RevertCopy(bg, uuid); rerr != nil {
-						m.log.Error("resuming the source guest of a copy whose destination is gone", "instance", uuid, "err", rerr)
-					}
+				if err == nil {
+					// A copy that ran while the migration gave up on it
+					// (its start outran the fence) is not a success.
+					err = m.stillWanted(bg, migID, uuid, dest)
+				}
+				if err != nil {
+					m.revertCopy(bg, uuid)
 				}
 			} else if !errors.Is(err, ErrCopyCancelled) {
 				if cerr := m.checkDestination(bg, dest, uuid); cerr != nil {
@@ -227,11 +321,51 @@ func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest strin
 		m.res.Lock()
 		m.tracker.Busy(uuid, false)
 		m.res.Unlock()
-		if rerr := m.reporter.CopyDone(bg, migID, err); rerr != nil {
+		m.copiesMu.Lock()
+		delete(m.copies, migID)
+		m.copiesMu.Unlock()
+		rerr := m.reporter.CopyDone(bg, migID, err)
+		if err == nil && errors.Is(rerr, ErrReportNotKept) {
+			// The success could not be kept on disk: the copy is taken
+			// as failed, the source guest runs on here.
+			m.log.Error("the copy report could not be kept; taking the copy as failed", "migration", migID, "err", rerr)
+			m.revertCopy(bg, uuid)
+			rerr = m.reporter.CopyDone(bg, migID, fmt.Errorf("the source %s could not keep the copy's report: %w", m.host, rerr))
+		}
+		if rerr != nil {
 			m.log.Error("copy report not taken; the agent's restart or the conductor's recovery re-reports it", "migration", migID, "err", rerr)
 		}
 	}
 	return progress, done
+}
+
+// stillWanted re-checks the fence at the end of a copy; a store that
+// cannot be read does not turn a finished copy into a failure.
+func (m *Manager) stillWanted(ctx context.Context, migID int64, uuid, dest string) error {
+	mr, ok := m.tracker.store.(MigrationReader)
+	if !ok {
+		return nil
+	}
+	rec, err := mr.GetMigration(ctx, migID)
+	if err != nil {
+		return nil
+	}
+	if err := copyWanted(rec, m.host, uuid, dest); err != nil && !(rec.AbortRequested && rec.Phase == migration.PhaseCopy) {
+		// An abort that came too late to stop the copy is not a reason
+		// to undo it (Nova completes such a move); anything else is.
+		return err
+	}
+	return nil
+}
+
+// revertCopy makes the source guest of a copy taken as failed run here
+// again (drivers that are CopyReverters).
+func (m *Manager) revertCopy(ctx context.Context, uuid string) {
+	if r, ok := m.driver.(CopyReverter); ok {
+		if rerr := r.RevertCopy(ctx, uuid); rerr != nil {
+			m.log.Error("resuming the source guest of a copy taken as failed", "instance", uuid, "err", rerr)
+		}
+	}
 }
 
 func (m *Manager) checkDestination(ctx context.Context, dest, uuid string) error {
@@ -319,6 +453,103 @@ func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst r
 		return fmt.Errorf("rollback of %s on %s: %w", inst.UUID, m.host, err)
 	}
 	return nil
+}
+
+// Reconcile settles, after a restart of the agent, every operation the
+// store still shows in flight on this host, whatever the guests' saved
+// state: an instance BUILDING here is reported built if its guest runs
+// (the report was lost with the agent) or failed if there is no guest; a
+// live migration in its copy with this host as the source and no copy
+// running here is reported interrupted, so the conductor rolls it back
+// (aborted or not). Reports still pending in an outbox are left to it. It
+// returns how many reports it made; it needs a store that lists instances
+// (InstanceLister).
+func (m *Manager) Reconcile(ctx context.Context) (int, error) {
+	il, ok := m.tracker.store.(InstanceLister)
+	if !ok {
+		return 0, nil
+	}
+	insts, err := il.ListInstances(ctx, m.host)
+	if err != nil {
+		return 0, fmt.Errorf("reconciling %s: listing its instances: %w", m.host, err)
+	}
+	migs, err := m.tracker.store.ListMigrations(ctx, store.MigrationFilter{Host: m.host, ActiveOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("reconciling %s: listing its migrations: %w", m.host, err)
+	}
+	pending, _ := m.reporter.(interface {
+		HasBuild(instanceUUID string) bool
+		HasCopy(migID int64) bool
+	})
+	m.res.Lock()
+	guests, err := m.driver.Guests(ctx)
+	if err != nil {
+		m.res.Unlock()
+		return 0, fmt.Errorf("reconciling %s: listing its guests: %w", m.host, err)
+	}
+	here := map[string]Guest{}
+	for _, g := range guests {
+		here[g.UUID] = g
+	}
+	type build struct {
+		uuid string
+		err  error
+	}
+	var builds []build
+	for _, inst := range insts {
+		if inst.VMState != records.VMBuilding || inst.Host != m.host || m.tracker.isBusy(inst.UUID) {
+			continue // not building here, or its spawn is in flight
+		}
+		if pending != nil && pending.HasBuild(inst.UUID) {
+			continue
+		}
+		switch g, ok := here[inst.UUID]; {
+		case ok && g.State == GuestRunning:
+			builds = append(builds, build{uuid: inst.UUID})
+		case ok:
+			continue // building: the driver reports its end
+		default:
+			builds = append(builds, build{inst.UUID, fmt.Errorf("no guest on %s when its agent restarted: the spawn was lost", m.host)})
+		}
+	}
+	var copies []records.Migration
+	m.copiesMu.Lock()
+	for _, mg := range migs {
+		if mg.SourceHost != m.host || mg.Phase != migration.PhaseCopy {
+			continue
+		}
+		if _, running := m.copies[mg.ID]; running || (pending != nil && pending.HasCopy(mg.ID)) {
+			continue
+		}
+		copies = append(copies, mg)
+	}
+	m.copiesMu.Unlock()
+	for _, mg := range copies {
+		if g, ok := here[mg.InstanceUUID]; ok && g.State == GuestMigrating {
+			m.revertCopy(ctx, g.UUID)
+		}
+	}
+	m.res.Unlock()
+
+	n := 0
+	for _, b := range builds {
+		m.log.Info("reporting a build the store still shows in flight", "instance", b.uuid, "failed", b.err != nil)
+		if err := m.reporter.BuildDone(ctx, b.uuid, m.host, b.err); err != nil {
+			m.log.Error("build report not taken", "instance", b.uuid, "err", err)
+			continue
+		}
+		n++
+	}
+	for _, mg := range copies {
+		m.log.Info("reporting a copy the store still shows in flight but this host does not run", "migration", mg.ID, "instance", mg.InstanceUUID)
+		err := fmt.Errorf("memory copy interrupted: the source %s restarted and runs no copy for this migration", m.host)
+		if err := m.reporter.CopyDone(ctx, mg.ID, err); err != nil {
+			m.log.Error("copy report not taken", "migration", mg.ID, "err", err)
+			continue
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Audit runs the periodic audit now.

@@ -133,6 +133,13 @@ func (t *Tracker) Busy(uuid string, on bool) {
 	}
 }
 
+// isBusy reports whether an operation on uuid is in flight.
+func (t *Tracker) isBusy(uuid string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.busy[uuid] > 0
+}
+
 // InstanceClaim counts a spawning instance and writes the record (Nova's
 // instance_claim).
 func (t *Tracker) InstanceClaim(ctx context.Context, inst records.Instance) error {
@@ -248,8 +255,22 @@ type Drift struct {
 	// giving them an allocation, which would take the instance's own).
 	Stray []string `json:"stray,omitempty"`
 	// Lost are instances recorded on this host, active, whose guest is not
-	// here: their allocation is kept (Nova only warns) for an operator.
+	// here. With a store that can (InstanceFaulter) the audit puts each in
+	// ERROR with a fault saying so (Faulted lists those), as Nova's
+	// power-state sync shows a guest the hypervisor no longer has; the next
+	// audit then releases the allocation of the ERROR instance.
 	Lost []string `json:"lost,omitempty"`
+	// Faulted are the Lost instances this audit put in ERROR (not counted
+	// again by Count).
+	Faulted []string `json:"faulted,omitempty"`
+}
+
+// InstanceFaulter is implemented by stores that can put an instance whose
+// guest is lost in ERROR: FaultLostInstance does it only if the instance
+// is still ACTIVE on host with no task (a versioned update), and reports
+// whether it did.
+type InstanceFaulter interface {
+	FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error)
 }
 
 // Count is the number of differences found.
@@ -274,6 +295,7 @@ func (d Drift) String() string {
 	add("orphan allocations", d.OrphanAllocations)
 	add("stray guests", d.Stray)
 	add("lost guests", d.Lost)
+	add("put in ERROR", d.Faulted)
 	return d.Host + ": " + strings.Join(parts, "; ")
 }
 
@@ -337,6 +359,7 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	if err := t.auditAllocations(ctx, consumers, here, inFlight, busy, &d); err != nil {
 		return d, err
 	}
+	t.faultLost(ctx, &d)
 	if err := t.WriteRecord(ctx); err != nil {
 		return d, err
 	}
@@ -347,6 +370,64 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	sort.Strings(d.Untracked)
 	sort.Strings(d.Vanished)
 	return d, nil
+}
+
+// StoreFaulter implements InstanceFaulter on a store that updates
+// instances (the server's, for the agents' calls over the bus; a test's or
+// the simulator's in one process).
+type StoreFaulter struct {
+	Store interface {
+		GetInstance(ctx context.Context, uuid string) (records.Instance, error)
+		UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error)
+	}
+	Clock clock.Clock
+}
+
+// FaultLostInstance implements InstanceFaulter: a versioned update, judged
+// again from what is there when another writer got in first (a move or a
+// delete that started meanwhile wins).
+func (f StoreFaulter) FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		inst, err := f.Store.GetInstance(ctx, uuid)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+		}
+		if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone || inst.Host != host {
+			return false, nil
+		}
+		inst.VMState, inst.Fault, inst.UpdatedAt = records.VMError, fault, f.Clock.Now()
+		_, err = f.Store.UpdateInstance(ctx, inst)
+		switch {
+		case placement.IsConflict(err) && attempt < 3:
+			continue
+		case err != nil:
+			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+		}
+		return true, nil
+	}
+}
+
+// faultLost puts the lost instances in ERROR, if the store can.
+func (t *Tracker) faultLost(ctx context.Context, d *Drift) {
+	f, ok := t.store.(InstanceFaulter)
+	if !ok {
+		return
+	}
+	for _, uuid := range d.Lost {
+		fault := fmt.Sprintf("the guest of this instance is gone from its host %s (found by the host's periodic audit at %s); "+
+			"its allocation is released — delete the instance, or rebuild it", t.cfg.Host, d.At.UTC().Format(time.RFC3339))
+		done, err := f.FaultLostInstance(ctx, uuid, t.cfg.Host, fault)
+		if err != nil {
+			// The next audit finds it again.
+			continue
+		}
+		if done {
+			d.Faulted = append(d.Faulted, uuid)
+		}
+	}
 }
 
 // migrationsInFlight returns the active migrations touching this host by
@@ -403,7 +484,10 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
 	}
 	for uuid, g := range here {
-		if (held[uuid] && g.State != GuestIncoming) || inFlight[uuid] || busy[uuid] {
+		// An incoming guest is protected by its migration being in
+		// flight, not by a busy mark: a pre_live_migration that ran after
+		// its migration had given up (and rolled back) leaves one.
+		if (held[uuid] && g.State != GuestIncoming) || inFlight[uuid] || (busy[uuid] && g.State != GuestIncoming) {
 			continue
 		}
 		inst, err := t.store.GetInstance(ctx, uuid)
@@ -501,6 +585,7 @@ func (t *Tracker) removeStray(ctx context.Context, g Guest, d *Drift) {
 	}
 	t.mu.Lock()
 	delete(t.tracked, g.UUID)
+	delete(t.busy, g.UUID) // what marked it busy is over
 	t.mu.Unlock()
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"keel/internal/clock"
 	"keel/internal/compute"
+	"keel/internal/migration"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store/memory"
@@ -129,6 +130,18 @@ func (e *env) migration(instanceUUID, uuid, src, dst, status string) {
 	if _, err := e.st.CreateMigration(ctx, records.Migration{UUID: uuid, InstanceUUID: instanceUUID, SourceHost: src, DestHost: dst, Status: status}); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// copying records a live migration of instanceUUID in its copy (what the
+// source's fence reads) and returns its ID.
+func (e *env) copying(instanceUUID, src, dst string) int64 {
+	e.t.Helper()
+	m, err := e.st.CreateMigration(ctx, records.Migration{UUID: "mig-" + instanceUUID, InstanceUUID: instanceUUID, SourceHost: src, DestHost: dst,
+		Status: records.MigrationRunning, Phase: migration.PhaseCopy})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m.ID
 }
 
 func (e *env) write() {

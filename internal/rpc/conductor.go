@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"keel/internal/bus"
+	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -30,6 +31,9 @@ const (
 	mRegisterHost   = "register_host"
 	mHeartbeat      = "service_heartbeat"
 	mAuditDrift     = "audit_drift"
+	mListInstances  = "list_instances"
+	mGetMigration   = "get_migration"
+	mFaultLost      = "fault_lost_instance"
 
 	conductorQueue = "conductor"
 )
@@ -53,51 +57,51 @@ type storeArgs struct {
 	HostConfig *compute.HostConfig         `json:"host_config,omitempty"`
 	Zone       string                      `json:"zone,omitempty"`
 	At         time.Time                   `json:"at"`
+	ID         int64                       `json:"id,omitempty"`
+	Fault      string                      `json:"fault,omitempty"`
 }
 
-// Reporter sends an agent's reports to the conductor. Reports are calls
-// retried until a server answers or retryFor passes, so a report survives a
-// server restart; the conductor ignores a report that no longer applies.
+// Reporter sends an agent's reports to the conductor, one attempt per
+// call: BuildDone and CopyDone answer nil once a server committed the
+// report (or refused it for good: a report that no longer applies is
+// answered nil by the conductor, and one it cannot read never will be),
+// and an error when no server answered or the one that did could not
+// commit it (its store failed: a full disk). The agent puts a
+// compute.Outbox in front of it, which keeps each report on disk and
+// sends it again until it is taken.
 type Reporter struct {
-	Conn     *bus.Conn
-	Log      *slog.Logger
-	RetryFor time.Duration // default 10 minutes
+	Conn *bus.Conn
+	Log  *slog.Logger
+	// Timeout bounds one attempt (default 10 s).
+	Timeout time.Duration
 }
 
 var _ compute.Reporter = (*Reporter)(nil)
 
-func (r *Reporter) send(ctx context.Context, method string, args reportArgs) {
-	retryFor := r.RetryFor
-	if retryFor <= 0 {
-		retryFor = 10 * time.Minute
+func (r *Reporter) send(ctx context.Context, method string, args reportArgs) error {
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = 2 * attemptTime
 	}
-	deadline := time.Now().Add(retryFor)
-	wait := 100 * time.Millisecond
-	// One id for every attempt: a server that already handled the report
-	// answers a repeat without handling it again.
-	ctx = bus.WithRequestID(ctx, bus.NewRequestID())
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*attemptTime)
-		err := r.Conn.Call(cctx, bus.ConductorSubject(method), args, nil)
-		cancel()
-		// A server that could not commit the report (its store failed:
-		// a full disk) answers an internal error: send it again, as when
-		// no server answered.
-		if err == nil || !(bus.IsCode(err, bus.CodeUnavailable) || bus.IsCode(err, bus.CodeInternal)) {
-			if err != nil && r.Log != nil {
-				r.Log.Warn("conductor refused a report", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
-			}
-			return
+	// A fresh id for every attempt: the bus answers a repeated id with the
+	// first answer, which for a store failure would be the failure again.
+	// The conductor takes a repeated report as a no-op.
+	ctx, cancel := context.WithTimeout(bus.WithRequestID(ctx, bus.NewRequestID()), timeout)
+	defer cancel()
+	err := r.Conn.Call(ctx, bus.ConductorSubject(method), args, nil)
+	switch {
+	case err == nil:
+		return nil
+	case bus.IsCode(err, bus.CodeNotFound) || bus.IsCode(err, bus.CodeInvalid) || bus.IsCode(err, codeInvalidState):
+		// Sending it again would get the same answer.
+		if r.Log != nil {
+			r.Log.Warn("conductor refused a report for good", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			if r.Log != nil {
-				r.Log.Error("gave up reporting to the conductor; recovery will settle it", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
-			}
-			return
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 5*time.Second)
+		return nil
 	}
+	// No server answered, or the one that did could not commit it (a
+	// store failure, a write conflict with another replica): not taken.
+	return fmt.Errorf("%s report not taken: %w", method, err)
 }
 
 func errText(err error) string {
@@ -109,8 +113,7 @@ func errText(err error) string {
 
 // BuildDone implements compute.Reporter.
 func (r *Reporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) error {
-	go r.send(context.WithoutCancel(ctx), mBuildDone, reportArgs{InstanceUUID: instanceUUID, Host: host, Error: errText(err)})
-	return nil
+	return r.send(ctx, mBuildDone, reportArgs{InstanceUUID: instanceUUID, Host: host, Error: errText(err)})
 }
 
 // CopyProgress implements compute.Reporter (best effort: one lost
@@ -124,8 +127,7 @@ func (r *Reporter) CopyProgress(ctx context.Context, migID int64, total, process
 
 // CopyDone implements compute.Reporter.
 func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) error {
-	go r.send(context.WithoutCancel(ctx), mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
-	return nil
+	return r.send(ctx, mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
 }
 
 // AuditDrift sends an audit's findings to the servers (best effort: a lost
@@ -138,7 +140,12 @@ func (r *Reporter) AuditDrift(ctx context.Context, d compute.Drift) {
 // implements compute.TrackerStore.
 type Store struct{ Conn *bus.Conn }
 
-var _ compute.TrackerStore = (*Store)(nil)
+var (
+	_ compute.TrackerStore    = (*Store)(nil)
+	_ compute.MigrationReader = (*Store)(nil)
+	_ compute.InstanceLister  = (*Store)(nil)
+	_ compute.InstanceFaulter = (*Store)(nil)
+)
 
 // call sends a store call to whichever server answers. Within ctx's
 // deadline (a call without one is tried once), a call no server received
@@ -211,6 +218,27 @@ func (s *Store) ListMigrations(ctx context.Context, f store.MigrationFilter) ([]
 	return out, err
 }
 
+// ListInstances implements compute.InstanceLister.
+func (s *Store) ListInstances(ctx context.Context, host string) ([]records.Instance, error) {
+	var out []records.Instance
+	err := s.call(ctx, mListInstances, storeArgs{Host: host}, &out)
+	return out, err
+}
+
+// GetMigration implements compute.MigrationReader.
+func (s *Store) GetMigration(ctx context.Context, id int64) (records.Migration, error) {
+	var out records.Migration
+	err := s.call(ctx, mGetMigration, storeArgs{ID: id}, &out)
+	return out, err
+}
+
+// FaultLostInstance implements compute.InstanceFaulter.
+func (s *Store) FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error) {
+	var done bool
+	err := s.call(ctx, mFaultLost, storeArgs{UUID: uuid, Host: host, Fault: fault}, &done)
+	return done, err
+}
+
 // RegisterHost makes sure the host has a resource provider with the
 // inventories of cfg and a service record (created enabled in zone), and
 // returns the provider UUID (an existing provider keeps its UUID).
@@ -233,6 +261,9 @@ type ConductorHandlers struct {
 	NewProviderUUID func() string
 	// OnDrift, if set, receives every agent audit's findings (metrics).
 	OnDrift func(compute.Drift)
+	// Clock stamps the instances an agent's audit puts in ERROR (default:
+	// the wall clock).
+	Clock clock.Clock
 }
 
 // ServeConductor answers the agents' reports and store calls on conn, in
@@ -262,6 +293,23 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		mGetInstance: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
 		mListMigrations: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			return st.ListMigrations(ctx, a.Filter)
+		}),
+		mListInstances: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+			if a.Host == "" {
+				return nil, &placement.InvalidError{Msg: "no host given"}
+			}
+			return st.ListInstances(ctx, a.Host)
+		}),
+		mGetMigration: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetMigration(ctx, a.ID) }),
+		mFaultLost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+			clk := h.Clock
+			if clk == nil {
+				clk = clock.Real{}
+			}
+			if a.UUID == "" || a.Host == "" || a.Fault == "" {
+				return nil, &placement.InvalidError{Msg: "fault_lost_instance needs uuid, host and fault"}
+			}
+			return compute.StoreFaulter{Store: st, Clock: clk}.FaultLostInstance(ctx, a.UUID, a.Host, a.Fault)
 		}),
 		mRegisterHost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.HostConfig == nil {

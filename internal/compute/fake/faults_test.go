@@ -1,67 +1,16 @@
 package fake_test
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
+	"keel/internal/testdisk"
 )
-
-// smallDisk mounts a tmpfs of sizeKB for the test and returns its path
-// and a function that fills it to the last byte (it returns the filler's
-// path: remove it to free the space). It needs root (mount); without it
-// the test fails saying so, as nothing else makes a real full disk.
-func smallDisk(t *testing.T, sizeKB int) (string, func() string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root: it mounts a small tmpfs to fill a real filesystem (run the tests as root)")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.Itoa(sizeKB)+"k", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mounting a %d KiB tmpfs on %s (needs root and mount(8)): %v: %s", sizeKB, dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("unmounting %s: %v: %s", dir, err, out)
-		}
-	})
-	fill := func() string {
-		t.Helper()
-		p := filepath.Join(dir, "filler")
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		buf := bytes.Repeat([]byte{1}, 4096)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("filling %s: %v", dir, err)
-				}
-				break
-			}
-		}
-		// Byte by byte for what a page did not fit.
-		for {
-			if _, err := f.Write([]byte{1}); err != nil {
-				break
-			}
-		}
-		return p
-	}
-	return dir, fill
-}
 
 // reload opens the state file again, as a restarted agent would.
 func reload(t *testing.T, path string) *fake.Driver {
@@ -77,8 +26,8 @@ func reload(t *testing.T, path string) *fake.Driver {
 // memory and file as they were; once the disk has room again the same
 // operations succeed (issue row 6).
 func TestFullDiskFailsTheOperation(t *testing.T) {
-	dir, fill := smallDisk(t, 64)
-	state := filepath.Join(dir, "guests.json")
+	disk := testdisk.Mount(t, 64)
+	state := filepath.Join(disk.Dir, "guests.json")
 	d, clk := newDriver(t, fake.Config{StateFile: state})
 	var ok outcome
 	d.Spawn(ctx, instance("a", 1024), ok.done(clk))
@@ -86,7 +35,7 @@ func TestFullDiskFailsTheOperation(t *testing.T) {
 	if ok.calls != 1 || ok.err != nil {
 		t.Fatalf("spawn with room: %+v", ok)
 	}
-	filler := fill()
+	disk.Fill()
 
 	var sp outcome
 	d.Spawn(ctx, instance("b", 1024), sp.done(clk))
@@ -124,9 +73,7 @@ func TestFullDiskFailsTheOperation(t *testing.T) {
 		t.Fatalf("state file after the failures: %+v, want only a, running", gs)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	disk.Free()
 	var again outcome
 	d.Spawn(ctx, instance("b", 1024), again.done(clk))
 	clk.Advance(0)
@@ -146,12 +93,12 @@ func TestFullDiskFailsTheOperation(t *testing.T) {
 
 // A spawn whose end (building → running) cannot be saved fails too.
 func TestFullDiskDuringASpawnFailsIt(t *testing.T) {
-	dir, fill := smallDisk(t, 64)
-	d, clk := newDriver(t, fake.Config{StateFile: filepath.Join(dir, "guests.json"), SpawnTime: 10e9})
+	disk := testdisk.Mount(t, 64)
+	d, clk := newDriver(t, fake.Config{StateFile: filepath.Join(disk.Dir, "guests.json"), SpawnTime: 10e9})
 	var sp outcome
 	d.Spawn(ctx, instance("a", 1024), sp.done(clk))
 	clk.Advance(1e9)
-	fill()
+	disk.Fill()
 	clk.Advance(10e9)
 	if sp.calls != 1 || sp.err == nil {
 		t.Fatalf("spawn that could not save its end reported %+v, want a failure", sp)

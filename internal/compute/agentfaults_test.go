@@ -1,0 +1,334 @@
+package compute_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/migration"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store/memory"
+	"keel/internal/testdisk"
+)
+
+// agentEnv is one agent (h1) as `keel agent` wires it, in one process: the
+// fake driver with its state file, the tracker, an outbox in front of a
+// stub conductor, on a memory store with a faulter (what the servers do
+// for the agents over the bus).
+type agentEnv struct {
+	t      *testing.T
+	st     *memory.Store
+	clk    *clock.Virtual
+	drv    *fake.Driver
+	cond   *conductorStub
+	outbox *compute.Outbox
+	mgr    *compute.Manager
+}
+
+// faultingStore is the memory store with the servers' fault_lost_instance.
+type faultingStore struct {
+	*memory.Store
+	compute.StoreFaulter
+}
+
+func newAgentEnv(t *testing.T, outboxDir string) *agentEnv {
+	t.Helper()
+	e := &agentEnv{t: t, st: memory.New(), clk: clock.NewVirtual(clock.Epoch), cond: &conductorStub{}}
+	for _, h := range []compute.HostConfig{hostConfig(), hostConfig(func(c *compute.HostConfig) { c.Host, c.ProviderUUID = "h2", "rp-h2" })} {
+		if _, err := e.st.CreateProvider(ctx, placement.Provider{UUID: h.ProviderUUID, Name: h.Host, Inventories: h.Inventories()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	e.drv, err = fake.New(fake.Config{Clock: e.clk, StateFile: filepath.Join(t.TempDir(), "guests.json"), SpawnTime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outboxDir == "" {
+		outboxDir = filepath.Join(t.TempDir(), "reports")
+	}
+	e.outbox, err = compute.NewOutbox(outboxDir, e.cond, e.clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := faultingStore{Store: e.st, StoreFaulter: compute.StoreFaulter{Store: e.st, Clock: e.clk}}
+	tr := compute.NewTracker(hostConfig(), st, e.drv, e.clk)
+	e.mgr = compute.NewManager("h1", e.drv, tr, peers{}, e.outbox, e.clk, nil)
+	return e
+}
+
+func (e *agentEnv) instance(uuid, host, vmState, task string) records.Instance {
+	e.t.Helper()
+	in, err := e.st.CreateInstance(ctx, records.Instance{UUID: uuid, Name: uuid, Host: host, Flavor: small, VMState: vmState, TaskState: task})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in
+}
+
+func (e *agentEnv) migration(m records.Migration) records.Migration {
+	e.t.Helper()
+	m.UUID = "mig-" + m.InstanceUUID
+	if m.Status == "" {
+		m.Status = records.MigrationRunning
+	}
+	m, err := e.st.CreateMigration(ctx, m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+func (e *agentEnv) guest(uuid string) compute.GuestState {
+	gs, _ := e.drv.Guests(ctx)
+	for _, g := range gs {
+		if g.UUID == uuid {
+			return g.State
+		}
+	}
+	return ""
+}
+
+// A spawn whose report of success cannot be kept on disk fails: the guest
+// is removed, the host stops counting it, and the failure is what the
+// conductor hears (issue row 6's cause, on the agent's report side).
+func TestBuildFailsWhenItsReportCannotBeKept(t *testing.T) {
+	disk := testdisk.Mount(t, 64)
+	e := newAgentEnv(t, filepath.Join(disk.Dir, "reports"))
+	disk.Fill()
+	inst := e.instance("i1", "h1", records.VMBuilding, records.TaskSpawning)
+	if err := e.mgr.BuildAndRunInstance(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(2 * time.Second)
+	got := e.cond.got()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "build i1 failed") || !strings.Contains(got[0], "could not keep") {
+		t.Fatalf("the conductor heard %v, want one build failure saying the report could not be kept", got)
+	}
+	if st := e.guest("i1"); st != "" {
+		t.Fatalf("the guest of the failed build is %s, want it removed", st)
+	}
+	if rec := e.mgr.Tracker().Record(); rec.RunningVMs != 0 {
+		t.Fatalf("the host record counts %d guests after the failed build", rec.RunningVMs)
+	}
+	disk.Free()
+	ok := e.instance("i2", "h1", records.VMBuilding, records.TaskSpawning)
+	if err := e.mgr.BuildAndRunInstance(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(2 * time.Second)
+	if got := e.cond.got(); len(got) != 2 || got[1] != "build i2 ok" {
+		t.Fatalf("once the disk has room the conductor heard %v", got)
+	}
+}
+
+// A copy whose report of success cannot be kept is taken as failed: the
+// source guest runs on, and can be moved again.
+func TestCopyFailsWhenItsReportCannotBeKept(t *testing.T) {
+	disk := testdisk.Mount(t, 64)
+	e := newAgentEnv(t, filepath.Join(disk.Dir, "reports"))
+	e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
+	inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
+	m := e.migration(records.Migration{InstanceUUID: "i1", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	if err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	disk.Fill()
+	e.clk.Advance(e.drv.CopyTime(small.RAMMB) + time.Second)
+	got := e.cond.got()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "copy failed") || !strings.Contains(got[0], "could not keep") {
+		t.Fatalf("the conductor heard %v, want one copy failure saying the report could not be kept", got)
+	}
+	if st := e.guest("i1"); st != compute.GuestRunning {
+		t.Fatalf("the source guest is %q, want running again", st)
+	}
+	if err := e.drv.CheckCanLiveMigrateSource(ctx, inst); err != nil {
+		t.Fatalf("the guest cannot be moved again: %v", err)
+	}
+}
+
+// The source starts a copy only for a migration whose record still asks
+// for it; a late call refuses and leaves the guest alone (issue row 7).
+func TestLateCopyIsRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		m    records.Migration
+		want string
+	}{
+		{"rolled back meanwhile", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseRollbackDest}, "phase rollback-dest"},
+		{"failed meanwhile", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseDone, Status: records.MigrationFailed}, "status failed"},
+		{"aborted", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true}, "aborted"},
+		{"another source", records.Migration{SourceHost: "h3", DestHost: "h2", Phase: migration.PhaseCopy}, "from h3"},
+		{"another destination", records.Migration{SourceHost: "h1", DestHost: "h3", Phase: migration.PhaseCopy}, "to h3"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newAgentEnv(t, "")
+			e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
+			inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
+			c.m.InstanceUUID = "i1"
+			m := e.migration(c.m)
+			err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil)
+			if !errors.Is(err, compute.ErrFenced) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("LiveMigration: %v, want a fenced refusal saying %q", err, c.want)
+			}
+			if e.drv.Copying("i1") || e.guest("i1") != compute.GuestRunning {
+				t.Fatal("a refused copy touched the guest")
+			}
+			e.clk.Advance(time.Minute)
+			if got := e.cond.got(); len(got) != 0 {
+				t.Fatalf("a refused copy reported %v", got)
+			}
+		})
+	}
+	t.Run("unknown migration", func(t *testing.T) {
+		e := newAgentEnv(t, "")
+		e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
+		if err := e.mgr.LiveMigration(ctx, 42, records.Instance{UUID: "i1", Flavor: small}, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+			t.Fatalf("LiveMigration of a migration that does not exist: %v", err)
+		}
+	})
+}
+
+// A copy that ran while its migration gave up on it (its start outran the
+// fence) ends reverted and reported failed, never as a success.
+func TestZombieCopyIsReverted(t *testing.T) {
+	e := newAgentEnv(t, "")
+	e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
+	inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
+	m := e.migration(records.Migration{InstanceUUID: "i1", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	if err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The conductor's call timed out: it rolled the migration back.
+	m.Phase, m.Status = migration.PhaseDone, records.MigrationFailed
+	if _, err := e.st.UpdateMigration(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(e.drv.CopyTime(small.RAMMB) + time.Second)
+	if got := e.cond.got(); len(got) != 1 || !strings.Contains(got[0], "copy failed") {
+		t.Fatalf("the zombie copy reported %v, want a failure", got)
+	}
+	if st := e.guest("i1"); st != compute.GuestRunning {
+		t.Fatalf("the zombie copy left the source guest %q, want running", st)
+	}
+}
+
+// A restarted agent reports what the store shows in flight on its host,
+// whatever its guests' saved state (issue rows 3 and 4).
+func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
+	e := newAgentEnv(t, "")
+	for _, u := range []string{"built", "copying", "aborted"} {
+		e.drv.AddGuest(compute.Guest{UUID: u, Flavor: small, State: compute.GuestRunning})
+	}
+	e.instance("built", "h1", records.VMBuilding, records.TaskSpawning) // its report was lost with the agent
+	e.instance("lost", "h1", records.VMBuilding, records.TaskSpawning)  // no guest at all
+	e.instance("elsewhere", "h2", records.VMBuilding, records.TaskSpawning)
+	e.instance("kept", "h1", records.VMBuilding, records.TaskSpawning) // its report is in the outbox
+	e.cond.setDown(true)
+	if err := e.outbox.BuildDone(ctx, "kept", "h1", nil); err != nil {
+		t.Fatal(err)
+	}
+	copying := e.instance("copying", "h1", records.VMActive, records.TaskMigrating)
+	e.instance("aborted", "h1", records.VMActive, records.TaskMigrating)
+	e.instance("inbound", "h2", records.VMActive, records.TaskMigrating)
+	mc := e.migration(records.Migration{InstanceUUID: "copying", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	ma := e.migration(records.Migration{InstanceUUID: "aborted", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
+	e.migration(records.Migration{InstanceUUID: "inbound", SourceHost: "h2", DestHost: "h1", Phase: migration.PhaseCopy})
+	if err := e.mgr.LiveMigration(ctx, mc.ID, copying, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Millisecond)
+	e.cond.setDown(false)
+
+	n, err := e.mgr.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("Reconcile made %d reports, want 3 (built, lost, the aborted copy)", n)
+	}
+	e.clk.Advance(6 * time.Second) // the outbox delivers, the kept report included
+	got := strings.Join(e.cond.got(), " | ")
+	for _, want := range []string{"build built ok", "build lost failed: no guest on h1", "copy failed: memory copy interrupted", "build kept ok"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the conductor heard %q, missing %q", got, want)
+		}
+	}
+	if strings.Contains(got, "elsewhere") || strings.Count(got, "copy failed") != 1 || strings.Count(got, "build kept") != 1 {
+		t.Errorf("the conductor heard %q: a report for another host's instance, the running copy, or the kept report twice", got)
+	}
+	_ = ma
+}
+
+// The audit puts an ACTIVE instance whose guest is gone from its host in
+// ERROR with a fault, and the next audit releases its allocation (issue
+// row 6 after the restart, row 8's removed guest).
+func TestAuditPutsALostGuestInError(t *testing.T) {
+	e := newAgentEnv(t, "")
+	e.instance("gone", "h1", records.VMActive, records.TaskNone)
+	e.instance("here", "h1", records.VMActive, records.TaskNone)
+	e.drv.AddGuest(compute.Guest{UUID: "here", Flavor: small, State: compute.GuestRunning})
+	for _, u := range []string{"gone", "here"} {
+		if _, err := e.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: u, Type: placement.ConsumerInstance,
+			Allocations: map[string]placement.Resources{"rp-h1": small.Resources()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := e.mgr.Audit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Lost) != 1 || d.Lost[0] != "gone" || len(d.Faulted) != 1 {
+		t.Fatalf("drift %s, want gone lost and put in ERROR", d)
+	}
+	inst, _ := e.st.GetInstance(ctx, "gone")
+	if inst.VMState != records.VMError || !strings.Contains(inst.Fault, "gone from its host h1") {
+		t.Fatalf("the lost instance is %s with fault %q, want ERROR saying its guest is gone", inst.VMState, inst.Fault)
+	}
+	if other, _ := e.st.GetInstance(ctx, "here"); other.VMState != records.VMActive {
+		t.Fatalf("the instance with its guest is %s", other.VMState)
+	}
+	d, err = e.mgr.Audit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.OrphanAllocations) != 1 || d.OrphanAllocations[0] != "gone" || len(d.Lost) != 0 {
+		t.Fatalf("second audit %s, want the ERROR instance's allocation released", d)
+	}
+	if _, err := e.st.GetConsumer(ctx, "gone"); err == nil {
+		if c, _ := e.st.GetConsumer(ctx, "gone"); len(c.Allocations) != 0 {
+			t.Fatalf("the lost instance still holds %v", c.Allocations)
+		}
+	}
+}
+
+// A busy mark does not protect an incoming guest nobody brings any more
+// (a pre_live_migration that ran after its migration gave up): the audit
+// removes it and clears the mark, and the instance can come here again.
+func TestAuditRemovesALateIncomingGuest(t *testing.T) {
+	e := newAgentEnv(t, "")
+	inst := e.instance("i1", "h2", records.VMActive, records.TaskNone)
+	if _, err := e.mgr.PreLiveMigration(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.mgr.Audit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Stray) != 1 || e.guest("i1") != "" {
+		t.Fatalf("drift %s, guest %q: want the incoming guest removed", d, e.guest("i1"))
+	}
+	if err := e.drv.CheckCanLiveMigrateDestination(ctx, inst); err != nil {
+		t.Fatalf("the instance cannot come here again: %v", err)
+	}
+	if rec := e.mgr.Tracker().Record(); rec.NumIOOps != 0 {
+		t.Fatalf("the busy mark is still counted: %d I/O ops", rec.NumIOOps)
+	}
+}
