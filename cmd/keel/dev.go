@@ -103,6 +103,7 @@ processes outlive keel dev (it adopts them when started again on the same
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "keel dev: %d hosts (%s driver), API at %s, data in %s\n", hosts, cfg.Keel.Driver, s.URL(), dataDir)
+			fmt.Fprintf(out, "web view: %s/keel/ui/ (log in as admin with the password in %s)\n", s.URL(), filepath.Join(dataDir, "admin-password"))
 			fmt.Fprintf(out, "export OS_CLIENT_CONFIG_FILE=%s\n", clouds)
 			fmt.Fprintf(out, "openstack --os-cloud keel server list\n")
 			<-ctx.Done()

@@ -156,6 +156,10 @@ type statusRecorder struct {
 	status int
 }
 
+// Unwrap gives http.ResponseController the writer underneath (the web
+// view's event stream flushes through it).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
 func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)

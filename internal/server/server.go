@@ -3,7 +3,8 @@
 // server unless [keel] nats_url names one), builds the scheduler's host
 // view and the conductor, resumes the migrations a restart interrupted,
 // answers the agents' reports and store calls, and serves the HTTP API:
-// /identity, /compute and /metrics on one listener.
+// /identity, /compute, /placement, /image, /keel (keel's API and the web
+// view at /keel/ui/) and /metrics on one listener.
 package server
 
 import (
@@ -52,6 +53,7 @@ type Server struct {
 	listener net.Listener
 	baseURL  string
 	metrics  *Metrics
+	ui       *uiHub
 	// stopOwnership ends the replica's heartbeats and sweeps.
 	stopOwnership context.CancelFunc
 }
@@ -116,6 +118,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.sched = sched
 	s.metrics = newMetrics()
+	s.ui = newUIHub(s.store, newHostView(s.store), cfg.Default.ServiceDownTime, s.log)
 	name, err := serverName(cfg.Keel.ServerName, dataDir)
 	if err != nil {
 		return err
@@ -126,8 +129,8 @@ func (s *Server) start(ctx context.Context) error {
 		Owner:                       name,
 		ServiceDownTime:             cfg.Default.ServiceDownTime,
 		HeartbeatInterval:           cfg.Default.ReportInterval,
-	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.metrics.hooks())
-	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.cond, NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
+	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
+	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
 	}
 	if n, err := s.cond.Recover(ctx); err != nil {
@@ -140,6 +143,7 @@ func (s *Server) start(ctx context.Context) error {
 	ownCtx, stopOwnership := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopOwnership = stopOwnership
 	s.cond.RunOwnership(ownCtx)
+	go s.ui.run(ownCtx)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
 }
@@ -183,6 +187,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	mux.Handle("/compute/", iss.Require(api, s.baseURL, compute.WriteError))
 	keel := http.NewServeMux()
 	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
+	s.ui.routes(mux, keel)
 	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
 	pl := placementapi.New(s.store, func(r *http.Request) bool {
 		p, ok := identity.PrincipalFrom(r.Context())
@@ -194,6 +199,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	imageRoutes(images)
 	openDocs(mux, imageVersions(s.baseURL), "/image")
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
+	s.metrics.reg.MustRegister(newCloudCollector(s.ui))
 	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
 	s.http = &http.Server{Handler: s.metrics.instrument(mux, s.log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -249,6 +255,9 @@ func (s *Server) Conductor() *conductor.Conductor { return s.cond }
 
 // Close stops serving and releases everything, in reverse order.
 func (s *Server) Close() {
+	if s.ui != nil {
+		s.ui.close() // ends the web view's streams
+	}
 	if s.stopOwnership != nil {
 		s.stopOwnership()
 	}

@@ -1,0 +1,394 @@
+// keel's cloud view: logs in against /identity/v3/auth/tokens (the token
+// stays in this page's memory), then reads /keel/v1/ui/events, a stream of
+// server-sent events carrying the cloud's state whenever it changes, and
+// draws it. The server decides what the caller may see (an admin: every
+// host, instance and move; anyone else: their project's instances and
+// moves, no host names).
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const CLASSES = ["VCPU", "MEMORY_MB", "DISK_GB"];
+const LABEL = { VCPU: "vCPU", MEMORY_MB: "RAM", DISK_GB: "disk" };
+
+let token = null;
+let abort = null;
+let state = null;
+let selected = null; // host name shown in the detail panel
+let hovered = null;
+
+const $ = (id) => document.getElementById(id);
+
+// h builds an element: h("div", {class: "x", style: {width: "3px"}}, child, "text").
+function h(tag, attrs, ...kids) {
+  const svg = tag.startsWith("svg:");
+  const el = svg ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "style") Object.assign(el.style, v);
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v);
+  }
+  for (const c of kids.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+// colour is a host cell's colour for its fill (the largest of its
+// classes' used / capacity): green through yellow to red; the test
+// computes the same.
+function colour(fill) {
+  const f = Math.max(0, Math.min(1, fill));
+  return `hsl(${Math.round(120 * (1 - f))}, 65%, 46%)`;
+}
+
+const pct = (x) => `${Math.round(x * 100)}%`;
+const gib = (b) => (b / 2 ** 30).toFixed(1);
+function amount(rc, n) {
+  if (rc === "MEMORY_MB") return `${(n / 1024).toFixed(n % 1024 ? 1 : 0)} GiB`;
+  if (rc === "DISK_GB") return `${n} GB`;
+  return String(n);
+}
+
+// ---- login ---------------------------------------------------------------
+
+async function login(ev) {
+  ev.preventDefault();
+  $("loginerr").textContent = "";
+  const user = $("user").value.trim();
+  const project = $("project").value.trim();
+  const auth = {
+    identity: { methods: ["password"], password: { user: { name: user, domain: { id: "default" }, password: $("password").value } } },
+  };
+  if (project) auth.scope = { project: { name: project, domain: { id: "default" } } };
+  let res;
+  try {
+    res = await fetch("/identity/v3/auth/tokens", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ auth }),
+    });
+  } catch (e) {
+    $("loginerr").textContent = `Cannot reach the server: ${e.message}`;
+    return;
+  }
+  if (res.status !== 201) {
+    let msg = `Login refused (${res.status}).`;
+    try { msg = (await res.json()).error.message || msg; } catch (_) { /* keep msg */ }
+    $("loginerr").textContent = msg;
+    return;
+  }
+  token = res.headers.get("X-Subject-Token");
+  const body = await res.json();
+  $("password").value = "";
+  const t = body.token || {};
+  const roles = (t.roles || []).map((r) => r.name);
+  $("whoami").textContent = `${t.user ? t.user.name : user} in project ${t.project ? t.project.name : "?"}${roles.includes("admin") ? " (admin)" : ""}`;
+  $("login").hidden = true;
+  $("who").hidden = false;
+  stream();
+}
+
+function logout(msg) {
+  token = null;
+  state = null;
+  if (abort) abort.abort();
+  $("admin").hidden = true;
+  $("member").hidden = true;
+  $("who").hidden = true;
+  $("login").hidden = false;
+  $("loginerr").textContent = msg || "";
+  $("user").focus();
+}
+
+// ---- the stream ----------------------------------------------------------
+
+function setLive(on, text) {
+  const el = $("live");
+  el.classList.toggle("off", !on);
+  el.textContent = text || (on ? "live" : "reconnecting…");
+}
+
+// stream reads the event stream until logout, reconnecting with a growing
+// pause (EventSource cannot send the token header, so fetch reads it).
+async function stream() {
+  let pause = 250;
+  while (token) {
+    abort = new AbortController();
+    try {
+      const res = await fetch("/keel/v1/ui/events", { headers: { "X-Auth-Token": token }, signal: abort.signal, cache: "no-store" });
+      if (res.status === 401) { logout("Your session ended; log in again."); return; }
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      setLive(true);
+      pause = 250;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          if (onEvent(block) === "expired") { logout("Your token expired; log in again."); return; }
+        }
+      }
+    } catch (e) {
+      if (!token) return;
+    }
+    if (!token) return;
+    setLive(false);
+    await new Promise((r) => setTimeout(r, pause));
+    pause = Math.min(pause * 2, 5000);
+  }
+}
+
+function onEvent(block) {
+  let event = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) continue;
+    const c = line.indexOf(":");
+    const field = c < 0 ? line : line.slice(0, c);
+    const value = c < 0 ? "" : line.slice(c + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "data") data.push(value);
+  }
+  if (event === "expired") return "expired";
+  if (event === "state" && data.length) {
+    state = JSON.parse(data.join("\n"));
+    render();
+  }
+  return event;
+}
+
+// ---- drawing -------------------------------------------------------------
+
+function render() {
+  const s = state;
+  $("foot").textContent = `updated ${new Date(s.time).toLocaleTimeString()}`;
+  if (s.admin) {
+    $("member").hidden = true;
+    $("admin").hidden = false;
+    renderImbalance(s);
+    renderGrid(s);
+    renderDetail(s);
+    renderMoves(s);
+  } else {
+    $("admin").hidden = true;
+    $("member").hidden = false;
+    renderMember(s);
+  }
+}
+
+function card(k, v, sub, id) {
+  return h("div", { class: "card", "data-card": id }, h("div", { class: "k", text: k }), h("div", { class: "v", text: v }), h("div", { class: "s", text: sub || "" }));
+}
+
+function renderImbalance(s) {
+  const im = s.imbalance || { cv: {} };
+  const cards = [];
+  for (const rc of CLASSES) {
+    const v = im.cv[rc] || 0;
+    cards.push(card(`imbalance ${LABEL[rc]}`, v.toFixed(2), "coefficient of variation", `cv-${rc}`));
+  }
+  cards.push(card("most loaded", im.most_loaded ? im.most_loaded.host : "–",
+    im.most_loaded ? `${pct(im.most_loaded.fill)} ${LABEL[im.most_loaded.class] || ""}` : "", "most"));
+  cards.push(card("least loaded", im.least_loaded ? im.least_loaded.host : "–",
+    im.least_loaded ? `${pct(im.least_loaded.fill)} ${LABEL[im.least_loaded.class] || ""}` : "", "least"));
+  cards.push(card("empty hosts", `${im.empty_hosts || 0} / ${im.enabled_hosts || 0}`, "of the enabled hosts", "empty"));
+  cards.push(card("largest free slot", im.largest_free_flavor || "none",
+    im.largest_free_flavor ? `fits on ${im.largest_free_flavor_hosts} host${im.largest_free_flavor_hosts === 1 ? "" : "s"}` : "no flavor fits anywhere", "slot"));
+  $("imbalance").replaceChildren(...cards);
+}
+
+// layout places n cells in the grid's width; cells shrink as hosts grow.
+function layout(n, width) {
+  const size = n <= 12 ? 116 : n <= 40 ? 78 : n <= 150 ? 46 : n <= 500 ? 26 : 16;
+  const gap = size >= 46 ? 6 : 2;
+  const cols = Math.max(1, Math.min(n, Math.floor((width + gap) / (size + gap))));
+  const rows = Math.ceil(n / cols);
+  return { size, gap, cols, rows, height: rows * (size + gap) - gap + 40 };
+}
+
+function hostState(hs) {
+  const st = [];
+  st.push(hs.enabled ? "enabled" : "disabled");
+  st.push(hs.up ? "up" : "down");
+  if (hs.draining) st.push("draining");
+  return st;
+}
+
+function renderGrid(s) {
+  const svg = $("grid");
+  const hosts = s.hosts || [];
+  $("hostcount").textContent = `${hosts.length}`;
+  const width = svg.clientWidth || 800;
+  const L = layout(Math.max(hosts.length, 1), width);
+  svg.setAttribute("viewBox", `0 0 ${width} ${L.height}`);
+  svg.setAttribute("height", L.height);
+  const defs = h("svg:defs", {},
+    h("svg:pattern", { id: "hatch", width: 8, height: 8, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" },
+      h("svg:rect", { width: 3, height: 8, fill: "rgba(255,255,255,.55)" })),
+    h("svg:marker", { id: "head", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" },
+      h("svg:path", { d: "M0,0 L10,5 L0,10 z", fill: "context-stroke" })));
+  const pos = {};
+  const cells = hosts.map((hs, i) => {
+    const x = (i % L.cols) * (L.size + L.gap);
+    const y = Math.floor(i / L.cols) * (L.size + L.gap) + 20;
+    pos[hs.name] = { x: x + L.size / 2, y: y + L.size / 2 };
+    const empty = hs.fill === 0;
+    const fillColour = !hs.up ? "#39424d" : empty ? "#d9e0e6" : colour(hs.fill);
+    const cls = ["host", ...hostState(hs)];
+    if (empty) cls.push("empty");
+    if (hs.name === selected) cls.push("sel");
+    const g = h("svg:g", {
+      class: cls.join(" "), "data-host": hs.name, "data-fill": hs.fill.toFixed(4), "data-colour": colour(hs.fill),
+      onmouseenter: () => { hovered = hs.name; renderDetail(state); },
+      onmouseleave: () => { hovered = null; renderDetail(state); },
+      onclick: () => { selected = selected === hs.name ? null : hs.name; render(); },
+    },
+    h("svg:title", { text: `${hs.name}: ${pct(hs.fill)} ${LABEL[hs.fill_class] || ""} · ${hostState(hs).join(", ")}` }),
+    h("svg:rect", { class: "cell", x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: fillColour }));
+    if (!hs.enabled) g.append(h("svg:rect", { x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: "url(#hatch)" }));
+    if (hs.draining) g.append(h("svg:rect", { x: x + 2, y: y + 2, width: L.size - 4, height: L.size - 4, rx: 4, fill: "none", stroke: "#2f6fd6", "stroke-width": 4 }));
+    if (L.size >= 46) {
+      g.append(h("svg:text", { x: x + 8, y: y + 18, text: hs.name }));
+      g.append(h("svg:text", { class: "small", x: x + 8, y: y + 34, text: `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}` }));
+      if (L.size >= 78) {
+        const tag = !hs.up ? "down" : hs.draining ? "draining" : !hs.enabled ? "disabled" : `${hs.instances.length} VM${hs.instances.length === 1 ? "" : "s"}`;
+        g.append(h("svg:text", { class: "small", x: x + 8, y: y + L.size - 10, text: tag }));
+      }
+    }
+    return g;
+  });
+  const moves = (s.moves || []).filter((m) => pos[m.source] && pos[m.dest]).map((m) => arrow(m, pos[m.source], pos[m.dest], L.size));
+  svg.replaceChildren(defs, ...cells, ...moves);
+}
+
+function moveClass(m) {
+  if (!m.finished) return "move";
+  return m.status === "completed" ? "move done" : "move failed";
+}
+
+function progress(m) {
+  return m.memory_total_bytes > 0 ? Math.min(1, m.memory_processed_bytes / m.memory_total_bytes) : 0;
+}
+
+function arrow(m, a, b, size) {
+  const dx = b.x - a.x, dy = b.y - a.y;
+  const len = Math.hypot(dx, dy) || 1;
+  const ux = dx / len, uy = dy / len;
+  const r = size * 0.2;
+  const sx = a.x + ux * r, sy = a.y + uy * r, ex = b.x - ux * r, ey = b.y - uy * r;
+  // Bend to the left of the direction so opposite moves do not overlap.
+  const bend = Math.min(70, len * 0.35);
+  const cx = (sx + ex) / 2 - uy * bend, cy = (sy + ey) / 2 + ux * bend;
+  const g = h("svg:g", { class: moveClass(m), "data-move": m.id, "data-source": m.source, "data-dest": m.dest, "data-status": m.status, "data-progress": progress(m).toFixed(3) },
+    h("svg:path", { d: `M${sx},${sy} Q${cx},${cy} ${ex},${ey}`, "marker-end": "url(#head)" }),
+    h("svg:text", { x: 0.25 * sx + 0.5 * cx + 0.25 * ex, y: 0.25 * sy + 0.5 * cy + 0.25 * ey + 4, "text-anchor": "middle", text: m.finished ? `${m.instance_name || m.id}: ${m.status}` : `${m.instance_name || m.id} ${pct(progress(m))}` }));
+  if (m.finished) g.setAttribute("opacity", Math.max(0.1, 1 - m.finished_ago_seconds / 2).toFixed(2));
+  return g;
+}
+
+function bar(parts, title) {
+  return h("div", { class: "bar", title }, parts.map((p) => h("span", { class: p.cls, title: p.title, style: { left: `${p.left * 100}%`, width: `${p.width * 100}%`, background: p.bg } })));
+}
+
+function renderDetail(s) {
+  // Hovered, else clicked, else the most loaded host.
+  const name = hovered || selected || (s && s.imbalance && s.imbalance.most_loaded && s.imbalance.most_loaded.host);
+  const hs = s && (s.hosts || []).find((x) => x.name === name);
+  const el = $("detail");
+  if (!hs) {
+    el.replaceChildren(h("p", { class: "muted", text: "Hover or click a host for its numbers and instances." }));
+    return;
+  }
+  const byUUID = Object.fromEntries((s.instances || []).map((i) => [i.uuid, i]));
+  const kids = [h("h3", { text: hs.name }), h("div", { class: "state", text: `${hostState(hs).join(" · ")} · zone ${hs.zone}${hs.disabled_reason ? ` · ${hs.disabled_reason}` : ""}` })];
+  for (const rc of CLASSES) {
+    const r = hs.resources[rc];
+    if (!r) continue;
+    const f = r.capacity > 0 ? r.used / r.capacity : 0;
+    kids.push(h("div", { class: "row" }, h("span", { text: LABEL[rc] }), h("b", { text: `${amount(rc, r.used)} of ${amount(rc, r.capacity)} (${pct(f)})` })));
+    kids.push(bar([{ cls: "used", left: 0, width: Math.min(1, f), bg: colour(f) }], `total ${r.total}, reserved ${r.reserved}, ratio ${r.allocation_ratio}`));
+  }
+  const rc = hs.fill_class || "VCPU";
+  const cap = (hs.resources[rc] || {}).capacity || 1;
+  const field = { VCPU: "vcpus", MEMORY_MB: "ram_mb", DISK_GB: "disk_gb" }[rc];
+  const list = hs.instances.map((u) => byUUID[u]).filter(Boolean);
+  let left = 0;
+  const segs = list.map((inst, i) => {
+    const w = inst[field] / cap;
+    const p = { cls: "seg", left, width: w, bg: `hsl(${(i * 47) % 360}, 45%, 55%)`, title: `${inst.name} (${inst.flavor})` };
+    left += w;
+    return p;
+  });
+  kids.push(h("div", { class: "row" }, h("span", { text: `instances by ${LABEL[rc]}` }), h("b", { text: `${list.length}` })));
+  kids.push(bar(segs, `instances, largest first, as shares of ${LABEL[rc]}`));
+  list.slice(0, 30).forEach((inst, i) => kids.push(h("div", { class: "inst" },
+    h("i", { style: { background: `hsl(${(i * 47) % 360}, 45%, 55%)` } }),
+    h("span", { text: `${inst.name} · ${inst.flavor} · ${inst.status}` }))));
+  if (list.length > 30) kids.push(h("div", { class: "inst muted", text: `… and ${list.length - 30} more` }));
+  el.replaceChildren(...kids);
+}
+
+function eta(m) {
+  if (m.finished) return m.error ? m.error : "";
+  if (m.eta_seconds === undefined || m.eta_seconds === null) return "…";
+  return `${Math.max(0, m.eta_seconds).toFixed(m.eta_seconds < 10 ? 1 : 0)} s`;
+}
+
+function moveRow(m, hosts) {
+  const p = progress(m);
+  const tr = h("tr", { class: m.finished ? "finished" : "", "data-move": m.id },
+    h("td", { text: m.id }),
+    h("td", { text: m.instance_name || m.instance_uuid }),
+    h("td", { text: m.kind }),
+    hosts ? h("td", { text: `${m.source || "?"} → ${m.dest || "…"}` }) : null,
+    h("td", {}, h("span", { class: `status ${m.status}`, text: m.phase && !m.finished ? `${m.status} · ${m.phase}` : m.status })),
+    h("td", {}, h("span", { class: "pbar" }, h("span", { style: { width: `${p * 100}%` } })),
+      m.memory_total_bytes ? `${gib(m.memory_processed_bytes)} / ${gib(m.memory_total_bytes)} GiB, ${gib(m.memory_remaining_bytes)} left` : ""),
+    h("td", { text: eta(m) }));
+  if (m.finished) tr.style.opacity = Math.max(0.15, 1 - m.finished_ago_seconds / 2).toFixed(2);
+  return tr;
+}
+
+function renderMoves(s) {
+  const moves = s.moves || [];
+  const inflight = moves.filter((m) => !m.finished).length;
+  $("movecount").textContent = `${inflight} in flight${moves.length > inflight ? `, ${moves.length - inflight} just finished` : ""}`;
+  const body = $("moves").tBodies[0];
+  if (!moves.length) {
+    body.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No moves in flight." })));
+    return;
+  }
+  body.replaceChildren(...moves.map((m) => moveRow(m, true)));
+}
+
+function renderMember(s) {
+  const ins = s.instances || [];
+  $("mycount").textContent = `${ins.length}`;
+  const moving = Object.fromEntries((s.moves || []).filter((m) => !m.finished).map((m) => [m.instance_uuid, m]));
+  const body = $("myinstances").tBodies[0];
+  if (!ins.length) {
+    body.replaceChildren(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No instances in this project." })));
+    return;
+  }
+  body.replaceChildren(...ins.map((i) => {
+    const m = moving[i.uuid];
+    return h("tr", { "data-instance": i.uuid },
+      h("td", { text: i.name }),
+      h("td", {}, h("span", { class: `status ${i.status}`, text: i.status })),
+      h("td", { text: i.flavor }), h("td", { text: i.vcpus }), h("td", { text: `${(i.ram_mb / 1024).toFixed(1)} GiB` }), h("td", { text: `${i.disk_gb} GB` }),
+      h("td", {}, m ? [h("span", { class: "pbar" }, h("span", { style: { width: `${progress(m) * 100}%` } })), `${pct(progress(m))} ${eta(m)}`] : ""));
+  }));
+}
+
+window.addEventListener("resize", () => { if (state && state.admin) renderGrid(state); });
+document.addEventListener("DOMContentLoaded", () => {
+  $("loginform").addEventListener("submit", login);
+  $("logout").addEventListener("click", () => logout(""));
+  $("user").focus();
+});

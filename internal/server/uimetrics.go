@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"hash/crc32"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"keel/internal/store"
+)
+
+// cloudCollector reports per-host gauges under openstack-exporter's names
+// and labels (so Grafana dashboards built for OpenStack read keel
+// unchanged) and keel's own gauges for moves and imbalance. Each scrape
+// brings the host view up to date from the change stream (no full read of
+// the store) and reads only the migrations in flight.
+type cloudCollector struct {
+	u *uiHub
+
+	rpTotal, rpReserved, rpRatio, rpUsage                         *prometheus.Desc
+	vcpus, vcpusUsed, memBytes, memUsedBytes, diskBytes, diskUsed *prometheus.Desc
+	runningVMs, agentState                                        *prometheus.Desc
+	moves, moveProcessed, moveRemaining, moveTotal, imbalanceCV   *prometheus.Desc
+}
+
+func newCloudCollector(u *uiHub) *cloudCollector {
+	rp := []string{"hostname", "resourcetype"}
+	hv := []string{"aggregates", "availability_zone", "hostname"}
+	mv := []string{"id", "instance_uuid", "source", "dest", "kind"}
+	d := prometheus.NewDesc
+	return &cloudCollector{
+		u:            u,
+		rpTotal:      d("openstack_placement_resource_total", "Inventory total per host and resource class (placement).", rp, nil),
+		rpReserved:   d("openstack_placement_resource_reserved", "Inventory reserved per host and resource class (placement).", rp, nil),
+		rpRatio:      d("openstack_placement_resource_allocation_ratio", "Inventory allocation ratio per host and resource class (placement).", rp, nil),
+		rpUsage:      d("openstack_placement_resource_usage", "Allocations (claims) per host and resource class (placement).", rp, nil),
+		vcpus:        d("openstack_nova_vcpus_available", "vCPUs of the hypervisor (its host record).", hv, nil),
+		vcpusUsed:    d("openstack_nova_vcpus_used", "vCPUs used on the hypervisor (its host record).", hv, nil),
+		memBytes:     d("openstack_nova_memory_available_bytes", "Memory of the hypervisor, bytes (its host record).", hv, nil),
+		memUsedBytes: d("openstack_nova_memory_used_bytes", "Memory used on the hypervisor, bytes, reserved included (its host record).", hv, nil),
+		diskBytes:    d("openstack_nova_local_storage_available_bytes", "Local disk of the hypervisor, bytes (its host record).", hv, nil),
+		diskUsed:     d("openstack_nova_local_storage_used_bytes", "Local disk used on the hypervisor, bytes (its host record).", hv, nil),
+		runningVMs:   d("openstack_nova_running_vms", "Guests running on the hypervisor (its host record).", hv, nil),
+		agentState: d("openstack_nova_agent_state", "1 if the compute service is up (heard from within service_down_time), 0 if down.",
+			[]string{"adminState", "disabledReason", "hostname", "id", "service", "zone"}, nil),
+		moves:         d("keel_moves_in_flight", "Moves (migrations) not yet in a final status, by kind.", []string{"kind"}, nil),
+		moveProcessed: d("keel_move_memory_processed_bytes", "Memory copied so far by a move in flight (the driver's last report).", mv, nil),
+		moveRemaining: d("keel_move_memory_remaining_bytes", "Memory left to copy by a move in flight (the driver's last report).", mv, nil),
+		moveTotal:     d("keel_move_memory_total_bytes", "Memory to copy by a move in flight (the driver's last report).", mv, nil),
+		imbalanceCV: d("keel_imbalance_cv", "Coefficient of variation (stddev/mean) of used/capacity over enabled hosts, by resource class.",
+			[]string{"resourcetype"}, nil),
+	}
+}
+
+func (c *cloudCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.rpTotal, c.rpReserved, c.rpRatio, c.rpUsage, c.vcpus, c.vcpusUsed, c.memBytes,
+		c.memUsedBytes, c.diskBytes, c.diskUsed, c.runningVMs, c.agentState, c.moves, c.moveProcessed, c.moveRemaining,
+		c.moveTotal, c.imbalanceCV} {
+		ch <- d
+	}
+}
+
+func (c *cloudCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.u.view.refresh(ctx); err != nil {
+		c.u.log.Warn("metrics: refreshing the host view", "err", err)
+		return
+	}
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	now := c.u.now()
+	hosts := c.u.view.hosts()
+	var enabled []viewHost
+	const mib, gib = 1 << 20, 1 << 30
+	for _, h := range hosts {
+		for rc, inv := range h.Provider.Inventories {
+			g(c.rpTotal, float64(inv.Total), h.Name, string(rc))
+			g(c.rpReserved, float64(inv.Reserved), h.Name, string(rc))
+			g(c.rpRatio, inv.AllocationRatio, h.Name, string(rc))
+			g(c.rpUsage, float64(h.Provider.Usage[rc]), h.Name, string(rc))
+		}
+		hv := []string{aggregatesLabel(h), h.Zone, h.Name}
+		if h.HasRecord {
+			r := h.Record
+			g(c.vcpus, float64(r.VCPUs), hv...)
+			g(c.vcpusUsed, float64(r.VCPUsUsed), hv...)
+			g(c.memBytes, float64(r.MemoryMB)*mib, hv...)
+			g(c.memUsedBytes, float64(r.MemoryMBUsed)*mib, hv...)
+			g(c.diskBytes, float64(r.LocalGB)*gib, hv...)
+			g(c.diskUsed, float64(r.LocalGBUsed)*gib, hv...)
+			g(c.runningVMs, float64(r.RunningVMs), hv...)
+		}
+		if h.HasService {
+			state := "enabled"
+			if h.Service.Disabled {
+				state = "disabled"
+			} else {
+				enabled = append(enabled, h)
+			}
+			v := 0.0
+			if up(h, now, c.u.downTime) {
+				v = 1
+			}
+			g(c.agentState, v, state, h.Service.DisabledReason, h.Name, strconv.FormatInt(int64(intHostID(h.Name)), 10), "nova-compute", h.Zone)
+		}
+	}
+	for rc, v := range imbalance(enabled) {
+		g(c.imbalanceCV, v, string(rc))
+	}
+	migs, err := c.u.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err != nil {
+		c.u.log.Warn("metrics: listing migrations in flight", "err", err)
+		return
+	}
+	kinds := map[string]int{"live-migration": 0}
+	for _, m := range migs {
+		kinds[m.Type]++
+		l := []string{strconv.FormatInt(m.ID, 10), m.InstanceUUID, m.SourceHost, m.DestHost, m.Type}
+		g(c.moveProcessed, float64(m.MemoryProcessedBytes), l...)
+		g(c.moveRemaining, float64(m.MemoryRemainingBytes), l...)
+		g(c.moveTotal, float64(m.MemoryTotalBytes), l...)
+	}
+	for k, n := range kinds {
+		g(c.moves, float64(n), k)
+	}
+}
+
+// intHostID is a host's stable integer id (the compute API's id before
+// microversion 2.53, which os-services shows).
+func intHostID(host string) uint32 { return crc32.ChecksumIEEE([]byte(host)) & 0x7fffffff }

@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// hostView is the web view's and the per-host metrics' picture of every
+// host: providers (inventories and usage from allocations, i.e. claims),
+// host records, services and aggregates, kept current by following the
+// store's change stream, as the scheduler's view does (that view has no
+// listing of its own to read).
+type hostView struct {
+	st store.Store
+
+	mu    sync.Mutex
+	seq   int64
+	ready bool
+	provs map[string]store.ProviderSummary // by provider UUID
+	recs  map[string]records.HostRecord    // by host
+	svcs  map[string]records.Service       // by host
+	aggs  []records.Aggregate
+}
+
+func newHostView(st store.Store) *hostView {
+	return &hostView{st: st}
+}
+
+// viewHost is one host as the view knows it.
+type viewHost struct {
+	Name       string
+	Provider   store.ProviderSummary
+	Record     records.HostRecord
+	HasRecord  bool
+	Service    records.Service
+	HasService bool
+	Zone       string
+	Aggregates []string // names, sorted
+}
+
+// refresh applies the changes since the last call; it returns whether
+// anything changed.
+func (v *hostView) refresh(ctx context.Context) (bool, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.ready {
+		return true, v.reloadLocked(ctx)
+	}
+	changed := false
+	for {
+		chs, err := v.st.Changes(ctx, v.seq, 4096)
+		if errors.Is(err, store.ErrChangesTrimmed) {
+			return true, v.reloadLocked(ctx)
+		}
+		if err != nil {
+			return changed, fmt.Errorf("web view: reading the change stream: %w", err)
+		}
+		if len(chs) == 0 {
+			return changed, nil
+		}
+		changed = true
+		if err := v.applyLocked(ctx, chs); err != nil {
+			return changed, err
+		}
+		v.seq = chs[len(chs)-1].Seq
+		if len(chs) < 4096 {
+			return changed, nil
+		}
+	}
+}
+
+func (v *hostView) reloadLocked(ctx context.Context) error {
+	seq, err := v.st.LastChange(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: %w", err)
+	}
+	sums, err := v.st.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("web view: loading providers: %w", err)
+	}
+	recs, err := v.st.ListHostRecords(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: loading host records: %w", err)
+	}
+	svcs, err := v.st.ListServices(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: loading services: %w", err)
+	}
+	aggs, err := v.st.ListAggregates(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: loading aggregates: %w", err)
+	}
+	v.provs = make(map[string]store.ProviderSummary, len(sums))
+	for _, s := range sums {
+		v.provs[s.UUID] = s
+	}
+	v.recs = make(map[string]records.HostRecord, len(recs))
+	for _, r := range recs {
+		v.recs[r.Host] = r
+	}
+	v.svcs = make(map[string]records.Service, len(svcs))
+	for _, s := range svcs {
+		if s.IsCompute() {
+			v.svcs[s.Host] = s
+		}
+	}
+	v.aggs, v.seq, v.ready = aggs, seq, true
+	return nil
+}
+
+func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
+	var provs []string
+	seen := map[store.Change]bool{}
+	aggs := false
+	for _, c := range chs {
+		k := store.Change{Kind: c.Kind, Key: c.Key}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		switch c.Kind {
+		case store.ChangeProvider:
+			provs = append(provs, c.Key)
+		case store.ChangeHost:
+			r, err := v.st.GetHostRecord(ctx, c.Key)
+			if errors.Is(err, store.ErrNotFound) {
+				delete(v.recs, c.Key)
+			} else if err != nil {
+				return fmt.Errorf("web view: reading host record %s: %w", c.Key, err)
+			} else {
+				v.recs[c.Key] = r
+			}
+		case store.ChangeService:
+			s, err := v.st.GetService(ctx, c.Key)
+			if errors.Is(err, store.ErrNotFound) {
+				delete(v.svcs, c.Key)
+			} else if err != nil {
+				return fmt.Errorf("web view: reading service %s: %w", c.Key, err)
+			} else if s.IsCompute() {
+				v.svcs[c.Key] = s
+			}
+		case store.ChangeAggregate:
+			aggs = true
+		}
+	}
+	if len(provs) > 0 {
+		sums, err := v.st.ProviderSummaries(ctx, provs)
+		if err != nil {
+			return fmt.Errorf("web view: reading providers: %w", err)
+		}
+		got := map[string]bool{}
+		for _, s := range sums {
+			v.provs[s.UUID] = s
+			got[s.UUID] = true
+		}
+		for _, u := range provs {
+			if !got[u] {
+				delete(v.provs, u) // deleted
+			}
+		}
+	}
+	if aggs {
+		a, err := v.st.ListAggregates(ctx)
+		if err != nil {
+			return fmt.Errorf("web view: loading aggregates: %w", err)
+		}
+		v.aggs = a
+	}
+	return nil
+}
+
+// hosts returns every root provider's host, sorted by name.
+func (v *hostView) hosts() []viewHost {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	aggsOf := map[string][]string{}
+	zoneOf := map[string]string{}
+	for _, a := range v.aggs {
+		for _, h := range a.Hosts {
+			aggsOf[h] = append(aggsOf[h], a.Name)
+			if z := a.Zone(); z != "" && zoneOf[h] == "" {
+				zoneOf[h] = z
+			}
+		}
+	}
+	out := make([]viewHost, 0, len(v.provs))
+	for _, p := range v.provs {
+		if p.ParentUUID != "" {
+			continue
+		}
+		h := viewHost{Name: p.Name, Provider: p}
+		h.Record, h.HasRecord = v.recs[p.Name]
+		h.Service, h.HasService = v.svcs[p.Name]
+		h.Zone = zoneOf[p.Name]
+		if h.Zone == "" {
+			h.Zone = h.Service.Zone
+		}
+		if h.Zone == "" {
+			h.Zone = "nova"
+		}
+		h.Aggregates = aggsOf[p.Name]
+		sort.Strings(h.Aggregates)
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// stdClasses are the classes the view colours hosts by.
+var stdClasses = []placement.ResourceClass{placement.VCPU, placement.MemoryMB, placement.DiskGB}
+
+// fill is used over capacity ((total − reserved) × allocation_ratio) of
+// one class; ok is false when the host has no such inventory.
+func fill(h viewHost, rc placement.ResourceClass) (f float64, ok bool) {
+	inv, ok := h.Provider.Inventories[rc]
+	if !ok {
+		return 0, false
+	}
+	c := inv.Capacity()
+	if c <= 0 {
+		return 1, true
+	}
+	return float64(h.Provider.Usage[rc]) / float64(c), true
+}
+
+// up says whether a host's service is up (not forced down, heard from
+// within downTime).
+func up(h viewHost, now time.Time, downTime time.Duration) bool {
+	if !h.HasService || h.Service.ForcedDown {
+		return false
+	}
+	return downTime <= 0 || now.Sub(h.Service.LastSeenUp) <= downTime
+}
+
+// imbalance is the coefficient of variation (stddev / mean) of the
+// classes' fill over the given hosts; 0 for a mean of 0.
+func imbalance(hs []viewHost) map[placement.ResourceClass]float64 {
+	out := map[placement.ResourceClass]float64{}
+	for _, rc := range stdClasses {
+		var xs []float64
+		for _, h := range hs {
+			if f, ok := fill(h, rc); ok {
+				xs = append(xs, f)
+			}
+		}
+		out[rc] = cv(xs)
+	}
+	return out
+}
+
+func cv(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	if mean == 0 {
+		return 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss/float64(len(xs))) / mean
+}
+
+// fits says whether r fits on h now (capacity left and max_unit).
+func fits(h viewHost, r placement.Resources) bool {
+	for rc, n := range r {
+		if n <= 0 {
+			continue
+		}
+		inv, ok := h.Provider.Inventories[rc]
+		if !ok {
+			return false
+		}
+		if inv.MaxUnit > 0 && n > inv.MaxUnit {
+			return false
+		}
+		if inv.Capacity()-h.Provider.Usage[rc] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// aggregatesLabel joins a host's aggregate names as openstack-exporter
+// does.
+func aggregatesLabel(h viewHost) string { return strings.Join(h.Aggregates, ",") }
