@@ -141,7 +141,7 @@ func TestServerGroupPolicies(t *testing.T) {
 func TestServerGroupLateCheckAcrossServers(t *testing.T) {
 	pack := func(o *cloudOptions) {
 		o.schedulerConfig = func(cfg *scheduler.Config) {
-			cfg.RAMWeightMultiplier, cfg.CPUWeightMultiplier, cfg.DiskWeightMultiplier = -1, -1, -1
+			cfg.Options["ram_weight_multiplier"], cfg.Options["cpu_weight_multiplier"], cfg.Options["disk_weight_multiplier"] = -1, -1, -1
 		}
 	}
 	c := newCloud(t, hosts(2), pack)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -58,18 +59,13 @@ type FilterSchedulerGroup struct {
 	EnabledFilters []string // enabled_filters
 	// WeightClasses is weight_classes, as weigher names (Nova's class
 	// paths and nova.scheduler.weights.all_weighers are resolved).
-	WeightClasses                    []string
-	RAMWeightMultiplier              float64 // ram_weight_multiplier (1.0)
-	CPUWeightMultiplier              float64 // cpu_weight_multiplier (1.0)
-	DiskWeightMultiplier             float64 // disk_weight_multiplier (1.0)
-	IOOpsWeightMultiplier            float64 // io_ops_weight_multiplier (-1.0)
-	BuildFailureWeightMultiplier     float64 // build_failure_weight_multiplier (1000000.0)
-	NumInstancesWeightMultiplier     float64 // num_instances_weight_multiplier (0.0)
-	SoftAffinityWeightMultiplier     float64 // soft_affinity_weight_multiplier (1.0)
-	SoftAntiAffinityWeightMultiplier float64 // soft_anti_affinity_weight_multiplier (1.0)
-	ShuffleBestSameWeighedHosts      bool    // shuffle_best_same_weighed_hosts (false)
-	MaxInstancesPerHost              int     // max_instances_per_host (50)
-	MaxIOOpsPerHost                  int     // max_io_ops_per_host (8)
+	WeightClasses               []string
+	ShuffleBestSameWeighedHosts bool // shuffle_best_same_weighed_hosts (false)
+	// Options are the filters' and weighers' own options, by name — every
+	// option of the scheduler's registry (scheduler.WeigherOptions and
+	// FilterOptions: ram_weight_multiplier, max_io_ops_per_host, …), each
+	// an option of this group.
+	Options map[string]float64
 }
 
 // SchedulerGroup is nova.conf's [scheduler] group.
@@ -156,20 +152,11 @@ func Default() Config {
 			ReportInterval:              10 * time.Second,
 		},
 		FilterScheduler: FilterSchedulerGroup{
-			HostSubsetSize:                   s.HostSubsetSize,
-			EnabledFilters:                   s.EnabledFilters,
-			WeightClasses:                    s.Weighers,
-			RAMWeightMultiplier:              s.RAMWeightMultiplier,
-			CPUWeightMultiplier:              s.CPUWeightMultiplier,
-			DiskWeightMultiplier:             s.DiskWeightMultiplier,
-			IOOpsWeightMultiplier:            s.IOOpsWeightMultiplier,
-			BuildFailureWeightMultiplier:     s.BuildFailureWeightMultiplier,
-			NumInstancesWeightMultiplier:     s.NumInstancesWeightMultiplier,
-			SoftAffinityWeightMultiplier:     s.SoftAffinityWeightMultiplier,
-			SoftAntiAffinityWeightMultiplier: s.SoftAntiAffinityWeightMultiplier,
-			ShuffleBestSameWeighedHosts:      s.ShuffleBestSameWeighedHosts,
-			MaxInstancesPerHost:              s.MaxInstancesPerHost,
-			MaxIOOpsPerHost:                  s.MaxIOOpsPerHost,
+			HostSubsetSize:              s.HostSubsetSize,
+			EnabledFilters:              s.EnabledFilters,
+			WeightClasses:               s.Weighers,
+			ShuffleBestSameWeighedHosts: s.ShuffleBestSameWeighedHosts,
+			Options:                     s.Options,
 		},
 		Scheduler: SchedulerGroup{MaxAttempts: s.MaxAttempts},
 		Libvirt: LibvirtGroup{
@@ -218,22 +205,13 @@ func (d DefaultGroup) UpdateResourcesPeriod() time.Duration {
 func (c Config) SchedulerConfig() scheduler.Config {
 	f := c.FilterScheduler
 	return scheduler.Config{
-		EnabledFilters:                   slices.Clone(f.EnabledFilters),
-		Weighers:                         slices.Clone(f.WeightClasses),
-		HostSubsetSize:                   f.HostSubsetSize,
-		ShuffleBestSameWeighedHosts:      f.ShuffleBestSameWeighedHosts,
-		MaxAttempts:                      c.Scheduler.MaxAttempts,
-		RAMWeightMultiplier:              f.RAMWeightMultiplier,
-		CPUWeightMultiplier:              f.CPUWeightMultiplier,
-		DiskWeightMultiplier:             f.DiskWeightMultiplier,
-		IOOpsWeightMultiplier:            f.IOOpsWeightMultiplier,
-		BuildFailureWeightMultiplier:     f.BuildFailureWeightMultiplier,
-		NumInstancesWeightMultiplier:     f.NumInstancesWeightMultiplier,
-		SoftAffinityWeightMultiplier:     f.SoftAffinityWeightMultiplier,
-		SoftAntiAffinityWeightMultiplier: f.SoftAntiAffinityWeightMultiplier,
-		MaxInstancesPerHost:              f.MaxInstancesPerHost,
-		MaxIOOpsPerHost:                  f.MaxIOOpsPerHost,
-		ServiceDownTime:                  c.Default.ServiceDownTime,
+		EnabledFilters:              slices.Clone(f.EnabledFilters),
+		Weighers:                    slices.Clone(f.WeightClasses),
+		HostSubsetSize:              f.HostSubsetSize,
+		ShuffleBestSameWeighedHosts: f.ShuffleBestSameWeighedHosts,
+		MaxAttempts:                 c.Scheduler.MaxAttempts,
+		Options:                     maps.Clone(f.Options),
+		ServiceDownTime:             c.Default.ServiceDownTime,
 	}
 }
 

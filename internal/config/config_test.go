@@ -148,7 +148,7 @@ policy = legacy
 		{"state_path → data_dir", cfg.Keel.DataDir, "/var/lib/keel"},
 		{"enabled_filters", cfg.FilterScheduler.EnabledFilters, []string{"ComputeFilter", "NumInstancesFilter", "IoOpsFilter"}},
 		{"weight_classes", cfg.FilterScheduler.WeightClasses, []string{"RAMWeigher", "CPUWeigher"}},
-		{"io_ops_weight_multiplier", cfg.FilterScheduler.IOOpsWeightMultiplier, -2.5},
+		{"io_ops_weight_multiplier", cfg.FilterScheduler.Options["io_ops_weight_multiplier"], -2.5},
 		{"shuffle_best_same_weighed_hosts", cfg.FilterScheduler.ShuffleBestSameWeighedHosts, true},
 		{"max_attempts (quoted, group case)", cfg.Scheduler.MaxAttempts, 5},
 		{"live_migration_downtime", cfg.Libvirt.LiveMigrationDowntime, 250 * time.Millisecond},
@@ -453,7 +453,7 @@ func TestSet(t *testing.T) {
 			t.Fatalf("Set(%q, %q, %q): %v", s[0], s[1], s[2], err)
 		}
 	}
-	if cfg.FilterScheduler.HostSubsetSize != 5 || cfg.FilterScheduler.RAMWeightMultiplier != 2.0 ||
+	if cfg.FilterScheduler.HostSubsetSize != 5 || cfg.FilterScheduler.Options["ram_weight_multiplier"] != 2.0 ||
 		!reflect.DeepEqual(cfg.FilterScheduler.EnabledFilters, []string{"ComputeFilter", "IoOpsFilter"}) ||
 		!cfg.FilterScheduler.ShuffleBestSameWeighedHosts || cfg.Keel.DataDir != "/tmp/k" || cfg.Keel.VCPUs != 8 ||
 		cfg.Keel.FakeSpawnTime != 2*time.Second || cfg.API.TokenTTL != time.Minute {
@@ -631,41 +631,29 @@ func TestSample(t *testing.T) {
 }
 
 func TestSchedulerConfig(t *testing.T) {
-	type multiplier struct {
-		option string
-		field  func(*scheduler.Config) *float64
-	}
-	multipliers := []multiplier{
-		{"ram_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.RAMWeightMultiplier }},
-		{"cpu_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.CPUWeightMultiplier }},
-		{"disk_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.DiskWeightMultiplier }},
-		{"io_ops_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.IOOpsWeightMultiplier }},
-		{"build_failure_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.BuildFailureWeightMultiplier }},
-		{"num_instances_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.NumInstancesWeightMultiplier }},
-		{"soft_affinity_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.SoftAffinityWeightMultiplier }},
-		{"soft_anti_affinity_weight_multiplier", func(c *scheduler.Config) *float64 { return &c.SoftAntiAffinityWeightMultiplier }},
-	}
-	// Every float field of scheduler.Config is a multiplier in the table.
-	if n := reflect.TypeFor[scheduler.Config]().NumField(); n > 0 {
-		floats := 0
-		for i := range n {
-			if reflect.TypeFor[scheduler.Config]().Field(i).Type.Kind() == reflect.Float64 {
-				floats++
-			}
+	// Every option of the scheduler's registry is a [filter_scheduler]
+	// option, with the registry's default.
+	multipliers := scheduler.WeigherOptions()
+	for _, so := range append(scheduler.WeigherOptions(), scheduler.FilterOptions()...) {
+		o := lookup("filter_scheduler", so.Name)
+		if o == nil {
+			t.Errorf("%s: not a [filter_scheduler] option", so.Name)
+			continue
 		}
-		if floats != len(multipliers) {
-			t.Errorf("scheduler.Config has %d multipliers, the test %d", floats, len(multipliers))
+		d := Default()
+		if got, want := o.get(&d), formatNum(so.Default); strings.TrimSuffix(got, ".0") != want {
+			t.Errorf("%s: default %s, the registry's %s", so.Name, got, want)
 		}
 	}
 	// One at a time: that multiplier changes, every other keeps Nova's
 	// default.
 	for i, m := range multipliers {
 		v := float64(i) + 0.25
-		cfg, _ := mustParse(t, "[filter_scheduler]\n"+m.option+" = "+formatFloat(v)+"\n")
+		cfg, _ := mustParse(t, "[filter_scheduler]\n"+m.Name+" = "+formatFloat(v)+"\n")
 		want := scheduler.DefaultConfig()
-		*m.field(&want) = v
+		want.Options[m.Name] = v
 		if got := cfg.SchedulerConfig(); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s = %v:\n got %+v\nwant %+v", m.option, v, got, want)
+			t.Errorf("%s = %v:\n got %+v\nwant %+v", m.Name, v, got, want)
 		}
 	}
 	// The rest of the options.
@@ -686,8 +674,8 @@ service_down_time = 0
 	want.EnabledFilters = []string{"ComputeFilter", "NumInstancesFilter"}
 	want.Weighers = []string{"RAMWeigher"}
 	want.ShuffleBestSameWeighedHosts = true
-	want.MaxInstancesPerHost = 20
-	want.MaxIOOpsPerHost = 3
+	want.Options["max_instances_per_host"] = 20
+	want.Options["max_io_ops_per_host"] = 3
 	want.MaxAttempts = 6
 	want.ServiceDownTime = 0
 	got := cfg.SchedulerConfig()
@@ -701,6 +689,18 @@ service_down_time = 0
 	got.EnabledFilters[0] = "x"
 	if cfg.FilterScheduler.EnabledFilters[0] != "ComputeFilter" {
 		t.Error("SchedulerConfig shares enabled_filters with the Config")
+	}
+	got.Options["max_io_ops_per_host"] = 99
+	if cfg.FilterScheduler.Options["max_io_ops_per_host"] != 3 {
+		t.Error("SchedulerConfig shares the filters' and weighers' options with the Config")
+	}
+	// Set on a copy leaves the original's options alone.
+	cp := cfg
+	if err := cp.Set("filter_scheduler", "max_io_ops_per_host", "5"); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.FilterScheduler.Options["max_io_ops_per_host"] != 3 || cp.FilterScheduler.Options["max_io_ops_per_host"] != 5 {
+		t.Errorf("after Set on a copy: original %v, copy %v", cfg.FilterScheduler.Options, cp.FilterScheduler.Options)
 	}
 }
 

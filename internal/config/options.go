@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -321,8 +322,9 @@ func policyNames() []string {
 // alphabetical, as Nova's sample.
 var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "scheduler"}
 
-// options is the table of every option keel reads.
-var options = []*option{
+// options is the table of every option keel reads. The filters' and
+// weighers' own options come from the scheduler's registry.
+var options = slices.Concat([]*option{
 	// [DEFAULT]
 	strOpt("DEFAULT", "host", func(c *Config) *string { return &c.Default.Host },
 		"Name of this host, as the scheduler, placement and the other services know it (Nova: hostname, FQDN or IP address). Defaults to the machine's hostname.").
@@ -362,28 +364,10 @@ var options = []*option{
 		"Weighers to run: weigher names ("+strings.Join(scheduler.KnownWeighers, ", ")+
 			"), Nova's class paths (nova.scheduler.weights.ram.RAMWeigher), or "+allWeighers+" for every weigher keel has.").
 		documented(allWeighers, ""),
-	floatOpt("filter_scheduler", "ram_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.RAMWeightMultiplier },
-		"RAMWeigher's multiplier: positive spreads instances to the hosts with the most free RAM, negative stacks them on the hosts with the least."),
-	floatOpt("filter_scheduler", "cpu_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.CPUWeightMultiplier },
-		"CPUWeigher's multiplier: positive spreads instances to the hosts with the most free vCPUs, negative stacks them."),
-	floatOpt("filter_scheduler", "disk_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.DiskWeightMultiplier },
-		"DiskWeigher's multiplier: positive spreads instances to the hosts with the most free disk, negative stacks them."),
-	floatOpt("filter_scheduler", "io_ops_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.IOOpsWeightMultiplier },
-		"IoOpsWeigher's multiplier: negative prefers hosts with fewer I/O-heavy operations in flight (builds, resizes, migrations), positive more."),
-	floatOpt("filter_scheduler", "build_failure_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.BuildFailureWeightMultiplier },
-		"BuildFailureWeigher's multiplier: how strongly hosts with recent build failures are avoided. The large default outweighs every other weigher."),
-	floatOpt("filter_scheduler", "num_instances_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.NumInstancesWeightMultiplier },
-		"NumInstancesWeigher's multiplier: positive prefers hosts with more instances, negative fewer; 0.0 turns it off."),
-	floatOpt("filter_scheduler", "soft_affinity_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.SoftAffinityWeightMultiplier },
-		"ServerGroupSoftAffinityWeigher's multiplier: how strongly a soft-affinity group's members are placed together.").atLeast(0),
-	floatOpt("filter_scheduler", "soft_anti_affinity_weight_multiplier", func(c *Config) *float64 { return &c.FilterScheduler.SoftAntiAffinityWeightMultiplier },
-		"ServerGroupSoftAntiAffinityWeigher's multiplier: how strongly a soft-anti-affinity group's members are kept apart.").atLeast(0),
+}, schedulerOptions(scheduler.WeigherOptions()), []*option{
 	boolOpt("filter_scheduler", "shuffle_best_same_weighed_hosts", func(c *Config) *bool { return &c.FilterScheduler.ShuffleBestSameWeighedHosts },
 		"Shuffle the hosts that tie for the best weight, rather than take them in host-name order."),
-	intOpt("filter_scheduler", "max_instances_per_host", func(c *Config) *int { return &c.FilterScheduler.MaxInstancesPerHost },
-		"NumInstancesFilter skips hosts with this many instances or more.").atLeast(1),
-	intOpt("filter_scheduler", "max_io_ops_per_host", func(c *Config) *int { return &c.FilterScheduler.MaxIOOpsPerHost },
-		"IoOpsFilter skips hosts with this many I/O-heavy operations in flight or more.").atLeast(0),
+}, schedulerOptions(scheduler.FilterOptions()), []*option{
 
 	// [keel]
 	addrOpt("keel", "listen", func(c *Config) *string { return &c.Keel.Listen },
@@ -441,6 +425,53 @@ var options = []*option{
 	// [scheduler]
 	intOpt("scheduler", "max_attempts", func(c *Config) *int { return &c.Scheduler.MaxAttempts },
 		"Claims tried per scheduling decision: the chosen host, then the next best when a claim is refused.").atLeast(1),
+})
+
+// schedulerOptions makes [filter_scheduler] options of the scheduler
+// registry's options: a number (a whole one for an Integer option) with
+// the registry's minimum, kept in FilterSchedulerGroup.Options.
+func schedulerOptions(opts []scheduler.Option) []*option {
+	out := make([]*option, 0, len(opts))
+	for _, so := range opts {
+		o := &option{group: "filter_scheduler", name: so.Name, typ: "float", help: so.Help}
+		parse := parseFloat
+		format := formatFloat
+		if so.Integer {
+			o.typ = "integer"
+			parse = func(raw string) (float64, error) {
+				n, err := parseInt(raw)
+				return float64(n), err
+			}
+			format = func(f float64) string { return strconv.FormatInt(int64(f), 10) }
+		}
+		if so.HasMin {
+			o.atLeast(so.Min)
+		}
+		o.set = func(c *Config, raw string) error {
+			v, err := parse(raw)
+			if err != nil {
+				return err
+			}
+			if o.hasMin && v < o.min {
+				return fmt.Errorf("must be at least %s, got %s", formatNum(o.min), raw)
+			}
+			opts := maps.Clone(c.FilterScheduler.Options)
+			if opts == nil {
+				opts = map[string]float64{}
+			}
+			opts[so.Name] = v
+			c.FilterScheduler.Options = opts
+			return nil
+		}
+		o.get = func(c *Config) string {
+			if v, ok := c.FilterScheduler.Options[so.Name]; ok {
+				return format(v)
+			}
+			return format(so.Default)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func nonEmpty(raw string) error {

@@ -120,6 +120,15 @@ func (inv Inventory) CheckAmount(rc ResourceClass, n int64) error {
 	return nil
 }
 
+// Admits is Placement's fit rule for one resource class — the one rule
+// every fit check in keel applies (Fits, PlanWrites through it, and the
+// scheduler's host checks on its own packed copy of the amounts): n units
+// respect the inventory's unit constraints (min_unit ≤ n ≤ max_unit, n a
+// multiple of step_size) and fit in what is free, capacity − used.
+func Admits(n, free, minUnit, maxUnit, stepSize int64) bool {
+	return n >= minUnit && n <= maxUnit && (stepSize <= 1 || n%stepSize == 0) && n <= free
+}
+
 // Fits reports whether request fits invs given current usage: every class
 // exists, unit constraints hold, and usage + amount ≤ capacity. It returns a
 // *CapacityError or *InvalidError naming the first class that does not fit
@@ -130,7 +139,7 @@ func Fits(provider string, invs Inventories, usage, request Resources) error {
 	fits := true
 	for rc, n := range request {
 		inv, ok := invs[rc]
-		if !ok || inv.CheckAmount(rc, n) != nil || usage[rc]+n > inv.Capacity() {
+		if !ok || !Admits(n, inv.Capacity()-usage[rc], inv.MinUnit, inv.MaxUnit, inv.StepSize) {
 			fits = false
 			break
 		}

@@ -2,6 +2,9 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -20,79 +23,78 @@ type Config struct {
 	// MaxAttempts is [scheduler] max_attempts: claims tried per decision
 	// (default 3).
 	MaxAttempts int
-
-	RAMWeightMultiplier              float64 // default 1.0
-	CPUWeightMultiplier              float64 // default 1.0
-	DiskWeightMultiplier             float64 // default 1.0
-	IOOpsWeightMultiplier            float64 // default -1.0
-	BuildFailureWeightMultiplier     float64 // default 1000000.0
-	NumInstancesWeightMultiplier     float64 // default 0.0
-	SoftAffinityWeightMultiplier     float64 // default 1.0
-	SoftAntiAffinityWeightMultiplier float64 // default 1.0
-
-	// MaxInstancesPerHost is NumInstancesFilter's limit (default 50).
-	MaxInstancesPerHost int
-	// MaxIOOpsPerHost is IoOpsFilter's limit (default 8).
-	MaxIOOpsPerHost int
+	// Options are the filters' and weighers' own [filter_scheduler]
+	// options by name (ram_weight_multiplier, max_io_ops_per_host, …: the
+	// registry's, see WeigherOptions and FilterOptions). DefaultConfig
+	// sets every one to its default; a name missing here means its default.
+	Options map[string]float64
 	// ServiceDownTime is [DEFAULT] service_down_time (default 60 s): a host
 	// whose service has not reported for longer is down. Zero disables the
 	// liveness check (the simulator's hosts never miss a heartbeat).
 	ServiceDownTime time.Duration
 }
 
-// Filter names keel implements. ResourceFilter is always applied first and
-// need not be listed.
-var KnownFilters = []string{
-	"ComputeFilter", "AvailabilityZoneFilter", "ComputeCapabilitiesFilter",
-	"ImagePropertiesFilter", "ServerGroupAntiAffinityFilter",
-	"ServerGroupAffinityFilter", "SameHostFilter", "DifferentHostFilter",
-	"AggregateInstanceExtraSpecsFilter", "NumInstancesFilter", "IoOpsFilter",
-	"ResourceFilter",
-}
-
-// KnownWeighers are the weigher names keel implements.
-var KnownWeighers = []string{
-	"RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher",
-	"BuildFailureWeigher", "NumInstancesWeigher",
-	"ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher",
-}
-
 // DefaultConfig returns Nova's defaults, with AvailabilityZoneFilter added
 // to the default filters (Nova does that step in a Placement pre-filter
 // keel does not have).
 func DefaultConfig() Config {
-	return Config{
-		EnabledFilters: []string{
-			"ComputeFilter", "AvailabilityZoneFilter", "ComputeCapabilitiesFilter",
-			"ImagePropertiesFilter", "ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter",
-		},
-		Weighers:                         append([]string(nil), KnownWeighers...),
-		HostSubsetSize:                   1,
-		MaxAttempts:                      3,
-		RAMWeightMultiplier:              1.0,
-		CPUWeightMultiplier:              1.0,
-		DiskWeightMultiplier:             1.0,
-		IOOpsWeightMultiplier:            -1.0,
-		BuildFailureWeightMultiplier:     1000000.0,
-		NumInstancesWeightMultiplier:     0.0,
-		SoftAffinityWeightMultiplier:     1.0,
-		SoftAntiAffinityWeightMultiplier: 1.0,
-		MaxInstancesPerHost:              50,
-		MaxIOOpsPerHost:                  8,
-		ServiceDownTime:                  60 * time.Second,
+	c := Config{
+		Weighers:        append([]string(nil), KnownWeighers...),
+		HostSubsetSize:  1,
+		MaxAttempts:     3,
+		Options:         map[string]float64{},
+		ServiceDownTime: 60 * time.Second,
 	}
+	for i := range filterTable {
+		if filterTable[i].Default {
+			c.EnabledFilters = append(c.EnabledFilters, filterTable[i].Name)
+		}
+	}
+	for _, o := range append(WeigherOptions(), FilterOptions()...) {
+		c.Options[o.Name] = o.Default
+	}
+	return c
+}
+
+// Option returns a filter's or weigher's option: its value in Options,
+// else its default (0 for a name the registry does not have).
+func (c Config) Option(name string) float64 {
+	if v, ok := c.Options[name]; ok {
+		return v
+	}
+	o, _ := LookupOption(name)
+	return o.Default
+}
+
+// Clone returns a copy that shares no slice or map with c.
+func (c Config) Clone() Config {
+	c.EnabledFilters = slices.Clone(c.EnabledFilters)
+	c.Weighers = slices.Clone(c.Weighers)
+	c.Options = maps.Clone(c.Options)
+	return c
 }
 
 // Validate checks names and ranges.
 func (c Config) Validate() error {
 	for _, f := range c.EnabledFilters {
-		if !contains(KnownFilters, f) {
+		if filterSpec(f) == nil {
 			return fmt.Errorf("enabled_filters: unknown filter %q (known: %v)", f, KnownFilters)
 		}
 	}
 	for _, w := range c.Weighers {
-		if !contains(KnownWeighers, w) {
+		if weigherSlot(w) < 0 {
 			return fmt.Errorf("weighers: unknown weigher %q (known: %v)", w, KnownWeighers)
+		}
+	}
+	names := slices.Collect(maps.Keys(c.Options))
+	sort.Strings(names)
+	for _, name := range names {
+		o, ok := LookupOption(name)
+		if !ok {
+			return fmt.Errorf("unknown scheduler option %q", name)
+		}
+		if err := o.check(c.Options[name]); err != nil {
+			return err
 		}
 	}
 	if c.HostSubsetSize < 1 {
@@ -104,11 +106,4 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+func contains(list []string, s string) bool { return slices.Contains(list, s) }

@@ -1,16 +1,6 @@
 package scheduler
 
-// Indexes of the weighers whose raw values depend on the host alone and are
-// kept precomputed in the dense arrays.
-const (
-	rawRAM = iota
-	rawCPU
-	rawDisk
-	rawIOOps
-	rawBuildFailure
-	rawNumInstances
-	numRaw
-)
+import "keel/internal/placement"
 
 // fitRow is one host's resource and liveness data for the filter pass,
 // packed so one host is read from one or two cache lines.
@@ -22,9 +12,11 @@ type fitRow struct {
 	lastSeen int64 // service's last heartbeat, Unix nanoseconds
 	hasInv   [numStd]bool
 	eligible bool // ComputeFilter's static part: has a service, enabled, not forced down
-	// raw holds the host-only weighers' raw values, so the pass that
-	// filters a host also gathers its weights from the same cache lines.
-	raw [numRaw]float64
+	// raw holds the host-only weighers' raw values (WeigherSpec.Host,
+	// clamped at 0 for a fixed-min weigher), each in its weigherTable
+	// slot, so the pass that filters a host also gathers its weights from
+	// the same cache lines. A per-request weigher's slot stays 0.
+	raw [numWeighers]float64
 }
 
 // dense holds, for every host in name order, what the default pipeline
@@ -37,12 +29,12 @@ type dense struct {
 	rank rankIndex
 	// nonZero counts, per raw weigher, the hosts whose value is not 0: a
 	// weigher that is 0 everywhere contributes nothing and is skipped.
-	nonZero [numRaw]int
+	nonZero [numWeighers]int
 }
 
 func (d *dense) resize(n int) {
 	d.rows = make([]fitRow, n)
-	d.nonZero = [numRaw]int{}
+	d.nonZero = [numWeighers]int{}
 	d.rank.built = false // rebuilt once every row is written
 }
 
@@ -66,13 +58,18 @@ func (d *dense) sync(h *HostState) {
 	old := r.raw
 	// The fixed-min weighers' values are clamped at 0, as Nova clamps them
 	// at their minval before normalising.
-	var raw [numRaw]float64
-	raw[rawRAM] = max(float64(h.FreeRAMMB), 0)
-	raw[rawCPU] = max(float64(h.VCPUsTotal)*h.CPUAllocationRatio-float64(h.VCPUsUsed), 0)
-	raw[rawDisk] = max(float64(h.FreeDiskMB), 0)
-	raw[rawIOOps] = max(float64(h.NumIOOps), 0)
-	raw[rawBuildFailure] = float64(h.FailedBuilds)
-	raw[rawNumInstances] = float64(h.NumInstances)
+	var raw [numWeighers]float64
+	for k := range weigherTable {
+		w := &weigherTable[k]
+		if w.Host == nil {
+			continue
+		}
+		v := w.Host(h)
+		if w.FixedMin {
+			v = max(v, 0)
+		}
+		raw[k] = v
+	}
 	for k := range raw {
 		if (r.raw[k] != 0) != (raw[k] != 0) {
 			if raw[k] != 0 {
@@ -86,17 +83,11 @@ func (d *dense) sync(h *HostState) {
 	d.rank.update(d.rows, i, old)
 }
 
-// fits is ResourceFilter on the dense rows for the standard classes.
+// fits is ResourceFilter on the dense rows for the standard classes:
+// placement's rule on the packed amounts.
 func (r *fitRow) fits(req *Request) bool {
 	for c := 0; c < numStd; c++ {
-		if !req.hasStd[c] {
-			continue
-		}
-		n := req.std[c]
-		if !r.hasInv[c] || n > r.free[c] || n > r.maxUnit[c] || n < int64(r.minUnit[c]) {
-			return false
-		}
-		if st := int64(r.step[c]); st > 1 && n%st != 0 {
+		if req.hasStd[c] && !(r.hasInv[c] && placement.Admits(req.std[c], r.free[c], int64(r.minUnit[c]), r.maxUnit[c], int64(r.step[c]))) {
 			return false
 		}
 	}

@@ -35,9 +35,21 @@ type Explanation struct {
 	// SubsetSize is host_subset_size: the decision picks at random among
 	// the first SubsetSize candidates.
 	SubsetSize int `json:"host_subset_size"`
+	// Picked is the candidate the decision takes first: the best one when
+	// there is nothing to pick among, else the one Request.PickSeed picks
+	// (empty without a seed). With Selection.PickSeed of a past decision,
+	// on the same view, it is the host that decision claimed first
+	// (shuffle_best_same_weighed_hosts aside: Explain does not shuffle).
+	Picked string `json:"picked,omitempty"`
 }
 
-// Explain runs the filters and weighers for req without claiming.
+// Explain runs the filters and weighers for req without claiming. It is
+// the reference semantics the fast path (Select) is held to: every
+// filter's Fits asked on every host, every weigher's raw value read from
+// the HostState through the registry and normalised on its own, a stable
+// sort by weight over the hosts in name order. TestSelectRanksLikeExplain,
+// TestFastPathAgreesWithExplain and TestNovaDifferential hold Select to
+// it.
 func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, error) {
 	v := s.view
 	v.mu.Lock()
@@ -83,5 +95,10 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 		exp.Hosts[row].Rank = rank + 1
 	}
 	exp.Candidates = len(cands)
+	if subset := min(s.cfg.HostSubsetSize, len(ranked)); subset == 1 {
+		exp.Picked = exp.Hosts[ranked[0]].Host
+	} else if subset > 1 && req.PickSeed != 0 {
+		exp.Picked = exp.Hosts[ranked[pickIndex(req.PickSeed, subset)]].Host
+	}
 	return exp, nil
 }

@@ -12,7 +12,9 @@ import (
 
 // Filter is one host predicate. Active says whether the filter has anything
 // to check for this request (inactive filters are skipped for every host);
-// Fits is the hot path; Why explains a rejection.
+// Fits decides on the HostState (the reference; the decision's hot loop
+// may read the dense row instead, see FilterSpec); Why explains a
+// rejection.
 type Filter interface {
 	Name() string
 	Active(r *Request) bool
@@ -20,39 +22,14 @@ type Filter interface {
 	Why(h *HostState, r *Request) string
 }
 
-// newFilter builds a filter by its Nova name.
-func newFilter(name string, cfg Config) Filter {
-	switch name {
-	case "ResourceFilter":
-		return resourceFilter{}
-	case "ComputeFilter":
-		return computeFilter{down: cfg.ServiceDownTime}
-	case "AvailabilityZoneFilter":
-		return zoneFilter{}
-	case "ComputeCapabilitiesFilter":
-		return capabilitiesFilter{}
-	case "ImagePropertiesFilter":
-		return imagePropsFilter{}
-	case "ServerGroupAntiAffinityFilter":
-		return antiAffinityFilter{}
-	case "ServerGroupAffinityFilter":
-		return affinityFilter{}
-	case "SameHostFilter":
-		return sameHostFilter{}
-	case "DifferentHostFilter":
-		return differentHostFilter{}
-	case "AggregateInstanceExtraSpecsFilter":
-		return aggregateSpecsFilter{}
-	case "NumInstancesFilter":
-		return numInstancesFilter{max: int64(cfg.MaxInstancesPerHost)}
-	case "IoOpsFilter":
-		return ioOpsFilter{max: int64(cfg.MaxIOOpsPerHost)}
-	}
-	return nil
-}
-
 // resourceFilter is Placement's check, on the view's allocations.
 type resourceFilter struct{}
+
+var resourceFilterSpec = FilterSpec{
+	Name: "ResourceFilter", Always: true, row: rowResources,
+	New:   func(Config) Filter { return resourceFilter{} },
+	Reads: "the request fits the host's inventories given its allocations (placement's rule), and the host has the traits it asks for",
+}
 
 var _ Filter = resourceFilter{}
 
@@ -63,8 +40,8 @@ func (resourceFilter) Fits(h *HostState, r *Request) bool {
 		if !r.hasStd[i] {
 			continue
 		}
-		n, inv := r.std[i], &h.inv[i]
-		if !h.hasInv[i] || n < inv.MinUnit || n > inv.MaxUnit || n%inv.StepSize != 0 || h.used[i]+n > h.capacity[i] {
+		inv := &h.inv[i]
+		if !h.hasInv[i] || !placement.Admits(r.std[i], h.capacity[i]-h.used[i], inv.MinUnit, inv.MaxUnit, inv.StepSize) {
 			return false
 		}
 	}
@@ -95,6 +72,12 @@ func (resourceFilter) Why(h *HostState, r *Request) string {
 // computeFilter passes hosts whose service is enabled and up.
 type computeFilter struct {
 	down time.Duration
+}
+
+var computeFilterSpec = FilterSpec{
+	Name: "ComputeFilter", Default: true, row: rowService,
+	New:   func(c Config) Filter { return computeFilter{down: c.ServiceDownTime} },
+	Reads: "the host's service is enabled, not forced down and heard from within service_down_time",
 }
 
 func (computeFilter) Name() string         { return "ComputeFilter" }
@@ -129,6 +112,12 @@ func (f computeFilter) Why(h *HostState, r *Request) string {
 // zone (keel's stand-in for Nova's default_availability_zone).
 type zoneFilter struct{}
 
+var zoneFilterSpec = FilterSpec{
+	Name: "AvailabilityZoneFilter", Default: true,
+	New:   func(Config) Filter { return zoneFilter{} },
+	Reads: "the host is in the requested availability zone (its aggregates', else its service's)",
+}
+
 func (zoneFilter) Name() string           { return "AvailabilityZoneFilter" }
 func (zoneFilter) Active(r *Request) bool { return r.Zone != "" }
 func (zoneFilter) Fits(h *HostState, r *Request) bool {
@@ -152,6 +141,12 @@ const ZoneKey = "availability_zone"
 // host's capabilities.
 type capabilitiesFilter struct{}
 
+var capabilitiesFilterSpec = FilterSpec{
+	Name: "ComputeCapabilitiesFilter", Default: true,
+	New:   func(Config) Filter { return capabilitiesFilter{} },
+	Reads: "the flavor's capabilities:KEY extra specs against the host's capabilities",
+}
+
 func (capabilitiesFilter) Name() string { return "ComputeCapabilitiesFilter" }
 func (capabilitiesFilter) Active(r *Request) bool {
 	return hasScope(r.ExtraSpecs, "capabilities:")
@@ -173,6 +168,12 @@ func (capabilitiesFilter) Why(h *HostState, r *Request) string {
 
 // imagePropsFilter matches image properties against host capabilities.
 type imagePropsFilter struct{}
+
+var imagePropsFilterSpec = FilterSpec{
+	Name: "ImagePropertiesFilter", Default: true,
+	New:   func(Config) Filter { return imagePropsFilter{} },
+	Reads: "the image's hw_architecture, img_hv_type and hw_vm_mode against the host's capabilities",
+}
 
 var imagePropCapability = map[string]string{
 	"hw_architecture": "cpu_info.arch",
@@ -205,6 +206,12 @@ func (imagePropsFilter) Why(h *HostState, r *Request) string {
 
 type antiAffinityFilter struct{}
 
+var antiAffinityFilterSpec = FilterSpec{
+	Name: "ServerGroupAntiAffinityFilter", Default: true,
+	New:   func(Config) Filter { return antiAffinityFilter{} },
+	Reads: "fewer than max_server_per_host members of the request's anti-affinity group on the host",
+}
+
 func (antiAffinityFilter) Name() string { return "ServerGroupAntiAffinityFilter" }
 func (antiAffinityFilter) Active(r *Request) bool {
 	return r.Group != nil && r.Group.Policy == "anti-affinity"
@@ -225,6 +232,12 @@ func maxPerHost(g *Group) int {
 
 type affinityFilter struct{}
 
+var affinityFilterSpec = FilterSpec{
+	Name: "ServerGroupAffinityFilter", Default: true,
+	New:   func(Config) Filter { return affinityFilter{} },
+	Reads: "the request's affinity group has members on the host, or none placed yet",
+}
+
 func (affinityFilter) Name() string { return "ServerGroupAffinityFilter" }
 func (affinityFilter) Active(r *Request) bool {
 	return r.Group != nil && r.Group.Policy == "affinity" && len(r.Group.Members) > 0
@@ -236,6 +249,12 @@ func (affinityFilter) Why(*HostState, *Request) string {
 
 type sameHostFilter struct{}
 
+var sameHostFilterSpec = FilterSpec{
+	Name:  "SameHostFilter",
+	New:   func(Config) Filter { return sameHostFilter{} },
+	Reads: "the host holds an instance the same_host hint names",
+}
+
 func (sameHostFilter) Name() string                       { return "SameHostFilter" }
 func (sameHostFilter) Active(r *Request) bool             { return r.SameHost != nil }
 func (sameHostFilter) Fits(h *HostState, r *Request) bool { return contains(r.SameHost, h.Name) }
@@ -244,6 +263,12 @@ func (sameHostFilter) Why(*HostState, *Request) string {
 }
 
 type differentHostFilter struct{}
+
+var differentHostFilterSpec = FilterSpec{
+	Name:  "DifferentHostFilter",
+	New:   func(Config) Filter { return differentHostFilter{} },
+	Reads: "the host holds no instance the different_host hint names",
+}
 
 func (differentHostFilter) Name() string           { return "DifferentHostFilter" }
 func (differentHostFilter) Active(r *Request) bool { return len(r.DifferentHost) > 0 }
@@ -257,6 +282,12 @@ func (differentHostFilter) Why(*HostState, *Request) string {
 // aggregateSpecsFilter matches unscoped and
 // "aggregate_instance_extra_specs:" extra specs against aggregate metadata.
 type aggregateSpecsFilter struct{}
+
+var aggregateSpecsFilterSpec = FilterSpec{
+	Name:  "AggregateInstanceExtraSpecsFilter",
+	New:   func(Config) Filter { return aggregateSpecsFilter{} },
+	Reads: "the flavor's unscoped and aggregate_instance_extra_specs: extra specs against the host's aggregates' metadata",
+}
 
 func (aggregateSpecsFilter) Name() string { return "AggregateInstanceExtraSpecsFilter" }
 func (aggregateSpecsFilter) Active(r *Request) bool {
@@ -301,6 +332,14 @@ func aggregateSpecKey(k string) (string, bool) {
 
 type numInstancesFilter struct{ max int64 }
 
+var numInstancesFilterSpec = FilterSpec{
+	Name: "NumInstancesFilter",
+	Options: []Option{{Name: "max_instances_per_host", Default: 50, Integer: true, HasMin: true, Min: 1,
+		Help: "NumInstancesFilter skips hosts with this many instances or more."}},
+	New:   func(c Config) Filter { return numInstancesFilter{max: int64(c.Option("max_instances_per_host"))} },
+	Reads: "fewer than max_instances_per_host instances on the host (host record)",
+}
+
 func (numInstancesFilter) Name() string         { return "NumInstancesFilter" }
 func (numInstancesFilter) Active(*Request) bool { return true }
 func (f numInstancesFilter) Fits(h *HostState, _ *Request) bool {
@@ -311,6 +350,14 @@ func (f numInstancesFilter) Why(h *HostState, _ *Request) string {
 }
 
 type ioOpsFilter struct{ max int64 }
+
+var ioOpsFilterSpec = FilterSpec{
+	Name: "IoOpsFilter",
+	Options: []Option{{Name: "max_io_ops_per_host", Default: 8, Integer: true, HasMin: true, Min: 0,
+		Help: "IoOpsFilter skips hosts with this many I/O-heavy operations in flight or more."}},
+	New:   func(c Config) Filter { return ioOpsFilter{max: int64(c.Option("max_io_ops_per_host"))} },
+	Reads: "fewer than max_io_ops_per_host I/O-heavy operations in flight on the host (host record)",
+}
 
 func (ioOpsFilter) Name() string                         { return "IoOpsFilter" }
 func (ioOpsFilter) Active(*Request) bool                 { return true }

@@ -418,20 +418,9 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 	cfg.Weighers = c.Weighers
 	cfg.MaxAttempts = 4
 	cfg.ServiceDownTime = time.Duration(c.ServiceDownTime) * time.Second
-	opt := func(name string, dst *float64) {
-		if x, ok := c.Options[name]; ok {
-			*dst = x
-		}
+	for name, x := range c.Options { // the case names nova.conf options, as the registry
+		cfg.Options[name] = x
 	}
-	opt("ram_weight_multiplier", &cfg.RAMWeightMultiplier)
-	opt("cpu_weight_multiplier", &cfg.CPUWeightMultiplier)
-	opt("disk_weight_multiplier", &cfg.DiskWeightMultiplier)
-	opt("io_ops_weight_multiplier", &cfg.IOOpsWeightMultiplier)
-	opt("build_failure_weight_multiplier", &cfg.BuildFailureWeightMultiplier)
-	opt("soft_affinity_weight_multiplier", &cfg.SoftAffinityWeightMultiplier)
-	opt("soft_anti_affinity_weight_multiplier", &cfg.SoftAntiAffinityWeightMultiplier)
-	cfg.MaxInstancesPerHost = int(c.Options["max_instances_per_host"])
-	cfg.MaxIOOpsPerHost = int(c.Options["max_io_ops_per_host"])
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -556,7 +545,7 @@ func TestNumInstancesWeigherFormula(t *testing.T) {
 		mult := pick(r, 1.0, -1.0, 2.5, -0.5)
 		lo, hi := slices.Min(counts), slices.Max(counts)
 		c.Weighers = []string{"NumInstancesWeigher"}
-		got := keelRunWith(t, c, func(cfg *Config) { cfg.NumInstancesWeightMultiplier = mult })
+		got := keelRunWith(t, c, func(cfg *Config) { cfg.Options["num_instances_weight_multiplier"] = mult })
 		for k, h := range c.Hosts {
 			want := 0.0
 			if hi > lo {

@@ -23,11 +23,11 @@ import (
 //     found — the same hosts, in the same order, as weighing every
 //     candidate (a threshold algorithm over one sorted access path).
 type rankIndex struct {
-	enabled [numRaw]bool
-	inComp  [numRaw]bool // part of the composite key
-	mult    [numRaw]float64
-	coef    [numRaw]float64
-	trees   [numRaw]*btree.BTreeG[rankItem]
+	enabled [numWeighers]bool
+	inComp  [numWeighers]bool // part of the composite key
+	mult    [numWeighers]float64
+	coef    [numWeighers]float64
+	trees   [numWeighers]*btree.BTreeG[rankItem]
 	// comp is the composite order, ascending, as a slice: re-keying it
 	// after a change of coefficients is one pass plus an insertion sort of
 	// an almost sorted slice, cheap enough to do whenever scales drift.
@@ -58,9 +58,9 @@ func newTree(items []rankItem) *btree.BTreeG[rankItem] {
 }
 
 // key is a host's composite key.
-func (ri *rankIndex) key(raw *[numRaw]float64) float64 {
+func (ri *rankIndex) key(raw *[numWeighers]float64) float64 {
 	k := 0.0
-	for j := 0; j < numRaw; j++ {
+	for j := 0; j < numWeighers; j++ {
 		if ri.inComp[j] && raw[j] > 0 {
 			k += ri.coef[j] * raw[j]
 		}
@@ -69,7 +69,7 @@ func (ri *rankIndex) key(raw *[numRaw]float64) float64 {
 }
 
 func (ri *rankIndex) rebuild(rows []fitRow) {
-	for j := 0; j < numRaw; j++ {
+	for j := 0; j < numWeighers; j++ {
 		ri.trees[j] = nil
 		top := 1.0
 		for i := range rows {
@@ -164,7 +164,7 @@ func (ri *rankIndex) moveComposite(i int, key float64) {
 // bound R·key + C loosens by the ratio between the largest and smallest
 // scale/coef). It reports whether it re-keyed. The decision calls it only
 // after a walk gave up, so a drifting cloud pays for it rarely.
-func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]float64) bool {
+func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numWeighers]float64) bool {
 	lo, hi := math.Inf(1), 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -186,11 +186,11 @@ func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numRaw]fl
 
 // update moves host i in every order whose value changed (old holds its
 // previous raw values; rows already holds the new ones).
-func (ri *rankIndex) update(rows []fitRow, i int, old [numRaw]float64) {
+func (ri *rankIndex) update(rows []fitRow, i int, old [numWeighers]float64) {
 	if !ri.built {
 		return // rebuilt on the next snapshot
 	}
-	for j := 0; j < numRaw; j++ {
+	for j := 0; j < numWeighers; j++ {
 		v := rows[i].raw[j]
 		if v == old[j] {
 			continue
@@ -319,7 +319,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // max(raw_j, 0) − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a
 // normalised value is at most 1). Hence total ≤ R·key + C. It reports
 // false after limit visits.
-func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numRaw]float64, k, limit int) ([]ranked, bool) {
+func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numWeighers]float64, k, limit int) ([]ranked, bool) {
 	r, c := 0.0, 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -372,7 +372,7 @@ func firstCandidate(t *btree.BTreeG[rankItem], check *candidateCheck, fromTop bo
 
 // weightOf is a host's total weight from its dense row: the same terms,
 // added in the same order, on every path (so equal hosts tie exactly).
-func weightOf(row *fitRow, live []boundWeigher, scale *[numRaw]float64) float64 {
+func weightOf(row *fitRow, live []boundWeigher, scale *[numWeighers]float64) float64 {
 	t := 0.0
 	for j := range live {
 		t += (row.raw[live[j].raw] - live[j].lo) * scale[j]
@@ -382,8 +382,8 @@ func weightOf(row *fitRow, live []boundWeigher, scale *[numRaw]float64) float64 
 
 // liveWeighers drops the weighers whose bounds are equal (they add 0) and
 // returns the rest with their scale, multiplier ÷ (hi − lo).
-func liveWeighers(fast []boundWeigher) ([]boundWeigher, [numRaw]float64) {
-	var scale [numRaw]float64
+func liveWeighers(fast []boundWeigher) ([]boundWeigher, [numWeighers]float64) {
+	var scale [numWeighers]float64
 	live := fast[:0:0]
 	for _, w := range fast {
 		if w.hi > w.lo {

@@ -63,6 +63,10 @@ type Request struct {
 	SameHost      []string
 	DifferentHost []string
 	Group         *Group
+	// PickSeed, when not 0, seeds the host_subset_size pick: Select uses it
+	// instead of drawing one (and reports the one it used in
+	// Selection.PickSeed), and Explain names the host it picks.
+	PickSeed uint64
 
 	// Set by prepare at the start of each decision, read by the hot loop.
 	std    [numStd]int64

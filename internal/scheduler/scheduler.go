@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -50,6 +51,10 @@ type Selection struct {
 	// Duration is the decision's time on the scheduler's clock, claims
 	// included.
 	Duration time.Duration
+	// PickSeed is the seed of the host_subset_size pick (0 when there was
+	// nothing to pick among): Explain, given it as Request.PickSeed on the
+	// same view, names the same host (Explanation.Picked).
+	PickSeed uint64
 }
 
 // NoValidHostError says no host could take the request, and why.
@@ -90,7 +95,7 @@ type Scheduler struct {
 	view     *View
 	clock    clock.Clock
 	rnd      *rand.Rand
-	filters  []Filter
+	filters  []stage
 	weighers []weigherEntry
 
 	// scratch buffers reused across decisions (guarded by view.mu)
@@ -104,31 +109,70 @@ type Scheduler struct {
 	totals  []float64
 }
 
-// New assembles the pipeline. The resource check comes first because it
-// rejects the most hosts and is cheap; then the configured filters in the
-// operator's order (as Nova runs them).
+// stage is a filter of the pipeline with its registry entry.
+type stage struct {
+	Filter
+	spec *FilterSpec
+}
+
+// weigherEntry is a configured weigher.
+type weigherEntry struct {
+	spec *WeigherSpec
+	// slot is the weigher's row in weigherTable: its slot in the dense
+	// rows when it reads the host alone (spec.Host), else -1.
+	slot int
+	// multiplier is the configured one, with the weigher's sign applied.
+	multiplier float64
+	// pos is the entry's place in the configured order.
+	pos int
+}
+
+// multiplierFor is the weigher's multiplier for host h: the one its
+// aggregates set (with the weigher's sign), or the configured one.
+func (we *weigherEntry) multiplierFor(h *HostState) float64 {
+	if m, ok := h.multipliers[we.spec.Multiplier.Name]; ok {
+		if we.spec.Negated {
+			return -m
+		}
+		return m
+	}
+	return we.multiplier
+}
+
+// New assembles the pipeline from the registry. The filters that always
+// run (the resource check, which rejects the most hosts and is cheap)
+// come first; then the configured filters in the operator's order (as
+// Nova runs them); then the weighers in the configured order.
 func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
 	}
+	cfg = cfg.Clone()
 	s := &Scheduler{cfg: cfg, view: view, clock: clk, rnd: rnd}
-	s.filters = append(s.filters, resourceFilter{})
-	for _, name := range cfg.EnabledFilters {
-		if name == "ResourceFilter" {
-			continue
+	for i := range filterTable {
+		if f := &filterTable[i]; f.Always {
+			s.filters = append(s.filters, stage{f.New(cfg), f})
 		}
-		s.filters = append(s.filters, newFilter(name, cfg))
+	}
+	for _, name := range cfg.EnabledFilters {
+		if f := filterSpec(name); !f.Always {
+			s.filters = append(s.filters, stage{f.New(cfg), f})
+		}
 	}
 	for _, name := range cfg.Weighers {
-		w, m := newWeigher(name, cfg)
-		raw, ok := denseIndex[name]
-		if !ok {
-			raw = -1
+		k := weigherSlot(name)
+		w := &weigherTable[k]
+		m := cfg.Option(w.Multiplier.Name)
+		if w.Negated {
+			m = -m
 		}
-		s.weighers = append(s.weighers, weigherEntry{w: w, multiplier: m, raw: raw,
-			option: weigherOptions[name], negate: name == "BuildFailureWeigher"})
-		if raw >= 0 && m != 0 {
-			view.indexWeigher(raw, m, m > 0 && w.FixedMin())
+		slot := k
+		if w.Host == nil {
+			slot = -1
+		}
+		s.weighers = append(s.weighers, weigherEntry{spec: w, slot: slot, multiplier: m, pos: len(s.weighers)})
+		if slot >= 0 && m != 0 {
+			view.indexWeigher(slot, m, m > 0 && w.FixedMin)
 		}
 	}
 	return s, nil
@@ -156,7 +200,8 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	if len(top) == 0 {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 	}
-	order := s.pick(top)
+	order, seed := s.pick(top, req.PickSeed)
+	sel.PickSeed = seed
 	// Hold the hosts themselves: a refresh after a refused claim may
 	// reorder or shrink the view's host list.
 	chosen := make([]*HostState, len(order))
@@ -206,8 +251,8 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	return sel, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
 }
 
-func (s *Scheduler) activeFilters(req *Request) []Filter {
-	out := make([]Filter, 0, len(s.filters))
+func (s *Scheduler) activeFilters(req *Request) []stage {
+	out := make([]stage, 0, len(s.filters))
 	for _, f := range s.filters {
 		if f.Active(req) {
 			out = append(out, f)
@@ -216,7 +261,7 @@ func (s *Scheduler) activeFilters(req *Request) []Filter {
 	return out
 }
 
-func (s *Scheduler) passes(h *HostState, req *Request, active []Filter) bool {
+func (s *Scheduler) passes(h *HostState, req *Request, active []stage) bool {
 	for _, f := range active {
 		if !f.Fits(h, req) {
 			return false
@@ -226,9 +271,11 @@ func (s *Scheduler) passes(h *HostState, req *Request, active []Filter) bool {
 }
 
 // boundWeigher is an active weigher whose raw values live in the dense
-// rows; the filter pass gathers its bounds over the candidates.
+// rows (raw is its slot); the filter pass gathers its bounds over the
+// candidates.
 type boundWeigher struct {
 	raw      int
+	pos      int // weigherEntry.pos
 	mult     float64
 	fixedMin bool
 	lo, hi   float64
@@ -240,19 +287,19 @@ func (s *Scheduler) weighPlan(req *Request) (fast []boundWeigher, slow []weigher
 	d := &s.view.dense
 	fast = s.fast[:0]
 	for _, we := range s.weighers {
-		perHost := s.view.overrides(we.option)
+		perHost := s.view.overrides(we.spec.Multiplier.Name)
 		switch {
-		case (we.multiplier == 0 && !perHost) || !we.w.Active(req):
+		case (we.multiplier == 0 && !perHost) || !we.spec.active(req):
 			// contributes 0 to every host
-		case we.raw >= 0 && !perHost:
-			if d.nonZero[we.raw] == 0 {
+		case we.slot >= 0 && !perHost:
+			if d.nonZero[we.slot] == 0 {
 				continue // 0 on every host: lo == hi, contributes 0
 			}
 			lo := math.Inf(1)
-			if we.w.FixedMin() {
+			if we.spec.FixedMin {
 				lo = 0
 			}
-			fast = append(fast, boundWeigher{raw: we.raw, mult: we.multiplier, fixedMin: we.w.FixedMin(), lo: lo, hi: math.Inf(-1)})
+			fast = append(fast, boundWeigher{raw: we.slot, pos: we.pos, mult: we.multiplier, fixedMin: we.spec.FixedMin, lo: lo, hi: math.Inf(-1)})
 		default:
 			slow = append(slow, we)
 		}
@@ -268,9 +315,9 @@ const parallelMin = 4096
 // filter returns the indexes (into hosts) of the hosts that pass every
 // active filter, in name order, and the count of rejections per filter;
 // it also narrows each fast weigher's bounds to the candidates' values.
-// ResourceFilter and ComputeFilter read the view's dense rows; any other
-// filter is asked host by host.
-func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fast []boundWeigher) ([]int32, map[string]int) {
+// A filter with a row form (FilterSpec.row: ResourceFilter, ComputeFilter)
+// reads the view's dense rows; any other is asked host by host.
+func (s *Scheduler) filter(hosts []*HostState, req *Request, active []stage, fast []boundWeigher) ([]int32, map[string]int) {
 	rejected := map[string]int{}
 	n := len(hosts)
 	lo, hi := 0, n
@@ -330,7 +377,7 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []Filter, fa
 
 // prepareFilters sets up one decision's filter pass: the ignored hosts
 // marked, the active filters as steps. done clears the marks.
-func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []Filter) (*filterPass, []filterStep, func()) {
+func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []stage) (*filterPass, []filterStep, func()) {
 	n := len(hosts)
 	if cap(s.ignored) < n {
 		s.ignored = make([]bool, n)
@@ -345,11 +392,7 @@ func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []Fi
 	}
 	steps := make([]filterStep, 0, len(active))
 	for _, f := range active {
-		st := filterStep{f: f}
-		if cf, ok := f.(computeFilter); ok {
-			st.compute, st.down = true, int64(cf.down)
-		}
-		steps = append(steps, st)
+		steps = append(steps, filterStep{f: f.Filter, row: f.spec.row, down: int64(s.cfg.ServiceDownTime)})
 	}
 	p := &filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
 	return p, steps, func() {
@@ -359,10 +402,12 @@ func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []Fi
 	}
 }
 
+// filterStep is one active filter in the hot loop: how it reads a row,
+// and service_down_time for rowService.
 type filterStep struct {
-	f       Filter
-	compute bool
-	down    int64
+	f    Filter
+	row  rowForm
+	down int64
 }
 
 // filterPass is one decision's filter pass over a range of hosts.
@@ -388,10 +433,10 @@ func (p *filterPass) check(i int, steps []filterStep) int {
 	for k := range steps {
 		st := &steps[k]
 		var ok bool
-		switch {
-		case st.compute:
+		switch st.row {
+		case rowService:
 			ok = row.eligible && heardFrom(p.now-row.lastSeen, st.down)
-		case k == 0: // ResourceFilter, always first
+		case rowResources:
 			ok = row.fits(req) && ((req.other == nil && req.traits.Empty()) || st.f.Fits(p.hosts[i], req))
 		default:
 			ok = st.f.Fits(p.hosts[i], req)
@@ -408,8 +453,8 @@ func (p *filterPass) run(lo, hi int, steps []filterStep, fast []boundWeigher, ca
 	rej := make([]int, len(steps))
 	ignored := 0
 	// Bounds in locals (not the slice) so the hot loop keeps them close.
-	var idx [numRaw]int
-	var blo, bhi [numRaw]float64
+	var idx [numWeighers]int
+	var blo, bhi [numWeighers]float64
 	nf := len(fast)
 	for j := range fast {
 		idx[j], blo[j], bhi[j] = fast[j].raw, fast[j].lo, fast[j].hi
@@ -459,42 +504,62 @@ func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast 
 	}
 	live, scale := liveWeighers(fast)
 	rows := s.view.dense.rows
-	for k, i := range cands {
-		s.totals[k] = weightOf(&rows[i], live, &scale)
+	if len(slow) == 0 {
+		for k, i := range cands {
+			s.totals[k] = weightOf(&rows[i], live, &scale)
+		}
+		return
 	}
-	for _, we := range slow {
-		s.addWeigher(hosts, cands, req, we, nil)
+	// Both kinds: every term in the configured order, as Explain adds
+	// them, so that both paths give the same sums to the last bit.
+	li, si := 0, 0
+	for pos := range s.weighers {
+		switch {
+		case li < len(live) && live[li].pos == pos:
+			w, sc := live[li], scale[li]
+			for k, i := range cands {
+				s.totals[k] += (rows[i].raw[w.raw] - w.lo) * sc
+			}
+			li++
+		case si < len(slow) && slow[si].pos == pos:
+			s.addWeigher(hosts, cands, req, slow[si], false, nil)
+			si++
+		}
 	}
 }
 
 // weigh sets s.totals[k] to candidate k's total weight, weigher by
-// weigher (Explain's path: rec receives every raw and normalised value).
+// weigher, every raw value read from the HostState through the registry
+// (Explain's path, the reference: rec receives every raw and normalised
+// value).
 func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec func(k int, w string, raw, norm, mult float64)) {
 	if !s.resetTotals(len(cands)) {
 		return
 	}
 	for _, we := range s.weighers {
-		if ((we.multiplier == 0 && !s.view.overrides(we.option)) || !we.w.Active(req)) && rec == nil {
+		if ((we.multiplier == 0 && !s.view.overrides(we.spec.Multiplier.Name)) || !we.spec.active(req)) && rec == nil {
 			continue // contributes 0 to every host
 		}
-		s.addWeigher(hosts, cands, req, we, rec)
+		s.addWeigher(hosts, cands, req, we, true, rec)
 	}
 }
 
 // addWeigher adds one weigher's normalised, multiplied values to s.totals.
-func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, we weigherEntry, rec func(k int, w string, raw, norm, mult float64)) {
+// The raw values come from the dense rows for a host-only weigher, unless
+// reference is set (Explain), which reads every one from the HostState.
+func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, we weigherEntry, reference bool, rec func(k int, w string, raw, norm, mult float64)) {
 	s.scratch = grow(s.scratch, len(cands))
 	raw := s.scratch
 	rows := s.view.dense.rows
 	for k, i := range cands {
-		if we.raw >= 0 {
-			raw[k] = rows[i].raw[we.raw]
+		if we.slot >= 0 && !reference {
+			raw[k] = rows[i].raw[we.slot]
 		} else {
-			raw[k] = we.w.Raw(hosts[i], req)
+			raw[k] = we.spec.raw(hosts[i], req)
 		}
 	}
-	lo, hi := bounds(raw, we.w.FixedMin())
-	perHost := s.view.overrides(we.option)
+	lo, hi := bounds(raw, we.spec.FixedMin)
+	perHost := s.view.overrides(we.spec.Multiplier.Name)
 	scale := 0.0
 	if hi > lo {
 		scale = we.multiplier / (hi - lo) // as in total, so both paths add the same terms
@@ -505,16 +570,16 @@ func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, 
 			// Some host's aggregates set this multiplier: Nova multiplies
 			// each host's normalised value by that host's multiplier.
 			mult = we.multiplierFor(hosts[i])
+			norm = normalized(raw[k], lo, hi)
 			if hi > lo {
-				norm = (raw[k] - lo) / (hi - lo)
 				s.totals[k] += mult * norm
 			}
 		} else if hi > lo {
-			norm = (raw[k] - lo) / (hi - lo)
+			norm = normalized(raw[k], lo, hi)
 			s.totals[k] += (raw[k] - lo) * scale
 		}
 		if rec != nil {
-			rec(k, we.w.Name(), raw[k], norm, mult)
+			rec(k, we.spec.Name, raw[k], norm, mult)
 		}
 	}
 }
@@ -534,7 +599,7 @@ const rankedMin = 512
 // plus max_attempts. Equal weights keep name order unless
 // shuffle_best_same_weighed_hosts is set. When it finds none it also says
 // how many hosts each filter rejected.
-func (s *Scheduler) rank(hosts []*HostState, req *Request, active []Filter) ([]ranked, map[string]int) {
+func (s *Scheduler) rank(hosts []*HostState, req *Request, active []stage) ([]ranked, map[string]int) {
 	k := s.cfg.HostSubsetSize + s.cfg.MaxAttempts
 	fast, slow := s.weighPlan(req)
 	if len(hosts) >= rankedMin && req.RequestedHost == "" && !req.Force && len(slow) == 0 && !s.cfg.ShuffleBestSameWeighedHosts {
@@ -577,17 +642,39 @@ func (s *Scheduler) rank(hosts []*HostState, req *Request, active []Filter) ([]r
 }
 
 // pick moves the host chosen at random among the first host_subset_size
-// to the front; the others keep their order.
-func (s *Scheduler) pick(top []ranked) []ranked {
+// to the front; the others keep their order. The choice is pickIndex of
+// the request's seed, or of one drawn from the scheduler's source when the
+// request has none; it returns the seed (0 when there was no choice).
+func (s *Scheduler) pick(top []ranked, seed uint64) ([]ranked, uint64) {
 	subset := min(s.cfg.HostSubsetSize, len(top))
 	p := 0
 	if subset > 1 {
-		p = s.rnd.IntN(subset)
+		if seed == 0 {
+			seed = s.rnd.Uint64()
+		}
+		p = pickIndex(seed, subset)
+	} else {
+		seed = 0
 	}
 	out := make([]ranked, 0, len(top))
 	out = append(out, top[p])
 	out = append(out, top[:p]...)
-	return append(out, top[p+1:]...)
+	return append(out, top[p+1:]...), seed
+}
+
+// pickIndex is the host_subset_size pick: the position, among the first
+// subset candidates, that seed chooses. It is what math/rand/v2's
+// IntN(subset) returns when the source's next value is seed (but for
+// IntN's rejection of a few values, with a chance below subset/2⁶⁴), so
+// drawing the seed from the scheduler's source makes the picks it always
+// made, and the simulator's figures stay put.
+func pickIndex(seed uint64, subset int) int {
+	n := uint64(subset)
+	if n&(n-1) == 0 {
+		return int(seed & (n - 1))
+	}
+	hi, _ := bits.Mul64(seed, n)
+	return int(hi)
 }
 
 // topK returns the indexes of the k largest values, largest first, lower

@@ -105,7 +105,10 @@ func TestNormalizeAsNova(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out := make([]float64, len(tc.raw))
-			normalize(tc.raw, out, tc.fixedMin)
+			lo, hi := bounds(tc.raw, tc.fixedMin)
+			for i, v := range tc.raw {
+				out[i] = normalized(v, lo, hi)
+			}
 			for i := range out {
 				if out[i] != tc.want[i] {
 					t.Fatalf("normalize(%v) = %v, want %v", tc.raw, out, tc.want)

@@ -80,24 +80,8 @@ func schedulerConfig(s scenario.Scheduler) scheduler.Config {
 	cfg.HostSubsetSize = s.HostSubsetSize
 	cfg.ShuffleBestSameWeighedHosts = s.ShuffleBestSameWeighedHosts
 	cfg.MaxAttempts = s.MaxAttempts
-	set := func(dst *float64, v *float64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	set(&cfg.RAMWeightMultiplier, s.RAMWeightMultiplier)
-	set(&cfg.CPUWeightMultiplier, s.CPUWeightMultiplier)
-	set(&cfg.DiskWeightMultiplier, s.DiskWeightMultiplier)
-	set(&cfg.IOOpsWeightMultiplier, s.IOOpsWeightMultiplier)
-	set(&cfg.BuildFailureWeightMultiplier, s.BuildFailureWeightMultiplier)
-	set(&cfg.NumInstancesWeightMultiplier, s.NumInstancesWeightMultiplier)
-	set(&cfg.SoftAffinityWeightMultiplier, s.SoftAffinityWeightMultiplier)
-	set(&cfg.SoftAntiAffinityWeightMultiplier, s.SoftAntiAffinityWeightMultiplier)
-	if s.MaxInstancesPerHost != nil {
-		cfg.MaxInstancesPerHost = *s.MaxInstancesPerHost
-	}
-	if s.MaxIOOpsPerHost != nil {
-		cfg.MaxIOOpsPerHost = *s.MaxIOOpsPerHost
+	for name, v := range s.Options { // the registry's names, checked by the scenario's parser
+		cfg.Options[name] = v
 	}
 	// Simulated agents never miss a heartbeat; liveness is not simulated.
 	cfg.ServiceDownTime = 0

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"keel/internal/scheduler"
 )
 
 // Error is a refused scenario file: FILE:LINE: REASON. Line is 0 when the
@@ -58,11 +60,13 @@ func Parse(name string, data []byte) (*Scenario, error) {
 		return nil, syntaxError(name, err)
 	}
 
-	// 2. Keys and types, against the struct, with exact lines.
+	// 2. Keys and types, against the struct, with exact lines; the
+	// filters' and weighers' options against the scheduler's registry.
 	ix := buildIndex(text)
 	if e := checkTree(name, ix, raw); e != nil {
 		return nil, e
 	}
+	opts := schedulerOptions(raw)
 
 	// 3. The real decode. The tree check above should have caught anything
 	// it could refuse; Undecoded is the backstop for unknown keys.
@@ -71,10 +75,15 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	if err != nil {
 		return nil, syntaxError(name, err)
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		k := und[0].String()
-		return nil, &Error{File: name, Line: ix.lineOfKey(k), Msg: k + ": unknown key"}
+	for _, k := range md.Undecoded() {
+		if len(k) == 2 && k[0] == "scheduler" && opts != nil {
+			if _, ok := opts[k[1]]; ok {
+				continue // decoded from the tree above
+			}
+		}
+		return nil, &Error{File: name, Line: ix.lineOfKey(k.String()), Msg: k.String() + ": unknown key"}
 	}
+	s.Scheduler.Options = opts
 
 	// 4. Values.
 	if e := s.validate(name, ix); e != nil {
@@ -86,6 +95,29 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	}
 	s.ApplyDefaults()
 	return &s, nil
+}
+
+// schedulerOptions returns the filters' and weighers' options (the
+// scheduler registry's) the tree's [scheduler] table sets, already checked
+// by checkTree; nil when it sets none.
+func schedulerOptions(raw map[string]any) map[string]float64 {
+	sched, _ := raw["scheduler"].(map[string]any)
+	var opts map[string]float64
+	for k, v := range sched {
+		if _, ok := scheduler.LookupOption(k); !ok {
+			continue
+		}
+		if opts == nil {
+			opts = map[string]float64{}
+		}
+		switch x := v.(type) {
+		case int64:
+			opts[k] = float64(x)
+		case float64:
+			opts[k] = x
+		}
+	}
+	return opts
 }
 
 // syntaxError converts a decoder error.
@@ -232,9 +264,19 @@ func describe(v any) string {
 	}
 }
 
-// tomlFields maps a struct type's TOML key names to field types.
+// tomlFields maps a struct type's TOML key names to field types. The
+// [scheduler] table also has a key per option of the scheduler's registry
+// (Scheduler.Options): a number, or a whole one for a limit.
 func tomlFields(t reflect.Type) map[string]reflect.Type {
 	out := make(map[string]reflect.Type, t.NumField())
+	if t == reflect.TypeFor[Scheduler]() {
+		for _, o := range append(scheduler.WeigherOptions(), scheduler.FilterOptions()...) {
+			out[o.Name] = reflect.TypeFor[float64]()
+			if o.Integer {
+				out[o.Name] = reflect.TypeFor[int64]()
+			}
+		}
+	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")

@@ -38,17 +38,12 @@ type Scheduler struct {
 	EnabledFilters              []string `toml:"enabled_filters"`
 	Weighers                    []string `toml:"weighers"` // default: all keel has
 
-	RAMWeightMultiplier              *float64 `toml:"ram_weight_multiplier"`
-	CPUWeightMultiplier              *float64 `toml:"cpu_weight_multiplier"`
-	DiskWeightMultiplier             *float64 `toml:"disk_weight_multiplier"`
-	IOOpsWeightMultiplier            *float64 `toml:"io_ops_weight_multiplier"`
-	BuildFailureWeightMultiplier     *float64 `toml:"build_failure_weight_multiplier"`
-	NumInstancesWeightMultiplier     *float64 `toml:"num_instances_weight_multiplier"`
-	SoftAffinityWeightMultiplier     *float64 `toml:"soft_affinity_weight_multiplier"`
-	SoftAntiAffinityWeightMultiplier *float64 `toml:"soft_anti_affinity_weight_multiplier"`
-	MaxInstancesPerHost              *int     `toml:"max_instances_per_host"`
-	MaxIOOpsPerHost                  *int     `toml:"max_io_ops_per_host"`
-	ServiceDownTime                  *float64 `toml:"service_down_time"`
+	// Options are the filters' and weighers' own options the file sets
+	// (ram_weight_multiplier, max_io_ops_per_host, …: every option of the
+	// scheduler's registry is a key of [scheduler]); an option not written
+	// is absent and takes Nova's default.
+	Options         map[string]float64 `toml:"-"`
+	ServiceDownTime *float64           `toml:"service_down_time"`
 }
 
 // Compute holds the agents' options (Nova's [DEFAULT] names).

@@ -64,6 +64,10 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate filter", file(`[scheduler]`, `enabled_filters = ["ComputeFilter", "ComputeFilter"]`), 14, "listed twice"},
 		{"unknown weigher", file(`[scheduler]`, `weighers = ["RAMWeigher", "MetricsWeigher"]`), 14, `scheduler.weighers[1]: unknown weigher "MetricsWeigher"`},
 		{"max instances", file(`[scheduler]`, `max_instances_per_host = 0`), 14, "max_instances_per_host: must be >= 1"},
+		{"fractional limit", file(`[scheduler]`, `host_subset_size = 2`, `max_io_ops_per_host = 2.5`), 15, "scheduler.max_io_ops_per_host: want an integer, got the number 2.5"},
+		{"multiplier not a number", file(`[scheduler]`, `ram_weight_multiplier = "high"`), 14, `scheduler.ram_weight_multiplier: want a number, got the string "high"`},
+		{"negative soft multiplier", file(`[scheduler]`, `soft_affinity_weight_multiplier = -1.0`), 14, "scheduler.soft_affinity_weight_multiplier: must be >= 0"},
+		{"misspelt multiplier", file(`[scheduler]`, `ram_weight_multiplyer = 2.0`), 14, `scheduler.ram_weight_multiplyer: unknown key (did you mean "ram_weight_multiplier"?)`},
 
 		// Compute.
 		{"negative reserved", file(`[compute]`, `reserved_host_memory_mb = -1`), 14, "compute.reserved_host_memory_mb: must be >= 0"},
@@ -168,7 +172,7 @@ func TestDefaults(t *testing.T) {
 	check("HostSubsetSize", s.Scheduler.HostSubsetSize, 1)
 	check("MaxAttempts", s.Scheduler.MaxAttempts, 3)
 	check("EnabledFilters", s.Scheduler.EnabledFilters, []string(nil))
-	check("RAMWeightMultiplier", s.Scheduler.RAMWeightMultiplier, (*float64)(nil))
+	check("Options", s.Scheduler.Options, map[string]float64(nil))
 	check("UpdateResourcesInterval", s.Compute.UpdateResourcesInterval, 60)
 	check("ReservedHostMemoryMB", *s.Compute.ReservedHostMemoryMB, int64(512))
 	check("MigrationBandwidthMiBps", s.Compute.MigrationBandwidthMiBps, 1024.0)
@@ -274,7 +278,6 @@ func TestSeedHour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := func(v float64) *float64 { return &v }
 	reserved := int64(512)
 	yes := true
 	small := map[string]int{"m1.small": 4, "m1.medium": 4, "m1.large": 4}
@@ -289,15 +292,10 @@ func TestSeedHour(t *testing.T) {
 			MaxAttempts:                 3,
 			EnabledFilters: []string{"ComputeFilter", "AvailabilityZoneFilter", "ComputeCapabilitiesFilter",
 				"ImagePropertiesFilter", "ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter"},
-			Weighers:                         KnownWeighers,
-			RAMWeightMultiplier:              f(1),
-			CPUWeightMultiplier:              f(1),
-			DiskWeightMultiplier:             f(1),
-			IOOpsWeightMultiplier:            f(-1),
-			BuildFailureWeightMultiplier:     f(1000000),
-			NumInstancesWeightMultiplier:     f(0),
-			SoftAffinityWeightMultiplier:     f(1),
-			SoftAntiAffinityWeightMultiplier: f(1),
+			Weighers: KnownWeighers,
+			Options: map[string]float64{"ram_weight_multiplier": 1, "cpu_weight_multiplier": 1, "disk_weight_multiplier": 1,
+				"io_ops_weight_multiplier": -1, "build_failure_weight_multiplier": 1000000, "num_instances_weight_multiplier": 0,
+				"soft_affinity_weight_multiplier": 1, "soft_anti_affinity_weight_multiplier": 1},
 		},
 		Compute: Compute{
 			UpdateResourcesInterval:     3600,

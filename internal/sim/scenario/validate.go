@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"keel/internal/scheduler"
 )
 
 // MaxHosts bounds a scenario's host count (all groups together).
@@ -86,30 +88,21 @@ func (s *Scenario) validateScheduler(c *checker) {
 	}
 	checkNames(c, "scheduler.enabled_filters", "filter", sc.EnabledFilters, KnownFilters)
 	checkNames(c, "scheduler.weighers", "weigher", sc.Weighers, KnownWeighers)
-	if v := sc.MaxInstancesPerHost; v != nil && *v < 1 {
-		c.errf("scheduler.max_instances_per_host", "must be >= 1, got %d", *v)
-	}
-	if v := sc.MaxIOOpsPerHost; v != nil && *v < 0 {
-		c.errf("scheduler.max_io_ops_per_host", "must be >= 0, got %d", *v)
-	}
 	if v := sc.ServiceDownTime; v != nil && (*v < 0 || math.IsInf(*v, 0) || math.IsNaN(*v)) {
 		c.errf("scheduler.service_down_time", "must be >= 0 seconds (0 disables the liveness check), got %v", *v)
 	}
-	for _, m := range []struct {
-		key string
-		v   *float64
-	}{
-		{"ram_weight_multiplier", sc.RAMWeightMultiplier},
-		{"cpu_weight_multiplier", sc.CPUWeightMultiplier},
-		{"disk_weight_multiplier", sc.DiskWeightMultiplier},
-		{"io_ops_weight_multiplier", sc.IOOpsWeightMultiplier},
-		{"build_failure_weight_multiplier", sc.BuildFailureWeightMultiplier},
-		{"num_instances_weight_multiplier", sc.NumInstancesWeightMultiplier},
-		{"soft_affinity_weight_multiplier", sc.SoftAffinityWeightMultiplier},
-		{"soft_anti_affinity_weight_multiplier", sc.SoftAntiAffinityWeightMultiplier},
-	} {
-		if m.v != nil && (math.IsInf(*m.v, 0) || math.IsNaN(*m.v)) {
-			c.errf("scheduler."+m.key, "must be a finite number, got %v", *m.v)
+	for _, name := range slices.Sorted(maps.Keys(sc.Options)) {
+		o, ok := scheduler.LookupOption(name)
+		v := sc.Options[name]
+		switch {
+		case !ok:
+			c.errf("scheduler."+name, "unknown key")
+		case math.IsInf(v, 0) || math.IsNaN(v):
+			c.errf("scheduler."+name, "must be a finite number, got %v", v)
+		case o.Integer && v != math.Trunc(v):
+			c.errf("scheduler."+name, "must be a whole number, got %v", v)
+		case o.HasMin && v < o.Min:
+			c.errf("scheduler."+name, "must be >= %v, got %v", o.Min, v)
 		}
 	}
 }
