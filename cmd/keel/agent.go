@@ -63,6 +63,12 @@ copying) when it starts again. Its migrations follow [libvirt]
 live_migration_bandwidth, _downtime, _completion_timeout,
 _permit_post_copy and _timeout_action.
 
+Every build and copy report waits in DATA_DIR/reports until a server has
+committed it, and is sent again after a restart; a restarted agent also
+reports what the store still shows in flight on its host (builds, copies it
+no longer runs), and its periodic audit puts an instance whose guest is gone
+in ERROR.
+
 The host's size comes from [keel] vcpus, memory_mb and disk_gb, its
 overcommit from [DEFAULT] cpu/ram/disk_allocation_ratio and
 reserved_host_memory_mb.`,

@@ -406,7 +406,7 @@ var ErrNoMigration = errors.New("no live migration in progress for this instance
 // (the guest keeps running here) and reports failure through its done
 // callback, asynchronously.
 func (d *Driver) AbortLiveMigration(_ context.Context, uuid string) error {
-	return d.endNow(uuid, "aborting", fmt.Errorf("migration of %s cancelled", uuid))
+	return d.endNow(uuid, "aborting", fmt.Errorf("migration of %s: %w", uuid, compute.ErrCopyCancelled))
 }
 
 // ForceCompleteLiveMigration implements compute.Driver: the copy finishes
@@ -555,6 +555,13 @@ func (d *Driver) load() error {
 			g.State, g.MigrationID = compute.GuestRunning, 0
 		}
 		d.guests[g.UUID] = &g
+	}
+	if len(d.interrupted) > 0 {
+		// The file says what memory now says; if it cannot, the next load
+		// reads the same interrupted operations the same way.
+		if err := d.saveLocked(); err != nil {
+			slog.Warn("fake driver: could not save the guests a restart found interrupted", "file", d.cfg.StateFile, "err", err)
+		}
 	}
 	return nil
 }
