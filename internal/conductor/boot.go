@@ -2,17 +2,22 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
+	"keel/internal/boot"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 )
 
-// Boot creates an instance, schedules and claims it, and casts the build
-// to the chosen agent. It returns once the build is cast (the instance is
-// BUILDING) or failed (ERROR, with the fault saying why). BuildDone
-// finishes it.
+// Boot creates an instance and drives its boot (package boot) until it
+// waits for the agent's report (the instance is BUILDING on its host) or
+// ends in ERROR (the fault says why). BuildDone finishes it. The flow runs
+// on its own context: a caller that stops waiting (a client hang-up)
+// changes nothing, and a flow interrupted by a crash is resumed by Recover
+// or the sweep (see RunOwnership).
 func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.Instance, error) {
 	return c.boot(ctx, inst, "")
 }
@@ -25,99 +30,236 @@ func (c *Conductor) BootOn(ctx context.Context, inst records.Instance, host stri
 }
 
 func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost string) (records.Instance, error) {
+	ctx = context.WithoutCancel(ctx)
 	if inst.UUID == "" {
 		inst.UUID = c.cfg.NewID()
 	}
 	now := c.clock.Now()
-	inst.VMState, inst.TaskState = records.VMBuilding, records.TaskSpawning
+	inst.VMState, inst.TaskState, inst.BuildPhase = records.VMBuilding, records.TaskScheduling, ""
+	inst.ForcedHost, inst.Owner = forceHost, c.cfg.Owner
 	inst.CreatedAt, inst.UpdatedAt = now, now
-	inst, err := c.store.CreateInstance(ctx, inst)
+	created, err := c.store.CreateInstance(ctx, inst)
 	if err != nil {
 		return inst, fmt.Errorf("creating instance %s: %w", inst.Name, err)
 	}
-	if err := c.joinGroup(ctx, inst); err != nil {
-		return c.failBuild(ctx, inst, err.Error())
+	if err := c.joinGroup(ctx, created); err != nil {
+		// Not in the group: fail the boot without leaving it.
+		created.VMState, created.TaskState, created.Fault, created.UpdatedAt = records.VMError, records.TaskNone, err.Error(), c.clock.Now()
+		failed, uerr := c.store.UpdateInstance(ctx, created)
+		if uerr != nil {
+			return created, fmt.Errorf("marking %s ERROR (%s): %w", created.UUID, err, uerr)
+		}
+		c.bootEnded(failed)
+		return failed, nil
 	}
-	// The group's members are placed one at a time, from reading where
-	// the others are to recording this one's host.
-	unlock := c.groupLock(inst)
+	return c.StepBoot(ctx, created.UUID, boot.Event{Kind: boot.Start})
+}
+
+// StepBoot feeds one event to an instance's boot and performs the
+// resulting actions, feeding their answers back, until the boot waits for
+// the agent or ends, or an action cannot be done now (the record then
+// stays in its phase for Recover or the sweep to resume; the error says
+// why). The record is saved before each action runs.
+func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
+	ctx = context.WithoutCancel(ctx)
+	unlock := c.bootLock(uuid)
 	defer unlock()
-	var sel scheduler.Selection
-	askedZone := inst.Zone
-	for attempt := 1; ; attempt++ {
-		req, err := c.request(ctx, inst)
+	var unlockGroup func()
+	defer func() {
+		if unlockGroup != nil {
+			unlockGroup()
+		}
+	}()
+	queue := []boot.Event{ev}
+	var cur records.Instance
+	conflicts := 0
+	for len(queue) > 0 {
+		ev, queue = queue[0], queue[1:]
+		var err error
+		if cur, err = c.store.GetInstance(ctx, uuid); err != nil {
+			return cur, fmt.Errorf("boot of %s: %w", uuid, err)
+		}
+		if cur.TaskState == records.TaskDeleting {
+			// A delete marked it: the delete terminates and releases.
+			return cur, nil
+		}
+		next, acts, err := c.boots.Step(cur, ev)
 		if err != nil {
-			return c.failBuild(ctx, inst, err.Error())
+			return cur, err
 		}
-		req.Zone = askedZone
-		if forceHost != "" {
-			req.Zone, req.RequestedHost, req.Force = "", forceHost, true
-		}
-		res := inst.Flavor.Resources()
-		sel, err = c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
-			plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
-				ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
-				Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
-				ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
-			})
-			return plan.Providers[cand.ProviderUUID], err
-		})
-		if c.hooks.Decision != nil {
-			c.hooks.Decision("boot", inst, sel, err)
+		next.UpdatedAt = c.clock.Now()
+		saved, err := c.store.UpdateInstance(ctx, next)
+		if placement.IsConflict(err) && conflicts < 3 {
+			conflicts++ // changed meanwhile: step the same event from what is there
+			queue = append([]boot.Event{ev}, queue...)
+			continue
 		}
 		if err != nil {
-			return c.failBuild(ctx, inst, err.Error())
+			return cur, fmt.Errorf("boot of %s: saving phase %s: %w", uuid, next.BuildPhase, err)
 		}
-		inst.Host, inst.Zone = sel.Host, askedZone
-		if inst.Zone == "" {
-			// As Nova's conductor: an instance booted without a zone is in
-			// its host's zone from now on.
-			inst.Zone = c.sched.View().HostZone(sel.Host)
+		if saved.BuildPhase != cur.BuildPhase || saved.VMState != cur.VMState {
+			c.log.Debug("boot step", "instance", uuid, "event", ev.Kind, "phase", saved.BuildPhase, "vm_state", saved.VMState, "host", saved.Host, "fault", saved.Fault)
 		}
-		updated, err := c.store.UpdateInstance(ctx, inst)
-		if err != nil {
-			// Most likely a delete marked the instance meanwhile (its
-			// version moved on): give the claim back and stand down.
-			c.releaseAll(ctx, inst.UUID)
-			return inst, fmt.Errorf("recording host %s of %s (deleted while it was scheduled?): %w", sel.Host, inst.UUID, err)
+		cur = saved
+		if unlockGroup != nil && cur.BuildPhase != boot.PhaseSchedule && cur.BuildPhase != boot.PhaseConfirm {
+			unlockGroup()
+			unlockGroup = nil
 		}
-		inst = updated
-		ok, err := c.confirmGroup(ctx, inst)
-		if err == nil && ok {
-			break
+		if !boot.Building(cur) {
+			c.bootEnded(cur)
 		}
-		// Another keel server placed a member of the group meanwhile and
-		// this host now breaks its policy (Nova's late check on the compute
-		// host): give the claim back and schedule again, knowing where that
-		// member went.
-		c.releaseAll(ctx, inst.UUID)
-		if err == nil && attempt < lateCheckAttempts {
-			c.log.Info("server group policy no longer allows the chosen host; scheduling again", "instance", inst.UUID, "host", sel.Host, "group", inst.Hints.Group)
-			inst.Host = ""
-			cleared, uerr := c.store.UpdateInstance(ctx, inst)
-			if uerr == nil {
-				inst = cleared
-				continue
+		for _, a := range acts {
+			if a.Kind == boot.Schedule && unlockGroup == nil {
+				// The group's members are placed one at a time, from
+				// reading where the others are to confirming this one's
+				// host.
+				unlockGroup = c.groupLock(cur)
 			}
-			err = uerr
+			ans, ok, err := c.performBoot(ctx, cur, a)
+			if err != nil {
+				c.log.Warn("boot step left for the sweep", "instance", uuid, "phase", cur.BuildPhase, "action", a.Kind, "err", err)
+				return cur, fmt.Errorf("boot of %s: %s: %w", uuid, a.Kind, err)
+			}
+			if ok {
+				queue = append(queue, ans)
+			}
 		}
-		if err == nil {
-			err = fmt.Errorf("No valid host was found. Server group %s's policy no longer allowed the chosen host %s after %d attempts (other members were placed meanwhile)",
-				inst.Hints.Group, sel.Host, attempt)
-		}
-		inst.Host = ""
-		return c.failBuild(ctx, inst, err.Error())
 	}
-	unlock()
-	api, err := c.compute(sel.Host)
+	return cur, nil
+}
+
+// bootEnded tells the hooks a boot ended (ACTIVE or ERROR).
+func (c *Conductor) bootEnded(inst records.Instance) {
+	if c.hooks.BuildDone != nil {
+		c.hooks.BuildDone(inst)
+	}
+}
+
+// bootActions perform the boot machine's actions: each returns the answer
+// event, if the action has one now, or an error when it cannot be done now
+// (the boot is then resumed later).
+var bootActions = map[boot.ActionKind]func(c *Conductor, ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error){
+	boot.Schedule:     (*Conductor).bootSchedule,
+	boot.ConfirmGroup: (*Conductor).bootConfirmGroup,
+	boot.CastBuild:    (*Conductor).bootCast,
+	boot.Terminate:    (*Conductor).bootTerminate,
+	boot.ReleaseClaim: (*Conductor).bootRelease,
+}
+
+func (c *Conductor) performBoot(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+	f, ok := bootActions[a.Kind]
+	if !ok {
+		return boot.Event{}, false, fmt.Errorf("unknown boot action %q", a.Kind)
+	}
+	return f(c, ctx, inst, a)
+}
+
+// bootSchedule gives back any claim an interrupted attempt left, then
+// asks the scheduler for a host and claims it.
+func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
+	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+		return boot.Event{}, false, fmt.Errorf("giving back an earlier claim: %w", err)
+	}
+	req, err := c.request(ctx, inst)
+	if err != nil {
+		return boot.Event{}, false, err
+	}
+	req.Zone = inst.RequestedZone
+	if inst.ForcedHost != "" {
+		req.Zone, req.RequestedHost, req.Force = "", inst.ForcedHost, true
+	}
+	res := inst.Flavor.Resources()
+	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
+		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
+			ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
+			Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
+			ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
+		})
+		return plan.Providers[cand.ProviderUUID], err
+	})
+	if c.hooks.Decision != nil {
+		c.hooks.Decision("boot", inst, sel, err)
+	}
+	if err != nil {
+		if scheduler.IsNoValidHost(err) {
+			return boot.Event{Kind: boot.NoValidHost, Err: err.Error()}, true, nil
+		}
+		return boot.Event{}, false, err
+	}
+	return boot.Event{Kind: boot.Scheduled, Host: sel.Host, Zone: c.sched.View().HostZone(sel.Host)}, true, nil
+}
+
+func (c *Conductor) bootConfirmGroup(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
+	ok, err := c.confirmGroup(ctx, inst)
+	if err != nil {
+		return boot.Event{}, false, err
+	}
+	if !ok {
+		c.log.Info("server group policy no longer allows the chosen host; scheduling again", "instance", inst.UUID, "host", inst.Host, "group", inst.Hints.Group)
+		return boot.Event{Kind: boot.GroupRefused, Err: "another member was placed meanwhile"}, true, nil
+	}
+	return boot.Event{Kind: boot.GroupConfirmed}, true, nil
+}
+
+// bootCast casts the build. A host whose agent cannot be reached or
+// refuses fails the boot (the claim is given back).
+func (c *Conductor) bootCast(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+	api, err := c.compute(a.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)
 	}
 	if err != nil {
-		c.releaseAll(ctx, inst.UUID)
-		return c.failBuild(ctx, inst, err.Error())
+		return boot.Event{Kind: boot.CastFailed, Err: err.Error()}, true, nil
 	}
-	return inst, nil
+	return boot.Event{Kind: boot.Cast}, true, nil
+}
+
+func (c *Conductor) bootTerminate(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+	if a.Host == "" {
+		return boot.Event{}, false, nil
+	}
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
+		c.log.Warn("removing the guest of a boot that timed out; the host's audit removes it", "instance", inst.UUID, "host", a.Host, "err", err)
+	}
+	return boot.Event{}, false, nil
+}
+
+func (c *Conductor) bootRelease(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
+	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+		return boot.Event{}, false, fmt.Errorf("releasing the claim: %w", err)
+	}
+	c.leaveGroup(ctx, inst)
+	return boot.Event{Kind: boot.Released}, true, nil
+}
+
+// bootLock serialises the steps of one instance's boot in this process.
+func (c *Conductor) bootLock(uuid string) func() {
+	c.mu.Lock()
+	if c.bootMus == nil {
+		c.bootMus = map[string]*refMutex{}
+	}
+	m := c.bootMus[uuid]
+	if m == nil {
+		m = &refMutex{}
+		c.bootMus[uuid] = m
+	}
+	m.refs++
+	c.mu.Unlock()
+	m.Lock()
+	return func() {
+		m.Unlock()
+		c.mu.Lock()
+		if m.refs--; m.refs == 0 {
+			delete(c.bootMus, uuid)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// refMutex is a mutex counted by its users, dropped when none is left.
+type refMutex struct {
+	sync.Mutex
+	refs int
 }
 
 // BuildDone implements compute.Reporter: the agent's spawn finished. It
@@ -160,39 +302,18 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 		}
 		return nil
 	}
+	ev := boot.Event{Kind: boot.Spawned}
 	if buildErr != nil {
-		c.releaseAll(ctx, instanceUUID)
-		if _, err := c.failBuild(ctx, inst, fmt.Sprintf("build on %s failed: %v", host, buildErr)); err != nil {
-			return fmt.Errorf("build report of %s on %s: %w", instanceUUID, host, err)
-		}
-		return nil
+		ev = boot.Event{Kind: boot.SpawnFailed, Err: buildErr.Error()}
 	}
-	inst.VMState, inst.TaskState, inst.UpdatedAt = records.VMActive, records.TaskNone, c.clock.Now()
-	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		if placement.IsConflict(err) {
-			// Changed meanwhile (a delete marked it): judge again from
-			// what is there now.
-			return c.BuildDone(ctx, instanceUUID, host, buildErr)
+	if _, err := c.StepBoot(ctx, instanceUUID, ev); err != nil {
+		var illegal *boot.IllegalError
+		if errors.As(err, &illegal) {
+			return nil // ended meanwhile (judged above on a stale read)
 		}
-		return fmt.Errorf("build report of %s on %s: marking it active: %w", instanceUUID, host, err)
-	}
-	if c.hooks.BuildDone != nil {
-		c.hooks.BuildDone(inst)
+		return fmt.Errorf("build report of %s on %s: %w", instanceUUID, host, err)
 	}
 	return nil
-}
-
-func (c *Conductor) failBuild(ctx context.Context, inst records.Instance, fault string) (records.Instance, error) {
-	c.leaveGroup(ctx, inst)
-	inst.VMState, inst.TaskState, inst.Fault, inst.UpdatedAt = records.VMError, records.TaskNone, fault, c.clock.Now()
-	updated, err := c.store.UpdateInstance(ctx, inst)
-	if err != nil {
-		return inst, fmt.Errorf("marking %s ERROR (%s): %w", inst.UUID, fault, err)
-	}
-	if c.hooks.BuildDone != nil {
-		c.hooks.BuildDone(updated)
-	}
-	return updated, nil
 }
 
 // releaseAll deletes every allocation of a consumer.
@@ -208,6 +329,7 @@ func (c *Conductor) releaseAll(ctx context.Context, consumer string) {
 // a live migration racing it sees the mark, or fails its own update, and
 // stands down; a live migration already in progress refuses the delete.
 func (c *Conductor) Delete(ctx context.Context, uuid string) error {
+	ctx = context.WithoutCancel(ctx)
 	var inst records.Instance
 	err := retryConflicts(func() error {
 		cur, err := c.store.GetInstance(ctx, uuid)

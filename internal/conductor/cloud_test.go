@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +75,9 @@ type cloud struct {
 	// queue group: whichever replica answers).
 	reports routedReporter
 
+	// storeDown makes the conductor's store writes fail (a full disk).
+	storeDown atomic.Bool
+
 	done   []records.Migration // MigrationDone hook
 	builds []records.Instance  // BuildDone hook
 }
@@ -87,6 +91,9 @@ type cloudOptions struct {
 	schedulerConfig func(*scheduler.Config)
 	owner           string        // conductor.Config.Owner
 	downTime        time.Duration // conductor.Config.ServiceDownTime
+	// buildTimeout, copyStall and stallAfter are the conductor's
+	// BuildTimeout, CopyStallTimeout and StallAfter.
+	buildTimeout, copyStall, stallAfter time.Duration
 }
 
 type option func(*cloudOptions)
@@ -138,8 +145,8 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 	}
 	sched := c.newScheduler(1)
 	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID,
-		Owner: o.owner, ServiceDownTime: o.downTime},
-		endsSettled{c.st, t}, sched, c.agents, c.clk, quiet, conductor.Hooks{
+		Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter},
+		endsSettled{c.st, t, &c.storeDown}, sched, c.agents, c.clk, quiet, conductor.Hooks{
 			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
 			BuildDone:     func(in records.Instance) { c.builds = append(c.builds, in) },
 		})
@@ -463,12 +470,34 @@ func normUsages(u map[string]placement.Resources) map[string]string {
 // a final status that the instance has already settled: no task, and on
 // the destination once completed: no reader can see a migration ended
 // before its instance settled.
+//
+// While down is set, its writes fail as a full disk makes them.
 type endsSettled struct {
 	*memory.Store
-	t *testing.T
+	t    *testing.T
+	down *atomic.Bool
+}
+
+var errDiskFull = errors.New("database or disk is full")
+
+func (s endsSettled) UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
+	if s.down.Load() {
+		return records.Instance{}, fmt.Errorf("updating instance %s: %w", in.UUID, errDiskFull)
+	}
+	return s.Store.UpdateInstance(ctx, in)
+}
+
+func (s endsSettled) WriteAllocations(ctx context.Context, ws ...placement.AllocationWrite) (placement.WritePlan, error) {
+	if s.down.Load() {
+		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", errDiskFull)
+	}
+	return s.Store.WriteAllocations(ctx, ws...)
 }
 
 func (s endsSettled) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
+	if s.down.Load() {
+		return records.Migration{}, fmt.Errorf("updating migration %d: %w", m.ID, errDiskFull)
+	}
 	if records.MigrationTerminal(m.Status) {
 		in, err := s.GetInstance(ctx, m.InstanceUUID)
 		onFinalHost := in.Host == m.DestHost || (m.Status != records.MigrationCompleted && in.Host == m.SourceHost)

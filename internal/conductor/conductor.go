@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"keel/internal/boot"
 	"keel/internal/clock"
 	"keel/internal/migration"
 	"keel/internal/placement"
@@ -77,6 +78,18 @@ type Config struct {
 	// migrations to be taken over ([DEFAULT] service_down_time); 0 means
 	// replicas are never judged dead.
 	ServiceDownTime time.Duration
+	// BuildTimeout is how long a boot may build before it ends in ERROR
+	// ([DEFAULT] instance_build_timeout); 0 turns it off.
+	BuildTimeout time.Duration
+	// CopyStallTimeout is how long a live migration's memory copy may go
+	// without a report from its source before it is aborted and rolled
+	// back ([keel] migration_stall_timeout); 0 turns it off.
+	CopyStallTimeout time.Duration
+	// StallAfter is how long a flow this replica owns may stay in a step
+	// with nothing in flight (an action could not be done: the store or an
+	// agent failed) before the sweep resumes it; 0 means ServiceDownTime,
+	// or 60 s.
+	StallAfter time.Duration
 	// HeartbeatInterval is how often RunOwnership heartbeats ([DEFAULT]
 	// report_interval; 0 means ServiceDownTime/3, or 10s).
 	HeartbeatInterval time.Duration
@@ -89,6 +102,7 @@ type Conductor struct {
 	sched    *scheduler.Scheduler
 	computes Computes
 	machine  migration.Machine
+	boots    boot.Machine
 	clock    clock.Clock
 	log      *slog.Logger
 	hooks    Hooks
@@ -99,6 +113,8 @@ type Conductor struct {
 	// migration.
 	slots   map[string]map[int64]bool
 	waiting map[string][]int64
+	// bootMus serialise the steps of each instance's boot (bootLock).
+	bootMus map[string]*refMutex
 	// groupMus serialise the scheduling of each server group's members
 	// (see groupLock).
 	groupMus map[string]*sync.Mutex
@@ -119,8 +135,8 @@ func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Comput
 		cfg.NewID = uuid.NewString
 	}
 	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
-		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts},
-		locks:   map[int64]*sync.Mutex{}, slots: map[string]map[int64]bool{}, waiting: map[string][]int64{}}
+		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts}, boots: boot.Machine{MaxLateChecks: lateCheckAttempts},
+		locks: map[int64]*sync.Mutex{}, slots: map[string]map[int64]bool{}, waiting: map[string][]int64{}}
 }
 
 // InvalidStateError is a request the instance's state does not allow (HTTP

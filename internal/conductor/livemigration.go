@@ -18,6 +18,9 @@ import (
 // returns the migration record once the quick steps are done: claimed,
 // checked and queued (or already ended in error, with the reason).
 func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	// The flow runs on its own context: a caller that stops waiting (a
+	// client hang-up) changes nothing.
+	ctx = context.WithoutCancel(ctx)
 	inst, err := c.store.GetInstance(ctx, instanceUUID)
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
@@ -40,7 +43,9 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
 	})
 	if err != nil {
-		c.settleInstance(ctx, inst, "") // no migration: clear the task again
+		if serr := c.settleInstance(ctx, inst, ""); serr != nil { // no migration: clear the task again
+			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
+		}
 		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
 	}
 	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
@@ -57,7 +62,35 @@ func (c *Conductor) ForceComplete(ctx context.Context, migID int64) error {
 	return c.userEvent(ctx, migID, migration.ForceComplete)
 }
 
+// ResetMigration is an operator's way out of a stuck migration (`keel
+// migration reset`): whatever its phase, it ends in error with its
+// allocations put right (rolled back before the guest moved, finished on
+// the destination after), the destination rolled back and the source slot
+// freed. This replica takes the migration over first.
+func (c *Conductor) ResetMigration(ctx context.Context, migID int64) (records.Migration, error) {
+	ctx = context.WithoutCancel(ctx)
+	if c.cfg.Owner != "" {
+		err := retryConflicts(func() error {
+			m, err := c.store.GetMigration(ctx, migID)
+			if err != nil || m.Owner == c.cfg.Owner || records.MigrationTerminal(m.Status) {
+				return err
+			}
+			m.Owner, m.UpdatedAt = c.cfg.Owner, c.clock.Now()
+			_, err = c.store.UpdateMigration(ctx, m)
+			return err
+		})
+		if err != nil {
+			return records.Migration{}, fmt.Errorf("resetting migration %d: %w", migID, err)
+		}
+	}
+	if err := c.userEvent(ctx, migID, migration.Reset); err != nil {
+		return records.Migration{}, err
+	}
+	return c.store.GetMigration(ctx, migID)
+}
+
 func (c *Conductor) userEvent(ctx context.Context, migID int64, kind migration.EventKind) error {
+	ctx = context.WithoutCancel(ctx)
 	m, err := c.store.GetMigration(ctx, migID)
 	if err != nil {
 		return fmt.Errorf("migration %d: %w", migID, err)
@@ -132,7 +165,10 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 		// between the two repeats it on recovery.
 		for _, a := range acts {
 			if a.Kind == migration.SettleInstance {
-				c.perform(ctx, next, a)
+				if _, _, err := c.perform(ctx, next, a); err != nil {
+					c.log.Warn("migration step left for the sweep", "migration", migID, "phase", m.Phase, "action", a.Kind, "err", err)
+					return fmt.Errorf("migration %d: %w", migID, err)
+				}
 			}
 		}
 		saved, err := c.store.UpdateMigration(ctx, next)
@@ -156,7 +192,12 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 			if a.Kind == migration.SettleInstance {
 				continue // done above
 			}
-			if ans, ok := c.perform(ctx, next, a); ok {
+			ans, ok, err := c.perform(ctx, next, a)
+			if err != nil {
+				c.log.Warn("migration step left for the sweep", "migration", migID, "phase", next.Phase, "action", a.Kind, "err", err)
+				return fmt.Errorf("migration %d: %s: %w", migID, a.Kind, err)
+			}
+			if ok {
 				queue = append(queue, ans)
 			}
 		}
@@ -189,110 +230,191 @@ func (c *Conductor) forget(m records.Migration) {
 	}
 }
 
-// perform runs one action and returns the answer event, if the action has
-// one now.
-func (c *Conductor) perform(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool) {
-	fail := func(kind migration.EventKind, err error) (migration.Event, bool) {
-		return migration.Event{Kind: kind, Err: err.Error()}, true
+// migrationActions perform the migration machine's actions, one method
+// per action kind: each returns the answer event, if the action has one
+// now, or an error when it cannot be done now (the migration then stays in
+// its phase, and the sweep of stalled flows resumes it). A compensation
+// that fails on an agent (the destination's rollback) is an answer with
+// the reason, which the record keeps; one that fails in the store is
+// retried.
+var migrationActions map[migration.ActionKind]migrationAction
+
+// migrationAction performs one kind of migration action.
+type migrationAction func(c *Conductor, ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error)
+
+// The table is filled in init: its methods lead back to Handle, which
+// reads it.
+func init() {
+	migrationActions = map[migration.ActionKind]migrationAction{
+		migration.ClaimDestination:   (*Conductor).actClaim,
+		migration.CheckDestination:   (*Conductor).actCheck,
+		migration.ReleaseDestination: (*Conductor).actRevert,
+		migration.RevertAllocations:  (*Conductor).actRevert,
+		migration.AcquireSlot:        (*Conductor).actAcquireSlot,
+		migration.HoldSlot:           (*Conductor).actHoldSlot,
+		migration.ReleaseSlot:        (*Conductor).actReleaseSlot,
+		migration.PreLiveMigration:   (*Conductor).actPrepare,
+		migration.StartCopy:          (*Conductor).actStartCopy,
+		migration.AbortCopy:          (*Conductor).actStopCopy,
+		migration.ForceCopy:          (*Conductor).actStopCopy,
+		migration.PostAtSource:       (*Conductor).actPostSource,
+		migration.PostAtDest:         (*Conductor).actPostDest,
+		migration.FinishAllocations:  (*Conductor).actFinish,
+		migration.RollbackAtDest:     (*Conductor).actRollbackDest,
+		migration.SettleInstance:     (*Conductor).actSettle,
+	}
+}
+
+// perform runs one action (see migrationActions).
+func (c *Conductor) perform(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool, error) {
+	f, ok := migrationActions[a.Kind]
+	if !ok {
+		return migration.Event{}, false, fmt.Errorf("unknown migration action %q", a.Kind)
 	}
 	inst, err := c.store.GetInstance(ctx, m.InstanceUUID)
 	if err != nil {
+		if !isNotFound(err) {
+			return migration.Event{}, false, fmt.Errorf("reading instance %s: %w", m.InstanceUUID, err)
+		}
 		c.log.Error("migration lost its instance", "migration", m.ID, "instance", m.InstanceUUID, "err", err)
 		inst = records.Instance{UUID: m.InstanceUUID}
 	}
-	switch a.Kind {
-	case migration.ClaimDestination:
-		host, err := c.claimDestination(ctx, m, inst)
-		if err != nil {
-			return fail(migration.NoValidHost, err)
+	return f(c, ctx, m, inst, a)
+}
+
+func answer(kind migration.EventKind) (migration.Event, bool, error) {
+	return migration.Event{Kind: kind}, true, nil
+}
+
+func failed(kind migration.EventKind, err error) (migration.Event, bool, error) {
+	return migration.Event{Kind: kind, Err: err.Error()}, true, nil
+}
+
+var noAnswer = migration.Event{}
+
+func (c *Conductor) actClaim(ctx context.Context, m records.Migration, inst records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	host, err := c.claimDestination(ctx, m, inst)
+	if err != nil {
+		if !scheduler.IsNoValidHost(err) && !placement.IsCapacity(err) && !placement.IsConflict(err) {
+			return noAnswer, false, err
 		}
-		return migration.Event{Kind: migration.Claimed, Host: host}, true
-	case migration.CheckDestination:
-		err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCanLiveMigrateDestination(ctx, inst, m.SourceHost) })
-		if err != nil {
-			return fail(migration.CheckFailed, err)
-		}
-		return migration.Event{Kind: migration.CheckPassed}, true
-	case migration.ReleaseDestination, migration.RevertAllocations:
-		if err := c.revertAllocations(ctx, m); err != nil {
-			c.log.Error("giving the source allocation back", "migration", m.ID, "err", err)
-		}
-		if a.Kind == migration.ReleaseDestination {
-			return migration.Event{Kind: migration.Released}, true
-		}
-		return migration.Event{Kind: migration.Reverted}, true
-	case migration.AcquireSlot:
-		// The move itself goes on in the background (as Nova's API
-		// answers 202 once the migration is queued): the slot, granted now
-		// or when one frees, is handed over on the clock.
-		bg := context.WithoutCancel(ctx)
-		c.clock.AfterFunc(0, func() {
-			if c.acquireSlot(m.SourceHost, m.ID) {
-				// Refused (aborted meanwhile): pass the slot on.
-				if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-					c.releaseSlot(bg, m.SourceHost, m.ID)
-				}
-			}
-		})
-		return migration.Event{}, false
-	case migration.HoldSlot:
-		c.mu.Lock()
-		c.holdSlot(a.Host, m.ID)
-		c.mu.Unlock()
-		return migration.Event{}, false
-	case migration.ReleaseSlot:
-		c.releaseSlot(ctx, m.SourceHost, m.ID)
-		return migration.Event{}, false
-	case migration.PreLiveMigration:
-		var data map[string]string
-		err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PreLiveMigration(ctx, inst); return err })
-		if err != nil {
-			return fail(migration.PrepareFailed, err)
-		}
-		return migration.Event{Kind: migration.Prepared, Data: data}, true
-	case migration.StartCopy:
-		err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, inst, m.DestHost, a.Data) })
-		if err != nil {
-			return fail(migration.CopyFailed, err)
-		}
-		return migration.Event{}, false
-	case migration.AbortCopy, migration.ForceCopy:
-		err := c.call(a.Host, func(api ComputeAPI) error {
-			if a.Kind == migration.AbortCopy {
-				return api.AbortLiveMigration(ctx, inst.UUID)
-			}
-			return api.ForceCompleteLiveMigration(ctx, inst.UUID)
-		})
-		if err != nil {
-			c.log.Warn("asking the source to stop or finish the copy", "migration", m.ID, "action", a.Kind, "err", err)
-		}
-		return migration.Event{}, false
-	case migration.PostAtSource:
-		if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtSource(ctx, inst) }); err != nil {
-			return fail(migration.StepFailed, err)
-		}
-		return migration.Event{Kind: migration.SourceDone}, true
-	case migration.PostAtDest:
-		if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtDestination(ctx, inst) }); err != nil {
-			return fail(migration.StepFailed, err)
-		}
-		return migration.Event{Kind: migration.DestDone}, true
-	case migration.FinishAllocations:
-		if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, AnyConsumerGeneration: true}); err != nil {
-			c.log.Error("deleting the migration consumer's allocation", "migration", m.ID, "err", err)
-		}
-		return migration.Event{Kind: migration.Finished}, true
-	case migration.RollbackAtDest:
-		if err := c.call(a.Host, func(api ComputeAPI) error { return api.RollbackLiveMigrationAtDestination(ctx, inst) }); err != nil {
-			c.log.Warn("rollback at destination", "migration", m.ID, "err", err)
-		}
-		return migration.Event{Kind: migration.DestRolledBack}, true
-	case migration.SettleInstance:
-		c.settleInstance(ctx, inst, a.Host)
-		return migration.Event{}, false
+		return failed(migration.NoValidHost, err)
 	}
-	c.log.Error("unknown migration action", "action", a.Kind)
-	return migration.Event{}, false
+	return migration.Event{Kind: migration.Claimed, Host: host}, true, nil
+}
+
+func (c *Conductor) actCheck(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCanLiveMigrateDestination(ctx, inst, m.SourceHost) }); err != nil {
+		return failed(migration.CheckFailed, err)
+	}
+	return answer(migration.CheckPassed)
+}
+
+func (c *Conductor) actRevert(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.revertAllocations(ctx, m); err != nil {
+		return noAnswer, false, fmt.Errorf("giving the source allocation back: %w", err)
+	}
+	if a.Kind == migration.ReleaseDestination {
+		return answer(migration.Released)
+	}
+	return answer(migration.Reverted)
+}
+
+// actAcquireSlot: the move itself goes on in the background (as Nova's
+// API answers 202 once the migration is queued): the slot, granted now or
+// when one frees, is handed over on the clock.
+func (c *Conductor) actAcquireSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	bg := context.WithoutCancel(ctx)
+	c.clock.AfterFunc(0, func() {
+		if c.acquireSlot(m.SourceHost, m.ID) {
+			// Refused (aborted meanwhile): pass the slot on.
+			if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
+				c.releaseSlot(bg, m.SourceHost, m.ID)
+			}
+		}
+	})
+	return noAnswer, false, nil
+}
+
+func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+	c.mu.Lock()
+	c.holdSlot(a.Host, m.ID)
+	c.mu.Unlock()
+	return noAnswer, false, nil
+}
+
+func (c *Conductor) actReleaseSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	c.releaseSlot(ctx, m.SourceHost, m.ID)
+	return noAnswer, false, nil
+}
+
+func (c *Conductor) actPrepare(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	var data map[string]string
+	if err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PreLiveMigration(ctx, inst); return err }); err != nil {
+		return failed(migration.PrepareFailed, err)
+	}
+	return migration.Event{Kind: migration.Prepared, Data: data}, true, nil
+}
+
+func (c *Conductor) actStartCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, inst, m.DestHost, a.Data) }); err != nil {
+		return failed(migration.CopyFailed, err)
+	}
+	return noAnswer, false, nil
+}
+
+// actStopCopy asks the source to abort or finish the copy, best effort:
+// the copy's report (or, when it never comes, the stall timeout) ends it.
+func (c *Conductor) actStopCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	err := c.call(a.Host, func(api ComputeAPI) error {
+		if a.Kind == migration.AbortCopy {
+			return api.AbortLiveMigration(ctx, inst.UUID)
+		}
+		return api.ForceCompleteLiveMigration(ctx, inst.UUID)
+	})
+	if err != nil {
+		c.log.Warn("asking the source to stop or finish the copy", "migration", m.ID, "action", a.Kind, "err", err)
+	}
+	return noAnswer, false, nil
+}
+
+func (c *Conductor) actPostSource(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtSource(ctx, inst) }); err != nil {
+		return failed(migration.StepFailed, err)
+	}
+	return answer(migration.SourceDone)
+}
+
+func (c *Conductor) actPostDest(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtDestination(ctx, inst) }); err != nil {
+		return failed(migration.StepFailed, err)
+	}
+	return answer(migration.DestDone)
+}
+
+func (c *Conductor) actFinish(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, AnyConsumerGeneration: true}); err != nil {
+		return noAnswer, false, fmt.Errorf("deleting the migration consumer's allocation: %w", err)
+	}
+	return answer(migration.Finished)
+}
+
+// actRollbackDest: a destination that cannot roll back (it is down) is
+// not waited for: the reason goes in the record, and the destination's
+// audit removes the guest no instance of its host claims.
+func (c *Conductor) actRollbackDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.RollbackLiveMigrationAtDestination(ctx, inst) }); err != nil {
+		c.log.Warn("rollback at destination failed; left for its audit", "migration", m.ID, "dest", a.Host, "err", err)
+		return migration.Event{Kind: migration.DestRolledBack, Err: fmt.Sprintf("rollback at destination %s failed (left for its audit): %v", a.Host, err)}, true, nil
+	}
+	return answer(migration.DestRolledBack)
+}
+
+func (c *Conductor) actSettle(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.settleInstance(ctx, inst, a.Host); err != nil {
+		return noAnswer, false, err
+	}
+	return noAnswer, false, nil
 }
 
 func (c *Conductor) call(host string, f func(ComputeAPI) error) error {
@@ -376,7 +498,7 @@ func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) 
 	})
 }
 
-func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, host string) {
+func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, host string) error {
 	err := retryConflicts(func() error {
 		cur, err := c.store.GetInstance(ctx, inst.UUID)
 		if err != nil {
@@ -390,8 +512,9 @@ func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, h
 		return err
 	})
 	if err != nil {
-		c.log.Error("settling instance after migration", "instance", inst.UUID, "err", err)
+		return fmt.Errorf("settling instance %s after its migration: %w", inst.UUID, err)
 	}
+	return nil
 }
 
 // acquireSlot takes one of the source's max_concurrent_live_migrations

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"keel/internal/boot"
 	"keel/internal/migration"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -48,18 +49,83 @@ func (c *Conductor) Sweep(ctx context.Context) (int, error) {
 	return c.resume(ctx, false)
 }
 
-// resume resumes the active migrations this conductor may take: at start
-// (Recover) also the unowned ones and its own.
+// resume resumes the boots and active migrations this conductor may take:
+// at start (Recover) also the unowned ones and its own.
 func (c *Conductor) resume(ctx context.Context, atStart bool) (int, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
-	if err != nil {
-		return 0, fmt.Errorf("recovering migrations: %w", err)
-	}
 	var live map[string]bool
 	if c.cfg.Owner != "" {
+		var err error
 		if live, err = c.liveReplicas(ctx); err != nil {
 			return 0, err
 		}
+	}
+	nb, err := c.resumeBoots(ctx, live, atStart)
+	if err != nil {
+		return nb, err
+	}
+	nm, err := c.resumeMigrations(ctx, live, atStart)
+	return nb + nm, err
+}
+
+// resumeBoots resumes the boots this conductor may take (see mayTake).
+func (c *Conductor) resumeBoots(ctx context.Context, live map[string]bool, atStart bool) (int, error) {
+	insts, err := c.store.ListInstances(ctx, "")
+	if err != nil {
+		return 0, fmt.Errorf("recovering boots: %w", err)
+	}
+	n := 0
+	for _, in := range insts {
+		if in.VMState != records.VMBuilding || in.TaskState == records.TaskDeleting {
+			continue
+		}
+		if c.cfg.Owner != "" {
+			if !c.mayTakeOwned(in.Owner, live, atStart) {
+				continue
+			}
+			if in.Owner != c.cfg.Owner {
+				won, err := c.takeOverBoot(ctx, in)
+				if err != nil {
+					c.log.Error("taking a boot over", "instance", in.UUID, "owner", in.Owner, "err", err)
+					continue
+				}
+				if !won {
+					continue
+				}
+			}
+		}
+		ev := boot.Event{Kind: boot.Resume}
+		if in.BuildPhase == "" {
+			ev.Kind = boot.Start // created, never stepped
+		}
+		c.log.Info("resuming boot", "instance", in.UUID, "phase", in.BuildPhase, "host", in.Host, "previous_owner", in.Owner, "at_start", atStart)
+		if _, err := c.StepBoot(ctx, in.UUID, ev); err != nil {
+			c.log.Error("resuming boot", "instance", in.UUID, "err", err)
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
+// takeOverBoot makes this replica the owner of a boot with a versioned
+// update; false when the record changed meanwhile.
+func (c *Conductor) takeOverBoot(ctx context.Context, in records.Instance) (bool, error) {
+	prev := in.Owner
+	in.Owner, in.UpdatedAt = c.cfg.Owner, c.clock.Now()
+	if _, err := c.store.UpdateInstance(ctx, in); placement.IsConflict(err) || isNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("taking the boot of %s over: %w", in.UUID, err)
+	}
+	c.log.Info("took boot over", "instance", in.UUID, "previous_owner", prev, "owner", c.cfg.Owner)
+	return true, nil
+}
+
+// resumeMigrations resumes the active migrations this conductor may take.
+func (c *Conductor) resumeMigrations(ctx context.Context, live map[string]bool, atStart bool) (int, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("recovering migrations: %w", err)
 	}
 	n := 0
 	for _, m := range ms {
@@ -95,13 +161,18 @@ func (c *Conductor) resume(ctx context.Context, atStart bool) (int, error) {
 // mayTake reports whether this replica may resume m: one whose owner is
 // dead, and at start also an unowned one or its own.
 func (c *Conductor) mayTake(m records.Migration, live map[string]bool, atStart bool) bool {
+	return c.mayTakeOwned(m.Owner, live, atStart)
+}
+
+// mayTakeOwned is mayTake for a flow owned by owner.
+func (c *Conductor) mayTakeOwned(owner string, live map[string]bool, atStart bool) bool {
 	switch {
-	case m.Owner == c.cfg.Owner:
+	case owner == c.cfg.Owner:
 		return atStart // a live replica already drives its own
-	case m.Owner == "":
+	case owner == "":
 		return atStart
 	default:
-		return !live[m.Owner]
+		return !live[owner]
 	}
 }
 
@@ -172,10 +243,18 @@ func (c *Conductor) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// RunOwnership heartbeats every HeartbeatInterval and sweeps for dead
-// replicas' migrations every ServiceDownTime/2, on the conductor's clock,
-// until ctx ends. It does nothing without an owner.
+// RunOwnership sweeps for stalled flows (SweepStalled), and with an owner
+// heartbeats every HeartbeatInterval and sweeps for dead replicas' boots
+// and migrations every ServiceDownTime/2, on the conductor's clock, until
+// ctx ends.
 func (c *Conductor) RunOwnership(ctx context.Context) {
+	c.repeat(ctx, c.sweepEvery(), func() {
+		if n, err := c.SweepStalled(ctx); err != nil {
+			c.log.Warn("sweeping for stalled boots and migrations", "err", err)
+		} else if n > 0 {
+			c.log.Info("ended or resumed stalled boots and migrations", "count", n)
+		}
+	})
 	if c.cfg.Owner == "" {
 		return
 	}

@@ -51,6 +51,10 @@ type DefaultGroup struct {
 	MaxConcurrentLiveMigrations int
 	ServiceDownTime             time.Duration // service_down_time (60 s)
 	ReportInterval              time.Duration // report_interval (10 s)
+	// InstanceBuildTimeout is instance_build_timeout (900 s; Nova's
+	// default 0 turns it off, as here): a boot still building after it
+	// ends in ERROR.
+	InstanceBuildTimeout time.Duration
 }
 
 // FilterSchedulerGroup is nova.conf's [filter_scheduler] group.
@@ -117,6 +121,10 @@ type KeelGroup struct {
 	// RPCTimeout is rpc_timeout (30 s): how long the conductor waits for an
 	// agent's answer before taking the agent for gone.
 	RPCTimeout time.Duration
+	// MigrationStallTimeout is migration_stall_timeout (300 s): a live
+	// migration whose memory copy reports no progress for this long is
+	// aborted and rolled back; 0 turns it off.
+	MigrationStallTimeout time.Duration
 	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
 	VCPUs    int
 	MemoryMB int
@@ -150,6 +158,7 @@ func Default() Config {
 			MaxConcurrentLiveMigrations: 1,
 			ServiceDownTime:             s.ServiceDownTime,
 			ReportInterval:              10 * time.Second,
+			InstanceBuildTimeout:        900 * time.Second,
 		},
 		FilterScheduler: FilterSchedulerGroup{
 			HostSubsetSize:              s.HostSubsetSize,
@@ -165,16 +174,17 @@ func Default() Config {
 			LiveMigrationTimeoutAction:     "abort",
 		},
 		Keel: KeelGroup{
-			Listen:     "127.0.0.1:8080",
-			DataDir:    "./.keel",
-			NATSListen: "127.0.0.1:0",
-			RPCTimeout: 30 * time.Second,
-			Driver:     "fake",
-			QEMUBinary: "qemu-system-x86_64",
-			VCPUs:      32,
-			MemoryMB:   131072,
-			DiskGB:     2000,
-			Policy:     scheduler.PolicyClaim,
+			Listen:                "127.0.0.1:8080",
+			DataDir:               "./.keel",
+			NATSListen:            "127.0.0.1:0",
+			RPCTimeout:            30 * time.Second,
+			MigrationStallTimeout: 300 * time.Second,
+			Driver:                "fake",
+			QEMUBinary:            "qemu-system-x86_64",
+			VCPUs:                 32,
+			MemoryMB:              131072,
+			DiskGB:                2000,
+			Policy:                scheduler.PolicyClaim,
 		},
 		API: APIGroup{TokenTTL: 3600 * time.Second},
 	}

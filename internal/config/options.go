@@ -349,6 +349,8 @@ var options = slices.Concat([]*option{
 		"Seconds since a service's last heartbeat after which it is down; ComputeFilter skips hosts whose service is down. 0 turns the check off (keel only).").atLeast(0),
 	secondsOpt("DEFAULT", "report_interval", func(c *Config) *time.Duration { return &c.Default.ReportInterval },
 		"Seconds between a service's heartbeats (updates of its service record); 0 turns them off. Keep it well below service_down_time.").atLeast(0),
+	secondsOpt("DEFAULT", "instance_build_timeout", func(c *Config) *time.Duration { return &c.Default.InstanceBuildTimeout },
+		"Seconds a boot may take, from the request to the agent's report, before it ends in ERROR (its guest removed, its claim given back). Nova's default 0 turns it off; keel's is 900.").atLeast(0),
 
 	// [api]
 	secondsOpt("api", "token_ttl", func(c *Config) *time.Duration { return &c.API.TokenTTL },
@@ -398,6 +400,8 @@ var options = slices.Concat([]*option{
 		"Seconds the fake driver takes for pre_live_migration and post_live_migration_at_destination; 0 is at once.").atLeast(0),
 	secondsOpt("keel", "rpc_timeout", func(c *Config) *time.Duration { return &c.Keel.RPCTimeout },
 		"Seconds the conductor waits for an agent's answer before taking the agent for gone.").atLeast(1),
+	secondsOpt("keel", "migration_stall_timeout", func(c *Config) *time.Duration { return &c.Keel.MigrationStallTimeout },
+		"Seconds a live migration's memory copy may go without a progress report from its source before the copy is aborted and the migration rolled back (a source that crashed or was cut off after an abort); 0 turns it off.").atLeast(0),
 	intOpt("keel", "vcpus", func(c *Config) *int { return &c.Keel.VCPUs },
 		"The fake host's physical CPUs.").atLeast(1),
 	intOpt("keel", "memory_mb", func(c *Config) *int { return &c.Keel.MemoryMB },

@@ -31,4 +31,10 @@
 // Abort (DELETE /servers/{id}/migrations/{mid}) is accepted while queued,
 // preparing or running in copy, and ends the migration cancelled; force
 // complete is accepted in copy only.
+//
+// Nothing stays stuck: Resume (recovery, or the sweep of a step that
+// stalled) repeats or rolls back every phase; Stalled (no report from the
+// source for migration_stall_timeout) aborts the copy and rolls back; and
+// Reset, an operator's way out, ends any phase in error — rolled back
+// before the guest moved, finished on the destination after.
 package migration

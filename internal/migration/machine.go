@@ -47,10 +47,22 @@ const (
 	Reverted       EventKind = "reverted"
 	Abort          EventKind = "abort"
 	ForceComplete  EventKind = "force-complete"
-	// Resume is fed by recovery after a restart of the server: the step in
-	// flight may or may not have happened, so each phase either repeats its
-	// (idempotent) action or, before the copy, rolls back.
+	// Resume is fed by recovery after a restart of the server, and by the
+	// sweep for a migration whose step stalled (an action could not be
+	// done): the step in flight may or may not have happened, so each
+	// phase either repeats its (idempotent) action or, before the copy,
+	// rolls back.
 	Resume EventKind = "resume"
+	// Stalled is fed by the sweep when the memory copy has gone without a
+	// report from the source for migration_stall_timeout (the source
+	// crashed or was cut off, perhaps after an abort): the copy is
+	// aborted, best effort, and the migration rolled back.
+	Stalled EventKind = "stalled"
+	// Reset is an operator's way out of a migration a bug left stuck
+	// (`keel migration reset`): before the guest moved it is rolled back,
+	// after it the migration is finished on the destination; either way it
+	// ends in error.
+	Reset EventKind = "reset"
 )
 
 // Event is something that happened to a migration.
@@ -201,9 +213,72 @@ var transitions = map[transitionKey]transition{
 	{PhaseFinish, Resume}:       repeat(FinishAllocations, func(records.Migration) string { return "" }),
 	{PhaseRollbackDest, Resume}: repeat(RollbackAtDest, func(m records.Migration) string { return m.DestHost }),
 	{PhaseRevert, Resume}:       repeat(RevertAllocations, func(records.Migration) string { return "" }),
+
+	{PhaseCopy, Stalled}: stalled,
+
+	{PhaseSchedule, Reset}:     resetBeforeCopy,
+	{PhaseCheck, Reset}:        resetBeforeCopy,
+	{PhaseRelease, Reset}:      resetBeforeCopy,
+	{PhaseQueue, Reset}:        resetBeforeCopy,
+	{PhasePrepare, Reset}:      resetPrepared,
+	{PhaseCopy, Reset}:         resetCopy,
+	{PhasePostSource, Reset}:   resetAfterCopy,
+	{PhasePostDest, Reset}:     resetAfterCopy,
+	{PhaseFinish, Reset}:       resetAfterCopy,
+	{PhaseRollbackDest, Reset}: resetRollback,
+	{PhaseRevert, Reset}:       resetRollback,
 }
 
-const interrupted = "interrupted by a restart of the server before the memory copy began"
+const resetByOperator = "reset by an operator"
+
+// stalled: no report from the source for too long. Ask it to stop
+// copying (it may be back, or never hear), and roll the destination back.
+func stalled(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	next, acts := releasing(rollback(m, records.MigrationError, "no progress report from the source "+m.SourceHost+": "+ev.Err+"; the copy was aborted and rolled back"))
+	return next, append([]Action{{Kind: AbortCopy, Host: m.SourceHost}}, acts...)
+}
+
+// resetBeforeCopy: nothing has moved; give the destination claim back.
+func resetBeforeCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	next, acts := releasing(m, nil)
+	next.Phase, next.Outcome, next.Error = PhaseRevert, records.MigrationError, resetByOperator
+	return next, append(acts, Action{Kind: RevertAllocations})
+}
+
+// resetPrepared: the destination may be set up; roll it back.
+func resetPrepared(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return releasing(rollback(m, records.MigrationError, resetByOperator))
+}
+
+// resetCopy: stop the copy, best effort, and roll back.
+func resetCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	next, acts := releasing(rollback(m, records.MigrationError, resetByOperator))
+	return next, append([]Action{{Kind: AbortCopy, Host: m.SourceHost}}, acts...)
+}
+
+// resetAfterCopy: the guest runs on the destination; finish there.
+func resetAfterCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase, m.Outcome, m.Error = PhaseFinish, records.MigrationError, resetByOperator
+	return m, []Action{{Kind: FinishAllocations}}
+}
+
+// resetRollback: already rolling back; repeat the step in flight.
+func resetRollback(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Outcome, m.Error = records.MigrationError, joinReason(m.Error, resetByOperator)
+	if m.Phase == PhaseRollbackDest {
+		return m, []Action{{Kind: RollbackAtDest, Host: m.DestHost}}
+	}
+	return m, []Action{{Kind: RevertAllocations}}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+const interrupted = "interrupted by a restart of the server, or by a step that could not be done, before the memory copy began"
 
 // resumeBeforeCopy: nothing has moved yet; give the destination claim
 // back (a no-op if the claim never committed) and end in error.
@@ -212,9 +287,10 @@ func resumeBeforeCopy(_ Machine, m records.Migration, _ Event) (records.Migratio
 	return m, []Action{{Kind: RevertAllocations}}
 }
 
-// resumePrepare: pre_live_migration may have set the destination up.
+// resumePrepare: pre_live_migration may have set the destination up. The
+// source slot is freed (a no-op after a restart, which lost it).
 func resumePrepare(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
-	return rollback(m, records.MigrationError, interrupted)
+	return releasing(rollback(m, records.MigrationError, interrupted))
 }
 
 // resumeCopy: the copy runs on the source agent, which reports its end
@@ -384,7 +460,13 @@ func finished(_ Machine, m records.Migration, _ Event) (records.Migration, []Act
 	return finish(m, records.MigrationCompleted, "", m.DestHost)
 }
 
-func destRolledBack(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+// destRolledBack: the destination rolled back, or could not (Err says
+// why; the record keeps it, and the destination's audit removes what is
+// left).
+func destRolledBack(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	if ev.Err != "" {
+		m.Error = joinReason(m.Error, ev.Err)
+	}
 	m.Phase = PhaseRevert
 	return m, []Action{{Kind: RevertAllocations}}
 }

@@ -452,7 +452,7 @@ func TestMachineScripts(t *testing.T) {
 
 var allEvents = []EventKind{
 	Start, Claimed, NoValidHost, CheckPassed, CheckFailed, Released, SlotAcquired, Prepared, PrepareFailed,
-	Progress, Copied, CopyFailed, SourceDone, DestDone, Finished, StepFailed, DestRolledBack, Reverted, Abort, ForceComplete,
+	Progress, Copied, CopyFailed, SourceDone, DestDone, Finished, StepFailed, DestRolledBack, Reverted, Abort, ForceComplete, Resume, Stalled, Reset,
 }
 
 // assertRefusesEverything checks that a terminal record takes no event.
@@ -652,7 +652,9 @@ func TestResumeAfterARestart(t *testing.T) {
 			{ev: Event{Kind: Resume}, wantStatus: records.MigrationQueued, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
 		}, rollBack...)},
 		{"prepare: undo what the destination set up", at(PhasePrepare, records.MigrationPreparing), append([]step{
-			{ev: Event{Kind: Resume}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRollbackDest, wantActions: []Action{act(RollbackAtDest, "dst")}},
+			// The slot is freed too: a no-op after a restart, and what a
+			// stalled migration on a live replica needs.
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRollbackDest, wantActions: []Action{act(ReleaseSlot, "src"), act(RollbackAtDest, "dst")}},
 			{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
 		}, rollBack...)},
 		{"copy: count the slot again and wait for the source's report", at(PhaseCopy, records.MigrationRunning), []step{
@@ -680,5 +682,66 @@ func TestResumeAfterARestart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { run(t, mc, tc.m, tc.script) })
+	}
+}
+
+// TestStalledAndReset: the sweep's Stalled in the copy, and an operator's
+// Reset in every phase, each to its end with the allocations put right.
+func TestStalledAndReset(t *testing.T) {
+	mc := Machine{MaxAttempts: 3}
+	at := func(phase, status string) records.Migration {
+		m := newMigration()
+		m.Phase, m.Status, m.DestHost = phase, status, "dst"
+		return m
+	}
+	back := []step{
+		{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationRunning, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "src")}},
+	}
+	cases := []struct {
+		name   string
+		m      records.Migration
+		script []step
+		reason string
+	}{
+		{"stalled copy: abort, free the slot, roll back", at(PhaseCopy, records.MigrationRunning), append([]step{
+			{ev: Event{Kind: Stalled, Err: "none for 5m0s"}, wantStatus: records.MigrationRunning, wantPhase: PhaseRollbackDest,
+				wantActions: []Action{act(AbortCopy, "src"), act(ReleaseSlot, "src"), act(RollbackAtDest, "dst")}},
+		}, back...), "no progress report from the source src: none for 5m0s"},
+		{"reset while queued", at(PhaseQueue, records.MigrationQueued), []step{
+			{ev: Event{Kind: Reset}, wantStatus: records.MigrationQueued, wantPhase: PhaseRevert, wantActions: []Action{act(ReleaseSlot, "src"), act(RevertAllocations, "")}},
+			{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "src")}},
+		}, resetByOperator},
+		{"reset while preparing", at(PhasePrepare, records.MigrationPreparing), []step{
+			{ev: Event{Kind: Reset}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRollbackDest, wantActions: []Action{act(ReleaseSlot, "src"), act(RollbackAtDest, "dst")}},
+			{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+			{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "src")}},
+		}, resetByOperator},
+		{"reset during the copy", at(PhaseCopy, records.MigrationRunning), append([]step{
+			{ev: Event{Kind: Reset}, wantStatus: records.MigrationRunning, wantPhase: PhaseRollbackDest,
+				wantActions: []Action{act(AbortCopy, "src"), act(ReleaseSlot, "src"), act(RollbackAtDest, "dst")}},
+		}, back...), resetByOperator},
+		{"reset after the copy finishes on the destination", at(PhasePostSource, records.MigrationRunning), []step{
+			{ev: Event{Kind: Reset}, wantStatus: records.MigrationRunning, wantPhase: PhaseFinish, wantActions: []Action{act(FinishAllocations, "")}},
+			{ev: Event{Kind: Finished}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "dst")}},
+		}, resetByOperator},
+		{"reset while reverting repeats the revert", at(PhaseRevert, records.MigrationRunning), []step{
+			{ev: Event{Kind: Reset}, wantStatus: records.MigrationRunning, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+			{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{act(SettleInstance, "src")}},
+		}, resetByOperator},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			end := run(t, mc, tc.m, tc.script)
+			if !strings.Contains(end.Error, tc.reason) {
+				t.Fatalf("error %q does not say %q", end.Error, tc.reason)
+			}
+		})
+	}
+	// Stalled is accepted only in the copy.
+	for _, phase := range []string{PhaseQueue, PhasePrepare, PhasePostSource, PhaseRevert} {
+		if _, _, err := mc.Step(at(phase, records.MigrationRunning), Event{Kind: Stalled}); err == nil {
+			t.Errorf("Stalled accepted in %s", phase)
+		}
 	}
 }

@@ -111,10 +111,11 @@ const (
 
 // Instance task states used by keel (Nova's task_state).
 const (
-	TaskNone      = ""
-	TaskMigrating = "migrating"
-	TaskSpawning  = "spawning"
-	TaskDeleting  = "deleting"
+	TaskNone       = ""
+	TaskMigrating  = "migrating"
+	TaskScheduling = "scheduling"
+	TaskSpawning   = "spawning"
+	TaskDeleting   = "deleting"
 )
 
 // Instance is a virtual machine's record.
@@ -152,6 +153,17 @@ type Instance struct {
 	// Version increments on every update; an update naming a stale version
 	// fails with a conflict (optimistic concurrency between servers).
 	Version int64 `json:"version"`
+
+	// The boot's own record (package boot), while the instance builds:
+	// BuildPhase is the step in flight ("" once the boot ended);
+	// BuildAttempts counts the hosts claimed; RequestedZone and ForcedHost
+	// are what the request asked, kept so a resumed boot asks the same;
+	// Owner is the keel server replica driving the boot.
+	BuildPhase    string `json:"build_phase,omitempty"`
+	BuildAttempts int    `json:"build_attempts,omitempty"`
+	RequestedZone string `json:"requested_zone,omitempty"`
+	ForcedHost    string `json:"forced_host,omitempty"`
+	Owner         string `json:"owner,omitempty"`
 }
 
 // Migration statuses, Nova's names.

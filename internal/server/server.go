@@ -129,6 +129,8 @@ func (s *Server) start(ctx context.Context) error {
 		Owner:                       name,
 		ServiceDownTime:             cfg.Default.ServiceDownTime,
 		HeartbeatInterval:           cfg.Default.ReportInterval,
+		BuildTimeout:                cfg.Default.InstanceBuildTimeout,
+		CopyStallTimeout:            cfg.Keel.MigrationStallTimeout,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
@@ -136,7 +138,7 @@ func (s *Server) start(ctx context.Context) error {
 	if n, err := s.cond.Recover(ctx); err != nil {
 		return err
 	} else if n > 0 {
-		s.log.Info("resumed migrations interrupted by a restart", "count", n)
+		s.log.Info("resumed boots and migrations interrupted by a restart", "count", n)
 	}
 	// Heartbeats and the sweep for dead replicas' migrations run until
 	// Close.

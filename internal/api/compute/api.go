@@ -138,7 +138,15 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.setVersionHeaders(w, v)
-	r = r.WithContext(context.WithValue(r.Context(), keyVersion, v))
+	ctx := r.Context()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// A request that changes something runs to its end whether or not
+		// the client still waits (an openstackclient timeout, a load
+		// balancer): half a boot or half a move, or an instance action
+		// never recorded, is worse than an answer nobody reads.
+		ctx = context.WithoutCancel(ctx)
+	}
+	r = r.WithContext(context.WithValue(ctx, keyVersion, v))
 	if miss, status, allow := httproute.Miss(a.mux, r); miss {
 		if allow != "" {
 			w.Header().Set("Allow", allow)
