@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"keel/internal/boot"
@@ -175,4 +176,19 @@ func (c *Conductor) tryBootLock(uuid string) (func(), bool) {
 	}
 	c.mu.Unlock()
 	return c.bootLock(uuid), true
+}
+
+// HeldSlots returns, by source host, the migrations holding one of its
+// max_concurrent_live_migrations slots on this replica (a copy).
+func (c *Conductor) HeldSlots() map[string][]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string][]int64, len(c.slots))
+	for host, ids := range c.slots {
+		for id := range ids {
+			out[host] = append(out[host], id)
+		}
+		slices.Sort(out[host])
+	}
+	return out
 }
