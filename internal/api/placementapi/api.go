@@ -217,7 +217,21 @@ const (
 	// Deleting a provider with allocations, or with children.
 	codeProviderInUse      = "placement.resource_provider.inuse"
 	codeCannotDeleteParent = "placement.resource_provider.cannot_delete_parent"
+	// Query parameters: given twice, a bad value, a missing value.
+	codeDuplicateKey      = "placement.query.duplicate_key"
+	codeQueryBadValue     = "placement.query.bad_value"
+	codeQueryMissingValue = "placement.query.missing_value"
+	codeProviderNotFound  = "placement.resource_provider.not_found"
 )
+
+// normUUID returns u in the canonical dashed lower-case form when it is a
+// UUID in any form Placement accepts (dashless among them), u otherwise.
+func normUUID(u string) string {
+	if id, err := uuid.Parse(u); err == nil {
+		return id.String()
+	}
+	return u
+}
 
 // genString renders a generation for a conflict message ("null" for
 // none, as Placement's JSON would).
@@ -328,19 +342,27 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	return nil
 }
 
-// parseResources reads "VCPU:1,MEMORY_MB:512".
+// parseResources reads "VCPU:1,MEMORY_MB:512" as Placement does (a
+// class given twice counts once, the last amount).
 func parseResources(s string) (placement.Resources, error) {
-	out := placement.Resources{}
-	if s == "" {
-		return out, nil
+	if strings.TrimSpace(s) == "" {
+		return nil, errorf(http.StatusBadRequest, "Badly formed resources parameter. Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. Got: empty string.")
 	}
+	out := placement.Resources{}
 	for _, part := range strings.Split(s, ",") {
-		rc, n, ok := strings.Cut(part, ":")
-		v, err := strconv.ParseInt(n, 10, 64)
-		if !ok || rc == "" || err != nil || v < 1 {
-			return nil, errorf(http.StatusBadRequest, "Badly formed resources parameter. Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. Got: %s.", s)
+		parts := strings.Split(part, ":")
+		if len(parts) != 2 {
+			return nil, errorf(http.StatusBadRequest, "Badly formed resources parameter. Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. Got: %s.", part)
 		}
-		out[placement.ResourceClass(rc)] += v
+		rc, n := parts[0], parts[1]
+		v, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "Requested resource %s expected positive integer amount. Got: %s.", rc, n)
+		}
+		if v < 1 {
+			return nil, errorf(http.StatusBadRequest, "Requested resource %s requires amount >= 1. Got: %d.", rc, v)
+		}
+		out[placement.ResourceClass(rc)] = v
 	}
 	return out, nil
 }

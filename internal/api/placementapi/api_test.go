@@ -232,7 +232,7 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 		Generation  int64 `json:"resource_provider_generation"`
 	}
 	if code, _ := send(t, srv, "PUT", "/placement/resource_providers/"+ext+"/inventories", "1.39", inv, &invOut); code != 200 || invOut.Generation != 1 ||
-		invOut.Inventories["VCPU"].MaxUnit != 4 || invOut.Inventories["VCPU"].AllocationRatio != 1 {
+		invOut.Inventories["VCPU"].MaxUnit != 2147483647 || invOut.Inventories["VCPU"].AllocationRatio != 1 {
 		t.Fatalf("put inventories: %d %+v", code, invOut)
 	}
 	if code, ec := send(t, srv, "PUT", "/placement/resource_providers/"+ext+"/inventories", "1.39", inv, nil); code != 409 || ec != "placement.concurrent_update" {
@@ -262,8 +262,8 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 	if code, ec := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 2, nil), nil); code != 409 || ec != "placement.concurrent_update" {
 		t.Errorf("stale consumer generation: %d %s", code, ec)
 	}
-	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 5, 1), nil); code != 400 {
-		t.Errorf("5 VCPU over max_unit 4: %d, want 400 (as Placement's allocation constraints)", code)
+	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 5, 1), nil); code != 409 {
+		t.Errorf("5 VCPU of a total of 4: %d, want 409 (as Placement's capacity check)", code)
 	}
 	if code, ec := send(t, srv, "PUT", "/placement/allocations/c4", "1.39", alloc(ext, 2, nil), nil); code != 409 {
 		t.Errorf("2 more VCPU where 1 is free: %d %s, want 409", code, ec)

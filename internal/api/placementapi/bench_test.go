@@ -2,6 +2,7 @@ package placementapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -98,6 +99,65 @@ func BenchmarkPutAllocations(b *testing.B) {
 				req.Header.Set("Content-Type", "application/json")
 				benchDo(b, req, 204)
 				i++
+			}
+		})
+	}
+}
+
+// BenchmarkCandidatesTree1000 is the issue's nested case: 1,000 compute
+// nodes without inventory of their own, each with two NUMA children
+// (VCPU 32 ×4.0, MEMORY_MB 131072), and one provider per 100 nodes
+// sharing DISK_GB 100000 with them through an aggregate; the request is
+// a NUMA cell's CPU and memory as a granular group and disk unnamed:
+// 2,000 candidates, each spanning a tree and a sharing provider.
+func BenchmarkCandidatesTree1000(b *testing.B) {
+	for name, open := range benchStores(b) {
+		b.Run(name, func(b *testing.B) {
+			st := open()
+			ctx := context.Background()
+			vcpu := placement.NewInventory(32)
+			vcpu.AllocationRatio = 4
+			for s := range 10 {
+				agg := fmt.Sprintf("a66a66a6-0000-4000-8000-%012d", s)
+				if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("5ba5ed00-0000-4000-8000-%012d", s), Name: fmt.Sprintf("shared%02d", s),
+					Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100000)},
+					Traits:      []string{placement.SharesViaAggregate}, Aggregates: []string{agg}}); err != nil {
+					b.Fatal(err)
+				}
+				for i := s * 100; i < s*100+100; i++ {
+					root := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+					if _, err := st.CreateProvider(ctx, placement.Provider{UUID: root, Name: fmt.Sprintf("cn%04d", i),
+						Inventories: placement.Inventories{}, Aggregates: []string{agg}}); err != nil {
+						b.Fatal(err)
+					}
+					for n := range 2 {
+						if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("%08x-0000-4000-8000-00000000000%d", i, n+1), Name: fmt.Sprintf("cn%04d-numa%d", i, n),
+							ParentUUID: root, Inventories: placement.Inventories{placement.VCPU: vcpu, placement.MemoryMB: placement.NewInventory(131072)}}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			srv := httptest.NewServer(placementapi.New(st, func(*http.Request) bool { return true }))
+			b.Cleanup(srv.Close)
+			req, _ := http.NewRequest("GET", srv.URL+"/placement/allocation_candidates?resources=DISK_GB:20&resources1=VCPU:2,MEMORY_MB:4096&group_policy=none", nil)
+			req.Header.Set("OpenStack-API-Version", "placement 1.39")
+			size := benchDo(b, req, 200)
+			var ac struct {
+				AllocationRequests []any `json:"allocation_requests"`
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil || len(ac.AllocationRequests) != 2000 {
+				b.Fatalf("%d candidates (%v), want 2000", len(ac.AllocationRequests), err)
+			}
+			resp.Body.Close()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for b.Loop() {
+				benchDo(b, req, 200)
 			}
 		})
 	}

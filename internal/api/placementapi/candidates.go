@@ -2,74 +2,57 @@ package placementapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/google/uuid"
 
 	"keel/internal/placement"
 )
 
-// candidatesSince says from which microversion GET /allocation_candidates
-// takes each parameter. group_policy is accepted and has nothing to do:
-// keel answers only the unnamed request group.
-var candidatesSince = map[string]int{
-	"resources": 10, "limit": 16, "required": 17, "member_of": 21, "group_policy": 25,
-	"in_tree": 31, "root_required": 35,
-}
-
-// candidates is GET /allocation_candidates (1.10): every provider that can
-// hold the whole request on its own, passes the trait, aggregate and tree
-// filters, in name order, cut at limit. (Placement returns its first N
-// too unless randomize_allocation_candidates is configured; keel does not
-// randomise, so equal requests get equal answers.) Providers do not share
-// a request across a tree: each allocation request names one provider.
+// candidates is GET /allocation_candidates (1.10): the ways to satisfy
+// the request groups (resources, required, member_of, in_tree, each
+// unnamed or suffixed from 1.25), combined per provider tree with the
+// providers sharing with it, as Placement combines them (see
+// placement.Forest.Candidates), cut at limit. (Placement returns its first
+// N too unless randomize_allocation_candidates is configured; keel does
+// not randomise, so equal requests get equal answers.)
+//
+// When only the unnamed group is asked for and no provider has a parent
+// or shares its inventory, every candidate is one provider: that common
+// case takes a faster path whose per-provider findings are remembered
+// across requests (memo).
 func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) error {
 	if err := needs(minor, 10); err != nil {
 		return err
 	}
-	for k := range r.URL.Query() {
-		if granular(k) && minor >= 25 {
-			return errorf(http.StatusBadRequest, "Invalid query string parameters: keel answers only the unnamed request group; %q names a granular group", k)
-		}
-	}
-	f, err := a.parseFilter(r, minor, candidatesSince)
+	cq, err := a.parseCandidates(r, minor)
 	if err != nil {
 		return err
-	}
-	if !f.hasResources {
-		return errorf(http.StatusBadRequest, "'resources' is a required query parameter")
-	}
-	limit := -1
-	if l := r.URL.Query().Get("limit"); r.URL.Query().Has("limit") {
-		if limit, err = strconv.Atoi(l); err != nil || limit < 1 {
-			return errorf(http.StatusBadRequest, "Invalid query string parameters: limit must be a positive integer, got %q", l)
-		}
 	}
 	v, err := a.views.get(r.Context())
 	if err != nil {
 		return err
 	}
-	// The filters but resources are cheap; the resource check and the
-	// answer's two parts per provider are remembered on the provider's
-	// entry for this request (see memo), so after a claim only the claimed
-	// provider is checked and rendered again.
-	others := *f
-	others.hasResources = false
-	key := memoKey(f.resources, minor)
-	var found []*entry
-	for _, s := range v.sorted {
-		if limit >= 0 && len(found) == limit {
-			break
-		}
-		if others.match(v, s) && s.memoFor(key, v, f.resources, minor).fits {
-			found = append(found, s)
-		}
+	if minor >= 15 {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
 	}
 	buf := answers.Get().(*[]byte)
-	body := encodeCandidates((*buf)[:0], v, found, key, f.resources, minor)
+	var body []byte
+	if len(cq.Groups) == 1 && cq.Groups[0].Suffix == "" && v.simple() {
+		body = a.simpleCandidates((*buf)[:0], v, cq, minor)
+	} else {
+		f := v.forest()
+		reqs, sums := f.Candidates(*cq)
+		body = encodeForest((*buf)[:0], v, reqs, sums, cq, minor)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
@@ -80,21 +63,282 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 	return nil
 }
 
+// simpleCandidates answers the unnamed group over providers that are
+// each a tree of their own: the filters but resources are cheap; the
+// resource check and the answer's two parts per provider are remembered
+// on the provider's entry for this request (see memo), so after a claim
+// only the claimed provider is checked and rendered again.
+func (a *API) simpleCandidates(b []byte, v *view, cq *placement.CandidateQuery, minor int) []byte {
+	g := cq.Groups[0]
+	others := providerFilter{inTree: g.InTree, traits: g.Traits, rootTraits: cq.RootTraits, aggregates: g.MemberOf}
+	key := memoKey(g.Resources, minor)
+	var found []*entry
+	for _, s := range v.sorted {
+		if cq.Limit > 0 && len(found) == cq.Limit {
+			break
+		}
+		if others.match(v, s) && s.memoFor(key, v, g.Resources, minor).fits {
+			found = append(found, s)
+		}
+	}
+	return encodeCandidates(b, v, found, key, g.Resources, minor)
+}
+
+// groupKey splits a granular query key (resources1, required_NET, …) into
+// its parameter and suffix; ok is false for any other key. Suffixes are
+// numbers before 1.33, then 1–64 of [a-zA-Z0-9_-].
+func groupKey(k string, minor int) (param, suffix string, ok bool) {
+	for _, p := range []string{"resources", "required", "member_of", "in_tree"} {
+		if !strings.HasPrefix(k, p) {
+			continue
+		}
+		if p == "in_tree" && minor < 31 {
+			return "", "", false
+		}
+		sfx := k[len(p):]
+		if sfx == "" {
+			return p, "", true
+		}
+		if minor < 25 {
+			return "", "", false
+		}
+		if minor < 33 {
+			if sfx[0] < '1' || sfx[0] > '9' || strings.TrimLeft(sfx, "0123456789") != "" {
+				return "", "", false
+			}
+			return p, sfx, true
+		}
+		if len(sfx) > 64 || strings.TrimLeft(sfx, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+			return "", "", false
+		}
+		return p, sfx, true
+	}
+	return "", "", false
+}
+
+// parseCandidates reads GET /allocation_candidates' query as Placement's
+// schema and request-group parsing do at minor, in the same order, with
+// the same status and error codes.
+func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQuery, error) {
+	q := r.URL.Query()
+	for k := range q {
+		switch {
+		case k == "limit" && minor >= 16, k == "group_policy" && minor >= 25,
+			k == "root_required" && minor >= 35, k == "same_subtree" && minor >= 36:
+		case minor < 25 && (k == "resources" || k == "required" && minor >= 17 || k == "member_of" && minor >= 21):
+		case minor >= 25:
+			if _, _, ok := groupKey(k, minor); !ok {
+				return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
+			}
+		default:
+			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
+		}
+	}
+	if minor < 25 && !q.Has("resources") {
+		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: 'resources' is a required property")
+	}
+	cq := &placement.CandidateQuery{NestedAware: minor >= 29}
+	if q.Has("limit") {
+		l := q["limit"][len(q["limit"])-1]
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || l[0] == '0' || strings.TrimLeft(l, "0123456789") != "" {
+			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: %q does not match '^[1-9][0-9]*$'", l)
+		}
+		cq.Limit = n
+	}
+	policy := ""
+	if q.Has("group_policy") {
+		policy = q["group_policy"][len(q["group_policy"])-1]
+		if policy != "none" && policy != "isolate" {
+			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: '%s' is not one of ['none', 'isolate']", policy)
+		}
+		cq.Isolate = policy == "isolate"
+	}
+	if vals := q["root_required"]; len(vals) > 0 {
+		if len(vals) > 1 {
+			return nil, &httpError{status: http.StatusBadRequest, code: codeDuplicateKey,
+				msg: "Query parameter 'root_required' may be specified only once."}
+		}
+		if strings.HasPrefix(vals[0], "in:") {
+			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39. Got: %s", vals[0])
+		}
+		rt, err := a.parseRequired(r, vals, "root_required", minor)
+		if err != nil {
+			return nil, err
+		}
+		var conflicts []string
+		for _, t := range rt.Required {
+			if slices.Contains(rt.Forbidden, t[0]) {
+				conflicts = append(conflicts, t[0])
+			}
+		}
+		if len(conflicts) > 0 {
+			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+				msg: "Conflicting required and forbidden traits found in root_required: " + strings.Join(conflicts, ", ")}
+		}
+		cq.RootTraits = rt
+	}
+	inSubtree := map[string]bool{}
+	for _, v := range q["same_subtree"] {
+		var set []string
+		for _, sfx := range strings.Split(v, ",") {
+			sfx = strings.TrimSpace(sfx)
+			if sfx == "" {
+				return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+					msg: "Empty string (unsuffixed group) can not be specified in `same_subtree` "}
+			}
+			if !slices.Contains(set, sfx) {
+				set = append(set, sfx)
+			}
+			inSubtree[sfx] = true
+		}
+		cq.SameSubtree = append(cq.SameSubtree, set)
+	}
+
+	groups := map[string]*placement.RequestGroup{}
+	group := func(sfx string) *placement.RequestGroup {
+		g := groups[sfx]
+		if g == nil {
+			g = &placement.RequestGroup{Suffix: sfx}
+			groups[sfx] = g
+		}
+		return g
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		param, sfx, ok := groupKey(k, minor)
+		if !ok {
+			continue
+		}
+		vals := q[k]
+		g := group(sfx)
+		switch param {
+		case "resources":
+			for _, v := range vals {
+				res, err := parseResources(v)
+				if err != nil {
+					return nil, err
+				}
+				g.Resources = res
+			}
+		case "required":
+			t, err := a.parseRequired(r, vals, k, minor)
+			if err != nil {
+				return nil, err
+			}
+			g.Traits = t
+		case "member_of":
+			m, err := parseMemberOf(vals, minor)
+			if err != nil {
+				return nil, err
+			}
+			g.MemberOf = m
+		case "in_tree":
+			for _, v := range vals {
+				u := strings.TrimSpace(v)
+				if _, err := uuid.Parse(u); err != nil {
+					return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Expected 'in_tree' parameter to be a format of uuid. Got: %s", v)
+				}
+				g.InTree = normUUID(u)
+			}
+		}
+	}
+	sfxs := slices.Sorted(maps.Keys(groups))
+	if minor >= 36 {
+		var resourceless []string
+		for _, sfx := range sfxs {
+			if len(groups[sfx].Resources) == 0 {
+				resourceless = append(resourceless, sfx)
+			}
+		}
+		if len(resourceless) == len(groups) {
+			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryMissingValue,
+				msg: "There must be at least one resources or resources[$S] parameter."}
+		}
+		var bad []string
+		for _, sfx := range resourceless {
+			if !inSubtree[sfx] {
+				bad = append(bad, sfx)
+			}
+		}
+		if len(bad) > 0 {
+			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+				msg: fmt.Sprintf("Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %q.", bad)}
+		}
+		for _, sfx := range slices.Sorted(maps.Keys(inSubtree)) {
+			if groups[sfx] == nil {
+				bad = append(bad, sfx)
+			}
+		}
+		if len(bad) > 0 {
+			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+				msg: fmt.Sprintf("Real suffixes should be specified in `same_subtree`: %q not found in %q.", bad, sfxs)}
+		}
+	} else {
+		var orphans []string
+		for _, sfx := range sfxs {
+			if g := groups[sfx]; len(g.Traits.Required) > 0 && len(g.Resources) == 0 {
+				orphans = append(orphans, "required"+sfx)
+			}
+		}
+		if len(orphans) > 0 {
+			return nil, errorf(http.StatusBadRequest, "All traits parameters must be associated with resources.  Found the following orphaned traits keys: %s", strings.Join(orphans, ", "))
+		}
+		for _, sfx := range sfxs {
+			if g := groups[sfx]; !g.MemberOf.Empty() && len(g.Resources) == 0 {
+				orphans = append(orphans, "member_of"+sfx)
+			}
+		}
+		if len(orphans) > 0 {
+			return nil, errorf(http.StatusBadRequest, "All member_of parameters must be associated with resources. Found the following orphaned member_of keys: %s", strings.Join(orphans, ", "))
+		}
+		for _, sfx := range sfxs {
+			if len(groups[sfx].Resources) == 0 {
+				return nil, errorf(http.StatusBadRequest, "All request groups must specify resources.")
+			}
+		}
+		if len(groups) == 0 {
+			return nil, errorf(http.StatusBadRequest, "At least one request group (`resources` or `resources{$S}`) is required.")
+		}
+	}
+	if minor >= 22 {
+		var conflicts []string
+		for _, sfx := range sfxs {
+			g := groups[sfx]
+			for _, anyOf := range g.Traits.Required {
+				if !slices.ContainsFunc(anyOf, func(t string) bool { return !slices.Contains(g.Traits.Forbidden, t) }) {
+					conflicts = append(conflicts, fmt.Sprintf("required%s: (%s)", sfx, strings.Join(slices.Sorted(slices.Values(anyOf)), ", ")))
+				}
+			}
+		}
+		if len(conflicts) > 0 {
+			slices.Sort(conflicts)
+			return nil, errorf(http.StatusBadRequest, "Conflicting required and forbidden traits found in the following traits keys: %s", strings.Join(conflicts, ", "))
+		}
+	}
+	if policy == "" && len(groups)-btoi(groups[""] != nil) > 1 {
+		return nil, errorf(http.StatusBadRequest, "The \"group_policy\" parameter is required when specifying more than one \"resources{N}\" parameter.")
+	}
+	for _, sfx := range sfxs {
+		g := groups[sfx]
+		if err := a.knownClasses(r, g.Resources); err != nil {
+			return nil, err
+		}
+		cq.Groups = append(cq.Groups, *g)
+	}
+	return cq, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // answers holds buffers for candidate answers (about 470 bytes per
 // provider): a fresh half-megabyte buffer per request would be zeroed and
 // collected each time.
 var answers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
-
-// granular reports whether a query key names a numbered or suffixed
-// request group (resources1, required_NET, …).
-func granular(k string) bool {
-	for _, p := range []string{"resources", "required", "member_of", "in_tree"} {
-		if strings.HasPrefix(k, p) && len(k) > len(p) && k != "required" {
-			return true
-		}
-	}
-	return false
-}
 
 // encodeCandidates writes the response by hand: it is the one large
 // answer (about 470 bytes per provider), and building maps for
@@ -267,4 +511,83 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// encodeForest writes the answer of a search over the view's forest:
+// each allocation request keyed by provider (a list before 1.12) with the
+// groups' mappings from 1.34, and the summaries of the providers sums
+// names.
+func encodeForest(b []byte, v *view, reqs []placement.AllocationRequest, sums []int, cq *placement.CandidateQuery, minor int) []byte {
+	want := placement.Resources{}
+	for _, g := range cq.Groups {
+		for rc, n := range g.Resources {
+			want[rc] += n
+		}
+	}
+	b = append(b, `{"allocation_requests":[`...)
+	for i, r := range reqs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if minor >= 12 {
+			b = append(b, `{"allocations":{`...)
+		} else {
+			b = append(b, `{"allocations":[`...)
+		}
+		for j := 0; j < len(r.Parts); {
+			p := r.Parts[j].Provider
+			if j > 0 {
+				b = append(b, ',')
+			}
+			if minor >= 12 {
+				b = append(b, v.sorted[p].quoted...)
+				b = append(b, `:{"resources":{`...)
+			} else {
+				b = append(b, `{"resource_provider":{"uuid":`...)
+				b = append(b, v.sorted[p].quoted...)
+				b = append(b, `},"resources":{`...)
+			}
+			for k := j; j < len(r.Parts) && r.Parts[j].Provider == p; j++ {
+				if j > k {
+					b = append(b, ',')
+				}
+				b = appendString(b, string(r.Parts[j].Class))
+				b = append(b, ':')
+				b = strconv.AppendInt(b, r.Parts[j].Amount, 10)
+			}
+			b = append(b, "}}"...)
+		}
+		if minor >= 12 {
+			b = append(b, '}')
+		} else {
+			b = append(b, ']')
+		}
+		if minor >= 34 {
+			b = append(b, `,"mappings":{`...)
+			for gi, g := range cq.Groups {
+				if gi > 0 {
+					b = append(b, ',')
+				}
+				b = appendString(b, g.Suffix)
+				b = append(b, ":["...)
+				for k, p := range r.Mappings[g.Suffix] {
+					if k > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, v.sorted[p].quoted...)
+				}
+				b = append(b, ']')
+			}
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"provider_summaries":{`...)
+	for i, p := range sums {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendSummary(b, v, v.sorted[p], want, minor)
+	}
+	return append(b, "}}\n"...)
 }

@@ -122,7 +122,7 @@ func TestPerClassInventories(t *testing.T) {
 	}
 	expect(t, srv, "GET", base+"/DISK_GB", "1.39", nil, 404, "", nil)
 	expect(t, srv, "PUT", base+"/DISK_GB", "1.39", map[string]any{"resource_provider_generation": 1, "total": 500, "reserved": 10}, 200, "", &inv)
-	if inv.Generation != 2 || inv.Total != 500 || inv.Reserved != 10 || inv.MaxUnit != 500 || inv.AllocationRatio != 1 {
+	if inv.Generation != 2 || inv.Total != 500 || inv.Reserved != 10 || inv.MaxUnit != 2147483647 || inv.AllocationRatio != 1 {
 		t.Errorf("PUT DISK_GB: %+v", inv)
 	}
 	expect(t, srv, "PUT", base+"/DISK_GB", "1.39", map[string]any{"resource_provider_generation": 1, "total": 400}, 409, "placement.concurrent_update", nil)
@@ -365,7 +365,7 @@ func TestAggregatesAndFilters(t *testing.T) {
 		{"candidates member_of before 1.21", cands("resources=VCPU:1&member_of="+agg1, "1.20"), "error placement.undefined_code"},
 		{"candidates in_tree", cands("resources=VCPU:1&in_tree="+h2, "1.31"), "h2"},
 		{"candidates root_required", cands("resources=VCPU:1&root_required=CUSTOM_GOLD", "1.35"), "h3"},
-		{"candidates granular", cands("resources1=VCPU:1", "1.39"), "error placement.undefined_code"},
+		{"candidates granular", cands("resources1=VCPU:1", "1.39"), "h1,h2,h3"},
 		{"candidates unknown parameter", cands("resources=VCPU:1&bogus=1", "1.39"), "error placement.undefined_code"},
 		{"candidates all filters", cands("resources=VCPU:1,MEMORY_MB:1024&member_of="+agg1+"&required=HW_CPU_X86_AVX2&limit=5", "1.39"), "h2"},
 	}

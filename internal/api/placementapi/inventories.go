@@ -19,12 +19,24 @@ type inventoryBody struct {
 	AllocationRatio *float64 `json:"allocation_ratio"`
 }
 
+// maxInt is the largest integer Placement's database holds (and the
+// default max_unit).
+const maxInt = 2147483647
+
 // inventory turns the body into an inventory with Placement's defaults.
 func (b inventoryBody) inventory(rc string) (placement.Inventory, error) {
 	if b.Total == nil {
 		return placement.Inventory{}, errorf(http.StatusBadRequest, "inventory of %s: 'total' is a required property", rc)
 	}
+	// Placement's schema bounds every integer field by its database's
+	// largest integer, which is also max_unit's default.
+	for name, v := range map[string]*int64{"total": b.Total, "reserved": b.Reserved, "min_unit": b.MinUnit, "max_unit": b.MaxUnit, "step_size": b.StepSize} {
+		if v != nil && *v > maxInt {
+			return placement.Inventory{}, errorf(http.StatusBadRequest, "JSON does not validate: %d is greater than the maximum of %d ('%s' of %s)", *v, maxInt, name, rc)
+		}
+	}
 	inv := placement.NewInventory(*b.Total)
+	inv.MaxUnit = maxInt
 	set := func(dst *int64, src *int64) {
 		if src != nil {
 			*dst = *src

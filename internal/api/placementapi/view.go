@@ -24,6 +24,48 @@ type view struct {
 	byUUID map[string]*entry
 	pos    map[string]int    // provider → its index in sorted
 	roots  map[string]string // provider → root of its tree
+	// sharing counts the providers with MISC_SHARES_VIA_AGGREGATE.
+	sharing int
+	// trees holds the view as a placement.Forest, made on first use.
+	trees *forestOnce
+}
+
+// forestOnce makes a view's placement.Forest once.
+type forestOnce struct {
+	once sync.Once
+	f    *placement.Forest
+}
+
+// simple reports whether every provider is a tree of its own and none
+// shares its inventory: allocation candidates are then single providers.
+func (v *view) simple() bool { return len(v.roots) == 0 && v.sharing == 0 }
+
+// forest returns the view's providers as a placement.Forest (in the
+// view's name order), made on the first call.
+func (v *view) forest() *placement.Forest {
+	v.trees.once.Do(func() {
+		ps := make([]placement.CandidateProvider, len(v.sorted))
+		for i, s := range v.sorted {
+			parent, ok := v.pos[s.ParentUUID]
+			if s.ParentUUID == "" || !ok {
+				parent = -1
+			}
+			root, ok := v.pos[v.root(s.UUID)]
+			if !ok {
+				root = i
+			}
+			ps[i] = placement.CandidateProvider{UUID: s.UUID, Parent: parent, Root: root,
+				Inventories: s.Inventories, Usage: s.Usage, Traits: s.Traits, Aggregates: s.Aggregates}
+		}
+		v.trees.f = placement.NewForest(ps)
+	})
+	return v.trees.f
+}
+
+// shares reports whether s carries MISC_SHARES_VIA_AGGREGATE.
+func (s *entry) shares() bool {
+	_, ok := slices.BinarySearch(s.Traits, placement.SharesViaAggregate)
+	return ok
 }
 
 // entry is one provider of a view, with what answers derive from it
@@ -146,9 +188,16 @@ func (v *view) replaced(seq int64, changed map[string]bool, sums []store.Provide
 			return nil
 		}
 	}
-	n := &view{seq: seq, sorted: slices.Clone(v.sorted), byUUID: maps.Clone(v.byUUID), pos: v.pos, roots: v.roots}
+	n := &view{seq: seq, sorted: slices.Clone(v.sorted), byUUID: maps.Clone(v.byUUID), pos: v.pos, roots: v.roots,
+		sharing: v.sharing, trees: &forestOnce{}}
 	for i := range sums {
 		e := newEntry(&sums[i])
+		if v.byUUID[e.UUID].shares() {
+			n.sharing--
+		}
+		if e.shares() {
+			n.sharing++
+		}
 		n.byUUID[e.UUID] = e
 		n.sorted[v.pos[e.UUID]] = e
 	}
@@ -170,9 +219,13 @@ func (c *viewCache) reload(ctx context.Context, last int64) (*view, error) {
 }
 
 func build(seq int64, byUUID map[string]*entry) *view {
-	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*entry, 0, len(byUUID)), pos: make(map[string]int, len(byUUID)), roots: map[string]string{}}
+	v := &view{seq: seq, byUUID: byUUID, sorted: make([]*entry, 0, len(byUUID)), pos: make(map[string]int, len(byUUID)), roots: map[string]string{},
+		trees: &forestOnce{}}
 	for _, s := range byUUID {
 		v.sorted = append(v.sorted, s)
+		if s.shares() {
+			v.sharing++
+		}
 	}
 	slices.SortFunc(v.sorted, func(a, b *entry) int {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {

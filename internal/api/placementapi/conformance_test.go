@@ -1,0 +1,412 @@
+package placementapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/api/placementapi"
+	"keel/internal/placementpeer"
+	"keel/internal/store/memory"
+)
+
+// side is one of the two placements a conformance test talks to.
+type side struct {
+	name string
+	base string // what paths are appended to
+}
+
+// answer is one response, read whole.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (s side) do(t *testing.T, method, path, version string, body any) answer {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Auth-Token", "admin")
+	if version != "" {
+		req.Header.Set("OpenStack-API-Version", "placement "+version)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %s %s: %v", s.name, method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: %s %s: %v", s.name, method, path, err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// conformance sends the same requests to OpenStack Placement 8.0 and to
+// keel and compares what comes back.
+type conformance struct {
+	t     *testing.T
+	sides [2]side // Placement, keel
+}
+
+func startConformance(t *testing.T) *conformance {
+	t.Helper()
+	if err := placementpeer.Available(); err != nil {
+		t.Fatalf("the conformance tests run OpenStack Placement 8.0: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	peer, err := placementpeer.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(peer.Stop)
+	srv := httptest.NewServer(placementapi.New(memory.New(), func(*http.Request) bool { return true }))
+	t.Cleanup(srv.Close)
+	return &conformance{t: t, sides: [2]side{{"placement", peer.URL}, {"keel", srv.URL + "/placement"}}}
+}
+
+// both sends a request to both and fails the test unless the statuses
+// (and, for errors from 1.23, the error codes) agree. body may be a
+// func(side) any, for bodies that name what each side answered before.
+func (c *conformance) both(method, path, version string, body any) [2]answer {
+	c.t.Helper()
+	var out [2]answer
+	for i, s := range c.sides {
+		b := body
+		if f, ok := body.(func(int) any); ok {
+			b = f(i)
+		}
+		out[i] = s.do(c.t, method, path, version, b)
+	}
+	if out[0].status != out[1].status {
+		c.t.Errorf("%s %s at %s: Placement %d %s, keel %d %s", method, path, version,
+			out[0].status, trim(out[0].body), out[1].status, trim(out[1].body))
+		return out
+	}
+	if out[0].status >= 400 && !strings.HasPrefix(version, "1.") || out[0].status >= 400 && minorOf(version) >= 23 {
+		if a, b := errorCode(out[0].body), errorCode(out[1].body); a != b {
+			c.t.Errorf("%s %s at %s: %d with code %q from Placement, %q from keel (%s)", method, path, version, out[0].status, a, b, trim(out[1].body))
+		}
+	}
+	return out
+}
+
+// same is both, and the JSON bodies must be equal once normalised
+// (lists whose order Placement leaves to chance sorted, links dropped).
+func (c *conformance) same(method, path, version string, body any) {
+	c.t.Helper()
+	out := c.both(method, path, version, body)
+	if out[0].status != out[1].status || out[0].status >= 300 || len(out[0].body) == 0 {
+		return
+	}
+	var a, b any
+	if err := json.Unmarshal(out[0].body, &a); err != nil {
+		c.t.Fatalf("Placement's answer to %s %s: %v", method, path, err)
+	}
+	if err := json.Unmarshal(out[1].body, &b); err != nil {
+		c.t.Fatalf("keel's answer to %s %s: %v: %s", method, path, err, out[1].body)
+	}
+	a, b = normalise(a), normalise(b)
+	if !reflect.DeepEqual(a, b) {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		c.t.Errorf("%s %s at %s:\nPlacement %s\nkeel      %s", method, path, version, ja, jb)
+	}
+}
+
+// generation reads a provider's generation on side i.
+func (c *conformance) generation(i int, uuid string) int64 {
+	c.t.Helper()
+	a := c.sides[i].do(c.t, "GET", "/resource_providers/"+uuid, "1.39", nil)
+	var p struct {
+		Generation int64 `json:"generation"`
+	}
+	if err := json.Unmarshal(a.body, &p); err != nil || a.status != 200 {
+		c.t.Fatalf("%s: provider %s: %d %s", c.sides[i].name, uuid, a.status, a.body)
+	}
+	return p.Generation
+}
+
+// minorOf reads the N of "1.N".
+func minorOf(version string) int {
+	var n int
+	fmt.Sscanf(strings.TrimPrefix(version, "1."), "%d", &n)
+	return n
+}
+
+func trim(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+func errorCode(body []byte) string {
+	var e struct {
+		Errors []struct {
+			Code string `json:"code"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Errors) == 0 {
+		return "(no error body)"
+	}
+	return e.Errors[0].Code
+}
+
+// normalise sorts what Placement builds from sets (lists of allocation
+// requests, mappings' and traits' lists) and drops links, whose prefix
+// depends on where each is mounted.
+func normalise(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if k == "links" {
+				continue
+			}
+			out[k] = normalise(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalise(e)
+		}
+		slices.SortFunc(out, func(a, b any) int {
+			ja, _ := json.Marshal(a)
+			jb, _ := json.Marshal(b)
+			return strings.Compare(string(ja), string(jb))
+		})
+		return out
+	}
+	return v
+}
+
+// Fixed names, so that both sides hold the same providers.
+const (
+	cfCN1   = "c0000001-0000-4000-8000-000000000000"
+	cfNUMA0 = "c0000001-0000-4000-8000-000000000010"
+	cfNUMA1 = "c0000001-0000-4000-8000-000000000011"
+	cfPF0   = "c0000001-0000-4000-8000-000000000100"
+	cfPF1   = "c0000001-0000-4000-8000-000000000101"
+	cfCN2   = "c0000002-0000-4000-8000-000000000000"
+	cfCN3   = "c0000003-0000-4000-8000-000000000000"
+	cfSS1   = "c00000ff-0000-4000-8000-000000000000"
+	cfAgg1  = "a0000000-0000-4000-8000-000000000001"
+	cfAgg2  = "a0000000-0000-4000-8000-000000000002"
+)
+
+// conformanceForest builds, on both sides: cn1, a root without
+// inventory (HW_CPU_X86_AVX2, in agg1) with two NUMA children holding
+// VCPU and MEMORY_MB (numa1 CUSTOM_GOLD), each with a PF child holding
+// SRIOV_NET_VF (pf0 CUSTOM_PHYSNET_A); cn2, a flat host in agg2 with its
+// own disk; cn3, a small flat host in agg1 without disk; and ss1, sharing
+// DISK_GB and CUSTOM_MAGIC with agg1. A consumer holds some of numa0.
+func conformanceForest(c *conformance) {
+	c.both("PUT", "/resource_classes/CUSTOM_MAGIC", "1.39", nil)
+	c.both("PUT", "/traits/CUSTOM_GOLD", "1.39", nil)
+	c.both("PUT", "/traits/CUSTOM_PHYSNET_A", "1.39", nil)
+	for _, p := range []struct{ uuid, name, parent string }{
+		{cfCN1, "cn1", ""}, {cfNUMA0, "cn1-numa0", cfCN1}, {cfNUMA1, "cn1-numa1", cfCN1},
+		{cfPF0, "cn1-numa0-pf0", cfNUMA0}, {cfPF1, "cn1-numa1-pf1", cfNUMA1},
+		{cfCN2, "cn2", ""}, {cfCN3, "cn3", ""}, {cfSS1, "ss1", ""},
+	} {
+		body := map[string]any{"uuid": p.uuid, "name": p.name}
+		if p.parent != "" {
+			body["parent_provider_uuid"] = p.parent
+		}
+		c.same("POST", "/resource_providers", "1.39", body)
+	}
+	inv := func(uuid string, invs map[string]any) {
+		c.same("PUT", "/resource_providers/"+uuid+"/inventories", "1.39", func(i int) any {
+			return map[string]any{"resource_provider_generation": c.generation(i, uuid), "inventories": invs}
+		})
+	}
+	total := func(n int) map[string]any { return map[string]any{"total": n} }
+	inv(cfNUMA0, map[string]any{"VCPU": total(4), "MEMORY_MB": total(2048)})
+	inv(cfNUMA1, map[string]any{"VCPU": total(4), "MEMORY_MB": total(2048)})
+	inv(cfPF0, map[string]any{"SRIOV_NET_VF": total(4)})
+	inv(cfPF1, map[string]any{"SRIOV_NET_VF": total(2)})
+	inv(cfCN2, map[string]any{"VCPU": total(8), "MEMORY_MB": total(4096), "DISK_GB": total(100)})
+	inv(cfCN3, map[string]any{"VCPU": total(2), "MEMORY_MB": total(1024)})
+	inv(cfSS1, map[string]any{"DISK_GB": total(1000), "CUSTOM_MAGIC": map[string]any{"total": 10, "max_unit": 4}})
+	traits := func(uuid string, ts ...string) {
+		c.same("PUT", "/resource_providers/"+uuid+"/traits", "1.39", func(i int) any {
+			return map[string]any{"resource_provider_generation": c.generation(i, uuid), "traits": ts}
+		})
+	}
+	traits(cfCN1, "HW_CPU_X86_AVX2")
+	traits(cfNUMA1, "CUSTOM_GOLD")
+	traits(cfPF0, "CUSTOM_PHYSNET_A")
+	traits(cfSS1, "MISC_SHARES_VIA_AGGREGATE")
+	aggs := func(uuid string, as ...string) {
+		c.same("PUT", "/resource_providers/"+uuid+"/aggregates", "1.39", func(i int) any {
+			return map[string]any{"resource_provider_generation": c.generation(i, uuid), "aggregates": as}
+		})
+	}
+	aggs(cfCN1, cfAgg1)
+	aggs(cfCN2, cfAgg2)
+	aggs(cfCN3, cfAgg1)
+	aggs(cfSS1, cfAgg1)
+	c.both("PUT", "/allocations/d0000000-0000-4000-8000-000000000001", "1.39", map[string]any{
+		"allocations": map[string]any{cfNUMA0: map[string]any{"resources": map[string]any{"VCPU": 3, "MEMORY_MB": 1024}}},
+		"project_id":  "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE",
+	})
+}
+
+// TestConformanceCandidates compares GET /allocation_candidates on trees,
+// sharing providers and granular groups with OpenStack Placement 8.0's.
+func TestConformanceCandidates(t *testing.T) {
+	c := startConformance(t)
+	conformanceForest(c)
+	ac := func(q string) string { return "/allocation_candidates?" + q }
+	for _, v := range []string{"1.10", "1.11", "1.12", "1.17", "1.26", "1.27", "1.28", "1.29", "1.33", "1.34", "1.39"} {
+		c.same("GET", ac("resources=VCPU:1"), v, nil)
+		c.same("GET", ac("resources=VCPU:1,MEMORY_MB:512"), v, nil)
+		c.same("GET", ac("resources=VCPU:1,DISK_GB:10"), v, nil)
+		c.same("GET", ac("resources=DISK_GB:10"), v, nil)
+	}
+	for _, q := range []string{
+		"resources=VCPU:1,SRIOV_NET_VF:2",
+		"resources=VCPU:1,SRIOV_NET_VF:3",
+		"resources=VCPU:1,CUSTOM_MAGIC:1",
+		"resources=VCPU:1,CUSTOM_MAGIC:5",
+		"resources=VCPU:2,MEMORY_MB:1024,DISK_GB:10",
+		"resources=VCPU:1&member_of=" + cfAgg1,
+		"resources=VCPU:1&member_of=!" + cfAgg1,
+		"resources=VCPU:1,DISK_GB:5&member_of=" + cfAgg1,
+		"resources=VCPU:1,DISK_GB:5&member_of=" + cfAgg2,
+		"resources=VCPU:1&required=CUSTOM_GOLD",
+		"resources=VCPU:1&required=!CUSTOM_GOLD",
+		"resources=VCPU:1&required=HW_CPU_X86_AVX2",
+		"resources=VCPU:1,SRIOV_NET_VF:1&required=CUSTOM_PHYSNET_A",
+		"resources=VCPU:1,SRIOV_NET_VF:1&required=CUSTOM_PHYSNET_A,CUSTOM_GOLD",
+		"resources=VCPU:1&required=in:CUSTOM_GOLD,HW_CPU_X86_AVX2",
+		"resources=VCPU:1&root_required=HW_CPU_X86_AVX2",
+		"resources=VCPU:1&root_required=!HW_CPU_X86_AVX2",
+		"resources=VCPU:1&in_tree=" + cfNUMA1,
+		"resources=VCPU:1,DISK_GB:1&in_tree=" + cfCN3,
+		"resources=VCPU:1&in_tree=" + cfSS1,
+		"resources1=VCPU:1&resources2=VCPU:1&group_policy=isolate",
+		"resources1=VCPU:1&resources2=VCPU:1&group_policy=none",
+		"resources1=VCPU:1&resources2=SRIOV_NET_VF:1&group_policy=none",
+		"resources1=VCPU:1&resources2=SRIOV_NET_VF:1&group_policy=isolate&same_subtree=1,2",
+		"resources=MEMORY_MB:256&resources1=VCPU:1&resources2=DISK_GB:10&group_policy=none",
+		"resources_CPU=VCPU:1,MEMORY_MB:512&resources_NET=SRIOV_NET_VF:1&required_NET=CUSTOM_PHYSNET_A&group_policy=isolate",
+		"resources_CPU=VCPU:1&required_CPU=CUSTOM_GOLD&resources_NET=SRIOV_NET_VF:1&group_policy=none&same_subtree=_CPU,_NET",
+		"resources_CPU=VCPU:1&resources_NET=SRIOV_NET_VF:1&group_policy=none&same_subtree=_CPU,_NET",
+		"resources_A=VCPU:1&required_B=CUSTOM_PHYSNET_A&group_policy=none&same_subtree=_A,_B",
+		"resources1=VCPU:1&in_tree1=" + cfCN1 + "&resources2=DISK_GB:10&group_policy=none",
+		"resources1=VCPU:1&member_of1=" + cfAgg1 + "&group_policy=none",
+		// (Not group_policy=isolate here: Placement 8.0 then adds a
+		// granular group's amount into the unnamed group's record it
+		// shares, so its later candidates carry sums of earlier ones.)
+		"resources=VCPU:1&resources1=VCPU:1&group_policy=none&root_required=HW_CPU_X86_AVX2",
+		"resources=VCPU:1&resources1=VCPU:1&required1=!CUSTOM_GOLD&group_policy=isolate",
+	} {
+		for _, v := range []string{"1.29", "1.36", "1.39"} {
+			c.same("GET", ac(q), v, nil)
+		}
+	}
+	// limit keeps the first N, in an order Placement leaves to its
+	// database: the count must agree.
+	for _, q := range []string{"resources=VCPU:1&limit=2", "resources=VCPU:1,DISK_GB:1&limit=1", "resources1=VCPU:1&resources2=VCPU:1&group_policy=none&limit=3"} {
+		out := c.both("GET", ac(q), "1.39", nil)
+		var n [2]struct {
+			AllocationRequests []any `json:"allocation_requests"`
+		}
+		for i := range out {
+			if err := json.Unmarshal(out[i].body, &n[i]); err != nil {
+				t.Fatalf("%s: %s: %v", c.sides[i].name, q, err)
+			}
+		}
+		if len(n[0].AllocationRequests) != len(n[1].AllocationRequests) {
+			t.Errorf("%s: Placement %d candidates, keel %d", q, len(n[0].AllocationRequests), len(n[1].AllocationRequests))
+		}
+	}
+	// Refusals: the status and the error code.
+	for _, r := range []struct{ q, v string }{
+		{"resources1=VCPU:1", "1.24"},
+		{"resources_A=VCPU:1", "1.32"},
+		{"resources1=VCPU:1&resources2=VCPU:1", "1.39"},
+		{"resources=VCPU:1&group_policy=bogus", "1.39"},
+		{"resources=", "1.39"},
+		{"resources=VCPU", "1.39"},
+		{"resources=VCPU:0", "1.39"},
+		{"resources=VCPU:x", "1.39"},
+		{"resources=CUSTOM_NOPE:1", "1.39"},
+		{"required=CUSTOM_GOLD", "1.39"},
+		{"required1=CUSTOM_GOLD&resources=VCPU:1", "1.35"},
+		{"resources=VCPU:1&required=CUSTOM_NOPE", "1.39"},
+		{"resources=VCPU:1&required=CUSTOM_GOLD,!CUSTOM_GOLD", "1.39"},
+		{"resources=VCPU:1&root_required=CUSTOM_GOLD&root_required=CUSTOM_GOLD", "1.39"},
+		{"resources=VCPU:1&root_required=CUSTOM_GOLD,!CUSTOM_GOLD", "1.39"},
+		{"resources=VCPU:1&root_required=CUSTOM_GOLD", "1.34"},
+		{"resources1=VCPU:1&same_subtree=,1&group_policy=none", "1.39"},
+		{"resources1=VCPU:1&same_subtree=1,2&group_policy=none", "1.39"},
+		{"resources1=VCPU:1&required2=CUSTOM_GOLD&group_policy=none", "1.39"},
+		{"required1=CUSTOM_GOLD&same_subtree=1", "1.39"},
+		{"resources=VCPU:1&same_subtree=1", "1.35"},
+		{"resources=VCPU:1&in_tree=xyz", "1.39"},
+		{"resources=VCPU:1&in_tree=" + cfCN1, "1.30"},
+		{"resources=VCPU:1&limit=0", "1.39"},
+		{"resources=VCPU:1&limit=1", "1.15"},
+		{"resources=VCPU:1&bogus=1", "1.39"},
+		{"", "1.39"},
+		{"", "1.20"},
+		{"resources=VCPU:1", "1.9"},
+	} {
+		c.both("GET", ac(r.q), r.v, nil)
+	}
+
+	// One case by hand, so that the comparison cannot pass with both
+	// sides wrong the same way.
+	out := c.sides[1].do(t, "GET", "/allocation_candidates?resources=VCPU:1,SRIOV_NET_VF:3", "1.39", nil)
+	var hand struct {
+		AllocationRequests []struct {
+			Allocations map[string]struct {
+				Resources map[string]int64 `json:"resources"`
+			} `json:"allocations"`
+			Mappings map[string][]string `json:"mappings"`
+		} `json:"allocation_requests"`
+		ProviderSummaries map[string]any `json:"provider_summaries"`
+	}
+	if err := json.Unmarshal(out.body, &hand); err != nil {
+		t.Fatal(err)
+	}
+	// Only pf0 has 3 VFs; numa0 has 1 VCPU left, numa1 4: two candidates,
+	// both in cn1's tree, whose five providers the summaries show.
+	if len(hand.AllocationRequests) != 2 || len(hand.ProviderSummaries) != 5 {
+		t.Fatalf("got %s", out.body)
+	}
+	for _, r := range hand.AllocationRequests {
+		if r.Allocations[cfPF0].Resources["SRIOV_NET_VF"] != 3 || len(r.Mappings[""]) != 2 {
+			t.Errorf("candidate %+v", r)
+		}
+	}
+}
