@@ -120,6 +120,11 @@ type Store interface {
 	// WriteAllocations applies the writes atomically (all or none), deciding
 	// them with placement.PlanWrites, and returns the plan it applied.
 	WriteAllocations(ctx context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error)
+	// Reshape replaces the inventories of the providers invs names and
+	// applies the allocation writes, atomically (all or none), deciding
+	// them with placement.PlanReshape (POST /reshaper): allocations may
+	// move off classes that go and onto classes that come in one step.
+	Reshape(ctx context.Context, invs []placement.InventoryWrite, writes []placement.AllocationWrite) (placement.ReshapePlan, error)
 
 	PutHostRecord(ctx context.Context, h records.HostRecord) error
 	GetHostRecord(ctx context.Context, host string) (records.HostRecord, error)

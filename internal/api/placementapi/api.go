@@ -105,6 +105,7 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 	route("PUT /placement/allocations/{consumer}", a.putAllocations)
 	route("DELETE /placement/allocations/{consumer}", a.deleteAllocations)
 	route("POST /placement/allocations", a.postAllocations)
+	route("POST /placement/reshaper", a.reshaper)
 	route("/placement/", func(http.ResponseWriter, *http.Request, int) error {
 		return errorf(http.StatusNotFound, "The resource could not be found.")
 	})
@@ -121,6 +122,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"id": "v1.0", "min_version": "1.0", "max_version": "1." + strconv.Itoa(MaxMinor), "status": "CURRENT",
 			"links": []any{map[string]any{"rel": "self", "href": ""}},
 		}}})
+		return
+	}
+	// Placement refuses a body it cannot type before it routes.
+	if r.ContentLength > 0 && r.Header.Get("Content-Type") == "" {
+		writeError(w, errorf(http.StatusBadRequest, "content-type header required when content-length > 0"))
 		return
 	}
 	if miss, status, allow := httproute.Miss(a.mux, r); miss {

@@ -194,6 +194,9 @@ func send(t *testing.T, srv *httptest.Server, method, path, version string, body
 	req, _ := http.NewRequest(method, srv.URL+path, rd)
 	req.Header.Set("X-Auth-Token", "admin")
 	req.Header.Set("OpenStack-API-Version", "placement "+version)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -32,10 +32,20 @@ type answer struct {
 	body   []byte
 }
 
+// rawBody is a body sent as it is, with its own Content-Type ("" for
+// none).
+type rawBody struct {
+	contentType string
+	data        string
+}
+
 func (s side) do(t *testing.T, method, path, version string, body any) answer {
 	t.Helper()
 	var rd io.Reader
-	if body != nil {
+	ctype := "application/json"
+	if raw, ok := body.(rawBody); ok {
+		rd, ctype = strings.NewReader(raw.data), raw.contentType
+	} else if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
 			t.Fatal(err)
@@ -50,8 +60,8 @@ func (s side) do(t *testing.T, method, path, version string, body any) answer {
 	if version != "" {
 		req.Header.Set("OpenStack-API-Version", "placement "+version)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil && ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -409,4 +419,64 @@ func TestConformanceCandidates(t *testing.T) {
 			t.Errorf("candidate %+v", r)
 		}
 	}
+}
+
+// TestConformanceReshaper moves a compute node's VCPU, and a consumer's
+// allocation of it, into a NUMA child with POST /reshaper on both, and
+// compares what each then shows; and the reshaper's refusals.
+func TestConformanceReshaper(t *testing.T) {
+	c := startConformance(t)
+	const (
+		cn   = "c1000001-0000-4000-8000-000000000000"
+		numa = "c1000001-0000-4000-8000-000000000001"
+		vm   = "d1000000-0000-4000-8000-000000000001"
+	)
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": cn, "name": "cn"})
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": numa, "name": "cn-numa0", "parent_provider_uuid": cn})
+	c.same("PUT", "/resource_providers/"+cn+"/inventories", "1.39", map[string]any{"resource_provider_generation": 0,
+		"inventories": map[string]any{"VCPU": map[string]any{"total": 8}, "MEMORY_MB": map[string]any{"total": 4096}}})
+	c.both("PUT", "/allocations/"+vm, "1.39", map[string]any{
+		"allocations": map[string]any{cn: map[string]any{"resources": map[string]any{"VCPU": 2, "MEMORY_MB": 512}}},
+		"project_id":  "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE"})
+	reshape := func(cnGen, numaGen int64, cnInv, numaInv map[string]any, allocs map[string]any) map[string]any {
+		return map[string]any{
+			"inventories": map[string]any{
+				cn:   map[string]any{"resource_provider_generation": cnGen, "inventories": cnInv},
+				numa: map[string]any{"resource_provider_generation": numaGen, "inventories": numaInv},
+			},
+			"allocations": allocs,
+		}
+	}
+	mem := map[string]any{"MEMORY_MB": map[string]any{"total": 4096}}
+	vcpu := map[string]any{"VCPU": map[string]any{"total": 8}}
+	moved := func(consumerGen int) map[string]any {
+		return map[string]any{vm: map[string]any{
+			"allocations": map[string]any{cn: map[string]any{"resources": map[string]any{"MEMORY_MB": 512}},
+				numa: map[string]any{"resources": map[string]any{"VCPU": 2}}},
+			"project_id": "p", "user_id": "u", "consumer_generation": consumerGen, "consumer_type": "INSTANCE"}}
+	}
+	// Refusals first; none may change anything.
+	c.both("POST", "/reshaper", "1.29", reshape(1, 0, mem, vcpu, moved(1)))
+	c.both("POST", "/reshaper", "1.39", rawBody{"", "{}"})
+	c.both("POST", "/reshaper", "1.39", rawBody{"text/plain", "{}"})
+	c.both("POST", "/reshaper", "1.39", map[string]any{"inventories": map[string]any{}, "allocations": map[string]any{}})
+	c.both("POST", "/reshaper", "1.39", map[string]any{"inventories": map[string]any{cn: map[string]any{"resource_provider_generation": 1, "inventories": mem}}})
+	c.both("POST", "/reshaper", "1.39", reshape(0, 0, mem, vcpu, moved(1)))                                               // stale generation
+	c.both("POST", "/reshaper", "1.39", reshape(1, 0, mem, vcpu, moved(7)))                                               // stale consumer generation
+	c.both("POST", "/reshaper", "1.39", reshape(1, 0, mem, vcpu, map[string]any{}))                                       // VCPU goes while allocated
+	c.both("POST", "/reshaper", "1.39", reshape(1, 0, mem, map[string]any{"VCPU": map[string]any{"total": 1}}, moved(1))) // over capacity
+	c.both("POST", "/reshaper", "1.39", map[string]any{"allocations": map[string]any{}, "inventories": map[string]any{
+		"c1000001-0000-4000-8000-0000000000ff": map[string]any{"resource_provider_generation": 0, "inventories": mem}}})
+	for _, p := range []string{cn, numa} {
+		c.same("GET", "/resource_providers/"+p+"/inventories", "1.39", nil)
+	}
+	// The reshape.
+	c.both("POST", "/reshaper", "1.39", reshape(1, 0, mem, vcpu, moved(1)))
+	for _, p := range []string{cn, numa} {
+		c.same("GET", "/resource_providers/"+p, "1.39", nil)
+		c.same("GET", "/resource_providers/"+p+"/inventories", "1.39", nil)
+		c.same("GET", "/resource_providers/"+p+"/usages", "1.39", nil)
+	}
+	c.same("GET", "/allocations/"+vm, "1.39", nil)
+	c.same("GET", "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1", "1.39", nil)
 }

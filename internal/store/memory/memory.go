@@ -231,6 +231,12 @@ func (s *Store) WriteAllocations(_ context.Context, writes ...placement.Allocati
 	if err != nil {
 		return placement.WritePlan{}, err
 	}
+	s.apply(plan)
+	return plan, nil
+}
+
+// apply persists an allocation plan (s.mu held).
+func (s *Store) apply(plan placement.WritePlan) {
 	for _, ch := range plan.Consumers {
 		if old, ok := s.consumers[ch.UUID]; ok {
 			for p, r := range old.Allocations {
@@ -255,6 +261,32 @@ func (s *Store) WriteAllocations(_ context.Context, writes ...placement.Allocati
 		s.providers[p].Generation = plan.Providers[p]
 		s.note(store.ChangeProvider, p)
 	}
+}
+
+// Reshape implements store.Store.
+func (s *Store) Reshape(_ context.Context, invs []placement.InventoryWrite, writes []placement.AllocationWrite) (placement.ReshapePlan, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := placement.WriteState{Providers: map[string]placement.ProviderState{}, Consumers: map[string]placement.Consumer{}}
+	for _, w := range writes {
+		if c, ok := s.consumers[w.ConsumerUUID]; ok {
+			st.Consumers[w.ConsumerUUID] = c
+		}
+	}
+	for _, iw := range invs {
+		s.addProviderState(st, iw.UUID)
+	}
+	for _, p := range placement.ProvidersTouched(st.Consumers, writes) {
+		s.addProviderState(st, p)
+	}
+	plan, err := placement.PlanReshape(st, invs, writes)
+	if err != nil {
+		return placement.ReshapePlan{}, fmt.Errorf("reshaping: %w", err)
+	}
+	for u, next := range plan.Inventories {
+		s.providers[u].Inventories = next.Clone()
+	}
+	s.apply(plan.WritePlan)
 	return plan, nil
 }
 

@@ -546,6 +546,74 @@ func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.Alloca
 	return plan, nil
 }
 
+// Reshape implements store.Store: like WriteAllocations, with the
+// providers whose inventories change locked too; the new inventories are
+// written first (the classes that go stay until the allocations have
+// moved off them), then the allocation plan, then the classes that go are
+// removed, all in one transaction.
+func (s *Store) Reshape(ctx context.Context, invs []placement.InventoryWrite, writes []placement.AllocationWrite) (placement.ReshapePlan, error) {
+	consumerSet := map[string]bool{}
+	named := map[string]bool{}
+	for _, iw := range invs {
+		named[iw.UUID] = true
+	}
+	for _, wr := range writes {
+		if wr.ConsumerUUID != "" {
+			consumerSet[wr.ConsumerUUID] = true
+		}
+		for p := range wr.Allocations {
+			named[p] = true
+		}
+	}
+	consumers := slices.Sorted(maps.Keys(consumerSet))
+	providers := slices.Sorted(maps.Keys(named))
+	var plan placement.ReshapePlan
+	err := s.write(ctx, func(w *wtx) error {
+		st := placement.WriteState{
+			Providers: make(map[string]placement.ProviderState, len(providers)),
+			Consumers: make(map[string]placement.Consumer, len(consumers)),
+		}
+		ps := make(map[string]*store.ProviderSummary, len(providers))
+		w.lockConsumers(st.Consumers, consumers)
+		w.lockProviders(ps, `$1::text[] || ARRAY(SELECT provider_uuid FROM allocations WHERE consumer_uuid = ANY($2))`,
+			providers, consumers)
+		if err := w.send(); err != nil {
+			return fmt.Errorf("reading consumers and providers: %w", err)
+		}
+		for u, p := range ps {
+			st.Providers[u] = placement.ProviderState{UUID: u, Generation: p.Generation, Inventories: p.Inventories, Usage: p.Usage}
+		}
+		for _, p := range placement.ProvidersTouched(st.Consumers, writes) {
+			if _, ok := st.Providers[p]; !ok && !named[p] {
+				return errRelock
+			}
+		}
+		var err error
+		if plan, err = placement.PlanReshape(st, invs, writes); err != nil {
+			return err
+		}
+		for _, u := range slices.Sorted(maps.Keys(plan.Inventories)) {
+			w.putInventories(u, plan.Inventories[u])
+		}
+		w.apply(st, plan.WritePlan)
+		for _, u := range slices.Sorted(maps.Keys(plan.Inventories)) {
+			keep := make([]string, 0, len(plan.Inventories[u]))
+			for rc := range plan.Inventories[u] {
+				keep = append(keep, string(rc))
+			}
+			w.queue(`DELETE FROM inventories WHERE provider_uuid = $1 AND resource_class <> ALL($2::text[])`, u, keep)
+		}
+		return nil
+	})
+	if err != nil {
+		if ce := capacityViolation(err); ce != nil {
+			err = ce
+		}
+		return placement.ReshapePlan{}, fmt.Errorf("reshaping: %w", err)
+	}
+	return plan, nil
+}
+
 // capacityViolation turns a refusal by the inventories_within_capacity
 // trigger (migration 0002) into the *placement.CapacityError PlanWrites
 // would have returned, or returns nil for any other error.

@@ -501,6 +501,82 @@ func (s *Store) WriteAllocations(ctx context.Context, writes ...placement.Alloca
 	return plan, nil
 }
 
+// Reshape implements store.Store: in one write transaction the new
+// inventories are written (the classes that go stay until the allocations
+// have moved), the allocation plan is applied, then the classes that go
+// are removed.
+func (s *Store) Reshape(ctx context.Context, invs []placement.InventoryWrite, writes []placement.AllocationWrite) (placement.ReshapePlan, error) {
+	var plan placement.ReshapePlan
+	err := s.write(ctx, func(w *wtx) error {
+		st := placement.WriteState{Providers: map[string]placement.ProviderState{}, Consumers: map[string]placement.Consumer{}}
+		for _, wr := range writes {
+			if _, done := st.Consumers[wr.ConsumerUUID]; done || wr.ConsumerUUID == "" {
+				continue
+			}
+			c, ok, err := w.loadConsumer(wr.ConsumerUUID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				st.Consumers[wr.ConsumerUUID] = c
+			}
+		}
+		load := func(uuid string) error {
+			if _, done := st.Providers[uuid]; done {
+				return nil
+			}
+			ps, ok, err := w.loadProviderState(uuid)
+			if err != nil {
+				return err
+			}
+			if ok {
+				st.Providers[uuid] = ps
+			}
+			return nil
+		}
+		for _, iw := range invs {
+			if err := load(iw.UUID); err != nil {
+				return err
+			}
+		}
+		for _, p := range placement.ProvidersTouched(st.Consumers, writes) {
+			if err := load(p); err != nil {
+				return err
+			}
+		}
+		var err error
+		if plan, err = placement.PlanReshape(st, invs, writes); err != nil {
+			return err
+		}
+		for _, u := range slices.Sorted(maps.Keys(plan.Inventories)) {
+			next := plan.Inventories[u]
+			for _, rc := range slices.Sorted(maps.Keys(next)) {
+				if err := w.putInventory(u, rc, next[rc]); err != nil {
+					return err
+				}
+			}
+		}
+		if err := w.apply(st, plan.WritePlan); err != nil {
+			return err
+		}
+		for _, u := range slices.Sorted(maps.Keys(plan.Inventories)) {
+			for _, rc := range slices.Sorted(maps.Keys(st.Providers[u].Inventories)) {
+				if _, stays := plan.Inventories[u][rc]; stays {
+					continue
+				}
+				if _, err := w.exec(qDeleteInventory, u, string(rc)); err != nil {
+					return fmt.Errorf("removing inventory %s of %s: %w", rc, u, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return placement.ReshapePlan{}, fmt.Errorf("reshaping: %w", err)
+	}
+	return plan, nil
+}
+
 // apply persists a plan decided against st.
 func (w *wtx) apply(st placement.WriteState, plan placement.WritePlan) error {
 	// Net usage change per provider and class.

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Providers", providerTests},
 		{"ProviderDetails", treeTests},
 		{"Allocations", allocationTests},
+		{"Reshape", reshapeTests},
 		{"Records", recordTests},
 		{"Changes", changeTests},
 		{"Groups", groupTests},
