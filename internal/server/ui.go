@@ -29,11 +29,14 @@ var uiFiles embed.FS
 // The web view's timings.
 const (
 	// uiTick is how often the hub checks the change stream while a page
-	// is open: a claim shows within about this long.
+	// is open: a claim colours its host within about this long.
 	uiTick = 200 * time.Millisecond
-	// uiResync re-reads instances and migrations this often even when
-	// nothing announced a change (an instance stopped through the API
-	// changes no claim).
+	// uiInstancesEvery is the shortest time between two reads of every
+	// instance (a boot storm re-reads them at most this often).
+	uiInstancesEvery = time.Second
+	// uiResync re-reads instances and re-judges liveness this often even
+	// when nothing announced a change (an instance stopped through the API
+	// changes no claim; a host that stops heartbeating writes nothing).
 	uiResync = 5 * time.Second
 	// uiFinishedFor is how long a finished move stays on the page.
 	uiFinishedFor = 2 * time.Second
@@ -42,10 +45,11 @@ const (
 )
 
 // uiHub feeds the web view (/keel/ui/): it follows the store's change
-// stream (the host view) and the conductor's events, builds the cloud's
-// state when something changed, and pushes it to every open page over
-// server-sent events (/keel/v1/ui/events). While no page is open it does
-// nothing; /metrics refreshes the host view itself.
+// stream (the host view) and the conductor's events, rebuilds the part of
+// the cloud's state that changed (hosts, instances, moves), and pushes
+// each changed part to every open page over server-sent events
+// (/keel/v1/ui/events). While no page is open it does nothing; /metrics
+// refreshes the host view itself.
 type uiHub struct {
 	st       store.Store
 	view     *hostView
@@ -53,13 +57,16 @@ type uiHub struct {
 	now      func() time.Time
 	downTime time.Duration
 
-	mu       sync.Mutex
-	subs     int
-	poked    bool
-	state    *uiState
-	version  uint64
-	changed  chan struct{} // closed when state changes
-	lastFull time.Time
+	mu    sync.Mutex
+	subs  int
+	state *uiState
+	// pokedAll: instances may have changed (a decision, a build or a
+	// move ended); pokedMoves: a move reported progress.
+	pokedAll, pokedMoves bool
+	lastInstances        time.Time
+	lastHosts            time.Time
+	flavors              []records.Flavor // read with the instances
+	changed              chan struct{}    // closed when state changes
 	// moves seen in flight (by migration ID) and the first progress
 	// sample of each (for the ETA); finished moves with their end time.
 	active   map[int64]records.Migration
@@ -118,10 +125,17 @@ func (u *uiHub) run(ctx context.Context) {
 // close ends every stream (http.Server.Shutdown waits for none of them).
 func (u *uiHub) close() { u.once.Do(func() { close(u.done) }) }
 
-// poke marks the state stale: the next tick rebuilds it.
+// poke marks the instances stale: the next tick re-reads them.
 func (u *uiHub) poke() {
 	u.mu.Lock()
-	u.poked = true
+	u.pokedAll = true
+	u.mu.Unlock()
+}
+
+// pokeMoves marks the moves stale.
+func (u *uiHub) pokeMoves() {
+	u.mu.Lock()
+	u.pokedMoves = true
 	u.mu.Unlock()
 }
 
@@ -160,7 +174,7 @@ type uiReporter struct {
 
 func (r *uiReporter) CopyProgress(ctx context.Context, migID int64, total, processed, remaining int64) {
 	r.Reporter.CopyProgress(ctx, migID, total, processed, remaining)
-	r.u.poke()
+	r.u.pokeMoves()
 }
 
 func (r *uiReporter) CopyDone(ctx context.Context, migID int64, copyErr error) error {
@@ -168,17 +182,42 @@ func (r *uiReporter) CopyDone(ctx context.Context, migID int64, copyErr error) e
 	return r.Reporter.CopyDone(ctx, migID, copyErr)
 }
 
-// uiState is the whole cloud as an admin sees it.
+// uiState is the whole cloud as an admin sees it, in three parts, each
+// also kept encoded (what every admin's stream sends) with the version it
+// last changed in.
 type uiState struct {
-	Time      time.Time    `json:"time"`
-	Admin     bool         `json:"admin"`
-	User      string       `json:"user,omitempty"`
-	Project   string       `json:"project,omitempty"`
-	Hosts     []uiHost     `json:"hosts,omitempty"`
-	Moves     []uiMove     `json:"moves"`
-	Instances []uiInstance `json:"instances"`
-	Imbalance *uiImbalance `json:"imbalance,omitempty"`
+	Time      time.Time
+	Hosts     []uiHost
+	Imbalance *uiImbalance
+	Instances []uiInstance
+	Moves     []uiMove
+
+	hostsJSON, instancesJSON, movesJSON []byte
+	hostsVer, instancesVer, movesVer    uint64
 }
+
+// The parts as events carry them.
+type (
+	uiHostsPart struct {
+		Time      time.Time    `json:"time"`
+		Hosts     []uiHost     `json:"hosts"`
+		Imbalance *uiImbalance `json:"imbalance"`
+	}
+	uiInstancesPart struct {
+		Time      time.Time    `json:"time"`
+		Instances []uiInstance `json:"instances"`
+	}
+	uiMovesPart struct {
+		Time  time.Time `json:"time"`
+		Moves []uiMove  `json:"moves"`
+	}
+	// uiHello opens a stream: who the caller is.
+	uiHello struct {
+		Admin   bool   `json:"admin"`
+		User    string `json:"user"`
+		Project string `json:"project"`
+	}
+)
 
 type uiHost struct {
 	Name           string                                 `json:"name"`
@@ -191,7 +230,7 @@ type uiHost struct {
 	FillClass      placement.ResourceClass                `json:"fill_class"`
 	Resources      map[placement.ResourceClass]uiResource `json:"resources"`
 	RunningVMs     int64                                  `json:"running_vms"`
-	Instances      []string                               `json:"instances"` // UUIDs, largest first
+	Instances      int                                    `json:"instances"`
 }
 
 type uiResource struct {
@@ -252,96 +291,146 @@ type uiLoad struct {
 	Class placement.ResourceClass `json:"class"`
 }
 
-// build reads what changed and, if the state differs, publishes it.
+// build re-reads what may have changed and publishes the parts that did.
 func (u *uiHub) build(ctx context.Context) error {
-	hostsChanged, err := u.view.refresh(ctx)
+	vc, err := u.view.refresh(ctx)
 	if err != nil {
 		return err
 	}
 	now := u.now()
 	u.mu.Lock()
-	need := hostsChanged || u.poked || u.state == nil || len(u.active) > 0 || len(u.finished) > 0 || now.Sub(u.lastFull) >= uiResync
-	u.poked = false
-	u.mu.Unlock()
-	if !need {
-		return nil
+	first := u.state == nil
+	wantInstances := first || vc.Providers || u.pokedAll || now.Sub(u.lastInstances) >= uiResync
+	readInstances := wantInstances && (first || now.Sub(u.lastInstances) >= uiInstancesEvery)
+	if readInstances {
+		u.pokedAll = false
 	}
-	ins, err := u.st.ListInstances(ctx, "")
-	if err != nil {
-		return fmt.Errorf("listing instances: %w", err)
-	}
-	migs, err := u.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
-	if err != nil {
-		return fmt.Errorf("listing migrations in flight: %w", err)
-	}
-	flavors, err := u.st.ListFlavors(ctx)
-	if err != nil {
-		return fmt.Errorf("listing flavors: %w", err)
-	}
-	u.mu.Lock()
+	readMoves := readInstances || u.pokedMoves || vc.Providers || len(u.active) > 0 || len(u.finished) > 0
+	u.pokedMoves = false
+	hostsDue := readMoves || vc.any() || now.Sub(u.lastHosts) >= uiResync
 	prevActive := u.active
 	u.mu.Unlock()
-	nowActive := make(map[int64]records.Migration, len(migs))
-	for _, m := range migs {
-		nowActive[m.ID] = m
+	if !hostsDue {
+		return nil
 	}
+
+	var ins []records.Instance
+	var flavors []records.Flavor
+	if readInstances {
+		if ins, err = u.st.ListInstances(ctx, ""); err != nil {
+			return fmt.Errorf("listing instances: %w", err)
+		}
+		if flavors, err = u.st.ListFlavors(ctx); err != nil {
+			return fmt.Errorf("listing flavors: %w", err)
+		}
+	}
+	var migs []records.Migration
 	var ended []finishedMove
-	for id := range prevActive {
-		if _, ok := nowActive[id]; ok {
-			continue
+	if readMoves {
+		if migs, err = u.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true}); err != nil {
+			return fmt.Errorf("listing migrations in flight: %w", err)
 		}
-		m, err := u.st.GetMigration(ctx, id)
-		if err != nil {
-			m = prevActive[id]
-			m.Status = records.MigrationError
+		nowActive := make(map[int64]bool, len(migs))
+		for _, m := range migs {
+			nowActive[m.ID] = true
 		}
-		ended = append(ended, finishedMove{m: m, at: now})
+		for id, old := range prevActive {
+			if nowActive[id] {
+				continue
+			}
+			m, err := u.st.GetMigration(ctx, id)
+			if err != nil {
+				m = old
+				m.Status = records.MigrationError
+			}
+			ended = append(ended, finishedMove{m: m, at: now})
+		}
 	}
+	vhs := u.view.hosts()
 
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.lastFull = now
-	u.active = nowActive
-	for _, f := range ended {
-		u.finished[f.m.ID] = f
-		delete(u.samples, f.m.ID)
+	next := &uiState{Time: now}
+	if u.state != nil {
+		*next = *u.state
+		next.Time = now
 	}
-	for id, f := range u.finished {
-		if now.Sub(f.at) > uiFinishedFor {
-			delete(u.finished, id)
+	if readMoves {
+		u.active = make(map[int64]records.Migration, len(migs))
+		for _, m := range migs {
+			u.active[m.ID] = m
+		}
+		for _, f := range ended {
+			u.finished[f.m.ID] = f
+			delete(u.samples, f.m.ID)
+		}
+		for id, f := range u.finished {
+			if now.Sub(f.at) > uiFinishedFor {
+				delete(u.finished, id)
+			}
 		}
 	}
-	st := u.assemble(now, u.view.hosts(), ins, migs, flavors)
-	if u.state != nil && sameState(u.state, st) {
+	if readInstances {
+		u.lastInstances = now
+		next.Instances = instancesOf(ins, vhs)
+	}
+	if readMoves {
+		next.Moves = u.movesOf(now, migs, next.Instances)
+	}
+	u.lastHosts = now
+	next.Hosts, next.Imbalance = u.hostsOf(now, vhs, next.Instances, next.Moves, flavors, u.state)
+
+	changed := false
+	if b := mustMarshal(uiHostsPart{Time: now, Hosts: next.Hosts, Imbalance: next.Imbalance}); u.state == nil || !equalButTime(b, u.state.hostsJSON) {
+		next.hostsJSON, next.hostsVer, changed = b, next.hostsVer+1, true
+	}
+	if readInstances {
+		if b := mustMarshal(uiInstancesPart{Time: now, Instances: next.Instances}); u.state == nil || !equalButTime(b, u.state.instancesJSON) {
+			next.instancesJSON, next.instancesVer, changed = b, next.instancesVer+1, true
+		}
+	}
+	if readMoves {
+		if b := mustMarshal(uiMovesPart{Time: now, Moves: next.Moves}); u.state == nil || !equalButTime(b, u.state.movesJSON) {
+			next.movesJSON, next.movesVer, changed = b, next.movesVer+1, true
+		}
+	}
+	if !changed {
 		return nil
 	}
-	u.state = st
-	u.version++
+	u.state = next
 	close(u.changed)
 	u.changed = make(chan struct{})
 	return nil
 }
 
-// sameState compares two states but for their time.
-func sameState(a, b *uiState) bool {
-	x, y := *a, *b
-	x.Time, y.Time = time.Time{}, time.Time{}
-	ja, _ := json.Marshal(x)
-	jb, _ := json.Marshal(y)
-	return bytes.Equal(ja, jb)
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("web view: encoding the state: %v", err)) // plain structs: cannot fail
+	}
+	return b
 }
 
-// assemble builds the admin's state; called with mu held.
-func (u *uiHub) assemble(now time.Time, vhs []viewHost, ins []records.Instance, migs []records.Migration, flavors []records.Flavor) *uiState {
-	st := &uiState{Time: now, Admin: true, Moves: []uiMove{}, Instances: []uiInstance{}}
-	byHost := map[string]viewHost{}
+// equalButTime compares two encoded parts after their leading "time"
+// field.
+func equalButTime(a, b []byte) bool {
+	cut := func(x []byte) []byte {
+		if i := bytes.IndexByte(x, ','); i >= 0 {
+			return x[i:]
+		}
+		return x
+	}
+	return b != nil && bytes.Equal(cut(a), cut(b))
+}
+
+// instancesOf lists the instances with their share of their host.
+func instancesOf(ins []records.Instance, vhs []viewHost) []uiInstance {
+	byHost := make(map[string]viewHost, len(vhs))
 	for _, h := range vhs {
 		byHost[h.Name] = h
 	}
-	names := map[string]records.Instance{}
-	onHost := map[string][]uiInstance{}
+	out := make([]uiInstance, 0, len(ins))
 	for _, in := range ins {
-		names[in.UUID] = in
 		ui := uiInstance{
 			UUID: in.UUID, Name: in.Name, ProjectID: in.ProjectID, Host: in.Host,
 			Status: uiStatus(in), TaskState: in.TaskState, Flavor: in.Flavor.Name,
@@ -354,25 +443,60 @@ func (u *uiHub) assemble(now time.Time, vhs []viewHost, ins []records.Instance, 
 				}
 			}
 		}
-		st.Instances = append(st.Instances, ui)
-		onHost[in.Host] = append(onHost[in.Host], ui)
+		out = append(out, ui)
 	}
-	outgoing := map[string]int{}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Host != out[j].Host {
+			return out[i].Host < out[j].Host
+		}
+		return out[i].Share > out[j].Share
+	})
+	return out
+}
+
+// movesOf lists the moves in flight and those just finished; called with
+// mu held.
+func (u *uiHub) movesOf(now time.Time, migs []records.Migration, ins []uiInstance) []uiMove {
+	byUUID := make(map[string]uiInstance, len(ins))
+	for _, in := range ins {
+		byUUID[in.UUID] = in
+	}
+	out := []uiMove{}
 	for _, m := range migs {
-		outgoing[m.SourceHost]++
-		st.Moves = append(st.Moves, u.move(now, m, names[m.InstanceUUID], false, time.Time{}))
+		out = append(out, u.move(now, m, byUUID[m.InstanceUUID], false, time.Time{}))
 	}
 	for _, f := range u.finished {
-		st.Moves = append(st.Moves, u.move(now, f.m, names[f.m.InstanceUUID], true, f.at))
+		out = append(out, u.move(now, f.m, byUUID[f.m.InstanceUUID], true, f.at))
 	}
-	sort.Slice(st.Moves, func(i, j int) bool { return st.Moves[i].ID < st.Moves[j].ID })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
 
+// hostsOf builds the hosts and the imbalance header; flavors nil keeps
+// the previous largest free slot's flavor list (flavors are read with the
+// instances). Called with mu held.
+func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves []uiMove, flavors []records.Flavor, prev *uiState) ([]uiHost, *uiImbalance) {
+	if flavors == nil {
+		flavors = u.flavors
+	}
+	u.flavors = flavors
+	count := map[string]int{}
+	for _, in := range ins {
+		count[in.Host]++
+	}
+	outgoing := map[string]int{}
+	for _, m := range moves {
+		if !m.Finished {
+			outgoing[m.Source]++
+		}
+	}
 	var enabled []viewHost
+	hosts := make([]uiHost, 0, len(vhs))
 	imb := &uiImbalance{}
 	for _, h := range vhs {
 		uh := uiHost{Name: h.Name, Zone: h.Zone, Enabled: h.HasService && !h.Service.Disabled, Up: up(h, now, u.downTime),
-			DisabledReason: h.Service.DisabledReason, RunningVMs: h.Record.RunningVMs,
-			Resources: map[placement.ResourceClass]uiResource{}, Instances: []string{}}
+			DisabledReason: h.Service.DisabledReason, RunningVMs: h.Record.RunningVMs, Instances: count[h.Name],
+			Resources: map[placement.ResourceClass]uiResource{}}
 		uh.Draining = !uh.Enabled && outgoing[h.Name] > 0
 		for rc, inv := range h.Provider.Inventories {
 			uh.Resources[rc] = uiResource{Total: inv.Total, Reserved: inv.Reserved, AllocationRatio: inv.AllocationRatio,
@@ -383,24 +507,20 @@ func (u *uiHub) assemble(now time.Time, vhs []viewHost, ins []records.Instance, 
 				uh.Fill, uh.FillClass = f, rc
 			}
 		}
-		list := onHost[h.Name]
-		sort.SliceStable(list, func(i, j int) bool { return list[i].Share > list[j].Share })
-		for _, in := range list {
-			uh.Instances = append(uh.Instances, in.UUID)
+		hosts = append(hosts, uh)
+		if !uh.Enabled {
+			continue
 		}
-		st.Hosts = append(st.Hosts, uh)
-		if uh.Enabled {
-			enabled = append(enabled, h)
-			imb.EnabledHosts++
-			if usageZero(h.Provider.Usage) {
-				imb.EmptyHosts++
-			}
-			if imb.MostLoaded == nil || uh.Fill > imb.MostLoaded.Fill {
-				imb.MostLoaded = &uiLoad{Host: uh.Name, Fill: uh.Fill, Class: uh.FillClass}
-			}
-			if imb.LeastLoaded == nil || uh.Fill < imb.LeastLoaded.Fill {
-				imb.LeastLoaded = &uiLoad{Host: uh.Name, Fill: uh.Fill, Class: uh.FillClass}
-			}
+		enabled = append(enabled, h)
+		imb.EnabledHosts++
+		if usageZero(h.Provider.Usage) {
+			imb.EmptyHosts++
+		}
+		if imb.MostLoaded == nil || uh.Fill > imb.MostLoaded.Fill {
+			imb.MostLoaded = &uiLoad{Host: uh.Name, Fill: uh.Fill, Class: uh.FillClass}
+		}
+		if imb.LeastLoaded == nil || uh.Fill < imb.LeastLoaded.Fill {
+			imb.LeastLoaded = &uiLoad{Host: uh.Name, Fill: uh.Fill, Class: uh.FillClass}
 		}
 	}
 	imb.CV = imbalance(enabled)
@@ -428,11 +548,10 @@ func (u *uiHub) assemble(now time.Time, vhs []viewHost, ins []records.Instance, 
 			break
 		}
 	}
-	st.Imbalance = imb
-	return st
+	return hosts, imb
 }
 
-func (u *uiHub) move(now time.Time, m records.Migration, in records.Instance, finished bool, at time.Time) uiMove {
+func (u *uiHub) move(now time.Time, m records.Migration, in uiInstance, finished bool, at time.Time) uiMove {
 	mv := uiMove{
 		ID: m.ID, Kind: m.Type, InstanceUUID: m.InstanceUUID, InstanceName: in.Name, Source: m.SourceHost, Dest: m.DestHost,
 		Status: m.Status, Phase: m.Phase, MemoryTotal: m.MemoryTotalBytes, MemoryCopied: m.MemoryProcessedBytes,
@@ -458,44 +577,43 @@ func (u *uiHub) move(now time.Time, m records.Migration, in records.Instance, fi
 	return mv
 }
 
-// forPrincipal is what p may see: everything for an admin; for anyone
-// else their project's instances and moves, without host names (as the
-// compute API's policy hides OS-EXT-SRV-ATTR:host and the hypervisors
+// memberInstances and memberMoves are what a caller who is not an admin
+// may see: their project's instances and moves, without host names (as
+// the compute API's policy hides OS-EXT-SRV-ATTR:host and the hypervisors
 // from non-admins).
-func (s *uiState) forPrincipal(p identity.Principal) *uiState {
-	out := &uiState{Time: s.Time, Admin: p.IsAdmin(), User: p.UserName, Project: p.ProjectName}
-	if p.IsAdmin() {
-		out.Hosts, out.Moves, out.Instances, out.Imbalance = s.Hosts, s.Moves, s.Instances, s.Imbalance
-		return out
-	}
-	out.Moves, out.Instances = []uiMove{}, []uiInstance{}
+func memberInstances(s *uiState, project string) []uiInstance {
+	out := []uiInstance{}
 	for _, in := range s.Instances {
-		if in.ProjectID == p.ProjectID {
+		if in.ProjectID == project {
 			in.Host, in.Share = "", 0
-			out.Instances = append(out.Instances, in)
-		}
-	}
-	for _, m := range s.Moves {
-		if m.projectID == p.ProjectID {
-			m.Source, m.Dest = "", ""
-			out.Moves = append(out.Moves, m)
+			out = append(out, in)
 		}
 	}
 	return out
 }
 
-// current returns the state, its version and the channel closed when it
-// changes.
-func (u *uiHub) current() (*uiState, uint64, <-chan struct{}) {
+func memberMoves(s *uiState, project string) []uiMove {
+	out := []uiMove{}
+	for _, m := range s.Moves {
+		if m.projectID == project {
+			m.Source, m.Dest = "", ""
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// current returns the state and the channel closed when it changes.
+func (u *uiHub) current() (*uiState, <-chan struct{}) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.state, u.version, u.changed
+	return u.state, u.changed
 }
 
 func (u *uiHub) subscribe() {
 	u.mu.Lock()
 	u.subs++
-	u.poked = true
+	u.pokedAll = true
 	u.mu.Unlock()
 	select {
 	case u.wake <- struct{}{}:
@@ -525,8 +643,22 @@ func (u *uiHub) routes(mux, keel *http.ServeMux) {
 	keel.HandleFunc("GET /keel/v1/ui/events", u.serveEvents)
 }
 
-// serveState answers the current state once (what the stream's first
-// event carries).
+// uiView is GET /keel/v1/ui/state's answer: the parts the caller may
+// see, at once.
+type uiView struct {
+	uiHello
+	Time      time.Time    `json:"time"`
+	Hosts     []uiHost     `json:"hosts,omitempty"`
+	Imbalance *uiImbalance `json:"imbalance,omitempty"`
+	Instances []uiInstance `json:"instances"`
+	Moves     []uiMove     `json:"moves"`
+}
+
+func hello(p identity.Principal) uiHello {
+	return uiHello{Admin: p.IsAdmin(), User: p.UserName, Project: p.ProjectName}
+}
+
+// serveState answers the current state once.
 func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 	p, ok := identity.PrincipalFrom(r.Context())
 	if !ok {
@@ -539,13 +671,21 @@ func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 		compute.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	st, _, _ := u.current()
-	writeJSON(w, http.StatusOK, st.forPrincipal(p))
+	s, _ := u.current()
+	v := uiView{uiHello: hello(p), Time: s.Time}
+	if p.IsAdmin() {
+		v.Hosts, v.Imbalance, v.Instances, v.Moves = s.Hosts, s.Imbalance, s.Instances, s.Moves
+	} else {
+		v.Instances, v.Moves = memberInstances(s, p.ProjectID), memberMoves(s, p.ProjectID)
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
-// serveEvents streams the state as server-sent events: an event "state"
-// whenever what the caller may see changes, a comment as heartbeat, and
-// an event "expired" when the token expires.
+// serveEvents streams the state as server-sent events: "hello" first (who
+// the caller is), then "hosts", "instances" and "moves", each whenever
+// that part of what the caller may see changes (an admin gets every part;
+// anyone else their project's instances and moves, never hosts), a
+// comment as heartbeat, and "expired" when the token expires.
 func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	p, ok := identity.PrincipalFrom(r.Context())
 	if !ok {
@@ -557,7 +697,13 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
+	send := func(event string, data []byte) bool {
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send("hello", mustMarshal(hello(p))) {
 		return
 	}
 	u.subscribe()
@@ -570,26 +716,44 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 		expiry = t.C
 	}
+	admin := p.IsAdmin()
 	var (
-		sent    uint64
-		lastOut []byte
+		hostsVer, instancesVer, movesVer uint64
+		lastInstances, lastMoves         []byte // a member's, to skip repeats
 	)
 	for {
-		st, ver, ch := u.current()
-		if st != nil && ver != sent {
-			sent = ver
-			view := st.forPrincipal(p)
-			cmp := *view
-			cmp.Time = time.Time{}
-			key, _ := json.Marshal(cmp)
-			if !bytes.Equal(key, lastOut) {
-				lastOut = key
-				data, _ := json.Marshal(view)
-				if _, err := fmt.Fprintf(w, "event: state\nid: %d\ndata: %s\n\n", ver, data); err != nil {
+		s, ch := u.current()
+		if s != nil {
+			if admin && s.hostsVer != hostsVer {
+				hostsVer = s.hostsVer
+				if !send("hosts", s.hostsJSON) {
 					return
 				}
-				if err := rc.Flush(); err != nil {
-					return
+			}
+			if s.instancesVer != instancesVer {
+				instancesVer = s.instancesVer
+				data := s.instancesJSON
+				if !admin {
+					data = mustMarshal(uiInstancesPart{Time: s.Time, Instances: memberInstances(s, p.ProjectID)})
+				}
+				if admin || !equalButTime(data, lastInstances) {
+					lastInstances = data
+					if !send("instances", data) {
+						return
+					}
+				}
+			}
+			if s.movesVer != movesVer {
+				movesVer = s.movesVer
+				data := s.movesJSON
+				if !admin {
+					data = mustMarshal(uiMovesPart{Time: s.Time, Moves: memberMoves(s, p.ProjectID)})
+				}
+				if admin || !equalButTime(data, lastMoves) {
+					lastMoves = data
+					if !send("moves", data) {
+						return
+					}
 				}
 			}
 		}
@@ -603,8 +767,7 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-expiry:
-			fmt.Fprint(w, "event: expired\ndata: {}\n\n")
-			_ = rc.Flush()
+			send("expired", []byte("{}"))
 			return
 		case <-r.Context().Done():
 			return

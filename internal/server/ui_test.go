@@ -377,6 +377,11 @@ func TestWebView(t *testing.T) {
 	if m := regexp.MustCompile(`\bh0[1-4]\b`).FindString(text); m != "" || hostCells != 0 {
 		t.Errorf("demo's page names host %q / shows %d host cells:\n%s", m, hostCells, text)
 	}
+	if png, err := chromedp.Run(mctx, chromedp.FullScreenshot(100)); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "webview-member.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The server, not the page, keeps hosts from a member.
 	var raw json.RawMessage
 	demo.do("GET", "/keel/v1/ui/state", nil, &raw, http.StatusOK)
@@ -387,7 +392,62 @@ func TestWebView(t *testing.T) {
 		t.Errorf("the state sent to demo has the wrong instances: %s", raw)
 	}
 
+	checkThousandHosts(t, ctx, base)
 	checkMetrics(t, base, placed)
+}
+
+// checkThousandHosts feeds a page 1,000 hosts and 50 moves (events as the
+// stream sends them) and checks the grid still fits and draws quickly.
+func checkThousandHosts(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	tctx, cancel := chromedp.NewContext(ctx)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/keel/ui/"), chromedp.WaitVisible(chromedp.CSS("#user"))); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		Cells, Arrows   int
+		Size, Height    float64
+		FirstMS, NextMS float64
+	}
+	r, err := chromedp.Run(tctx, chromedp.Evaluate[result](`(() => {
+		const hosts = [], moves = [];
+		for (let i = 0; i < 1000; i++) {
+			const f = (i * 37 % 100) / 100;
+			hosts.push({name: "h" + String(i).padStart(4, "0"), zone: "nova", enabled: i % 97 != 0, up: i % 211 != 0, draining: false,
+				fill: f, fill_class: "MEMORY_MB", running_vms: 3, instances: 3,
+				resources: {MEMORY_MB: {total: 131072, reserved: 512, allocation_ratio: 1, capacity: 130560, used: Math.round(f * 130560)}}});
+		}
+		for (let i = 0; i < 50; i++) moves.push({id: i + 1, kind: "live-migration", instance_name: "vm" + i,
+			source: hosts[i * 7].name, dest: hosts[999 - i * 11].name, status: "running", phase: "copy",
+			memory_total_bytes: 4 * 2 ** 30, memory_processed_bytes: (i % 10) * 2 ** 29, memory_remaining_bytes: 0, finished: false});
+		onEvent("event: hello\ndata: " + JSON.stringify({admin: true, user: "x", project: "x"}));
+		let t0 = performance.now();
+		Object.assign(state, {hosts, moves, instances: [], imbalance: {cv: {}}, time: new Date().toISOString()});
+		render();
+		const first = performance.now() - t0;
+		t0 = performance.now();
+		render();
+		const next = performance.now() - t0;
+		const cell = document.querySelector("#grid g.host rect.cell");
+		return {Cells: document.querySelectorAll("#grid g.host").length, Arrows: document.querySelectorAll("#grid g.move").length,
+			Size: +cell.getAttribute("width"), Height: document.querySelector("#grid").getBoundingClientRect().height, FirstMS: first, NextMS: next};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("1,000 hosts, 50 moves: first draw %.0f ms, redraw %.0f ms, cells %.0f px, grid %.0f px high", r.FirstMS, r.NextMS, r.Size, r.Height)
+	if r.Cells != 1000 || r.Arrows != 50 || r.Size < 16 || r.Height > 900 {
+		t.Errorf("at 1,000 hosts: %+v (want 1000 cells of 16 px or more, 50 arrows, a grid within one screen)", r)
+	}
+	if r.NextMS > 2000 {
+		t.Errorf("a redraw of 1,000 hosts took %.0f ms", r.NextMS)
+	}
+	if png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "webview-1000.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkMetrics scrapes /metrics after TestWebView's sequence: the mover

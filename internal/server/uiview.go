@@ -48,19 +48,26 @@ type viewHost struct {
 	Aggregates []string // names, sorted
 }
 
-// refresh applies the changes since the last call; it returns whether
-// anything changed.
-func (v *hostView) refresh(ctx context.Context) (bool, error) {
+// viewChanges says what a refresh changed.
+type viewChanges struct {
+	Providers bool // inventories or allocations: claims came or went
+	Other     bool // host records, services, aggregates
+}
+
+func (c viewChanges) any() bool { return c.Providers || c.Other }
+
+// refresh applies the changes since the last call.
+func (v *hostView) refresh(ctx context.Context) (viewChanges, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.ready {
-		return true, v.reloadLocked(ctx)
+		return viewChanges{true, true}, v.reloadLocked(ctx)
 	}
-	changed := false
+	var changed viewChanges
 	for {
 		chs, err := v.st.Changes(ctx, v.seq, 4096)
 		if errors.Is(err, store.ErrChangesTrimmed) {
-			return true, v.reloadLocked(ctx)
+			return viewChanges{true, true}, v.reloadLocked(ctx)
 		}
 		if err != nil {
 			return changed, fmt.Errorf("web view: reading the change stream: %w", err)
@@ -68,7 +75,13 @@ func (v *hostView) refresh(ctx context.Context) (bool, error) {
 		if len(chs) == 0 {
 			return changed, nil
 		}
-		changed = true
+		for _, c := range chs {
+			if c.Kind == store.ChangeProvider {
+				changed.Providers = true
+			} else {
+				changed.Other = true
+			}
+		}
 		if err := v.applyLocked(ctx, chs); err != nil {
 			return changed, err
 		}

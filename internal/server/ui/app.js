@@ -156,18 +156,42 @@ function onEvent(block) {
     else if (field === "data") data.push(value);
   }
   if (event === "expired") return "expired";
-  if (event === "state" && data.length) {
-    state = JSON.parse(data.join("\n"));
-    render();
+  if (!data.length) return event;
+  const part = JSON.parse(data.join("\n"));
+  if (event === "hello") {
+    state = { ...part, hosts: [], imbalance: null, instances: [], moves: [], time: null };
+  } else if (state && (event === "hosts" || event === "instances" || event === "moves")) {
+    Object.assign(state, part);
+    if (event === "instances") byHost = null;
+    scheduleRender();
   }
   return event;
+}
+
+// scheduleRender draws at most once a frame, however many parts arrive.
+let pending = false;
+function scheduleRender() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(() => { pending = false; if (state) render(); });
+}
+
+// instancesOn groups the instances by host (they come sorted by host,
+// largest share first).
+let byHost = null;
+function instancesOn(host) {
+  if (!byHost) {
+    byHost = {};
+    for (const i of state.instances || []) (byHost[i.host] = byHost[i.host] || []).push(i);
+  }
+  return byHost[host] || [];
 }
 
 // ---- drawing -------------------------------------------------------------
 
 function render() {
   const s = state;
-  $("foot").textContent = `updated ${new Date(s.time).toLocaleTimeString()}`;
+  $("foot").textContent = s.time ? `updated ${new Date(s.time).toLocaleTimeString()}` : "";
   if (s.admin) {
     $("member").hidden = true;
     $("admin").hidden = false;
@@ -257,13 +281,17 @@ function renderGrid(s) {
       g.append(h("svg:text", { x: x + 8, y: y + 18, text: hs.name }));
       g.append(h("svg:text", { class: "small", x: x + 8, y: y + 34, text: `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}` }));
       if (L.size >= 78) {
-        const tag = !hs.up ? "down" : hs.draining ? "draining" : !hs.enabled ? "disabled" : `${hs.instances.length} VM${hs.instances.length === 1 ? "" : "s"}`;
+        const tag = !hs.up ? "down" : hs.draining ? "draining" : !hs.enabled ? "disabled" : `${hs.instances} VM${hs.instances === 1 ? "" : "s"}`;
         g.append(h("svg:text", { class: "small", x: x + 8, y: y + L.size - 10, text: tag }));
       }
     }
     return g;
   });
-  const moves = (s.moves || []).filter((m) => pos[m.source] && pos[m.dest]).map((m) => arrow(m, pos[m.source], pos[m.dest], L.size));
+  // Past a handful of moves the arrows lose their labels (the table below
+  // has them) and thin out, so the grid stays readable.
+  const shown = (s.moves || []).filter((m) => pos[m.source] && pos[m.dest]);
+  const busy = shown.length > 8 || L.size < 46;
+  const moves = shown.map((m) => arrow(m, pos[m.source], pos[m.dest], L.size, busy));
   svg.replaceChildren(defs, ...cells, ...moves);
 }
 
@@ -276,7 +304,7 @@ function progress(m) {
   return m.memory_total_bytes > 0 ? Math.min(1, m.memory_processed_bytes / m.memory_total_bytes) : 0;
 }
 
-function arrow(m, a, b, size) {
+function arrow(m, a, b, size, busy) {
   const dx = b.x - a.x, dy = b.y - a.y;
   const len = Math.hypot(dx, dy) || 1;
   const ux = dx / len, uy = dy / len;
@@ -285,9 +313,10 @@ function arrow(m, a, b, size) {
   // Bend to the left of the direction so opposite moves do not overlap.
   const bend = Math.min(70, len * 0.35);
   const cx = (sx + ex) / 2 - uy * bend, cy = (sy + ey) / 2 + ux * bend;
-  const g = h("svg:g", { class: moveClass(m), "data-move": m.id, "data-source": m.source, "data-dest": m.dest, "data-status": m.status, "data-progress": progress(m).toFixed(3) },
+  const g = h("svg:g", { class: moveClass(m) + (busy ? " busy" : ""), "data-move": m.id, "data-source": m.source, "data-dest": m.dest, "data-status": m.status, "data-progress": progress(m).toFixed(3) },
     h("svg:path", { d: `M${sx},${sy} Q${cx},${cy} ${ex},${ey}`, "marker-end": "url(#head)" }),
-    h("svg:text", { x: 0.25 * sx + 0.5 * cx + 0.25 * ex, y: 0.25 * sy + 0.5 * cy + 0.25 * ey + 4, "text-anchor": "middle", text: m.finished ? `${m.instance_name || m.id}: ${m.status}` : `${m.instance_name || m.id} ${pct(progress(m))}` }));
+    busy ? h("svg:title", { text: `${m.instance_name || m.id}: ${m.source} → ${m.dest}, ${m.finished ? m.status : pct(progress(m))}` })
+      : h("svg:text", { x: 0.25 * sx + 0.5 * cx + 0.25 * ex, y: 0.25 * sy + 0.5 * cy + 0.25 * ey + 4, "text-anchor": "middle", text: m.finished ? `${m.instance_name || m.id}: ${m.status}` : `${m.instance_name || m.id} ${pct(progress(m))}` }));
   if (m.finished) g.setAttribute("opacity", Math.max(0.1, 1 - m.finished_ago_seconds / 2).toFixed(2));
   return g;
 }
@@ -305,7 +334,6 @@ function renderDetail(s) {
     el.replaceChildren(h("p", { class: "muted", text: "Hover or click a host for its numbers and instances." }));
     return;
   }
-  const byUUID = Object.fromEntries((s.instances || []).map((i) => [i.uuid, i]));
   const kids = [h("h3", { text: hs.name }), h("div", { class: "state", text: `${hostState(hs).join(" · ")} · zone ${hs.zone}${hs.disabled_reason ? ` · ${hs.disabled_reason}` : ""}` })];
   for (const rc of CLASSES) {
     const r = hs.resources[rc];
@@ -317,7 +345,7 @@ function renderDetail(s) {
   const rc = hs.fill_class || "VCPU";
   const cap = (hs.resources[rc] || {}).capacity || 1;
   const field = { VCPU: "vcpus", MEMORY_MB: "ram_mb", DISK_GB: "disk_gb" }[rc];
-  const list = hs.instances.map((u) => byUUID[u]).filter(Boolean);
+  const list = instancesOn(hs.name);
   let left = 0;
   const segs = list.map((inst, i) => {
     const w = inst[field] / cap;
