@@ -355,6 +355,20 @@ func TestWebView(t *testing.T) {
 	admin.do("PUT", "/compute/v2.1/os-services/"+svcs.Services[0].ID, map[string]any{"status": "disabled", "disabled_reason": "maintenance"}, nil, http.StatusOK)
 	evalPoll(t, ctx, "h02 marked disabled", `document.querySelector('#grid g.host[data-host="h02"]').getAttribute("class")`, 2*time.Second,
 		func(c string) bool { return strings.Contains(c, "disabled") })
+	// A boot while the page is open colours its host; a host forced down
+	// turns dark.
+	late := admin.boot("late", "9", "h04")
+	admin.waitActive(late)
+	placed["h04"] = append(placed["h04"], bigFlavor)
+	wantFill = fills()
+	evalPoll(t, ctx, "h04 coloured by a boot made while the page is open", `document.querySelector('#grid g.host[data-host="h04"]').dataset.colour`,
+		2*time.Second, func(c string) bool { return c == colour(wantFill["h04"]) })
+	admin.do("GET", "/compute/v2.1/os-services?binary=nova-compute&host=h03", nil, &svcs, http.StatusOK)
+	admin.do("PUT", "/compute/v2.1/os-services/"+svcs.Services[0].ID, map[string]any{"forced_down": true}, nil, http.StatusOK)
+	evalPoll(t, ctx, "h03 marked down", `(() => { const g = document.querySelector('#grid g.host[data-host="h03"]');
+		return g.getAttribute("class") + " " + g.querySelector("rect.cell").getAttribute("fill") })()`, 2*time.Second,
+		func(c string) bool { return strings.Contains(c, " down") && strings.HasSuffix(c, " #39424d") })
+	admin.do("PUT", "/compute/v2.1/os-services/"+svcs.Services[0].ID, map[string]any{"forced_down": false}, nil, http.StatusOK)
 	t.Logf("admin part in the browser: %s", time.Since(start).Round(time.Millisecond))
 
 	// A member in a second tab: their instance, no host names.
