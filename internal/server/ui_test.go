@@ -357,12 +357,14 @@ func TestWebView(t *testing.T) {
 		func(c string) bool { return strings.Contains(c, "disabled") })
 	// A boot while the page is open colours its host; a host forced down
 	// turns dark.
-	late := admin.boot("late", "9", "h04")
-	admin.waitActive(late)
 	placed["h04"] = append(placed["h04"], bigFlavor)
 	wantFill = fills()
+	posted := time.Now()
+	late := admin.boot("late", "9", "h04")
 	evalPoll(t, ctx, "h04 coloured by a boot made while the page is open", `document.querySelector('#grid g.host[data-host="h04"]').dataset.colour`,
 		2*time.Second, func(c string) bool { return c == colour(wantFill["h04"]) })
+	t.Logf("a boot's claim showed on the page %s after its POST", time.Since(posted).Round(time.Millisecond))
+	admin.waitActive(late)
 	admin.do("GET", "/compute/v2.1/os-services?binary=nova-compute&host=h03", nil, &svcs, http.StatusOK)
 	admin.do("PUT", "/compute/v2.1/os-services/"+svcs.Services[0].ID, map[string]any{"forced_down": true}, nil, http.StatusOK)
 	evalPoll(t, ctx, "h03 marked down", `(() => { const g = document.querySelector('#grid g.host[data-host="h03"]');
