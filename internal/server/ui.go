@@ -378,7 +378,7 @@ func (u *uiHub) build(ctx context.Context) error {
 		next.Moves = u.movesOf(now, migs, next.Instances)
 	}
 	u.lastHosts = now
-	next.Hosts, next.Imbalance = u.hostsOf(now, vhs, next.Instances, next.Moves, flavors, u.state)
+	next.Hosts, next.Imbalance = u.hostsOf(now, vhs, next.Instances, next.Moves, flavors)
 
 	changed := false
 	if b := mustMarshal(uiHostsPart{Time: now, Hosts: next.Hosts, Imbalance: next.Imbalance}); u.state == nil || !equalButTime(b, u.state.hostsJSON) {
@@ -475,7 +475,7 @@ func (u *uiHub) movesOf(now time.Time, migs []records.Migration, ins []uiInstanc
 // hostsOf builds the hosts and the imbalance header; flavors nil keeps
 // the previous largest free slot's flavor list (flavors are read with the
 // instances). Called with mu held.
-func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves []uiMove, flavors []records.Flavor, prev *uiState) ([]uiHost, *uiImbalance) {
+func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves []uiMove, flavors []records.Flavor) ([]uiHost, *uiImbalance) {
 	if flavors == nil {
 		flavors = u.flavors
 	}
