@@ -109,10 +109,9 @@ type Conductor struct {
 
 	mu    sync.Mutex
 	locks map[int64]*sync.Mutex
-	// slots are the source slots this replica holds, by source host and
-	// migration.
-	slots   map[string]map[int64]bool
-	waiting map[string][]int64
+	// slotTab counts the live-migration slots this replica holds and the
+	// migrations waiting for one.
+	slotTab *slotTable
 	// bootMus serialise the steps of each instance's boot (bootLock).
 	bootMus map[string]*refMutex
 	// groupMus serialise the scheduling of each server group's members
@@ -136,7 +135,7 @@ func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Comput
 	}
 	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
 		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts}, boots: boot.Machine{MaxLateChecks: lateCheckAttempts},
-		locks: map[int64]*sync.Mutex{}, slots: map[string]map[int64]bool{}, waiting: map[string][]int64{}}
+		locks: map[int64]*sync.Mutex{}, slotTab: newSlotTable(cfg.MaxConcurrentLiveMigrations, 0, 0)}
 }
 
 // InvalidStateError is a request the instance's state does not allow (HTTP

@@ -6,11 +6,6 @@ package conductor
 func (c *Conductor) Remembered() (locks, queued, slots int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, q := range c.waiting {
-		queued += len(q)
-	}
-	for _, held := range c.slots {
-		slots += len(held)
-	}
+	queued, slots = c.slotTab.counts()
 	return len(c.locks), queued, slots
 }

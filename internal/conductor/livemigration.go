@@ -212,22 +212,13 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 }
 
 // forget drops what the conductor keeps in memory for an ended migration:
-// its lock, and its place in the source's slot queue (a migration aborted
-// while queued must not be handed the next slot).
+// its lock, and its place in the slot queue (a migration aborted while
+// queued must not be handed the next slot).
 func (c *Conductor) forget(m records.Migration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.locks, m.ID)
-	q := c.waiting[m.SourceHost]
-	for i, id := range q {
-		if id == m.ID {
-			c.waiting[m.SourceHost] = append(q[:i:i], q[i+1:]...)
-			break
-		}
-	}
-	if len(c.waiting[m.SourceHost]) == 0 {
-		delete(c.waiting, m.SourceHost)
-	}
+	c.slotTab.forget(m.ID)
 }
 
 // migrationActions perform the migration machine's actions, one method
@@ -326,10 +317,10 @@ func (c *Conductor) actRevert(ctx context.Context, m records.Migration, _ record
 func (c *Conductor) actAcquireSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
 	bg := context.WithoutCancel(ctx)
 	c.clock.AfterFunc(0, func() {
-		if c.acquireSlot(m.SourceHost, m.ID) {
+		if c.acquireSlot(m) {
 			// Refused (aborted meanwhile): pass the slot on.
 			if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-				c.releaseSlot(bg, m.SourceHost, m.ID)
+				c.releaseSlot(bg, m.ID)
 			}
 		}
 	})
@@ -338,13 +329,13 @@ func (c *Conductor) actAcquireSlot(ctx context.Context, m records.Migration, _ r
 
 func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
 	c.mu.Lock()
-	c.holdSlot(a.Host, m.ID)
+	c.slotTab.hold(a.Host, m.DestHost, m.ID)
 	c.mu.Unlock()
 	return noAnswer, false, nil
 }
 
 func (c *Conductor) actReleaseSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
-	c.releaseSlot(ctx, m.SourceHost, m.ID)
+	c.releaseSlot(ctx, m.ID)
 	return noAnswer, false, nil
 }
 
@@ -517,55 +508,30 @@ func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, h
 	return nil
 }
 
-// acquireSlot takes one of the source's max_concurrent_live_migrations
-// slots, or queues the migration for the next free one.
-func (c *Conductor) acquireSlot(host string, migID int64) bool {
+// acquireSlot takes a live-migration slot for m (see slotTable), or
+// queues it for the next free one.
+func (c *Conductor) acquireSlot(m records.Migration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.slots[host]) < c.cfg.MaxConcurrentLiveMigrations {
-		c.holdSlot(host, migID)
-		return true
-	}
-	c.waiting[host] = append(c.waiting[host], migID)
-	return false
+	return c.slotTab.acquire(m.SourceHost, m.DestHost, m.ID)
 }
 
-// holdSlot records that migID holds a slot of host; c.mu is held.
-func (c *Conductor) holdSlot(host string, migID int64) {
-	if c.slots[host] == nil {
-		c.slots[host] = map[int64]bool{}
-	}
-	c.slots[host][migID] = true
-}
-
-// releaseSlot frees migID's slot and hands it to the next queued
-// migration, whose step then runs on its own (the clock runs it after the
-// current handler returns). A slot this replica does not hold (another
-// replica queued the migration; this one only applied an agent's report)
-// is left to the replica holding it, which frees it when it reconciles
-// (see reconcile).
-func (c *Conductor) releaseSlot(ctx context.Context, host string, migID int64) {
+// releaseSlot frees migID's slot and hands the room to the queued
+// migrations that now fit, whose steps then run on their own (the clock
+// runs them after the current handler returns). A slot this replica does
+// not hold (another replica queued the migration; this one only applied
+// an agent's report) is left to the replica holding it, which frees it
+// when it reconciles (see reconcile).
+func (c *Conductor) releaseSlot(ctx context.Context, migID int64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.slots[host][migID] {
-		return
-	}
-	delete(c.slots[host], migID)
-	if len(c.slots[host]) == 0 {
-		delete(c.slots, host)
-	}
-	if q := c.waiting[host]; len(q) > 0 {
-		next := q[0]
-		c.waiting[host] = q[1:]
-		if len(c.waiting[host]) == 0 {
-			delete(c.waiting, host)
-		}
-		c.holdSlot(host, next)
-		bg := context.WithoutCancel(ctx)
+	granted := c.slotTab.release(migID)
+	c.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	for _, next := range granted {
 		c.clock.AfterFunc(0, func() {
 			// A migration aborted while it waited refuses the slot: pass it on.
 			if err := c.Handle(bg, next, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-				c.releaseSlot(bg, host, next)
+				c.releaseSlot(bg, next)
 			}
 		})
 	}
@@ -579,8 +545,8 @@ func (c *Conductor) releaseSlot(ctx context.Context, host string, migID int64) {
 func (c *Conductor) reconcile(ctx context.Context) {
 	held := map[int64]string{} // migration → source whose slot it holds
 	c.mu.Lock()
-	for host, ids := range c.slots {
-		for id := range ids {
+	for host, ids := range c.slotTab.heldBySource() {
+		for _, id := range ids {
 			held[id] = host
 		}
 	}
@@ -604,7 +570,7 @@ func (c *Conductor) reconcile(ctx context.Context) {
 		host, holds := held[id]
 		if holds && (ended || (c.cfg.Owner != "" && m.Owner != c.cfg.Owner)) {
 			c.log.Info("freeing the slot of a migration another replica ended or took", "migration", id, "source", host)
-			c.releaseSlot(ctx, host, id)
+			c.releaseSlot(ctx, id)
 		}
 		if ended {
 			m.ID = id

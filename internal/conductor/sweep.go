@@ -3,7 +3,6 @@ package conductor
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"keel/internal/boot"
@@ -135,16 +134,12 @@ func (c *Conductor) sweepMigrations(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// isWaiting reports whether m waits in this replica's queue for a slot.
+// isWaiting reports whether m waits in this replica's queue for a slot,
+// or was just handed one (its step about to run).
 func (c *Conductor) isWaiting(m records.Migration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, id := range c.waiting[m.SourceHost] {
-		if id == m.ID {
-			return true
-		}
-	}
-	return c.slots[m.SourceHost][m.ID] // handed a slot, its step about to run
+	return c.slotTab.isWaiting(m.ID) || c.slotTab.holds(m.ID)
 }
 
 // handleIf feeds ev to a migration unless its step is in flight here or
@@ -183,12 +178,5 @@ func (c *Conductor) tryBootLock(uuid string) (func(), bool) {
 func (c *Conductor) HeldSlots() map[string][]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string][]int64, len(c.slots))
-	for host, ids := range c.slots {
-		for id := range ids {
-			out[host] = append(out[host], id)
-		}
-		slices.Sort(out[host])
-	}
-	return out
+	return c.slotTab.heldBySource()
 }

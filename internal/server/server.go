@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -124,7 +125,7 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	s.cond = conductor.New(conductor.Config{
-		MaxConcurrentLiveMigrations: cfg.Default.MaxConcurrentLiveMigrations,
+		MaxConcurrentLiveMigrations: maxConcurrent(cfg.Default.MaxConcurrentLiveMigrations),
 		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
 		Owner:                       name,
 		ServiceDownTime:             cfg.Default.ServiceDownTime,
@@ -341,4 +342,13 @@ func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 		return nil, fmt.Errorf("opening the store %s: %w", db, err)
 	}
 	return st, nil
+}
+
+// maxConcurrent is the conductor's per-source cap for
+// max_concurrent_live_migrations, where 0 means unlimited (as in Nova).
+func maxConcurrent(n int) int {
+	if n <= 0 {
+		return math.MaxInt32
+	}
+	return n
 }
