@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"keel/internal/client/clienttest"
+	"keel/internal/config"
 	"keel/internal/placement"
 	"keel/internal/records"
 )
@@ -540,4 +543,104 @@ func grep(text, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// sseEvents reads server-sent events from r until it ends or stop is
+// closed, sending each event's name and data.
+func sseEvents(r io.Reader, out chan<- [2]string) {
+	defer close(out)
+	var event string
+	var data []string
+	buf := make([]byte, 0, 64<<10)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(buf, 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if event != "" {
+				out <- [2]string{event, strings.Join(data, "\n")}
+			}
+			event, data = "", nil
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = append(data, strings.TrimPrefix(line, "data: "))
+		}
+	}
+}
+
+// TestWebViewStream reads /keel/v1/ui/events as a member and as an
+// admin, without a browser: the member's stream never carries hosts or
+// host names, the admin's does, a boot shows up in both, and a stream
+// ends with "expired" when its token does.
+func TestWebViewStream(t *testing.T) {
+	t.Parallel()
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2, Config: func(c *config.Config) { c.API.TokenTTL = 3 * time.Second }})
+	base := cloud.Server.URL()
+	open := func(a *api) <-chan [2]string {
+		req, _ := http.NewRequest("GET", base+"/keel/v1/ui/events", nil)
+		req.Header.Set("X-Auth-Token", a.token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("GET /keel/v1/ui/events: %s %s", res.Status, res.Header.Get("Content-Type"))
+		}
+		ch := make(chan [2]string, 64)
+		go sseEvents(res.Body, ch)
+		return ch
+	}
+	admin := login(t, base, "admin", cloud.Password)
+	demo := login(t, base, "demo", cloud.Password)
+	opened := time.Now()
+	adminEvents, demoEvents := open(admin), open(demo)
+	id := demo.boot("streamed", "1", "")
+
+	// Each stream until its token expires (3 s after login).
+	collect := func(ch <-chan [2]string) (names []string, all string) {
+		timeout := time.After(6 * time.Second)
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					return names, all
+				}
+				names = append(names, ev[0])
+				all += ev[0] + " " + ev[1] + "\n"
+			case <-timeout:
+				t.Fatalf("the stream did not end with its token: %v", names)
+			}
+		}
+	}
+	dn, dall := collect(demoEvents)
+	an, aall := collect(adminEvents)
+	if took := time.Since(opened); took > 5*time.Second {
+		t.Errorf("the streams ended %s after they opened, the tokens expire after 3 s", took)
+	}
+	if dn[0] != "hello" || dn[len(dn)-1] != "expired" || slices.Contains(dn, "hosts") {
+		t.Errorf("demo's events: %v (want hello first, expired last, no hosts)", dn)
+	}
+	if regexp.MustCompile(`"h0[12]"`).MatchString(dall) || !strings.Contains(dall, id) {
+		t.Errorf("demo's stream names a host or lacks their instance %s:\n%s", id, dall)
+	}
+	if an[0] != "hello" || an[len(an)-1] != "expired" || !slices.Contains(an, "hosts") || !strings.Contains(aall, id) || !strings.Contains(aall, `"name":"h01"`) {
+		t.Errorf("admin's events: %v\n%s", an, aall)
+	}
+	// The page is served without a token, under a strict policy.
+	res, err := http.Get(base + "/keel/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(page), `<script src="app.js"`) ||
+		!strings.Contains(res.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("GET /keel/ui/: %s %v", res.Status, res.Header)
+	}
+	if bytes.Contains(page, []byte("http://")) || bytes.Contains(page, []byte("https://")) {
+		t.Errorf("the page refers to another origin:\n%s", page)
+	}
 }
