@@ -2,14 +2,17 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -696,12 +699,29 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
+	// Gzip when the client takes it (browsers do): the instances part of
+	// a large cloud shrinks about tenfold. Every event is flushed through.
+	var out io.Writer = w
+	flush := rc.Flush
+	if acceptsGzip(r) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+		defer gz.Close()
+		out = gz
+		flush = func() error {
+			if err := gz.Flush(); err != nil {
+				return err
+			}
+			return rc.Flush()
+		}
+	}
 	w.WriteHeader(http.StatusOK)
 	send := func(event string, data []byte) bool {
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data); err != nil {
+		if _, err := fmt.Fprintf(out, "event: %s\ndata: %s\n\n", event, data); err != nil {
 			return false
 		}
-		return rc.Flush() == nil
+		return flush() == nil
 	}
 	if !send("hello", mustMarshal(hello(p))) {
 		return
@@ -760,10 +780,10 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-ch:
 		case <-hb.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if _, err := fmt.Fprint(out, ": keep-alive\n\n"); err != nil {
 				return
 			}
-			if err := rc.Flush(); err != nil {
+			if err := flush(); err != nil {
 				return
 			}
 		case <-expiry:
@@ -775,6 +795,19 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// acceptsGzip says whether the request's Accept-Encoding names gzip
+// (without q=0).
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			q := strings.ReplaceAll(params, " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 // uiStatus is the compute API's server status for an instance.

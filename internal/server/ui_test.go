@@ -589,6 +589,9 @@ func TestWebViewStream(t *testing.T) {
 		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
 			t.Fatalf("GET /keel/v1/ui/events: %s %s", res.Status, res.Header.Get("Content-Type"))
 		}
+		if !res.Uncompressed {
+			t.Errorf("GET /keel/v1/ui/events with Accept-Encoding: gzip was not gzipped")
+		}
 		ch := make(chan [2]string, 64)
 		go sseEvents(res.Body, ch)
 		return ch
