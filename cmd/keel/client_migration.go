@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -13,7 +14,7 @@ func migrationCommand() *cobra.Command {
 		Use:   "migration",
 		Short: "Migration records (live migrations), as the compute API reports them",
 	}
-	cmd.AddCommand(migrationListCommand())
+	cmd.AddCommand(migrationListCommand(), migrationResetCommand())
 	return cmd
 }
 
@@ -81,4 +82,53 @@ error, cancelled.` + clientLong,
 	f.StringVar(&status, "status", "", "only migrations in this status (e.g. running, completed, failed)")
 	f.StringVar(&server, "server", "", "only migrations of this server (ID or NAME)")
 	return cmd
+}
+
+func migrationResetCommand() *cobra.Command {
+	var cf *clientFlags
+	cmd := &cobra.Command{
+		Use:   "reset ID",
+		Short: "End a stuck migration, putting its allocations and destination right",
+		Long: `reset ends a migration that is stuck in a non-final status (keel audit
+reports it: no progress for [keel] migration_stuck_timeout), for instance
+one whose source agent never reports again. The conductor ends it through
+its state machine, as a failed migration ends: the instance's allocation
+goes back to the source, the destination's claim and prepared guest are
+dropped, its source slot is freed and the instance is active again on its
+source (POST /keel/v1/migrations/ID/reset, admin). It prints the final
+record; a migration already final is refused (409).` + clientLong,
+		Example: `  keel audit
+  keel migration reset 12
+  keel migration reset 12 --format json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("a migration ID is a positive integer (keel migration list shows them), not %q", args[0])
+			}
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			m, err := c.ResetMigration(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cf.json() {
+				return writeJSON(out, m)
+			}
+			fmt.Fprintf(out, "migration %d of %s (%s → %s): %s\n", m.ID, m.InstanceUUID, m.Source, orDash(m.Dest), m.Status)
+			return nil
+		},
+	}
+	cf = addClientFlags(cmd)
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -1,122 +1,402 @@
-// Package audit checks the whole store's invariants — the guarantees keel
+// Package audit checks the whole cloud's invariants — the guarantees keel
 // makes about placement, whatever crashed meanwhile:
 //
 //   - no resource provider is over capacity;
 //   - every ACTIVE instance with no task in progress holds exactly its
 //     flavor, on its host's provider only;
 //   - every migration consumer belongs to a migration still in progress;
-//   - no instance holds allocations on two providers unless it is being
-//     live-migrated;
-//   - every allocation belongs to an instance or an in-progress migration.
+//   - no capacity is held twice: an instance holds allocations only on the
+//     host it runs on and the one it is being live-migrated to, and never
+//     on the source while its migration's consumer holds the source too;
+//   - every allocation belongs to an instance or an in-progress migration;
+//   - nothing is stuck: no instance building, spawning or deleting past
+//     [DEFAULT] instance_build_timeout, no migration in a non-final status
+//     whose record has not changed for [keel] migration_stuck_timeout, no
+//     instance migrating with no migration making progress for as long;
+//   - nothing is lost: every ACTIVE instance's guest is on its host, and
+//     every guest belongs to an instance on that host (or to a migration
+//     moving it there or away);
+//   - no source slot (max_concurrent_live_migrations) is held by a
+//     migration that has ended.
 //
-// `keel audit` prints the violations; the simulator and the tests run it
-// after every scenario.
+// The checks are one pure function, Plan: plain data in (providers,
+// allocations, instances, migrations, the agents' guest lists, the
+// conductor's slots, the time), findings out. Run gathers that data from
+// the store, the agents and the conductor and calls it; Check is the
+// store-only audit the simulator and the tests run after every scenario.
+// `keel audit` and GET /keel/v1/audit print Run's findings.
+//
+// The data is read in several steps while the cloud keeps working, so the
+// checks that compare two sources only report what holds in both
+// readings around the slow one (the agents' guests, the slots): a guest
+// removed by a delete that was already recorded is not taken for lost.
+// The other checks are exact at rest; under load a transient finding can
+// show (e.g. an instance being settled between two reads) — run the
+// audit again to tell a transient from a real one.
 package audit
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
+	"keel/internal/compute"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
 )
 
-// Reader is what the audit reads.
-type Reader interface {
-	ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
-	ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
-	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
-	ListMigrations(ctx context.Context, f store.MigrationFilter) ([]records.Migration, error)
+// Kinds of finding.
+const (
+	KindOverCapacity   = "over-capacity"       // a provider's usage above its capacity
+	KindAllocation     = "allocation-mismatch" // an ACTIVE instance's allocation is not its flavor on its host
+	KindNoProvider     = "no-provider"         // an ACTIVE instance's host has no resource provider
+	KindEndedConsumer  = "ended-migration-consumer"
+	KindUnknownConsume = "unknown-consumer" // allocations of no instance or migration
+	KindHeldTwice      = "held-twice"       // an instance's capacity held where it does not run or move to, or twice on its source
+	KindFailedHolds    = "failed-holds"     // an ERROR or DELETED instance still holds allocations
+	KindStuckBuild     = "stuck-build"      // building/spawning past instance_build_timeout
+	KindStuckDelete    = "stuck-delete"     // deleting past instance_build_timeout
+	KindStuckMigrating = "stuck-migrating"  // task migrating with no migration progressing
+	KindStuckMigration = "stuck-migration"  // a non-final migration with no progress
+	KindLostGuest      = "lost-guest"       // an ACTIVE instance without its guest on its host
+	KindStrayGuest     = "stray-guest"      // a guest with no instance, or on a host its instance neither runs on nor moves to/from
+	KindEndedSlot      = "slot-of-ended-migration"
+)
+
+// Finding is one violation.
+type Finding struct {
+	Kind string `json:"kind"`
+	// Subject is the instance, migration, consumer or host it is about.
+	Subject string `json:"subject"`
+	Text    string `json:"text"`
 }
 
-// Check returns one line per violation, sorted; none means the store is
-// consistent.
-func Check(ctx context.Context, st Reader) ([]string, error) {
-	sums, err := st.ProviderSummaries(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("audit: reading providers: %w", err)
+// Options are the deadlines; a zero deadline turns its check off.
+type Options struct {
+	// BuildTimeout is [DEFAULT] instance_build_timeout: an instance
+	// building or spawning longer than this since it was created, or
+	// deleting longer than this since its record last changed, is stuck.
+	BuildTimeout time.Duration
+	// MigrationTimeout is [keel] migration_stuck_timeout: a migration in a
+	// non-final status whose record has not changed for this long is
+	// stuck (a queued one only if no migration from its source has
+	// progressed meanwhile), and so is an instance migrating that long
+	// with no migration of it progressing.
+	MigrationTimeout time.Duration
+}
+
+// Inputs is everything Plan reads.
+type Inputs struct {
+	Now       time.Time
+	Providers []store.ProviderSummary
+	// Consumers are the allocations, by provider UUID.
+	Consumers map[string][]placement.Consumer
+	Instances []records.Instance
+	// Migrations are the migrations in a non-final status.
+	Migrations []records.Migration
+	// Guests are the agents' guest lists, by host: only hosts present
+	// here are checked for lost and stray guests. GuestsCheck are the
+	// instances and non-final migrations read again after the guests:
+	// a guest finding is reported only if it holds against both readings.
+	// Nil GuestsCheck means the one reading (tests of Plan).
+	Guests      map[string][]compute.Guest
+	GuestsCheck *Recheck
+	// Slots are the conductor's source slots (source host → migration
+	// IDs), as held in two readings around Ended; nil skips the check.
+	Slots map[string][]int64
+	// Ended are the final statuses of migrations named in Slots that are
+	// not in Migrations (read by ID); a slot's migration absent from both
+	// is taken as ended (its record is gone).
+	Ended map[int64]string
+}
+
+// Recheck is a second reading of the records, taken after the guests.
+type Recheck struct {
+	Instances  []records.Instance
+	Migrations []records.Migration
+}
+
+// Plan returns the findings, sorted by text.
+func Plan(in Inputs, opt Options) []Finding {
+	var out []Finding
+	add := func(kind, subject, format string, args ...any) {
+		out = append(out, Finding{Kind: kind, Subject: subject, Text: fmt.Sprintf(format, args...)})
 	}
-	insts, err := st.ListInstances(ctx, "")
-	if err != nil {
-		return nil, fmt.Errorf("audit: reading instances: %w", err)
-	}
-	active, err := st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("audit: reading migrations: %w", err)
-	}
-	var v []string
 	rpOf := map[string]string{}   // host name → provider UUID
 	nameOf := map[string]string{} // provider UUID → host name
-	for _, s := range sums {
+	for _, s := range in.Providers {
 		rpOf[s.Name], nameOf[s.UUID] = s.UUID, s.Name
 		for _, rc := range slices.Sorted(maps.Keys(s.Usage)) {
 			inv, ok := s.Inventories[rc]
 			if used := s.Usage[rc]; !ok || used > inv.Capacity() {
-				v = append(v, fmt.Sprintf("host %s is over capacity: %d %s used of %d", s.Name, used, rc, inv.Capacity()))
+				add(KindOverCapacity, s.Name, "host %s is over capacity: %d %s used of %d", s.Name, used, rc, inv.Capacity())
 			}
 		}
 	}
-	moving := map[string]bool{}    // instances being live-migrated
-	migrating := map[string]bool{} // active migration consumers
-	for _, m := range active {
-		moving[m.InstanceUUID], migrating[m.UUID] = true, true
+	moves := migrationsByInstance(in.Migrations)
+	active := map[string]records.Migration{} // by migration UUID
+	for _, m := range in.Migrations {
+		active[m.UUID] = m
 	}
 	byUUID := map[string]records.Instance{}
-	for _, in := range insts {
-		byUUID[in.UUID] = in
+	for _, i := range in.Instances {
+		byUUID[i.UUID] = i
 	}
 	held := map[string]map[string]placement.Resources{} // consumer → provider → resources
 	types := map[string]placement.ConsumerType{}
-	for _, s := range sums {
-		cs, err := st.ConsumersOn(ctx, s.UUID)
-		if err != nil {
-			return nil, fmt.Errorf("audit: reading allocations on %s: %w", s.Name, err)
-		}
-		for _, c := range cs {
+	for _, p := range slices.Sorted(maps.Keys(in.Consumers)) {
+		for _, c := range in.Consumers[p] {
 			if held[c.UUID] == nil {
 				held[c.UUID] = map[string]placement.Resources{}
 			}
-			held[c.UUID][s.UUID] = c.Allocations[s.UUID]
+			held[c.UUID][p] = c.Allocations[p]
 			types[c.UUID] = c.Type
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(held)) {
 		allocs := held[c]
-		switch in, isInstance := byUUID[c]; {
+		inst, isInstance := byUUID[c]
+		switch {
 		case types[c] == placement.ConsumerMigration:
-			if !migrating[c] {
-				v = append(v, fmt.Sprintf("migration consumer %s holds %s but its migration is not in progress", c, describe(allocs, nameOf)))
+			if _, ok := active[c]; !ok {
+				add(KindEndedConsumer, c, "migration consumer %s holds %s but its migration is not in progress", c, describe(allocs, nameOf))
 			}
 		case !isInstance:
-			v = append(v, fmt.Sprintf("consumer %s holds %s but no instance or migration has that id", c, describe(allocs, nameOf)))
-		case len(allocs) > 1 && !moving[c]:
-			v = append(v, fmt.Sprintf("instance %s holds allocations on %d hosts (%s) and is not being migrated", c, len(allocs), describe(allocs, nameOf)))
-		case in.VMState == records.VMError || in.VMState == records.VMDeleted:
-			v = append(v, fmt.Sprintf("instance %s is %s but still holds %s", c, in.VMState, describe(allocs, nameOf)))
+			add(KindUnknownConsume, c, "consumer %s holds %s but no instance or migration has that id", c, describe(allocs, nameOf))
+		case inst.VMState == records.VMError || inst.VMState == records.VMDeleted:
+			add(KindFailedHolds, c, "instance %s is %s but still holds %s", c, inst.VMState, describe(allocs, nameOf))
+		default:
+			heldTwice(inst, allocs, moves[c], held, nameOf, add)
 		}
 	}
-	for _, in := range insts {
-		if in.VMState != records.VMActive || in.TaskState != records.TaskNone {
+	for _, i := range in.Instances {
+		if i.VMState != records.VMActive || i.TaskState != records.TaskNone {
 			continue
 		}
-		want := in.Flavor.Resources()
-		allocs := held[in.UUID]
-		rp, known := rpOf[in.Host]
+		want := i.Flavor.Resources()
+		allocs := held[i.UUID]
+		rp, known := rpOf[i.Host]
 		switch {
 		case !known:
-			v = append(v, fmt.Sprintf("instance %s runs on %q, which has no resource provider", in.UUID, in.Host))
+			add(KindNoProvider, i.UUID, "instance %s runs on %q, which has no resource provider", i.UUID, i.Host)
 		case len(allocs) == 0:
-			v = append(v, fmt.Sprintf("instance %s on %s holds no allocation (want %s)", in.UUID, in.Host, want))
+			add(KindAllocation, i.UUID, "instance %s on %s holds no allocation (want %s)", i.UUID, i.Host, want)
 		case len(allocs) != 1 || !allocs[rp].Equal(want):
-			v = append(v, fmt.Sprintf("instance %s on %s holds %s, want %s on %s only", in.UUID, in.Host, describe(allocs, nameOf), want, in.Host))
+			add(KindAllocation, i.UUID, "instance %s on %s holds %s, want %s on %s only", i.UUID, i.Host, describe(allocs, nameOf), want, i.Host)
 		}
 	}
-	sort.Strings(v)
-	return v, nil
+	stuck(in, opt, moves, add)
+	guests(in, moves, add)
+	slots(in, active, add)
+	sort.Slice(out, func(a, b int) bool { return out[a].Text < out[b].Text })
+	return out
+}
+
+// heldTwice checks where an instance consumer holds capacity: only on its
+// host, or — while it is being live-migrated — on the destination (the
+// migration consumer holds the source then). A migration whose
+// destination is not recorded yet (the claim and the record are two
+// writes) allows one other host.
+func heldTwice(inst records.Instance, allocs map[string]placement.Resources, moving []records.Migration,
+	held map[string]map[string]placement.Resources, nameOf map[string]string, add func(kind, subject, format string, args ...any)) {
+	allowed := map[string]bool{inst.Host: true}
+	unrecorded := false
+	for _, m := range moving {
+		if m.DestHost != "" {
+			allowed[m.DestHost] = true
+		}
+		unrecorded = unrecorded || m.DestHost == ""
+	}
+	var elsewhere []string
+	for _, p := range slices.Sorted(maps.Keys(allocs)) {
+		if !allowed[nameOf[p]] {
+			elsewhere = append(elsewhere, p)
+		}
+	}
+	if unrecorded && len(elsewhere) == 1 {
+		elsewhere = nil
+	}
+	if inst.Host == "" && len(moving) == 0 && len(allocs) == 1 {
+		// A boot's claim, before the host is recorded.
+		elsewhere = nil
+	}
+	for _, p := range elsewhere {
+		add(KindHeldTwice, inst.UUID, "instance %s holds %s on %s, where it neither runs (%q) nor is moving to", inst.UUID, allocs[p], nameOf[p], inst.Host)
+	}
+	for _, m := range moving {
+		for p := range held[m.UUID] {
+			if _, both := allocs[p]; both {
+				add(KindHeldTwice, inst.UUID, "instance %s and its migration %d's consumer both hold %s: the source is held twice", inst.UUID, m.ID, nameOf[p])
+			}
+		}
+	}
+}
+
+func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add func(kind, subject, format string, args ...any)) {
+	past := func(t time.Time, d time.Duration) bool { return d > 0 && in.Now.Sub(t) > d }
+	age := func(t time.Time) time.Duration { return in.Now.Sub(t).Round(time.Second) }
+	for _, i := range in.Instances {
+		switch {
+		case (i.VMState == records.VMBuilding || i.TaskState == records.TaskSpawning) && past(i.CreatedAt, opt.BuildTimeout):
+			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after it was created (instance_build_timeout %s)", i.UUID, i.VMState, i.TaskState, age(i.CreatedAt), opt.BuildTimeout)
+		case i.TaskState == records.TaskDeleting && past(i.UpdatedAt, opt.BuildTimeout):
+			add(KindStuckDelete, i.UUID, "instance %s has been deleting for %s (instance_build_timeout %s)", i.UUID, age(i.UpdatedAt), opt.BuildTimeout)
+		case i.TaskState == records.TaskMigrating && past(i.UpdatedAt, opt.MigrationTimeout):
+			progressing := false
+			for _, m := range moves[i.UUID] {
+				progressing = progressing || !past(m.UpdatedAt, opt.MigrationTimeout)
+			}
+			if !progressing {
+				add(KindStuckMigrating, i.UUID, "instance %s has been migrating for %s with no migration of it progressing (migration_stuck_timeout %s)", i.UUID, age(i.UpdatedAt), opt.MigrationTimeout)
+			}
+		}
+	}
+	// A queued migration waits for a slot on its source: it is stuck only
+	// if nothing from that source has moved meanwhile.
+	moved := map[string]bool{}
+	for _, m := range in.Migrations {
+		if m.Status != records.MigrationQueued && !past(m.UpdatedAt, opt.MigrationTimeout) {
+			moved[m.SourceHost] = true
+		}
+	}
+	for _, m := range in.Migrations {
+		if !past(m.UpdatedAt, opt.MigrationTimeout) || (m.Status == records.MigrationQueued && moved[m.SourceHost]) {
+			continue
+		}
+		add(KindStuckMigration, fmt.Sprint(m.ID), "migration %d of instance %s (%s → %s) has been %s (phase %q) for %s without progress (migration_stuck_timeout %s)",
+			m.ID, m.InstanceUUID, m.SourceHost, orUnset(m.DestHost), m.Status, m.Phase, age(m.UpdatedAt), opt.MigrationTimeout)
+	}
+}
+
+// guests compares the agents' guests with the records (both readings when
+// there are two).
+func guests(in Inputs, moves map[string][]records.Migration, add func(kind, subject, format string, args ...any)) {
+	if len(in.Guests) == 0 {
+		return
+	}
+	type reading struct {
+		insts map[string]records.Instance
+		moves map[string][]records.Migration
+	}
+	readings := []reading{{insts: indexInstances(in.Instances), moves: moves}}
+	if in.GuestsCheck != nil {
+		readings = append(readings, reading{insts: indexInstances(in.GuestsCheck.Instances), moves: migrationsByInstance(in.GuestsCheck.Migrations)})
+	}
+	on := map[string]map[string]compute.Guest{} // host → uuid → guest
+	for h, gs := range in.Guests {
+		on[h] = map[string]compute.Guest{}
+		for _, g := range gs {
+			on[h][g.UUID] = g
+		}
+	}
+	// lost: an ACTIVE instance with no task, the same record in every
+	// reading, on a checked host without its guest.
+	for _, i := range in.Instances {
+		here, checked := on[i.Host]
+		if !checked || i.VMState != records.VMActive || i.TaskState != records.TaskNone {
+			continue
+		}
+		if _, ok := here[i.UUID]; ok {
+			continue
+		}
+		same := true
+		for _, r := range readings[1:] {
+			j, ok := r.insts[i.UUID]
+			same = same && ok && j.Version == i.Version
+		}
+		if same {
+			add(KindLostGuest, i.UUID, "instance %s is active on %s but %s has no guest for it", i.UUID, i.Host, i.Host)
+		}
+	}
+	// stray: a guest whose instance is gone, or is on another host with
+	// no migration between the two, in every reading.
+	for _, h := range slices.Sorted(maps.Keys(on)) {
+		for _, u := range slices.Sorted(maps.Keys(on[h])) {
+			why := ""
+			for _, r := range readings {
+				w := strayReason(h, u, r.insts, r.moves)
+				if w == "" {
+					why = ""
+					break
+				}
+				if why == "" {
+					why = w
+				}
+			}
+			if why != "" {
+				add(KindStrayGuest, u, "guest %s (%s) on %s: %s", u, on[h][u].State, h, why)
+			}
+		}
+	}
+}
+
+func strayReason(host, uuid string, insts map[string]records.Instance, moves map[string][]records.Migration) string {
+	i, ok := insts[uuid]
+	switch {
+	case !ok:
+		return "no instance has that id"
+	case i.VMState == records.VMDeleted:
+		return "its instance is deleted"
+	case i.Host == host || i.Host == "":
+		return ""
+	}
+	for _, m := range moves[uuid] {
+		if m.SourceHost == host || m.DestHost == host {
+			return ""
+		}
+	}
+	return fmt.Sprintf("its instance runs on %q and no migration moves it from or to %s", i.Host, host)
+}
+
+func slots(in Inputs, active map[string]records.Migration, add func(kind, subject, format string, args ...any)) {
+	if in.Slots == nil {
+		return
+	}
+	live := map[int64]bool{}
+	for _, m := range active {
+		live[m.ID] = true
+	}
+	for _, h := range slices.Sorted(maps.Keys(in.Slots)) {
+		for _, id := range in.Slots[h] {
+			if live[id] {
+				continue
+			}
+			status, ok := in.Ended[id]
+			if ok && !records.MigrationTerminal(status) {
+				continue // started after Migrations was read
+			}
+			if !ok {
+				status = "gone"
+			}
+			add(KindEndedSlot, fmt.Sprint(id), "migration %d holds a live-migration slot on %s but it has ended (%s)", id, h, status)
+		}
+	}
+}
+
+func migrationsByInstance(ms []records.Migration) map[string][]records.Migration {
+	out := map[string][]records.Migration{}
+	for _, m := range ms {
+		out[m.InstanceUUID] = append(out[m.InstanceUUID], m)
+	}
+	return out
+}
+
+func indexInstances(is []records.Instance) map[string]records.Instance {
+	out := make(map[string]records.Instance, len(is))
+	for _, i := range is {
+		out[i.UUID] = i
+	}
+	return out
+}
+
+func orUnset(h string) string {
+	if h == "" {
+		return "?"
+	}
+	return h
 }
 
 func describe(allocs map[string]placement.Resources, nameOf map[string]string) string {

@@ -260,6 +260,16 @@ func (c *Client) DeleteServer(ctx context.Context, id string) error {
 	return nil
 }
 
+// ResetState is os-resetState (admin): the server's vm_state becomes
+// state ("active" or "error") and its task is cleared; keel also puts its
+// allocations right.
+func (c *Client) ResetState(ctx context.Context, id, state string) error {
+	if err := servers.ResetState(ctx, c.compute, id, servers.ServerState(state)).ExtractErr(); err != nil {
+		return fmt.Errorf("resetting the state of server %s to %s: %w", id, state, describe(err))
+	}
+	return nil
+}
+
 // WaitServer polls a server every interval until done reports true for
 // it, and returns it. A server that disappears (404) is passed to done as
 // a Server with Status "DELETED" and only its ID.

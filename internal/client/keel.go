@@ -3,22 +3,63 @@ package client
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/gophercloud/gophercloud/v2"
 
 	"keel/internal/scheduler"
 )
 
+// AuditFinding is one violation the audit found: its kind (see package
+// audit), what it is about and the line to show.
+type AuditFinding struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Text    string `json:"text"`
+}
+
+// AuditReport is the audit's answer: the findings, and what could not be
+// checked (a host down, slots not exposed).
+type AuditReport struct {
+	Findings  []AuditFinding `json:"findings"`
+	Unchecked []string       `json:"unchecked"`
+}
+
 // Audit runs keel's consistency audit (GET /keel/v1/audit, admin): one
-// line per violated invariant; none means the store is consistent.
+// line per violated invariant; none means the cloud is consistent.
 func (c *Client) Audit(ctx context.Context) ([]string, error) {
-	var body struct {
-		Violations []string `json:"violations"`
+	r, err := c.AuditReport(ctx)
+	if err != nil {
+		return nil, err
 	}
+	var v []string
+	for _, f := range r.Findings {
+		v = append(v, f.Text)
+	}
+	return v, nil
+}
+
+// AuditReport runs the audit and returns its whole answer.
+func (c *Client) AuditReport(ctx context.Context) (AuditReport, error) {
+	var body AuditReport
 	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("audit"), &body, nil); err != nil {
-		return nil, fmt.Errorf("keel audit: %w", describe(err))
+		return AuditReport{}, fmt.Errorf("keel audit: %w", describe(err))
 	}
-	return body.Violations, nil
+	return body, nil
+}
+
+// ResetMigration ends a stuck migration (POST /keel/v1/migrations/ID/reset,
+// admin): the conductor ends it through its machine, reverting the
+// allocations and the destination, and returns the final record.
+func (c *Client) ResetMigration(ctx context.Context, id int64) (Migration, error) {
+	var body struct {
+		Migration rawMigration `json:"migration"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("migrations", strconv.FormatInt(id, 10), "reset"), map[string]any{}, &body, &gophercloud.RequestOpts{OkCodes: []int{200}})
+	if err != nil {
+		return Migration{}, fmt.Errorf("resetting migration %d: %w", id, describe(err))
+	}
+	return newestFirst([]rawMigration{body.Migration})[0], nil
 }
 
 // ExplainRequest asks the scheduler about a boot of Flavor (id or name):

@@ -225,6 +225,7 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mAudit:         func(ctx context.Context, _ computeArgs) (any, error) { return m.Audit(ctx) },
 		mCheckIncoming: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckIncoming(ctx, a.UUID) },
 	}
+	guestMethods(handlers, m)
 	typed := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
 		typed[method] = decoded(h)

@@ -1,13 +1,20 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"keel/internal/api/compute"
 	"keel/internal/audit"
+	"keel/internal/conductor"
 	"keel/internal/httpbody"
 	"keel/internal/identity"
+	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/store"
@@ -16,15 +23,35 @@ import (
 // keelAPI serves keel's own admin endpoints under /keel/v1 (behind the
 // same tokens as the compute API):
 //
-//	GET  /keel/v1/audit              the store's invariant violations
-//	POST /keel/v1/schedule/explain   every host's fate for a request
+//	GET  /keel/v1/audit                 the cloud's invariant violations
+//	POST /keel/v1/migrations/{id}/reset end a stuck migration
+//	POST /keel/v1/schedule/explain      every host's fate for a request
 type keelAPI struct {
 	st    store.Store
 	sched *scheduler.Scheduler
+	// audit is where GET /keel/v1/audit reads (its Store is st), opt its
+	// deadlines and now its clock.
+	audit audit.Sources
+	opt   audit.Options
+	now   func() time.Time
+	// resetter ends a stuck migration (the conductor); nil answers 501.
+	resetter migrationResetter
 }
 
+// migrationResetter is the conductor's way out of a stuck migration: it
+// ends the migration through its machine, reverting allocations and the
+// destination, and returns the final record.
+type migrationResetter interface {
+	ResetMigration(ctx context.Context, id int64) (records.Migration, error)
+}
+
+// resetTimeout bounds a reset, which runs on its own context (a client
+// that hangs up does not stop it halfway).
+const resetTimeout = 60 * time.Second
+
 func (k *keelAPI) routes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /keel/v1/audit", k.admin(k.audit))
+	mux.HandleFunc("GET /keel/v1/audit", k.admin(k.runAudit))
+	mux.HandleFunc("POST /keel/v1/migrations/{id}/reset", k.admin(k.resetMigration))
 	mux.HandleFunc("POST /keel/v1/schedule/explain", k.admin(k.explain))
 }
 
@@ -43,16 +70,55 @@ func (k *keelAPI) admin(h func(w http.ResponseWriter, r *http.Request)) http.Han
 	}
 }
 
-func (k *keelAPI) audit(w http.ResponseWriter, r *http.Request) {
-	v, err := audit.Check(r.Context(), k.st)
+func (k *keelAPI) runAudit(w http.ResponseWriter, r *http.Request) {
+	rep, err := audit.Run(r.Context(), k.audit, k.now(), k.opt)
 	if err != nil {
 		compute.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if v == nil {
-		v = []string{}
+	writeJSON(w, http.StatusOK, map[string]any{"violations": rep.Violations(), "findings": rep.Findings, "unchecked": rep.Unchecked})
+}
+
+func (k *keelAPI) resetMigration(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		compute.WriteError(w, http.StatusBadRequest, "a migration id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"violations": v})
+	if k.resetter == nil {
+		compute.WriteError(w, http.StatusNotImplemented, "this keel server's conductor cannot reset migrations")
+		return
+	}
+	if _, err := k.st.GetMigration(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			compute.WriteError(w, http.StatusNotFound, fmt.Sprintf("Migration %d could not be found.", id))
+			return
+		}
+		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), resetTimeout)
+	defer cancel()
+	m, err := k.resetter.ResetMigration(ctx, id)
+	if err != nil {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			status = http.StatusNotFound
+		case placement.IsConflict(err) || isInvalidState(err):
+			status = http.StatusConflict
+		}
+		compute.WriteError(w, status, fmt.Sprintf("resetting migration %d: %v", id, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"migration": m})
+}
+
+// isInvalidState reports whether err says the record is not in a state
+// the request applies to (the conductor's InvalidStateError).
+func isInvalidState(err error) bool {
+	var e *conductor.InvalidStateError
+	return errors.As(err, &e)
 }
 
 // explainRequest names the flavor (id or name) and, optionally, hosts to

@@ -26,6 +26,7 @@ import (
 
 	"keel/internal/api/compute"
 	"keel/internal/api/placementapi"
+	"keel/internal/audit"
 	"keel/internal/bus"
 	"keel/internal/clock"
 	"keel/internal/conductor"
@@ -189,7 +190,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	openDocs(mux, api, "/compute", "/compute/v2.1")
 	mux.Handle("/compute/", iss.Require(api, s.baseURL, compute.WriteError))
 	keel := http.NewServeMux()
-	(&keelAPI{st: s.store, sched: s.sched}).routes(keel)
+	s.keelAPI().routes(keel)
 	s.ui.routes(mux, keel)
 	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
 	pl := placementapi.New(s.store, func(r *http.Request) bool {
@@ -351,4 +352,24 @@ func maxConcurrent(n int) int {
 		return math.MaxInt32
 	}
 	return n
+}
+
+// keelAPI builds the /keel/v1 endpoints: the audit asks the agents for
+// their guests and, if the conductor exposes them, reads its slots; a
+// conductor with ResetMigration serves the reset.
+func (s *Server) keelAPI() *keelAPI {
+	k := &keelAPI{
+		st: s.store, sched: s.sched, now: clock.Real{}.Now,
+		audit: audit.Sources{
+			Store: s.store, Agents: rpc.Agents{Conn: s.conn, Timeout: s.cfg.Keel.RPCTimeout},
+			ServiceDownTime: s.cfg.Default.ServiceDownTime, AgentTimeout: min(s.cfg.Keel.RPCTimeout, 10*time.Second),
+		},
+	}
+	if sh, ok := any(s.cond).(audit.SlotHolder); ok {
+		k.audit.Slots = sh
+	}
+	if r, ok := any(s.cond).(migrationResetter); ok {
+		k.resetter = r
+	}
+	return k
 }

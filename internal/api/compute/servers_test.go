@@ -1,11 +1,20 @@
 package compute_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+
+	"keel/internal/audit"
+	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 // TestServerRequestsRefusedAsNova: each malformed or impossible request is
@@ -219,6 +228,113 @@ func TestResetState(t *testing.T) {
 	}
 	if got := reset("admin", "error"); got != 409 || status() != "MIGRATING active" {
 		t.Errorf("reset during a live migration: %d, then %s; want 409 and no change", got, status())
+	}
+}
+
+// TestResetStatePutsAllocationsRight: os-resetState on an instance a bug
+// left migrating, holding two hosts, with an ended migration's consumer
+// still on its source, puts the allocations right (the flavor on its host
+// only for active, nothing for error), records a reset-state action
+// saying what it corrected, and leaves the audit clean; a reset to active
+// on a host with no room left is a 409 that changes nothing.
+func TestResetStatePutsAllocationsRight(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1"}}, &created)
+	id := created.Server.ID
+	e.clk.Advance(2 * time.Second)
+	inst, err := e.st.GetInstance(ctx, id)
+	if err != nil || inst.VMState != records.VMActive || inst.Host == "" {
+		t.Fatalf("booted instance: %+v, %v", inst, err)
+	}
+	host, rp := inst.Host, "rp-"+inst.Host
+	other := map[string]string{"h1": "rp-h2", "h2": "rp-h3", "h3": "rp-h1"}[host]
+	want := inst.Flavor.Resources()
+
+	// What a bug leaves: the instance migrating, claimed on a second host,
+	// its ended migration's consumer holding the source.
+	m, err := e.st.CreateMigration(ctx, records.Migration{UUID: uuid.NewString(), InstanceUUID: id, SourceHost: host, Status: records.MigrationError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.WriteAllocations(ctx,
+		placement.AllocationWrite{ConsumerUUID: m.UUID, Type: placement.ConsumerMigration, Allocations: map[string]placement.Resources{rp: want}},
+		placement.AllocationWrite{ConsumerUUID: id, AnyConsumerGeneration: true, Allocations: map[string]placement.Resources{rp: want, other: want}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	inst.TaskState = records.TaskMigrating
+	if _, err := e.st.UpdateInstance(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := audit.Check(ctx, e.st); err != nil || len(v) < 2 {
+		t.Fatalf("audit of the broken state: %q, %v; want the ended migration's consumer and the second host", v, err)
+	}
+
+	var fault map[string]any
+	reset := func(state string) *http.Response {
+		t.Helper()
+		fault = nil
+		return e.call("POST", "/compute/v2.1/servers/"+id+"/action", "admin", "", map[string]any{"os-resetState": map[string]any{"state": state}}, &fault)
+	}
+	allocs := func(consumer string) map[string]placement.Resources {
+		t.Helper()
+		c, err := e.st.GetConsumer(ctx, consumer)
+		if errors.Is(err, placement.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Allocations
+	}
+	if r := reset("active"); r.StatusCode != 202 {
+		t.Fatalf("reset to active: %d", r.StatusCode)
+	}
+	if got := allocs(id); len(got) != 1 || !got[rp].Equal(want) {
+		t.Errorf("after reset to active the instance holds %v, want %v on %s only", got, want, host)
+	}
+	if got := allocs(m.UUID); got != nil {
+		t.Errorf("the ended migration's consumer still holds %v", got)
+	}
+	if v, err := audit.Check(ctx, e.st); err != nil || len(v) != 0 {
+		t.Errorf("audit after reset to active: %q, %v", v, err)
+	}
+	acts, err := e.st.ListInstanceActions(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := acts[len(acts)-1]
+	if last.Action != "reset-state" || last.UserID == "" || !strings.Contains(last.Message, "allocations put right") ||
+		!strings.Contains(last.Message, fmt.Sprintf("migration %d released", m.ID)) {
+		t.Errorf("last action: %+v, want reset-state saying what was put right", last)
+	}
+
+	if r := reset("error"); r.StatusCode != 202 {
+		t.Fatalf("reset to error: %d", r.StatusCode)
+	}
+	if got := allocs(id); got != nil {
+		t.Errorf("after reset to error the instance holds %v, want nothing", got)
+	}
+	if v, err := audit.Check(ctx, e.st); err != nil || len(v) != 0 {
+		t.Errorf("audit after reset to error: %q, %v", v, err)
+	}
+
+	// Fill the host; active no longer fits.
+	sums, err := e.st.ProviderSummaries(ctx, []string{rp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := sums[0].Inventories[placement.VCPU].Capacity() - sums[0].Usage[placement.VCPU]
+	if _, err := e.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: uuid.NewString(), Allocations: map[string]placement.Resources{rp: {placement.VCPU: free}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reset("active"); r.StatusCode != 409 || !strings.Contains(fmt.Sprint(fault), "does not fit") {
+		t.Errorf("reset to active on a full host: %d %v, want 409", r.StatusCode, fault)
+	}
+	if got, _ := e.st.GetInstance(ctx, id); got.VMState != records.VMError || allocs(id) != nil {
+		t.Errorf("a refused reset changed the instance: %s, %v", got.VMState, allocs(id))
 	}
 }
 

@@ -157,6 +157,18 @@ func (c *Cloud) FailNext(t testing.TB, host, step, uuid, msg string) {
 	t.Fatalf("no host %s in %v", host, c.Hosts)
 }
 
+// Driver is host's fake driver (to make a guest vanish or appear).
+func (c *Cloud) Driver(t testing.TB, host string) *fake.Driver {
+	t.Helper()
+	for i, h := range c.Hosts {
+		if h == host {
+			return c.agents[i].Manager().Driver().(*fake.Driver)
+		}
+	}
+	t.Fatalf("no host %s in %v", host, c.Hosts)
+	return nil
+}
+
 // cheapenPasswords rewrites the users' password hashes (all of them the
 // admin password in the dev directory) with few PBKDF2 iterations: every
 // command logs in, and 600 000 iterations take about a second a login

@@ -1,0 +1,39 @@
+package rpc
+
+import (
+	"context"
+
+	"keel/internal/compute"
+)
+
+// mListGuests is keel's own agent method: the driver's guests, as the
+// hypervisor sees them (the server's audit compares them with the
+// records).
+const mListGuests = "list_guests"
+
+// guestMethods adds the methods of this file to an agent's handlers.
+func guestMethods(handlers map[string]func(ctx context.Context, a computeArgs) (any, error), m *compute.Manager) {
+	handlers[mListGuests] = func(ctx context.Context, _ computeArgs) (any, error) {
+		gs, err := m.Driver().Guests(ctx)
+		if gs == nil {
+			gs = []compute.Guest{}
+		}
+		return gs, err
+	}
+}
+
+// ListGuests returns the guests of host's driver (audit.GuestLister).
+func (a Agents) ListGuests(ctx context.Context, host string) ([]compute.Guest, error) {
+	ag, err := a.agent(host)
+	if err != nil {
+		return nil, err
+	}
+	return ag.ListGuests(ctx)
+}
+
+// ListGuests returns the guests of the agent's driver.
+func (a *Agent) ListGuests(ctx context.Context) ([]compute.Guest, error) {
+	var gs []compute.Guest
+	err := a.call(ctx, mListGuests, computeArgs{}, &gs)
+	return gs, err
+}
