@@ -2,18 +2,25 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"keel/internal/client/clienttest"
 	"keel/internal/compute"
+	"keel/internal/migration"
+	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 // TestAuditSeesWhatABugLeavesAndResetsPutItRight runs a real keel (server
 // and two fake-driver agents in-process) into each state the extended
-// audit must see — a lost guest, a stray guest — checks `keel audit` reports it, then puts
+// audit must see — a lost guest, a stray guest, a boot stuck past
+// instance_build_timeout, a migration stuck in its copy with its instance
+// migrating, capacity held on both hosts — checks `keel audit` reports it, then puts
 // it right the operator's way (os-resetState, keel migration reset) and
 // checks the audit is clean again.
 func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
@@ -38,6 +45,9 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 			t.Errorf("the audit did not check every host's guests:\n%s", out)
 		}
 	}
+
+	st := cloud.Server.Store()
+	long := time.Hour // past the audit's deadlines (about 17 and 6.5 minutes here)
 
 	mustRun(t, "server", "create", "web1", "--flavor", "m1.tiny", "--wait")
 	web1 := showServer(t, "web1")
@@ -64,6 +74,77 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 	}
 	clean()
 
+	// A boot stuck in spawning for an hour, holding its claim (owned by
+	// no replica, so no conductor ends it).
+	now := time.Now().UTC()
+	f, err := st.GetFlavor(ctx, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := st.CreateInstance(ctx, records.Instance{UUID: uuid.NewString(), Name: "stuck", Host: cloud.Hosts[1], Flavor: f,
+		VMState: records.VMBuilding, TaskState: records.TaskSpawning, CreatedAt: now.Add(-long), UpdatedAt: now.Add(-long)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: stuck.UUID, Type: placement.ConsumerInstance,
+		Allocations: map[string]placement.Resources{providerOf(t, cloud, cloud.Hosts[1]): f.Resources()}}); err != nil {
+		t.Fatal(err)
+	}
+	auditFails("instance " + stuck.UUID + " is still building (task \"spawning\") 1h0m0s after it was created")
+	if err := c.ResetState(ctx, stuck.UUID, "error"); err != nil {
+		t.Fatal(err)
+	}
+	clean()
+	mustRun(t, "server", "delete", stuck.UUID)
+
+	// A migration stuck in its copy for an hour, as a source that never
+	// reports leaves it: the migration consumer holds the source, the
+	// instance the destination, the instance is migrating. Its owner is a
+	// live replica that is not this one, so this conductor's sweeps leave
+	// it alone.
+	mustRun(t, "server", "create", "db1", "--flavor", "m1.tiny", "--wait")
+	db1 := showServer(t, "db1")
+	src, dst := db1.Host, cloud.Hosts[0]
+	if dst == src {
+		dst = cloud.Hosts[1]
+	}
+	if err := st.PutService(ctx, records.Service{Host: records.ServerServiceHost("other"), Binary: records.ServerBinary, UpdatedAt: time.Now().UTC(), LastSeenUp: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.CreateMigration(ctx, records.Migration{UUID: uuid.NewString(), InstanceUUID: db1.ID, Type: "live-migration", SourceHost: src, DestHost: dst,
+		Status: records.MigrationRunning, Phase: migration.PhaseCopy, Owner: "other", CreatedAt: now.Add(-long), UpdatedAt: now.Add(-long)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := st.GetInstance(ctx, db1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.WriteAllocations(ctx,
+		placement.AllocationWrite{ConsumerUUID: m.UUID, Type: placement.ConsumerMigration, Allocations: map[string]placement.Resources{providerOf(t, cloud, src): f.Resources()}},
+		placement.AllocationWrite{ConsumerUUID: db1.ID, AnyConsumerGeneration: true, Allocations: map[string]placement.Resources{providerOf(t, cloud, dst): f.Resources()}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	inst.TaskState, inst.UpdatedAt = records.TaskMigrating, now.Add(-long)
+	if _, err := st.UpdateInstance(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	auditFails(fmt.Sprintf("migration %d of instance %s (%s → %s) has been running (phase \"copy\") for 1h0m0s without progress", m.ID, db1.ID, src, dst),
+		"instance "+db1.ID+" has been migrating for 1h0m0s with no migration of it progressing", "2 violations")
+	// os-resetState leaves a migration in progress to the migration reset.
+	if err := c.ResetState(ctx, db1.ID, "active"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("keel migration reset %d", m.ID)) {
+		t.Fatalf("os-resetState during a stuck migration: %v, want a 409 naming keel migration reset", err)
+	}
+	out := mustRun(t, "migration", "reset", fmt.Sprint(m.ID))
+	wantContains(t, out, fmt.Sprintf("migration %d of %s (%s → %s): error", m.ID, db1.ID, src, dst))
+	clean()
+	if got := showServer(t, db1.ID); got.Status != "ACTIVE" || got.Host != src {
+		t.Errorf("after the reset db1 is %s on %s, want ACTIVE on %s", got.Status, got.Host, src)
+	}
+	if _, err := run(t, "migration", "reset", fmt.Sprint(m.ID)); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Errorf("resetting an ended migration: %v, want a 409", err)
+	}
 }
 
 // providerOf is host's resource provider UUID.

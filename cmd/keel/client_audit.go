@@ -30,7 +30,8 @@ on its host only (a migrating instance's on its destination, its
 migration's on the source) — no capacity held twice, no allocation without
 an instance or a migration in progress; nothing stuck (building or
 deleting past [DEFAULT] instance_build_timeout, a migration without
-progress for [keel] migration_stuck_timeout); every ACTIVE instance's guest
+progress for [keel] migration_stall_timeout, each plus service_down_time
+and rpc_timeout: the conductor ends those itself first); every ACTIVE instance's guest
 on its host and no guest without its instance (the server asks each up
 agent for its guests); no live-migration slot held by an ended migration.
 

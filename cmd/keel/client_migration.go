@@ -90,7 +90,7 @@ func migrationResetCommand() *cobra.Command {
 		Use:   "reset ID",
 		Short: "End a stuck migration, putting its allocations and destination right",
 		Long: `reset ends a migration that is stuck in a non-final status (keel audit
-reports it: no progress for [keel] migration_stuck_timeout), for instance
+reports it: no progress for [keel] migration_stall_timeout and a margin), for instance
 one whose source agent never reports again. The conductor ends it through
 its state machine, as a failed migration ends: the instance's allocation
 goes back to the source, the destination's claim and prepared guest are

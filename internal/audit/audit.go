@@ -9,10 +9,12 @@
 //     host it runs on and the one it is being live-migrated to, and never
 //     on the source while its migration's consumer holds the source too;
 //   - every allocation belongs to an instance or an in-progress migration;
-//   - nothing is stuck: no instance building, spawning or deleting past
-//     [DEFAULT] instance_build_timeout, no migration in a non-final status
-//     whose record has not changed for [keel] migration_stuck_timeout, no
-//     instance migrating with no migration making progress for as long;
+//   - nothing is stuck: no instance building, spawning or deleting past a
+//     deadline, no migration in a non-final status whose record has not
+//     changed for a deadline, no instance migrating with no migration
+//     making progress for as long (the server's deadlines are the
+//     conductor's [DEFAULT] instance_build_timeout and [keel]
+//     migration_stall_timeout, plus the time its sweep takes to act);
 //   - nothing is lost: every ACTIVE instance's guest is on its host, and
 //     every guest belongs to an instance on that host (or to a migration
 //     moving it there or away);
@@ -57,8 +59,8 @@ const (
 	KindUnknownConsume = "unknown-consumer" // allocations of no instance or migration
 	KindHeldTwice      = "held-twice"       // an instance's capacity held where it does not run or move to, or twice on its source
 	KindFailedHolds    = "failed-holds"     // an ERROR or DELETED instance still holds allocations
-	KindStuckBuild     = "stuck-build"      // building/spawning past instance_build_timeout
-	KindStuckDelete    = "stuck-delete"     // deleting past instance_build_timeout
+	KindStuckBuild     = "stuck-build"      // building/spawning past the build deadline
+	KindStuckDelete    = "stuck-delete"     // deleting past the build deadline
 	KindStuckMigrating = "stuck-migrating"  // task migrating with no migration progressing
 	KindStuckMigration = "stuck-migration"  // a non-final migration with no progress
 	KindLostGuest      = "lost-guest"       // an ACTIVE instance without its guest on its host
@@ -76,15 +78,14 @@ type Finding struct {
 
 // Options are the deadlines; a zero deadline turns its check off.
 type Options struct {
-	// BuildTimeout is [DEFAULT] instance_build_timeout: an instance
-	// building or spawning longer than this since it was created, or
-	// deleting longer than this since its record last changed, is stuck.
+	// BuildTimeout: an instance building or spawning longer than this
+	// since it was created, or deleting longer than this since its record
+	// last changed, is stuck.
 	BuildTimeout time.Duration
-	// MigrationTimeout is [keel] migration_stuck_timeout: a migration in a
-	// non-final status whose record has not changed for this long is
-	// stuck (a queued one only if no migration from its source has
-	// progressed meanwhile), and so is an instance migrating that long
-	// with no migration of it progressing.
+	// MigrationTimeout: a migration in a non-final status whose record has
+	// not changed for this long is stuck (a queued one only if no
+	// migration from its source has progressed meanwhile), and so is an
+	// instance migrating that long with no migration of it progressing.
 	MigrationTimeout time.Duration
 }
 
@@ -241,16 +242,16 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 	for _, i := range in.Instances {
 		switch {
 		case (i.VMState == records.VMBuilding || i.TaskState == records.TaskSpawning) && past(i.CreatedAt, opt.BuildTimeout):
-			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after it was created (instance_build_timeout %s)", i.UUID, i.VMState, i.TaskState, age(i.CreatedAt), opt.BuildTimeout)
+			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after it was created (the audit's build deadline: %s)", i.UUID, i.VMState, i.TaskState, age(i.CreatedAt), opt.BuildTimeout)
 		case i.TaskState == records.TaskDeleting && past(i.UpdatedAt, opt.BuildTimeout):
-			add(KindStuckDelete, i.UUID, "instance %s has been deleting for %s (instance_build_timeout %s)", i.UUID, age(i.UpdatedAt), opt.BuildTimeout)
+			add(KindStuckDelete, i.UUID, "instance %s has been deleting for %s (the audit's build deadline: %s)", i.UUID, age(i.UpdatedAt), opt.BuildTimeout)
 		case i.TaskState == records.TaskMigrating && past(i.UpdatedAt, opt.MigrationTimeout):
 			progressing := false
 			for _, m := range moves[i.UUID] {
 				progressing = progressing || !past(m.UpdatedAt, opt.MigrationTimeout)
 			}
 			if !progressing {
-				add(KindStuckMigrating, i.UUID, "instance %s has been migrating for %s with no migration of it progressing (migration_stuck_timeout %s)", i.UUID, age(i.UpdatedAt), opt.MigrationTimeout)
+				add(KindStuckMigrating, i.UUID, "instance %s has been migrating for %s with no migration of it progressing (the audit's migration deadline: %s)", i.UUID, age(i.UpdatedAt), opt.MigrationTimeout)
 			}
 		}
 	}
@@ -266,7 +267,7 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 		if !past(m.UpdatedAt, opt.MigrationTimeout) || (m.Status == records.MigrationQueued && moved[m.SourceHost]) {
 			continue
 		}
-		add(KindStuckMigration, fmt.Sprint(m.ID), "migration %d of instance %s (%s → %s) has been %s (phase %q) for %s without progress (migration_stuck_timeout %s)",
+		add(KindStuckMigration, fmt.Sprint(m.ID), "migration %d of instance %s (%s → %s) has been %s (phase %q) for %s without progress (the audit's migration deadline: %s)",
 			m.ID, m.InstanceUUID, m.SourceHost, orUnset(m.DestHost), m.Status, m.Phase, age(m.UpdatedAt), opt.MigrationTimeout)
 	}
 }

@@ -355,21 +355,35 @@ func maxConcurrent(n int) int {
 }
 
 // keelAPI builds the /keel/v1 endpoints: the audit asks the agents for
-// their guests and, if the conductor exposes them, reads its slots; a
-// conductor with ResetMigration serves the reset.
+// their guests and reads the conductor's slots; the conductor resets
+// migrations.
 func (s *Server) keelAPI() *keelAPI {
-	k := &keelAPI{
+	cfg := s.cfg
+	return &keelAPI{
 		st: s.store, sched: s.sched, now: clock.Real{}.Now,
 		audit: audit.Sources{
-			Store: s.store, Agents: rpc.Agents{Conn: s.conn, Timeout: s.cfg.Keel.RPCTimeout},
-			ServiceDownTime: s.cfg.Default.ServiceDownTime, AgentTimeout: min(s.cfg.Keel.RPCTimeout, 10*time.Second),
+			Store: s.store, Agents: rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, Slots: s.cond,
+			ServiceDownTime: cfg.Default.ServiceDownTime, AgentTimeout: min(cfg.Keel.RPCTimeout, 10*time.Second),
 		},
+		opt: audit.Options{
+			BuildTimeout:     auditDeadline(cfg.Default.InstanceBuildTimeout, cfg),
+			MigrationTimeout: auditDeadline(cfg.Keel.MigrationStallTimeout, cfg),
+		},
+		resetter: s.cond,
 	}
-	if sh, ok := any(s.cond).(audit.SlotHolder); ok {
-		k.audit.Slots = sh
+}
+
+// auditDeadline is how long past the conductor's own timeout d the audit
+// waits before it reports a flow stuck: the conductor's sweep notices a
+// stall after service_down_time (a minute if that is 0) and its step may
+// wait rpc_timeout for an agent. 0 (the timeout off) stays 0.
+func auditDeadline(d time.Duration, cfg config.Config) time.Duration {
+	if d <= 0 {
+		return 0
 	}
-	if r, ok := any(s.cond).(migrationResetter); ok {
-		k.resetter = r
+	stall := cfg.Default.ServiceDownTime
+	if stall <= 0 {
+		stall = time.Minute
 	}
-	return k
+	return d + stall + cfg.Keel.RPCTimeout
 }
