@@ -463,6 +463,9 @@ func TestAgentFaultDestinationStoppedPastRPCTimeout(t *testing.T) {
 		t.Fatalf("migration %d ended %s with its destination stopped, want failed", mid, st)
 	}
 	c.signal("h2", syscall.SIGCONT)
+	// The resumed agent finishes the prepare it was in (keel.fake_step_seconds)
+	// before anything else reaches its guests.
+	time.Sleep(4 * time.Second)
 	c.waitFor("the destination's incoming guest to go", 15*time.Second, func() bool { _, ok := c.guests("h2")[id]; return !ok })
 	c.settledAll("h1", "h2")
 	next := c.migrate(id, "h2")
