@@ -175,3 +175,37 @@ func TestPlan(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPlan: 1,000 hosts with 20 instances each, their guests, 100
+// migrations in flight and their slots.
+func BenchmarkPlan(b *testing.B) {
+	c := &cloud{in: audit.Inputs{Now: t0, Consumers: map[string][]placement.Consumer{}, Guests: map[string][]compute.Guest{}, Slots: map[string][]int64{}}}
+	for h := range 1000 {
+		name := fmt.Sprintf("h%04d", h)
+		c.in.Providers = append(c.in.Providers, store.ProviderSummary{
+			Provider: placement.Provider{UUID: "rp-" + name, Name: name, Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(64)}},
+			Usage:    placement.Resources{},
+		})
+	}
+	for h := range 1000 {
+		name := fmt.Sprintf("h%04d", h)
+		var uuids []string
+		for i := range 20 {
+			u := fmt.Sprintf("%s-i%02d", name, i)
+			c.active(u, name)
+			uuids = append(uuids, u)
+		}
+		c.guests(name, uuids...)
+	}
+	for m := range 100 {
+		src, dst := fmt.Sprintf("h%04d", m), fmt.Sprintf("h%04d", m+1)
+		c.migration(int64(m+1), fmt.Sprintf("%s-i00", src), src, dst, records.MigrationRunning, time.Second)
+		c.in.Slots[src] = append(c.in.Slots[src], int64(m+1))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if fs := audit.Plan(c.in, opts); len(fs) != 0 {
+			b.Fatalf("a consistent cloud has %d findings, first %s", len(fs), fs[0].Text)
+		}
+	}
+}
