@@ -94,6 +94,7 @@ type cloudOptions struct {
 	// buildTimeout, copyStall and stallAfter are the conductor's
 	// BuildTimeout, CopyStallTimeout and StallAfter.
 	buildTimeout, copyStall, stallAfter time.Duration
+	confirmWindow                       time.Duration // ResizeConfirmWindow
 }
 
 type option func(*cloudOptions)
@@ -145,7 +146,8 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 	}
 	sched := c.newScheduler(1)
 	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID,
-		Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter},
+		Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
+		ResizeConfirmWindow: o.confirmWindow},
 		endsSettled{c.st, t, &c.storeDown}, sched, c.agents, c.clk, quiet, conductor.Hooks{
 			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
 			BuildDone:     func(in records.Instance) { c.builds = append(c.builds, in) },

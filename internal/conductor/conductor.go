@@ -36,6 +36,18 @@ type ComputeAPI interface {
 	PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error
 	PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
 	RollbackLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
+
+	// A cold migration's and resize's steps (Nova's names). inst carries
+	// the flavor the host is to hold: the new one at the destination, the
+	// old one for finish_revert_resize.
+	PrepResize(ctx context.Context, inst records.Instance, source string) error
+	// ResizeInstance stops the guest and moves its disk to dest; the agent
+	// reports the end as a copy's (CopyDone of migID).
+	ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string) error
+	FinishResize(ctx context.Context, inst records.Instance) error
+	ConfirmResize(ctx context.Context, inst records.Instance) error
+	RevertResize(ctx context.Context, inst records.Instance) error
+	FinishRevertResize(ctx context.Context, inst records.Instance) error
 }
 
 // Computes finds the agent of a host.
@@ -78,6 +90,12 @@ type Config struct {
 	// migrations to be taken over ([DEFAULT] service_down_time); 0 means
 	// replicas are never judged dead.
 	ServiceDownTime time.Duration
+	// AllowResizeToSameHost lets a resize keep the instance on its host
+	// (Nova's allow_resize_to_same_host).
+	AllowResizeToSameHost bool
+	// ResizeConfirmWindow confirms a resize or cold migration left in
+	// VERIFY_RESIZE this long (Nova's resize_confirm_window); 0 never does.
+	ResizeConfirmWindow time.Duration
 	// BuildTimeout is how long a boot may build before it ends in ERROR
 	// ([DEFAULT] instance_build_timeout); 0 turns it off.
 	BuildTimeout time.Duration

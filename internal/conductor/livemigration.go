@@ -43,7 +43,7 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
 	})
 	if err != nil {
-		if serr := c.settleInstance(ctx, inst, ""); serr != nil { // no migration: clear the task again
+		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil { // no migration: clear the task again
 			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
 		}
 		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
@@ -253,6 +253,13 @@ func init() {
 		migration.FinishAllocations:  (*Conductor).actFinish,
 		migration.RollbackAtDest:     (*Conductor).actRollbackDest,
 		migration.SettleInstance:     (*Conductor).actSettle,
+
+		migration.PrepResize:           (*Conductor).actPrepResize,
+		migration.ResizeInstance:       (*Conductor).actResizeInstance,
+		migration.FinishResize:         (*Conductor).actFinishResize,
+		migration.ConfirmAtSource:      (*Conductor).actConfirmAtSource,
+		migration.RevertAtDest:         (*Conductor).actRevertAtDest,
+		migration.FinishRevertAtSource: (*Conductor).actFinishRevertAtSource,
 	}
 }
 
@@ -284,6 +291,9 @@ func failed(kind migration.EventKind, err error) (migration.Event, bool, error) 
 var noAnswer = migration.Event{}
 
 func (c *Conductor) actClaim(ctx context.Context, m records.Migration, inst records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	if m.NewFlavor != nil {
+		inst.Flavor = *m.NewFlavor // a resize's destination holds the new flavor
+	}
 	host, err := c.claimDestination(ctx, m, inst)
 	if err != nil {
 		if !scheduler.IsNoValidHost(err) && !placement.IsCapacity(err) && !placement.IsConflict(err) {
@@ -402,7 +412,7 @@ func (c *Conductor) actRollbackDest(ctx context.Context, m records.Migration, in
 }
 
 func (c *Conductor) actSettle(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.settleInstance(ctx, inst, a.Host); err != nil {
+	if err := c.settleInstance(ctx, inst, a); err != nil {
 		return noAnswer, false, err
 	}
 	return noAnswer, false, nil
@@ -433,6 +443,9 @@ func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, i
 		return "", err
 	}
 	req.IgnoreHosts = append([]string{m.SourceHost}, m.TriedHosts...)
+	if m.Type == records.MigrationTypeResize && c.cfg.AllowResizeToSameHost {
+		req.IgnoreHosts = req.IgnoreHosts[1:]
+	}
 	req.RequestedHost = m.RequestedHost
 	res := inst.Flavor.Resources()
 	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
@@ -489,14 +502,22 @@ func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) 
 	})
 }
 
-func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, host string) error {
+// settleInstance ends the instance's part of a move: its task cleared,
+// and, as the action says, its host, flavor and vm_state set.
+func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, a migration.Action) error {
 	err := retryConflicts(func() error {
 		cur, err := c.store.GetInstance(ctx, inst.UUID)
 		if err != nil {
 			return err
 		}
-		if host != "" {
-			cur.Host = host
+		if a.Host != "" {
+			cur.Host = a.Host
+		}
+		if a.Flavor != nil {
+			cur.Flavor = *a.Flavor
+		}
+		if a.VMState != "" {
+			cur.VMState = a.VMState
 		}
 		cur.TaskState, cur.UpdatedAt = records.TaskNone, c.clock.Now()
 		_, err = c.store.UpdateInstance(ctx, cur)

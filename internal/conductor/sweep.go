@@ -115,11 +115,16 @@ func (c *Conductor) sweepMigrations(ctx context.Context) (int, error) {
 		idle := now.Sub(m.UpdatedAt)
 		var ev migration.Event
 		switch {
-		case m.Phase == migration.PhaseCopy:
+		case m.Phase == migration.PhaseCopy || m.Phase == migration.PhaseResizeSource:
 			if c.cfg.CopyStallTimeout <= 0 || idle <= c.cfg.CopyStallTimeout {
 				continue
 			}
 			ev = migration.Event{Kind: migration.Stalled, Err: fmt.Sprintf("none for %s (migration_stall_timeout)", idle.Round(time.Second))}
+		case m.Phase == migration.PhaseVerify:
+			if c.cfg.ResizeConfirmWindow <= 0 || idle <= c.cfg.ResizeConfirmWindow {
+				continue // the user decides
+			}
+			ev = migration.Event{Kind: migration.Confirm} // resize_confirm_window passed
 		case m.Phase == migration.PhaseQueue && c.isWaiting(m):
 			continue // waiting for a source slot is not a stall
 		case idle > c.stallAfter():

@@ -55,6 +55,11 @@ type DefaultGroup struct {
 	// default 0 turns it off, as here): a boot still building after it
 	// ends in ERROR.
 	InstanceBuildTimeout time.Duration
+	// AllowResizeToSameHost is allow_resize_to_same_host (false).
+	AllowResizeToSameHost bool
+	// ResizeConfirmWindow is resize_confirm_window (0: never): a resize
+	// or cold migration left in VERIFY_RESIZE this long is confirmed.
+	ResizeConfirmWindow time.Duration
 }
 
 // FilterSchedulerGroup is nova.conf's [filter_scheduler] group.

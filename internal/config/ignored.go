@@ -32,7 +32,7 @@ var ignoredOptions = map[string]map[string]string{
 		enabled_ssl_apis osapi_compute_listen osapi_compute_listen_port
 		osapi_compute_workers metadata_listen metadata_listen_port
 		metadata_workers api_paste_config wsgi_log_format
-		rootwrap_config allow_resize_to_same_host
+		rootwrap_config
 		resume_guests_state_on_host_boot vif_plugging_timeout
 		vif_plugging_is_fatal firewall_driver use_neutron
 		config_drive_format force_config_drive

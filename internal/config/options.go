@@ -349,6 +349,10 @@ var options = slices.Concat([]*option{
 		"Seconds since a service's last heartbeat after which it is down; ComputeFilter skips hosts whose service is down. 0 turns the check off (keel only).").atLeast(0),
 	secondsOpt("DEFAULT", "report_interval", func(c *Config) *time.Duration { return &c.Default.ReportInterval },
 		"Seconds between a service's heartbeats (updates of its service record); 0 turns them off. Keep it well below service_down_time.").atLeast(0),
+	boolOpt("DEFAULT", "allow_resize_to_same_host", func(c *Config) *bool { return &c.Default.AllowResizeToSameHost },
+		"Lets a resize keep the instance on its host when the scheduler finds it best (the host then holds both flavors until confirm or revert)."),
+	secondsOpt("DEFAULT", "resize_confirm_window", func(c *Config) *time.Duration { return &c.Default.ResizeConfirmWindow },
+		"Seconds after which a resize or cold migration left in VERIFY_RESIZE is confirmed automatically; 0 never confirms one.").atLeast(0),
 	secondsOpt("DEFAULT", "instance_build_timeout", func(c *Config) *time.Duration { return &c.Default.InstanceBuildTimeout },
 		"Seconds a boot may take, from the request to the agent's report, before it ends in ERROR (its guest removed, its claim given back). Nova's default 0 turns it off; keel's is 900.").atLeast(0),
 

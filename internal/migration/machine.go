@@ -137,6 +137,10 @@ type Action struct {
 	Kind ActionKind
 	Host string
 	Data map[string]string
+	// Flavor and VMState, for SettleInstance, are the instance's flavor
+	// and vm_state from now on (nil and "" keep them).
+	Flavor  *records.Flavor
+	VMState string
 }
 
 // Machine holds the rules' parameters.
@@ -162,12 +166,21 @@ func (mc Machine) Step(m records.Migration, ev Event) (records.Migration, []Acti
 	if records.MigrationTerminal(m.Status) {
 		return m, nil, &IllegalError{Phase: m.Phase, Status: m.Status, Event: ev.Kind}
 	}
-	t, ok := transitions[transitionKey{m.Phase, ev.Kind}]
+	t, ok := tableOf(m.Type)[transitionKey{m.Phase, ev.Kind}]
 	if !ok {
 		return m, nil, &IllegalError{Phase: m.Phase, Status: m.Status, Event: ev.Kind}
 	}
 	next, acts := t(mc, m, ev)
 	return next, acts, nil
+}
+
+// tableOf is the transition table of a migration type.
+func tableOf(typ string) map[transitionKey]transition {
+	switch typ {
+	case records.MigrationTypeCold, records.MigrationTypeResize:
+		return resizeTransitions
+	}
+	return transitions
 }
 
 type transitionKey struct {

@@ -745,3 +745,52 @@ func TestStalledAndReset(t *testing.T) {
 		}
 	}
 }
+
+// TestColdMoveScripts: the cold migration / resize machine as data — the
+// happy paths to confirmed and reverted, a failure before the guest ran
+// on the destination, and what Resume does in each waiting phase.
+func TestColdMoveScripts(t *testing.T) {
+	mc := Machine{MaxAttempts: 3}
+	small, medium := records.Flavor{ID: "s", RAMMB: 1}, records.Flavor{ID: "m", RAMMB: 2}
+	fresh := func() records.Migration {
+		m := newMigration()
+		m.Type, m.OldFlavor, m.NewFlavor = records.MigrationTypeResize, &small, &medium
+		return m
+	}
+	settle := func(host string, f *records.Flavor, vm string) Action {
+		return Action{Kind: SettleInstance, Host: host, Flavor: f, VMState: vm}
+	}
+	toVerify := []step{
+		{ev: Event{Kind: Start}, wantStatus: records.MigrationAccepted, wantPhase: PhaseSchedule, wantActions: []Action{act(ClaimDestination, "")}},
+		{ev: Event{Kind: Claimed, Host: "dst"}, wantStatus: records.MigrationPreMigrating, wantPhase: PhasePrepResize, wantActions: []Action{act(PrepResize, "dst")}},
+		{ev: Event{Kind: Prepared}, wantStatus: records.MigrationMigrating, wantPhase: PhaseResizeSource, wantActions: []Action{act(ResizeInstance, "src")}},
+		{ev: Event{Kind: Resume}, wantStatus: records.MigrationMigrating, wantPhase: PhaseResizeSource},
+		{ev: Event{Kind: Copied}, wantStatus: records.MigrationPostMigrating, wantPhase: PhaseFinishResize, wantActions: []Action{act(FinishResize, "dst")}},
+		{ev: Event{Kind: DestDone}, wantStatus: records.MigrationFinished, wantPhase: PhaseVerify, wantActions: []Action{settle("dst", &medium, records.VMResized)}},
+		{ev: Event{Kind: Resume}, wantStatus: records.MigrationFinished, wantPhase: PhaseVerify},
+		{ev: Event{Kind: Abort}, wantIllegal: true},
+	}
+	confirm := append(append([]step{}, toVerify...),
+		step{ev: Event{Kind: Confirm}, wantStatus: records.MigrationConfirming, wantPhase: PhaseConfirmSource, wantActions: []Action{act(ConfirmAtSource, "src")}},
+		step{ev: Event{Kind: SourceDone}, wantStatus: records.MigrationConfirming, wantPhase: PhaseFinish, wantActions: []Action{act(FinishAllocations, "")}},
+		step{ev: Event{Kind: Finished}, wantStatus: records.MigrationConfirmed, wantPhase: PhaseDone, wantActions: []Action{settle("dst", nil, records.VMActive)}},
+	)
+	revert := append(append([]step{}, toVerify...),
+		step{ev: Event{Kind: RevertResize}, wantStatus: records.MigrationReverting, wantPhase: PhaseRevertDest, wantActions: []Action{act(RevertAtDest, "dst")}},
+		step{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationReverting, wantPhase: PhaseRevertSource, wantActions: []Action{act(FinishRevertAtSource, "src")}},
+		step{ev: Event{Kind: SourceDone}, wantStatus: records.MigrationReverting, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		step{ev: Event{Kind: Reverted}, wantStatus: records.MigrationReverted, wantPhase: PhaseDone, wantActions: []Action{settle("src", &small, records.VMActive)}},
+	)
+	failed := append(append([]step{}, toVerify[:3]...),
+		step{ev: Event{Kind: CopyFailed, Err: "disk"}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRollbackDest, wantActions: []Action{act(RevertAtDest, "dst")}},
+		step{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRestartSource, wantActions: []Action{act(FinishRevertAtSource, "src")}},
+		step{ev: Event{Kind: StepFailed, Err: "no start"}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRevertLost, wantActions: []Action{act(RevertAllocations, "")}},
+		step{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{settle("src", &small, records.VMError)}},
+	)
+	for name, script := range map[string][]step{"confirm": confirm, "revert": revert, "failed copy, guest lost": failed} {
+		t.Run(name, func(t *testing.T) {
+			end := run(t, mc, fresh(), script)
+			assertRefusesEverything(t, mc, end)
+		})
+	}
+}

@@ -106,6 +106,7 @@ const (
 	VMBuilding = "building"
 	VMActive   = "active"
 	VMError    = "error"
+	VMResized  = "resized" // a resize or cold migration awaits confirm or revert
 	VMDeleted  = "deleted"
 )
 
@@ -114,8 +115,12 @@ const (
 	TaskNone       = ""
 	TaskMigrating  = "migrating"
 	TaskScheduling = "scheduling"
-	TaskSpawning   = "spawning"
-	TaskDeleting   = "deleting"
+	// A cold migration's or resize's task states, Nova's names.
+	TaskResizePrep       = "resize_prep"
+	TaskResizeReverting  = "resize_reverting"
+	TaskResizeConfirming = "resize_confirming"
+	TaskSpawning         = "spawning"
+	TaskDeleting         = "deleting"
 )
 
 // Instance is a virtual machine's record.
@@ -176,12 +181,29 @@ const (
 	MigrationError     = "error"
 	MigrationFailed    = "failed"
 	MigrationCancelled = "cancelled"
+
+	// A cold migration's or resize's statuses, Nova's names.
+	MigrationPreMigrating  = "pre-migrating"
+	MigrationMigrating     = "migrating"
+	MigrationPostMigrating = "post-migrating"
+	MigrationFinished      = "finished" // the server is VERIFY_RESIZE
+	MigrationConfirming    = "confirming"
+	MigrationConfirmed     = "confirmed"
+	MigrationReverting     = "reverting"
+	MigrationReverted      = "reverted"
+)
+
+// Migration types (records.Migration.Type), Nova's names.
+const (
+	MigrationTypeLive   = "live-migration"
+	MigrationTypeCold   = "migration"
+	MigrationTypeResize = "resize"
 )
 
 // MigrationTerminal reports whether a status ends a migration.
 func MigrationTerminal(status string) bool {
 	switch status {
-	case MigrationCompleted, MigrationError, MigrationFailed, MigrationCancelled:
+	case MigrationCompleted, MigrationError, MigrationFailed, MigrationCancelled, MigrationConfirmed, MigrationReverted:
 		return true
 	}
 	return false
@@ -211,6 +233,11 @@ type Migration struct {
 	// AbortRequested is set by an abort that arrives while a step is in
 	// flight; the machine honours it at the next step.
 	AbortRequested bool `json:"abort_requested,omitempty"`
+	// OldFlavor and NewFlavor are a cold migration's or resize's flavors
+	// (the same for a cold migration): the source side holds the old one,
+	// the destination the new one, until confirm or revert.
+	OldFlavor *Flavor `json:"old_flavor,omitempty"`
+	NewFlavor *Flavor `json:"new_flavor,omitempty"`
 	// Owner is the keel server replica that drives the migration: the one
 	// that created it or took it over (see conductor.Config.Owner). Empty
 	// for a migration no replica claims (a single server without

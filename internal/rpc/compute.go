@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"keel/internal/bus"
@@ -226,6 +227,7 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mCheckIncoming: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckIncoming(ctx, a.UUID) },
 	}
 	guestMethods(handlers, m)
+	maps.Copy(handlers, resizeHandlers(m))
 	typed := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
 		typed[method] = decoded(h)

@@ -132,6 +132,8 @@ func (s *Server) start(ctx context.Context) error {
 		ServiceDownTime:             cfg.Default.ServiceDownTime,
 		HeartbeatInterval:           cfg.Default.ReportInterval,
 		BuildTimeout:                cfg.Default.InstanceBuildTimeout,
+		AllowResizeToSameHost:       cfg.Default.AllowResizeToSameHost,
+		ResizeConfirmWindow:         cfg.Default.ResizeConfirmWindow,
 		CopyStallTimeout:            cfg.Keel.MigrationStallTimeout,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {

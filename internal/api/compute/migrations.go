@@ -20,7 +20,7 @@ func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any
 	}
 	ver := version(r)
 	if ver.AtLeast(23) {
-		v["migration_type"] = "live-migration"
+		v["migration_type"] = cmpOr(m.Type, records.MigrationTypeLive)
 		if !records.MigrationTerminal(m.Status) {
 			v["links"] = a.link("servers/"+m.InstanceUUID+"/migrations", strconv.FormatInt(m.ID, 10))
 		}
@@ -60,10 +60,7 @@ func nilIfEmpty(s string) any {
 // host, status, instance_uuid and migration_type as Nova does.
 func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	if mt := q.Get("migration_type"); mt != "" && mt != "live-migration" {
-		writeJSON(w, http.StatusOK, map[string]any{"migrations": []any{}})
-		return nil
-	}
+	mt := q.Get("migration_type")
 	// 2.59: paging (limit, marker: a migration's uuid) and changes-since;
 	// 2.66: changes-before.
 	paged := version(r).AtLeast(59)
@@ -108,6 +105,9 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 	var sel []records.Migration
 	for _, m := range ms {
 		if (!since.IsZero() && m.UpdatedAt.Before(since)) || (!before.IsZero() && m.UpdatedAt.After(before)) {
+			continue
+		}
+		if mt != "" && cmpOr(m.Type, records.MigrationTypeLive) != mt {
 			continue
 		}
 		sel = append(sel, m)
@@ -186,7 +186,9 @@ func (a *API) listServerMigrations(w http.ResponseWriter, r *http.Request) error
 	}
 	out := make([]any, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, a.serverMigrationView(r, m))
+		if cmpOr(m.Type, records.MigrationTypeLive) == records.MigrationTypeLive { // in-progress live migrations only, as Nova
+			out = append(out, a.serverMigrationView(r, m))
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"migrations": out})
 	return nil
@@ -197,7 +199,7 @@ func (a *API) showServerMigration(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if records.MigrationTerminal(m.Status) {
+	if records.MigrationTerminal(m.Status) || cmpOr(m.Type, records.MigrationTypeLive) != records.MigrationTypeLive {
 		return notFoundf("In-progress live migration %d is not found for server %s.", m.ID, m.InstanceUUID)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"migration": a.serverMigrationView(r, m)})

@@ -34,8 +34,16 @@ func serverStatus(in records.Instance) string {
 	case records.VMDeleted:
 		return "DELETED"
 	}
-	if in.TaskState == records.TaskMigrating {
+	switch in.TaskState {
+	case records.TaskMigrating:
 		return "MIGRATING"
+	case records.TaskResizePrep:
+		return "RESIZE"
+	case records.TaskResizeReverting:
+		return "REVERT_RESIZE"
+	}
+	if in.VMState == records.VMResized {
+		return "VERIFY_RESIZE"
 	}
 	return "ACTIVE"
 }
@@ -881,10 +889,13 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if raw, ok := body["os-resetState"]; ok {
 		return a.resetState(w, r, in, raw)
 	}
+	if handled, err := a.moveAction(w, r, in, body); handled {
+		return err
+	}
 	raw, ok := body["os-migrateLive"]
 	if !ok {
 		for k := range body {
-			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, os-resetState)")
+			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, migrate, resize, confirmResize, revertResize, os-resetState)")
 		}
 		return badRequest("Malformed request body: no action given")
 	}

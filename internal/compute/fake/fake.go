@@ -554,6 +554,15 @@ func (d *Driver) load() error {
 			d.interrupted = append(d.interrupted, g)
 			g.State, g.MigrationID = compute.GuestRunning, 0
 		}
+		if g.State == compute.GuestResizing {
+			// A disk move cut short: reported as the migration's copy
+			// interrupted; the guest stays stopped until the revert
+			// starts it again.
+			in := g
+			in.State = compute.GuestMigrating
+			d.interrupted = append(d.interrupted, in)
+			g.State = compute.GuestResized
+		}
 		d.guests[g.UUID] = &g
 	}
 	if len(d.interrupted) > 0 {
@@ -593,7 +602,7 @@ func parseState(data []byte) (stateFile, error) {
 		case seen[g.UUID]:
 			return stateFile{}, fmt.Errorf("guest %s is listed twice", g.UUID)
 		case !knownState(g.State):
-			return stateFile{}, fmt.Errorf("guest %s has state %q (want building, running, migrating or incoming)", g.UUID, g.State)
+			return stateFile{}, fmt.Errorf("guest %s has state %q (want building, running, migrating, incoming, resizing or resized)", g.UUID, g.State)
 		case g.Flavor.RAMMB <= 0 && g.Flavor.VCPUs <= 0 && g.Flavor.DiskGB <= 0:
 			return stateFile{}, fmt.Errorf("guest %s has no flavor", g.UUID)
 		case g.State == compute.GuestMigrating && g.MigrationID == 0:
@@ -606,7 +615,8 @@ func parseState(data []byte) (stateFile, error) {
 
 func knownState(s compute.GuestState) bool {
 	switch s {
-	case compute.GuestBuilding, compute.GuestRunning, compute.GuestMigrating, compute.GuestIncoming:
+	case compute.GuestBuilding, compute.GuestRunning, compute.GuestMigrating, compute.GuestIncoming,
+		compute.GuestResizing, compute.GuestResized:
 		return true
 	}
 	return false

@@ -1,0 +1,95 @@
+package compute
+
+import (
+	"net/http"
+	"strconv"
+
+	"keel/internal/records"
+)
+
+// moveAction answers the cold moves' server actions: migrate (admin; a
+// host from 2.56), resize (the server's owner), confirmResize and
+// revertResize. It reports false for any other action.
+func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Instance, body map[string]jsonRaw) (bool, error) {
+	var (
+		m      records.Migration
+		err    error
+		action string
+	)
+	switch {
+	case body["migrate"] != nil:
+		if !caller(r).Admin {
+			return true, forbidden("os_compute_api:os-migrate-server:migrate")
+		}
+		var args struct {
+			Host *string `json:"host"`
+		}
+		if raw := body["migrate"]; string(raw) != "null" {
+			if err := unmarshalRaw(raw, &args); err != nil {
+				return true, badRequest("Invalid input for migrate: " + err.Error())
+			}
+		}
+		host := ""
+		if args.Host != nil {
+			if !version(r).AtLeast(56) {
+				return true, badRequest("Invalid input for field/attribute migrate. Value: host. Additional properties are not allowed ('host' was unexpected)")
+			}
+			host = *args.Host
+			if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+				if isNotFound(err) {
+					return true, badRequest("Compute host " + host + " could not be found.")
+				}
+				return true, err
+			}
+		}
+		action = "migrate"
+		m, err = a.cfg.Conductor.ColdMigrate(r.Context(), in.UUID, host)
+	case body["resize"] != nil:
+		var args struct {
+			FlavorRef any `json:"flavorRef"`
+		}
+		if err := unmarshalRaw(body["resize"], &args); err != nil {
+			return true, badRequest("Invalid input for resize: " + err.Error())
+		}
+		ref, ok := flavorRefString(args.FlavorRef)
+		if !ok {
+			return true, badRequest("Invalid input for field/attribute flavorRef. Value: None. None is not of type 'string', 'integer'")
+		}
+		f, ferr := a.flavor(r, ref)
+		if ferr != nil {
+			if isNotFound(ferr) {
+				return true, badRequest("Unable to find flavor " + ref + ".")
+			}
+			return true, ferr
+		}
+		action = "resize"
+		m, err = a.cfg.Conductor.Resize(r.Context(), in.UUID, f)
+	case body["confirmResize"] != nil:
+		action, err = "confirmResize", a.cfg.Conductor.ConfirmResize(r.Context(), in.UUID)
+	case body["revertResize"] != nil:
+		action, err = "revertResize", a.cfg.Conductor.RevertResize(r.Context(), in.UUID)
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: action, MigrationID: m.ID})
+	if action == "confirmResize" {
+		w.WriteHeader(http.StatusNoContent)
+		return true, nil
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return true, nil
+}
+
+// flavorRefString reads a flavorRef given as a string or a number.
+func flavorRefString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, x != ""
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	}
+	return "", false
+}

@@ -1,0 +1,134 @@
+package compute
+
+import (
+	"context"
+	"fmt"
+
+	"keel/internal/records"
+)
+
+// Guest states of a cold migration or resize.
+const (
+	// GuestResizing: stopped here, its disk being moved to the destination.
+	GuestResizing GuestState = "resizing"
+	// GuestResized: stopped here after its disk moved; kept until the
+	// resize is confirmed (then dropped) or reverted (then started again).
+	GuestResized GuestState = "resized"
+)
+
+// ColdMover is implemented by drivers that can cold-migrate and resize
+// (Nova's resize_instance / finish_resize family). inst carries the flavor
+// the host is to hold.
+type ColdMover interface {
+	// PrepResize checks this host (the destination) can take inst.
+	PrepResize(ctx context.Context, inst records.Instance) error
+	// MigrateDiskAndPowerOff stops the guest here (the source) and moves
+	// its disk to dest, then reports through done, never before it
+	// returns; the guest stays, stopped, until confirm or revert.
+	MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst records.Instance, dest string, done func(error))
+	// FinishMigration starts the moved guest here (the destination) with
+	// inst's flavor; on the source's own host it restarts the one guest.
+	FinishMigration(ctx context.Context, inst records.Instance) error
+	// ConfirmMigration drops the stopped guest here (the source).
+	ConfirmMigration(ctx context.Context, uuid string) error
+	// FinishRevertMigration starts the stopped guest here (the source)
+	// again with inst's (old) flavor.
+	FinishRevertMigration(ctx context.Context, inst records.Instance) error
+}
+
+func (m *Manager) coldMover() (ColdMover, error) {
+	cm, ok := m.driver.(ColdMover)
+	if !ok {
+		return nil, fmt.Errorf("the virt driver of %s cannot cold-migrate or resize", m.host)
+	}
+	return cm, nil
+}
+
+// PrepResize is prep_resize on the destination: its checks, and a busy
+// mark that keeps the coming guest from the audit until the move ends.
+func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ string) error {
+	cm, err := m.coldMover()
+	if err != nil {
+		return err
+	}
+	m.res.Lock()
+	defer m.res.Unlock()
+	if err := cm.PrepResize(ctx, inst); err != nil {
+		return fmt.Errorf("prep_resize of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	return nil
+}
+
+// ResizeInstance is resize_instance on the source: the guest stops and
+// its disk moves; the end is reported as the migration's copy.
+func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string) error {
+	cm, err := m.coldMover()
+	if err != nil {
+		return err
+	}
+	m.res.Lock()
+	defer m.res.Unlock()
+	m.tracker.Busy(inst.UUID, true)
+	_, done := m.copyReports(ctx, migID, inst.UUID, "")
+	cm.MigrateDiskAndPowerOff(ctx, migID, inst, dest, done)
+	return nil
+}
+
+// FinishResize is finish_resize on the destination: the guest starts with
+// the new flavor and the host counts it at once (both hosts' records are
+// exact the moment the move is done).
+func (m *Manager) FinishResize(ctx context.Context, inst records.Instance) error {
+	cm, err := m.coldMover()
+	if err != nil {
+		return err
+	}
+	m.res.Lock()
+	defer m.res.Unlock()
+	if err := cm.FinishMigration(ctx, inst); err != nil {
+		return fmt.Errorf("finish_resize of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	m.tracker.Track(inst.UUID, inst.Flavor)
+	return m.tracker.WriteRecord(ctx)
+}
+
+// ConfirmResize is confirm_resize on the source: the stopped guest goes.
+func (m *Manager) ConfirmResize(ctx context.Context, inst records.Instance) error {
+	cm, err := m.coldMover()
+	if err != nil {
+		return err
+	}
+	m.res.Lock()
+	defer m.res.Unlock()
+	if err := cm.ConfirmMigration(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("confirm_resize of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	m.tracker.Busy(inst.UUID, false)
+	return m.tracker.RemoveInstance(ctx, inst.UUID)
+}
+
+// RevertResize is revert_resize on the destination: its guest goes.
+func (m *Manager) RevertResize(ctx context.Context, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
+	if err := m.driver.Destroy(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("revert_resize of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	return m.tracker.RemoveInstance(ctx, inst.UUID)
+}
+
+// FinishRevertResize is finish_revert_resize on the source: the guest
+// starts again with its old flavor.
+func (m *Manager) FinishRevertResize(ctx context.Context, inst records.Instance) error {
+	cm, err := m.coldMover()
+	if err != nil {
+		return err
+	}
+	m.res.Lock()
+	defer m.res.Unlock()
+	if err := cm.FinishRevertMigration(ctx, inst); err != nil {
+		return fmt.Errorf("finish_revert_resize of %s on %s: %w", inst.UUID, m.host, err)
+	}
+	m.tracker.Busy(inst.UUID, false)
+	m.tracker.Track(inst.UUID, inst.Flavor)
+	return m.tracker.WriteRecord(ctx)
+}

@@ -1,0 +1,189 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+
+	"keel/internal/migration"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// ColdMigrate starts a cold migration of an ACTIVE (or stopped) instance to
+// requestedHost, or to a host the scheduler chooses when it is empty
+// (Nova's migrate action). It answers once the migration is recorded and
+// its first steps ran; the move goes on, the server shows RESIZE, then
+// VERIFY_RESIZE on its destination until ConfirmResize or RevertResize.
+func (c *Conductor) ColdMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.startColdMove(ctx, instanceUUID, requestedHost, nil)
+}
+
+// Resize starts a resize of an instance to flavor (Nova's resize action):
+// a cold move whose destination holds the new flavor. The source is a
+// candidate only with Config.AllowResizeToSameHost.
+func (c *Conductor) Resize(ctx context.Context, instanceUUID string, flavor records.Flavor) (records.Migration, error) {
+	return c.startColdMove(ctx, instanceUUID, "", &flavor)
+}
+
+func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor) (records.Migration, error) {
+	ctx = context.WithoutCancel(ctx)
+	verb, typ := "migrate", records.MigrationTypeCold
+	if newFlavor != nil {
+		verb, typ = "resize", records.MigrationTypeResize
+	}
+	inst, err := c.store.GetInstance(ctx, instanceUUID)
+	if err != nil {
+		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
+	}
+	if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone {
+		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
+			"Cannot '%s' instance %s while it is in vm_state %s, task_state %q", verb, instanceUUID, inst.VMState, orNone(inst.TaskState))}
+	}
+	if requestedHost != "" && requestedHost == inst.Host {
+		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
+	}
+	old := inst.Flavor
+	if newFlavor == nil {
+		newFlavor = &old
+	} else if newFlavor.ID == old.ID {
+		return records.Migration{}, &InvalidStateError{Msg: "When resizing, instances must change flavor!"}
+	}
+	inst.TaskState, inst.UpdatedAt = records.TaskResizePrep, c.clock.Now()
+	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
+		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
+	}
+	now := c.clock.Now()
+	m, err := c.store.CreateMigration(ctx, records.Migration{
+		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: typ, SourceHost: inst.Host,
+		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
+		OldFlavor: &old, NewFlavor: newFlavor,
+	})
+	if err != nil {
+		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
+			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
+		}
+		return m, fmt.Errorf("recording the %s of %s: %w", verb, instanceUUID, err)
+	}
+	if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start}); err != nil {
+		c.log.Warn("cold move left for the sweep", "migration", m.ID, "err", err)
+	}
+	return c.store.GetMigration(ctx, m.ID)
+}
+
+// ConfirmResize confirms a cold migration or resize waiting in
+// VERIFY_RESIZE: the source's guest and allocation go.
+func (c *Conductor) ConfirmResize(ctx context.Context, instanceUUID string) error {
+	return c.decideResize(ctx, instanceUUID, migration.Confirm, "confirmResize")
+}
+
+// RevertResize reverts a cold migration or resize waiting in
+// VERIFY_RESIZE: the destination's guest and allocation go, and the guest
+// runs on its source again with its old flavor.
+func (c *Conductor) RevertResize(ctx context.Context, instanceUUID string) error {
+	return c.decideResize(ctx, instanceUUID, migration.RevertResize, "revertResize")
+}
+
+func (c *Conductor) decideResize(ctx context.Context, instanceUUID string, kind migration.EventKind, action string) error {
+	ctx = context.WithoutCancel(ctx)
+	inst, err := c.store.GetInstance(ctx, instanceUUID)
+	if err != nil {
+		return fmt.Errorf("%s of %s: %w", action, instanceUUID, err)
+	}
+	m, err := c.resizeOf(ctx, inst)
+	if err != nil {
+		return err
+	}
+	if inst.VMState != records.VMResized || m.Phase != migration.PhaseVerify {
+		return &InvalidStateError{Msg: fmt.Sprintf("Cannot '%s' instance %s while it is in vm_state %s", action, instanceUUID, inst.VMState)}
+	}
+	task := records.TaskResizeConfirming
+	if kind == migration.RevertResize {
+		task = records.TaskResizeReverting
+	}
+	inst.TaskState, inst.UpdatedAt = task, c.clock.Now()
+	if _, err := c.store.UpdateInstance(ctx, inst); err != nil {
+		return fmt.Errorf("%s of %s: %w", action, instanceUUID, err)
+	}
+	return c.Handle(ctx, m.ID, migration.Event{Kind: kind})
+}
+
+// resizeOf finds the cold migration or resize of inst that waits for a
+// decision.
+func (c *Conductor) resizeOf(ctx context.Context, inst records.Instance) (records.Migration, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst.UUID, ActiveOnly: true})
+	if err != nil {
+		return records.Migration{}, fmt.Errorf("reading the migrations of %s: %w", inst.UUID, err)
+	}
+	for _, m := range ms {
+		if (m.Type == records.MigrationTypeCold || m.Type == records.MigrationTypeResize) && m.Status == records.MigrationFinished {
+			return m, nil
+		}
+	}
+	return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("Instance %s has no resize or migration waiting for confirmation", inst.UUID)}
+}
+
+// The cold move's actions on the agents.
+
+func (c *Conductor) actPrepResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	inst.Flavor = *m.NewFlavor
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PrepResize(ctx, inst, m.SourceHost) }); err != nil {
+		return failed(migration.PrepareFailed, err)
+	}
+	return answer(migration.Prepared)
+}
+
+func (c *Conductor) actResizeInstance(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, inst, m.DestHost) }); err != nil {
+		return failed(migration.CopyFailed, err)
+	}
+	return noAnswer, false, nil // the source reports the disk copy's end
+}
+
+func (c *Conductor) actFinishResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	inst.Flavor = *m.NewFlavor
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishResize(ctx, inst) }); err != nil {
+		return failed(migration.StepFailed, err)
+	}
+	return answer(migration.DestDone)
+}
+
+// actConfirmAtSource drops the source's stopped guest; a source that
+// cannot be reached is named in the record and left for its audit (the
+// guest belongs to no instance there any more). On the same host there is
+// one guest, which stays.
+func (c *Conductor) actConfirmAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if m.SourceHost == m.DestHost {
+		return answer(migration.SourceDone)
+	}
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ConfirmResize(ctx, inst) }); err != nil {
+		return migration.Event{Kind: migration.SourceDone, Err: fmt.Sprintf("confirm_resize on the source %s failed (left for its audit): %v", a.Host, err)}, true, nil
+	}
+	return answer(migration.SourceDone)
+}
+
+// actRevertAtDest drops the destination's guest, or names the
+// destination in the record when it cannot (its audit removes the guest).
+func (c *Conductor) actRevertAtDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if m.SourceHost == m.DestHost || a.Host == "" {
+		return answer(migration.DestRolledBack)
+	}
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.RevertResize(ctx, inst) }); err != nil {
+		return migration.Event{Kind: migration.DestRolledBack, Err: fmt.Sprintf("revert_resize on the destination %s failed (left for its audit): %v", a.Host, err)}, true, nil
+	}
+	return answer(migration.DestRolledBack)
+}
+
+func (c *Conductor) actFinishRevertAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	inst.Flavor = *m.OldFlavor
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishRevertResize(ctx, inst) }); err != nil {
+		return failed(migration.StepFailed, err)
+	}
+	return answer(migration.SourceDone)
+}
+
+func orNone(task string) string {
+	if task == "" {
+		return "None"
+	}
+	return task
+}
