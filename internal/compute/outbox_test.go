@@ -3,10 +3,12 @@ package compute_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +179,44 @@ func TestOutboxRefusesACorruptReport(t *testing.T) {
 			t.Fatalf("the temporary file is still there: %v", err)
 		}
 	}
+}
+
+// BenchmarkOutboxReport is the cost a report pays for being kept: a
+// synced file and directory on the test's disk, then its removal once
+// taken.
+func BenchmarkOutboxReport(b *testing.B) {
+	clk := clock.NewVirtual(clock.Epoch)
+	c := &conductorStub{}
+	o, err := compute.NewOutbox(filepath.Join(b.TempDir(), "reports"), c, clk, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		if err := o.BuildDone(ctx, fmt.Sprintf("i%d", i), "h1", nil); err != nil {
+			b.Fatal(err)
+		}
+		clk.Advance(0)
+	}
+	if len(o.Pending()) != 0 {
+		b.Fatalf("%d reports left", len(o.Pending()))
+	}
+}
+
+// BenchmarkOutboxReportParallel: many reports at once (a host finishing
+// many spawns together), whose syncs the filesystem can share.
+func BenchmarkOutboxReportParallel(b *testing.B) {
+	c := &conductorStub{}
+	o, err := compute.NewOutbox(filepath.Join(b.TempDir(), "reports"), c, clock.Real{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := o.BuildDone(ctx, fmt.Sprintf("i%d", n.Add(1)), "h1", nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
