@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"keel/internal/boot"
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
@@ -229,6 +230,11 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 	}
 	e.instance("built", "h1", records.VMBuilding, records.TaskSpawning) // its report was lost with the agent
 	e.instance("lost", "h1", records.VMBuilding, records.TaskSpawning)  // no guest at all
+	casting := e.instance("casting", "h1", records.VMBuilding, records.TaskSpawning)
+	casting.BuildPhase = boot.PhaseCast // no guest yet: the cast may still come
+	if _, err := e.st.UpdateInstance(ctx, casting); err != nil {
+		t.Fatal(err)
+	}
 	e.instance("elsewhere", "h2", records.VMBuilding, records.TaskSpawning)
 	e.instance("kept", "h1", records.VMBuilding, records.TaskSpawning) // its report is in the outbox
 	e.cond.setDown(true)
@@ -261,7 +267,7 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 			t.Errorf("the conductor heard %q, missing %q", got, want)
 		}
 	}
-	if strings.Contains(got, "elsewhere") || strings.Count(got, "copy failed") != 1 || strings.Count(got, "build kept") != 1 {
+	if strings.Contains(got, "elsewhere") || strings.Contains(got, "casting") || strings.Count(got, "copy failed") != 1 || strings.Count(got, "build kept") != 1 {
 		t.Errorf("the conductor heard %q: a report for another host's instance, the running copy, or the kept report twice", got)
 	}
 	_ = ma

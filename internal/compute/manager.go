@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"keel/internal/boot"
 	"keel/internal/clock"
 	"keel/internal/migration"
 	"keel/internal/records"
@@ -458,7 +459,8 @@ func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst r
 // Reconcile settles, after a restart of the agent, every operation the
 // store still shows in flight on this host, whatever the guests' saved
 // state: an instance BUILDING here is reported built if its guest runs
-// (the report was lost with the agent) or failed if there is no guest; a
+// (the report was lost with the agent) or failed if there is no guest
+// once its cast was answered (boot phase spawn); a
 // live migration in its copy with this host as the source and no copy
 // running here is reported interrupted, so the conductor rolls it back
 // (aborted or not). Reports still pending in an outbox are left to it. It
@@ -508,8 +510,11 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 			builds = append(builds, build{uuid: inst.UUID})
 		case ok:
 			continue // building: the driver reports its end
-		default:
+		case inst.BuildPhase == "" || inst.BuildPhase == boot.PhaseSpawn:
+			// The cast was answered, so this host had the guest: lost.
 			builds = append(builds, build{inst.UUID, fmt.Errorf("no guest on %s when its agent restarted: the spawn was lost", m.host)})
+		default:
+			continue // the cast may still reach us; the conductor settles its own phase
 		}
 	}
 	var copies []records.Migration
