@@ -103,6 +103,11 @@ type AllocationWrite struct {
 	// Allocations maps provider UUID to resources; empty deletes the
 	// consumer's allocations (and the consumer).
 	Allocations map[string]Resources
+	// KeepProviderGenerations leaves the generations of the providers
+	// this write only releases allocations on as they are (Placement's
+	// DELETE /allocations/{consumer} does not bump them); they are still
+	// in the plan, at their current generation.
+	KeepProviderGenerations bool
 	// ProviderGenerations optionally names the generation the writer saw for
 	// some providers (the scheduler does, from its host view); a mismatch is
 	// a ConflictError of kind ProviderGeneration.
@@ -194,11 +199,11 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 	for p, ps := range st.Providers {
 		usage[p] = ps.Usage.Clone()
 	}
-	changed := map[string]bool{}
+	changed := map[string]bool{} // provider → its generation moves
 	for _, w := range writes {
 		for p, r := range st.Consumers[w.ConsumerUUID].Allocations {
 			usage[p] = usage[p].Sub(r)
-			changed[p] = true
+			changed[p] = changed[p] || !w.KeepProviderGenerations
 		}
 	}
 
@@ -226,8 +231,11 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 		}
 		plan.Consumers = append(plan.Consumers, consumerChange(st, w))
 	}
-	for p := range changed {
-		plan.Providers[p] = st.Providers[p].Generation + 1
+	for p, bump := range changed {
+		plan.Providers[p] = st.Providers[p].Generation
+		if bump {
+			plan.Providers[p]++
+		}
 	}
 	return plan, nil
 }

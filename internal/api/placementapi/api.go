@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -47,20 +48,22 @@ type API struct {
 	isAdmin func(*http.Request) bool
 	mux     *http.ServeMux
 	views   viewCache
+	methods map[string][]string // route path → its methods, in Placement's order
 }
 
 // New returns the placement API over st. isAdmin tells whether the
 // request's caller is an admin: as in Placement's default policy, every
 // call but the version document is admin-only.
 func New(st store.Store, isAdmin func(*http.Request) bool) *API {
-	a := &API{st: st, isAdmin: isAdmin, mux: http.NewServeMux()}
+	a := &API{st: st, isAdmin: isAdmin, mux: http.NewServeMux(), methods: map[string][]string{}}
 	a.views.src = st
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, int) error) {
+		method, path, _ := strings.Cut(pattern, " ")
+		a.methods[path] = append(a.methods[path], method)
 		a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			minor, err := negotiate(r)
-			w.Header().Set("OpenStack-API-Version", "placement 1."+strconv.Itoa(minor))
-			w.Header().Set("Vary", "OpenStack-API-Version")
-			if err == nil && !a.isAdmin(r) {
+			minor, _ := negotiate(r) // ServeHTTP refused a bad version
+			var err error
+			if !a.isAdmin(r) {
 				err = errorf(http.StatusForbidden, "Policy does not allow %s to be performed.", "placement:"+r.URL.Path)
 			}
 			if err == nil {
@@ -71,69 +74,96 @@ func New(st store.Store, isAdmin func(*http.Request) bool) *API {
 			}
 		})
 	}
-	route("GET /placement/resource_providers", a.listProviders)
-	route("GET /placement/resource_providers/{uuid}", a.showProvider)
-	route("GET /placement/resource_providers/{uuid}/inventories", a.inventories)
-	route("POST /placement/resource_providers/{uuid}/inventories", a.postInventory)
-	route("DELETE /placement/resource_providers/{uuid}/inventories", a.deleteInventories)
-	route("GET /placement/resource_providers/{uuid}/inventories/{rc}", a.inventory)
-	route("PUT /placement/resource_providers/{uuid}/inventories/{rc}", a.putInventory)
-	route("DELETE /placement/resource_providers/{uuid}/inventories/{rc}", a.deleteInventory)
-	route("PUT /placement/resource_providers/{uuid}", a.updateProvider)
-	route("GET /placement/resource_providers/{uuid}/traits", a.providerTraits)
-	route("PUT /placement/resource_providers/{uuid}/traits", a.putProviderTraits)
-	route("DELETE /placement/resource_providers/{uuid}/traits", a.deleteProviderTraits)
-	route("GET /placement/resource_providers/{uuid}/aggregates", a.providerAggregates)
-	route("PUT /placement/resource_providers/{uuid}/aggregates", a.putProviderAggregates)
-	route("GET /placement/traits", a.listTraits)
-	route("GET /placement/traits/{name}", a.getTrait)
-	route("PUT /placement/traits/{name}", a.putTrait)
-	route("DELETE /placement/traits/{name}", a.deleteTrait)
+	// In the order of Placement's route table: a 405's Allow names a
+	// path's methods in this order.
 	route("GET /placement/resource_classes", a.listClasses)
 	route("POST /placement/resource_classes", a.postClass)
 	route("GET /placement/resource_classes/{name}", a.getClass)
 	route("PUT /placement/resource_classes/{name}", a.putClass)
 	route("DELETE /placement/resource_classes/{name}", a.deleteClass)
-	route("GET /placement/resource_providers/{uuid}/usages", a.providerUsages)
-	route("GET /placement/usages", a.projectUsages)
-	route("GET /placement/allocation_candidates", a.candidates)
+	route("GET /placement/resource_providers", a.listProviders)
 	route("POST /placement/resource_providers", a.createProvider)
+	route("GET /placement/resource_providers/{uuid}", a.showProvider)
 	route("DELETE /placement/resource_providers/{uuid}", a.deleteProvider)
+	route("PUT /placement/resource_providers/{uuid}", a.updateProvider)
+	route("GET /placement/resource_providers/{uuid}/inventories", a.inventories)
+	route("POST /placement/resource_providers/{uuid}/inventories", a.postInventory)
 	route("PUT /placement/resource_providers/{uuid}/inventories", a.putInventories)
+	route("DELETE /placement/resource_providers/{uuid}/inventories", a.deleteInventories)
+	route("GET /placement/resource_providers/{uuid}/inventories/{rc}", a.inventory)
+	route("PUT /placement/resource_providers/{uuid}/inventories/{rc}", a.putInventory)
+	route("DELETE /placement/resource_providers/{uuid}/inventories/{rc}", a.deleteInventory)
+	route("GET /placement/resource_providers/{uuid}/usages", a.providerUsages)
+	route("GET /placement/resource_providers/{uuid}/aggregates", a.providerAggregates)
+	route("PUT /placement/resource_providers/{uuid}/aggregates", a.putProviderAggregates)
 	route("GET /placement/resource_providers/{uuid}/allocations", a.providerAllocations)
+	route("POST /placement/allocations", a.postAllocations)
 	route("GET /placement/allocations/{consumer}", a.consumerAllocations)
 	route("PUT /placement/allocations/{consumer}", a.putAllocations)
 	route("DELETE /placement/allocations/{consumer}", a.deleteAllocations)
-	route("POST /placement/allocations", a.postAllocations)
+	route("GET /placement/allocation_candidates", a.candidates)
+	route("GET /placement/traits", a.listTraits)
+	route("GET /placement/traits/{name}", a.getTrait)
+	route("PUT /placement/traits/{name}", a.putTrait)
+	route("DELETE /placement/traits/{name}", a.deleteTrait)
+	route("GET /placement/resource_providers/{uuid}/traits", a.providerTraits)
+	route("PUT /placement/resource_providers/{uuid}/traits", a.putProviderTraits)
+	route("DELETE /placement/resource_providers/{uuid}/traits", a.deleteProviderTraits)
+	route("GET /placement/usages", a.projectUsages)
 	route("POST /placement/reshaper", a.reshaper)
-	route("/placement/", func(http.ResponseWriter, *http.Request, int) error {
-		return errorf(http.StatusNotFound, "The resource could not be found.")
-	})
 	return a
 }
 
 // ServeHTTP serves /placement: the version document at /placement and
 // /placement/ (which needs no token: the caller mounts the rest behind
-// one), everything else through the routes.
+// one), everything else through the routes. As in Placement, the
+// microversion is negotiated first (a malformed one is 400, one outside
+// 1.0–1.39 406) and named in the answer's headers; a body without a
+// Content-Type is 400; a path with no route is 404 and a method the path
+// does not take 405 with Allow.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	requestid.Ensure(w)
+	minor, err := negotiate(r)
+	if err == nil {
+		w.Header().Set("OpenStack-API-Version", "placement 1."+strconv.Itoa(minor))
+		w.Header().Set("Vary", "OpenStack-API-Version")
+	}
+	if err == nil && r.ContentLength > 0 && r.Header.Get("Content-Type") == "" {
+		err = errorf(http.StatusBadRequest, "content-type header required when content-length > 0")
+	}
+	if err == nil && r.Method == http.MethodGet && !acceptsJSON(r.Header.Values("Accept")) {
+		err = errorf(http.StatusNotAcceptable, "Only application/json is provided")
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	if strings.TrimSuffix(r.URL.Path, "/") == "/placement" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET")
+			writeError(w, errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource.", r.Method))
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"versions": []any{map[string]any{
 			"id": "v1.0", "min_version": "1.0", "max_version": "1." + strconv.Itoa(MaxMinor), "status": "CURRENT",
 			"links": []any{map[string]any{"rel": "self", "href": ""}},
 		}}})
 		return
 	}
-	// Placement refuses a body it cannot type before it routes.
-	if r.ContentLength > 0 && r.Header.Get("Content-Type") == "" {
-		writeError(w, errorf(http.StatusBadRequest, "content-type header required when content-length > 0"))
-		return
-	}
 	if miss, status, allow := httproute.Miss(a.mux, r); miss {
 		if allow != "" {
+			// The path's pattern, from a method it takes.
+			probe := r.Clone(r.Context())
+			probe.Method, _, _ = strings.Cut(allow, ",")
+			if _, pattern := a.mux.Handler(probe); pattern != "" {
+				_, path, _ := strings.Cut(pattern, " ")
+				allow = strings.Join(a.methods[path], ", ")
+			}
 			w.Header().Set("Allow", allow)
+			writeError(w, errorf(status, "The method %s is not allowed for this resource.", r.Method))
+			return
 		}
-		writeError(w, errorf(status, "The resource could not be found or does not take %s.", r.Method))
+		writeError(w, errorf(status, "The resource could not be found."))
 		return
 	}
 	a.mux.ServeHTTP(w, r)
@@ -144,6 +174,9 @@ type httpError struct {
 	status int
 	code   string
 	msg    string
+	// bare: the request named no usable microversion, so the error has
+	// no code (and a 406 names the versions there are).
+	bare bool
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -153,7 +186,8 @@ func errorf(status int, format string, args ...any) error {
 }
 
 // negotiate reads "OpenStack-API-Version: placement 1.N" (default 1.0,
-// "latest" the newest).
+// "latest" the newest): a version that does not parse is 400, one keel
+// does not serve 406.
 func negotiate(r *http.Request) (int, error) {
 	for _, v := range r.Header.Values("OpenStack-API-Version") {
 		svc, ver, _ := strings.Cut(strings.TrimSpace(v), " ")
@@ -165,10 +199,15 @@ func negotiate(r *http.Request) (int, error) {
 			return MaxMinor, nil
 		}
 		major, minor, ok := strings.Cut(ver, ".")
-		n, err := strconv.Atoi(minor)
-		if !ok || major != "1" || err != nil || n < 0 || n > MaxMinor {
-			return 0, &httpError{status: http.StatusNotAcceptable, code: codeUndefined,
-				msg: fmt.Sprintf("Unacceptable version header: %s (this placement answers 1.0 to 1.%d)", ver, MaxMinor)}
+		maj, err1 := strconv.Atoi(major)
+		n, err2 := strconv.Atoi(minor)
+		if !ok || err1 != nil || err2 != nil || maj < 0 || n < 0 {
+			return 0, &httpError{status: http.StatusBadRequest, code: codeUndefined, bare: true,
+				msg: fmt.Sprintf("Invalid microversion: invalid version string: %s", ver)}
+		}
+		if maj != 1 || n > MaxMinor {
+			return 0, &httpError{status: http.StatusNotAcceptable, code: codeUndefined, bare: true,
+				msg: fmt.Sprintf("Unacceptable version header: %s", ver)}
 		}
 		return n, nil
 	}
@@ -257,20 +296,96 @@ type jsonRaw = json.RawMessage
 
 func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
+// acceptsJSON reports whether Accept headers (none: anything) take
+// application/json.
+func acceptsJSON(accept []string) bool {
+	if len(accept) == 0 {
+		return true
+	}
+	for _, a := range accept {
+		for _, part := range strings.Split(a, ",") {
+			mt, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			mt = strings.ToLower(strings.TrimSpace(mt))
+			if mt != "application/json" && mt != "application/*" && mt != "*/*" {
+				continue
+			}
+			q := 1.0
+			for _, p := range strings.Split(params, ";") {
+				if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.TrimSpace(k) == "q" {
+					if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+						q = f
+					}
+				}
+			}
+			if q > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// noCache sets Placement's cache headers (1.15+) on an answer.
+func noCache(w http.ResponseWriter) {
+	if minor, ok := answeredMinor(w); ok && minor >= 15 {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+	}
+}
+
+// location is the absolute URL of path (under /placement) for a
+// Location header, as Placement sends it.
+func location(r *http.Request, path string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/placement" + path
+}
+
 // WriteStatus writes a bare status and message in Placement's error shape
 // (for the token check in front of the API).
 func WriteStatus(w http.ResponseWriter, status int, msg string) {
 	writeFault(w, &httpError{status: status, code: codeUndefined, msg: msg})
 }
 
+// writeFault writes he in Placement's error shape: the code from 1.23
+// (the microversion the answer's header names), none when the request's
+// version was unusable, and then, for a 406, the versions there are.
 func writeFault(w http.ResponseWriter, he *httpError) {
-	writeJSON(w, he.status, map[string]any{"errors": []any{map[string]any{
-		"status": he.status, "title": http.StatusText(he.status), "detail": he.msg, "code": he.code,
-		"request_id": requestid.Ensure(w),
-	}}})
+	e := map[string]any{"status": he.status, "title": http.StatusText(he.status), "detail": he.msg,
+		"request_id": requestid.Ensure(w)}
+	if minor, ok := answeredMinor(w); !he.bare && (!ok || minor >= 23) {
+		e["code"] = he.code
+	}
+	if he.bare && he.status == http.StatusNotAcceptable {
+		e["min_version"], e["max_version"] = "1.0", "1."+strconv.Itoa(MaxMinor)
+	}
+	writeJSON(w, he.status, map[string]any{"errors": []any{e}})
 }
 
+// answeredMinor reads the microversion an answer names in its
+// OpenStack-API-Version header, if it names one.
+func answeredMinor(w http.ResponseWriter) (int, bool) {
+	_, minor, ok := strings.Cut(w.Header().Get("OpenStack-API-Version"), "placement 1.")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(minor)
+	return n, err == nil
+}
+
+// writeJSON writes v; a 200 from 1.15 says it may not be cached, as
+// Placement's do.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if status == http.StatusOK || status == http.StatusCreated {
+		noCache(w)
+	}
+	writeJSONAsIs(w, status, v)
+}
+
+// writeJSONAsIs writes v with the headers w has.
+func writeJSONAsIs(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)

@@ -226,7 +226,7 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 		t.Fatalf("create: %d %v", code, p)
 	}
 	ext := p["uuid"].(string)
-	if code, ec := send(t, srv, "POST", "/placement/resource_providers", "1.20", map[string]any{"name": "ext1"}, nil); code != 409 || ec != "placement.duplicate_name" {
+	if code, ec := send(t, srv, "POST", "/placement/resource_providers", "1.39", map[string]any{"name": "ext1"}, nil); code != 409 || ec != "placement.duplicate_name" {
 		t.Errorf("duplicate name: %d %s", code, ec)
 	}
 	inv := map[string]any{"resource_provider_generation": 0, "inventories": map[string]any{"VCPU": map[string]any{"total": 4}}}

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -40,10 +39,7 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 	if err != nil {
 		return err
 	}
-	if minor >= 15 {
-		w.Header().Set("Cache-Control", "no-cache")
-		w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
-	}
+	noCache(w)
 	buf := answers.Get().(*[]byte)
 	var body []byte
 	if len(cq.Groups) == 1 && cq.Groups[0].Suffix == "" && v.simple() {

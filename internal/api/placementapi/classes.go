@@ -10,7 +10,7 @@ import (
 )
 
 func classView(rc placement.ResourceClass) map[string]any {
-	return map[string]any{"name": rc, "links": []any{map[string]any{"rel": "self", "href": "/resource_classes/" + string(rc)}}}
+	return map[string]any{"name": rc, "links": []any{map[string]any{"rel": "self", "href": "/placement/resource_classes/" + string(rc)}}}
 }
 
 // listClasses is GET /resource_classes (1.2): standard and custom.
@@ -88,7 +88,7 @@ func (a *API) postClass(w http.ResponseWriter, r *http.Request, minor int) error
 		}
 		return err
 	}
-	w.Header().Set("Location", "/placement/resource_classes/"+body.Name)
+	w.Header().Set("Location", location(r, "/resource_classes/"+body.Name))
 	w.WriteHeader(http.StatusCreated)
 	return nil
 }
@@ -110,7 +110,7 @@ func (a *API) putClass(w http.ResponseWriter, r *http.Request, minor int) error 
 	if minor < 7 {
 		return a.renameClass(w, r, rc)
 	}
-	w.Header().Set("Location", "/placement/resource_classes/"+string(rc))
+	w.Header().Set("Location", location(r, "/resource_classes/"+string(rc)))
 	err := a.st.CreateResourceClass(r.Context(), rc)
 	switch {
 	case errors.Is(err, store.ErrExists):

@@ -117,6 +117,19 @@ func (c *conformance) both(method, path, version string, body any) [2]answer {
 			out[0].status, trim(out[0].body), out[1].status, trim(out[1].body))
 		return out
 	}
+	// (Vary: Placement leaves it off some of its errors.)
+	for _, h := range []string{"Cache-Control", "Allow", "Content-Type", "Vary"} {
+		if a, b := out[0].header.Get(h), out[1].header.Get(h); !strings.EqualFold(a, b) && !(h == "Content-Type" && out[0].status == 204) &&
+			!(h == "Vary" && out[0].status >= 400) {
+			c.t.Errorf("%s %s at %s: %s %q from Placement, %q from keel", method, path, version, h, a, b)
+		}
+	}
+	if a, b := out[0].header.Get("Last-Modified") != "", out[1].header.Get("Last-Modified") != ""; a != b {
+		c.t.Errorf("%s %s at %s: Last-Modified from Placement %v, from keel %v", method, path, version, a, b)
+	}
+	if a, b := strings.TrimPrefix(out[0].header.Get("Location"), c.sides[0].base), strings.TrimPrefix(out[1].header.Get("Location"), c.sides[1].base); a != b {
+		c.t.Errorf("%s %s at %s: Location %q from Placement, %q from keel", method, path, version, out[0].header.Get("Location"), out[1].header.Get("Location"))
+	}
 	if out[0].status >= 400 && !strings.HasPrefix(version, "1.") || out[0].status >= 400 && minorOf(version) >= 23 {
 		if a, b := errorCode(out[0].body), errorCode(out[1].body); a != b {
 			c.t.Errorf("%s %s at %s: %d with code %q from Placement, %q from keel (%s)", method, path, version, out[0].status, a, b, trim(out[1].body))
@@ -189,15 +202,17 @@ func errorCode(body []byte) string {
 }
 
 // normalise sorts what Placement builds from sets (lists of allocation
-// requests, mappings' and traits' lists) and drops links, whose prefix
-// depends on where each is mounted.
+// requests, mappings' and traits' lists) and takes keel's mount point
+// (/placement) off the links' hrefs: this Placement is mounted at the
+// root, so its links name no prefix.
 func normalise(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := map[string]any{}
 		for k, e := range x {
-			if k == "links" {
-				continue
+			if h, ok := e.(string); ok && k == "href" {
+				// keel is mounted at /placement; this Placement at /.
+				e = strings.TrimPrefix(h, "/placement")
 			}
 			out[k] = normalise(e)
 		}
@@ -479,4 +494,117 @@ func TestConformanceReshaper(t *testing.T) {
 	}
 	c.same("GET", "/allocations/"+vm, "1.39", nil)
 	c.same("GET", "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1", "1.39", nil)
+}
+
+// TestConformanceHTTP compares Placement's HTTP behaviour outside
+// candidates: negotiation, validation, status codes and error codes, the
+// headers it sends, at the microversions that change them.
+func TestConformanceHTTP(t *testing.T) {
+	c := startConformance(t)
+	conformanceForest(c)
+	const (
+		rp  = "/resource_providers/" + cfCN2
+		vm  = "d2000000-0000-4000-8000-000000000001"
+		vm2 = "d2000000-0000-4000-8000-000000000002"
+	)
+	alloc := func(rp string, res map[string]any, gen any) map[string]any {
+		return map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": res}},
+			"project_id": "p", "user_id": "u", "consumer_generation": gen}
+	}
+	// Reads, with their headers, across microversions.
+	for _, v := range []string{"1.0", "1.14", "1.15", "1.39"} {
+		for _, p := range []string{"/resource_providers", rp, rp + "/inventories", rp + "/inventories/VCPU", rp + "/usages",
+			"/allocations/d0000000-0000-4000-8000-000000000001", rp + "/allocations"} {
+			c.same("GET", p, v, nil)
+		}
+	}
+	for _, v := range []string{"1.6", "1.15", "1.39"} {
+		for _, p := range []string{rp + "/traits", rp + "/aggregates", "/resource_classes", "/resource_classes/VCPU", "/traits?name=startswith:CUSTOM_", "/usages?project_id=p"} {
+			c.same("GET", p, v, nil)
+		}
+	}
+	// Negotiation.
+	for _, v := range []string{"1.40", "2.0", "1.x", "latest", "nonsense"} {
+		c.both("GET", "/resource_providers", v, nil)
+	}
+	for _, v := range []string{"", "1.0", "1.15", "1.39", "1.40", "nonsense"} {
+		c.same("GET", "/", v, nil)
+	}
+	c.both("DELETE", "/", "1.39", nil)
+	for _, accept := range []string{"text/html", "application/json", "*/*", "application/json;q=0", "text/html, application/*;q=0.5"} {
+		var out [2]answer
+		for i, sd := range c.sides {
+			req, _ := http.NewRequest("GET", sd.base+"/resource_providers", nil)
+			req.Header.Set("X-Auth-Token", "admin")
+			req.Header.Set("Accept", accept)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			out[i].status = resp.StatusCode
+		}
+		if out[0].status != out[1].status {
+			t.Errorf("Accept %q: Placement %d, keel %d", accept, out[0].status, out[1].status)
+		}
+	}
+	c.both("DELETE", "/resource_providers", "1.39", nil)
+	c.both("PATCH", rp, "1.39", nil)
+	c.both("POST", rp+"/usages", "1.39", map[string]any{})
+	c.both("PUT", "/allocation_candidates", "1.39", map[string]any{})
+	c.both("POST", "/resource_providers", "1.39", rawBody{"text/plain", `{"name": "x"}`})
+	c.both("GET", "/no/such/thing", "1.39", nil)
+	// Validation.
+	for _, q := range []string{"uuid=not-a-uuid", "resources=", "resources=VCPU:0", "name=cn1&bogus=1", "member_of=not-a-uuid", "in_tree=nope"} {
+		c.both("GET", "/resource_providers?"+q, "1.39", nil)
+	}
+	c.both("POST", "/resource_providers", "1.39", map[string]any{"name": "x", "extra": 1})
+	c.both("PUT", rp, "1.39", map[string]any{"name": "cn2", "root_provider_uuid": cfCN2})
+	c.both("PUT", rp, "1.39", map[string]any{"name": strings.Repeat("x", 201)})
+	c.both("PUT", "/allocations/not-a-uuid", "1.39", alloc(cfCN2, map[string]any{"VCPU": 1}, nil))
+	long := alloc(cfCN2, map[string]any{"VCPU": 1}, nil)
+	long["project_id"] = strings.Repeat("p", 256)
+	c.both("PUT", "/allocations/"+vm, "1.28", long)
+	extra := alloc(cfCN2, map[string]any{"VCPU": 1}, nil)
+	extra["bogus"] = 1
+	c.both("PUT", "/allocations/"+vm, "1.28", extra)
+	// Inventories.
+	c.both("POST", rp+"/inventories", "1.39", map[string]any{"resource_class": "CUSTOM_MAGIC", "total": 5})
+	c.both("POST", rp+"/inventories", "1.39", map[string]any{"resource_class": "CUSTOM_MAGIC", "total": 5})
+	c.both("PUT", rp+"/inventories/PCI_DEVICE", "1.39", func(i int) any {
+		return map[string]any{"resource_provider_generation": c.generation(i, cfCN2), "total": 2}
+	})
+	c.both("PUT", rp+"/inventories/CUSTOM_MAGIC", "1.39", func(i int) any {
+		return map[string]any{"resource_provider_generation": c.generation(i, cfCN2), "total": 2147483648}
+	})
+	for _, v := range []string{"1.25", "1.26"} {
+		c.both("PUT", rp+"/inventories/CUSTOM_MAGIC", v, func(i int) any {
+			return map[string]any{"resource_provider_generation": c.generation(i, cfCN2), "total": 5, "reserved": 5}
+		})
+	}
+	c.same("GET", rp+"/inventories", "1.39", nil)
+	// Allocations: status codes.
+	c.both("PUT", "/allocations/"+vm, "1.39", map[string]any{"allocations": map[string]any{cfSS1: map[string]any{"resources": map[string]any{"CUSTOM_MAGIC": 5}}},
+		"project_id": "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE"}) // over max_unit
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc(cfCN2, map[string]any{"VCPU": 100}, nil))
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc(cfCN2, map[string]any{"CUSTOM_NOPE": 1}, nil))
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc(cfCN2, map[string]any{"bad-class": 1}, nil))
+	c.both("POST", "/allocations", "1.12", map[string]any{})
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc(cfCN2, map[string]any{"VCPU": 1}, nil))
+	c.same("GET", rp, "1.39", nil)
+	c.both("PUT", "/allocations/"+vm, "1.28", map[string]any{"allocations": map[string]any{}, "project_id": "p", "user_id": "u", "consumer_generation": 1})
+	c.same("GET", "/allocations/"+vm, "1.28", nil)
+	c.same("GET", rp, "1.39", nil)
+	c.both("PUT", "/allocations/"+vm2, "1.28", alloc(cfCN2, map[string]any{"VCPU": 1}, nil))
+	c.both("DELETE", "/allocations/"+vm2, "1.28", nil)
+	c.same("GET", rp, "1.39", nil)
+	c.both("DELETE", "/allocations/"+vm2, "1.28", nil)
+	// Dashless UUIDs are the dashed ones.
+	dashless := strings.ReplaceAll(cfCN3, "-", "")
+	c.same("GET", "/resource_providers/"+dashless, "1.39", nil)
+	c.both("POST", "/resource_providers", "1.39", map[string]any{"uuid": dashless, "name": "cn3-again"})
+	c.both("DELETE", "/resource_providers/"+cfCN1, "1.39", nil)
+	c.both("DELETE", "/traits/CUSTOM_GOLD", "1.39", nil)
+	c.both("DELETE", "/resource_classes/CUSTOM_MAGIC", "1.39", nil)
 }

@@ -31,7 +31,7 @@ var placementWrites = []struct{ method, path string }{
 }
 
 // placementShape is Placement's error body: {"errors": [{status, title,
-// detail, code, request_id}]}.
+// detail, code (from 1.23), request_id}]}.
 func placementShape(body []byte) error {
 	var f struct {
 		Errors []struct {
@@ -43,8 +43,9 @@ func placementShape(body []byte) error {
 	if err := json.Unmarshal(body, &f); err != nil {
 		return err
 	}
-	if len(f.Errors) == 0 || f.Errors[0].Status == nil || f.Errors[0].Title == nil || f.Errors[0].Code == nil {
-		return fmt.Errorf("no errors[0] with status, title and code")
+	// (The code is there from 1.23.)
+	if len(f.Errors) == 0 || f.Errors[0].Status == nil || f.Errors[0].Title == nil {
+		return fmt.Errorf("no errors[0] with status and title")
 	}
 	return nil
 }

@@ -96,9 +96,10 @@ func TestGophercloudManagesPlacement(t *testing.T) {
 		Inventories: map[string]resourceproviders.Inventory{
 			"VCPU":       {Total: 32, AllocationRatio: 1, MaxUnit: 32, MinUnit: 1, StepSize: 1},
 			"CUSTOM_GPU": {Total: 4, AllocationRatio: 1, MaxUnit: 4, MinUnit: 1, StepSize: 1},
+			"MEMORY_MB":  {Total: 1024, AllocationRatio: 1, MaxUnit: 1024, MinUnit: 1, StepSize: 1},
 		},
 	}).Extract()
-	if err != nil || len(invs.Inventories) != 2 {
+	if err != nil || len(invs.Inventories) != 3 {
 		t.Fatalf("inventories: %+v %v", invs, err)
 	}
 	one, err := resourceproviders.UpdateInventory(ctx, pl, rp.UUID, "MEMORY_MB", resourceproviders.UpdateInventoryOpts{

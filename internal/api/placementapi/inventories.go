@@ -1,6 +1,7 @@
 package placementapi
 
 import (
+	"fmt"
 	"net/http"
 
 	"keel/internal/placement"
@@ -24,7 +25,7 @@ type inventoryBody struct {
 const maxInt = 2147483647
 
 // inventory turns the body into an inventory with Placement's defaults.
-func (b inventoryBody) inventory(rc string) (placement.Inventory, error) {
+func (b inventoryBody) inventory(rc string, minor int) (placement.Inventory, error) {
 	if b.Total == nil {
 		return placement.Inventory{}, errorf(http.StatusBadRequest, "inventory of %s: 'total' is a required property", rc)
 	}
@@ -49,6 +50,9 @@ func (b inventoryBody) inventory(rc string) (placement.Inventory, error) {
 	if b.AllocationRatio != nil {
 		inv.AllocationRatio = *b.AllocationRatio
 	}
+	if minor < 26 && inv.Reserved == inv.Total {
+		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider: reserved %d must be less than total %d before placement 1.26", inv.Reserved, inv.Total)
+	}
 	if err := inv.Validate(placement.ResourceClass(rc)); err != nil {
 		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider: %v", err)
 	}
@@ -70,10 +74,17 @@ func inventoriesView(p placement.Provider) map[string]any {
 	return map[string]any{"inventories": invs, "resource_provider_generation": p.Generation}
 }
 
-func (a *API) inventories(w http.ResponseWriter, r *http.Request, _ int) error {
+func (a *API) inventories(w http.ResponseWriter, r *http.Request, minor int) error {
 	p, _, err := a.provider(r)
 	if err != nil {
 		return err
+	}
+	if len(p.Inventories) == 0 && minor >= 15 {
+		// No inventory, no modification time: Placement sends only
+		// Cache-Control.
+		w.Header().Set("Cache-Control", "no-cache")
+		writeJSONAsIs(w, http.StatusOK, inventoriesView(p.Provider))
+		return nil
 	}
 	writeJSON(w, http.StatusOK, inventoriesView(p.Provider))
 	return nil
@@ -96,7 +107,7 @@ func (a *API) setInventories(r *http.Request, uuid string, gen int64, invs place
 
 // putInventories is PUT /resource_providers/{uuid}/inventories: replaces
 // every inventory if resource_provider_generation is current.
-func (a *API) putInventories(w http.ResponseWriter, r *http.Request, _ int) error {
+func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) error {
 	p, _, err := a.provider(r)
 	if err != nil {
 		return err
@@ -113,7 +124,7 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, _ int) erro
 	}
 	invs := placement.Inventories{}
 	for rc, b := range body.Inventories {
-		inv, err := b.inventory(rc)
+		inv, err := b.inventory(rc, minor)
 		if err != nil {
 			return err
 		}
@@ -161,7 +172,7 @@ func (a *API) inventory(w http.ResponseWriter, r *http.Request, _ int) error {
 
 // putInventory is PUT /resource_providers/{uuid}/inventories/{rc}: creates
 // or replaces one class's inventory if the generation is current.
-func (a *API) putInventory(w http.ResponseWriter, r *http.Request, _ int) error {
+func (a *API) putInventory(w http.ResponseWriter, r *http.Request, minor int) error {
 	p, _, err := a.provider(r)
 	if err != nil {
 		return err
@@ -174,16 +185,22 @@ func (a *API) putInventory(w http.ResponseWriter, r *http.Request, _ int) error 
 	if body.Generation == nil {
 		return errorf(http.StatusBadRequest, "'resource_provider_generation' is a required property")
 	}
-	inv, err := body.inventory(rc)
+	inv, err := body.inventory(rc, minor)
 	if err != nil {
 		return err
+	}
+	if *body.Generation != p.Generation {
+		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: "resource provider generation conflict"}
+	}
+	if _, ok := p.Inventories[placement.ResourceClass(rc)]; !ok {
+		return errorf(http.StatusBadRequest, "No inventory record with resource class for resource provider %s", p.UUID)
 	}
 	return a.changeInventory(w, r, p, *body.Generation, rc, &inv, http.StatusOK)
 }
 
 // postInventory is POST /resource_providers/{uuid}/inventories: adds one
 // class's inventory (409 if the class already has one).
-func (a *API) postInventory(w http.ResponseWriter, r *http.Request, _ int) error {
+func (a *API) postInventory(w http.ResponseWriter, r *http.Request, minor int) error {
 	p, _, err := a.provider(r)
 	if err != nil {
 		return err
@@ -192,18 +209,21 @@ func (a *API) postInventory(w http.ResponseWriter, r *http.Request, _ int) error
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if body.Generation == nil || body.ResourceClass == "" {
-		return errorf(http.StatusBadRequest, "'resource_class' and 'resource_provider_generation' are required properties")
+	// Placement takes resource_provider_generation here and checks
+	// nothing with it: the inventory is added to what the provider has.
+	if body.ResourceClass == "" {
+		return errorf(http.StatusBadRequest, "JSON does not validate: 'resource_class' is a required property")
 	}
 	if _, ok := p.Inventories[placement.ResourceClass(body.ResourceClass)]; ok {
-		return errorf(http.StatusConflict, "Update conflict: Inventory for '%s' on resource provider '%s' already exists.", body.ResourceClass, p.UUID)
+		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate,
+			msg: fmt.Sprintf("Update conflict: Inventory for '%s' on resource provider '%s' already exists.", body.ResourceClass, p.UUID)}
 	}
-	inv, err := body.inventory(body.ResourceClass)
+	inv, err := body.inventory(body.ResourceClass, minor)
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Location", "/placement/resource_providers/"+p.UUID+"/inventories/"+body.ResourceClass)
-	return a.changeInventory(w, r, p, *body.Generation, body.ResourceClass, &inv, http.StatusCreated)
+	w.Header().Set("Location", location(r, "/resource_providers/"+p.UUID+"/inventories/"+body.ResourceClass))
+	return a.changeInventory(w, r, p, p.Generation, body.ResourceClass, &inv, http.StatusCreated)
 }
 
 // deleteInventory is DELETE /resource_providers/{uuid}/inventories/{rc}.

@@ -15,7 +15,8 @@ import (
 
 // providerView is a provider in Placement's shape for the microversion.
 func (a *API) providerView(p placement.Provider, root string, minor int) map[string]any {
-	self := "/resource_providers/" + p.UUID
+	// Links name the mount point, as Placement's (its SCRIPT_NAME).
+	self := "/placement/resource_providers/" + p.UUID
 	links := []any{map[string]any{"rel": "self", "href": self}}
 	rels := []string{"inventories", "usages"}
 	if minor >= 1 {
@@ -100,7 +101,10 @@ func (a *API) parseFilter(r *http.Request, minor int, since map[string]int) (*pr
 	if err := checkParams(q, allowed...); err != nil {
 		return nil, err
 	}
-	f := &providerFilter{name: q.Get("name"), uuid: q.Get("uuid")}
+	f := &providerFilter{name: q.Get("name"), uuid: normUUID(q.Get("uuid"))}
+	if q.Has("uuid") && !isUUID(q.Get("uuid")) {
+		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: '%s' is not a 'uuid'", q.Get("uuid"))
+	}
 	if q.Has("resources") {
 		res, err := parseResources(q.Get("resources"))
 		if err != nil {
@@ -303,6 +307,7 @@ type providerBody struct {
 	UUID   string  `json:"uuid"`
 	Parent *string `json:"parent_provider_uuid"`
 	parent bool    // parent_provider_uuid given (even null)
+	keys   []string
 }
 
 func (b *providerBody) UnmarshalJSON(data []byte) error {
@@ -312,10 +317,18 @@ func (b *providerBody) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	_, b.parent = raw["parent_provider_uuid"]
+	for k := range raw {
+		b.keys = append(b.keys, k)
+	}
 	return jsonUnmarshal(data, (*plain)(b))
 }
 
 func (b *providerBody) check(minor int, create bool) error {
+	for _, k := range b.keys {
+		if !(k == "name" || k == "uuid" && create || k == "parent_provider_uuid") {
+			return errorf(http.StatusBadRequest, "JSON does not validate: Additional properties are not allowed ('%s' was unexpected)", k)
+		}
+	}
 	if b.Name == "" || len(b.Name) > 200 {
 		return errorf(http.StatusBadRequest, "'name' is a required property of at most 200 characters")
 	}
@@ -346,6 +359,12 @@ func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	} else if _, err := uuid.Parse(body.UUID); err != nil {
 		return errorf(http.StatusBadRequest, "'uuid' %q is not a UUID", body.UUID)
 	}
+	// A UUID in any form Placement takes (dashless among them) is kept
+	// in the dashed form, so the two name one provider.
+	body.UUID = normUUID(body.UUID)
+	if body.Parent != nil {
+		*body.Parent = normUUID(*body.Parent)
+	}
 	np := placement.Provider{UUID: body.UUID, Name: body.Name, Inventories: placement.Inventories{}}
 	if body.Parent != nil {
 		np.ParentUUID = *body.Parent
@@ -357,11 +376,7 @@ func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) 
 		}
 		return err
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	w.Header().Set("Location", scheme+"://"+r.Host+"/placement/resource_providers/"+p.UUID)
+	w.Header().Set("Location", location(r, "/resource_providers/"+p.UUID))
 	if minor >= 20 {
 		root := p.UUID
 		if p.ParentUUID != "" {
@@ -394,7 +409,7 @@ func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	if body.parent {
 		parent = ""
 		if body.Parent != nil {
-			parent = *body.Parent
+			parent = normUUID(*body.Parent)
 		}
 	}
 	p, err := a.st.UpdateProvider(r.Context(), cur.UUID, body.Name, parent, minor >= 37)

@@ -76,7 +76,7 @@ func (a *API) reshaper(w http.ResponseWriter, r *http.Request, minor int) error 
 		iw := placement.InventoryWrite{UUID: u, Generation: *ib.Generation, Inventories: placement.Inventories{}}
 		res := placement.Resources{}
 		for rc, b := range ib.Inventories {
-			inv, err := b.inventory(rc)
+			inv, err := b.inventory(rc, minor)
 			if err != nil {
 				return err
 			}

@@ -83,18 +83,18 @@ func (a *API) putTrait(w http.ResponseWriter, r *http.Request, minor int) error 
 		return err
 	}
 	name := r.PathValue("name")
-	w.Header().Set("Location", "/placement/traits/"+name)
-	if placement.IsStandardTrait(name) {
-		w.WriteHeader(http.StatusNoContent)
-		return nil
+	created := false
+	if !placement.IsStandardTrait(name) {
+		if err := placement.ValidateCustomTrait(name); err != nil {
+			return err
+		}
+		var err error
+		if created, err = a.st.CreateTrait(r.Context(), name); err != nil {
+			return err
+		}
 	}
-	if err := placement.ValidateCustomTrait(name); err != nil {
-		return err
-	}
-	created, err := a.st.CreateTrait(r.Context(), name)
-	if err != nil {
-		return err
-	}
+	w.Header().Set("Location", location(r, "/traits/"+name))
+	noCache(w)
 	if created {
 		w.WriteHeader(http.StatusCreated)
 	} else {

@@ -11,7 +11,12 @@ import (
 	"keel/internal/store"
 )
 
+// decode reads a JSON body into v; the body must say it is JSON (415
+// otherwise, as Placement's handlers that take one).
 func decode(r *http.Request, v any) error {
+	if err := requireJSON(r); err != nil {
+		return err
+	}
 	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, v); err != nil {
 		if httpbody.IsTooLarge(err) {
 			return errorf(http.StatusRequestEntityTooLarge, "Request is too large: %v", err)
@@ -84,6 +89,7 @@ type allocationBody struct {
 	ConsumerType       string                     `json:"consumer_type"`
 	generationGiven    bool
 	raw                json.RawMessage // "allocations", decoded by shape
+	keys               []string
 }
 
 type allocationEntry struct {
@@ -98,6 +104,9 @@ func (b *allocationBody) UnmarshalJSON(data []byte) error {
 	}
 	_, b.generationGiven = raw["consumer_generation"]
 	b.raw = raw["allocations"]
+	for k := range raw {
+		b.keys = append(b.keys, k)
+	}
 	return json.Unmarshal(data, (*plain)(b))
 }
 
@@ -141,12 +150,25 @@ func (b *allocationBody) readAllocations(minor int) error {
 // consumer written before 1.8, which could not name them.
 const incompleteConsumer = "00000000-0000-0000-0000-000000000000"
 
+// rcPattern is the form of a resource class in Placement's schemas.
+var rcPattern = regexp.MustCompile(`^[A-Z0-9_]+$`)
+
 // consumerTypeRE is the form of a consumer type (1.38).
 var consumerTypeRE = regexp.MustCompile(`^[A-Z0-9_]+$`)
 
 // toWrite checks one consumer's body against the microversion and turns
 // it into a store write.
 func (b allocationBody) toWrite(consumer string, minor int) (placement.AllocationWrite, error) {
+	for _, k := range b.keys {
+		ok := k == "allocations" || (k == "project_id" || k == "user_id") && minor >= 8 ||
+			k == "consumer_generation" && minor >= 28 || k == "mappings" && minor >= 34 || k == "consumer_type" && minor >= 38
+		if !ok {
+			return placement.AllocationWrite{}, errorf(http.StatusBadRequest, "JSON does not validate: Additional properties are not allowed ('%s' was unexpected)", k)
+		}
+	}
+	if len(b.ProjectID) > 255 || len(b.UserID) > 255 {
+		return placement.AllocationWrite{}, errorf(http.StatusBadRequest, "JSON does not validate: 'project_id' and 'user_id' are at most 255 characters")
+	}
 	if err := b.readAllocations(minor); err != nil {
 		return placement.AllocationWrite{}, err
 	}
@@ -175,14 +197,23 @@ func (b allocationBody) toWrite(consumer string, minor int) (placement.Allocatio
 		w.Type = placement.ConsumerType(b.ConsumerType)
 	}
 	for rp, a := range b.Allocations {
+		if !isUUID(rp) || len(rp) != 36 {
+			return w, errorf(http.StatusBadRequest, "JSON does not validate: Additional properties are not allowed ('%s' was unexpected)", rp)
+		}
+		if len(a.Resources) == 0 {
+			return w, errorf(http.StatusBadRequest, "JSON does not validate: the resources of %s are a required, non-empty property", rp)
+		}
 		res := placement.Resources{}
 		for rc, n := range a.Resources {
+			if !rcPattern.MatchString(rc) {
+				return w, errorf(http.StatusBadRequest, "JSON does not validate: '%s' does not match any of the regexes: '^[A-Z0-9_]+$'", rc)
+			}
 			if n < 1 {
 				return w, errorf(http.StatusBadRequest, "allocation of %s on %s must be at least 1, got %d", rc, rp, n)
 			}
 			res[placement.ResourceClass(rc)] = n
 		}
-		w.Allocations[rp] = res
+		w.Allocations[normUUID(rp)] = res
 	}
 	return w, nil
 }
@@ -196,7 +227,7 @@ func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) 
 	if err != nil {
 		return err
 	}
-	if len(wr.Allocations) == 0 && minor < 34 {
+	if len(wr.Allocations) == 0 && minor < 28 {
 		return errorf(http.StatusBadRequest, "'allocations' must not be empty (use DELETE to remove a consumer's allocations)")
 	}
 	if err := a.write(r, wr); err != nil {
@@ -210,7 +241,7 @@ func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) 
 // all or nothing.
 func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
 	if minor < 13 {
-		return errorf(http.StatusMethodNotAllowed, "POST /allocations needs placement 1.13 or newer")
+		return errorf(http.StatusNotFound, "The resource could not be found.")
 	}
 	var body map[string]allocationBody
 	if err := decode(r, &body); err != nil {
@@ -231,12 +262,25 @@ func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int)
 	return nil
 }
 
-// write applies allocation writes; the store's decision names a provider
-// that does not exist with ErrNotFound, which Placement answers with 400.
+// write applies allocation writes as Placement answers them: a class
+// that does not exist is 400, and so is a provider that does not exist
+// (the store's ErrNotFound); an amount outside an inventory's min_unit,
+// max_unit or step_size (the store's InvalidError, the request being
+// well-formed by then) is 409, as a full provider is.
 func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error {
+	for _, w := range writes {
+		for _, res := range w.Allocations {
+			if err := a.knownClasses(r, res); err != nil {
+				return errorf(http.StatusBadRequest, "Unable to allocate inventory for consumer %s: %v", w.ConsumerUUID, err)
+			}
+		}
+	}
 	_, err := a.st.WriteAllocations(r.Context(), writes...)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusBadRequest, "Allocation names a resource provider that does not exist: %v", err)
+	case placement.IsInvalid(err):
+		return errorf(http.StatusConflict, "Unable to allocate inventory: %v", err)
 	}
 	return err
 }
@@ -249,7 +293,7 @@ func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) e
 		}
 		return err
 	}
-	if _, err := a.st.WriteAllocations(r.Context(), placement.AllocationWrite{ConsumerUUID: consumer, AnyConsumerGeneration: true}); err != nil {
+	if _, err := a.st.WriteAllocations(r.Context(), placement.AllocationWrite{ConsumerUUID: consumer, AnyConsumerGeneration: true, KeepProviderGenerations: true}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
