@@ -46,8 +46,17 @@ expect "2 0" "$(echo "$big" | wc -l) $(echo "$big" | grep -c "$rp" || true)" \
 osp() { os --os-placement-api-version 1.39 "$@"; }
 expect "ext1" "$(osp resource provider create ext1 -f value -c name)" "resource provider create"
 ext=$(osp resource provider list --name ext1 -f value -c uuid)
-expect "VCPU 4 4" "$(osp resource provider inventory set "$ext" --resource VCPU=4 -f value -c resource_class -c total -c max_unit)" \
-  "resource provider inventory set"
+expect "VCPU 2147483647 4" "$(osp resource provider inventory set "$ext" --resource VCPU=4 -f value -c resource_class -c total -c max_unit)" \
+  "resource provider inventory set (max_unit 2147483647 unless given, as Placement)"
+# A provider tree: a child of ext1 with VCPU of its own; two granular
+# groups, isolated, take 3 VCPU from ext1 and 2 from the child (the flat
+# hosts cannot hold two isolated groups).
+child=$(osp resource provider create ext1-numa0 --parent-provider "$ext" -f value -c uuid)
+expect "$ext" "$(osp resource provider show "$child" -f value -c root_provider_uuid)" "resource provider create --parent-provider"
+osp resource provider inventory set "$child" --resource VCPU=2 >/dev/null
+expect "$(printf '1 VCPU=2 %s\n1 VCPU=3 %s' "$child" "$ext" | sort)" \
+  "$(osp allocation candidate list --group 1 --resource VCPU=3 --group 2 --resource VCPU=2 --group-policy isolate \
+      -f value -c '#' -c allocation -c 'resource provider' | sort)" "allocation candidate list --group (isolate, over a tree)"
 c1=$(cat /proc/sys/kernel/random/uuid)
 osp resource provider allocation set "$c1" --allocation "rp=$ext,VCPU=3" --project-id p1 --user-id u1 --consumer-type INSTANCE >/dev/null
 expect "$ext {'VCPU': 3} INSTANCE" "$(osp resource provider allocation show "$c1" -f value -c resource_provider -c resources -c consumer_type)" \
@@ -58,6 +67,7 @@ if out=$(osp resource provider allocation set "$(cat /proc/sys/kernel/random/uui
 fi
 case "$out" in *"HTTP 409"*) echo "ok  an allocation over capacity is refused (409)" ;; *) fail "over capacity: [$out]" ;; esac
 osp resource provider allocation delete "$c1"
+osp resource provider delete "$child"
 osp resource provider delete "$ext"
 expect "$(printf 'h01\nh02\nh03')" "$(os resource provider list -f value -c name | sort)" "resource provider allocation delete, provider delete"
 
