@@ -24,7 +24,9 @@ import (
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
 	"keel/internal/compute/qemu"
+	"keel/internal/records"
 	"keel/internal/rpc"
+	"keel/internal/store"
 )
 
 // Options configure an agent.
@@ -116,6 +118,9 @@ func (a *Agent) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := a.destroyEvacuated(ctx, st, drv); err != nil {
+		return err
+	}
 	tr := compute.NewTracker(hc, st, drv, opts.Clock)
 	// The guests that survived a restart are counted again at once; the
 	// first audit (right below) reconciles them with the allocations.
@@ -188,6 +193,28 @@ func (a *Agent) start(ctx context.Context) error {
 		}
 	})
 	a.log.Info("agent started", "provider", uuid, "guests", len(guests))
+	return nil
+}
+
+// destroyEvacuated removes, before the agent serves anything, the guests
+// of the instances evacuated from this host while it was down (Nova's
+// _destroy_evacuated_instances): an instance never runs twice. The
+// conductor drops this host's side of their allocations once it sees the
+// host up.
+func (a *Agent) destroyEvacuated(ctx context.Context, st *rpc.Store, drv compute.Driver) error {
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{Host: a.opts.Host, ActiveOnly: true})
+	if err != nil {
+		return fmt.Errorf("agent %s: reading the evacuations from this host: %w", a.opts.Host, err)
+	}
+	for _, m := range ms {
+		if m.Type != records.MigrationTypeEvac || m.SourceHost != a.opts.Host {
+			continue
+		}
+		a.log.Info("destroying the guest of an instance evacuated while this host was down", "instance", m.InstanceUUID, "migration", m.ID, "to", m.DestHost)
+		if err := drv.Destroy(ctx, m.InstanceUUID); err != nil {
+			return fmt.Errorf("agent %s: destroying the evacuated guest %s: %w", a.opts.Host, m.InstanceUUID, err)
+		}
+	}
 	return nil
 }
 

@@ -267,6 +267,12 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 		if !past(m.UpdatedAt, opt.MigrationTimeout) || (m.Status == records.MigrationQueued && moved[m.SourceHost]) {
 			continue
 		}
+		if m.Status == records.MigrationFinished || m.Status == records.MigrationDone {
+			// Waiting by design: a resize in VERIFY_RESIZE for its user
+			// (or resize_confirm_window), an evacuation for its dead
+			// source to come back.
+			continue
+		}
 		add(KindStuckMigration, fmt.Sprint(m.ID), "migration %d of instance %s (%s → %s) has been %s (phase %q) for %s without progress (the audit's migration deadline: %s)",
 			m.ID, m.InstanceUUID, m.SourceHost, orUnset(m.DestHost), m.Status, m.Phase, age(m.UpdatedAt), opt.MigrationTimeout)
 	}

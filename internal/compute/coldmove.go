@@ -132,3 +132,30 @@ func (m *Manager) FinishRevertResize(ctx context.Context, inst records.Instance)
 	m.tracker.Track(inst.UUID, inst.Flavor)
 	return m.tracker.WriteRecord(ctx)
 }
+
+// RebuildInstance is rebuild_instance for an evacuation, on the
+// destination: claim in the tracker and spawn the guest from its image;
+// the end is reported as the migration's copy (a failed spawn releases
+// the tracker's claim and removes what it left).
+func (m *Manager) RebuildInstance(ctx context.Context, migID int64, inst records.Instance) error {
+	m.res.Lock()
+	defer m.res.Unlock()
+	m.tracker.Busy(inst.UUID, true)
+	if err := m.tracker.InstanceClaim(ctx, inst); err != nil {
+		m.tracker.Busy(inst.UUID, false)
+		return fmt.Errorf("rebuilding %s on %s: %w", inst.UUID, m.host, err)
+	}
+	_, done := m.copyReports(ctx, migID, inst.UUID, "")
+	m.driver.Spawn(ctx, inst, func(err error) {
+		bg := context.WithoutCancel(ctx)
+		m.res.Lock()
+		if err != nil {
+			m.buildFailedLocked(bg, inst.UUID)
+		} else if werr := m.tracker.BuildSucceeded(bg); werr != nil {
+			m.log.Warn("writing host record after a rebuild", "instance", inst.UUID, "err", werr)
+		}
+		m.res.Unlock()
+		done(err)
+	})
+	return nil
+}

@@ -72,9 +72,10 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 	}()
 	queue := []boot.Event{ev}
 	var cur records.Instance
-	conflicts := 0
+	conflicts, steps := 0, 0
 	for len(queue) > 0 {
 		ev, queue = queue[0], queue[1:]
+		answered := steps > 0 // an answer to an action of this loop, not the caller's event
 		var err error
 		if cur, err = c.store.GetInstance(ctx, uuid); err != nil {
 			return cur, fmt.Errorf("boot of %s: %w", uuid, err)
@@ -85,6 +86,13 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 		}
 		next, acts, err := c.boots.Step(cur, ev)
 		if err != nil {
+			if answered {
+				// The answer to our own action came after someone else
+				// moved the boot on (another replica applied the agent's
+				// report first): nothing is left for it to do.
+				c.log.Debug("boot answer no longer applies", "instance", uuid, "event", ev.Kind, "phase", cur.BuildPhase, "vm_state", cur.VMState)
+				return cur, nil
+			}
 			return cur, err
 		}
 		next.UpdatedAt = c.clock.Now()
@@ -101,6 +109,7 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 			c.log.Debug("boot step", "instance", uuid, "event", ev.Kind, "phase", saved.BuildPhase, "vm_state", saved.VMState, "host", saved.Host, "fault", saved.Fault)
 		}
 		cur = saved
+		steps++
 		if unlockGroup != nil && cur.BuildPhase != boot.PhaseSchedule && cur.BuildPhase != boot.PhaseConfirm {
 			unlockGroup()
 			unlockGroup = nil

@@ -48,6 +48,9 @@ type ComputeAPI interface {
 	ConfirmResize(ctx context.Context, inst records.Instance) error
 	RevertResize(ctx context.Context, inst records.Instance) error
 	FinishRevertResize(ctx context.Context, inst records.Instance) error
+	// RebuildInstance spawns an evacuated instance's guest on this host;
+	// the agent reports the end as a copy's (CopyDone of migID).
+	RebuildInstance(ctx context.Context, migID int64, inst records.Instance) error
 }
 
 // Computes finds the agent of a host.

@@ -260,6 +260,10 @@ func init() {
 		migration.ConfirmAtSource:      (*Conductor).actConfirmAtSource,
 		migration.RevertAtDest:         (*Conductor).actRevertAtDest,
 		migration.FinishRevertAtSource: (*Conductor).actFinishRevertAtSource,
+
+		migration.RebuildAtDest: (*Conductor).actRebuildAtDest,
+		migration.CleanupSource: (*Conductor).actCleanupSource,
+		migration.Terminate:     (*Conductor).actTerminate,
 	}
 }
 

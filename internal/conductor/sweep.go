@@ -120,6 +120,16 @@ func (c *Conductor) sweepMigrations(ctx context.Context) (int, error) {
 				continue
 			}
 			ev = migration.Event{Kind: migration.Stalled, Err: fmt.Sprintf("none for %s (migration_stall_timeout)", idle.Round(time.Second))}
+		case m.Phase == migration.PhaseAwaitSource:
+			if down, err := c.serviceDown(ctx, m.SourceHost); err != nil || down {
+				continue // the evacuated host is still down
+			}
+			ev = migration.Event{Kind: migration.SourceBack}
+		case m.Phase == migration.PhaseRebuild:
+			if c.cfg.CopyStallTimeout <= 0 || idle <= c.cfg.CopyStallTimeout {
+				continue
+			}
+			ev = migration.Event{Kind: migration.Stalled, Err: fmt.Sprintf("no report from the destination for %s", idle.Round(time.Second))}
 		case m.Phase == migration.PhaseVerify:
 			if c.cfg.ResizeConfirmWindow <= 0 || idle <= c.cfg.ResizeConfirmWindow {
 				continue // the user decides

@@ -127,6 +127,9 @@ const (
 	// RevertAllocations: the instance's allocation returns to the source,
 	// the destination claim is dropped. Answer: Reverted.
 	RevertAllocations ActionKind = "revert-allocations"
+	// Terminate: remove the instance's guest from Host, best effort (its
+	// audit removes a guest no instance of the host claims). No answer.
+	Terminate ActionKind = "terminate"
 	// SettleInstance: clear the instance's task state and set its host to
 	// Host. No answer.
 	SettleInstance ActionKind = "settle-instance"
@@ -179,6 +182,8 @@ func tableOf(typ string) map[transitionKey]transition {
 	switch typ {
 	case records.MigrationTypeCold, records.MigrationTypeResize:
 		return resizeTransitions
+	case records.MigrationTypeEvac:
+		return evacuateTransitions
 	}
 	return transitions
 }

@@ -119,6 +119,7 @@ const (
 	TaskResizePrep       = "resize_prep"
 	TaskResizeReverting  = "resize_reverting"
 	TaskResizeConfirming = "resize_confirming"
+	TaskRebuilding       = "rebuilding" // an evacuation rebuilds it elsewhere
 	TaskSpawning         = "spawning"
 	TaskDeleting         = "deleting"
 )
@@ -191,6 +192,9 @@ const (
 	MigrationConfirmed     = "confirmed"
 	MigrationReverting     = "reverting"
 	MigrationReverted      = "reverted"
+	// MigrationDone is an evacuation's status once the instance runs on
+	// its destination while its source is still down (Nova's "done").
+	MigrationDone = "done"
 )
 
 // Migration types (records.Migration.Type), Nova's names.
@@ -198,6 +202,7 @@ const (
 	MigrationTypeLive   = "live-migration"
 	MigrationTypeCold   = "migration"
 	MigrationTypeResize = "resize"
+	MigrationTypeEvac   = "evacuation"
 )
 
 // MigrationTerminal reports whether a status ends a migration.

@@ -65,3 +65,12 @@ func resizeHandlers(m *compute.Manager) map[string]func(ctx context.Context, a c
 		},
 	}
 }
+
+const mRebuildInstance = "rebuild_instance"
+
+// RebuildInstance implements conductor.ComputeAPI: the destination
+// accepts an evacuated instance's rebuild and reports its end through the
+// conductor's copy subjects.
+func (a *Agent) RebuildInstance(ctx context.Context, migID int64, inst records.Instance) error {
+	return a.call(ctx, mRebuildInstance, computeArgs{MigrationID: migID, Instance: inst}, nil)
+}

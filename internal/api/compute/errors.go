@@ -49,9 +49,12 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 func statusOf(err error) int {
 	var ae *apiError
 	var ise *conductor.InvalidStateError
+	var bre *conductor.BadRequestError
 	switch {
 	case errors.As(err, &ae):
 		return ae.status
+	case errors.As(err, &bre):
+		return http.StatusBadRequest
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.As(err, &ise), placement.IsConflict(err), errors.Is(err, store.ErrExists):

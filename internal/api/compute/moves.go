@@ -64,6 +64,8 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 		}
 		action = "resize"
 		m, err = a.cfg.Conductor.Resize(r.Context(), in.UUID, f)
+	case body["evacuate"] != nil:
+		return true, a.evacuate(w, r, in, body["evacuate"])
 	case body["confirmResize"] != nil:
 		action, err = "confirmResize", a.cfg.Conductor.ConfirmResize(r.Context(), in.UUID)
 	case body["revertResize"] != nil:
@@ -92,4 +94,51 @@ func flavorRefString(v any) (string, bool) {
 		return strconv.FormatFloat(x, 'f', -1, 64), true
 	}
 	return "", false
+}
+
+// evacuate is the admin's evacuate action: the instance of a host that is
+// down is rebuilt elsewhere (host optional; force at 2.29–2.67, accepted
+// and ignored as the claim is checked anyway; onSharedStorage before
+// 2.14). It answers 200, with the adminPass given before 2.14.
+func (a *API) evacuate(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+	if !caller(r).Admin {
+		return forbidden("os_compute_api:os-evacuate")
+	}
+	var args map[string]any
+	if err := unmarshalRaw(raw, &args); err != nil {
+		return badRequest("Invalid input for evacuate: " + err.Error())
+	}
+	allowed := map[string]bool{"host": true, "adminPass": true}
+	if !version(r).AtLeast(14) {
+		allowed["onSharedStorage"] = true
+	}
+	if version(r).AtLeast(29) && !version(r).AtLeast(68) {
+		allowed["force"] = true
+	}
+	for k := range args {
+		if !allowed[k] {
+			return badRequest("Invalid input for field/attribute evacuate. Additional properties are not allowed ('" + k + "' was unexpected)")
+		}
+	}
+	host, _ := args["host"].(string)
+	if host != "" {
+		if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+			if isNotFound(err) {
+				return notFoundf("Compute host %s could not be found.", host)
+			}
+			return err
+		}
+	}
+	m, err := a.cfg.Conductor.Evacuate(r.Context(), in.UUID, host)
+	if err != nil {
+		return err
+	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "evacuate", MigrationID: m.ID})
+	if !version(r).AtLeast(14) {
+		pass, _ := args["adminPass"].(string)
+		writeJSON(w, http.StatusOK, map[string]any{"adminPass": pass})
+		return nil
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
 }

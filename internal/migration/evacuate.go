@@ -1,0 +1,111 @@
+package migration
+
+import "keel/internal/records"
+
+// The evacuation machine (records.Migration.Type "evacuation"): the
+// instance of a host that is down (forced down, or silent past
+// service_down_time) is rebuilt on a destination the scheduler picks from
+// the claim-time view, as a fresh boot would be.
+//
+//	accepted      schedule ──Claimed──▶ rebuild          NoValidHost ─▶ [error]
+//	pre-migrating rebuild ──Copied (the guest runs)──▶ await-source (status done)
+//	                      CopyFailed|Stalled ─▶ revert ──Reverted──▶ [error]
+//	done          await-source ──SourceBack──▶ cleanup-source ──SourceDone──▶ finish ──Finished──▶ [completed]
+//
+// Allocations: schedule moves the instance's allocation on the dead
+// source to the migration consumer and claims the destination for the
+// instance, in one write. The migration consumer keeps the source's
+// resources until the source comes back (its guest may still exist
+// there); the agent of a source that restarts destroys its evacuated
+// guests before it serves anything (never two running copies), and the
+// conductor, seeing the source up again, drops the source side.
+
+// Phases of an evacuation.
+const (
+	PhaseRebuild       = "rebuild"
+	PhaseAwaitSource   = "await-source"
+	PhaseCleanupSource = "cleanup-source"
+)
+
+// Evacuation events and actions.
+const (
+	// SourceBack is fed by the sweep when an evacuated host's service is
+	// up again.
+	SourceBack EventKind = "source-back"
+	// RebuildAtDest: rebuild_instance on the destination (spawn the guest
+	// from its image); the agent reports its end as a copy's.
+	RebuildAtDest ActionKind = "rebuild-at-destination"
+	// CleanupSource: make sure the evacuated guest is gone from the
+	// source that came back. Answer: SourceDone.
+	CleanupSource ActionKind = "cleanup-source"
+)
+
+var evacuateTransitions = map[transitionKey]transition{
+	{"", Start}:                      coldStart,
+	{PhaseSchedule, Claimed}:         evacClaimed,
+	{PhaseSchedule, NoValidHost}:     noValidHost,
+	{PhaseRebuild, Copied}:           evacRebuilt,
+	{PhaseRebuild, CopyFailed}:       evacFailed,
+	{PhaseRebuild, Stalled}:          evacFailed,
+	{PhaseRebuild, Progress}:         progress,
+	{PhaseAwaitSource, SourceBack}:   evacSourceBack,
+	{PhaseCleanupSource, SourceDone}: coldSourceConfirmed,
+	{PhaseFinish, Finished}:          evacCompleted,
+	{PhaseRevert, Reverted}:          evacReverted,
+	{PhaseSchedule, Resume}:          resumeBeforeCopy,
+	{PhaseRebuild, Resume}:           wait, // the destination reports the rebuild
+	{PhaseAwaitSource, Resume}:       wait,
+	{PhaseCleanupSource, Resume}:     repeat(CleanupSource, sourceOf),
+	{PhaseFinish, Resume}:            repeat(FinishAllocations, func(records.Migration) string { return "" }),
+	{PhaseRevert, Resume}:            repeat(RevertAllocations, func(records.Migration) string { return "" }),
+	{PhaseSchedule, Reset}:           resetBeforeCopy,
+	{PhaseRebuild, Reset}:            evacFailed,
+	{PhaseAwaitSource, Reset}:        evacSourceBack,
+	{PhaseCleanupSource, Reset}:      repeat(CleanupSource, sourceOf),
+	{PhaseFinish, Reset}:             repeat(FinishAllocations, func(records.Migration) string { return "" }),
+	{PhaseRevert, Reset}:             repeat(RevertAllocations, func(records.Migration) string { return "" }),
+}
+
+func evacClaimed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	m.DestHost, m.Phase, m.Status = ev.Host, PhaseRebuild, records.MigrationPreMigrating
+	m.Attempts++
+	return m, []Action{{Kind: RebuildAtDest, Host: ev.Host}}
+}
+
+// evacRebuilt: the instance runs on its destination; the source side
+// waits for the source to come back.
+func evacRebuilt(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase, m.Status = PhaseAwaitSource, records.MigrationDone
+	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, VMState: records.VMActive}}
+}
+
+// evacFailed: the rebuild failed; the allocations go back to the source,
+// where the instance stays.
+func evacFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+	reason := "rebuild on " + m.DestHost + " failed"
+	if ev.Err != "" {
+		reason += ": " + ev.Err
+	}
+	if ev.Kind == Reset {
+		reason = resetByOperator
+	}
+	m.Phase, m.Outcome, m.Error = PhaseRevert, records.MigrationError, reason
+	return m, []Action{{Kind: Terminate, Host: m.DestHost}, {Kind: RevertAllocations}}
+}
+
+func evacSourceBack(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Phase = PhaseCleanupSource
+	return m, []Action{{Kind: CleanupSource, Host: m.SourceHost}}
+}
+
+func evacCompleted(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return finish(m, records.MigrationCompleted, m.Error, m.DestHost)
+}
+
+// evacReverted: the instance stays on its source as it was, holding its
+// allocation there (the migration's error says why); evacuating it again
+// is the way on.
+func evacReverted(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Status, m.Phase, m.Outcome = records.MigrationError, PhaseDone, ""
+	return m, []Action{{Kind: SettleInstance, Host: m.SourceHost}}
+}
