@@ -338,3 +338,34 @@ func TestAuditRemovesALateIncomingGuest(t *testing.T) {
 		t.Fatalf("the busy mark is still counted: %d I/O ops", rec.NumIOOps)
 	}
 }
+
+// An abort of a migration whose copy this source does not run (its end
+// was lost, or it never began) still ends it: the copy is reported failed
+// (issue row 4: "abort answers 202 and does nothing"). With a copy
+// running, the abort stops it, and it is reported once.
+func TestAbortWithoutACopyEndsTheMigration(t *testing.T) {
+	e := newAgentEnv(t, "")
+	e.drv.AddGuest(compute.Guest{UUID: "idle", Flavor: small, State: compute.GuestRunning})
+	e.drv.AddGuest(compute.Guest{UUID: "busy", Flavor: small, State: compute.GuestRunning})
+	e.instance("idle", "h1", records.VMActive, records.TaskMigrating)
+	busy := e.instance("busy", "h1", records.VMActive, records.TaskMigrating)
+	e.migration(records.Migration{InstanceUUID: "idle", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
+	mb := e.migration(records.Migration{InstanceUUID: "busy", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	if err := e.mgr.LiveMigration(ctx, mb.ID, busy, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mgr.AbortLiveMigration(ctx, "idle"); err != nil {
+		t.Fatalf("abort of a copy that is not running: %v", err)
+	}
+	if err := e.mgr.AbortLiveMigration(ctx, "busy"); err != nil {
+		t.Fatalf("abort of a running copy: %v", err)
+	}
+	e.clk.Advance(time.Second)
+	got := strings.Join(e.cond.got(), " | ")
+	if strings.Count(got, "copy failed") != 2 || !strings.Contains(got, "was running no copy") || !strings.Contains(got, "cancelled") {
+		t.Fatalf("the conductor heard %q, want the idle copy reported aborted and the running one cancelled, once each", got)
+	}
+	if e.guest("busy") != compute.GuestRunning || e.guest("idle") != compute.GuestRunning {
+		t.Fatal("an aborted copy left its guest not running")
+	}
+}

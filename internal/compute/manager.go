@@ -322,9 +322,13 @@ func (m *Manager) copyReports(ctx context.Context, migID int64, uuid, dest strin
 		m.res.Lock()
 		m.tracker.Busy(uuid, false)
 		m.res.Unlock()
-		m.copiesMu.Lock()
-		delete(m.copies, migID)
-		m.copiesMu.Unlock()
+		// The copy counts as running until its report is made: an abort
+		// meanwhile must not report it ended a second time.
+		defer func() {
+			m.copiesMu.Lock()
+			delete(m.copies, migID)
+			m.copiesMu.Unlock()
+		}()
 		rerr := m.reporter.CopyDone(bg, migID, err)
 		if err == nil && errors.Is(rerr, ErrReportNotKept) {
 			// The success could not be kept on disk: the copy is taken
@@ -404,8 +408,52 @@ func (m *Manager) CheckIncoming(ctx context.Context, uuid string) error {
 }
 
 // AbortLiveMigration cancels the copy of inst.
+// When this host runs no copy of uuid although the store shows one of its
+// migrations in its copy from here (the copy's end was lost, or never
+// began), the abort still ends it: the copy is reported failed, so the
+// conductor rolls the migration back instead of waiting for a report
+// that cannot come.
 func (m *Manager) AbortLiveMigration(ctx context.Context, uuid string) error {
+	if m.copying(uuid) {
+		return m.driver.AbortLiveMigration(ctx, uuid)
+	}
+	migs, err := m.tracker.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: m.host, ActiveOnly: true})
+	if err != nil {
+		// Cannot tell: ask the driver, as before.
+		return m.driver.AbortLiveMigration(ctx, uuid)
+	}
+	// Only through a reporter that keeps reports (an Outbox) and delivers
+	// them later: the conductor waits for this call while holding the
+	// migration, so a report made synchronously from here would wait for it.
+	pending, ok := m.reporter.(interface{ HasCopy(migID int64) bool })
+	if !ok {
+		return m.driver.AbortLiveMigration(ctx, uuid)
+	}
+	for _, mg := range migs {
+		if mg.SourceHost != m.host || mg.Phase != migration.PhaseCopy || pending.HasCopy(mg.ID) {
+			continue
+		}
+		m.log.Info("abort of a copy this host does not run; reporting it ended", "migration", mg.ID, "instance", uuid)
+		cerr := fmt.Errorf("memory copy aborted: the source %s was running no copy for this migration", m.host)
+		if err := m.reporter.CopyDone(context.WithoutCancel(ctx), mg.ID, cerr); err != nil {
+			return fmt.Errorf("aborting migration %d of %s on %s: %w", mg.ID, uuid, m.host, err)
+		}
+		return nil
+	}
 	return m.driver.AbortLiveMigration(ctx, uuid)
+}
+
+// copying reports whether this process runs (or re-attached to) a copy of
+// uuid whose end it has not reported.
+func (m *Manager) copying(uuid string) bool {
+	m.copiesMu.Lock()
+	defer m.copiesMu.Unlock()
+	for _, u := range m.copies {
+		if u == uuid {
+			return true
+		}
+	}
+	return false
 }
 
 // ForceCompleteLiveMigration makes the copy of inst finish now.
