@@ -131,7 +131,7 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 		t.Fatal(err)
 	}
 	auditFails(fmt.Sprintf("migration %d of instance %s (%s → %s) has been running (phase \"copy\") for 1h0m0s without progress", m.ID, db1.ID, src, dst),
-		"instance "+db1.ID+" has been migrating for 1h0m0s with no migration of it progressing", "2 violations")
+		"instance "+db1.ID+" has been in task migrating for 1h0m0s with no migration of it progressing", "2 violations")
 	// os-resetState leaves a migration in progress to the migration reset.
 	if err := c.ResetState(ctx, db1.ID, "active"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("keel migration reset %d", m.ID)) {
 		t.Fatalf("os-resetState during a stuck migration: %v, want a 409 naming keel migration reset", err)

@@ -61,7 +61,7 @@ const (
 	KindFailedHolds    = "failed-holds"     // an ERROR or DELETED instance still holds allocations
 	KindStuckBuild     = "stuck-build"      // building/spawning past the build deadline
 	KindStuckDelete    = "stuck-delete"     // deleting past the build deadline
-	KindStuckMigrating = "stuck-migrating"  // task migrating with no migration progressing
+	KindStuckMigrating = "stuck-migrating"  // a move's task (migrating, resize_*) with no migration progressing
 	KindStuckMigration = "stuck-migration"  // a non-final migration with no progress
 	KindLostGuest      = "lost-guest"       // an ACTIVE instance without its guest on its host
 	KindStrayGuest     = "stray-guest"      // a guest with no instance, or on a host its instance neither runs on nor moves to/from
@@ -228,6 +228,9 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 		add(KindHeldTwice, inst.UUID, "instance %s holds %s on %s, where it neither runs (%q) nor is moving to", inst.UUID, allocs[p], nameOf[p], inst.Host)
 	}
 	for _, m := range moving {
+		if m.SourceHost == m.DestHost {
+			continue // a resize on its own host holds both flavors there until confirm
+		}
 		for p := range held[m.UUID] {
 			if _, both := allocs[p]; both {
 				add(KindHeldTwice, inst.UUID, "instance %s and its migration %d's consumer both hold %s: the source is held twice", inst.UUID, m.ID, nameOf[p])
@@ -245,13 +248,13 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after it was created (the audit's build deadline: %s)", i.UUID, i.VMState, i.TaskState, age(i.CreatedAt), opt.BuildTimeout)
 		case i.TaskState == records.TaskDeleting && past(i.UpdatedAt, opt.BuildTimeout):
 			add(KindStuckDelete, i.UUID, "instance %s has been deleting for %s (the audit's build deadline: %s)", i.UUID, age(i.UpdatedAt), opt.BuildTimeout)
-		case i.TaskState == records.TaskMigrating && past(i.UpdatedAt, opt.MigrationTimeout):
+		case moveTask(i.TaskState) && past(i.UpdatedAt, opt.MigrationTimeout):
 			progressing := false
 			for _, m := range moves[i.UUID] {
 				progressing = progressing || !past(m.UpdatedAt, opt.MigrationTimeout)
 			}
 			if !progressing {
-				add(KindStuckMigrating, i.UUID, "instance %s has been migrating for %s with no migration of it progressing (the audit's migration deadline: %s)", i.UUID, age(i.UpdatedAt), opt.MigrationTimeout)
+				add(KindStuckMigrating, i.UUID, "instance %s has been in task %s for %s with no migration of it progressing (the audit's migration deadline: %s)", i.UUID, i.TaskState, age(i.UpdatedAt), opt.MigrationTimeout)
 			}
 		}
 	}
@@ -264,7 +267,9 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 		}
 	}
 	for _, m := range in.Migrations {
-		if !past(m.UpdatedAt, opt.MigrationTimeout) || (m.Status == records.MigrationQueued && moved[m.SourceHost]) {
+		// A finished resize or cold migration waits for the user's
+		// confirm or revert (or resize_confirm_window), as long as it takes.
+		if !past(m.UpdatedAt, opt.MigrationTimeout) || m.Status == records.MigrationFinished || (m.Status == records.MigrationQueued && moved[m.SourceHost]) {
 			continue
 		}
 		if m.Status == records.MigrationFinished || m.Status == records.MigrationDone {
@@ -381,6 +386,16 @@ func slots(in Inputs, active map[string]records.Migration, add func(kind, subjec
 			add(KindEndedSlot, fmt.Sprint(id), "migration %d holds a live-migration slot on %s but it has ended (%s)", id, h, status)
 		}
 	}
+}
+
+// moveTask reports whether an instance's task is a move's: a live
+// migration, or a cold migration's or resize's.
+func moveTask(task string) bool {
+	switch task {
+	case records.TaskMigrating, records.TaskResizePrep, records.TaskResizeReverting, records.TaskResizeConfirming:
+		return true
+	}
+	return false
 }
 
 func migrationsByInstance(ms []records.Migration) map[string][]records.Migration {

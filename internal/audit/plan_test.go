@@ -135,6 +135,16 @@ func TestPlan(t *testing.T) {
 			migration(8, "i2", "a", "", records.MigrationQueued, time.Hour)},
 		{name: "queued behind nothing", opt: opts, cloud: newCloud().active("i2", "a").migration(8, "i2", "a", "", records.MigrationQueued, time.Hour),
 			want: []string{"stuck-migration 8"}},
+		{name: "a resize awaiting confirm, however long", opt: opts, cloud: newCloud().
+			inst("i1", "b", records.VMResized, records.TaskNone, time.Hour).hold("mig-7", placement.ConsumerMigration, "a", 2).hold("i1", placement.ConsumerInstance, "b", 4).
+			migration(7, "i1", "a", "b", records.MigrationFinished, time.Hour).guests("a", "i1").guests("b", "i1")},
+		{name: "a resize on its own host holds both flavors there", cloud: newCloud().
+			inst("i1", "a", records.VMActive, records.TaskResizePrep, 0).hold("mig-7", placement.ConsumerMigration, "a", 2).hold("i1", placement.ConsumerInstance, "a", 4).
+			migration(7, "i1", "a", "a", records.MigrationMigrating, 0)},
+		{name: "a resize stuck before it finished", opt: opts, cloud: newCloud().
+			inst("i1", "a", records.VMActive, records.TaskResizePrep, time.Hour).hold("mig-7", placement.ConsumerMigration, "a", 2).hold("i1", placement.ConsumerInstance, "b", 4).
+			migration(7, "i1", "a", "b", records.MigrationPreMigrating, time.Hour),
+			want: []string{"stuck-migrating i1", "stuck-migration 7"}},
 		{name: "lost guest", cloud: newCloud().active("i1", "a").active("i2", "a").guests("a", "i2"),
 			want: []string{"lost-guest i1"}},
 		{name: "unchecked host: no lost guest", cloud: newCloud().active("i1", "a").guests("b")},
