@@ -90,7 +90,7 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 		Allocations: map[string]placement.Resources{providerOf(t, cloud, cloud.Hosts[1]): f.Resources()}}); err != nil {
 		t.Fatal(err)
 	}
-	auditFails("instance " + stuck.UUID + " is still building (task \"spawning\") 1h0m0s after it was created")
+	auditFails("instance " + stuck.UUID + " is still building (task \"spawning\") 1h")
 	if err := c.ResetState(ctx, stuck.UUID, "error"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 	if _, err := st.UpdateInstance(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
-	auditFails(fmt.Sprintf("migration %d of instance %s (%s → %s) has been running (phase \"copy\") for 1h0m0s without progress", m.ID, db1.ID, src, dst),
-		"instance "+db1.ID+" has been in task migrating for 1h0m0s with no migration of it progressing", "2 violations")
+	auditFails(fmt.Sprintf("migration %d of instance %s (%s → %s) has been running (phase \"copy\") for 1h", m.ID, db1.ID, src, dst),
+		"instance "+db1.ID+" has been in task migrating for 1h", "2 violations")
 	// os-resetState leaves a migration in progress to the migration reset.
 	if err := c.ResetState(ctx, db1.ID, "active"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("keel migration reset %d", m.ID)) {
 		t.Fatalf("os-resetState during a stuck migration: %v, want a 409 naming keel migration reset", err)
