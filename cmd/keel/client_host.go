@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"keel/internal/client"
 )
 
 func hostCommand() *cobra.Command {
@@ -11,7 +14,80 @@ func hostCommand() *cobra.Command {
 		Use:   "host",
 		Short: "Hypervisor hosts, as the compute API reports them",
 	}
-	cmd.AddCommand(hostListCommand())
+	cmd.AddCommand(hostListCommand(), hostEvacuateCommand())
+	return cmd
+}
+
+func hostEvacuateCommand() *cobra.Command {
+	var (
+		cf   *clientFlags
+		wait bool
+		to   string
+	)
+	cmd := &cobra.Command{
+		Use:   "evacuate HOST",
+		Short: "Rebuild every server of a host that is down on other hosts",
+		Long: `evacuate asks the compute API (admin) to evacuate each server on HOST, one
+evacuate action per server, and prints a line per server. HOST must be down:
+forced down (` + "`openstack compute service set --down HOST nova-compute`" + `, the
+fence) or silent for longer than service_down_time; otherwise each request
+is refused with Nova's "Compute service of HOST is still in use".
+
+The scheduler places each server from the claim-time view, so the servers
+spread as fresh boots would. The dead host's share of their allocations
+stays with each evacuation until the host comes back; its agent then
+destroys the evacuated guests before it serves anything, and the
+evacuations complete.
+
+--wait waits until every server is ACTIVE on its new host (or ERROR),
+printing a progress line as each one lands.` + clientLong,
+		Example: `  keel host evacuate h03 --wait
+  keel host evacuate h03 --target h05`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			host := args[0]
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ss, err := c.Servers(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			var moving []client.Server
+			for _, s := range ss {
+				if s.Host != host {
+					continue
+				}
+				if err := c.Evacuate(cmd.Context(), s.ID, to); err != nil {
+					fmt.Fprintf(out, "%s (%s): %v\n", s.Name, s.ID, err)
+					continue
+				}
+				fmt.Fprintf(out, "%s (%s): evacuating from %s\n", s.Name, s.ID, host)
+				moving = append(moving, s)
+			}
+			if len(moving) == 0 {
+				return fmt.Errorf("no server of %s was evacuated (is the host down, and does it run servers? keel host list shows both)", host)
+			}
+			if !wait {
+				return nil
+			}
+			for i, s := range moving {
+				got, err := c.WaitServer(cmd.Context(), s.ID, 500*time.Millisecond, func(s client.Server) bool {
+					return (s.Status == "ACTIVE" && s.TaskState == "" && s.Host != host) || s.Status == "ERROR"
+				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "[%d/%d] %s: %s on %s\n", i+1, len(moving), got.Name, got.Status, got.Host)
+			}
+			return nil
+		},
+	}
+	cf = addClientFlags(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every server is rebuilt elsewhere")
+	cmd.Flags().StringVar(&to, "target", "", "rebuild every server on this host instead of where the scheduler puts it")
 	return cmd
 }
 

@@ -39,7 +39,7 @@ type GuestLister interface {
 // SlotHolder is a conductor that tells which migrations hold its source
 // slots: source host → migration IDs.
 type SlotHolder interface {
-	HeldSlots() map[string][]int64
+	HeldSlots(ctx context.Context) map[string][]int64
 }
 
 // Sources are where Run reads.
@@ -208,7 +208,7 @@ func readGuests(ctx context.Context, src Sources, now time.Time, in *Inputs, rep
 // readSlots reads the slots twice around reading the migrations they name
 // that Inputs.Migrations does not: a slot counts only if held both times.
 func readSlots(ctx context.Context, src Sources, in *Inputs) error {
-	first := src.Slots.HeldSlots()
+	first := src.Slots.HeldSlots(ctx)
 	known := map[int64]bool{}
 	for _, m := range in.Migrations {
 		known[m.ID] = true
@@ -229,7 +229,7 @@ func readSlots(ctx context.Context, src Sources, in *Inputs) error {
 			}
 		}
 	}
-	second := src.Slots.HeldSlots()
+	second := src.Slots.HeldSlots(ctx)
 	in.Slots = map[string][]int64{}
 	for h, ids := range first {
 		for _, id := range ids {

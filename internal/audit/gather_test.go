@@ -18,7 +18,7 @@ import (
 // slotReadings answers HeldSlots with each reading in turn.
 type slotReadings struct{ readings []map[string][]int64 }
 
-func (s *slotReadings) HeldSlots() map[string][]int64 {
+func (s *slotReadings) HeldSlots(context.Context) map[string][]int64 {
 	r := s.readings[0]
 	if len(s.readings) > 1 {
 		s.readings = s.readings[1:]

@@ -301,3 +301,13 @@ func orNone(names []string) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// Evacuate is the evacuate action (admin): the server of a host that is
+// down is rebuilt on host, or where the scheduler puts it when host is
+// empty.
+func (c *Client) Evacuate(ctx context.Context, id, host string) error {
+	if err := servers.Evacuate(ctx, c.compute, id, servers.EvacuateOpts{Host: host}).Err; err != nil {
+		return fmt.Errorf("evacuating server %s: %w", id, describe(err))
+	}
+	return nil
+}

@@ -112,6 +112,27 @@ func (m *Manager) Driver() Driver { return m.driver }
 func (m *Manager) BuildAndRunInstance(ctx context.Context, inst records.Instance) error {
 	m.res.Lock()
 	defer m.res.Unlock()
+	// A repeated cast (the conductor resumed a boot a restart cut short)
+	// is answered from the guest this host already has: building, its
+	// report follows; running, it is reported again. Never a second spawn.
+	if g, ok, err := m.guest(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("building %s on %s: %w", inst.UUID, m.host, err)
+	} else if ok {
+		switch g.State {
+		case GuestBuilding:
+			return nil
+		case GuestRunning:
+			bg := context.WithoutCancel(ctx)
+			m.clock.AfterFunc(0, func() { // after this answer, as a spawn's report
+				if rerr := m.reporter.BuildDone(bg, inst.UUID, m.host, nil); rerr != nil {
+					m.log.Error("re-reporting a build that was cast again", "instance", inst.UUID, "err", rerr)
+				}
+			})
+			return nil
+		default:
+			return fmt.Errorf("building %s on %s: this host already has a %s guest of it", inst.UUID, m.host, g.State)
+		}
+	}
 	m.tracker.Busy(inst.UUID, true)
 	if err := m.tracker.InstanceClaim(ctx, inst); err != nil {
 		m.tracker.Busy(inst.UUID, false)
@@ -659,4 +680,18 @@ func (m *Manager) StopPeriodicAudit() {
 	if m.audit != nil {
 		m.audit.Stop()
 	}
+}
+
+// guest returns the driver's guest of uuid, if it has one.
+func (m *Manager) guest(ctx context.Context, uuid string) (Guest, bool, error) {
+	gs, err := m.driver.Guests(ctx)
+	if err != nil {
+		return Guest{}, false, err
+	}
+	for _, g := range gs {
+		if g.UUID == uuid {
+			return g, true, nil
+		}
+	}
+	return Guest{}, false, nil
 }

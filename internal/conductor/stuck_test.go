@@ -218,17 +218,22 @@ func TestRecoverResumesInterruptedBoots(t *testing.T) {
 	never := mk("never-stepped", "", "", "")
 	claimed := mk("claimed", "schedule", "", "h3")
 	cast := mk("cast", "cast", "h2", "h2")
+	// Cast, and already built: the repeated cast must not spawn again (nor
+	// destroy the guest as a failed spawn): the agent reports it again.
+	built := mk("built", "cast", "h1", "h1")
+	c.drivers["h1"].AddGuest(compute.Guest{UUID: built.UUID, Name: built.Name, Flavor: small, State: compute.GuestRunning})
+	c.trackers["h1"].Track(built.UUID, small)
 	fresh := conductor.New(conductor.Config{}, c.st, c.newScheduler(9), c.agents, c.clk, slog.New(slog.DiscardHandler), conductor.Hooks{})
 	c.reports.route(fresh)
 	n, err := fresh.Recover(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
-		t.Fatalf("Recover resumed %d, want the 3 boots", n)
+	if n != 4 {
+		t.Fatalf("Recover resumed %d, want the 4 boots", n)
 	}
 	c.advance(spawnTime + time.Second)
-	for _, in := range []records.Instance{never, claimed, cast} {
+	for _, in := range []records.Instance{never, claimed, cast, built} {
 		got := c.instance(in.UUID)
 		if got.VMState != records.VMActive || got.Host == "" {
 			t.Fatalf("%s after recovery: %s on %q (%s)", in.Name, got.VMState, got.Host, got.Fault)
@@ -239,6 +244,9 @@ func TestRecoverResumesInterruptedBoots(t *testing.T) {
 	}
 	if got := c.instance(cast.UUID); got.Host != "h2" {
 		t.Fatalf("the cast boot moved to %s, want it built where it was cast", got.Host)
+	}
+	if got := c.instance(built.UUID); got.Host != "h1" || c.guest("h1", built.UUID) != compute.GuestRunning {
+		t.Fatalf("the built boot is on %s with guest %q, want its running guest kept on h1", got.Host, c.guest("h1", built.UUID))
 	}
 	c.checkInvariants()
 }

@@ -46,10 +46,12 @@ func (c *Conductor) stallAfter() time.Duration {
 	return time.Minute
 }
 
-// sweepEvery is how often RunOwnership sweeps for stalled flows: often
-// enough that a stall ends within about StallAfter and a half.
+// sweepEvery is how often RunOwnership sweeps for stalled flows: a
+// quarter of StallAfter (so a stall ends within about StallAfter and a
+// quarter), at most every 10 s (an evacuated host that came back is seen
+// within that), at least every 100 ms.
 func (c *Conductor) sweepEvery() time.Duration {
-	return max(c.stallAfter()/2, 100*time.Millisecond)
+	return min(max(c.stallAfter()/4, 100*time.Millisecond), 10*time.Second)
 }
 
 // mine reports whether this replica drives a flow owned by owner.
@@ -189,8 +191,11 @@ func (c *Conductor) tryBootLock(uuid string) (func(), bool) {
 }
 
 // HeldSlots returns, by source host, the migrations holding one of its
-// max_concurrent_live_migrations slots on this replica (a copy).
-func (c *Conductor) HeldSlots() map[string][]int64 {
+// max_concurrent_live_migrations slots on this replica (a copy), after
+// freeing those of migrations that ended on another replica (reconcile,
+// which the heartbeat also runs): what it returns is held for real.
+func (c *Conductor) HeldSlots(ctx context.Context) map[string][]int64 {
+	c.reconcile(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.slotTab.heldBySource()

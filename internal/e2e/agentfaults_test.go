@@ -226,7 +226,7 @@ func (c *cloud) problem(hosts []string) string {
 	}
 	for _, m := range migs.Migrations {
 		switch m.Status {
-		case "completed", "error", "failed", "cancelled":
+		case "completed", "error", "failed", "cancelled", "confirmed", "reverted":
 		default:
 			return fmt.Sprintf("migration %d is %s", m.ID, m.Status)
 		}

@@ -327,7 +327,7 @@ func (c *cloud) waitMigration(id int64, timeout time.Duration) string {
 	c.waitFor(fmt.Sprintf("migration %d to end", id), timeout, func() bool {
 		st = c.migrationStatus(id)
 		switch st {
-		case "completed", "error", "failed", "cancelled":
+		case "completed", "error", "failed", "cancelled", "confirmed", "reverted":
 			return true
 		}
 		return false

@@ -90,7 +90,7 @@ func (c *cloud) waitMoves(timeout time.Duration) {
 		}
 		for _, m := range migs.Migrations {
 			switch m.Status {
-			case "completed", "error", "failed", "cancelled":
+			case "completed", "error", "failed", "cancelled", "confirmed", "reverted":
 			default:
 				return false
 			}

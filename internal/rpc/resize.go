@@ -63,6 +63,9 @@ func resizeHandlers(m *compute.Manager) map[string]func(ctx context.Context, a c
 		mFinishRevertResize: func(ctx context.Context, a computeArgs) (any, error) {
 			return nil, m.FinishRevertResize(ctx, a.Instance)
 		},
+		mRebuildInstance: func(ctx context.Context, a computeArgs) (any, error) {
+			return nil, m.RebuildInstance(ctx, a.MigrationID, a.Instance)
+		},
 	}
 }
 
