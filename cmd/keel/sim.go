@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -79,8 +80,16 @@ The scenario format is documented in scenarios/README.md.`,
 			opts := sim.Options{Parallel: parallel, Progress: os.Stderr}
 			if policy != "" {
 				opts.Policies = strings.Split(policy, ",")
+				for i, p := range opts.Policies {
+					if j := slices.Index(opts.Policies, p); j < i {
+						return fmt.Errorf("--policy lists %q twice", p)
+					}
+				}
 			}
 			if svgPath != "" {
+				if samples < 1 {
+					return fmt.Errorf("--svg needs --samples of at least 1, got %d", samples)
+				}
 				opts.Samples = samples
 			}
 			if format != "table" && format != "json" {

@@ -84,3 +84,17 @@ func TestSimCommandRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestSimCommandRefusesRepeatsAndAChartWithoutSamples(t *testing.T) {
+	seed := filepath.Join("..", "..", "scenarios", "seed-hour.toml")
+	if _, err := run(t, "sim", seed, "--policy", "legacy,claim,legacy"); err == nil || err.Error() != `--policy lists "legacy" twice` {
+		t.Errorf("--policy legacy,claim,legacy: error %v, want one naming the repeat", err)
+	}
+	svg := filepath.Join(t.TempDir(), "x.svg")
+	if _, err := run(t, "sim", seed, "--svg", svg, "--samples", "0"); err == nil || !strings.Contains(err.Error(), "--svg needs --samples of at least 1") {
+		t.Errorf("--svg with --samples 0: error %v", err)
+	}
+	if _, err := os.Stat(svg); !os.IsNotExist(err) {
+		t.Errorf("--svg with --samples 0 left %s behind (stat: %v)", svg, err)
+	}
+}

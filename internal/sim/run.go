@@ -127,6 +127,15 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 		return PolicyReport{}, err
 	}
 	end := w.clock.Now().Add(secs(sc.Duration))
+	// initially_best is taken before anything runs, so every policy
+	// measures against the same hosts (those of the file's initial state:
+	// hosts disabled from the start are not "best"; events, drains and
+	// workloads at t=0 are not yet seen).
+	best, err := w.initiallyBest(ctx)
+	if err != nil {
+		return PolicyReport{}, err
+	}
+	w.scheduleHeartbeats(ctx)
 	w.scheduleAudits(ctx)
 	w.scheduleEvents(ctx)
 	w.scheduleDrains(ctx)
@@ -134,14 +143,6 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 	var tl *Timeline
 	if opts.Samples > 0 {
 		tl = w.scheduleSamples(ctx, opts.Samples)
-	}
-
-	// initially_best is taken after the events due at t=0 (hosts disabled
-	// at the start are not "best").
-	w.clock.RunUntil(w.clock.Now())
-	best, err := w.initiallyBest(ctx)
-	if err != nil {
-		return PolicyReport{}, err
 	}
 
 	lastReport := time.Now()
@@ -243,6 +244,12 @@ func (w *world) scheduleEvents(ctx context.Context) {
 			for _, h := range ev.Enable {
 				w.setDisabled(ctx, h, false)
 			}
+			for _, h := range ev.StopHeartbeats {
+				w.beats.stop(ctx, h)
+			}
+			for _, h := range ev.StartHeartbeats {
+				w.beats.start(ctx, h)
+			}
 		})
 	}
 }
@@ -307,9 +314,7 @@ func (w *world) scheduleDrains(ctx context.Context) {
 				tick()
 				return
 			}
-			for i := 0; i < spec.InFlight; i++ {
-				w.drainNext(ctx, dr)
-			}
+			w.drainNext(ctx, dr) // starts up to in_flight migrations
 		})
 	}
 }
@@ -363,11 +368,14 @@ func (w *world) scheduleWorkloads(ctx context.Context, end time.Time) {
 				weights = append(weights, wt)
 			}
 		}
-		next := func() time.Duration {
+		// next is the time to the next operation, in seconds: compared
+		// with the time left before it becomes a Duration, so a long gap
+		// (a low rate, a Poisson draw) ends the stream instead of wrapping.
+		next := func() float64 {
 			if wl.Poisson {
-				return secs(w.rnd.ExpFloat64() / wl.Rate)
+				return w.rnd.ExpFloat64() / wl.Rate
 			}
-			return secs(1 / wl.Rate)
+			return 1 / wl.Rate
 		}
 		var fire func()
 		fire = func() {
@@ -379,8 +387,8 @@ func (w *world) scheduleWorkloads(ctx context.Context, end time.Time) {
 			case scenario.KindMigrate:
 				w.migrateRandom(ctx)
 			}
-			if d := next(); !w.clock.Now().Add(d).After(stop) {
-				w.clock.AfterFunc(d, fire)
+			if d := next(); d <= stop.Sub(w.clock.Now()).Seconds() {
+				w.clock.AfterFunc(secs(d), fire)
 			}
 		}
 		w.at(wl.Start, fire)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -37,6 +38,7 @@ type world struct {
 	active   *instanceSet // ACTIVE instances, for random picks
 	disabled map[string]bool
 	drains   []*drainRun
+	beats    *heartbeats
 }
 
 var clockEpoch = clock.Epoch
@@ -66,7 +68,19 @@ func (w *world) id() string {
 	return fmt.Sprintf("00000000-0000-4000-8000-%012d", w.nextID)
 }
 
-func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// secs converts seconds to a Duration, saturating instead of wrapping (a
+// scenario's times are bounded by validation; a Poisson draw or 1/rate may
+// still be huge).
+func secs(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	switch {
+	case !(ns > 0): // also NaN
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
 
 // schedulerConfig maps the scenario's options onto Nova's defaults.
 func schedulerConfig(s scenario.Scheduler) scheduler.Config {
@@ -83,8 +97,8 @@ func schedulerConfig(s scenario.Scheduler) scheduler.Config {
 	for name, v := range s.Options { // the registry's names, checked by the scenario's parser
 		cfg.Options[name] = v
 	}
-	// Simulated agents never miss a heartbeat; liveness is not simulated.
-	cfg.ServiceDownTime = 0
+	// The simulated hosts heartbeat on the virtual clock (heartbeats.go).
+	cfg.ServiceDownTime = secs(scenario.DefaultServiceDownTime)
 	if s.ServiceDownTime != nil {
 		cfg.ServiceDownTime = secs(*s.ServiceDownTime)
 	}

@@ -53,6 +53,8 @@ const (
 	DefaultDiskAllocationRatio         = 1.0
 	DefaultZone                        = "nova"
 	DefaultInFlight                    = 1
+	DefaultServiceDownTime             = 60.0
+	DefaultReportInterval              = 10.0
 )
 
 // ApplyDefaults replaces every unset (zero) option with its default. It is
@@ -60,6 +62,8 @@ const (
 //
 //	policies                       → legacy, dest-update, claim
 //	scheduler.host_subset_size     → 1; max_attempts → 3
+//	scheduler.service_down_time    → 60 (when absent; 0 is kept)
+//	compute.report_interval        → 10
 //	compute.update_resources_interval → 60
 //	compute.reserved_host_memory_mb   → 512 (when absent; 0 is kept)
 //	compute.migration_bandwidth_mib_s → 1024
@@ -83,6 +87,10 @@ func (s *Scenario) ApplyDefaults() {
 	if sc.MaxAttempts == 0 {
 		sc.MaxAttempts = DefaultMaxAttempts
 	}
+	if sc.ServiceDownTime == nil {
+		v := DefaultServiceDownTime
+		sc.ServiceDownTime = &v
+	}
 
 	c := &s.Compute
 	if c.UpdateResourcesInterval == 0 {
@@ -97,6 +105,10 @@ func (s *Scenario) ApplyDefaults() {
 	}
 	if c.MaxConcurrentLiveMigrations == 0 {
 		c.MaxConcurrentLiveMigrations = DefaultMaxConcurrentLiveMigrations
+	}
+	if c.ReportInterval == nil {
+		v := DefaultReportInterval
+		c.ReportInterval = &v
 	}
 
 	for i := range s.HostGroups {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -246,7 +247,11 @@ func describe(v any) string {
 	case int64:
 		return fmt.Sprintf("the integer %d", x)
 	case float64:
-		return fmt.Sprintf("the number %v", x)
+		n := strconv.FormatFloat(x, 'g', -1, 64)
+		if !strings.ContainsAny(n, ".eIN") {
+			n += ".0" // 4.0 is written "4.0", not "4": it is not an integer
+		}
+		return "the number " + n
 	case bool:
 		return fmt.Sprintf("the boolean %v", x)
 	case time.Time:

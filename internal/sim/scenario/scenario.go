@@ -42,8 +42,11 @@ type Scheduler struct {
 	// (ram_weight_multiplier, max_io_ops_per_host, …: every option of the
 	// scheduler's registry is a key of [scheduler]); an option not written
 	// is absent and takes Nova's default.
-	Options         map[string]float64 `toml:"-"`
-	ServiceDownTime *float64           `toml:"service_down_time"`
+	Options map[string]float64 `toml:"-"`
+	// ServiceDownTime is [DEFAULT] service_down_time: a host whose last
+	// heartbeat is older is down (ComputeFilter refuses it); 0 disables
+	// the check. ApplyDefaults sets 60 when unset.
+	ServiceDownTime *float64 `toml:"service_down_time"`
 }
 
 // Compute holds the agents' options (Nova's [DEFAULT] names).
@@ -61,6 +64,9 @@ type Compute struct {
 	SpawnSeconds float64 `toml:"spawn_seconds"`
 	// MaxConcurrentLiveMigrations per source host; 0 means 1 (Nova's default).
 	MaxConcurrentLiveMigrations int `toml:"max_concurrent_live_migrations"`
+	// ReportInterval is [DEFAULT] report_interval: seconds between a host's
+	// heartbeats on the virtual clock. ApplyDefaults sets 10 when unset.
+	ReportInterval *float64 `toml:"report_interval"`
 }
 
 // Flavor is an instance size.
@@ -107,6 +113,12 @@ type Event struct {
 	At      float64  `toml:"at"`
 	Disable []string `toml:"disable"`
 	Enable  []string `toml:"enable"`
+	// StopHeartbeats hosts stop reporting (a host that died, its agent
+	// gone): service_down_time after their last heartbeat they are down.
+	// StartHeartbeats hosts report again (at once, then every
+	// report_interval).
+	StopHeartbeats  []string `toml:"stop_heartbeats"`
+	StartHeartbeats []string `toml:"start_heartbeats"`
 }
 
 // Drain empties hosts by live migration, Nova style: starting at Start,

@@ -58,8 +58,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate policy", lines(`duration = 3600`, `policies = ["claim", "legacy", "claim"]`), 2, `policies[2]: policy "claim" is listed twice`},
 
 		// Scheduler.
-		{"negative subset", file(`[scheduler]`, `host_subset_size = -1`), 14, "scheduler.host_subset_size: must be >= 0"},
-		{"dotted key", lines(`duration = 3600`, `scheduler.max_attempts = -2`), 2, "scheduler.max_attempts: must be >= 0"},
+		{"negative subset", file(`[scheduler]`, `host_subset_size = -1`), 14, "scheduler.host_subset_size: must be between 0 and 1000000 (0 means 1), got -1"},
+		{"dotted key", lines(`duration = 3600`, `scheduler.max_attempts = -2`), 2, "scheduler.max_attempts: must be between 0 and 1000 (0 means 3), got -2"},
 		{"unknown filter", file(`[scheduler]`, `enabled_filters = [`, `  "ComputeFilter",`, `  "RamFilter",`, `]`), 16, `scheduler.enabled_filters[1]: unknown filter "RamFilter"`},
 		{"duplicate filter", file(`[scheduler]`, `enabled_filters = ["ComputeFilter", "ComputeFilter"]`), 14, "listed twice"},
 		{"unknown weigher", file(`[scheduler]`, `weighers = ["RAMWeigher", "MetricsWeigher"]`), 14, `scheduler.weighers[1]: unknown weigher "MetricsWeigher"`},
@@ -78,7 +78,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate flavor", file(flavorSmall...), 14, `flavor[1].name: flavor "m1.small" is defined twice (first at line 2)`},
 		{"flavor without name", lines(`duration = 1`, `[[flavor]]`, `vcpus = 1`, `ram = 1`), 2, "flavor[0].name: missing"},
 		{"flavor vcpus zero", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 0`, `ram = 1`), 4, "flavor[0].vcpus: must be > 0"},
-		{"flavor ram missing", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 1`), 2, "flavor[0].ram: must be > 0 MiB, got 0"},
+		{"flavor ram missing", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 1`), 2, "flavor[0].ram: missing: a size in MiB (> 0) is required"},
 		{"flavor disk negative", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 1`, `ram = 1`, `disk = -1`), 6, "flavor[0].disk: must be >= 0"},
 
 		// Hosts.
@@ -88,10 +88,10 @@ func TestParseErrors(t *testing.T) {
 		{"prefix empty", lines(`duration = 1`, `[[hosts]]`, `prefix = ""`, `count = 1`), 3, "hosts[0].prefix: must not be empty"},
 		{"prefix missing", lines(`duration = 1`, `[[hosts]]`, `count = 1`), 2, "hosts[0].prefix: missing"},
 		{"memory zero", lines(`duration = 1`, `[[hosts]]`, `prefix = "h"`, `count = 1`, `vcpus = 1`, `memory_mb = 0`, `disk_gb = 1`), 6, "hosts[0].memory_mb: must be > 0"},
-		{"disk missing", lines(`duration = 1`, `[[hosts]]`, `prefix = "h"`, `count = 1`, `vcpus = 1`, `memory_mb = 1024`), 2, "hosts[0].disk_gb: must be > 0"},
-		{"explicit zero ratio", file(`cpu_allocation_ratio = 0`), 13, "hosts[0].cpu_allocation_ratio: must be > 0, got 0"},
+		{"disk missing", lines(`duration = 1`, `[[hosts]]`, `prefix = "h"`, `count = 1`, `vcpus = 1`, `memory_mb = 1024`), 2, "hosts[0].disk_gb: missing: a size in GiB (> 0) is required"},
+		{"explicit zero ratio", file(`cpu_allocation_ratio = 0`), 13, "hosts[0].cpu_allocation_ratio: must be > 0 and at most 1e+06, got 0"},
 		{"negative ratio", file(`ram_allocation_ratio = -1.5`), 13, "hosts[0].ram_allocation_ratio: must be > 0"},
-		{"explicit first 0", file(`first = 0`), 13, "hosts[0].first: must be >= 1"},
+		{"explicit first 0", file(`first = 0`), 13, "hosts[0].first: must be between 1 and 1000000000000, got 0"},
 		{"empty zone", file(`zone = ""`), 13, "hosts[0].zone: must not be empty"},
 		{"audit phase beyond interval", file(`audit_phase = 60`), 13, "hosts[0].audit_phase: must be below compute.update_resources_interval (60)"},
 		{"audit phase and spread", file(`audit_spread = true`, `audit_phase = 5`), 13, "exclude each other"},
@@ -110,7 +110,7 @@ func TestParseErrors(t *testing.T) {
 		{"drain no hosts", file(`[[drain]]`, `start = 5`), 13, "drain[0].hosts: missing"},
 		{"drain negative start", file(`[[drain]]`, `start = -1`, `hosts = ["h01"]`), 14, "drain[0].start: -1 is outside the run"},
 		{"drain negative interval", file(`[[drain]]`, `interval = -60`, `hosts = ["h01"]`), 14, "drain[0].interval: must be >= 0"},
-		{"drain negative in_flight", file(`[[drain]]`, `in_flight = -1`, `hosts = ["h01"]`), 14, "drain[0].in_flight: must be >= 0"},
+		{"drain negative in_flight", file(`[[drain]]`, `in_flight = -1`, `hosts = ["h01"]`), 14, "drain[0].in_flight: must be between 0 and 10000 (0 means 1), got -1"},
 
 		// Workloads.
 		{"workload kind", file(`[[workload]]`, `kind = "resize"`, `rate = 1`), 14, `workload[0].kind: unknown kind "resize" (known: boot, delete, migrate)`},
@@ -279,6 +279,7 @@ func TestSeedHour(t *testing.T) {
 		t.Fatal(err)
 	}
 	reserved := int64(512)
+	down, report := 60.0, 10.0
 	yes := true
 	small := map[string]int{"m1.small": 4, "m1.medium": 4, "m1.large": 4}
 	want := &Scenario{
@@ -297,12 +298,14 @@ func TestSeedHour(t *testing.T) {
 			Options: map[string]float64{"ram_weight_multiplier": 1, "cpu_weight_multiplier": 1, "disk_weight_multiplier": 1,
 				"io_ops_weight_multiplier": -1, "build_failure_weight_multiplier": 1000000, "num_instances_weight_multiplier": 0,
 				"soft_affinity_weight_multiplier": 1, "soft_anti_affinity_weight_multiplier": 1},
+			ServiceDownTime: &down,
 		},
 		Compute: Compute{
 			UpdateResourcesInterval:     3600,
 			ReservedHostMemoryMB:        &reserved,
 			MigrationBandwidthMiBps:     1024,
 			MaxConcurrentLiveMigrations: 1,
+			ReportInterval:              &report,
 		},
 		Flavors: []Flavor{
 			{Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20},

@@ -10,8 +10,27 @@ import (
 	"keel/internal/scheduler"
 )
 
-// MaxHosts bounds a scenario's host count (all groups together).
-const MaxHosts = 1_000_000
+// Bounds on what a scenario may ask for. They keep every product and sum
+// the simulator computes inside int64 and every time inside time.Duration.
+const (
+	// MaxHosts bounds a scenario's host count (all groups together).
+	MaxHosts = 1_000_000
+	// MaxInstances bounds the initial instances of all hosts together.
+	MaxInstances = 10_000_000
+	// MaxSize bounds a host's inventory totals and a flavor's sizes (VCPU,
+	// MiB, GiB): Placement's largest inventory total, 2^31 - 1.
+	MaxSize = math.MaxInt32
+	// MaxRatio bounds an allocation ratio.
+	MaxRatio = 1e6
+	// MaxRate bounds a workload's operations per second.
+	MaxRate = 1000.0
+	// MaxFirst bounds a host group's first number.
+	MaxFirst = 1_000_000_000_000
+	// MaxAttempts bounds scheduler.max_attempts.
+	MaxAttempts = 1000
+	// MaxConcurrent bounds concurrent live migrations (per host, per drain).
+	MaxConcurrent = 10_000
+)
 
 // Validate checks a scenario built in code (Generate, tests) with the rules
 // Parse applies to files; errors carry no line. It accepts a scenario with
@@ -55,7 +74,7 @@ func (s *Scenario) validate(file string, ix *lineIndex) *Error {
 	case !(s.Duration > 0) || math.IsInf(s.Duration, 0):
 		c.errf("duration", "must be > 0 seconds, got %v", s.Duration)
 	case s.Duration > MaxDuration:
-		c.errf("duration", "%v s is more than the simulator runs (%v s, a year)", s.Duration, MaxDuration)
+		c.errf("duration", "%v s is more than the simulator runs (%.0f s, a year)", s.Duration, MaxDuration)
 	}
 	for i, p := range s.Policies {
 		path := elem("policies", i)
@@ -80,16 +99,16 @@ func (s *Scenario) validate(file string, ix *lineIndex) *Error {
 
 func (s *Scenario) validateScheduler(c *checker) {
 	sc := s.Scheduler
-	if sc.HostSubsetSize < 0 {
-		c.errf("scheduler.host_subset_size", "must be >= 0 (0 means 1), got %d", sc.HostSubsetSize)
+	if sc.HostSubsetSize < 0 || sc.HostSubsetSize > MaxHosts {
+		c.errf("scheduler.host_subset_size", "must be between 0 and %d (0 means 1), got %d", MaxHosts, sc.HostSubsetSize)
 	}
-	if sc.MaxAttempts < 0 {
-		c.errf("scheduler.max_attempts", "must be >= 0 (0 means 3), got %d", sc.MaxAttempts)
+	if sc.MaxAttempts < 0 || sc.MaxAttempts > MaxAttempts {
+		c.errf("scheduler.max_attempts", "must be between 0 and %d (0 means 3), got %d", MaxAttempts, sc.MaxAttempts)
 	}
 	checkNames(c, "scheduler.enabled_filters", "filter", sc.EnabledFilters, KnownFilters)
 	checkNames(c, "scheduler.weighers", "weigher", sc.Weighers, KnownWeighers)
-	if v := sc.ServiceDownTime; v != nil && (*v < 0 || math.IsInf(*v, 0) || math.IsNaN(*v)) {
-		c.errf("scheduler.service_down_time", "must be >= 0 seconds (0 disables the liveness check), got %v", *v)
+	if v := sc.ServiceDownTime; v != nil {
+		checkSeconds(c, "scheduler.service_down_time", *v, 0, " (0 disables the liveness check)")
 	}
 	for _, name := range slices.Sorted(maps.Keys(sc.Options)) {
 		o, ok := scheduler.LookupOption(name)
@@ -130,11 +149,15 @@ func (s *Scenario) validateCompute(c *checker) {
 	if cp.MigrationBandwidthMiBps < 0 {
 		c.errf("compute.migration_bandwidth_mib_s", "must be > 0 MiB/s (0 means 1024), got %v", cp.MigrationBandwidthMiBps)
 	}
-	if cp.SpawnSeconds < 0 {
-		c.errf("compute.spawn_seconds", "must be >= 0, got %v", cp.SpawnSeconds)
+	if v := cp.UpdateResourcesInterval; v > int(MaxDuration) {
+		c.errf("compute.update_resources_interval", "%d s is more than the simulator runs (%.0f s, a year)", v, MaxDuration)
 	}
-	if cp.MaxConcurrentLiveMigrations < 0 {
-		c.errf("compute.max_concurrent_live_migrations", "must be >= 0 (0 means 1), got %d", cp.MaxConcurrentLiveMigrations)
+	if v := cp.ReportInterval; v != nil {
+		checkSeconds(c, "compute.report_interval", *v, 1, "")
+	}
+	checkSeconds(c, "compute.spawn_seconds", cp.SpawnSeconds, 0, "")
+	if cp.MaxConcurrentLiveMigrations < 0 || cp.MaxConcurrentLiveMigrations > MaxConcurrent {
+		c.errf("compute.max_concurrent_live_migrations", "must be between 0 and %d (0 means 1), got %d", MaxConcurrent, cp.MaxConcurrentLiveMigrations)
 	}
 }
 
@@ -149,15 +172,36 @@ func (s *Scenario) validateFlavors(c *checker) {
 		} else {
 			first[f.Name] = i
 		}
-		if f.VCPUs <= 0 {
-			c.errf(p+".vcpus", "must be > 0, got %d", f.VCPUs)
+		c.size(p+".vcpus", f.VCPUs, 1, "VCPU")
+		c.size(p+".ram", f.RAMMB, 1, "MiB")
+		c.size(p+".disk", f.DiskGB, 0, "GiB")
+	}
+	// A live migration copies the flavor's RAM at the bandwidth: its time
+	// must fit the simulator's clock.
+	bw := s.Compute.MigrationBandwidthMiBps
+	if bw == 0 {
+		bw = DefaultMigrationBandwidthMiBps
+	}
+	for _, f := range s.Flavors {
+		if t := float64(f.RAMMB) / bw; bw > 0 && t > MaxDuration {
+			c.errf("compute.migration_bandwidth_mib_s", "at %v MiB/s a live migration of flavor %q (%d MiB) takes %.3g s, more than the simulator runs (%.0f s, a year)",
+				bw, f.Name, f.RAMMB, t, MaxDuration)
 		}
-		if f.RAMMB <= 0 {
-			c.errf(p+".ram", "must be > 0 MiB, got %d", f.RAMMB)
-		}
-		if f.DiskGB < 0 {
-			c.errf(p+".disk", "must be >= 0 GiB, got %d", f.DiskGB)
-		}
+	}
+}
+
+// size refuses a size below min (1: > 0, 0: >= 0) or above MaxSize; an
+// absent required one is "missing".
+func (c *checker) size(path string, v, min int64, unit string) {
+	switch {
+	case v == 0 && min > 0 && !c.given(path) && c.ix != nil:
+		c.errf(path, "missing: a size in %s (> 0) is required", unit)
+	case v < min && min > 0:
+		c.errf(path, "must be > 0 %s, got %d", unit, v)
+	case v < min:
+		c.errf(path, "must be >= 0 %s, got %d", unit, v)
+	case v > MaxSize:
+		c.errf(path, "%d %s is more than the simulator allows (%d, Placement's largest total)", v, unit, MaxSize)
 	}
 }
 
@@ -171,7 +215,10 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 	if v := s.Compute.ReservedHostMemoryMB; v != nil {
 		reservedMB = *v
 	}
-	reservedGB := (s.Compute.ReservedHostDiskMB + 1023) / 1024
+	reservedGB := s.Compute.ReservedHostDiskMB / 1024 // rounded up, without overflow
+	if s.Compute.ReservedHostDiskMB%1024 > 0 {
+		reservedGB++
+	}
 	interval := s.Compute.UpdateResourcesInterval
 	if interval == 0 {
 		interval = DefaultUpdateResourcesInterval
@@ -180,6 +227,7 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 	names := map[string]bool{}
 	owner := map[string]int{}
 	total := 0
+	instances := 0 // initial instances of every group so far
 	for i, g := range s.HostGroups {
 		p := elem("hosts", i)
 		if c.err != nil {
@@ -200,21 +248,15 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 			c.errf(p+".count", "too many hosts: the scenario may have at most %d", MaxHosts)
 		}
 		total += max(g.Count, 0)
-		if g.First < 0 || g.First == 0 && c.given(p+".first") {
-			c.errf(p+".first", "must be >= 1, got %d", g.First)
+		if g.First < 0 || g.First == 0 && c.given(p+".first") || g.First > MaxFirst {
+			c.errf(p+".first", "must be between 1 and %d, got %d", MaxFirst, g.First)
 		}
 		if g.Digits < 0 || g.Digits > 18 {
 			c.errf(p+".digits", "must be between 1 and 18 (0 means as wide as needed, at least 2), got %d", g.Digits)
 		}
-		if g.VCPUs <= 0 {
-			c.errf(p+".vcpus", "must be > 0, got %d", g.VCPUs)
-		}
-		if g.MemoryMB <= 0 {
-			c.errf(p+".memory_mb", "must be > 0, got %d", g.MemoryMB)
-		}
-		if g.DiskGB <= 0 {
-			c.errf(p+".disk_gb", "must be > 0, got %d", g.DiskGB)
-		}
+		c.size(p+".vcpus", g.VCPUs, 1, "VCPU")
+		c.size(p+".memory_mb", g.MemoryMB, 1, "MiB")
+		c.size(p+".disk_gb", g.DiskGB, 1, "GiB")
 		for _, r := range []struct {
 			key string
 			v   float64
@@ -223,8 +265,8 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 			{"ram_allocation_ratio", g.RAMAllocationRatio},
 			{"disk_allocation_ratio", g.DiskAllocationRatio},
 		} {
-			if r.v < 0 || r.v == 0 && c.given(p+"."+r.key) {
-				c.errf(p+"."+r.key, "must be > 0, got %v", r.v)
+			if r.v < 0 || r.v == 0 && c.given(p+"."+r.key) || r.v > MaxRatio {
+				c.errf(p+"."+r.key, "must be > 0 and at most %v, got %v", MaxRatio, r.v)
 			}
 		}
 		if g.Zone == "" && c.given(p+".zone") {
@@ -242,8 +284,11 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 			return names
 		}
 
-		// Initial instances: known flavors, counts >= 0, and they fit.
+		// Initial instances: known flavors, counts >= 0, each one within a
+		// host's totals (Placement's max_unit), not too many, and they fit.
+		// Counts and sizes are bounded before they are multiplied.
 		var vcpus, ram, disk int64
+		perHost := 0
 		for _, fname := range slices.Sorted(maps.Keys(g.Instances)) {
 			n := g.Instances[fname]
 			ip := joinKey(p+".instances", fname)
@@ -253,14 +298,28 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 				c.errf(ip, "unknown flavor %q%s", fname, s.flavorList())
 			case n < 0:
 				c.errf(ip, "instance count must be >= 0, got %d", n)
+			case n > MaxInstances || perHost+n > MaxInstances:
+				c.errf(ip, "too many instances: a host may start with at most %d", MaxInstances)
+			case n > 0 && f.VCPUs > g.VCPUs:
+				c.errf(ip, "flavor %q needs %d VCPU but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.VCPUs, g.VCPUs)
+			case n > 0 && f.RAMMB > g.MemoryMB:
+				c.errf(ip, "flavor %q needs %d MiB of RAM but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.RAMMB, g.MemoryMB)
+			case n > 0 && f.DiskGB > g.DiskGB:
+				c.errf(ip, "flavor %q needs %d GiB of disk but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.DiskGB, g.DiskGB)
 			}
+			if c.err != nil {
+				return names
+			}
+			perHost += n
 			vcpus += int64(n) * f.VCPUs
 			ram += int64(n) * f.RAMMB
 			disk += int64(n) * f.DiskGB
 		}
-		if c.err != nil {
+		if perHost > 0 && (int64(perHost)*int64(g.Count) > MaxInstances || instances+perHost*g.Count > MaxInstances) {
+			c.errf(p+".instances", "too many instances: %d hosts of %d each, and the scenario may start with at most %d", g.Count, perHost, MaxInstances)
 			return names
 		}
+		instances += perHost * g.Count
 		gd := g.withDefaults()
 		if reservedMB >= g.MemoryMB {
 			c.errf(p+".memory_mb", "%d MiB leaves nothing after compute.reserved_host_memory_mb = %d", g.MemoryMB, reservedMB)
@@ -276,13 +335,13 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 			unit        string
 		}{
 			{what: "VCPU", need: vcpus, total: g.VCPUs, ratio: gd.CPUAllocationRatio, unit: "VCPU"},
-			{what: "RAM", need: ram, total: g.MemoryMB, reserved: reservedMB, ratio: gd.RAMAllocationRatio, unit: "MiB"},
-			{what: "disk", need: disk, total: g.DiskGB, reserved: reservedGB, ratio: gd.DiskAllocationRatio, unit: "GiB"},
+			{what: "RAM", need: ram, total: g.MemoryMB, reserved: reservedMB, ratio: gd.RAMAllocationRatio, unit: "MiB of RAM"},
+			{what: "disk", need: disk, total: g.DiskGB, reserved: reservedGB, ratio: gd.DiskAllocationRatio, unit: "GiB of disk"},
 		} {
 			capacity := int64(math.Floor(float64(r.total-r.reserved) * r.ratio))
 			if r.need > capacity {
-				c.errf(p+".instances", "initial instances need %d %s of %s per host but a host offers %d ((%d - %d reserved) x %v)",
-					r.need, r.unit, r.what, capacity, r.total, r.reserved, r.ratio)
+				c.errf(p+".instances", "initial instances need %d %s per host but a host offers %d ((%d - %d reserved) x %v)",
+					r.need, r.unit, capacity, r.total, r.reserved, r.ratio)
 			}
 		}
 
@@ -311,6 +370,23 @@ func (s *Scenario) flavorList() string {
 	return " (known: " + strings.Join(names, ", ") + ")"
 }
 
+// checkSeconds refuses a length of time (an interval, a timeout) that is
+// negative, not finite or longer than the simulator runs; min is the
+// smallest value allowed (0 or a positive floor) and what says what 0 means
+// when it is allowed.
+func checkSeconds(c *checker, path string, v, min float64, zero string) {
+	switch {
+	case math.IsNaN(v) || v < min:
+		if min > 0 {
+			c.errf(path, "must be >= %v s, got %v", min, v)
+		} else {
+			c.errf(path, "must be >= 0 seconds%s, got %v", zero, v)
+		}
+	case v > MaxDuration:
+		c.errf(path, "%v s is more than the simulator runs (%.0f s, a year)", v, MaxDuration)
+	}
+}
+
 // checkTime refuses a time outside [0, duration].
 func (s *Scenario) checkTime(c *checker, path string, t float64) {
 	if t < 0 || t > s.Duration {
@@ -334,25 +410,30 @@ func (s *Scenario) validateEvents(c *checker, names map[string]bool) {
 	for i, e := range s.Events {
 		p := elem("event", i)
 		s.checkTime(c, p+".at", e.At)
-		if len(e.Disable) == 0 && len(e.Enable) == 0 {
-			c.errf(p, "the event does nothing: give disable = [...] and/or enable = [...]")
+		if len(e.Disable) == 0 && len(e.Enable) == 0 && len(e.StopHeartbeats) == 0 && len(e.StartHeartbeats) == 0 {
+			c.errf(p, "the event does nothing: give disable, enable, stop_heartbeats and/or start_heartbeats = [...]")
 		}
 		checkHosts(c, p+".disable", e.Disable, names)
 		checkHosts(c, p+".enable", e.Enable, names)
+		checkHosts(c, p+".stop_heartbeats", e.StopHeartbeats, names)
+		checkHosts(c, p+".start_heartbeats", e.StartHeartbeats, names)
 		for j, h := range e.Enable {
 			if slices.Contains(e.Disable, h) {
 				c.errf(elem(p+".enable", j), "host %q is both disabled and enabled", h)
+			}
+		}
+		for j, h := range e.StartHeartbeats {
+			if slices.Contains(e.StopHeartbeats, h) {
+				c.errf(elem(p+".start_heartbeats", j), "host %q both stops and starts its heartbeats", h)
 			}
 		}
 	}
 	for i, d := range s.Drains {
 		p := elem("drain", i)
 		s.checkTime(c, p+".start", d.Start)
-		if d.Interval < 0 {
-			c.errf(p+".interval", "must be >= 0 seconds (0 means as soon as a slot frees), got %v", d.Interval)
-		}
-		if d.InFlight < 0 {
-			c.errf(p+".in_flight", "must be >= 0 (0 means 1), got %d", d.InFlight)
+		checkSeconds(c, p+".interval", d.Interval, 0, " (0 means as soon as a slot frees)")
+		if d.InFlight < 0 || d.InFlight > MaxConcurrent {
+			c.errf(p+".in_flight", "must be between 0 and %d (0 means 1), got %d", MaxConcurrent, d.InFlight)
 		}
 		if len(d.Hosts) == 0 {
 			c.errf(p+".hosts", "missing: name the hosts to drain, e.g. hosts = [\"h01\"]")
@@ -370,8 +451,13 @@ func (s *Scenario) validateWorkloads(c *checker) {
 		case !slices.Contains(KnownKinds, w.Kind):
 			c.errf(p+".kind", "unknown kind %q (known: %s)", w.Kind, strings.Join(KnownKinds, ", "))
 		}
-		if !(w.Rate > 0) {
+		switch {
+		case w.Rate == 0 && !c.given(p+".rate") && c.ix != nil:
+			c.errf(p+".rate", "missing: operations per second (> 0) is required")
+		case !(w.Rate > 0):
 			c.errf(p+".rate", "must be > 0 operations per second, got %v", w.Rate)
+		case w.Rate > MaxRate:
+			c.errf(p+".rate", "must be at most %v operations per second, got %v", MaxRate, w.Rate)
 		}
 		s.checkTime(c, p+".start", w.Start)
 		if w.End != 0 || c.given(p+".end") {
