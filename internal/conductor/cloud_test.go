@@ -95,6 +95,7 @@ type cloudOptions struct {
 	// BuildTimeout, CopyStallTimeout and StallAfter.
 	buildTimeout, copyStall, stallAfter time.Duration
 	confirmWindow                       time.Duration // ResizeConfirmWindow
+	cpuRatio                            float64       // the hosts' cpu_allocation_ratio (default 1)
 }
 
 type option func(*cloudOptions)
@@ -128,6 +129,9 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		c.hosts = append(c.hosts, h)
 		cfg := hostConfig(h)
 		cfg.WriteDestRecord = !o.legacy
+		if o.cpuRatio > 0 {
+			cfg.CPUAllocationRatio = o.cpuRatio
+		}
 		if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h, Inventories: cfg.Inventories()}); err != nil {
 			t.Fatal(err)
 		}
