@@ -245,7 +245,7 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 	e.instance("aborted", "h1", records.VMActive, records.TaskMigrating)
 	e.instance("inbound", "h2", records.VMActive, records.TaskMigrating)
 	mc := e.migration(records.Migration{InstanceUUID: "copying", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
-	ma := e.migration(records.Migration{InstanceUUID: "aborted", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
+	e.migration(records.Migration{InstanceUUID: "aborted", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
 	e.migration(records.Migration{InstanceUUID: "inbound", SourceHost: "h2", DestHost: "h1", Phase: migration.PhaseCopy})
 	if err := e.mgr.LiveMigration(ctx, mc.ID, copying, "h2", nil); err != nil {
 		t.Fatal(err)
@@ -270,7 +270,6 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 	if strings.Contains(got, "elsewhere") || strings.Contains(got, "casting") || strings.Count(got, "copy failed") != 1 || strings.Count(got, "build kept") != 1 {
 		t.Errorf("the conductor heard %q: a report for another host's instance, the running copy, or the kept report twice", got)
 	}
-	_ = ma
 }
 
 // The audit puts an ACTIVE instance whose guest is gone from its host in
@@ -308,10 +307,8 @@ func TestAuditPutsALostGuestInError(t *testing.T) {
 	if len(d.OrphanAllocations) != 1 || d.OrphanAllocations[0] != "gone" || len(d.Lost) != 0 {
 		t.Fatalf("second audit %s, want the ERROR instance's allocation released", d)
 	}
-	if _, err := e.st.GetConsumer(ctx, "gone"); err == nil {
-		if c, _ := e.st.GetConsumer(ctx, "gone"); len(c.Allocations) != 0 {
-			t.Fatalf("the lost instance still holds %v", c.Allocations)
-		}
+	if c, err := e.st.GetConsumer(ctx, "gone"); err == nil && len(c.Allocations) != 0 {
+		t.Fatalf("the lost instance still holds %v", c.Allocations)
 	}
 }
 
