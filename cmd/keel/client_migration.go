@@ -90,13 +90,14 @@ func migrationResetCommand() *cobra.Command {
 		Use:   "reset ID",
 		Short: "End a stuck migration, putting its allocations and destination right",
 		Long: `reset ends a migration that is stuck in a non-final status (keel audit
-reports it: no progress for [keel] migration_stall_timeout and a margin), for instance
-one whose source agent never reports again. The conductor ends it through
-its state machine, as a failed migration ends: the instance's allocation
-goes back to the source, the destination's claim and prepared guest are
-dropped, its source slot is freed and the instance is active again on its
-source (POST /keel/v1/migrations/ID/reset, admin). It prints the final
-record; a migration already final is refused (409).` + clientLong,
+reports it: no progress for [keel] migration_stall_timeout and a margin),
+for instance one whose source agent never reports again. The conductor
+ends it in error through its state machine, whatever its phase: before the
+guest moved, the instance's allocation goes back to the source and the
+destination's claim and prepared guest are dropped; after, the move is
+finished on the destination. Its source slot is freed either way
+(POST /keel/v1/migrations/ID/reset, admin). It prints the final record; a
+migration already final is refused (409).` + clientLong,
 		Example: `  keel audit
   keel migration reset 12
   keel migration reset 12 --format json`,
