@@ -142,6 +142,14 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 	if got := showServer(t, db1.ID); got.Status != "ACTIVE" || got.Host != src {
 		t.Errorf("after the reset db1 is %s on %s, want ACTIVE on %s", got.Status, got.Host, src)
 	}
+	acts, err := st.ListInstanceActions(ctx, db1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := acts[len(acts)-1]; last.Action != "reset-migration" || last.UserID == "" || last.RequestID == "" ||
+		!strings.Contains(last.Message, fmt.Sprintf("migration %d (%s → %s) reset by an operator: error", m.ID, src, dst)) {
+		t.Errorf("the reset's instance action: %+v", last)
+	}
 	if _, err := run(t, "migration", "reset", fmt.Sprint(m.ID)); err == nil || !strings.Contains(err.Error(), "409") {
 		t.Errorf("resetting an ended migration: %v, want a 409", err)
 	}

@@ -96,8 +96,9 @@ ends it in error through its state machine, whatever its phase: before the
 guest moved, the instance's allocation goes back to the source and the
 destination's claim and prepared guest are dropped; after, the move is
 finished on the destination. Its source slot is freed either way
-(POST /keel/v1/migrations/ID/reset, admin). It prints the final record; a
-migration already final is refused (409).` + clientLong,
+(POST /keel/v1/migrations/ID/reset, admin), and the reset is recorded as a
+reset-migration action of the instance (openstack server event list). It
+prints the final record; a migration already final is refused (409).` + clientLong,
 		Example: `  keel audit
   keel migration reset 12
   keel migration reset 12 --format json`,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"keel/internal/identity"
 	"keel/internal/placement"
 	"keel/internal/records"
+	"keel/internal/requestid"
 	"keel/internal/scheduler"
 	"keel/internal/store"
 )
@@ -36,6 +38,7 @@ type keelAPI struct {
 	now   func() time.Time
 	// resetter ends a stuck migration (the conductor); nil answers 501.
 	resetter migrationResetter
+	log      *slog.Logger
 }
 
 // migrationResetter is the conductor's way out of a stuck migration: it
@@ -110,6 +113,15 @@ func (k *keelAPI) resetMigration(w http.ResponseWriter, r *http.Request) {
 		}
 		compute.WriteError(w, status, fmt.Sprintf("resetting migration %d: %v", id, err))
 		return
+	}
+	// The reset is audited as an instance action of its instance, with
+	// the migration's final state as its message.
+	p, _ := identity.PrincipalFrom(r.Context())
+	act := records.InstanceAction{InstanceUUID: m.InstanceUUID, RequestID: requestid.Ensure(w), Action: "reset-migration",
+		UserID: p.UserID, ProjectID: p.ProjectID, StartTime: k.now(),
+		Message: fmt.Sprintf("migration %d (%s → %s) reset by an operator: %s, phase %q", m.ID, m.SourceHost, m.DestHost, m.Status, m.Phase)}
+	if err := k.st.CreateInstanceAction(context.WithoutCancel(r.Context()), act); err != nil {
+		k.log.Error("recording the migration reset", "migration", id, "err", err)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"migration": m})
 }

@@ -372,6 +372,7 @@ func (s *Server) keelAPI() *keelAPI {
 			MigrationTimeout: auditDeadline(cfg.Keel.MigrationStallTimeout, cfg),
 		},
 		resetter: s.cond,
+		log:      s.log,
 	}
 }
 
