@@ -24,8 +24,17 @@ import (
 //
 //	go test -tags faults -count=1 -v -run TestAgentFaultLoop ./internal/e2e/
 //	KEEL_FAULT_SEEDS=7,8 KEEL_FAULT_ROUNDS=10 go test -tags faults …
+//	KEEL_FAULT_SEED=7 go test -tags faults …   (one seed)
 func TestAgentFaultLoop(t *testing.T) {
 	seeds := []uint64{1, 2, 3}
+	if s := os.Getenv("KEEL_FAULT_SEED"); s != "" {
+		// One seed, as the server-side rows replay one.
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("KEEL_FAULT_SEED: %v", err)
+		}
+		seeds = []uint64{n}
+	}
 	if s := os.Getenv("KEEL_FAULT_SEEDS"); s != "" {
 		seeds = nil
 		for _, f := range strings.Split(s, ",") {
