@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -58,6 +59,16 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 		t.Fatal(err)
 	}
 	auditFails("instance "+web1.ID+" is active on "+web1.Host+" but "+web1.Host+" has no guest for it", "1 violation")
+	out, _ := run(t, "audit", "--format", "json")
+	var rep struct {
+		Violations []string
+		Findings   []struct{ Kind, Subject, Text string }
+		Unchecked  []string
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != "lost-guest" ||
+		rep.Findings[0].Subject != web1.ID || len(rep.Violations) != 1 || rep.Unchecked == nil {
+		t.Errorf("audit --format json: %v\n%s", err, out)
+	}
 	if err := c.ResetState(ctx, web1.ID, "error"); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +147,7 @@ func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
 	if err := c.ResetState(ctx, db1.ID, "active"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("keel migration reset %d", m.ID)) {
 		t.Fatalf("os-resetState during a stuck migration: %v, want a 409 naming keel migration reset", err)
 	}
-	out := mustRun(t, "migration", "reset", fmt.Sprint(m.ID))
+	out = mustRun(t, "migration", "reset", fmt.Sprint(m.ID))
 	wantContains(t, out, fmt.Sprintf("migration %d of %s (%s → %s): error", m.ID, db1.ID, src, dst))
 	clean()
 	if got := showServer(t, db1.ID); got.Status != "ACTIVE" || got.Host != src {
