@@ -221,3 +221,33 @@ os server delete --wait vmt
 os flavor delete picky
 osp resource provider trait delete "$rpt"
 osp trait delete CUSTOM_PICK_ME
+
+# Identity: keel dev's members log in with passwords of their own (their
+# own clouds in clouds.yaml), and the admin adds a project and a user.
+expect "$(os project show demo -f value -c id)" "$("$OPENSTACK" --os-cloud keel-demo token issue -f value -c project_id)" \
+  "keel-demo logs in to project demo"
+if "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username demo --os-password "$(cat "$work/data/admin-password")" \
+  --os-project-name demo --os-user-domain-name Default --os-project-domain-name Default token issue >/dev/null 2>&1; then
+  fail "demo logs in with the admin's password"
+fi
+echo "ok  demo does not log in with the admin's password"
+expect "team1" "$(os project create team1 -f value -c name)" "project create"
+expect "carol" "$(os user create --project team1 --password carol-pw-1 carol -f value -c name)" "user create"
+os role add --user carol --project team1 member
+carol() { "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username carol --os-password "$1" \
+  --os-project-name team1 --os-user-domain-name Default --os-project-domain-name Default --os-compute-api-version 2.79 "${@:2}"; }
+team1=$(os project show team1 -f value -c id)
+expect "$team1" "$(carol carol-pw-1 token issue -f value -c project_id)" "the new user logs in to its project"
+expect "" "$(carol carol-pw-1 server list -f value)" "the new user sees no servers of other projects"
+os user set --password carol-pw-2 carol
+if carol carol-pw-1 token issue >/dev/null 2>&1; then fail "carol's old password still works after user set --password"; fi
+expect "$team1" "$(carol carol-pw-2 token issue -f value -c project_id)" "user set --password"
+os role remove --user carol --project team1 member
+if carol carol-pw-2 token issue >/dev/null 2>&1; then fail "carol logs in after role remove"; fi
+echo "ok  role remove"
+os user delete carol
+tok=$(os token issue -f value -c id)
+os token revoke "$tok"
+if "$OPENSTACK" --os-auth-type token --os-token "$tok" --os-auth-url "$keel_url/identity/v3" --os-project-name admin \
+  --os-project-domain-name Default server list >/dev/null 2>&1; then fail "a revoked token still works"; fi
+echo "ok  token revoke"

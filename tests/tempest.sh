@@ -48,11 +48,13 @@ start_keel_dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS
 case "$keel_banner" in "keel dev: $HOSTS hosts "*) ;; *) fail "keel dev started [$keel_banner], not $HOSTS hosts" ;; esac
 url=$keel_url
 password=$(cat "$work/data/admin-password")
+demo_password=$(cat "$work/data/demo-password")
+alt_password=$(cat "$work/data/alt_demo-password")
 
 (cd "$work" && "$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null)
 ws=$work/ws
 # keel dev's identity: admin (role admin on project admin), demo and
-# alt_demo (role member on their own projects), all with one password.
+# alt_demo (role member on their own projects), each with its own password.
 cat >"$ws/etc/accounts.yaml" <<EOF
 - username: admin
   project_name: admin
@@ -61,11 +63,11 @@ cat >"$ws/etc/accounts.yaml" <<EOF
   roles: [admin]
 - username: demo
   project_name: demo
-  password: '$password'
+  password: '$demo_password'
   roles: [member]
 - username: alt_demo
   project_name: alt_demo
-  password: '$password'
+  password: '$alt_password'
   roles: [member]
 EOF
 cat >"$ws/etc/tempest.conf" <<EOF

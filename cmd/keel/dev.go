@@ -35,9 +35,12 @@ func devCommand() *cobra.Command {
 		Long: `dev runs a keel server and N compute agents (hosts h01, h02, …) in one
 process, on the embedded store and bus, in --data-dir (default ./.keel; an
 existing one is reused, with its instances). On first start it creates the
-admin and demo users, the m1.tiny … m1.xlarge flavors, and
-DATA_DIR/clouds.yaml (a cloud named keel, admin credentials, mode 0600),
-then prints the two lines that point openstackclient at it.
+user admin (role admin on project admin) and the members demo and alt_demo
+(role member on projects of their names), each with a generated password
+of its own in DATA_DIR/<user>-password, the m1.tiny … m1.xlarge flavors,
+and DATA_DIR/clouds.yaml (mode 0600) with one cloud per user: keel (admin),
+keel-demo and keel-alt_demo. It then prints the two lines that point
+openstackclient at it. (keel server creates only the admin.)
 
 With --driver qemu every guest is a real qemu-system-x86_64 process (TCG,
 Debian's qemu-system-x86) running keel's tiny guest, and live migrations
@@ -65,7 +68,7 @@ processes outlive keel dev (it adopts them when started again on the same
 				return err
 			}
 			cfg.Keel.DataDir = dataDir
-			password, err := server.EnsureIdentity(dataDir)
+			passwords, err := server.EnsureDevUsers(dataDir)
 			if err != nil {
 				return err
 			}
@@ -98,7 +101,11 @@ processes outlive keel dev (it adopts them when started again on the same
 				agents = append(agents, a)
 			}
 			clouds := filepath.Join(dataDir, "clouds.yaml")
-			if err := client.WriteCloudsYAML(clouds, s.URL(), password); err != nil {
+			var members []client.Account
+			for _, u := range server.DevUsers {
+				members = append(members, client.Account{Cloud: "keel-" + u, User: u, Password: passwords[u]})
+			}
+			if err := client.WriteCloudsYAML(clouds, s.URL(), passwords["admin"], members...); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()

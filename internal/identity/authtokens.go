@@ -118,13 +118,13 @@ func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail
 		return "", "", fail
 	}
 
-	d := h.iss.Directory
+	d := h.iss.dir()
 	u, ok := h.lookupUser(pw.User.ref)
 	if !ok {
-		burnPasswordCheck(*pw.User.Password) // same time as a wrong password
+		h.iss.burnPasswordCheck(*pw.User.Password) // same time as a wrong password
 		return "", "", unauthorized
 	}
-	if good, err := CheckPassword(u.PasswordHash, *pw.User.Password); err != nil {
+	if good, err := h.iss.checkPassword(u.PasswordHash, *pw.User.Password); err != nil {
 		return "", "", &authFailure{http.StatusInternalServerError, msgServerFail}
 	} else if !good {
 		return "", "", unauthorized
@@ -174,7 +174,7 @@ func (h *handler) parseScope(raw json.RawMessage) (*ref, *authFailure) {
 }
 
 func (h *handler) lookupUser(u ref) (User, bool) {
-	d := h.iss.Directory
+	d := h.iss.dir()
 	if u.ID != "" {
 		return d.User(u.ID)
 	}
@@ -186,7 +186,7 @@ func (h *handler) lookupUser(u ref) (User, bool) {
 }
 
 func (h *handler) lookupProject(p ref) (Project, bool) {
-	d := h.iss.Directory
+	d := h.iss.dir()
 	if p.ID != "" {
 		return d.Project(p.ID)
 	}
@@ -204,9 +204,9 @@ var (
 
 // burnPasswordCheck costs what checking a real password costs, so that an
 // unknown user name cannot be told from a wrong password by timing.
-func burnPasswordCheck(password string) {
+func (i *Issuer) burnPasswordCheck(password string) {
 	dummyHashOnce.Do(func() { dummyHash, _ = HashPassword("keel-dummy") })
-	CheckPassword(dummyHash, password)
+	i.checkPassword(dummyHash, password)
 }
 
 // validateToken is GET (and HEAD) /v3/auth/tokens: the caller's

@@ -44,13 +44,26 @@ type User struct {
 	DefaultProjectID string `json:"default_project_id,omitempty"`
 	// Roles maps a project ID to the role names granted on it.
 	Roles map[string][]string `json:"roles,omitempty"`
+	// TokensValidAfter (Unix microseconds) revokes every token of the user
+	// issued before it: set when the password changes.
+	TokensValidAfter int64 `json:"tokens_valid_after,omitempty"`
 }
 
 // Directory is the set of users and projects. It is plain data: build or
-// load it, then treat it as read-only while an Issuer serves from it.
+// load it, then treat it as read-only once an Issuer serves from it (the
+// Issuer's updates work on a copy and publish it whole).
 type Directory struct {
 	Projects []Project `json:"projects"`
 	Users    []User    `json:"users"`
+	// Revoked are the tokens revoked before they expire (DELETE
+	// /v3/auth/tokens), by audit ID; each is dropped once past ExpiresAt.
+	Revoked []Revocation `json:"revoked,omitempty"`
+}
+
+// Revocation is one revoked token.
+type Revocation struct {
+	AuditID   string `json:"audit_id"`
+	ExpiresAt int64  `json:"expires_at"` // Unix microseconds, the token's own expiry
 }
 
 // ProjectID is the ID a project named name in domainID gets: 32 hex digits,
@@ -68,35 +81,51 @@ func derivedID(kind, domainID, name string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// NewDevDirectory returns the development directory: projects "admin",
-// "demo" and "alt_demo"; user "admin" with role admin on project admin,
-// and users "demo" and "alt_demo" with role member on the projects of
-// their names (two members in two projects, as Tempest's pre-provisioned
-// accounts want a primary and an alternate user). Every user gets
-// adminPassword.
-func NewDevDirectory(adminPassword string) *Directory {
+// NewAdminDirectory returns the directory `keel server` starts with: the
+// project "admin" and the user "admin", with role admin on it and the
+// given password. Nobody else: other users are added through the identity
+// API (or AddMember).
+func NewAdminDirectory(adminPassword string) (*Directory, error) {
 	d := &Directory{}
-	for _, u := range []struct{ name, role string }{
-		{"admin", RoleAdmin}, {"demo", RoleMember}, {"alt_demo", RoleMember},
-	} {
-		p := d.mustAddProject(u.name)
-		must(d.AddUser(u.name, adminPassword))
-		mustDo(d.Grant(UserID(DefaultDomainID, u.name), p.ID, u.role))
+	if err := d.addWithRole("admin", adminPassword, RoleAdmin); err != nil {
+		return nil, err
 	}
-	return d
+	return d, nil
 }
 
-func (d *Directory) mustAddProject(name string) Project { return must(d.AddProject(name)) }
-
-func must[T any](v T, err error) T {
-	mustDo(err)
-	return v
+// AddMember adds a project and a user of the same name, the user with role
+// member on it (keel dev's demo and alt_demo).
+func (d *Directory) AddMember(name, password string) error {
+	return d.addWithRole(name, password, RoleMember)
 }
 
-func mustDo(err error) {
+func (d *Directory) addWithRole(name, password, role string) error {
+	p, err := d.AddProject(name)
+	if err != nil {
+		return err
+	}
+	u, err := d.AddUser(name, password)
+	if err != nil {
+		return err
+	}
+	return d.Grant(u.ID, p.ID, role)
+}
+
+// NewDevDirectory returns admin (role admin on project admin) and the
+// members demo and alt_demo (on projects of their names), all with one
+// password: a fixture for tests. keel dev gives each user its own password.
+func NewDevDirectory(password string) *Directory {
+	d, err := NewAdminDirectory(password)
+	if err == nil {
+		err = d.AddMember("demo", password)
+	}
+	if err == nil {
+		err = d.AddMember("alt_demo", password)
+	}
 	if err != nil {
 		panic(err)
 	}
+	return d
 }
 
 // AddProject adds a project in the default domain.

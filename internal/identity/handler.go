@@ -35,6 +35,16 @@ const (
 //	GET  /identity/v3/users[/{id}]           list (admin; ?name=, ?domain_id=) or show
 //	GET  /identity/v3/users/{id}/projects    the user's projects (admin or self)
 //	GET  /identity/v3/roles[/{id}]           the three roles
+//	DELETE /identity/v3/auth/tokens          revoke X-Subject-Token (admin or its own user)
+//	POST /identity/v3/projects               create a project (admin)
+//	POST /identity/v3/users                  create a user (admin)
+//	PATCH /identity/v3/users/{id}            set password, default_project_id (admin)
+//	DELETE /identity/v3/users/{id}           delete a user (admin)
+//	POST /identity/v3/users/{id}/password    change one's own password
+//	PUT|DELETE|GET|HEAD /identity/v3/projects/{p}/users/{u}/roles/{r}  grant, revoke, check (admin)
+//
+// A password change revokes the user's older tokens; a role taken away
+// stops being honoured at once (roles are read at validation).
 //
 // Every response carries X-Openstack-Request-Id.
 func (i *Issuer) Handler(base string) http.Handler {
@@ -61,6 +71,15 @@ func (i *Issuer) Handler(base string) http.Handler {
 	mux.Handle("GET /identity/v3/users/{id}/projects", auth(h.userProjects))
 	mux.Handle("GET /identity/v3/roles", auth(h.listRoles))
 	mux.Handle("GET /identity/v3/roles/{id}", auth(h.showRole))
+	mux.HandleFunc("DELETE /identity/v3/auth/tokens", h.revokeToken)
+	mux.Handle("POST /identity/v3/projects", auth(h.createProject))
+	mux.Handle("POST /identity/v3/users", auth(h.createUser))
+	mux.Handle("PATCH /identity/v3/users/{id}", auth(h.updateUser))
+	mux.Handle("DELETE /identity/v3/users/{id}", auth(h.deleteUser))
+	mux.Handle("POST /identity/v3/users/{id}/password", auth(h.changePassword))
+	for _, m := range []string{"PUT", "DELETE", "GET", "HEAD"} {
+		mux.Handle(m+" /identity/v3/projects/{project}/users/{user}/roles/{role}", auth(h.roleAssignment))
+	}
 	mux.HandleFunc("/identity/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "The resource could not be found.")
 	})

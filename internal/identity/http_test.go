@@ -324,8 +324,7 @@ func TestValidateTokenEndpoint(t *testing.T) {
 	ts := newTestServer(t)
 	admin, _ := ts.login(t, adminByName, projectScope("admin"))
 	demo, demoBody := ts.login(t, demoByName, "")
-	otherIssuer := *ts.iss
-	otherIssuer.Key = make([]byte, KeySize)
+	otherIssuer := &Issuer{Key: make([]byte, KeySize), Clock: ts.iss.Clock, Directory: ts.iss.Directory}
 	forged, _, _ := otherIssuer.Issue(adminUser, adminProject)
 
 	const path = "/identity/v3/auth/tokens"

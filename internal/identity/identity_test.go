@@ -323,11 +323,9 @@ func TestValidateRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := *iss
-	other.Key = bytes.Repeat([]byte{8}, KeySize)
+	other := &Issuer{Key: bytes.Repeat([]byte{8}, KeySize), Clock: iss.Clock, Directory: iss.Directory}
 	foreign, _, _ := other.Issue(demoUser, demoProject)
-	gone := *iss
-	gone.Directory = &Directory{Projects: iss.Directory.Projects}
+	gone := &Issuer{Key: iss.Key, Clock: iss.Clock, Directory: &Directory{Projects: iss.Directory.Projects}}
 
 	cases := []struct {
 		name   string
@@ -347,7 +345,7 @@ func TestValidateRefusals(t *testing.T) {
 		}), ErrTokenBadSignature, nil},
 		{"signature cut", iss, retoken(t, tok, func(b []byte) []byte { return b[:len(b)-1] }), ErrTokenBadSignature, nil},
 		{"other key", iss, foreign, ErrTokenBadSignature, nil},
-		{"user gone", &gone, tok, ErrTokenUnknownSubject, nil},
+		{"user gone", gone, tok, ErrTokenUnknownSubject, nil},
 		{"expired", iss, tok, ErrTokenExpired, func() { clk.Advance(time.Hour) }},
 	}
 	for _, c := range cases {

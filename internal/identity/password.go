@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -71,4 +72,16 @@ func parseHash(hash string) (iter int, salt, key []byte, err error) {
 		return 0, nil, nil, errors.New("bad key")
 	}
 	return iter, salt, key, nil
+}
+
+// hashSlots bounds the password checks running at once, so a flood of
+// logins (each check costs about a tenth of a second of CPU) queues
+// instead of starving the rest of the API of CPU.
+var hashSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
+
+// checkPassword is CheckPassword holding one of hashSlots.
+func (i *Issuer) checkPassword(hash, password string) (bool, error) {
+	hashSlots <- struct{}{}
+	defer func() { <-hashSlots }()
+	return CheckPassword(hash, password)
 }

@@ -66,7 +66,7 @@ func matches(r *http.Request, name, domainID string) bool {
 
 func (h *handler) writeProjects(w http.ResponseWriter, r *http.Request, keep func(Project) bool) {
 	out := []map[string]any{}
-	for _, p := range h.iss.Directory.Projects {
+	for _, p := range h.iss.dir().Projects {
 		if keep(p) && matches(r, p.Name, p.DomainID) {
 			out = append(out, h.projectJSON(r, p))
 		}
@@ -75,7 +75,7 @@ func (h *handler) writeProjects(w http.ResponseWriter, r *http.Request, keep fun
 }
 
 func (h *handler) hasRoleOn(userID string) func(Project) bool {
-	return func(p Project) bool { return len(h.iss.Directory.EffectiveRoles(userID, p.ID)) > 0 }
+	return func(p Project) bool { return len(h.iss.dir().EffectiveRoles(userID, p.ID)) > 0 }
 }
 
 func (h *handler) authCatalog(w http.ResponseWriter, r *http.Request, _ Principal) {
@@ -100,7 +100,7 @@ func (h *handler) showProject(w http.ResponseWriter, r *http.Request, me Princip
 		h.forbidden(w, "get_project")
 		return
 	}
-	p, ok := h.iss.Directory.Project(id)
+	p, ok := h.iss.dir().Project(id)
 	if !ok {
 		WriteError(w, http.StatusNotFound, "Could not find project: "+id+".")
 		return
@@ -114,7 +114,7 @@ func (h *handler) listUsers(w http.ResponseWriter, r *http.Request, me Principal
 		return
 	}
 	out := []map[string]any{}
-	for _, u := range h.iss.Directory.Users {
+	for _, u := range h.iss.dir().Users {
 		if matches(r, u.Name, u.DomainID) {
 			out = append(out, h.userJSON(r, u))
 		}
@@ -129,7 +129,7 @@ func (h *handler) self(w http.ResponseWriter, r *http.Request, me Principal, act
 		h.forbidden(w, action)
 		return User{}, false
 	}
-	u, ok := h.iss.Directory.User(id)
+	u, ok := h.iss.dir().User(id)
 	if !ok {
 		WriteError(w, http.StatusNotFound, "Could not find user: "+id+".")
 	}

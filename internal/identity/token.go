@@ -32,6 +32,10 @@ var (
 	// ErrTokenUnknownSubject: the token is genuine but its user or project
 	// is no longer in the directory.
 	ErrTokenUnknownSubject = errors.New("token's user or project no longer exists")
+	// ErrTokenRevoked: the token was revoked (DELETE /v3/auth/tokens),
+	// its user's password changed after it was issued, or its user no
+	// longer holds a role on its project.
+	ErrTokenRevoked = errors.New("token has been revoked")
 )
 
 // Why Issue refused.
@@ -52,8 +56,8 @@ type Principal struct {
 	ProjectID       string
 	ProjectName     string
 	ProjectDomainID string
-	// Roles are the effective roles on the project when the token was
-	// issued (admin, member, reader order).
+	// Roles are the effective roles on the project (admin, member, reader
+	// order): at issue for Issue, now for Validate.
 	Roles     []string
 	IssuedAt  time.Time
 	ExpiresAt time.Time
@@ -67,14 +71,21 @@ func (p Principal) IsAdmin() bool { return p.HasRole(RoleAdmin) }
 func (p Principal) HasRole(role string) bool { return slices.Contains(p.Roles, role) }
 
 // Issuer issues and validates tokens. Set Key and Directory; the rest has
-// defaults. An Issuer is safe for concurrent use as long as its fields and
-// Directory are not changed while it serves.
+// defaults. An Issuer is safe for concurrent use; its fields must not
+// change once it serves, and the directory changes only through Update.
 type Issuer struct {
-	Key       []byte
-	TTL       time.Duration    // DefaultTTL if zero
-	Clock     func() time.Time // time.Now if nil
+	Key   []byte
+	TTL   time.Duration    // DefaultTTL if zero
+	Clock func() time.Time // time.Now if nil
+	// Directory is the directory to start from.
 	Directory *Directory
-	Rand      io.Reader // source of audit IDs; crypto/rand if nil
+	// Path, if set, is the file Directory was loaded from: Update saves
+	// there, and a change made to it by another process is picked up
+	// within a second.
+	Path string
+	Rand io.Reader // source of audit IDs; crypto/rand if nil
+
+	live liveDir
 }
 
 // tokenPayload is what a token carries; times in Unix microseconds.
@@ -102,7 +113,7 @@ func (i *Issuer) ttl() time.Duration {
 }
 
 func (i *Issuer) check() error {
-	if i.Directory == nil {
+	if i.dir() == nil {
 		return errors.New("issuer has no directory")
 	}
 	if len(i.Key) < KeySize {
@@ -117,11 +128,12 @@ func (i *Issuer) Issue(userID, projectID string) (string, Principal, error) {
 	if err := i.check(); err != nil {
 		return "", Principal{}, fmt.Errorf("issuing token: %w", err)
 	}
-	u, ok := i.Directory.User(userID)
+	d := i.dir()
+	u, ok := d.User(userID)
 	if !ok {
 		return "", Principal{}, fmt.Errorf("issuing token for user %s: %w", userID, ErrUnknownUser)
 	}
-	p, ok := i.Directory.Project(projectID)
+	p, ok := d.Project(projectID)
 	if !ok {
 		return "", Principal{}, fmt.Errorf("issuing token for user %s: project %s: %w", u.Name, projectID, ErrUnknownProject)
 	}
@@ -192,11 +204,21 @@ func (i *Issuer) Validate(token string) (Principal, error) {
 		return Principal{}, fmt.Errorf("validating token: expired at %s: %w",
 			formatTime(time.UnixMicro(payload.ExpiresAt)), ErrTokenExpired)
 	}
-	u, uok := i.Directory.User(payload.UserID)
-	p, pok := i.Directory.Project(payload.ProjectID)
+	d := i.dir()
+	u, uok := d.User(payload.UserID)
+	p, pok := d.Project(payload.ProjectID)
 	if !uok || !pok {
 		return Principal{}, fmt.Errorf("validating token for user %s, project %s: %w",
 			payload.UserID, payload.ProjectID, ErrTokenUnknownSubject)
+	}
+	if payload.IssuedAt < u.TokensValidAfter || d.revoked(payload.AuditID) {
+		return Principal{}, fmt.Errorf("validating token for user %s: %w", u.Name, ErrTokenRevoked)
+	}
+	// The roles are the user's roles now, as Keystone computes them at
+	// validation: a role taken away ends the tokens that carried it.
+	payload.Roles = expandRoles(u.Roles[p.ID])
+	if len(payload.Roles) == 0 {
+		return Principal{}, fmt.Errorf("validating token for user %s on project %s: %w", u.Name, p.Name, ErrTokenRevoked)
 	}
 	return principal(u, p, payload), nil
 }

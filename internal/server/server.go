@@ -76,8 +76,12 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Server, e
 func (s *Server) start(ctx context.Context) error {
 	cfg := s.cfg
 	dataDir := cfg.Keel.DataDir
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir %s: %w", dataDir, err)
+	}
+	// It holds the store, the keys and the passwords: the owner only.
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
 	var err error
 	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
@@ -166,7 +170,8 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	if _, err := EnsureIdentity(cfg.Keel.DataDir); err != nil {
 		return err
 	}
-	dir, err := identity.LoadDirectory(filepath.Join(cfg.Keel.DataDir, "identity.json"))
+	dirFile := filepath.Join(cfg.Keel.DataDir, "identity.json")
+	dir, err := identity.LoadDirectory(dirFile)
 	if err != nil {
 		return fmt.Errorf("loading users and projects: %w", err)
 	}
@@ -174,7 +179,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Directory: dir}
+	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Directory: dir, Path: dirFile}
 	api := compute.New(compute.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log,
@@ -241,7 +246,7 @@ func writeEndpoints(dataDir, api, busURL string) error {
 	data, _ := json.MarshalIndent(Endpoints{API: api, Bus: busURL}, "", "  ")
 	path := filepath.Join(dataDir, "endpoints.json")
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(tmp, path)
@@ -303,7 +308,7 @@ func serverName(configured, dataDir string) (string, error) {
 	}
 	name := uuid.NewString()
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(name+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(name+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

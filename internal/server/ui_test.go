@@ -195,7 +195,7 @@ func TestWebView(t *testing.T) {
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 4, Flavors: append(append([]records.Flavor(nil), clienttest.Flavors...), bigFlavor)})
 	base := cloud.Server.URL()
 	admin := login(t, base, "admin", cloud.Password)
-	demo := login(t, base, "demo", cloud.Password)
+	demo := login(t, base, "demo", cloud.Passwords["demo"])
 
 	// Known placements: h01 two big ones, h02 one big and a small, h03
 	// a small (to move) and demo's tiny one, h04 empty.
@@ -379,7 +379,7 @@ func TestWebView(t *testing.T) {
 	// A member in a second tab: their instance, no host names.
 	mctx, mcancel := chromedp.NewContext(ctx)
 	defer mcancel()
-	browserLogin(t, mctx, base+"/keel/ui/", "demo", cloud.Password)
+	browserLogin(t, mctx, base+"/keel/ui/", "demo", cloud.Passwords["demo"])
 	rows := evalPoll(t, mctx, "demo's instances", `[...document.querySelectorAll("#myinstances tbody tr[data-instance]")].map(r => r.dataset.instance)`,
 		5*time.Second, func(r []string) bool { return len(r) > 0 })
 	if len(rows) != 1 || rows[0] != mine {

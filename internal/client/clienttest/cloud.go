@@ -54,6 +54,9 @@ type Cloud struct {
 	DataDir    string
 	CloudsYAML string // DataDir/clouds.yaml, cloud client.DefaultCloud
 	Password   string // the admin password
+	// Passwords are every user's password by name: admin, demo, alt_demo
+	// (keel dev's users; clouds keel, keel-demo and keel-alt_demo).
+	Passwords map[string]string
 	Hosts      []string
 	agents     []*agent.Agent
 }
@@ -82,15 +85,16 @@ func Start(t testing.TB, opts Options) *Cloud {
 	if opts.Config != nil {
 		opts.Config(&cfg)
 	}
-	password, err := server.EnsureIdentity(dir)
+	passwords, err := server.EnsureDevUsers(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cheapenPasswords(dir, password); err != nil {
+	password := passwords["admin"]
+	if err := cheapenPasswords(dir, passwords); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cloud{Config: cfg, DataDir: dir, Password: password, CloudsYAML: filepath.Join(dir, "clouds.yaml")}
+	c := &Cloud{Config: cfg, DataDir: dir, Password: password, Passwords: passwords, CloudsYAML: filepath.Join(dir, "clouds.yaml")}
 	t.Cleanup(func() {
 		for _, a := range c.agents {
 			a.Stop()
@@ -128,7 +132,11 @@ func Start(t testing.TB, opts Options) *Cloud {
 		c.agents = append(c.agents, a)
 		c.Hosts = append(c.Hosts, host)
 	}
-	if err := client.WriteCloudsYAML(c.CloudsYAML, c.Server.URL(), password); err != nil {
+	var members []client.Account
+	for _, u := range server.DevUsers {
+		members = append(members, client.Account{Cloud: "keel-" + u, User: u, Password: passwords[u]})
+	}
+	if err := client.WriteCloudsYAML(c.CloudsYAML, c.Server.URL(), password, members...); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -169,11 +177,10 @@ func (c *Cloud) Driver(t testing.TB, host string) *fake.Driver {
 	return nil
 }
 
-// cheapenPasswords rewrites the users' password hashes (all of them the
-// admin password in the dev directory) with few PBKDF2 iterations: every
-// command logs in, and 600 000 iterations take about a second a login
-// under the race detector.
-func cheapenPasswords(dataDir, password string) error {
+// cheapenPasswords rewrites the users' password hashes with few PBKDF2
+// iterations: every command logs in, and 600 000 iterations take about a
+// second a login under the race detector.
+func cheapenPasswords(dataDir string, passwords map[string]string) error {
 	path := filepath.Join(dataDir, "identity.json")
 	d, err := identity.LoadDirectory(path)
 	if err != nil {
@@ -182,6 +189,7 @@ func cheapenPasswords(dataDir, password string) error {
 	const iterations = 1000
 	enc := base64.RawStdEncoding
 	for i := range d.Users {
+		password := passwords[d.Users[i].Name]
 		salt := make([]byte, 16)
 		if _, err := rand.Read(salt); err != nil {
 			return err

@@ -1,0 +1,84 @@
+package identity
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The changes the identity API makes to a directory. Each works on the
+// directory it is called on; an Issuer calls them on a copy (see
+// Issuer.Update) and publishes the copy.
+
+// Ungrant removes role from the user on the project; false if the user
+// did not hold it there.
+func (d *Directory) Ungrant(userID, projectID, role string) bool {
+	i := d.userIndex(userID)
+	if i < 0 {
+		return false
+	}
+	u := &d.Users[i]
+	roles := u.Roles[projectID]
+	k := slices.Index(roles, role)
+	if k < 0 {
+		return false
+	}
+	u.Roles[projectID] = slices.Delete(slices.Clone(roles), k, k+1)
+	if len(u.Roles[projectID]) == 0 {
+		delete(u.Roles, projectID)
+	}
+	return true
+}
+
+// SetPassword replaces the user's password and revokes every token issued
+// to the user before now.
+func (d *Directory) SetPassword(userID, password string, now time.Time) error {
+	i := d.userIndex(userID)
+	if i < 0 {
+		return fmt.Errorf("setting password of %s: %w", userID, ErrUnknownUser)
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return fmt.Errorf("setting password of %s: %w", d.Users[i].Name, err)
+	}
+	d.Users[i].PasswordHash = hash
+	d.Users[i].TokensValidAfter = now.UnixMicro()
+	return nil
+}
+
+// RemoveUser deletes a user; false if there was none.
+func (d *Directory) RemoveUser(userID string) bool {
+	i := d.userIndex(userID)
+	if i < 0 {
+		return false
+	}
+	d.Users = slices.Delete(d.Users, i, i+1)
+	return true
+}
+
+// Revoke records a token as revoked until its expiry, and drops the
+// revocations that have expired by now.
+func (d *Directory) Revoke(auditID string, expiresAt, now time.Time) {
+	d.Revoked = slices.DeleteFunc(d.Revoked, func(r Revocation) bool { return r.ExpiresAt <= now.UnixMicro() })
+	if !d.revoked(auditID) {
+		d.Revoked = append(d.Revoked, Revocation{AuditID: auditID, ExpiresAt: expiresAt.UnixMicro()})
+	}
+}
+
+func (d *Directory) revoked(auditID string) bool {
+	return slices.ContainsFunc(d.Revoked, func(r Revocation) bool { return r.AuditID == auditID })
+}
+
+// clone is a deep copy of d.
+func (d *Directory) clone() (*Directory, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("copying the identity directory: %w", err)
+	}
+	var out Directory
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("copying the identity directory: %w", err)
+	}
+	return &out, nil
+}

@@ -1,0 +1,392 @@
+package identity
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+
+	"keel/internal/httpbody"
+)
+
+// The identity API's writes, in Keystone's shapes: enough for
+// `openstack project create`, `user create/set/delete`, `user password
+// set`, `role add/remove` and `token revoke`. Every change is saved to the
+// directory file before it is answered.
+
+// maxWriteBody bounds the body of a write.
+const maxWriteBody = 64 << 10
+
+// decodeWrite reads a write's JSON body, answering 400 or 413 itself.
+func decodeWrite(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := httpbody.DecodeJSON(r, maxWriteBody, v); err != nil {
+		if httpbody.IsTooLarge(err) {
+			WriteError(w, http.StatusRequestEntityTooLarge, "Request is too large.")
+		} else {
+			WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body.")
+		}
+		return false
+	}
+	return true
+}
+
+// checkEntityName is Keystone's rule for names: 1 to 255 characters, no
+// control characters.
+func checkEntityName(kind, name string) error {
+	if name == "" || utf8.RuneCountInString(name) > 255 || !utf8.ValidString(name) {
+		return fmt.Errorf("Invalid input for field '%s.name': the name must have 1 to 255 characters.", kind)
+	}
+	for _, c := range name {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("Invalid input for field '%s.name': the name may not hold control characters.", kind)
+		}
+	}
+	return nil
+}
+
+// checkDomain accepts only the default domain (by ID), or none.
+func checkDomain(id *string) error {
+	if id != nil && *id != DefaultDomainID {
+		return fmt.Errorf("Could not find domain: %s.", *id)
+	}
+	return nil
+}
+
+func (h *handler) admin(w http.ResponseWriter, me Principal, action string) bool {
+	if !me.IsAdmin() {
+		h.forbidden(w, action)
+		return false
+	}
+	return true
+}
+
+// update applies fn to the directory and answers a failure; fn's errors
+// that are an *apiError keep their status.
+func (h *handler) update(w http.ResponseWriter, fn func(*Directory) error) bool {
+	err := h.iss.Update(fn)
+	if err == nil {
+		return true
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		WriteError(w, ae.status, ae.msg)
+	} else {
+		WriteError(w, http.StatusInternalServerError, msgServerFail)
+	}
+	return false
+}
+
+// apiError is an answer an update's function chooses.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func conflict(kind, name string) error {
+	return &apiError{http.StatusConflict, fmt.Sprintf("Conflict occurred attempting to store %s - Duplicate entry found with name %s.", kind, name)}
+}
+
+func notFound(kind, id string) error {
+	return &apiError{http.StatusNotFound, fmt.Sprintf("Could not find %s: %s.", kind, id)}
+}
+
+// createProject is POST /v3/projects (admin).
+func (h *handler) createProject(w http.ResponseWriter, r *http.Request, me Principal) {
+	if !h.admin(w, me, "create_project") {
+		return
+	}
+	var body struct {
+		Project *struct {
+			Name     string  `json:"name"`
+			DomainID *string `json:"domain_id"`
+		} `json:"project"`
+	}
+	if !decodeWrite(w, r, &body) {
+		return
+	}
+	if body.Project == nil {
+		WriteError(w, http.StatusBadRequest, "Invalid input for field 'project': 'project' is a required property.")
+		return
+	}
+	if err := checkEntityName("project", body.Project.Name); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := checkDomain(body.Project.DomainID); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var p Project
+	if !h.update(w, func(d *Directory) error {
+		if _, ok := d.ProjectByName(DefaultDomainID, body.Project.Name); ok {
+			return conflict("project", body.Project.Name)
+		}
+		var err error
+		p, err = d.AddProject(body.Project.Name)
+		return err
+	}) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"project": h.projectJSON(r, p)})
+}
+
+// createUser is POST /v3/users (admin). A user created without a password
+// cannot log in until one is set.
+func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principal) {
+	if !h.admin(w, me, "create_user") {
+		return
+	}
+	var body struct {
+		User *struct {
+			Name             string  `json:"name"`
+			Password         *string `json:"password"`
+			DomainID         *string `json:"domain_id"`
+			DefaultProjectID string  `json:"default_project_id"`
+		} `json:"user"`
+	}
+	if !decodeWrite(w, r, &body) {
+		return
+	}
+	b := body.User
+	if b == nil {
+		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'user' is a required property.")
+		return
+	}
+	if err := checkEntityName("user", b.Name); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := checkDomain(b.DomainID); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	password := ""
+	if b.Password != nil {
+		password = *b.Password
+	} else if password = randomSecret(); password == "" {
+		WriteError(w, http.StatusInternalServerError, msgServerFail)
+		return
+	}
+	var u User
+	if !h.update(w, func(d *Directory) error {
+		if _, ok := d.UserByName(DefaultDomainID, b.Name); ok {
+			return conflict("user", b.Name)
+		}
+		if b.DefaultProjectID != "" {
+			if _, ok := d.Project(b.DefaultProjectID); !ok {
+				return notFound("project", b.DefaultProjectID)
+			}
+		}
+		var err error
+		if u, err = d.AddUser(b.Name, password); err != nil {
+			return err
+		}
+		d.Users[d.userIndex(u.ID)].DefaultProjectID = b.DefaultProjectID
+		u.DefaultProjectID = b.DefaultProjectID
+		return nil
+	}) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"user": h.userJSON(r, u)})
+}
+
+// randomSecret is a password nobody knows ("" if randomness failed).
+func randomSecret() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(b)
+}
+
+// updateUser is PATCH /v3/users/{id} (admin): password and
+// default_project_id. A new password revokes the user's tokens.
+func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principal) {
+	if !h.admin(w, me, "update_user") {
+		return
+	}
+	var body struct {
+		User *struct {
+			Password         *string `json:"password"`
+			DefaultProjectID *string `json:"default_project_id"`
+		} `json:"user"`
+	}
+	if !decodeWrite(w, r, &body) {
+		return
+	}
+	if body.User == nil {
+		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'user' is a required property.")
+		return
+	}
+	id := r.PathValue("id")
+	var u User
+	if !h.update(w, func(d *Directory) error {
+		i := d.userIndex(id)
+		if i < 0 {
+			return notFound("user", id)
+		}
+		if p := body.User.DefaultProjectID; p != nil {
+			if _, ok := d.Project(*p); !ok && *p != "" {
+				return notFound("project", *p)
+			}
+			d.Users[i].DefaultProjectID = *p
+		}
+		if body.User.Password != nil {
+			if err := d.SetPassword(id, *body.User.Password, h.iss.now()); err != nil {
+				return err
+			}
+		}
+		u = d.Users[i]
+		return nil
+	}) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"user": h.userJSON(r, u)})
+}
+
+// changePassword is POST /v3/users/{id}/password: users change their own
+// password, giving the old one; every token of theirs is revoked.
+func (h *handler) changePassword(w http.ResponseWriter, r *http.Request, me Principal) {
+	id := r.PathValue("id")
+	if me.UserID != id {
+		h.forbidden(w, "change_password")
+		return
+	}
+	var body struct {
+		User *struct {
+			Password         *string `json:"password"`
+			OriginalPassword *string `json:"original_password"`
+		} `json:"user"`
+	}
+	if !decodeWrite(w, r, &body) {
+		return
+	}
+	if body.User == nil || body.User.Password == nil || body.User.OriginalPassword == nil {
+		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'password' and 'original_password' are required properties.")
+		return
+	}
+	u, ok := h.iss.dir().User(id)
+	if !ok {
+		WriteError(w, http.StatusNotFound, "Could not find user: "+id+".")
+		return
+	}
+	if good, err := h.iss.checkPassword(u.PasswordHash, *body.User.OriginalPassword); err != nil || !good {
+		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
+		return
+	}
+	if h.update(w, func(d *Directory) error { return d.SetPassword(id, *body.User.Password, h.iss.now()) }) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// deleteUser is DELETE /v3/users/{id} (admin; not oneself).
+func (h *handler) deleteUser(w http.ResponseWriter, r *http.Request, me Principal) {
+	if !h.admin(w, me, "delete_user") {
+		return
+	}
+	id := r.PathValue("id")
+	if id == me.UserID {
+		WriteError(w, http.StatusForbidden, "You cannot delete the user you are logged in as.")
+		return
+	}
+	if h.update(w, func(d *Directory) error {
+		if !d.RemoveUser(id) {
+			return notFound("user", id)
+		}
+		return nil
+	}) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// roleByID is the role with Keystone ID id (keel accepts the name too).
+func roleByID(id string) (string, bool) {
+	for _, name := range roleNames {
+		if RoleID(name) == id || name == id {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// roleAssignment is PUT, DELETE, GET and HEAD on
+// /v3/projects/{project}/users/{user}/roles/{role} (admin).
+func (h *handler) roleAssignment(w http.ResponseWriter, r *http.Request, me Principal) {
+	if !h.admin(w, me, "role_assignment") {
+		return
+	}
+	pid, uid := r.PathValue("project"), r.PathValue("user")
+	role, ok := roleByID(r.PathValue("role"))
+	if !ok {
+		WriteError(w, http.StatusNotFound, "Could not find role: "+r.PathValue("role")+".")
+		return
+	}
+	d := h.iss.dir()
+	if _, ok := d.Project(pid); !ok {
+		WriteError(w, http.StatusNotFound, "Could not find project: "+pid+".")
+		return
+	}
+	u, ok := d.User(uid)
+	if !ok {
+		WriteError(w, http.StatusNotFound, "Could not find user: "+uid+".")
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		for _, g := range u.Roles[pid] {
+			if g == role {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		}
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("Could not find role assignment: %s on project %s for user %s.", role, pid, uid))
+	case http.MethodPut:
+		if h.update(w, func(d *Directory) error { return d.Grant(uid, pid, role) }) {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	case http.MethodDelete:
+		if h.update(w, func(d *Directory) error {
+			if !d.Ungrant(uid, pid, role) {
+				return &apiError{http.StatusNotFound, fmt.Sprintf("Could not find role assignment: %s on project %s for user %s.", role, pid, uid)}
+			}
+			return nil
+		}) {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}
+}
+
+// revokeToken is DELETE /v3/auth/tokens: the X-Subject-Token is revoked
+// (an admin's, or the caller's own) until it would have expired.
+func (h *handler) revokeToken(w http.ResponseWriter, r *http.Request) {
+	caller, err := h.iss.Validate(r.Header.Get("X-Auth-Token"))
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
+		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
+		return
+	}
+	subjectToken := r.Header.Get("X-Subject-Token")
+	if subjectToken == "" {
+		WriteError(w, http.StatusBadRequest, "Expecting to find X-Subject-Token in the request headers.")
+		return
+	}
+	subject, err := h.iss.Validate(subjectToken)
+	if err != nil {
+		WriteError(w, http.StatusNotFound, msgNoToken)
+		return
+	}
+	if !caller.IsAdmin() && caller.UserID != subject.UserID {
+		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, "identity:revoke_token"))
+		return
+	}
+	if h.update(w, func(d *Directory) error {
+		d.Revoke(subject.AuditID, subject.ExpiresAt, h.iss.now())
+		return nil
+	}) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
