@@ -57,8 +57,8 @@ type Cloud struct {
 	// Passwords are every user's password by name: admin, demo, alt_demo
 	// (keel dev's users; clouds keel, keel-demo and keel-alt_demo).
 	Passwords map[string]string
-	Hosts      []string
-	agents     []*agent.Agent
+	Hosts     []string
+	agents    []*agent.Agent
 }
 
 // Start runs a cloud until the test ends. Set KEEL_TEST_LOG=1 to see its
