@@ -8,6 +8,7 @@ import (
 
 	"keel/internal/boot"
 	"keel/internal/placement"
+	"keel/internal/quota"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 )
@@ -42,7 +43,13 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 	if err != nil {
 		return inst, fmt.Errorf("creating instance %s: %w", inst.Name, err)
 	}
+	if err := c.admit(ctx, created); err != nil {
+		return records.Instance{}, err
+	}
 	if err := c.joinGroup(ctx, created); err != nil {
+		if errors.Is(err, quota.ErrExceeded) {
+			return records.Instance{}, c.refuse(ctx, created, err)
+		}
 		// Not in the group: fail the boot without leaving it.
 		created.VMState, created.TaskState, created.Fault, created.UpdatedAt = records.VMError, records.TaskNone, err.Error(), c.clock.Now()
 		failed, uerr := c.store.UpdateInstance(ctx, created)
@@ -53,6 +60,26 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 		return failed, nil
 	}
 	return c.StepBoot(ctx, created.UUID, boot.Event{Kind: boot.Start})
+}
+
+// admit runs the quota check on a created instance; a refusal deletes
+// the record.
+func (c *Conductor) admit(ctx context.Context, inst records.Instance) error {
+	if c.cfg.Quota == nil {
+		return nil
+	}
+	if err := c.cfg.Quota.AdmitBoot(ctx, inst); err != nil {
+		return c.refuse(ctx, inst, err)
+	}
+	return nil
+}
+
+// refuse deletes the record of a boot the quotas refused and returns why.
+func (c *Conductor) refuse(ctx context.Context, inst records.Instance, why error) error {
+	if err := c.store.DeleteInstance(ctx, inst.UUID); err != nil && !isNotFound(err) {
+		return errors.Join(why, fmt.Errorf("deleting refused instance %s: %w", inst.UUID, err))
+	}
+	return why
 }
 
 // StepBoot feeds one event to an instance's boot and performs the

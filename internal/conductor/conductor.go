@@ -114,6 +114,22 @@ type Config struct {
 	// HeartbeatInterval is how often RunOwnership heartbeats ([DEFAULT]
 	// report_interval; 0 means ServiceDownTime/3, or 10s).
 	HeartbeatInterval time.Duration
+	// Quota checks boots against the projects' quotas; nil admits all.
+	Quota Admission
+}
+
+// Admission is the quota check the conductor makes (quota.Enforcer). Its
+// refusals wrap quota.ErrExceeded and are returned to the caller with the
+// instance record deleted.
+type Admission interface {
+	// AdmitBoot is called with a new instance's record already in the
+	// store (so racing boots see each other's) and before it joins a
+	// group or is scheduled. A resize or unshelve that adds usage calls
+	// it the same way once the instance's record counts the new usage.
+	AdmitBoot(ctx context.Context, inst records.Instance) error
+	// GroupMembersLimit is the most members a server group of the project
+	// may have (-1: unlimited), checked as the member joins.
+	GroupMembersLimit(ctx context.Context, project string) (int64, error)
 }
 
 // Conductor runs the flows.

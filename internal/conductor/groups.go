@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"keel/internal/quota"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 )
@@ -115,8 +116,20 @@ func (c *Conductor) joinGroup(ctx context.Context, inst records.Instance) error 
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return nil
 	}
+	limit := int64(-1)
+	if c.cfg.Quota != nil {
+		var err error
+		if limit, err = c.cfg.Quota.GroupMembersLimit(ctx, inst.ProjectID); err != nil {
+			return fmt.Errorf("adding %s to server group %s: %w", inst.UUID, inst.Hints.Group, err)
+		}
+	}
 	_, err := c.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
 		if !slices.Contains(g.Members, inst.UUID) {
+			// Checked inside the versioned update: two joins racing for
+			// the last place cannot both have it.
+			if limit >= 0 && int64(len(g.Members)) >= limit {
+				return quota.GroupMembersExceeded()
+			}
 			g.Members = append(g.Members, inst.UUID)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"keel/internal/identity"
+	"keel/internal/quota"
+	"keel/internal/store"
 )
 
 // EnsureIdentity makes sure DATA_DIR/identity.json exists: on first start
@@ -43,7 +46,33 @@ func EnsureIdentity(dataDir string) (string, error) {
 	if err := d.Save(dirFile); err != nil {
 		return "", fmt.Errorf("writing %s: %w", dirFile, err)
 	}
+	if err := os.WriteFile(filepath.Join(dataDir, adminQuotaPending), nil, 0o600); err != nil {
+		return "", err
+	}
 	return pw, nil
+}
+
+// adminQuotaPending marks a data dir whose admin project was just made:
+// the server's next start gives the admin project unlimited quotas.
+const adminQuotaPending = "admin-quota-pending"
+
+// settleAdminQuota gives the admin project of a new identity its own
+// unlimited quotas (-1 for every quota), once: the operator's project
+// boots what tests and benchmarks need, while every other project has
+// Nova's defaults. `openstack quota set … admin` changes them.
+func settleAdminQuota(ctx context.Context, st store.Store, dataDir string) error {
+	marker := filepath.Join(dataDir, adminQuotaPending)
+	if _, err := os.Stat(marker); err != nil {
+		return nil
+	}
+	unlimited := map[string]int64{}
+	for name := range quota.Defaults {
+		unlimited[name] = -1
+	}
+	if _, err := st.SetQuotaLimits(ctx, identity.ProjectID(identity.DefaultDomainID, "admin"), unlimited); err != nil {
+		return fmt.Errorf("setting the admin project's quotas: %w", err)
+	}
+	return os.Remove(marker)
 }
 
 // PasswordFile is where keel keeps the generated password of a user it

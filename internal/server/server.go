@@ -32,6 +32,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/config"
 	"keel/internal/identity"
+	"keel/internal/quota"
 	"keel/internal/rpc"
 	"keel/internal/scheduler"
 	"keel/internal/store"
@@ -83,8 +84,14 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
+	if _, err := EnsureIdentity(dataDir); err != nil {
+		return err
+	}
 	var err error
 	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
+		return err
+	}
+	if err := settleAdminQuota(ctx, s.store, dataDir); err != nil {
 		return err
 	}
 	if cfg.Keel.NATSCredentials != "" {
@@ -139,6 +146,7 @@ func (s *Server) start(ctx context.Context) error {
 		AllowResizeToSameHost:       cfg.Default.AllowResizeToSameHost,
 		ResizeConfirmWindow:         cfg.Default.ResizeConfirmWindow,
 		CopyStallTimeout:            cfg.Keel.MigrationStallTimeout,
+		Quota:                       quota.Enforcer{Store: s.store},
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
@@ -167,9 +175,6 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	s.listener = ln
 	s.baseURL = "http://" + ln.Addr().String()
 
-	if _, err := EnsureIdentity(cfg.Keel.DataDir); err != nil {
-		return err
-	}
 	dirFile := filepath.Join(cfg.Keel.DataDir, "identity.json")
 	dir, err := identity.LoadDirectory(dirFile)
 	if err != nil {

@@ -208,6 +208,16 @@ type Store interface {
 	DeleteServerGroup(ctx context.Context, uuid string) error
 
 	// Changes returns up to limit entries with Seq > since, oldest first.
+	// Quota limits (the compute API's os-quota-sets): the limits a project
+	// has of its own, or with project "" those of the default quota class,
+	// by Nova's names (instances, cores, ram, …). GetQuotaLimits returns an
+	// empty map if none are set; SetQuotaLimits sets the named ones, keeps
+	// the others, and returns them all; DeleteQuotaLimits drops them (no
+	// error if there were none).
+	GetQuotaLimits(ctx context.Context, project string) (map[string]int64, error)
+	SetQuotaLimits(ctx context.Context, project string, limits map[string]int64) (map[string]int64, error)
+	DeleteQuotaLimits(ctx context.Context, project string) error
+
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).
 	LastChange(ctx context.Context) (int64, error)

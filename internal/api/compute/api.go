@@ -119,11 +119,11 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.searchHypervisors(true))
 	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
 	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
-	route("GET /compute/v2.1/limits", false, a.showLimits)
 	route("GET /compute/v2.1/os-services", true, a.listServices)
 	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
 	a.aggregateRoutes(route)
 	a.serverGroupRoutes(route)
+	a.quotaRoutes(route)
 }
 
 // ServeHTTP implements http.Handler: every response carries the

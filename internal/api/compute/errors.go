@@ -7,6 +7,7 @@ import (
 
 	"keel/internal/conductor"
 	"keel/internal/placement"
+	"keel/internal/quota"
 	"keel/internal/scheduler"
 	"keel/internal/store"
 )
@@ -55,6 +56,8 @@ func statusOf(err error) int {
 		return ae.status
 	case errors.As(err, &bre):
 		return http.StatusBadRequest
+	case errors.Is(err, quota.ErrExceeded):
+		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
 	case errors.As(err, &ise), placement.IsConflict(err), errors.Is(err, store.ErrExists):

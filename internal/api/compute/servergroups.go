@@ -2,6 +2,7 @@ package compute
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -173,6 +174,9 @@ func (a *API) createServerGroup(w http.ResponseWriter, r *http.Request) error {
 	g, err := a.cfg.Store.CreateServerGroup(r.Context(), g)
 	if err != nil {
 		return err
+	}
+	if err := a.checkServerGroupQuota(r.Context(), g); err != nil {
+		return errors.Join(err, a.cfg.Store.DeleteServerGroup(r.Context(), g.UUID))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"server_group": serverGroupView(r, g)})
 	return nil

@@ -392,8 +392,14 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	if in.Hints, err = a.schedulerHints(r, hints); err != nil {
 		return err
 	}
-	count, err := createCount(sb)
+	minCount, count, err := createCount(sb)
 	if err != nil {
+		return err
+	}
+	if err := a.checkMetadataQuota(r.Context(), c.ProjectID, len(in.Metadata)); err != nil {
+		return err
+	}
+	if count, err = a.fitCount(r.Context(), c.ProjectID, f, minCount, count); err != nil {
 		return err
 	}
 	var retRes bool
@@ -425,6 +431,9 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 			a.recordAction(w, r, records.InstanceAction{InstanceUUID: one.UUID, Action: "create", Message: one.Fault})
 		}
 		if err != nil {
+			if i >= minCount && quotaRefused(err) {
+				break // min_count booted; a racing boot took the rest
+			}
 			return err
 		}
 		if i == 0 {
@@ -450,8 +459,16 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 const maxCreateCount = 100
 
 // createCount reads min_count and max_count (integers or numeric strings,
-// 1 ≤ min ≤ max): keel boots max_count servers.
-func createCount(sb serverBody) (int, error) {
+// 1 ≤ min ≤ max): keel boots as many as its quotas allow, at least min.
+func createCount(sb serverBody) (lo, hi int, err error) {
+	lo, hi, err = createBounds(sb)
+	if lo == 0 {
+		lo = 1
+	}
+	return lo, hi, err
+}
+
+func createBounds(sb serverBody) (int, int, error) {
 	read := func(name string) (int, error) {
 		raw, ok := sb[name]
 		if !ok {
@@ -472,21 +489,21 @@ func createCount(sb serverBody) (int, error) {
 	}
 	lo, err := read("min_count")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	hi, err := read("max_count")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	switch {
 	case lo == 0 && hi == 0:
-		return 1, nil
+		return 1, 1, nil
 	case hi == 0:
-		return lo, nil
+		return lo, lo, nil
 	case lo > hi:
-		return 0, badRequest("min_count must be <= max_count")
+		return 0, 0, badRequest("min_count must be <= max_count")
 	}
-	return hi, nil
+	return lo, hi, nil
 }
 
 // checkNetworking refuses what keel cannot give a server: it has no

@@ -33,6 +33,7 @@ type Store struct {
 	instances  map[string]records.Instance
 	migrations map[int64]records.Migration
 	flavors    map[string]records.Flavor
+	quotas     map[string]map[string]int64
 	traits     map[string]bool                  // created (custom) traits
 	classes    map[placement.ResourceClass]bool // created (custom) resource classes
 	activeMigs map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
@@ -60,6 +61,7 @@ func New() *Store {
 		instances:  map[string]records.Instance{},
 		migrations: map[int64]records.Migration{},
 		flavors:    map[string]records.Flavor{},
+		quotas:     map[string]map[string]int64{},
 		traits:     map[string]bool{},
 		classes:    map[placement.ResourceClass]bool{},
 		actions:    map[string][]records.InstanceAction{},

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Changes", changeTests},
 		{"Groups", groupTests},
 		{"Concurrency", concurrencyTests},
+		{"Quotas", quotaTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
