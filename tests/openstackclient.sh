@@ -251,3 +251,18 @@ os token revoke "$tok"
 if "$OPENSTACK" --os-auth-type token --os-token "$tok" --os-auth-url "$keel_url/identity/v3" --os-project-name admin \
   --os-project-domain-name Default server list >/dev/null 2>&1; then fail "a revoked token still works"; fi
 echo "ok  token revoke"
+
+# Quotas: demo starts with Nova's defaults; the admin lowers them and
+# demo's next boot past the limit is refused with Nova's words.
+expect "10 20 51200" "$(os quota show demo -f json | python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"], q["ram"])')" \
+  "quota show (Nova's defaults)"
+os quota set --instances 1 --cores 4 demo
+expect "1 4" "$(os quota show demo -f json | python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"])')" "quota set"
+demo() { "$OPENSTACK" --os-cloud keel-demo "$@"; }
+demo server create --flavor m1.tiny --image keel-fake --nic none --wait q1 >/dev/null
+if out=$(demo server create --flavor m1.tiny --image keel-fake --nic none q2 2>&1); then fail "a boot past instances=1 was accepted"; fi
+case "$out" in *"Quota exceeded for instances: Requested 1, but already used 1 of 1 instances"*"HTTP 403"*) echo "ok  a boot past the instances quota is refused (403)" ;;
+  *) fail "boot past the quota: [$out]" ;; esac
+expect "1 1" "$(os limits show --absolute --project demo -f value | awk '$1=="maxTotalInstances"||$1=="totalInstancesUsed"{print $2}' | tr '\n' ' ' | sed 's/ $//')" \
+  "limits show --absolute --project demo"
+demo server delete --wait q1

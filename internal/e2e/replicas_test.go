@@ -173,4 +173,5 @@ func TestReplicasOnPostgres(t *testing.T) {
 	if over := sc.overCapacityRows(); over != 0 {
 		t.Fatalf("%d inventories over capacity in the database", over)
 	}
+	checkQuotaRace(t, sc)
 }

@@ -309,14 +309,14 @@ func TestZonesLimitsAndStatistics(t *testing.T) {
 		Limits struct{ Absolute map[string]float64 }
 	}
 	e.call("GET", "/compute/v2.1/limits", "member", "2.60", nil, &lim)
-	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 2 || a["totalRAMUsed"] != float64(2*fl.RAMMB) || a["maxTotalInstances"] != -1 {
+	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 2 || a["totalRAMUsed"] != float64(2*fl.RAMMB) || a["maxTotalInstances"] != 10 || a["maxTotalCores"] != 20 {
 		t.Errorf("member's limits: %v", a)
 	}
 	if _, ok := lim.Limits.Absolute["maxPersonality"]; ok {
 		t.Errorf("maxPersonality at 2.60: %v", lim.Limits.Absolute)
 	}
 	e.call("GET", "/compute/v2.1/limits", "admin", "", nil, &lim)
-	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 0 || a["maxPersonality"] != -1 {
+	if a := lim.Limits.Absolute; a["totalInstancesUsed"] != 0 || a["maxPersonality"] != 5 {
 		t.Errorf("admin's own project at 2.1: %v", a)
 	}
 

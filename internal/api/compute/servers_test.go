@@ -344,6 +344,10 @@ func TestResetStatePutsAllocationsRight(t *testing.T) {
 func TestFailedCreateActionGivesTheReason(t *testing.T) {
 	e := newEnv(t)
 	e.call("POST", "/compute/v2.1/flavors", "admin", "", map[string]any{"flavor": map[string]any{"name": "huge", "id": "99", "ram": 1024, "vcpus": 64, "disk": 1}}, nil)
+	// Past the default cores quota too: lift it, to reach the scheduler.
+	if _, err := e.st.SetQuotaLimits(context.Background(), "p-demo", map[string]int64{"cores": -1}); err != nil {
+		t.Fatal(err)
+	}
 	var created struct{ Server struct{ ID string } }
 	resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "big", "flavorRef": "99"}}, &created)
 	if resp.StatusCode != 202 {
