@@ -597,7 +597,7 @@ func TestWebViewStream(t *testing.T) {
 		return ch
 	}
 	admin := login(t, base, "admin", cloud.Password)
-	demo := login(t, base, "demo", cloud.Password)
+	demo := login(t, base, "demo", cloud.Passwords["demo"])
 	opened := time.Now()
 	adminEvents, demoEvents := open(admin), open(demo)
 	id := demo.boot("streamed", "1", "")

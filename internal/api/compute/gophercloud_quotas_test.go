@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/limits"
@@ -70,7 +71,8 @@ func TestGophercloudQuotas(t *testing.T) {
 		}
 		return s.ID, nil
 	}
-	if _, err := bootAs(demo, "a", "1", nil, nil); err != nil {
+	aID, err := bootAs(demo, "a", "1", nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bootAs(demo, "b", "1", nil, nil); err != nil {
@@ -132,6 +134,19 @@ func TestGophercloudQuotas(t *testing.T) {
 		t.Fatalf("demo's servers after the refusals: %d (%v), want 3", len(all), err)
 	}
 
+	// A resize that adds cores past the quota is refused before it starts.
+	if _, err := quotasets.Update(ctx, admin, demoProject, quotasets.UpdateOpts{Cores: intp(3)}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	waitActive(t, demoCl, aID)
+	err = servers.Resize(ctx, demo, aID, servers.ResizeOpts{FlavorRef: "3"}).ExtractErr()
+	if st, body := refusal(err); st != 403 || !strings.Contains(body, "Quota exceeded for cores: Requested 1, but already used 3 of 3 cores") {
+		t.Fatalf("resize past cores=3: %d %s", st, body)
+	}
+	if _, err := quotasets.Update(ctx, admin, demoProject, quotasets.UpdateOpts{Cores: intp(20)}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+
 	// Racing boots: 12 at once for the last 2 places never make more
 	// than 5 servers.
 	if _, err := quotasets.Update(ctx, admin, demoProject, quotasets.UpdateOpts{Instances: intp(5)}).Extract(); err != nil {
@@ -181,4 +196,13 @@ func listServers(ctx context.Context, sc *gophercloud.ServiceClient) ([]servers.
 		return nil, err
 	}
 	return servers.ExtractServers(pages)
+}
+
+func waitActive(t *testing.T, cl *client.Client, id string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s, err := cl.WaitServer(wctx, id, 20*time.Millisecond, func(s client.Server) bool { return s.Status != "BUILD" }); err != nil || s.Status != "ACTIVE" {
+		t.Fatalf("server %s: %+v %v", id, s, err)
+	}
 }

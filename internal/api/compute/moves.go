@@ -62,6 +62,9 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 			}
 			return true, ferr
 		}
+		if qerr := a.checkResizeQuota(r.Context(), in, f); qerr != nil {
+			return true, qerr
+		}
 		action = "resize"
 		m, err = a.cfg.Conductor.Resize(r.Context(), in.UUID, f)
 	case body["evacuate"] != nil:

@@ -349,3 +349,26 @@ func (a *API) checkServerGroupQuota(ctx context.Context, g records.ServerGroup) 
 
 // quotaRefused reports whether err is a quota refusal.
 func quotaRefused(err error) bool { return errors.Is(err, quota.ErrExceeded) }
+
+// checkResizeQuota refuses a resize whose new flavor would take the
+// project past its cores or ram quota (what it adds over the old flavor).
+// It is checked up front only: while a resize is open the instance counts
+// for its old flavor (records.Instance.Flavor until the confirm); making
+// it race-safe means counting the larger flavor of an open resize in
+// quota.Of and calling the conductor's Admission after the migration
+// record is written.
+func (a *API) checkResizeQuota(ctx context.Context, in records.Instance, f records.Flavor) error {
+	add := quota.Usage{Cores: max(0, f.VCPUs-in.Flavor.VCPUs), RAM: max(0, f.RAMMB-in.Flavor.RAMMB)}
+	if add.Cores == 0 && add.RAM == 0 {
+		return nil
+	}
+	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, in.ProjectID)
+	if err != nil {
+		return err
+	}
+	used, err := a.enforcer().Usage(ctx, in.ProjectID)
+	if err != nil {
+		return err
+	}
+	return quota.Check(lim, used, add)
+}
