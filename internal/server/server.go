@@ -216,10 +216,12 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	openDocs(mux, imageVersions(s.baseURL), "/image")
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
 	s.metrics.reg.MustRegister(newCloudCollector(s.ui))
-	mux.Handle("GET /metrics", s.metrics.handler(s.store, cfg.Default.ServiceDownTime))
-	s.http = &http.Server{Handler: s.metrics.instrument(mux, s.log), ReadHeaderTimeout: 10 * time.Second}
+	// /metrics names every host and counts every tenant's instances: the
+	// admin's only.
+	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, compute.WriteError))
+	s.http = newHTTPServer(s.metrics.instrument(limitRequest(mux), s.log))
 	go func() {
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(limitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server stopped", "err", err)
 		}
 	}()

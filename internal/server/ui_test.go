@@ -412,7 +412,7 @@ func TestWebView(t *testing.T) {
 	}
 
 	checkThousandHosts(t, ctx, base)
-	checkMetrics(t, base, placed)
+	checkMetrics(t, base, admin.token, placed)
 }
 
 // checkThousandHosts feeds a page 1,000 hosts and 50 moves (events as the
@@ -471,9 +471,16 @@ func checkThousandHosts(t *testing.T, ctx context.Context, base string) {
 
 // checkMetrics scrapes /metrics after TestWebView's sequence: the mover
 // now on h04, h02 disabled.
-func checkMetrics(t *testing.T, base string, placed map[string][]records.Flavor) {
+func checkMetrics(t *testing.T, base, token string, placed map[string][]records.Flavor) {
 	t.Helper()
-	res, err := http.Get(base + "/metrics")
+	if res, err := http.Get(base + "/metrics"); err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/metrics without a token: %v %v, want 401", res.Status, err)
+	} else {
+		res.Body.Close()
+	}
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("X-Auth-Token", token)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serveLimited runs newHTTPServer over limitListener on loopback with
+// short timeouts; the handler reads the whole body.
+func serveLimited(t *testing.T, conns int, timeout time.Duration) string {
+	t.Helper()
+	oldRead, oldIdle := readTimeout, idleTimeout
+	readTimeout, idleTimeout = timeout, timeout
+	t.Cleanup(func() { readTimeout, idleTimeout = oldRead, oldIdle })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(limitRequest(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})))
+	go srv.Serve(limitListener(ln, conns))
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// TestSlowBodyAndIdleConnectionsAreCut: a body that trickles in is cut at
+// the read timeout, an idle keep-alive connection is closed, and a
+// request line past 8 KiB gets 414.
+func TestSlowBodyAndIdleConnectionsAreCut(t *testing.T) {
+	addr := serveLimited(t, 16, 300*time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST /identity/v3/auth/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for time.Since(start) < 3*time.Second { // keep trickling
+		if _, err := c.Write([]byte(" ")); err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if el := time.Since(start); el >= 3*time.Second {
+		t.Fatalf("a trickling body was not cut within %v", el)
+	}
+
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprint(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(idle)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle keep-alive connection: %v, want closed by the server (EOF)", err)
+	}
+
+	resp, err := http.Get("http://" + addr + "/compute/v2.1/servers?name=" + strings.Repeat("a", 9000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestURITooLong {
+		t.Fatalf("9 KB request line: %d, want 414", resp.StatusCode)
+	}
+}
+
+// TestConnectionCap: with the cap reached, a new connection is not served
+// until one closes.
+func TestConnectionCap(t *testing.T) {
+	addr := serveLimited(t, 2, 10*time.Second)
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n") // holds its slot
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cl := &http.Client{Timeout: 150 * time.Millisecond}
+	if _, err := cl.Get("http://" + addr + "/"); err == nil {
+		t.Fatal("a third connection was served with the cap at 2")
+	}
+	held[0].Close()
+	cl.Timeout = 5 * time.Second
+	resp, err := cl.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("after a slot freed: %v", err)
+	}
+	resp.Body.Close()
+}
