@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -95,9 +94,8 @@ The scenario format is documented in scenarios/README.md.`,
 			if format != "table" && format != "json" {
 				return fmt.Errorf("--format must be table or json, not %q", format)
 			}
-			// The simulator allocates many short-lived records; trading
-			// memory for fewer collections roughly halves its GC time.
-			debug.SetGCPercent(400)
+			// Fewer collections, under a soft memory limit (sim.TuneGC).
+			defer sim.TuneGC()()
 			rep, err := sim.Run(cmd.Context(), sc, opts)
 			if err != nil {
 				return err

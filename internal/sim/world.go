@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"keel/internal/clock"
@@ -63,9 +64,22 @@ func (a agentMap) Peer(host string) (compute.Peer, error) {
 	return m, nil
 }
 
+// id is the next instance or migration UUID: a counter in the last group
+// (00000000-0000-4000-8000-000000000001, …), so creation order is UUID
+// order.
 func (w *world) id() string {
 	w.nextID++
-	return fmt.Sprintf("00000000-0000-4000-8000-%012d", w.nextID)
+	var b [36]byte
+	copy(b[:], "00000000-0000-4000-8000-000000000000")
+	n := w.nextID
+	for i := len(b) - 1; i >= len(b)-12 && n > 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if n > 0 { // past 12 digits: as %012d would, widen
+		return fmt.Sprintf("00000000-0000-4000-8000-%012d", w.nextID)
+	}
+	return string(b[:])
 }
 
 // secs converts seconds to a Duration, saturating instead of wrapping (a
@@ -185,20 +199,24 @@ func (w *world) seedInstances(ctx context.Context) error {
 	for _, h := range w.hosts {
 		tracker := w.trackers[h.Name]
 		drv := w.drivers[h.Name]
-		for _, fname := range roundRobin(w.sc.Flavors, h.Instances) {
+		names := roundRobin(w.sc.Flavors, h.Instances)
+		writes := make([]placement.AllocationWrite, 0, len(names))
+		for _, fname := range names {
 			f := w.flavors[fname]
-			inst := records.Instance{UUID: w.id(), Name: fmt.Sprintf("%s-%s-%d", h.Name, fname, w.nextID), Host: h.Name, Zone: h.Zone,
+			inst := records.Instance{UUID: w.id(), Name: h.Name + "-" + fname + "-" + strconv.Itoa(w.nextID), Host: h.Name, Zone: h.Zone,
 				Flavor: f, VMState: records.VMActive, CreatedAt: now, UpdatedAt: now}
 			if _, err := w.store.CreateInstance(ctx, inst); err != nil {
 				return err
 			}
-			if _, err := w.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
-				Allocations: map[string]placement.Resources{"rp-" + h.Name: f.Resources()}}); err != nil {
-				return fmt.Errorf("initial instances of %s: %w", h.Name, err)
-			}
+			writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
+				Allocations: map[string]placement.Resources{"rp-" + h.Name: f.Resources()}})
 			drv.AddGuest(compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: f, State: compute.GuestRunning})
 			tracker.Track(inst.UUID, f)
 			w.active.add(inst.UUID)
+		}
+		// One write per host: the same allocations, planned once.
+		if _, err := w.store.WriteAllocations(ctx, writes...); err != nil {
+			return fmt.Errorf("initial instances of %s: %w", h.Name, err)
 		}
 		if err := tracker.WriteRecord(ctx); err != nil {
 			return err
