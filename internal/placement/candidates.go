@@ -30,13 +30,14 @@ type Forest struct {
 	trees     map[int][]int    // root → its tree's providers, in order
 	byAgg     map[string][]int // aggregate → its providers
 	sharing   []int
+	shares    []bool // per provider: it carries MISC_SHARES_VIA_AGGREGATE
 	hasTrees  bool
 	byUUID    map[string]int
 }
 
 // NewForest indexes ps (whose Parent and Root must be filled in).
 func NewForest(ps []CandidateProvider) *Forest {
-	f := &Forest{Providers: ps, trees: map[int][]int{}, byAgg: map[string][]int{}, byUUID: make(map[string]int, len(ps))}
+	f := &Forest{Providers: ps, trees: map[int][]int{}, byAgg: map[string][]int{}, byUUID: make(map[string]int, len(ps)), shares: make([]bool, len(ps))}
 	for i, p := range ps {
 		f.byUUID[p.UUID] = i
 		f.trees[p.Root] = append(f.trees[p.Root], i)
@@ -48,6 +49,7 @@ func NewForest(ps []CandidateProvider) *Forest {
 		}
 		if _, ok := slices.BinarySearch(p.Traits, SharesViaAggregate); ok {
 			f.sharing = append(f.sharing, i)
+			f.shares[i] = true
 		}
 	}
 	return f
@@ -168,11 +170,17 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			if !ok {
 				return
 			}
-			key := r.key(q.Groups)
-			if seen[key] {
-				return
+			// A provider that does not share is a candidate only for its
+			// own tree, so a request using one comes from one anchor
+			// only; one made of sharing providers alone can come from
+			// every tree they share with, and counts once.
+			if !slices.ContainsFunc(r.Parts, func(p AllocationPart) bool { return !f.shares[p.Provider] }) {
+				key := r.key(q.Groups)
+				if seen[key] {
+					return
+				}
+				seen[key] = true
 			}
-			seen[key] = true
 			reqs = append(reqs, r)
 			for _, p := range r.Parts {
 				usedRoots[f.Providers[p.Provider].Root] = true
