@@ -54,11 +54,17 @@ type authRequest struct {
 type authFailure struct {
 	status int
 	msg    string
+	// badPassword: an unknown user or a wrong password (what the login
+	// throttle counts).
+	badPassword bool
 }
 
-func badRequest(msg string) *authFailure { return &authFailure{http.StatusBadRequest, msg} }
+func badRequest(msg string) *authFailure { return &authFailure{status: http.StatusBadRequest, msg: msg} }
 
-var unauthorized = &authFailure{http.StatusUnauthorized, msgAuthRequired}
+var (
+	unauthorized  = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired}
+	wrongPassword = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired, badPassword: true}
+)
 
 // issueToken is POST /v3/auth/tokens.
 func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +77,19 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body: "+err.Error())
 		return
 	}
+	key := ""
+	if a := req.Auth; a != nil && a.Identity != nil && a.Identity.Password != nil && a.Identity.Password.User != nil {
+		u := a.Identity.Password.User
+		key = throttleKey(r, u.ID+"\x00"+u.Name)
+		if wait := h.throttle.wait(key, h.iss.now()); wait > 0 {
+			tooMany(w, wait)
+			return
+		}
+	}
 	userID, projectID, fail := h.authenticate(&req)
+	if fail != nil && fail.badPassword && key != "" {
+		h.throttle.failed(key, h.iss.now())
+	}
 	if fail != nil {
 		if fail.status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
@@ -98,7 +116,7 @@ func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail
 		return "", "", badRequest("Expecting to find auth.identity.methods in the request body.")
 	}
 	if !slices.Equal(a.Identity.Methods, []string{"password"}) {
-		return "", "", &authFailure{http.StatusUnauthorized, "Attempted to authenticate with an unsupported method."}
+		return "", "", &authFailure{status: http.StatusUnauthorized, msg: "Attempted to authenticate with an unsupported method."}
 	}
 	pw := a.Identity.Password
 	if pw == nil || pw.User == nil {
@@ -122,12 +140,12 @@ func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail
 	u, ok := h.lookupUser(pw.User.ref)
 	if !ok {
 		h.iss.burnPasswordCheck(*pw.User.Password) // same time as a wrong password
-		return "", "", unauthorized
+		return "", "", wrongPassword
 	}
 	if good, err := h.iss.checkPassword(u.PasswordHash, *pw.User.Password); err != nil {
-		return "", "", &authFailure{http.StatusInternalServerError, msgServerFail}
+		return "", "", &authFailure{status: http.StatusInternalServerError, msg: msgServerFail}
 	} else if !good {
-		return "", "", unauthorized
+		return "", "", wrongPassword
 	}
 	var p Project
 	if project == nil {
@@ -158,7 +176,7 @@ func (h *handler) parseScope(raw json.RawMessage) (*ref, *authFailure) {
 		if len(scope) == 0 {
 			return nil, nil
 		}
-		return nil, &authFailure{http.StatusUnauthorized, "keel issues project-scoped tokens only."}
+		return nil, &authFailure{status: http.StatusUnauthorized, msg: "keel issues project-scoped tokens only."}
 	}
 	var proj ref
 	if err := json.Unmarshal(projRaw, &proj); err != nil {

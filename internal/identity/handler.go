@@ -90,8 +90,9 @@ func (i *Issuer) Handler(base string) http.Handler {
 }
 
 type handler struct {
-	iss  *Issuer
-	base string
+	iss      *Issuer
+	base     string
+	throttle throttle
 }
 
 func (h *handler) url(r *http.Request, path string) string { return baseURL(h.base, r) + path }
