@@ -59,7 +59,9 @@ type authFailure struct {
 	badPassword bool
 }
 
-func badRequest(msg string) *authFailure { return &authFailure{status: http.StatusBadRequest, msg: msg} }
+func badRequest(msg string) *authFailure {
+	return &authFailure{status: http.StatusBadRequest, msg: msg}
+}
 
 var (
 	unauthorized  = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired}
