@@ -58,6 +58,10 @@ type Driver interface {
 	// one.
 	PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
 	RollbackLiveMigrationAtDestination(ctx context.Context, uuid string) error
+
+	// LifecycleDriver: stop, start, reboot, pause, suspend, rescue,
+	// rebuild and shelve the guests (see lifecycle.go).
+	LifecycleDriver
 }
 
 // Steps that can fail, named as Nova's RPC methods; the fake driver's

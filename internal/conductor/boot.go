@@ -166,6 +166,7 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 
 // bootEnded tells the hooks a boot ended (ACTIVE or ERROR).
 func (c *Conductor) bootEnded(inst records.Instance) {
+	c.lifecycleBootEnded(inst)
 	if c.hooks.BuildDone != nil {
 		c.hooks.BuildDone(inst)
 	}

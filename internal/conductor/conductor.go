@@ -116,6 +116,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Quota checks boots against the projects' quotas; nil admits all.
 	Quota Admission
+	// ShelvedOffloadTime is [DEFAULT] shelved_offload_time: 0 offloads a
+	// shelved server at once, a negative value never, a positive one
+	// after that long (see lifecycle.go).
+	ShelvedOffloadTime time.Duration
 }
 
 // Admission is the quota check the conductor makes (quota.Enforcer). Its

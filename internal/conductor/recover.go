@@ -64,7 +64,11 @@ func (c *Conductor) resume(ctx context.Context, atStart bool) (int, error) {
 		return nb, err
 	}
 	nm, err := c.resumeMigrations(ctx, live, atStart)
-	return nb + nm, err
+	if err != nil {
+		return nb + nm, err
+	}
+	nl, err := c.resumeLifecycle(ctx, live, atStart)
+	return nb + nm + nl, err
 }
 
 // resumeBoots resumes the boots this conductor may take (see mayTake).

@@ -60,6 +60,9 @@ type DefaultGroup struct {
 	// ResizeConfirmWindow is resize_confirm_window (0: never): a resize
 	// or cold migration left in VERIFY_RESIZE this long is confirmed.
 	ResizeConfirmWindow time.Duration
+	// ShelvedOffloadTime is shelved_offload_time (0: a shelved server is
+	// offloaded at once; negative: never).
+	ShelvedOffloadTime time.Duration
 }
 
 // FilterSchedulerGroup is nova.conf's [filter_scheduler] group.

@@ -355,6 +355,8 @@ var options = slices.Concat([]*option{
 		"Seconds after which a resize or cold migration left in VERIFY_RESIZE is confirmed automatically; 0 never confirms one.").atLeast(0),
 	secondsOpt("DEFAULT", "instance_build_timeout", func(c *Config) *time.Duration { return &c.Default.InstanceBuildTimeout },
 		"Seconds a boot may take, from the request to the agent's report, before it ends in ERROR (its guest removed, its claim given back). Nova's default 0 turns it off; keel's is 900.").atLeast(0),
+	secondsOpt("DEFAULT", "shelved_offload_time", func(c *Config) *time.Duration { return &c.Default.ShelvedOffloadTime },
+		"Seconds a shelved server keeps its host before it is offloaded (its guest removed, its claim given back); 0 offloads it at once, -1 never.").atLeast(-1),
 
 	// [api]
 	secondsOpt("api", "token_ttl", func(c *Config) *time.Duration { return &c.API.TokenTTL },

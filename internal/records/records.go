@@ -170,6 +170,10 @@ type Instance struct {
 	RequestedZone string `json:"requested_zone,omitempty"`
 	ForcedHost    string `json:"forced_host,omitempty"`
 	Owner         string `json:"owner,omitempty"`
+
+	// Lifecycle is the lock and the lifecycle action in flight (package
+	// lifecycle).
+	Lifecycle
 }
 
 // Migration statuses, Nova's names.

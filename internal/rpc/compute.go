@@ -228,6 +228,7 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 	}
 	guestMethods(handlers, m)
 	maps.Copy(handlers, resizeHandlers(m))
+	lifecycleHandlers(m, handlers)
 	typed := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
 		typed[method] = decoded(h)

@@ -147,6 +147,7 @@ func (s *Server) start(ctx context.Context) error {
 		ResizeConfirmWindow:         cfg.Default.ResizeConfirmWindow,
 		CopyStallTimeout:            cfg.Keel.MigrationStallTimeout,
 		Quota:                       quota.Enforcer{Store: s.store},
+		ShelvedOffloadTime:          cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err

@@ -48,6 +48,9 @@ type Config struct {
 	// hypervisor's would (placement normally prevents it; overcommit by a
 	// RAM allocation ratio above 1 is what can reach it). 0: unlimited.
 	MemoryMB int64
+	// LifecycleTime is how long a lifecycle operation (stop, pause,
+	// reboot, …) takes (default: StepTime).
+	LifecycleTime time.Duration
 }
 
 // Driver is the fake driver.
@@ -602,7 +605,7 @@ func parseState(data []byte) (stateFile, error) {
 		case seen[g.UUID]:
 			return stateFile{}, fmt.Errorf("guest %s is listed twice", g.UUID)
 		case !knownState(g.State):
-			return stateFile{}, fmt.Errorf("guest %s has state %q (want building, running, migrating, incoming, resizing or resized)", g.UUID, g.State)
+			return stateFile{}, fmt.Errorf("guest %s has state %q (want building, running, migrating, incoming, resizing, resized, stopped, paused, suspended or rescued)", g.UUID, g.State)
 		case g.Flavor.RAMMB <= 0 && g.Flavor.VCPUs <= 0 && g.Flavor.DiskGB <= 0:
 			return stateFile{}, fmt.Errorf("guest %s has no flavor", g.UUID)
 		case g.State == compute.GuestMigrating && g.MigrationID == 0:
@@ -616,7 +619,8 @@ func parseState(data []byte) (stateFile, error) {
 func knownState(s compute.GuestState) bool {
 	switch s {
 	case compute.GuestBuilding, compute.GuestRunning, compute.GuestMigrating, compute.GuestIncoming,
-		compute.GuestResizing, compute.GuestResized:
+		compute.GuestResizing, compute.GuestResized,
+		compute.GuestStopped, compute.GuestPaused, compute.GuestSuspended, compute.GuestRescued:
 		return true
 	}
 	return false

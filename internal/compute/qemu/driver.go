@@ -153,6 +153,11 @@ func (d *Driver) adopt() error {
 			continue
 		}
 		g := st.Guest
+		if !processIn(pid, dir) && keepsNoProcess(g.State) {
+			// Stopped, shelved or suspended: no QEMU is expected.
+			d.vms[g.UUID] = &vm{dir: dir, st: st}
+			continue
+		}
 		if !processIn(pid, dir) {
 			d.log.Warn("the QEMU of a guest is gone; forgetting the guest", "instance", g.UUID, "state", g.State, "qemu", logTail(dir))
 			d.gone[g.UUID] = logTail(dir)

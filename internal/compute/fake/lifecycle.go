@@ -1,0 +1,82 @@
+package fake
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"keel/internal/compute"
+	"keel/internal/records"
+)
+
+// Lifecycle implements compute.LifecycleDriver: the operation takes
+// LifecycleTime (StepTime when not set), then the guest's state becomes
+// the operation's target, saved in the state file; a crash meanwhile
+// leaves the guest as it was, and a repeat of the operation does it
+// then. FailNext(op, …) makes it fail after its time, the guest
+// unchanged.
+func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string) error {
+	target, from, ok := compute.LifecycleTarget(op)
+	if !ok {
+		return fmt.Errorf("%s of %s: unknown operation", op, inst.UUID)
+	}
+	d.mu.Lock()
+	g, ok := d.guests[inst.UUID]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%s of %s: no guest on this host", op, inst.UUID)
+	}
+	if g.State == target && !compute.Repeats(op) {
+		d.mu.Unlock()
+		return nil // done before (a repeat)
+	}
+	if !slices.Contains(from, g.State) {
+		state := g.State
+		d.mu.Unlock()
+		return fmt.Errorf("%s of %s: the guest is %s", op, inst.UUID, state)
+	}
+	d.mu.Unlock()
+	wait := d.cfg.LifecycleTime
+	if wait <= 0 {
+		wait = d.cfg.StepTime
+	}
+	if err := d.sleep(ctx, wait); err != nil {
+		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.takeFault(op, inst.UUID); err != nil {
+		return err
+	}
+	g, ok = d.guests[inst.UUID]
+	if !ok {
+		return fmt.Errorf("%s of %s: the guest was destroyed meanwhile", op, inst.UUID)
+	}
+	prev := g.State
+	if prev != target && !slices.Contains(from, prev) {
+		return fmt.Errorf("%s of %s: the guest became %s meanwhile", op, inst.UUID, prev)
+	}
+	g.State = target
+	if err := d.saveLocked(); err != nil {
+		g.State = prev
+		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
+	}
+	return nil
+}
+
+// sleep waits wait on the driver's clock.
+func (d *Driver) sleep(ctx context.Context, wait time.Duration) error {
+	if wait <= 0 {
+		return nil
+	}
+	done := make(chan struct{})
+	t := d.cfg.Clock.AfterFunc(wait, func() { close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
+}

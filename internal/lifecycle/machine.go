@@ -1,0 +1,419 @@
+// Package lifecycle is the state machine of a server's lifecycle actions
+// (stop, start, reboot, pause, suspend, rescue, rebuild, shelve,
+// shelveOffload, unshelve, lock), pure: the instance record and a request
+// or an event go in, the next record and the actions to perform come out.
+// The conductor performs the actions (an agent operation, giving a
+// shelved instance's claim back, an unshelve's boot) and feeds their
+// outcomes back; the record, saved after every step, is what recovery
+// resumes from. It mirrors packages boot and migration.
+//
+// Each action is one row of a table (Rules): the vm_states and task
+// states it may start from (Nova's check_instance_state, whose 409 text
+// Begin returns), the task state it shows while in flight, the agent
+// operations it runs in order and the vm_state it ends in:
+//
+//	accepted ─▶ agent(op₁) ─Done─▶ agent(op₂) … ─Done─▶ [end vm_state]
+//	               │ Failed                                   (shelve, offloading:)
+//	               ▼                                  release ─Released─▶ [shelved_offloaded]
+//	        [vm_state as before, task cleared, the error kept]  (rebuild: [error])
+//	unshelve of a shelved_offloaded server: boot (package boot schedules
+//	and spawns it again through the claim-time view) ─Booted─▶ [active]
+//	                                                  BootFailed ─▶ [shelved_offloaded]
+//
+// Resume repeats the phase's action (every agent operation is idempotent:
+// an agent asked for a state its guest is already in answers at once);
+// TimedOut (the agent never answered) ends the action as Failed does.
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"keel/internal/records"
+)
+
+// Actions (Nova's instance action names).
+const (
+	Stop          = "stop"
+	Start         = "start"
+	Reboot        = "reboot"
+	Pause         = "pause"
+	Unpause       = "unpause"
+	Suspend       = "suspend"
+	Resume        = "resume"
+	Rescue        = "rescue"
+	Unrescue      = "unrescue"
+	Rebuild       = "rebuild"
+	Shelve        = "shelve"
+	ShelveOffload = "shelveOffload"
+	Unshelve      = "unshelve"
+	Lock          = "lock"
+	Unlock        = "unlock"
+)
+
+// Agent operations (Nova's compute RPC names); the agent's driver makes
+// its guest's state the operation's target state.
+const (
+	OpStop         = "stop_instance"
+	OpStart        = "start_instance"
+	OpReboot       = "reboot_instance"
+	OpRebootHard   = "reboot_instance_hard"
+	OpPause        = "pause_instance"
+	OpUnpause      = "unpause_instance"
+	OpSuspend      = "suspend_instance"
+	OpResume       = "resume_instance"
+	OpRescue       = "rescue_instance"
+	OpUnrescue     = "unrescue_instance"
+	OpRebuild      = "rebuild_instance"
+	OpShelve       = "shelve_instance"
+	OpShelveUnplug = "shelve_offload_instance" // the guest is removed
+)
+
+// Phases (records.Lifecycle.ActionPhase).
+const (
+	PhaseAgent   = "agent"
+	PhaseRelease = "release"
+	PhaseBoot    = "boot"
+)
+
+// Rule is one action's row.
+type Rule struct {
+	// VMStates and TaskStates are the states the action may start from
+	// (TaskStates nil: only no task).
+	VMStates   []string
+	TaskStates []string
+	// Task is the task state shown while the action runs.
+	Task string
+	// Ops are the agent operations, in order.
+	Ops []string
+	// End is the vm_state the action ends in ("" : the one it started
+	// from).
+	End string
+}
+
+// Rules are the actions' rows (reboot's is chosen by its type).
+var Rules = map[string]Rule{
+	Stop:    {VMStates: []string{records.VMActive, records.VMError}, Task: records.TaskPoweringOff, Ops: []string{OpStop}, End: records.VMStopped},
+	Start:   {VMStates: []string{records.VMStopped}, Task: records.TaskPoweringOn, Ops: []string{OpStart}, End: records.VMActive},
+	Pause:   {VMStates: []string{records.VMActive}, Task: records.TaskPausing, Ops: []string{OpPause}, End: records.VMPaused},
+	Unpause: {VMStates: []string{records.VMPaused}, Task: records.TaskUnpausing, Ops: []string{OpUnpause}, End: records.VMActive},
+	Suspend: {VMStates: []string{records.VMActive}, Task: records.TaskSuspending, Ops: []string{OpSuspend}, End: records.VMSuspended},
+	Resume:  {VMStates: []string{records.VMSuspended}, Task: records.TaskResuming, Ops: []string{OpResume}, End: records.VMActive},
+	Rescue: {VMStates: []string{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRescuing,
+		Ops: []string{OpRescue}, End: records.VMRescued},
+	Unrescue: {VMStates: []string{records.VMRescued}, Task: records.TaskUnrescuing, Ops: []string{OpUnrescue}, End: records.VMActive},
+	// A stopped server is rebuilt and stays stopped (Begin adds the stop).
+	Rebuild: {VMStates: []string{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRebuilding,
+		Ops: []string{OpRebuild}, End: records.VMActive},
+	Shelve: {VMStates: []string{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended}, Task: records.TaskShelving,
+		Ops: []string{OpShelve}, End: records.VMShelved},
+	ShelveOffload: {VMStates: []string{records.VMShelved}, Task: records.TaskShelvingOffloading, Ops: []string{OpShelveUnplug},
+		End: records.VMShelvedOffloaded},
+	Unshelve: {VMStates: []string{records.VMShelved, records.VMShelvedOffloaded}, Task: records.TaskUnshelving,
+		Ops: []string{OpStart}, End: records.VMActive},
+}
+
+// softReboot and hardReboot are reboot's rows: a hard reboot may also
+// take over a soft one in flight, and starts a server stopped, paused or
+// suspended.
+var (
+	softReboot = Rule{VMStates: []string{records.VMActive}, Task: records.TaskRebooting, Ops: []string{OpReboot}, End: records.VMActive}
+	hardReboot = Rule{VMStates: []string{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended, records.VMError},
+		TaskStates: []string{records.TaskNone, records.TaskRebooting, records.TaskRebootingHard},
+		Task:       records.TaskRebootingHard, Ops: []string{OpRebootHard}, End: records.VMActive}
+)
+
+// Request is what the API asked.
+type Request struct {
+	Action string
+	// RebootType is SOFT or HARD, for reboot.
+	RebootType string
+	// Reason is the lock's locked_reason.
+	Reason string
+	// Admin is whether an admin asked (a lock they set binds the owner;
+	// a locked server refuses everyone else's actions).
+	Admin bool
+}
+
+// Machine holds the rules' parameters.
+type Machine struct {
+	// ShelvedOffloadTime is Nova's shelved_offload_time: 0 offloads a
+	// server as soon as it is shelved, a negative value never, a
+	// positive one after that long (the conductor's sweep does it).
+	ShelvedOffloadTime time.Duration
+}
+
+// InvalidStateError is a request the server's state does not allow
+// (HTTP 409); its text is Nova's.
+type InvalidStateError struct{ Msg string }
+
+func (e *InvalidStateError) Error() string { return e.Msg }
+
+// LockedError is a request on a server locked by someone else (HTTP 409,
+// Nova's InstanceIsLocked).
+type LockedError struct{ UUID string }
+
+func (e *LockedError) Error() string { return fmt.Sprintf("Instance %s is locked", e.UUID) }
+
+// ForbiddenError is an unlock the caller may not do (HTTP 403: the server
+// was locked by an admin).
+type ForbiddenError struct{ Msg string }
+
+func (e *ForbiddenError) Error() string { return e.Msg }
+
+// RuleFor returns the row of req's action.
+func RuleFor(req Request) (Rule, bool) {
+	if req.Action == Reboot {
+		if req.RebootType == "HARD" {
+			return hardReboot, true
+		}
+		return softReboot, true
+	}
+	r, ok := Rules[req.Action]
+	return r, ok
+}
+
+// CheckLock refuses an action on a server locked by someone who is not
+// the caller: Nova lets only an admin act on a locked server.
+func CheckLock(inst records.Instance, admin bool) error {
+	if inst.Locked && !admin {
+		return &LockedError{UUID: inst.UUID}
+	}
+	return nil
+}
+
+// CheckState is Nova's check_instance_state for rule r.
+func CheckState(inst records.Instance, action string, r Rule) error {
+	if !slices.Contains(r.VMStates, inst.VMState) {
+		return &InvalidStateError{Msg: fmt.Sprintf("Cannot '%s' instance %s while it is in vm_state %s", action, inst.UUID, inst.VMState)}
+	}
+	tasks := r.TaskStates
+	if tasks == nil {
+		tasks = []string{records.TaskNone}
+	}
+	if !slices.Contains(tasks, inst.TaskState) {
+		return &InvalidStateError{Msg: fmt.Sprintf("Cannot '%s' instance %s while it is in task_state %s", action, inst.UUID, inst.TaskState)}
+	}
+	return nil
+}
+
+// Action is one thing the conductor must do.
+type Action struct {
+	Kind ActionKind
+	// Op and Host, for CallAgent.
+	Op, Host string
+}
+
+// ActionKind names an action.
+type ActionKind string
+
+// Actions for the conductor.
+const (
+	// CallAgent: run Op on Host's agent. Answer: Done, or Failed when the
+	// agent refused; no answer while it cannot be reached.
+	CallAgent ActionKind = "call-agent"
+	// ReleaseClaim: delete the instance's allocations (it leaves its
+	// host). Answer: Released.
+	ReleaseClaim ActionKind = "release-claim"
+	// StartBoot: boot the instance again through package boot (an
+	// unshelve of an offloaded server); the boot's end is fed back as
+	// Booted or BootFailed.
+	StartBoot ActionKind = "start-boot"
+)
+
+// EventKind names what happened.
+type EventKind string
+
+// Events.
+const (
+	Done       EventKind = "done"
+	Failed     EventKind = "failed"
+	Released   EventKind = "released"
+	Booted     EventKind = "booted"
+	BootFailed EventKind = "boot-failed"
+	// ResumeEv is fed by recovery and the sweep: repeat the phase's
+	// action.
+	ResumeEv EventKind = "resume"
+	// TimedOut is fed by the sweep for an action whose agent never
+	// answered: it ends as Failed.
+	TimedOut EventKind = "timed-out"
+	// OffloadDue is fed by the sweep for a shelved server past
+	// shelved_offload_time.
+	OffloadDue EventKind = "offload-due"
+)
+
+// Event is something that happened to an action.
+type Event struct {
+	Kind EventKind
+	Err  string
+}
+
+// Busy reports whether inst has a lifecycle action in flight.
+func Busy(inst records.Instance) bool { return inst.Action != "" }
+
+// Begin starts req on inst: it checks the lock and the state, and returns
+// the record to save and the first actions. Lock and unlock change only
+// the record (no actions).
+func (mc Machine) Begin(inst records.Instance, req Request, now time.Time) (records.Instance, []Action, error) {
+	switch req.Action {
+	case Lock:
+		// Nova locks a server in any state; locking a locked one
+		// changes nothing but the reason.
+		inst.Locked, inst.LockedReason = true, req.Reason
+		inst.LockedBy = "owner"
+		if req.Admin {
+			inst.LockedBy = "admin"
+		}
+		return inst, nil, nil
+	case Unlock:
+		if inst.Locked && inst.LockedBy == "admin" && !req.Admin {
+			return inst, nil, &ForbiddenError{Msg: "Policy doesn't allow os_compute_api:os-lock-server:unlock:unlock_override to be performed."}
+		}
+		inst.Locked, inst.LockedBy, inst.LockedReason = false, "", ""
+		return inst, nil, nil
+	}
+	r, ok := RuleFor(req)
+	if !ok {
+		return inst, nil, fmt.Errorf("unknown lifecycle action %q", req.Action)
+	}
+	if err := CheckLock(inst, req.Admin); err != nil {
+		return inst, nil, err
+	}
+	if err := CheckState(inst, req.Action, r); err != nil {
+		return inst, nil, err
+	}
+	ops := slices.Clone(r.Ops)
+	if req.Action == Rebuild && inst.VMState == records.VMStopped {
+		ops = append(ops, OpStop)
+	}
+	inst.Action, inst.ActionFrom, inst.ActionStarted, inst.ActionError = req.Action, inst.VMState, now, ""
+	inst.TaskState = r.Task
+	if req.Action == Unshelve && inst.VMState == records.VMShelvedOffloaded {
+		inst.ActionPhase, inst.ActionOps = PhaseBoot, nil
+		return inst, []Action{{Kind: StartBoot}}, nil
+	}
+	inst.ActionPhase, inst.ActionOps = PhaseAgent, ops
+	return inst, []Action{{Kind: CallAgent, Op: ops[0], Host: inst.Host}}, nil
+}
+
+// Step applies ev to inst's action in flight. It never mutates its input.
+func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.Instance, []Action, error) {
+	inst.ActionOps = slices.Clone(inst.ActionOps)
+	switch {
+	case inst.Action == "" && ev.Kind == OffloadDue:
+		if inst.VMState != records.VMShelved || inst.TaskState != records.TaskNone {
+			return inst, nil, mc.illegal(inst, ev)
+		}
+		return mc.offload(inst, now)
+	case inst.Action == "":
+		return inst, nil, mc.illegal(inst, ev)
+	}
+	switch inst.ActionPhase + "/" + string(ev.Kind) {
+	case PhaseAgent + "/" + string(Done):
+		return mc.agentDone(inst, now)
+	case PhaseAgent + "/" + string(Failed), PhaseAgent + "/" + string(TimedOut):
+		return mc.failed(inst, ev.Err), nil, nil
+	case PhaseAgent + "/" + string(ResumeEv):
+		return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
+	case PhaseRelease + "/" + string(Released):
+		inst.Host = ""
+		return mc.ended(inst, records.VMShelvedOffloaded), nil, nil
+	case PhaseRelease + "/" + string(ResumeEv), PhaseRelease + "/" + string(TimedOut):
+		return inst, []Action{{Kind: ReleaseClaim}}, nil
+	case PhaseBoot + "/" + string(Booted):
+		return mc.ended(inst, records.VMActive), nil, nil
+	case PhaseBoot + "/" + string(BootFailed):
+		// As Nova's: an unshelve that finds no host leaves the server
+		// shelved_offloaded, the reason in its action.
+		inst.Host = ""
+		next := mc.ended(inst, records.VMShelvedOffloaded)
+		next.ActionError, next.Fault = ev.Err, ""
+		return next, nil, nil
+	}
+	return inst, nil, mc.illegal(inst, ev)
+}
+
+func (mc Machine) illegal(inst records.Instance, ev Event) error {
+	return &IllegalError{Action: inst.Action, Phase: inst.ActionPhase, VMState: inst.VMState, Event: ev.Kind}
+}
+
+// IllegalError is an event not allowed in the action's phase (a late or
+// repeated answer).
+type IllegalError struct {
+	Action, Phase, VMState string
+	Event                  EventKind
+}
+
+func (e *IllegalError) Error() string {
+	return fmt.Sprintf("lifecycle event %s is not allowed in action %q phase %q (vm_state %s)", e.Event, e.Action, e.Phase, e.VMState)
+}
+
+// agentDone: the operation is done; the next one, or the end.
+func (mc Machine) agentDone(inst records.Instance, now time.Time) (records.Instance, []Action, error) {
+	if inst.ActionOps = inst.ActionOps[1:]; len(inst.ActionOps) > 0 {
+		return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
+	}
+	r, _ := RuleFor(Request{Action: inst.Action, RebootType: rebootType(inst)})
+	end := r.End
+	if inst.Action == Rebuild && inst.ActionFrom == records.VMStopped {
+		end = records.VMStopped
+	}
+	switch inst.Action {
+	case ShelveOffload:
+		inst.ActionPhase, inst.ActionOps = PhaseRelease, nil
+		return inst, []Action{{Kind: ReleaseClaim}}, nil
+	case Shelve:
+		next := mc.ended(inst, records.VMShelved)
+		next.ShelvedAt = now
+		if mc.ShelvedOffloadTime == 0 {
+			return mc.offload(next, now)
+		}
+		return next, nil, nil
+	}
+	return mc.ended(inst, end), nil, nil
+}
+
+// offload starts shelveOffload on a shelved server (right after shelve,
+// or when shelved_offload_time has passed).
+func (mc Machine) offload(inst records.Instance, now time.Time) (records.Instance, []Action, error) {
+	r := Rules[ShelveOffload]
+	inst.Action, inst.ActionFrom, inst.ActionStarted, inst.ActionError = ShelveOffload, inst.VMState, now, ""
+	inst.TaskState, inst.ActionPhase, inst.ActionOps = r.Task, PhaseAgent, slices.Clone(r.Ops)
+	return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
+}
+
+func rebootType(inst records.Instance) string {
+	if inst.TaskState == records.TaskRebootingHard {
+		return "HARD"
+	}
+	return "SOFT"
+}
+
+// ended clears the action and puts inst in vm.
+func (mc Machine) ended(inst records.Instance, vm string) records.Instance {
+	inst.VMState, inst.TaskState = vm, records.TaskNone
+	inst.Action, inst.ActionPhase, inst.ActionOps, inst.ActionFrom = "", "", nil, ""
+	inst.PowerState = records.PowerStateOf(inst)
+	if vm != records.VMError {
+		inst.Fault = ""
+	}
+	return inst
+}
+
+// failed ends an action whose agent refused or never answered: the
+// server stays in the vm_state it was in (a rebuild, whose guest may be
+// half replaced, ends in ERROR), the reason kept with the action.
+func (mc Machine) failed(inst records.Instance, why string) records.Instance {
+	vm := inst.VMState
+	if inst.Action == Rebuild {
+		vm = records.VMError
+		inst.Fault = fmt.Sprintf("rebuild on %s failed: %s", inst.Host, why)
+	}
+	if inst.Action == Unshelve && inst.VMState == records.VMShelved {
+		vm = records.VMShelved
+	}
+	next := mc.ended(inst, vm)
+	next.ActionError = why
+	return next
+}

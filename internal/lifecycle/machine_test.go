@@ -1,0 +1,232 @@
+package lifecycle
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/records"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func inst(vm, task string) records.Instance {
+	return records.Instance{UUID: "u1", Host: "h1", VMState: vm, TaskState: task}
+}
+
+// TestBeginAsData: each action from each state it may or may not start
+// from, with the task state it shows and its first operation, or Nova's
+// 409 text.
+func TestBeginAsData(t *testing.T) {
+	rows := []struct {
+		req      Request
+		vm, task string
+		wantTask string
+		wantOp   string
+		wantErr  string
+	}{
+		{Request{Action: Stop}, records.VMActive, "", records.TaskPoweringOff, OpStop, ""},
+		{Request{Action: Stop}, records.VMError, "", records.TaskPoweringOff, OpStop, ""},
+		{Request{Action: Stop}, records.VMStopped, "", "", "", "Cannot 'stop' instance u1 while it is in vm_state stopped"},
+		{Request{Action: Stop}, records.VMActive, records.TaskPausing, "", "", "Cannot 'stop' instance u1 while it is in task_state pausing"},
+		{Request{Action: Start}, records.VMStopped, "", records.TaskPoweringOn, OpStart, ""},
+		{Request{Action: Start}, records.VMActive, "", "", "", "Cannot 'start' instance u1 while it is in vm_state active"},
+		{Request{Action: Reboot, RebootType: "SOFT"}, records.VMActive, "", records.TaskRebooting, OpReboot, ""},
+		{Request{Action: Reboot, RebootType: "SOFT"}, records.VMStopped, "", "", "", "Cannot 'reboot' instance u1 while it is in vm_state stopped"},
+		{Request{Action: Reboot, RebootType: "HARD"}, records.VMStopped, "", records.TaskRebootingHard, OpRebootHard, ""},
+		{Request{Action: Reboot, RebootType: "HARD"}, records.VMActive, records.TaskRebooting, records.TaskRebootingHard, OpRebootHard, ""},
+		{Request{Action: Reboot, RebootType: "HARD"}, records.VMShelved, "", "", "", "Cannot 'reboot' instance u1 while it is in vm_state shelved"},
+		{Request{Action: Pause}, records.VMActive, "", records.TaskPausing, OpPause, ""},
+		{Request{Action: Pause}, records.VMPaused, "", "", "", "Cannot 'pause' instance u1 while it is in vm_state paused"},
+		{Request{Action: Unpause}, records.VMActive, "", "", "", "Cannot 'unpause' instance u1 while it is in vm_state active"},
+		{Request{Action: Unpause}, records.VMPaused, "", records.TaskUnpausing, OpUnpause, ""},
+		{Request{Action: Suspend}, records.VMActive, "", records.TaskSuspending, OpSuspend, ""},
+		{Request{Action: Suspend}, records.VMSuspended, "", "", "", "Cannot 'suspend' instance u1 while it is in vm_state suspended"},
+		{Request{Action: Resume}, records.VMSuspended, "", records.TaskResuming, OpResume, ""},
+		{Request{Action: Resume}, records.VMActive, "", "", "", "Cannot 'resume' instance u1 while it is in vm_state active"},
+		{Request{Action: Rescue}, records.VMStopped, "", records.TaskRescuing, OpRescue, ""},
+		{Request{Action: Rescue}, records.VMRescued, "", "", "", "Cannot 'rescue' instance u1 while it is in vm_state rescued"},
+		{Request{Action: Unrescue}, records.VMRescued, "", records.TaskUnrescuing, OpUnrescue, ""},
+		{Request{Action: Unrescue}, records.VMActive, "", "", "", "Cannot 'unrescue' instance u1 while it is in vm_state active"},
+		{Request{Action: Rebuild}, records.VMError, "", records.TaskRebuilding, OpRebuild, ""},
+		{Request{Action: Rebuild}, records.VMPaused, "", "", "", "Cannot 'rebuild' instance u1 while it is in vm_state paused"},
+		{Request{Action: Shelve}, records.VMSuspended, "", records.TaskShelving, OpShelve, ""},
+		{Request{Action: Shelve}, records.VMShelved, "", "", "", "Cannot 'shelve' instance u1 while it is in vm_state shelved"},
+		{Request{Action: ShelveOffload}, records.VMShelved, "", records.TaskShelvingOffloading, OpShelveUnplug, ""},
+		{Request{Action: ShelveOffload}, records.VMActive, "", "", "", "Cannot 'shelveOffload' instance u1 while it is in vm_state active"},
+		{Request{Action: Unshelve}, records.VMShelved, "", records.TaskUnshelving, OpStart, ""},
+		{Request{Action: Unshelve}, records.VMActive, "", "", "", "Cannot 'unshelve' instance u1 while it is in vm_state active"},
+		{Request{Action: Unshelve}, records.VMBuilding, "", "", "", "Cannot 'unshelve' instance u1 while it is in vm_state building"},
+	}
+	for _, r := range rows {
+		next, acts, err := Machine{}.Begin(inst(r.vm, r.task), r.req, t0)
+		name := r.req.Action + "/" + r.req.RebootType + " from " + r.vm + "/" + r.task
+		if r.wantErr != "" {
+			var ise *InvalidStateError
+			if !errors.As(err, &ise) || ise.Msg != r.wantErr {
+				t.Errorf("%s: got %v, want %q", name, err, r.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if next.TaskState != r.wantTask || next.VMState != r.vm || next.Action != r.req.Action || next.ActionPhase != PhaseAgent {
+			t.Errorf("%s: record %s/%s action %s phase %s, want %s/%s", name, next.VMState, next.TaskState, next.Action, next.ActionPhase, r.vm, r.wantTask)
+		}
+		if len(acts) != 1 || acts[0].Kind != CallAgent || acts[0].Op != r.wantOp || acts[0].Host != "h1" {
+			t.Errorf("%s: actions %+v, want call %s on h1", name, acts, r.wantOp)
+		}
+	}
+}
+
+// run drives an action to its end, answering every agent call with
+// answer(op).
+func run(t *testing.T, mc Machine, in records.Instance, req Request, answer func(op string) Event) (records.Instance, []string) {
+	t.Helper()
+	next, acts, err := mc.Begin(in, req, t0)
+	if err != nil {
+		t.Fatalf("begin %s: %v", req.Action, err)
+	}
+	var seen []string
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = acts[1:]
+		var ev Event
+		switch a.Kind {
+		case CallAgent:
+			seen = append(seen, a.Op)
+			ev = answer(a.Op)
+		case ReleaseClaim:
+			seen = append(seen, "release")
+			ev = Event{Kind: Released}
+		case StartBoot:
+			seen = append(seen, "boot")
+			return next, seen
+		}
+		var more []Action
+		if next, more, err = mc.Step(next, ev, t0.Add(time.Second)); err != nil {
+			t.Fatalf("%s: step %s: %v", req.Action, ev.Kind, err)
+		}
+		acts = append(acts, more...)
+	}
+	return next, seen
+}
+
+func ok(string) Event { return Event{Kind: Done} }
+
+// TestEndsAsData: where each action ends, the operations it ran, and
+// the power state shown.
+func TestEndsAsData(t *testing.T) {
+	rows := []struct {
+		mc      Machine
+		req     Request
+		from    string
+		wantVM  string
+		wantOps []string
+		power   int
+		host    string
+	}{
+		{Machine{}, Request{Action: Stop}, records.VMActive, records.VMStopped, []string{OpStop}, records.PowerShutdown, "h1"},
+		{Machine{}, Request{Action: Start}, records.VMStopped, records.VMActive, []string{OpStart}, records.PowerRunning, "h1"},
+		{Machine{}, Request{Action: Pause}, records.VMActive, records.VMPaused, []string{OpPause}, records.PowerPaused, "h1"},
+		{Machine{}, Request{Action: Suspend}, records.VMActive, records.VMSuspended, []string{OpSuspend}, records.PowerSuspended, "h1"},
+		{Machine{}, Request{Action: Reboot, RebootType: "HARD"}, records.VMPaused, records.VMActive, []string{OpRebootHard}, records.PowerRunning, "h1"},
+		{Machine{}, Request{Action: Rescue}, records.VMActive, records.VMRescued, []string{OpRescue}, records.PowerRunning, "h1"},
+		{Machine{}, Request{Action: Rebuild}, records.VMActive, records.VMActive, []string{OpRebuild}, records.PowerRunning, "h1"},
+		// A stopped server is rebuilt and stays stopped.
+		{Machine{}, Request{Action: Rebuild}, records.VMStopped, records.VMStopped, []string{OpRebuild, OpStop}, records.PowerShutdown, "h1"},
+		// shelved_offload_time 0: shelve goes on to offload at once.
+		{Machine{}, Request{Action: Shelve}, records.VMActive, records.VMShelvedOffloaded, []string{OpShelve, OpShelveUnplug, "release"}, records.PowerNoState, ""},
+		{Machine{ShelvedOffloadTime: -1}, Request{Action: Shelve}, records.VMPaused, records.VMShelved, []string{OpShelve}, records.PowerShutdown, "h1"},
+		{Machine{}, Request{Action: ShelveOffload}, records.VMShelved, records.VMShelvedOffloaded, []string{OpShelveUnplug, "release"}, records.PowerNoState, ""},
+		{Machine{}, Request{Action: Unshelve}, records.VMShelved, records.VMActive, []string{OpStart}, records.PowerRunning, "h1"},
+	}
+	for _, r := range rows {
+		end, ops := run(t, r.mc, inst(r.from, ""), r.req, ok)
+		name := r.req.Action + " from " + r.from
+		if end.VMState != r.wantVM || end.TaskState != "" || end.Action != "" || end.ActionPhase != "" || end.Host != r.host {
+			t.Errorf("%s: ended %s/%s action %q phase %q host %q, want %s on %q", name, end.VMState, end.TaskState, end.Action, end.ActionPhase, end.Host, r.wantVM, r.host)
+		}
+		if !slices.Equal(ops, r.wantOps) {
+			t.Errorf("%s: ops %v, want %v", name, ops, r.wantOps)
+		}
+		if got := records.PowerStateOf(end); got != r.power {
+			t.Errorf("%s: power state %d, want %d", name, got, r.power)
+		}
+	}
+}
+
+// TestFailureKeepsState: an agent's refusal clears the task and keeps
+// the vm_state (a rebuild ends in ERROR); a time-out does the same.
+func TestFailureKeepsState(t *testing.T) {
+	fail := func(string) Event { return Event{Kind: Failed, Err: "injected"} }
+	end, _ := run(t, Machine{}, inst(records.VMActive, ""), Request{Action: Pause}, fail)
+	if end.VMState != records.VMActive || end.TaskState != "" || end.ActionError != "injected" || end.Action != "" {
+		t.Errorf("failed pause: %s/%s error %q action %q", end.VMState, end.TaskState, end.ActionError, end.Action)
+	}
+	end, _ = run(t, Machine{}, inst(records.VMStopped, ""), Request{Action: Rebuild}, fail)
+	if end.VMState != records.VMError || !strings.Contains(end.Fault, "injected") {
+		t.Errorf("failed rebuild: %s fault %q, want error with the reason", end.VMState, end.Fault)
+	}
+	next, _, _ := Machine{}.Begin(inst(records.VMActive, ""), Request{Action: Stop}, t0)
+	next, acts, err := Machine{}.Step(next, Event{Kind: ResumeEv}, t0)
+	if err != nil || len(acts) != 1 || acts[0].Op != OpStop {
+		t.Errorf("resume of a stop: %+v %v, want the stop asked again", acts, err)
+	}
+	end, _, err = Machine{}.Step(next, Event{Kind: TimedOut, Err: "no answer"}, t0)
+	if err != nil || end.VMState != records.VMActive || end.TaskState != "" || end.ActionError != "no answer" {
+		t.Errorf("timed-out stop: %s/%s %q %v", end.VMState, end.TaskState, end.ActionError, err)
+	}
+	if _, _, err := (Machine{}).Step(end, Event{Kind: Done}, t0); err == nil {
+		t.Error("a late answer after the action ended was taken")
+	}
+}
+
+// TestUnshelveOffloadedBoots: an offloaded server unshelves through a
+// boot; its failure leaves it offloaded.
+func TestUnshelveOffloadedBoots(t *testing.T) {
+	in := inst(records.VMShelvedOffloaded, "")
+	in.Host = ""
+	next, acts, err := Machine{}.Begin(in, Request{Action: Unshelve}, t0)
+	if err != nil || len(acts) != 1 || acts[0].Kind != StartBoot || next.ActionPhase != PhaseBoot || next.TaskState != records.TaskUnshelving {
+		t.Fatalf("unshelve: %+v %+v %v", next, acts, err)
+	}
+	booted, _, _ := Machine{}.Step(next, Event{Kind: Booted}, t0)
+	if booted.VMState != records.VMActive || booted.Action != "" {
+		t.Errorf("booted: %s action %q", booted.VMState, booted.Action)
+	}
+	next.Host = "h2"
+	failed, _, _ := Machine{}.Step(next, Event{Kind: BootFailed, Err: "No valid host"}, t0)
+	if failed.VMState != records.VMShelvedOffloaded || failed.Host != "" || failed.ActionError != "No valid host" {
+		t.Errorf("boot failed: %s host %q error %q", failed.VMState, failed.Host, failed.ActionError)
+	}
+}
+
+// TestLock: a lock refuses the owner's actions, not an admin's; an
+// admin's lock cannot be lifted by the owner.
+func TestLock(t *testing.T) {
+	in := inst(records.VMActive, "")
+	locked, acts, err := Machine{}.Begin(in, Request{Action: Lock, Reason: "maintenance", Admin: true}, t0)
+	if err != nil || len(acts) != 0 || !locked.Locked || locked.LockedBy != "admin" || locked.LockedReason != "maintenance" {
+		t.Fatalf("lock: %+v %v", locked.Lifecycle, err)
+	}
+	var le *LockedError
+	if _, _, err := (Machine{}).Begin(locked, Request{Action: Stop}, t0); !errors.As(err, &le) || err.Error() != "Instance u1 is locked" {
+		t.Errorf("owner's stop of a locked server: %v", err)
+	}
+	if _, _, err := (Machine{}).Begin(locked, Request{Action: Stop, Admin: true}, t0); err != nil {
+		t.Errorf("admin's stop of a locked server: %v", err)
+	}
+	var fe *ForbiddenError
+	if _, _, err := (Machine{}).Begin(locked, Request{Action: Unlock}, t0); !errors.As(err, &fe) {
+		t.Errorf("owner's unlock of an admin's lock: %v", err)
+	}
+	open, _, err := Machine{}.Begin(locked, Request{Action: Unlock, Admin: true}, t0)
+	if err != nil || open.Locked || open.LockedReason != "" {
+		t.Errorf("admin's unlock: %+v %v", open.Lifecycle, err)
+	}
+}

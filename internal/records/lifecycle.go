@@ -1,0 +1,96 @@
+package records
+
+import "time"
+
+// VM states of the lifecycle actions (Nova's vm_state names).
+const (
+	VMStopped          = "stopped"
+	VMPaused           = "paused"
+	VMSuspended        = "suspended"
+	VMRescued          = "rescued"
+	VMShelved          = "shelved"
+	VMShelvedOffloaded = "shelved_offloaded"
+)
+
+// Task states of the lifecycle actions (Nova's task_state names).
+const (
+	TaskPoweringOff        = "powering-off"
+	TaskPoweringOn         = "powering-on"
+	TaskRebooting          = "rebooting"
+	TaskRebootingHard      = "rebooting_hard"
+	TaskPausing            = "pausing"
+	TaskUnpausing          = "unpausing"
+	TaskSuspending         = "suspending"
+	TaskResuming           = "resuming"
+	TaskRescuing           = "rescuing"
+	TaskUnrescuing         = "unrescuing"
+	TaskShelving           = "shelving"
+	TaskShelvingOffloading = "shelving_offloading"
+	TaskUnshelving         = "unshelving"
+)
+
+// Power states (Nova's power_state numbers, as OS-EXT-STS:power_state
+// shows them).
+const (
+	PowerNoState   = 0
+	PowerRunning   = 1
+	PowerPaused    = 3
+	PowerShutdown  = 4
+	PowerCrashed   = 6
+	PowerSuspended = 7
+)
+
+// Lifecycle is the part of an instance's record the lifecycle actions
+// (package lifecycle) own: the lock, and the action in flight with the
+// steps still to do, which recovery resumes from. It is embedded in
+// Instance, so its fields sit in the instance's JSON.
+type Lifecycle struct {
+	// Locked, LockedBy ("owner" or "admin", as Nova's locked_by) and
+	// LockedReason (compute API 2.73) are the server's lock.
+	Locked       bool   `json:"locked,omitempty"`
+	LockedBy     string `json:"locked_by,omitempty"`
+	LockedReason string `json:"locked_reason,omitempty"`
+
+	// Action is the lifecycle action in flight ("" for none): Nova's
+	// instance action name (stop, reboot, shelve, …).
+	Action string `json:"lifecycle_action,omitempty"`
+	// ActionPhase is the action's step: agent (an agent operation, Ops[0],
+	// on Host), release (the shelved instance's claim given back) or boot
+	// (an unshelve booting through package boot).
+	ActionPhase string `json:"lifecycle_phase,omitempty"`
+	// ActionOps are the agent operations still to do, the first in
+	// flight.
+	ActionOps []string `json:"lifecycle_ops,omitempty"`
+	// ActionFrom is the vm_state the action started from.
+	ActionFrom string `json:"lifecycle_from,omitempty"`
+	// ActionStarted is when the action was accepted.
+	ActionStarted time.Time `json:"lifecycle_started,omitzero"`
+	// ActionError is why the last action failed ("" when it succeeded).
+	ActionError string `json:"lifecycle_error,omitempty"`
+
+	// PowerState is the guest's power state when the last action ended
+	// (shown for an instance in ERROR; other states imply theirs).
+	PowerState int `json:"power_state,omitempty"`
+	// ShelvedAt is when the instance was shelved (shelved_offload_time
+	// counts from it).
+	ShelvedAt time.Time `json:"shelved_at,omitzero"`
+}
+
+// PowerStateOf is the power state the compute API shows for in: the one
+// its vm_state implies, or for an instance in ERROR the one its last
+// action left.
+func PowerStateOf(in Instance) int {
+	switch in.VMState {
+	case VMActive, VMRescued:
+		return PowerRunning
+	case VMPaused:
+		return PowerPaused
+	case VMSuspended:
+		return PowerSuspended
+	case VMStopped, VMShelved:
+		return PowerShutdown
+	case VMError:
+		return in.PowerState
+	}
+	return PowerNoState
+}
