@@ -39,7 +39,9 @@ func (c *Conductor) lifecycle() lifecycle.Machine {
 // channel that receives the flow's outcome when it stops (nil when the
 // action ended or handed over to the boot of an unshelve; an error when a
 // step was left for the sweep). Lock and unlock end in the first save.
-func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request) (records.Instance, <-chan error, error) {
+// edits change the record in the same save (a rebuild's new name and
+// image).
+func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request, edits ...func(*records.Instance)) (records.Instance, <-chan error, error) {
 	ctx = context.WithoutCancel(ctx)
 	done := make(chan error, 1)
 	unlock := c.bootLock(uuid)
@@ -60,6 +62,9 @@ func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request)
 		if len(a) > 0 {
 			next.Owner = c.cfg.Owner
 		}
+		for _, e := range edits {
+			e(&next)
+		}
 		next.UpdatedAt = c.clock.Now()
 		if saved, err = c.store.UpdateInstance(ctx, next); err != nil {
 			return err
@@ -68,6 +73,11 @@ func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request)
 		return nil
 	})
 	unlock()
+	var ise *InvalidStateError
+	var fe *ForbiddenError
+	if errors.As(err, &ise) || errors.As(err, &fe) {
+		return saved, nil, err // Nova's text, as it is
+	}
 	if err != nil {
 		return saved, nil, fmt.Errorf("%s of instance %s: %w", req.Action, uuid, err)
 	}

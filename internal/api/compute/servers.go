@@ -24,6 +24,9 @@ import (
 
 // serverStatus is Nova's status for a vm_state and task_state.
 func serverStatus(in records.Instance) string {
+	if s, ok := lifecycleStatus(in); ok {
+		return s
+	}
 	switch in.VMState {
 	case records.VMBuilding:
 		return "BUILD"
@@ -109,7 +112,7 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 		v["flavor"] = map[string]any{"id": in.Flavor.ID, "links": a.link("flavors", in.Flavor.ID)[1:]}
 	}
 	if ver.AtLeast(9) {
-		v["locked"] = false
+		v["locked"] = in.Locked
 	}
 	if ver.AtLeast(19) {
 		var desc any
@@ -126,6 +129,9 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 	}
 	if ver.AtLeast(73) {
 		v["locked_reason"] = nil
+		if in.Locked && in.LockedReason != "" {
+			v["locked_reason"] = in.LockedReason
+		}
 	}
 	if kind == viewShow && ver.AtLeast(71) || kind == viewUpdate && ver.AtLeast(71) {
 		v["server_groups"] = serverGroupsOf(in)
@@ -140,15 +146,12 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 	if in.TaskState != "" {
 		task = in.TaskState
 	}
-	power := 1 // RUNNING
-	if in.VMState != records.VMActive {
-		power = 0
-	}
+	power := records.PowerStateOf(in)
 	v["OS-EXT-AZ:availability_zone"] = in.Zone
 	v["config_drive"] = ""
 	v["key_name"] = nil
 	v["OS-SRV-USG:launched_at"], v["OS-SRV-USG:terminated_at"] = nil, nil
-	if in.VMState == records.VMActive {
+	if in.VMState != records.VMBuilding && in.VMState != records.VMError && in.VMState != records.VMDeleted {
 		v["OS-SRV-USG:launched_at"] = strings.TrimSuffix(fmt.Sprint(timeStr(in.CreatedAt)), "Z") + ".000000"
 	}
 	v["OS-EXT-STS:vm_state"], v["OS-EXT-STS:task_state"], v["OS-EXT-STS:power_state"] = in.VMState, task, power
@@ -881,6 +884,9 @@ func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLocked(r, in); err != nil {
+		return err
+	}
 	if err := a.cfg.Conductor.Delete(r.Context(), in.UUID); err != nil {
 		return err
 	}
@@ -907,10 +913,15 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if handled, err := a.moveAction(w, r, in, body); handled {
 		return err
 	}
+	for key, raw := range body {
+		if _, ok := lifecycleActions[key]; ok && len(body) == 1 {
+			return a.lifecycleAct(w, r, in, key, raw)
+		}
+	}
 	raw, ok := body["os-migrateLive"]
 	if !ok {
 		for k := range body {
-			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, migrate, resize, confirmResize, revertResize, os-resetState)")
+			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, migrate, resize, confirmResize, revertResize, os-resetState, os-stop, os-start, reboot, pause, unpause, suspend, resume, rescue, unrescue, rebuild, shelve, shelveOffload, unshelve, lock, unlock)")
 		}
 		return badRequest("Malformed request body: no action given")
 	}
