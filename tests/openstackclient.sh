@@ -266,3 +266,60 @@ case "$out" in *"Quota exceeded for instances: Requested 1, but already used 1 o
 expect "1 1" "$(os limits show --absolute --project demo -f value | awk '$1=="maxTotalInstances"||$1=="totalInstancesUsed"{print $2}' | tr '\n' ' ' | sed 's/ $//')" \
   "limits show --absolute --project demo"
 demo server delete --wait q1
+# The lifecycle actions: each ends in Nova's status, vm_state and
+# power_state; the ones openstackclient cannot --wait for are polled.
+waitstatus() { # NAME STATUS
+  local i s
+  for i in $(seq 100); do
+    # -f value prints the columns sorted by name: task_state, status.
+    s=$(os server show "$1" -f value -c status -c OS-EXT-STS:task_state | tr '\n' ' ')
+    [ "$s" = "None $2 " ] && return 0
+    sleep 0.1
+  done
+  fail "server $1 is [$s], want $2"
+}
+# power_state vm_state status (the columns sorted by name).
+states() { os server show "$1" -f value -c status -c OS-EXT-STS:vm_state -c OS-EXT-STS:power_state | tr '\n' ' '; }
+os server create --flavor m1.small --image keel-fake --nic none --wait life >/dev/null
+os server stop life; waitstatus life SHUTOFF
+expect "4 stopped SHUTOFF " "$(states life)" "server stop"
+if out=$(os server stop life 2>&1); then fail "stopping a stopped server was accepted"; fi
+case "$out" in *"Cannot 'stop' instance"*"while it is in vm_state stopped"*"HTTP 409"*) echo "ok  server stop of a stopped server: 409, Nova's text" ;;
+  *) fail "stop again: [$out]" ;; esac
+os server start life; waitstatus life ACTIVE
+expect "1 active ACTIVE " "$(states life)" "server start"
+os server reboot --hard --wait life >/dev/null
+expect "1 active ACTIVE " "$(states life)" "server reboot --hard --wait"
+os server reboot --soft --wait life >/dev/null
+expect "1 active ACTIVE " "$(states life)" "server reboot --soft --wait"
+os server pause life; waitstatus life PAUSED
+expect "3 paused PAUSED " "$(states life)" "server pause"
+os server unpause life; waitstatus life ACTIVE
+os server suspend life; waitstatus life SUSPENDED
+expect "7 suspended SUSPENDED " "$(states life)" "server suspend"
+os server resume life; waitstatus life ACTIVE
+expect "1 active ACTIVE " "$(states life)" "server unpause, server resume"
+os server rescue life >/dev/null; waitstatus life RESCUE
+os server unrescue life; waitstatus life ACTIVE
+echo "ok  server rescue, server unrescue"
+os server rebuild --image keel-fake --name life2 --wait life >/dev/null
+expect "life2 ACTIVE" "$(os server show life2 -f value -c status -c name | tr '\n' ' ' | sed 's/ $//')" "server rebuild --name --wait"
+os --os-compute-api-version 2.73 server lock --reason "maintenance window" life2
+expect "True maintenance window" "$(os --os-compute-api-version 2.73 server show life2 -f value -c locked -c locked_reason | tr '\n' ' ' | sed 's/ $//')" \
+  "server lock --reason"
+os server unlock life2
+expect "False" "$(os --os-compute-api-version 2.73 server show life2 -f value -c locked)" "server unlock"
+lhost=$(hostof life2)
+lrp=$(os resource provider list --name "$lhost" -f value -c uuid)
+before=$(osp resource provider usage show "$lrp" -f value -c resource_class -c usage | grep MEMORY_MB)
+os server shelve life2; waitstatus life2 SHELVED_OFFLOADED
+expect "0 shelved_offloaded SHELVED_OFFLOADED " "$(states life2)" "server shelve (offloaded at once)"
+expect "None" "$(hostof life2)" "a shelved_offloaded server has no host"
+expect "MEMORY_MB $(( ${before#MEMORY_MB } - 2048 ))" "$(osp resource provider usage show "$lrp" -f value -c resource_class -c usage | grep MEMORY_MB)" \
+  "the offload gives $lhost's claim back"
+os server unshelve --wait life2 >/dev/null
+expect "1 active ACTIVE " "$(states life2)" "server unshelve --wait"
+case "$(hostof life2)" in h01|h02|h03) echo "ok  unshelved onto $(hostof life2)" ;; *) fail "unshelved on [$(hostof life2)]" ;; esac
+expect "$(printf 'create\nreboot\nreboot\nstop\nstart\npause\nunpause\nsuspend\nresume\nrescue\nunrescue\nrebuild\nlock\nunlock\nshelve\nunshelve' | sort)" \
+  "$(os server event list life2 -f value -c Action | sort)" "server event list: every action recorded"
+os server delete --wait life2
