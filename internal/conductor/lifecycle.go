@@ -301,6 +301,8 @@ func (c *Conductor) sweepLifecycle(ctx context.Context) (int, error) {
 			ev = lifecycle.Event{Kind: lifecycle.OffloadDue}
 		case in.Action == "" || now.Sub(in.UpdatedAt) <= c.stallAfter():
 			continue
+		case in.TaskState == records.TaskNone && in.ActionPhase != lifecycle.PhaseBoot:
+			continue // reset by an admin (os-resetState): nothing to resume
 		case in.ActionPhase == lifecycle.PhaseBoot:
 			if in.VMState == records.VMBuilding {
 				continue // the boot's own sweep drives it
@@ -343,8 +345,9 @@ func (c *Conductor) resumeLifecycle(ctx context.Context, live map[string]bool, a
 	}
 	n := 0
 	for _, in := range insts {
-		if in.Action == "" || in.TaskState == records.TaskDeleting || in.VMState == records.VMBuilding {
-			continue
+		if in.Action == "" || in.TaskState == records.TaskDeleting || in.VMState == records.VMBuilding ||
+			(in.TaskState == records.TaskNone && in.ActionPhase != lifecycle.PhaseBoot) {
+			continue // none, deleted, booting (its boot resumes), or reset by an admin
 		}
 		if c.cfg.Owner != "" {
 			if !c.mayTakeOwned(in.Owner, live, atStart) {

@@ -42,7 +42,7 @@ func TestLifecycleAgentKilledMidAction(t *testing.T) {
 	t.Parallel()
 	c := faultCloud(t, 1, "keel.fake_step_seconds=2", "DEFAULT.service_down_time=5")
 	id := c.bootAt("vm", "1", "h1")
-	for _, s := range lifecycleSteps {
+	for _, s := range lifecycleSteps[:4] { // stop, start, pause, unpause
 		if st := c.call("POST", "/compute/v2.1/servers/"+id+"/action", s.body, nil); st != 202 {
 			t.Fatalf("%v: %d, want 202", s.body, st)
 		}

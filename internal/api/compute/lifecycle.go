@@ -151,7 +151,13 @@ func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.In
 	}
 	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: la.action})
 	if key == "rebuild" {
-		view := a.serverView(r, saved, viewShow)
+		// Nova's rebuild answers with the update's view (the whole
+		// server from 2.75), user_data from 2.57.
+		view := a.serverView(r, saved, viewUpdate)
+		if version(r).AtLeast(57) {
+			view["user_data"] = nil
+		}
+		delete(view, "OS-EXT-SRV-ATTR:user_data") // the rebuild's own user_data instead
 		view["adminPass"] = newPassword()
 		writeJSON(w, http.StatusAccepted, map[string]any{"server": view})
 		return nil

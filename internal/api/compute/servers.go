@@ -100,7 +100,10 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 		diskConfig = "MANUAL"
 	}
 	v["OS-DCF:diskConfig"] = diskConfig
-	v["progress"] = 0
+	switch v["status"] {
+	case "ACTIVE", "BUILD", "REBUILD", "RESIZE", "VERIFY_RESIZE", "MIGRATING":
+		v["progress"] = 0 // as Nova: only in the statuses that progress
+	}
 	if ver.AtLeast(47) {
 		specs := in.Flavor.ExtraSpecs
 		if specs == nil {
