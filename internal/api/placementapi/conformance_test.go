@@ -569,6 +569,11 @@ func TestConformanceHTTP(t *testing.T) {
 	extra := alloc(cfCN2, map[string]any{"VCPU": 1}, nil)
 	extra["bogus"] = 1
 	c.both("PUT", "/allocations/"+vm, "1.28", extra)
+	c.both("PUT", "/allocations/"+vm, "1.28", map[string]any{"allocations": map[string]any{cfCN2: map[string]any{"resources": map[string]any{"VCPU": 1}, "bogus": 1}},
+		"project_id": "p", "user_id": "u", "consumer_generation": nil})
+	c.both("PUT", "/allocations/"+vm, "1.28", map[string]any{"allocations": map[string]any{cfCN2: map[string]any{"resources": map[string]any{"VCPU": 1}, "generation": 99}},
+		"project_id": "p", "user_id": "u", "consumer_generation": nil})
+	c.both("DELETE", "/allocations/"+vm, "1.28", nil)
 	// Inventories.
 	c.both("POST", rp+"/inventories", "1.39", map[string]any{"resource_class": "CUSTOM_MAGIC", "total": 5})
 	c.both("POST", rp+"/inventories", "1.39", map[string]any{"resource_class": "CUSTOM_MAGIC", "total": 5})

@@ -94,6 +94,24 @@ type allocationBody struct {
 
 type allocationEntry struct {
 	Resources map[string]int64 `json:"resources"`
+	extra     string           // a key Placement's schema does not allow, if any
+}
+
+// UnmarshalJSON reads one provider's entry (1.12+): resources, and a
+// generation Placement takes and ignores; any other key is remembered
+// for toWrite to refuse.
+func (e *allocationEntry) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	for k := range raw {
+		if k != "resources" && k != "generation" {
+			e.extra = k
+		}
+	}
+	type plain allocationEntry
+	return json.Unmarshal(data, (*plain)(e))
 }
 
 func (b *allocationBody) UnmarshalJSON(data []byte) error {
@@ -199,6 +217,9 @@ func (b allocationBody) toWrite(consumer string, minor int) (placement.Allocatio
 	for rp, a := range b.Allocations {
 		if !isUUID(rp) || len(rp) != 36 {
 			return w, errorf(http.StatusBadRequest, "JSON does not validate: Additional properties are not allowed ('%s' was unexpected)", rp)
+		}
+		if a.extra != "" {
+			return w, errorf(http.StatusBadRequest, "JSON does not validate: Additional properties are not allowed ('%s' was unexpected)", a.extra)
 		}
 		if len(a.Resources) == 0 {
 			return w, errorf(http.StatusBadRequest, "JSON does not validate: the resources of %s are a required, non-empty property", rp)
