@@ -15,19 +15,19 @@ import (
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/generated-*.json from this run")
 
 // TestGeneratedReportIsUnchanged pins the generated scenario's report (a
-// smaller `keel sim --generate`: 300 hosts, 2 simulated hours, every
+// smaller `keel sim --generate`: 150 hosts, 1 simulated hour, every
 // policy) byte for byte: a change made for speed must not change a single
 // decision. Only a change meant to alter the simulation may rewrite the
 // file (go test ./internal/sim -run TestGeneratedReportIsUnchanged
 // -update-golden), saying why in its commit.
 func TestGeneratedReportIsUnchanged(t *testing.T) {
-	sc := scenario.Generate(300, 2, 1)
+	sc := scenario.Generate(150, 1, 1)
 	rep, err := Run(context.Background(), sc, Options{Parallel: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := reportJSON(t, rep)
-	path := filepath.Join("testdata", "generated-300-hosts-2h.json")
+	path := filepath.Join("testdata", "generated-150-hosts-1h.json")
 	if *updateGolden {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -41,7 +41,7 @@ func TestGeneratedReportIsUnchanged(t *testing.T) {
 		t.Errorf("the generated scenario's report changed (want %s):\n%s", path, got)
 	}
 	for _, p := range rep.Policies {
-		if p.Decisions < 10000 || len(p.Inconsistencies) > 0 {
+		if p.Decisions < 5000 || len(p.Inconsistencies) > 0 {
 			t.Errorf("%s: %d decisions, %d inconsistencies; want a real workload kept exact", p.Policy, p.Decisions, len(p.Inconsistencies))
 		}
 	}
