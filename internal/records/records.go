@@ -84,6 +84,13 @@ type Flavor struct {
 	RAMMB      int64             `json:"ram"`
 	DiskGB     int64             `json:"disk"`
 	ExtraSpecs map[string]string `json:"extra_specs,omitempty"`
+	// Description is Nova's flavor description (microversion 2.55).
+	Description string `json:"description,omitempty"`
+	// Private is os-flavor-access:is_public false: only admins and the
+	// projects in Projects see and boot it.
+	Private bool `json:"private,omitempty"`
+	// Projects are the projects given access to a private flavor.
+	Projects []string `json:"projects,omitempty"`
 }
 
 // Resources is what an instance of this flavor claims in placement.

@@ -240,7 +240,7 @@ func (a *API) versionEntry() map[string]any {
 }
 
 func (a *API) versions(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"versions": []any{a.versionEntry()}})
+	writeJSON(w, http.StatusOK, map[string]any{"versions": []any{a.legacyVersionEntry(), a.versionEntry()}})
 }
 
 func (a *API) version(w http.ResponseWriter, _ *http.Request) {

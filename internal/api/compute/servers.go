@@ -357,6 +357,9 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("Invalid key_name provided: keel has no key pairs (" + *k + ")")
 		}
 	}
+	if err := checkPersonality(r, sb); err != nil {
+		return err
+	}
 	if err := checkNetworking(sb); err != nil {
 		return err
 	}

@@ -1,0 +1,62 @@
+package compute
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// checkPersonality applies Nova's rules for a server body's personality
+// (files to inject): from microversion 2.57 the field is gone from the
+// schema, so any personality is a 400; before, it is a list of objects
+// with a string path and string contents in base64, nothing else. keel's
+// guests run no OS, so valid files are accepted and not written anywhere.
+func checkPersonality(r *http.Request, sb serverBody) error {
+	raw, ok := sb["personality"]
+	if !ok {
+		return nil
+	}
+	if version(r).AtLeast(57) {
+		return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('personality' was unexpected)")
+	}
+	var files []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &files); err != nil {
+		return badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
+	}
+	for _, f := range files {
+		if f == nil {
+			return badRequest("Invalid input for field/attribute personality. Value: null. None is not of type 'object'")
+		}
+		for k, v := range f {
+			var s string
+			switch k {
+			case "path", "contents":
+				if err := json.Unmarshal(v, &s); err != nil {
+					return badRequest("Invalid input for field/attribute " + k + ". Value: " + string(v) + ". " + string(v) + " is not of type 'string'")
+				}
+			default:
+				return badRequest("Invalid input for field/attribute personality. Additional properties are not allowed ('" + k + "' was unexpected)")
+			}
+			if k == "contents" && !isBase64(s) {
+				return badRequest("Invalid input for field/attribute contents. Value: " + s + ". '" + s + "' is not a 'base64'")
+			}
+		}
+	}
+	return nil
+}
+
+// isBase64 decodes as Nova's format check does (Python's decodebytes):
+// characters outside the alphabet are dropped, the rest must decode with
+// correct padding.
+func isBase64(s string) bool {
+	kept := strings.Map(func(c rune) rune {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '+', c == '/', c == '=':
+			return c
+		}
+		return -1
+	}, s)
+	_, err := base64.StdEncoding.DecodeString(kept)
+	return err == nil
+}

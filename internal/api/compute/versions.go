@@ -1,0 +1,13 @@
+package compute
+
+// legacyVersionEntry is the v2.0 entry Nova lists first in GET /compute/:
+// the pre-microversion API, SUPPORTED, with no version range. keel serves
+// only v2.1 (with 2.1 as its floor); the entry is there because clients
+// (Tempest's test_list_api_versions among them) expect Nova's list.
+func (a *API) legacyVersionEntry() map[string]any {
+	return map[string]any{
+		"id": "v2.0", "status": "SUPPORTED", "version": "", "min_version": "",
+		"updated": "2011-01-21T11:33:21Z",
+		"links":   []map[string]string{{"rel": "self", "href": a.cfg.BaseURL + "/v2/"}},
+	}
+}
