@@ -1,12 +1,17 @@
 package server
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"keel/internal/api/compute"
+	"keel/internal/api/placementapi"
 	"keel/internal/identity"
 )
 
@@ -48,6 +53,15 @@ func limitRequest(next http.Handler) http.Handler {
 		if len(r.RequestURI) > maxRequestURI {
 			compute.WriteError(w, http.StatusRequestURITooLong, "The request line is too long (more than 8 KiB).")
 			return
+		}
+		// A NUL byte is in no name, ID or filter keel keeps, and
+		// PostgreSQL's text refuses it: 400 here, on every store.
+		if strings.ContainsRune(r.URL.Path, 0) || strings.Contains(r.URL.RawQuery, "%00") || strings.ContainsRune(r.URL.RawQuery, 0) {
+			errorWriterFor(r.URL.Path)(w, http.StatusBadRequest, "The request's path or query holds a NUL character.")
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &nulGuard{ReadCloser: r.Body}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -94,4 +108,41 @@ func (c *capConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// errorWriterFor is the error shape of the API serving path.
+func errorWriterFor(path string) identity.ErrorWriter {
+	switch {
+	case strings.HasPrefix(path, "/identity"):
+		return identity.WriteError
+	case strings.HasPrefix(path, "/placement"):
+		return placementapi.WriteStatus
+	}
+	return compute.WriteError
+}
+
+// errNULInBody: a JSON body with the escape \u0000 (a NUL character in a
+// string); the API's decoder turns it into its 400.
+var errNULInBody = errors.New("the body holds a NUL character (\\u0000)")
+
+// nulGuard fails the read of a body that holds the JSON escape \u0000,
+// also across reads.
+type nulGuard struct {
+	io.ReadCloser
+	tail []byte // the last bytes read, for an escape split between reads
+}
+
+func (g *nulGuard) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if n > 0 {
+		buf := append(g.tail, p[:n]...)
+		if bytes.Contains(buf, []byte(`\u0000`)) {
+			return 0, errNULInBody
+		}
+		if len(buf) > 5 {
+			buf = buf[len(buf)-5:]
+		}
+		g.tail = append(g.tail[:0], buf...)
+	}
+	return n, err
 }

@@ -2,10 +2,12 @@ package server
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +111,43 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("after a slot freed: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// TestNULIsRefused: a NUL in a path, a query or a JSON string is 400 in
+// the API's own shape, before any store sees it; the same body without it
+// is served.
+func TestNULIsRefused(t *testing.T) {
+	srv := httptest.NewServer(limitRequest(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&v); err != nil && r.Method == "POST" {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})))
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		shape              string
+	}{
+		{"GET", "/compute/v2.1/servers/%00", "", 400, `"badRequest"`},
+		{"GET", "/compute/v2.1/servers?name=a%00b", "", 400, `"badRequest"`},
+		{"GET", "/placement/resource_providers/%00", "", 400, `"errors"`},
+		{"POST", "/compute/v2.1/servers", `{"server": {"name": "a\u0000b"}}`, 400, ""},
+		{"POST", "/compute/v2.1/servers", `{"server": {"name": "` + strings.Repeat("x", 70000) + `\u0000"}}`, 400, ""},
+		{"POST", "/compute/v2.1/servers", `{"server": {"name": "ab"}}`, 200, "ok"},
+		{"GET", "/compute/v2.1/servers?name=ab", "", 200, "ok"},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.shape) {
+			t.Errorf("%s %s: %d %s, want %d with %s", c.method, c.path, resp.StatusCode, b, c.status, c.shape)
+		}
+	}
 }
