@@ -124,6 +124,7 @@ func (a *API) routes() {
 	a.aggregateRoutes(route)
 	a.serverGroupRoutes(route)
 	a.quotaRoutes(route)
+	a.flavorAccessRoutes(route)
 }
 
 // ServeHTTP implements http.Handler: every response carries the

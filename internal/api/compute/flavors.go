@@ -18,6 +18,9 @@ func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[str
 	v := map[string]any{"id": f.ID, "name": f.Name, "links": a.link("flavors", f.ID)}
 	if version(r).AtLeast(55) {
 		v["description"] = nil
+		if f.Description != "" {
+			v["description"] = f.Description
+		}
 	}
 	if !detail {
 		return v
@@ -27,7 +30,7 @@ func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[str
 	v["OS-FLV-DISABLED:disabled"] = false
 	v["swap"] = ""
 	v["rxtx_factor"] = 1.0
-	v["os-flavor-access:is_public"] = true
+	v["os-flavor-access:is_public"] = !f.Private
 	if version(r).AtLeast(61) {
 		specs := f.ExtraSpecs
 		if specs == nil {
@@ -64,10 +67,15 @@ func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Reque
 			}
 			limit = min(n, 1000)
 		}
+		filter, err := parseFlavorFilter(r)
+		if err != nil {
+			return err
+		}
 		fs, err := a.cfg.Store.ListFlavors(r.Context())
 		if err != nil {
 			return err
 		}
+		fs = slices.DeleteFunc(fs, func(f records.Flavor) bool { return !listedFlavor(r, f, filter) })
 		if m := q.Get("marker"); m != "" {
 			i := slices.IndexFunc(fs, func(f records.Flavor) bool { return f.ID == m })
 			if i < 0 {
@@ -126,6 +134,9 @@ func (a *API) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) error {
 // convenience of keel's own client.
 func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
 	f, err := a.cfg.Store.GetFlavor(r.Context(), ref)
+	if err == nil && !flavorVisible(r, f) {
+		return records.Flavor{}, notFoundf("Flavor %s could not be found.", ref)
+	}
 	if err == nil || !isNotFound(err) {
 		return f, err
 	}
@@ -134,7 +145,7 @@ func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
 		return records.Flavor{}, lerr
 	}
 	for _, f := range fs {
-		if f.Name == ref {
+		if f.Name == ref && flavorVisible(r, f) {
 			return f, nil
 		}
 	}
@@ -149,6 +160,9 @@ func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
 			RAM   any    `json:"ram"`
 			VCPUs any    `json:"vcpus"`
 			Disk  any    `json:"disk"`
+			// Description and IsPublic: see applyCreateOptions.
+			Description jsonRaw `json:"description"`
+			IsPublic    jsonRaw `json:"os-flavor-access:is_public"`
 		} `json:"flavor"`
 	}
 	if err := decode(r, &body); err != nil {
@@ -167,6 +181,9 @@ func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if f.DiskGB, err = positiveInt("disk", fb.Disk, 0); err != nil {
+		return err
+	}
+	if err := applyCreateOptions(r, &f, fb.Description, fb.IsPublic); err != nil {
 		return err
 	}
 	switch id := fb.ID.(type) {
