@@ -12,6 +12,7 @@ import (
 
 	"keel/internal/api/compute"
 	"keel/internal/api/placementapi"
+	"keel/internal/httproute"
 	"keel/internal/identity"
 )
 
@@ -145,4 +146,19 @@ func (g *nulGuard) Read(p []byte) (int, error) {
 		g.tail = append(g.tail[:0], buf...)
 	}
 	return n, err
+}
+
+// jsonMisses answers a request no route of mux takes with 404 (or 405 and
+// Allow) in the compute API's JSON shape, not Go's plain text.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if miss, status, allow := httproute.Miss(mux, r); miss {
+			if allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			compute.WriteError(w, status, http.StatusText(status))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }

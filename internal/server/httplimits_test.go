@@ -151,3 +151,32 @@ func TestNULIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMissesAreJSON: a path no route takes is 404, and a method a path does
+// not take is 405 with Allow, both in JSON.
+func TestMissesAreJSON(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /keel/v1/audit", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	srv := httptest.NewServer(jsonMisses(mux))
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"GET", "/keel/v1/nope", 404, ""},
+		{"POST", "/keel/v1/audit", 405, "GET, HEAD"},
+		{"GET", "/keel/v1/audit", 200, ""},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || (c.status != 200 && !json.Valid(b)) || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d %q Allow %q, want %d (JSON) Allow %q", c.method, c.path, resp.StatusCode, b, resp.Header.Get("Allow"), c.status, c.allow)
+		}
+	}
+}

@@ -205,7 +205,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	keel := http.NewServeMux()
 	s.keelAPI().routes(keel)
 	s.ui.routes(mux, keel)
-	mux.Handle("/keel/", iss.Require(keel, s.baseURL, compute.WriteError))
+	mux.Handle("/keel/", iss.Require(jsonMisses(keel), s.baseURL, compute.WriteError))
 	pl := placementapi.New(s.store, func(r *http.Request) bool {
 		p, ok := identity.PrincipalFrom(r.Context())
 		return ok && p.IsAdmin()
@@ -220,7 +220,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
 	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, compute.WriteError))
-	s.http = newHTTPServer(s.metrics.instrument(limitRequest(mux), s.log))
+	s.http = newHTTPServer(s.metrics.instrument(limitRequest(jsonMisses(mux)), s.log))
 	go func() {
 		if err := s.http.Serve(limitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server stopped", "err", err)
