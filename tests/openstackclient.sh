@@ -323,3 +323,35 @@ case "$(hostof life2)" in h01|h02|h03) echo "ok  unshelved onto $(hostof life2)"
 expect "$(printf 'create\nreboot\nreboot\nstop\nstart\npause\nunpause\nsuspend\nresume\nrescue\nunrescue\nrebuild\nlock\nunlock\nshelve\nunshelve' | sort)" \
   "$(os server event list life2 -f value -c Action | sort)" "server event list: every action recorded"
 os server delete --wait life2
+
+
+# Cold moves: resize (confirm), cold migration (revert) and evacuation of
+# a host forced down; the usage of each host is exact at each step (the
+# hypervisor list shows the host records).
+os server create --flavor m1.tiny --image keel-fake --nic none --wait vmr >/dev/null
+rsrc=$(hostof vmr)
+os server resize --flavor m1.small --wait vmr >/dev/null
+expect "VERIFY_RESIZE" "$(os server show vmr -f value -c status)" "server resize --flavor m1.small --wait: VERIFY_RESIZE"
+rdst=$(hostof vmr)
+if [ "$rdst" = "$rsrc" ]; then fail "resize stayed on $rsrc"; fi
+os server resize confirm vmr
+expect "ACTIVE m1.small" "$(os server show vmr -f value -c status) $(os server show vmr -f json -c flavor | python3 -c 'import json,sys; print(json.load(sys.stdin)["flavor"]["original_name"])')" \
+  "server resize confirm: ACTIVE with the new flavor"
+os server migrate --wait vmr >/dev/null
+expect "VERIFY_RESIZE" "$(os server show vmr -f value -c status)" "server migrate --wait (cold): VERIFY_RESIZE"
+os server resize revert vmr
+for _ in $(seq 50); do [ "$(os server show vmr -f value -c status)" = ACTIVE ] && break; sleep 0.2; done
+expect "ACTIVE $rdst" "$(os server show vmr -f value -c status) $(hostof vmr)" "server resize revert: back on $rdst"
+if out=$(os server evacuate vmr 2>&1); then fail "evacuate from a live host was accepted"; fi
+case "$out" in *"still in use"*"HTTP 400"*) echo "ok  server evacuate from a live host is refused (400)" ;; *) fail "evacuate of a live host: [$out]" ;; esac
+os compute service set --down "$rdst" nova-compute
+os server evacuate vmr >/dev/null
+for _ in $(seq 50); do [ "$(hostof vmr)" != "$rdst" ] && [ "$(os server show vmr -f value -c status)" = ACTIVE ] && break; sleep 0.2; done
+edst=$(hostof vmr)
+if [ "$edst" = "$rdst" ] || [ "$(os server show vmr -f value -c status)" != ACTIVE ]; then fail "evacuate: vmr still on $rdst"; fi
+echo "ok  server evacuate: vmr rebuilt on $edst"
+os compute service set --up "$rdst" nova-compute
+for _ in $(seq 100); do os server migration list -f value -c Status | grep -qx done || break; sleep 0.2; done
+expect "" "$(os server migration list -f value -c Status | grep -x -e done -e migrating -e pre-migrating)" \
+  "compute service set --up: the evacuation completes once the host is back"
+os server delete --wait vmr

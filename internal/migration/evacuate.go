@@ -42,7 +42,7 @@ const (
 
 var evacuateTransitions = map[transitionKey]transition{
 	{"", Start}:                      coldStart,
-	{PhaseSchedule, Claimed}:         evacClaimed,
+	{PhaseSchedule, Claimed}:         claimedThen(PhaseRebuild, RebuildAtDest),
 	{PhaseSchedule, NoValidHost}:     noValidHost,
 	{PhaseRebuild, Copied}:           evacRebuilt,
 	{PhaseRebuild, CopyFailed}:       evacFailed,
@@ -64,12 +64,6 @@ var evacuateTransitions = map[transitionKey]transition{
 	{PhaseCleanupSource, Reset}:      repeat(CleanupSource, sourceOf),
 	{PhaseFinish, Reset}:             repeat(FinishAllocations, func(records.Migration) string { return "" }),
 	{PhaseRevert, Reset}:             repeat(RevertAllocations, func(records.Migration) string { return "" }),
-}
-
-func evacClaimed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	m.DestHost, m.Phase, m.Status = ev.Host, PhaseRebuild, records.MigrationPreMigrating
-	m.Attempts++
-	return m, []Action{{Kind: RebuildAtDest, Host: ev.Host}}
 }
 
 // evacRebuilt: the instance runs on its destination; the source side

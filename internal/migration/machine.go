@@ -482,9 +482,7 @@ func finished(_ Machine, m records.Migration, _ Event) (records.Migration, []Act
 // why; the record keeps it, and the destination's audit removes what is
 // left).
 func destRolledBack(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	if ev.Err != "" {
-		m.Error = joinReason(m.Error, ev.Err)
-	}
+	m = withReason(m, ev)
 	m.Phase = PhaseRevert
 	return m, []Action{{Kind: RevertAllocations}}
 }

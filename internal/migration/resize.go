@@ -73,7 +73,7 @@ const (
 
 var resizeTransitions = map[transitionKey]transition{
 	{"", Start}:                         coldStart,
-	{PhaseSchedule, Claimed}:            coldClaimed,
+	{PhaseSchedule, Claimed}:            claimedThen(PhasePrepResize, PrepResize),
 	{PhaseSchedule, NoValidHost}:        noValidHost,
 	{PhasePrepResize, Prepared}:         coldPrepared,
 	{PhasePrepResize, PrepareFailed}:    coldFailedAt("prep_resize on the destination"),
@@ -135,10 +135,22 @@ func coldStart(_ Machine, m records.Migration, _ Event) (records.Migration, []Ac
 	return m, []Action{{Kind: ClaimDestination, Host: m.RequestedHost}}
 }
 
-func coldClaimed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	m.DestHost, m.Phase, m.Status = ev.Host, PhasePrepResize, records.MigrationPreMigrating
-	m.Attempts++
-	return m, []Action{{Kind: PrepResize, Host: ev.Host}}
+// claimedThen: a cold move's destination is claimed; its first step
+// there is kind, in phase.
+func claimedThen(phase string, kind ActionKind) transition {
+	return func(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
+		m.DestHost, m.Phase, m.Status = ev.Host, phase, records.MigrationPreMigrating
+		m.Attempts++
+		return m, []Action{{Kind: kind, Host: ev.Host}}
+	}
+}
+
+// withReason keeps a failed compensation's reason (Err) in the record.
+func withReason(m records.Migration, ev Event) records.Migration {
+	if ev.Err != "" {
+		m.Error = joinReason(m.Error, ev.Err)
+	}
+	return m
 }
 
 func coldPrepared(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
@@ -167,9 +179,7 @@ func coldConfirm(_ Machine, m records.Migration, _ Event) (records.Migration, []
 // not: Err says why, and its audit removes the guest no instance of its
 // host claims).
 func coldSourceConfirmed(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	if ev.Err != "" {
-		m.Error = joinReason(m.Error, ev.Err)
-	}
+	m = withReason(m, ev)
 	m.Phase = PhaseFinish
 	return m, []Action{{Kind: FinishAllocations}}
 }
@@ -185,9 +195,7 @@ func coldRevert(_ Machine, m records.Migration, _ Event) (records.Migration, []A
 }
 
 func coldDestReverted(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	if ev.Err != "" {
-		m.Error = joinReason(m.Error, ev.Err)
-	}
+	m = withReason(m, ev)
 	m.Phase = PhaseRevertSource
 	return m, []Action{{Kind: FinishRevertAtSource, Host: m.SourceHost}}
 }
@@ -227,9 +235,7 @@ func coldFailedAt(step string) transition {
 }
 
 func coldRolledBackDest(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
-	if ev.Err != "" {
-		m.Error = joinReason(m.Error, ev.Err)
-	}
+	m = withReason(m, ev)
 	m.Phase = PhaseRestartSource
 	return m, []Action{{Kind: FinishRevertAtSource, Host: m.SourceHost}}
 }
