@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/hypervisors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
@@ -305,8 +306,17 @@ func orNone(names []string) string {
 // Evacuate is the evacuate action (admin): the server of a host that is
 // down is rebuilt on host, or where the scheduler puts it when host is
 // empty.
+//
+// The body is written here: gophercloud's EvacuateOpts always sends
+// onSharedStorage, which the API refuses from microversion 2.14.
 func (c *Client) Evacuate(ctx context.Context, id, host string) error {
-	if err := servers.Evacuate(ctx, c.compute, id, servers.EvacuateOpts{Host: host}).Err; err != nil {
+	args := map[string]any{}
+	if host != "" {
+		args["host"] = host
+	}
+	_, err := c.compute.Post(ctx, c.compute.ServiceURL("servers", id, "action"), map[string]any{"evacuate": args}, nil,
+		&gophercloud.RequestOpts{OkCodes: []int{200}})
+	if err != nil {
 		return fmt.Errorf("evacuating server %s: %w", id, describe(err))
 	}
 	return nil
