@@ -244,8 +244,8 @@ func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add fun
 	age := func(t time.Time) time.Duration { return in.Now.Sub(t).Round(time.Second) }
 	for _, i := range in.Instances {
 		switch {
-		case (i.VMState == records.VMBuilding || i.TaskState == records.TaskSpawning) && past(i.CreatedAt, opt.BuildTimeout):
-			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after it was created (the audit's build deadline: %s)", i.UUID, i.VMState, i.TaskState, age(i.CreatedAt), opt.BuildTimeout)
+		case (i.VMState == records.VMBuilding || i.TaskState == records.TaskSpawning) && past(i.BuildStarted(), opt.BuildTimeout):
+			add(KindStuckBuild, i.UUID, "instance %s is still %s (task %q) %s after its boot began (the audit's build deadline: %s)", i.UUID, i.VMState, i.TaskState, age(i.BuildStarted()), opt.BuildTimeout)
 		case i.TaskState == records.TaskDeleting && past(i.UpdatedAt, opt.BuildTimeout):
 			add(KindStuckDelete, i.UUID, "instance %s has been deleting for %s (the audit's build deadline: %s)", i.UUID, age(i.UpdatedAt), opt.BuildTimeout)
 		case moveTask(i.TaskState) && past(i.UpdatedAt, opt.MigrationTimeout):

@@ -75,7 +75,7 @@ func (c *Conductor) sweepBoots(ctx context.Context) (int, error) {
 		switch {
 		case in.BuildPhase == "" && now.Sub(in.UpdatedAt) > c.stallAfter():
 			ev = boot.Event{Kind: boot.Start} // created, its first step never saved
-		case c.cfg.BuildTimeout > 0 && now.Sub(buildStart(in)) > c.cfg.BuildTimeout && in.BuildPhase != boot.PhaseRelease:
+		case c.cfg.BuildTimeout > 0 && now.Sub(in.BuildStarted()) > c.cfg.BuildTimeout && in.BuildPhase != boot.PhaseRelease:
 			ev = boot.Event{Kind: boot.TimedOut, Err: fmt.Sprintf("still building after %s (instance_build_timeout)", c.cfg.BuildTimeout)}
 		case in.BuildPhase != boot.PhaseSpawn && now.Sub(in.UpdatedAt) > c.stallAfter():
 			ev = boot.Event{Kind: boot.Resume}
@@ -87,15 +87,6 @@ func (c *Conductor) sweepBoots(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// buildStart is when in's boot began: its creation, or the unshelve that
-// boots it again.
-func buildStart(in records.Instance) time.Time {
-	if in.Action != "" && in.ActionStarted.After(in.CreatedAt) {
-		return in.ActionStarted
-	}
-	return in.CreatedAt
 }
 
 // stepBootIf feeds ev to a boot unless its step is in flight here or its

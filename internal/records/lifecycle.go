@@ -94,3 +94,13 @@ func PowerStateOf(in Instance) int {
 	}
 	return PowerNoState
 }
+
+// BuildStarted is when in's current boot began: its creation, or the
+// unshelve that boots it again (the conductor's build timeout and the
+// audit's build deadline count from it).
+func (in Instance) BuildStarted() time.Time {
+	if in.Action != "" && in.ActionStarted.After(in.CreatedAt) {
+		return in.ActionStarted
+	}
+	return in.CreatedAt
+}
