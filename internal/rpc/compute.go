@@ -227,8 +227,16 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mCheckIncoming: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckIncoming(ctx, a.UUID) },
 	}
 	guestMethods(handlers, m)
-	maps.Copy(handlers, resizeHandlers(m))
-	lifecycleHandlers(m, handlers)
+	life := map[string]func(ctx context.Context, a computeArgs) (any, error){}
+	lifecycleHandlers(m, life)
+	for _, more := range []map[string]func(ctx context.Context, a computeArgs) (any, error){resizeHandlers(m), life} {
+		for method := range more {
+			if _, dup := handlers[method]; dup {
+				return nil, fmt.Errorf("agent method %s is served twice (two handlers share a name)", method)
+			}
+		}
+		maps.Copy(handlers, more)
+	}
 	typed := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
 		typed[method] = decoded(h)

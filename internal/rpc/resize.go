@@ -69,7 +69,9 @@ func resizeHandlers(m *compute.Manager) map[string]func(ctx context.Context, a c
 	}
 }
 
-const mRebuildInstance = "rebuild_instance"
+// mRebuildInstance is Nova's rebuild_instance with recreate (an
+// evacuation); the lifecycle's rebuild on the same host has the plain name.
+const mRebuildInstance = "rebuild_evacuated_instance"
 
 // RebuildInstance implements conductor.ComputeAPI: the destination
 // accepts an evacuated instance's rebuild and reports its end through the
