@@ -361,3 +361,23 @@ done
 expect "" "$(os server migration list -f value -c Status | grep -x -e done -e migrating -e pre-migrating)" \
   "compute service set --up: the evacuation completes once the host is back"
 os server delete --wait vmr
+# Private flavors and flavor access (issue 18): a private flavor is hidden
+# from demo until the admin gives demo's project access, then demo boots it.
+os flavor create --private --ram 256 --vcpus 1 --disk 1 m1.private >/dev/null
+expect "False" "$(os flavor show m1.private -f value -c os-flavor-access:is_public)" "flavor create --private"
+case "$(demo flavor list -f value -c Name)" in *m1.private*) fail "demo lists a private flavor it has no access to" ;; esac
+if demo flavor show m1.private >/dev/null 2>&1; then fail "demo shows a private flavor it has no access to"; fi
+echo "ok  a private flavor is neither listed nor shown to a project without access"
+os flavor set --project demo m1.private
+expect "['$(os project show demo -f value -c id)']" "$(os flavor show m1.private -f value -c access_project_ids)" "flavor set --project"
+case "$(demo flavor list -f value -c Name)" in *m1.private*) echo "ok  demo lists the private flavor once it has access" ;;
+  *) fail "demo with access does not list m1.private" ;; esac
+demo server create --flavor m1.private --image keel-fake --nic none --wait pf1 >/dev/null
+expect "ACTIVE m1.private" "$(demo server show pf1 -f json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["status"], s["flavor"]["original_name"])')" "demo boots the private flavor"
+demo server delete --wait pf1
+os flavor unset --project demo m1.private
+case "$(demo flavor list -f value -c Name)" in *m1.private*) fail "demo still lists m1.private after flavor unset --project" ;; esac
+echo "ok  flavor unset --project hides it again"
+os --os-compute-api-version 2.55 flavor set --description "for demo" m1.private
+expect "for demo" "$(os --os-compute-api-version 2.55 flavor show m1.private -f value -c description)" "flavor set --description (2.55)"
+os flavor delete m1.private
