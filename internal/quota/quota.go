@@ -248,6 +248,12 @@ func (e Enforcer) AdmitBoot(ctx context.Context, inst records.Instance) error {
 	if err != nil {
 		return fmt.Errorf("reading the quotas of project %s: %w", inst.ProjectID, err)
 	}
+	if lim[Instances] < 0 && lim[Cores] < 0 && lim[RAM] < 0 {
+		// Nothing to count against (the admin project's default): a boot
+		// no longer reads every instance record, which made 10,000 boots
+		// at once quadratic.
+		return nil
+	}
 	total, err := e.Usage(ctx, inst.ProjectID)
 	if err != nil {
 		return err
