@@ -205,9 +205,10 @@ func (c *cloud) login() string {
 	return c.token
 }
 
-// tryCall sends an authenticated request (microversion 2.30) and decodes
-// the answer; it returns the status, or 0 if the server did not answer.
-func (c *cloud) tryCall(method, path string, body, out any) int {
+// send sends an authenticated request at a service microversion
+// ("compute 2.30", "placement 1.28") and returns the status (0 if the
+// server did not answer) and the body.
+func (c *cloud) send(method, path, version string, body any) (int, []byte) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -217,20 +218,27 @@ func (c *cloud) tryCall(method, path string, body, out any) int {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, c.url+path, rd)
 	req.Header.Set("X-Auth-Token", c.login())
-	req.Header.Set("OpenStack-API-Version", "compute 2.30")
+	req.Header.Set("OpenStack-API-Version", version)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0
+		return 0, nil
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// tryCall sends an authenticated request (microversion 2.30) and decodes
+// the answer; it returns the status, or 0 if the server did not answer.
+func (c *cloud) tryCall(method, path string, body, out any) int {
+	status, data := c.send(method, path, "compute 2.30", body)
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+			c.t.Fatalf("%s %s: %d %s", method, path, status, data)
 		}
 	}
-	return resp.StatusCode
+	return status
 }
 
 func (c *cloud) call(method, path string, body, out any) int {
