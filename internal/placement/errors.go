@@ -31,6 +31,8 @@ const (
 	// the compute records (optimistic updates between servers).
 	InstanceVersion  ConflictKind = "instance"
 	MigrationVersion ConflictKind = "migration"
+	// PlanVersion is a stale move plan's version.
+	PlanVersion ConflictKind = "plan"
 )
 
 // ConflictError is a write that named a stale generation (HTTP 409). The

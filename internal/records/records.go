@@ -259,6 +259,10 @@ type Migration struct {
 	// for a migration no replica claims (a single server without
 	// ownership, or one written before owners existed).
 	Owner string `json:"owner,omitempty"`
+	// PlanMove names the plan move this migration was started for (nil
+	// for a migration an operator asked for): a restarted executor finds
+	// a move's migration by it, so a move is never started twice.
+	PlanMove *MoveRef `json:"plan_move,omitempty"`
 
 	MemoryTotalBytes     int64     `json:"memory_total_bytes"`
 	MemoryProcessedBytes int64     `json:"memory_processed_bytes"`

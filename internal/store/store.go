@@ -218,6 +218,19 @@ type Store interface {
 	SetQuotaLimits(ctx context.Context, project string, limits map[string]int64) (map[string]int64, error)
 	DeleteQuotaLimits(ctx context.Context, project string) error
 
+	// Move plans (drain, rebalance, evacuate-all; see records.Plan).
+
+	// CreatePlan stores a new plan, assigning ID (increasing, never
+	// reused) and Version 1.
+	CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error)
+	GetPlan(ctx context.Context, id int64) (records.Plan, error)
+	// UpdatePlan writes p if p.Version is the stored version and returns
+	// it with the next version; otherwise a *placement.ConflictError.
+	UpdatePlan(ctx context.Context, p records.Plan) (records.Plan, error)
+	// ListPlans lists plans sorted by ID; activeOnly keeps those not in a
+	// final state.
+	ListPlans(ctx context.Context, activeOnly bool) ([]records.Plan, error)
+
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).
 	LastChange(ctx context.Context) (int64, error)
@@ -226,7 +239,7 @@ type Store interface {
 }
 
 // VersionConflict builds the conflict error for a stale record version
-// (kind is placement.InstanceVersion or placement.MigrationVersion).
+// (kind is placement.InstanceVersion, MigrationVersion or PlanVersion).
 func VersionConflict(kind placement.ConflictKind, id string, expected, actual int64) error {
 	return fmt.Errorf("updating %s %s: %w", kind, id,
 		&placement.ConflictError{Kind: kind, UUID: id, Expected: &expected, Actual: &actual})

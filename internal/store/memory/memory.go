@@ -44,6 +44,7 @@ type Store struct {
 	nextMigID  int64
 	changes    []store.Change
 	seq        int64
+	plans      planTable
 }
 
 var _ store.Store = (*Store)(nil)

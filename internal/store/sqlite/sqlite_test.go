@@ -536,3 +536,31 @@ func TestManyClassesOneProvider(t *testing.T) {
 	}
 	checkUsageColumn(t, path)
 }
+
+// TestPlanSurvivesReopen: a running plan, with its moves' states, is
+// read back the same from a reopened database (a server restart).
+func TestPlanSurvivesReopen(t *testing.T) {
+	ctx := context.Background()
+	s, path := openTemp(t, Options{})
+	p, err := s.CreatePlan(ctx, records.Plan{Purpose: records.PlanDrain, State: records.PlanRunning, Hosts: []string{"h01"},
+		Moves: []records.PlanMove{{Instance: "i1", Source: "h01", State: records.MoveRunning, Migration: 4}}, Owner: "keel-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	defer s2.Close()
+	got, err := s2.GetPlan(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != records.PlanRunning || len(got.Moves) != 1 || got.Moves[0].Migration != 4 || got.Owner != "keel-a" {
+		t.Fatalf("reopened plan = %+v", got)
+	}
+	if active, err := s2.ListPlans(ctx, true); err != nil || len(active) != 1 {
+		t.Fatalf("active plans after reopen = %v, %v", active, err)
+	}
+}

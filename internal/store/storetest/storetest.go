@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Groups", groupTests},
 		{"Concurrency", concurrencyTests},
 		{"Quotas", quotaTests},
+		{"Plans", planTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
