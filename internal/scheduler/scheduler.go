@@ -139,26 +139,16 @@ func (we *weigherEntry) multiplierFor(h *HostState) float64 {
 	return we.multiplier
 }
 
-// New assembles the pipeline from the registry. The filters that always
-// run (the resource check, which rejects the most hosts and is cheap)
-// come first; then the configured filters in the operator's order (as
-// Nova runs them); then the weighers in the configured order.
+// New assembles the pipeline from the registry: the filters (pipeline:
+// the resource check, which rejects the most hosts and is cheap, first;
+// then the configured filters in the operator's order, as Nova runs them),
+// then the weighers in the configured order.
 func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("scheduler config: %w", err)
 	}
 	cfg = cfg.Clone()
-	s := &Scheduler{cfg: cfg, view: view, clock: clk, rnd: rnd}
-	for i := range filterTable {
-		if f := &filterTable[i]; f.Always {
-			s.filters = append(s.filters, stage{f.New(cfg), f})
-		}
-	}
-	for _, name := range cfg.EnabledFilters {
-		if f := filterSpec(name); !f.Always {
-			s.filters = append(s.filters, stage{f.New(cfg), f})
-		}
-	}
+	s := &Scheduler{cfg: cfg, view: view, clock: clk, rnd: rnd, filters: pipeline(cfg)}
 	for _, name := range cfg.Weighers {
 		k := weigherSlot(name)
 		w := &weigherTable[k]

@@ -1,0 +1,180 @@
+package rebalance
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// Host is one hypervisor as the planner sees it.
+type Host struct {
+	Name         string
+	ProviderUUID string
+	// Inventories are the host's resource provider inventories.
+	Inventories placement.Inventories
+	// Used is the host's usage from allocations, everything included
+	// (instances that may not move, migrations in flight); nil means the
+	// sum of the flavors of the instances on the host.
+	Used placement.Resources
+	// Disabled and ForcedDown are its compute service's state: such a host
+	// is neither counted in the imbalance nor a destination.
+	Disabled   bool
+	ForcedDown bool
+	// LastSeenUp is its service's last heartbeat (ComputeFilter); zero
+	// means heard from at Options.Now.
+	LastSeenUp time.Time
+	// Zone is its service's availability zone ("" means "nova").
+	Zone   string
+	Traits []string
+	// Aggregates are the metadata of each aggregate the host is in (their
+	// availability_zone, the keys AggregateInstanceExtraSpecsFilter reads).
+	Aggregates []map[string]string
+	// Record is the host record, when there is one (NumInstancesFilter and
+	// IoOpsFilter read it).
+	Record *records.HostRecord
+}
+
+// Instance is one instance.
+type Instance struct {
+	UUID string
+	Host string
+	// Flavor gives the instance's resources and the extra specs the
+	// filters read.
+	Flavor records.Flavor
+	// Zone is the availability zone the instance asked for ("" for any).
+	Zone string
+	// Group is the UUID of its server group ("" for none).
+	Group string
+	// SameHost and DifferentHost are the instances its scheduler hints
+	// name.
+	SameHost      []string
+	DifferentHost []string
+	// Pinned instances count on their host but are never moved (not
+	// ACTIVE, a task in flight).
+	Pinned bool
+}
+
+// Group is a server group.
+type Group struct {
+	UUID   string
+	Policy string
+	// MaxServerPerHost is anti-affinity's max_server_per_host (0 means 1).
+	MaxServerPerHost int
+}
+
+// Cloud is the planner's input.
+type Cloud struct {
+	Hosts     []Host
+	Instances []Instance
+	Groups    []Group
+}
+
+// Source is what FromStore reads (a store.Store has every method).
+type Source interface {
+	ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+	ListServices(ctx context.Context) ([]records.Service, error)
+	ListHostRecords(ctx context.Context) ([]records.HostRecord, error)
+	ListAggregates(ctx context.Context) ([]records.Aggregate, error)
+	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
+	ListServerGroups(ctx context.Context) ([]records.ServerGroup, error)
+}
+
+var _ Source = store.Store(nil)
+
+// FromStore reads the cloud from the store: every resource provider with
+// its usage (the host's), its compute service, host record and
+// aggregates; every instance on a host, pinned unless it is ACTIVE with no
+// task in flight; every server group with a policy.
+func FromStore(ctx context.Context, src Source) (Cloud, error) {
+	sums, err := src.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading resource providers: %w", err)
+	}
+	svcs, err := src.ListServices(ctx)
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading services: %w", err)
+	}
+	recs, err := src.ListHostRecords(ctx)
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading host records: %w", err)
+	}
+	aggs, err := src.ListAggregates(ctx)
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading aggregates: %w", err)
+	}
+	insts, err := src.ListInstances(ctx, "")
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading instances: %w", err)
+	}
+	groups, err := src.ListServerGroups(ctx)
+	if err != nil {
+		return Cloud{}, fmt.Errorf("reading server groups: %w", err)
+	}
+	svcBy := map[string]records.Service{}
+	for _, s := range svcs {
+		if s.Binary == "" || s.Binary == "nova-compute" {
+			svcBy[s.Host] = s
+		}
+	}
+	recBy := map[string]records.HostRecord{}
+	for _, r := range recs {
+		recBy[r.Host] = r
+	}
+	aggBy := map[string][]map[string]string{}
+	for _, a := range aggs {
+		for _, h := range a.Hosts {
+			aggBy[h] = append(aggBy[h], a.Metadata)
+		}
+	}
+	var c Cloud
+	for _, s := range sums {
+		h := Host{Name: s.Name, ProviderUUID: s.UUID, Inventories: s.Inventories, Used: s.Usage, Traits: s.Traits, Aggregates: aggBy[s.Name]}
+		if h.Used == nil {
+			h.Used = placement.Resources{}
+		}
+		if svc, ok := svcBy[s.Name]; ok {
+			h.Disabled, h.ForcedDown, h.LastSeenUp, h.Zone = svc.Disabled, svc.ForcedDown, svc.LastSeenUp, svc.Zone
+			if h.LastSeenUp.IsZero() {
+				h.LastSeenUp = time.Unix(0, 1) // a service that never reported is down, not "now"
+			}
+		} else {
+			h.Disabled = true // no compute service: ComputeFilter refuses it
+		}
+		if r, ok := recBy[s.Name]; ok {
+			h.Record = &r
+		}
+		c.Hosts = append(c.Hosts, h)
+	}
+	slices.SortFunc(c.Hosts, func(a, b Host) int { return compareStr(a.Name, b.Name) })
+	for _, in := range insts {
+		if in.Host == "" {
+			continue
+		}
+		i := Instance{UUID: in.UUID, Host: in.Host, Flavor: in.Flavor, Zone: in.RequestedZone,
+			Pinned: in.VMState != records.VMActive || in.TaskState != records.TaskNone}
+		if in.Hints != nil {
+			i.Group, i.SameHost, i.DifferentHost = in.Hints.Group, in.Hints.SameHost, in.Hints.DifferentHost
+		}
+		c.Instances = append(c.Instances, i)
+	}
+	slices.SortFunc(c.Instances, func(a, b Instance) int { return compareStr(a.UUID, b.UUID) })
+	for _, g := range groups {
+		c.Groups = append(c.Groups, Group{UUID: g.UUID, Policy: g.Policy, MaxServerPerHost: g.MaxServerPerHost})
+	}
+	return c, nil
+}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
