@@ -122,7 +122,7 @@ reserved_host_memory_mb.`,
 	f := cmd.Flags()
 	f.Lookup("data-dir").Usage = "directory for this agent's state: its guests, QEMU processes and sockets ([keel] data_dir)"
 	f.Lookup("nats-url").Usage = "NATS URL of the keel servers' bus, several comma-separated for a cluster (the keel server logs it at start; [keel] nats_url)"
-	f.Lookup("nats-credentials").Usage = "bus credentials file, JSON user and password ([keel] nats_credentials; default DATA_DIR/bus-credentials.json)"
+	f.Lookup("nats-credentials").Usage = "bus credentials file: the host's own (keel agent enroll), or the servers', from which the agent derives its host's identity ([keel] nats_credentials; default DATA_DIR/bus-credentials.json)"
 	f.StringVar(&host, "host", "", "this host's name ([DEFAULT] host; default: the machine's hostname)")
 	// The first names of --nats-url and --nats-credentials, still taken.
 	f.StringVar(&busURL, "bus-url", "", "NATS URL of the keel server's bus")
@@ -130,6 +130,7 @@ reserved_host_memory_mb.`,
 	_ = f.MarkDeprecated("bus-url", "use --nats-url")
 	_ = f.MarkDeprecated("bus-credentials", "use --nats-credentials")
 	f.IntVar(&count, "hosts", 1, "run this many fake hosts in this process, named HOST-1 … HOST-N, each with its data dir DATA_DIR/HOST-i (for scale tests)")
+	cmd.AddCommand(agentEnrollCommand())
 	return cmd
 }
 

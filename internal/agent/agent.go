@@ -38,7 +38,9 @@ type Options struct {
 	// reports not yet taken by the conductor (reports/).
 	DataDir string
 	// BusURL is the NATS URL (several comma-separated for a cluster);
-	// Creds the bus credentials.
+	// Creds the bus credentials: the host's own identity (keel agent
+	// enroll), or the servers' credentials, from which the agent derives
+	// its host's identity (bus.Credentials.ForAgent) and connects as that.
 	BusURL string
 	Creds  bus.Credentials
 	// Hardware and Nova's per-host options. ProviderUUID is filled in by
@@ -92,7 +94,11 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent data dir: %w", err)
 	}
-	conn, err := bus.Connect(ctx, opts.BusURL, opts.Creds, "keel-agent-"+opts.Host, log)
+	creds, err := opts.Creds.ForAgent(opts.Host)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", opts.Host, err)
+	}
+	conn, err := bus.Connect(ctx, opts.BusURL, creds, "keel-agent-"+opts.Host, log)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s connecting to the bus: %w", opts.Host, err)
 	}
@@ -106,7 +112,7 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 
 func (a *Agent) start(ctx context.Context) error {
 	opts := a.opts
-	st := &rpc.Store{Conn: a.conn}
+	st := &rpc.Store{Conn: a.conn, Host: opts.Host}
 	hc := opts.Hardware
 	hc.Host = opts.Host
 	uuid, err := a.register(ctx, st, hc)
@@ -133,7 +139,7 @@ func (a *Agent) start(ctx context.Context) error {
 			tr.Track(g.UUID, g.Flavor)
 		}
 	}
-	reporter := &rpc.Reporter{Conn: a.conn, Log: a.log}
+	reporter := &rpc.Reporter{Conn: a.conn, Host: opts.Host, Log: a.log}
 	// Every build and copy report is kept on disk until a server took it.
 	a.outbox, err = compute.NewOutbox(filepath.Join(opts.DataDir, "reports"), reporter, opts.Clock, a.log)
 	if err != nil {

@@ -111,6 +111,11 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		}),
 	}
 
+	if host, ok := creds.AgentHost(); ok {
+		// An agent may subscribe to its own inbox only.
+		opts = append(opts, nats.CustomInboxPrefix(AgentInboxPrefix(host)))
+	}
+
 	backoff := 100 * time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {

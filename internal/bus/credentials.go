@@ -21,6 +21,30 @@ const CredentialsFile = "bus-credentials.json"
 type Credentials struct {
 	User     string `json:"user"`
 	Password string `json:"password"`
+	// DeriveAgents marks the servers' credentials of a bus that knows
+	// agent identities (the embedded one, or an external NATS configured
+	// with AuthorizationConfig): an agent given this file connects as its
+	// own host's identity (AgentCredentials), never as the servers. Files
+	// written by LoadOrCreateCredentials have it; a file without it is
+	// one shared user, used as is.
+	DeriveAgents bool `json:"derive_agent_identities,omitempty"`
+}
+
+// ForAgent is the identity host's agent connects with when given c: its
+// derived identity if c are servers' credentials with DeriveAgents, c
+// itself if c is host's own identity or a shared user without
+// DeriveAgents; another host's identity is an error.
+func (c Credentials) ForAgent(host string) (Credentials, error) {
+	if h, ok := c.AgentHost(); ok {
+		if h != host {
+			return Credentials{}, fmt.Errorf("bus: these credentials are host %s's identity, not %s's", h, host)
+		}
+		return c, nil
+	}
+	if !c.DeriveAgents {
+		return c, nil
+	}
+	return AgentCredentials(c, host)
 }
 
 // String hides the password.
@@ -95,9 +119,19 @@ func newCredentials() (Credentials, error) {
 		return Credentials{}, fmt.Errorf("bus: generate credentials: %w", err)
 	}
 	return Credentials{
-		User:     "keel-" + hex.EncodeToString(user),
-		Password: base64.RawURLEncoding.EncodeToString(pass),
+		User:         "keel-" + hex.EncodeToString(user),
+		Password:     base64.RawURLEncoding.EncodeToString(pass),
+		DeriveAgents: true,
 	}, nil
+}
+
+// WriteCredentials writes c to path (mode 0600) atomically; it refuses to
+// replace an existing file.
+func WriteCredentials(path string, c Credentials) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return createAtomically(path, c)
 }
 
 // createAtomically writes c to a temporary file (0600) in path's directory,
@@ -112,7 +146,7 @@ func createAtomically(path string, c Credentials) error {
 	}
 	b = append(b, '\n')
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+CredentialsFile+".*.tmp")
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("bus: write credentials: %w", err)
 	}

@@ -3,15 +3,20 @@
 // carried over NATS.
 //
 // keel server embeds a NATS server (StartServer) bound to 127.0.0.1 by
-// default and protected by a user/password pair kept in
-// DATA_DIR/bus-credentials.json (LoadOrCreateCredentials); agents are given
-// that file (ReadCredentials) and the URL, or the URLs of an external NATS
-// cluster, comma-separated. Connect reconnects forever.
+// default and protected by the servers' user/password pair kept in
+// DATA_DIR/bus-credentials.json (LoadOrCreateCredentials). Every agent has
+// an identity of its own, "agent-<host>", derived from it
+// (AgentCredentials), with AgentPermissions: its own subjects and inbox to
+// subscribe, its own conductor prefix and the peer checks to publish.
+// Agents are given their own file (keel agent enroll) or the servers' (from
+// which they derive theirs, Credentials.ForAgent) and the URL, or the URLs
+// of an external NATS cluster, comma-separated (configured with
+// AuthorizationConfig). Connect reconnects forever.
 //
 // # Subjects
 //
 //	keel.compute.<host>.<method>   calls and casts to one compute agent (ComputeSubject)
-//	keel.conductor.<method>        calls and casts to the conductor (ConductorSubject)
+//	keel.conductor.<host>.<method> an agent's calls and casts to the conductor (AgentConductorSubject)
 //	keel.notify.<event>            notifications (NotificationSubject)
 //
 // A host name is one subject token: ValidHostName refuses names containing

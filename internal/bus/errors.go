@@ -14,6 +14,9 @@ const (
 	CodeInvalid     = "invalid"
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
+	// CodeForbidden refuses a call its sender may not make: an agent's
+	// report or store call about another host.
+	CodeForbidden = "forbidden"
 )
 
 var (

@@ -306,6 +306,7 @@ func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {
 	}
 	ctx, cancel := c.handlerContext(m)
 	defer cancel()
+	ctx = context.WithValue(ctx, subjectKey{}, m.Subject)
 	result, err := c.invoke(ctx, subject, h, m.Data)
 	if first != nil {
 		first.finish(c.encodeReply(subject, result, err))

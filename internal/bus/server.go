@@ -30,7 +30,8 @@ type ServerOptions struct {
 	// Port is the client port; 0 picks a random free port (nats-server's
 	// own default for 0 would be 4222).
 	Port int
-	// Creds are the only user allowed to connect. Required.
+	// Creds are the servers' user, allowed everything; agents connect
+	// with AgentCredentials derived from it. Required.
 	Creds Credentials
 	// StoreDir is reserved for JetStream, which keel does not use yet.
 	StoreDir string
@@ -73,8 +74,10 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		ServerName: "keel-bus",
 		Host:       host,
 		Port:       port,
-		Username:   o.Creds.User,
-		Password:   o.Creds.Password,
+		// The servers' user has every permission; each agent connects
+		// with credentials derived from it (AgentCredentials) and gets
+		// AgentPermissions for its host.
+		CustomClientAuthentication: identities{servers: o.Creds},
 		NoSigs:     true,
 		NoLog:      true,
 		StoreDir:   o.StoreDir,

@@ -39,3 +39,21 @@ func ValidHostName(name string) error {
 	}
 	return nil
 }
+
+// AgentConductorSubject is the subject of method on the conductor as
+// called by host's agent: "keel.conductor.<host>.<method>". The servers
+// subscribe with host "*" and read the sender from the subject
+// (ConductorSender); an agent may publish with its own host only.
+func AgentConductorSubject(host, method string) string {
+	return AgentConductorPrefix(host) + "." + method
+}
+
+// ConductorSender is the host token of an AgentConductorSubject, or "" if
+// subject is not one.
+func ConductorSender(subject string) string {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 || parts[0] != subjectPrefix || parts[1] != "conductor" {
+		return ""
+	}
+	return parts[2]
+}

@@ -71,6 +71,10 @@ type storeArgs struct {
 // sends it again until it is taken.
 type Reporter struct {
 	Conn *bus.Conn
+	// Host is the agent's host: its reports go out under its conductor
+	// prefix (bus.AgentConductorSubject), the only one its bus identity
+	// may publish on.
+	Host string
 	Log  *slog.Logger
 	// Timeout bounds one attempt (default 10 s).
 	Timeout time.Duration
@@ -88,11 +92,11 @@ func (r *Reporter) send(ctx context.Context, method string, args reportArgs) err
 	// The conductor takes a repeated report as a no-op.
 	ctx, cancel := context.WithTimeout(bus.WithRequestID(ctx, bus.NewRequestID()), timeout)
 	defer cancel()
-	err := r.Conn.Call(ctx, bus.ConductorSubject(method), args, nil)
+	err := r.Conn.Call(ctx, bus.AgentConductorSubject(r.Host, method), args, nil)
 	switch {
 	case err == nil:
 		return nil
-	case bus.IsCode(err, bus.CodeNotFound) || bus.IsCode(err, bus.CodeInvalid) || bus.IsCode(err, codeInvalidState):
+	case bus.IsCode(err, bus.CodeNotFound) || bus.IsCode(err, bus.CodeForbidden) || bus.IsCode(err, bus.CodeInvalid) || bus.IsCode(err, codeInvalidState):
 		// Sending it again would get the same answer.
 		if r.Log != nil {
 			r.Log.Warn("conductor refused a report for good", "report", method, "migration", args.MigrationID, "instance", args.InstanceUUID, "err", err)
@@ -120,7 +124,7 @@ func (r *Reporter) BuildDone(ctx context.Context, instanceUUID, host string, err
 // progress report is replaced by the next).
 func (r *Reporter) CopyProgress(ctx context.Context, migID int64, total, processed, remaining int64) {
 	go func() {
-		_ = r.Conn.Cast(context.WithoutCancel(ctx), bus.ConductorSubject(mCopyProgress),
+		_ = r.Conn.Cast(context.WithoutCancel(ctx), bus.AgentConductorSubject(r.Host, mCopyProgress),
 			reportArgs{MigrationID: migID, Total: total, Processed: processed, Remaining: remaining})
 	}()
 }
@@ -133,12 +137,17 @@ func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) error {
 // AuditDrift sends an audit's findings to the servers (best effort: a lost
 // report only leaves a metric short).
 func (r *Reporter) AuditDrift(ctx context.Context, d compute.Drift) {
-	_ = r.Conn.Cast(ctx, bus.ConductorSubject(mAuditDrift), d)
+	_ = r.Conn.Cast(ctx, bus.AgentConductorSubject(r.Host, mAuditDrift), d)
 }
 
 // Store is an agent's view of the store, through the servers. It
-// implements compute.TrackerStore.
-type Store struct{ Conn *bus.Conn }
+// implements compute.TrackerStore. Host is the agent's host: its calls go
+// out under its conductor prefix, and the servers refuse those that
+// concern another host.
+type Store struct {
+	Conn *bus.Conn
+	Host string
+}
 
 var (
 	_ compute.TrackerStore    = (*Store)(nil)
@@ -161,7 +170,7 @@ func (s *Store) call(ctx context.Context, method string, args storeArgs, resp an
 	}
 	wait := 50 * time.Millisecond
 	for {
-		err := s.Conn.Call(ctx, bus.ConductorSubject(method), args, resp)
+		err := s.Conn.Call(ctx, bus.AgentConductorSubject(s.Host, method), args, resp)
 		if err == nil {
 			return nil
 		}
@@ -272,24 +281,41 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 	st := h.Store
 	handlers := map[string]bus.Handler{
 		mBuildDone: report(func(ctx context.Context, a reportArgs) error {
+			if err := sentBy(ctx, a.Host); err != nil {
+				return err
+			}
 			return h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
 		}),
 		mCopyProgress: report(func(ctx context.Context, a reportArgs) error {
+			if err := migrationOfSender(ctx, st, a.MigrationID); err != nil {
+				return err
+			}
 			h.Reporter.CopyProgress(ctx, a.MigrationID, a.Total, a.Processed, a.Remaining)
 			return nil
 		}),
 		mCopyDone: report(func(ctx context.Context, a reportArgs) error {
+			if err := migrationOfSender(ctx, st, a.MigrationID); err != nil {
+				return err
+			}
 			return h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error))
 		}),
 		mPutHostRecord: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Record == nil {
 				return nil, &placement.InvalidError{Msg: "no host record given"}
 			}
+			if err := sentBy(ctx, a.Record.Host); err != nil {
+				return nil, err
+			}
 			return nil, st.PutHostRecord(ctx, *a.Record)
 		}),
 		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.ConsumersOn(ctx, a.UUID) }),
 		mGetConsumer: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetConsumer(ctx, a.UUID) }),
-		mWriteAllocs: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.WriteAllocations(ctx, a.Writes...) }),
+		mWriteAllocs: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+			if err := writesOfSender(ctx, st, a.Writes); err != nil {
+				return nil, err
+			}
+			return st.WriteAllocations(ctx, a.Writes...)
+		}),
 		mGetInstance: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
 		mListMigrations: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			return st.ListMigrations(ctx, a.Filter)
@@ -297,6 +323,9 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		mListInstances: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Host == "" {
 				return nil, &placement.InvalidError{Msg: "no host given"}
+			}
+			if err := sentBy(ctx, a.Host); err != nil {
+				return nil, err
 			}
 			return st.ListInstances(ctx, a.Host)
 		}),
@@ -309,17 +338,26 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			if a.UUID == "" || a.Host == "" || a.Fault == "" {
 				return nil, &placement.InvalidError{Msg: "fault_lost_instance needs uuid, host and fault"}
 			}
+			if err := sentBy(ctx, a.Host); err != nil {
+				return nil, err
+			}
 			return compute.StoreFaulter{Store: st, Clock: clk}.FaultLostInstance(ctx, a.UUID, a.Host, a.Fault)
 		}),
 		mRegisterHost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.HostConfig == nil {
 				return nil, &placement.InvalidError{Msg: "no host configuration given"}
 			}
+			if err := sentBy(ctx, a.HostConfig.Host); err != nil {
+				return nil, err
+			}
 			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
 		}),
-		mAuditDrift: func(_ context.Context, data json.RawMessage) (any, error) {
+		mAuditDrift: func(ctx context.Context, data json.RawMessage) (any, error) {
 			var d compute.Drift
 			if err := bus.Decode(data, &d); err != nil {
+				return nil, err
+			}
+			if err := sentBy(ctx, d.Host); err != nil {
 				return nil, err
 			}
 			if h.OnDrift != nil {
@@ -328,6 +366,9 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return nil, nil
 		},
 		mHeartbeat: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+			if err := sentBy(ctx, a.Host); err != nil {
+				return nil, err
+			}
 			_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
 				if a.At.After(s.LastSeenUp) {
 					s.LastSeenUp = a.At
@@ -338,7 +379,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return nil, err
 		}),
 	}
-	return serveAll(conn, bus.ConductorSubject, conductorQueue, handlers)
+	return serveAll(conn, func(method string) string { return bus.AgentConductorSubject("*", method) }, conductorQueue, handlers)
 }
 
 // serveAll subscribes every handler at its method's subject, in queue
