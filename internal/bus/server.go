@@ -78,9 +78,9 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		// with credentials derived from it (AgentCredentials) and gets
 		// AgentPermissions for its host.
 		CustomClientAuthentication: identities{servers: o.Creds},
-		NoSigs:     true,
-		NoLog:      true,
-		StoreDir:   o.StoreDir,
+		NoSigs:                     true,
+		NoLog:                      true,
+		StoreDir:                   o.StoreDir,
 		// No HTTP monitoring, no cluster, no JetStream, no leafnodes.
 	}
 	ns, err := server.NewServer(opts)
