@@ -205,12 +205,10 @@ func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, _ b
 	if inst.ForcedHost != "" {
 		req.Zone, req.RequestedHost, req.Force = "", inst.ForcedHost, true
 	}
-	res := inst.Flavor.Resources()
 	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
 		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
 			ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
-			Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
-			ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation},
+			Allocations: cand.Allocations, ProviderGenerations: cand.Generations,
 		})
 		return plan.Providers[cand.ProviderUUID], err
 	})

@@ -451,15 +451,13 @@ func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, i
 		req.IgnoreHosts = req.IgnoreHosts[1:]
 	}
 	req.RequestedHost = m.RequestedHost
-	res := inst.Flavor.Resources()
 	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
 		gen := src.Generation
 		plan, err := c.store.WriteAllocations(ctx,
 			placement.AllocationWrite{ConsumerUUID: m.UUID, Type: placement.ConsumerMigration,
 				ProjectID: src.ProjectID, UserID: src.UserID, Allocations: src.Allocations},
 			placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
-				Allocations:         map[string]placement.Resources{cand.ProviderUUID: res},
-				ProviderGenerations: map[string]int64{cand.ProviderUUID: cand.Generation}},
+				Allocations: cand.Allocations, ProviderGenerations: cand.Generations},
 		)
 		return plan.Providers[cand.ProviderUUID], err
 	})

@@ -59,6 +59,10 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 	}
 	hosts := v.snapshot()
 	req.prepare(s.clock.Now())
+	if req.queryErr != nil {
+		return Explanation{}, &NoValidHostError{Hosts: len(hosts), Reason: req.queryErr.Error()}
+	}
+	s.prepareTree(req)
 	exp := Explanation{SubsetSize: s.cfg.HostSubsetSize}
 	var cands []int32
 	var candRows []int

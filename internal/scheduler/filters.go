@@ -36,6 +36,9 @@ var _ Filter = resourceFilter{}
 func (resourceFilter) Name() string         { return "ResourceFilter" }
 func (resourceFilter) Active(*Request) bool { return true }
 func (resourceFilter) Fits(h *HostState, r *Request) bool {
+	if r.tree {
+		return r.allocs[h] != nil
+	}
 	for i := 0; i < numStd; i++ {
 		if !r.hasStd[i] {
 			continue
@@ -49,7 +52,13 @@ func (resourceFilter) Fits(h *HostState, r *Request) bool {
 		(r.traits.Empty() || r.traits.Match(h.Traits))
 }
 func (resourceFilter) Why(h *HostState, r *Request) string {
-	if err := placement.Fits(h.Name, h.Inventories(), h.Used(), r.Resources); err != nil {
+	if r.tree {
+		if r.allocs[h] != nil {
+			return ""
+		}
+		return "no allocation candidate in its provider tree (or the providers it shares with) for " + r.query.String()
+	}
+	if err := placement.Fits(h.Name, h.Inventories(), h.Used(), r.unnamed); err != nil {
 		var ce *placement.CapacityError
 		if asCapacity(err, &ce) {
 			return fmt.Sprintf("%s: %s (requested %d, used %d of %d)", ce.Class, ce.Reason, ce.Requested, ce.Used, ce.Capacity)

@@ -167,6 +167,47 @@ func (h *HostState) setProvider(p placement.Provider, usage placement.Resources)
 	}
 }
 
+// addChild adds the inventories and usage of a provider of the host's
+// tree below its own (a NUMA cell, a physical GPU) to the host's totals:
+// the weighers and the flat checks read the tree's sums, and placement's
+// candidate search decides where each class comes from.
+func (h *HostState) addChild(invs placement.Inventories, usage placement.Resources) {
+	for rc, inv := range invs {
+		if i := stdIndex(rc); i >= 0 {
+			if !h.hasInv[i] {
+				h.hasInv[i], h.inv[i], h.capacity[i] = true, inv, inv.Capacity()
+				continue
+			}
+			sum := &h.inv[i]
+			sum.Total += inv.Total
+			sum.Reserved += inv.Reserved
+			sum.MaxUnit = max(sum.MaxUnit, inv.MaxUnit)
+			sum.MinUnit = min(sum.MinUnit, inv.MinUnit)
+			h.capacity[i] += inv.Capacity()
+			continue
+		}
+		if h.otherInv == nil {
+			h.otherInv = placement.Inventories{}
+		}
+		if cur, ok := h.otherInv[rc]; ok {
+			inv.Total += cur.Total
+			inv.Reserved += cur.Reserved
+			inv.MaxUnit = max(inv.MaxUnit, cur.MaxUnit)
+		}
+		h.otherInv[rc] = inv
+	}
+	for rc, n := range usage {
+		if i := stdIndex(rc); i >= 0 {
+			h.used[i] += n
+			continue
+		}
+		if h.other == nil {
+			h.other = placement.Resources{}
+		}
+		h.other[rc] += n
+	}
+}
+
 func stdIndex(rc placement.ResourceClass) int {
 	switch rc {
 	case placement.VCPU:
@@ -206,7 +247,7 @@ func (h *HostState) derive(readsRecords bool) {
 // consume adds a claimed request to the host's usage (the scheduler
 // "assumes" its own claim until the change stream confirms it).
 func (h *HostState) consume(r *Request, newGen int64, readsRecords bool) {
-	for rc, n := range r.Resources {
+	for rc, n := range r.unnamed {
 		if i := stdIndex(rc); i >= 0 {
 			h.used[i] += n
 			continue

@@ -1,9 +1,6 @@
 package scheduler
 
 import (
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"keel/internal/placement"
@@ -42,7 +39,10 @@ type Request struct {
 	InstanceUUID string
 	Resources    placement.Resources
 	// ExtraSpecs are the flavor's extra specs (capabilities:…,
-	// aggregate_instance_extra_specs:…, trait:NAME=required|forbidden).
+	// aggregate_instance_extra_specs:…, and the request groups Nova
+	// builds from resources:CLASS=N, resourcesN:CLASS=N,
+	// trait:NAME=required|forbidden, traitN:NAME=… and group_policy;
+	// see placement.FlavorQuery).
 	ExtraSpecs map[string]string
 	// ImageProps are image properties (hw_architecture, img_hv_type,
 	// hw_vm_mode, trait:NAME=required|forbidden).
@@ -74,17 +74,35 @@ type Request struct {
 	other  placement.Resources
 	traits placement.TraitQuery // from trait:NAME specs; checked with the resources
 	now    time.Time
+	// query is the request's placement groups (placement.FlavorQuery);
+	// unnamed its unnamed group's resources, what a flat host is asked
+	// for; queryErr a flavor Placement would refuse.
+	query    placement.CandidateQuery
+	unnamed  placement.Resources
+	queryErr error
+	// tree is set when the decision asks placement's candidate search
+	// (granular groups, or a view with provider trees or sharing
+	// providers); allocs then holds, per host that has a candidate, the
+	// first candidate's allocation (provider UUID → resources).
+	tree   bool
+	allocs map[*HostState]map[string]placement.Resources
 }
 
 // prepare caches what every host's checks read.
 func (r *Request) prepare(now time.Time) {
 	r.now = now
 	r.other = nil
-	r.traits = requiredTraits(r.ExtraSpecs, r.ImageProps)
+	r.tree, r.allocs = false, nil
+	r.query, r.queryErr = placement.FlavorQuery(r.Resources, r.ExtraSpecs, r.ImageProps)
+	u, _ := r.query.Unnamed()
+	r.unnamed, r.traits = u.Resources, u.Traits
+	if r.unnamed == nil {
+		r.unnamed = placement.Resources{}
+	}
 	for i := range r.std {
 		r.std[i], r.hasStd[i] = 0, false
 	}
-	for rc, n := range r.Resources {
+	for rc, n := range r.unnamed {
 		if i := stdIndex(rc); i >= 0 {
 			r.std[i], r.hasStd[i] = n, true
 			continue
@@ -106,28 +124,4 @@ func (r *Request) ignored(host string) bool {
 		}
 	}
 	return false
-}
-
-// requiredTraits reads trait:NAME=required|forbidden from the flavor's
-// extra specs and the image's properties, as Nova turns them into
-// placement's required traits (the flavor's value wins where both name a
-// trait). Other values are ignored, as in Nova.
-func requiredTraits(specs ...map[string]string) placement.TraitQuery {
-	want := map[string]string{}
-	for i := len(specs) - 1; i >= 0; i-- {
-		for k, v := range specs[i] {
-			if name, ok := strings.CutPrefix(k, "trait:"); ok && (v == "required" || v == "forbidden") {
-				want[name] = v
-			}
-		}
-	}
-	var q placement.TraitQuery
-	for _, name := range slices.Sorted(maps.Keys(want)) {
-		if want[name] == "required" {
-			q.Required = append(q.Required, []string{name})
-		} else {
-			q.Forbidden = append(q.Forbidden, name)
-		}
-	}
-	return q
 }

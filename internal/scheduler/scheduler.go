@@ -23,6 +23,15 @@ type Candidate struct {
 	Host         string
 	ProviderUUID string
 	Generation   int64
+	// Allocations is what to claim, provider UUID → resources: the
+	// request's resources on the host's provider, or, when placement's
+	// candidate search placed it (granular groups, provider trees,
+	// sharing providers), the first candidate of the host's tree, which
+	// may name its children and sharing providers. Generations holds
+	// the generations the view saw for them (the host's provider, when
+	// the claim allocates on it).
+	Allocations map[string]placement.Resources
+	Generations map[string]int64
 }
 
 // ClaimFunc writes the claim for a candidate and returns the provider's new
@@ -62,6 +71,9 @@ type NoValidHostError struct {
 	Hosts int
 	// Rejected counts hosts per rejecting filter (or "ignored", "claim").
 	Rejected map[string]int
+	// Reason, when set, is why no host was asked (a flavor whose request
+	// groups Placement would refuse).
+	Reason string
 }
 
 func (e *NoValidHostError) Error() string {
@@ -73,6 +85,9 @@ func (e *NoValidHostError) Error() string {
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%d by %s", e.Rejected[n], n))
+	}
+	if e.Reason != "" {
+		return "No valid host was found. " + e.Reason
 	}
 	msg := fmt.Sprintf("No valid host was found. %d hosts considered", e.Hosts)
 	if len(parts) > 0 {
@@ -185,6 +200,10 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	}
 	hosts := v.snapshot()
 	req.prepare(s.clock.Now())
+	if req.queryErr != nil {
+		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: map[string]int{"flavor request groups": len(hosts)}, Reason: req.queryErr.Error()}
+	}
+	s.prepareTree(req)
 	active := s.activeFilters(req)
 	top, rejected := s.rank(hosts, req, active)
 	if len(top) == 0 {
@@ -210,10 +229,15 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		}
 		viewUsed, allocUsed := h.WeigherUsed(), h.Used()
 		sel.Claims++
-		gen, err := claim(ctx, Candidate{Host: h.Name, ProviderUUID: h.ProviderUUID, Generation: h.Generation})
+		cand := s.candidate(h, req)
+		gen, err := claim(ctx, cand)
 		if err == nil {
-			h.consume(req, gen, v.readsRecords)
-			v.dense.sync(h)
+			if req.tree {
+				v.consumeTree(h, cand.Allocations, gen)
+			} else {
+				h.consume(req, gen, v.readsRecords)
+				v.dense.sync(h)
+			}
 			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, r.weight
 			sel.ViewUsed, sel.AllocUsed = viewUsed, allocUsed
 			for _, alt := range chosen[i+1:] {
@@ -233,12 +257,41 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		if err := v.refreshLocked(ctx); err != nil {
 			return sel, err
 		}
+		if req.tree {
+			// Every host's candidate again, on the refreshed usage.
+			s.prepareTree(req)
+		}
 	}
 	if rejected == nil {
 		rejected = map[string]int{}
 	}
 	rejected["claim refused"] += sel.Claims
 	return sel, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
+}
+
+// prepareTree decides whether the request goes through placement's
+// candidate search — it has granular groups, or some provider is a child
+// or shares — and if so finds each host's candidate.
+func (s *Scheduler) prepareTree(req *Request) {
+	_, flat := req.query.Unnamed()
+	req.tree = !flat || s.view.special > 0
+	if req.tree {
+		req.allocs = s.view.treeAllocations(req.query)
+	}
+}
+
+// candidate is what the claim of host h for req writes.
+func (s *Scheduler) candidate(h *HostState, req *Request) Candidate {
+	c := Candidate{Host: h.Name, ProviderUUID: h.ProviderUUID, Generation: h.Generation}
+	if req.tree {
+		c.Allocations = req.allocs[h]
+	} else {
+		c.Allocations = map[string]placement.Resources{h.ProviderUUID: req.unnamed.Clone()}
+	}
+	if _, onHost := c.Allocations[h.ProviderUUID]; onHost {
+		c.Generations = map[string]int64{h.ProviderUUID: h.Generation}
+	}
+	return c
 }
 
 func (s *Scheduler) activeFilters(req *Request) []stage {
@@ -427,7 +480,11 @@ func (p *filterPass) check(i int, steps []filterStep) int {
 		case rowService:
 			ok = row.eligible && heardFrom(p.now-row.lastSeen, st.down)
 		case rowResources:
-			ok = row.fits(req) && ((req.other == nil && req.traits.Empty()) || st.f.Fits(p.hosts[i], req))
+			if req.tree {
+				ok = req.allocs[p.hosts[i]] != nil
+			} else {
+				ok = row.fits(req) && ((req.other == nil && req.traits.Empty()) || st.f.Fits(p.hosts[i], req))
+			}
 		default:
 			ok = st.f.Fits(p.hosts[i], req)
 		}

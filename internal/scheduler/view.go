@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
+	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
 )
@@ -46,7 +49,41 @@ type View struct {
 	// hosts whose aggregates set it.
 	aggMeta    map[string][]map[string]string
 	overridden map[string]int
+	// nodes is every provider; kids, per host's provider, the providers
+	// of its tree below it; special counts the providers that are
+	// children or share (MISC_SHARES_VIA_AGGREGATE): while it is 0 every
+	// host is one provider and the flat checks decide. forest indexes
+	// nodes for placement's candidate search (forestPos: its index of a
+	// provider), rebuilt when a provider appears, goes, or changes its
+	// traits or aggregates (stale), patched in place otherwise.
+	nodes     map[string]*provNode
+	kids      map[string]map[string]bool
+	special   int
+	forest    *placement.Forest
+	forestPos map[string]int
+	stale     bool
 }
+
+// provNode is one provider as the view holds it: its summary, and the
+// root of its tree.
+type provNode struct {
+	sum  store.ProviderSummary
+	root string
+}
+
+// shares reports whether the provider carries MISC_SHARES_VIA_AGGREGATE.
+func (n *provNode) shares() bool {
+	_, ok := slices.BinarySearch(n.sum.Traits, placement.SharesViaAggregate)
+	return ok
+}
+
+// isHost reports whether the provider is a host's: a root that does not
+// share.
+func (n *provNode) isHost() bool { return n.sum.ParentUUID == "" && !n.shares() }
+
+// special reports whether the provider makes the view a forest (a child,
+// or a sharing provider).
+func (n *provNode) special() bool { return n.sum.ParentUUID != "" || n.shares() }
 
 // NewView builds a view for a policy and loads it fully.
 func NewView(ctx context.Context, src Source, policy Policy) (*View, error) {
@@ -82,10 +119,23 @@ func (v *View) reload(ctx context.Context) error {
 	v.hosts = v.hosts[:0]
 	v.byName = make(map[string]*HostState, len(sums))
 	v.byUUID = make(map[string]*HostState, len(sums))
+	v.nodes = make(map[string]*provNode, len(sums))
+	v.kids = map[string]map[string]bool{}
+	v.special, v.stale = 0, true
 	for _, s := range sums {
-		h := &HostState{Name: s.Name, Zone: "nova"}
-		h.setProvider(s.Provider, s.Usage)
-		v.add(h)
+		v.nodes[s.UUID] = &provNode{sum: s}
+	}
+	for _, s := range sums {
+		n := v.nodes[s.UUID]
+		n.root = v.rootOf(s.UUID)
+		v.link(n)
+	}
+	for _, s := range sums {
+		if n := v.nodes[s.UUID]; n.isHost() {
+			h := &HostState{Name: s.Name, Zone: "nova"}
+			v.setHost(h, n)
+			v.add(h)
+		}
 	}
 	for _, r := range recs {
 		if h := v.byName[r.Host]; h != nil {
@@ -188,14 +238,43 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 		}
 		found := map[string]bool{}
 		for _, s := range sums {
+			if old := v.nodes[s.UUID]; old != nil && (old.sum.ParentUUID != s.ParentUUID || old.shares() != (&provNode{sum: s}).shares()) {
+				// A provider moved in its tree or started or stopped
+				// sharing: read everything again (rare).
+				return v.reload(ctx)
+			}
+		}
+		var added []*provNode
+		for _, s := range sums {
+			if v.nodes[s.UUID] == nil {
+				n := &provNode{sum: s}
+				v.nodes[s.UUID] = n
+				added = append(added, n)
+			}
+		}
+		for _, n := range added {
+			// Roots once every new provider is in: a new child's parent
+			// may be new too.
+			n.root = v.rootOf(n.sum.UUID)
+			v.link(n)
+			v.stale = true
+		}
+		for _, s := range sums {
 			found[s.UUID] = true
+			n := v.updateNode(s)
+			if !n.isHost() {
+				if h := v.byUUID[n.root]; h != nil && n.root != s.UUID {
+					touched[h] = true
+				}
+				continue
+			}
 			h := v.byUUID[s.UUID]
 			if h == nil {
 				h = v.byName[s.Name]
 			}
 			if h == nil {
 				h = &HostState{Name: s.Name, Zone: "nova"}
-				h.setProvider(s.Provider, s.Usage)
+				v.setHost(h, n)
 				v.add(h)
 				v.loadHostExtras(ctx, h)
 			} else {
@@ -204,15 +283,26 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 					// the old UUID, so its removal does not remove the host.
 					delete(v.byUUID, h.ProviderUUID)
 				}
-				h.setProvider(s.Provider, s.Usage)
+				v.setHost(h, n)
 				v.byUUID[s.UUID] = h
 			}
 			touched[h] = true
 		}
 		for _, u := range uuids {
 			if !found[u] {
+				if n := v.nodes[u]; n != nil && n.root != u {
+					if h := v.byUUID[n.root]; h != nil {
+						touched[h] = true
+					}
+				}
+				v.dropNode(u)
 				v.remove(u)
 			}
+		}
+	}
+	for h := range touched {
+		if n := v.nodes[h.ProviderUUID]; n != nil {
+			v.setHost(h, n)
 		}
 	}
 	for name := range hosts {
@@ -371,4 +461,171 @@ func (v *View) Len() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return len(v.hosts)
+}
+
+// rootOf walks up from provider uuid to its tree's root (uuid itself for
+// a root, or when a parent is missing).
+func (v *View) rootOf(uuid string) string {
+	cur := uuid
+	for depth := 0; depth < 1000; depth++ {
+		n := v.nodes[cur]
+		if n == nil || n.sum.ParentUUID == "" || v.nodes[n.sum.ParentUUID] == nil {
+			return cur
+		}
+		cur = n.sum.ParentUUID
+	}
+	return cur
+}
+
+// link counts n and files it under its root's tree.
+func (v *View) link(n *provNode) {
+	if n.special() {
+		v.special++
+	}
+	if n.root != n.sum.UUID {
+		k := v.kids[n.root]
+		if k == nil {
+			k = map[string]bool{}
+			v.kids[n.root] = k
+		}
+		k[n.sum.UUID] = true
+	}
+}
+
+// updateNode takes a provider's new summary (its place in the tree
+// unchanged, as apply checks; a new provider already filed), keeping the
+// forest current.
+func (v *View) updateNode(s store.ProviderSummary) *provNode {
+	n := v.nodes[s.UUID]
+	if !slices.Equal(n.sum.Traits, s.Traits) || !slices.Equal(n.sum.Aggregates, s.Aggregates) {
+		v.stale = true
+	}
+	n.sum = s
+	v.patchForest(n)
+	return n
+}
+
+// dropNode forgets a provider that is gone.
+func (v *View) dropNode(uuid string) {
+	n := v.nodes[uuid]
+	if n == nil {
+		return
+	}
+	if n.special() {
+		v.special--
+	}
+	delete(v.kids[n.root], uuid)
+	delete(v.kids, uuid)
+	delete(v.nodes, uuid)
+	v.stale = true
+}
+
+// patchForest copies a provider's inventories and usage into the forest.
+func (v *View) patchForest(n *provNode) {
+	if v.stale || v.forest == nil {
+		return
+	}
+	if i, ok := v.forestPos[n.sum.UUID]; ok {
+		p := &v.forest.Providers[i]
+		p.Inventories, p.Usage = n.sum.Inventories, n.sum.Usage
+	}
+}
+
+// setHost loads a host's totals from its provider n and the providers
+// of its tree below it that do not share: what the flat checks and the
+// weighers read.
+func (v *View) setHost(h *HostState, n *provNode) {
+	h.setProvider(n.sum.Provider, n.sum.Usage)
+	for _, u := range slices.Sorted(maps.Keys(v.kids[n.sum.UUID])) {
+		if k := v.nodes[u]; k != nil && !k.shares() {
+			h.addChild(k.sum.Inventories, k.sum.Usage)
+		}
+	}
+}
+
+// forestLocked returns the forest of every provider, building it if a
+// provider appeared, went or changed its traits or aggregates since.
+func (v *View) forestLocked() *placement.Forest {
+	if v.forest != nil && !v.stale {
+		return v.forest
+	}
+	uuids := slices.Sorted(maps.Keys(v.nodes))
+	pos := make(map[string]int, len(uuids))
+	for i, u := range uuids {
+		pos[u] = i
+	}
+	ps := make([]placement.CandidateProvider, len(uuids))
+	for i, u := range uuids {
+		n := v.nodes[u]
+		parent := -1
+		if j, ok := pos[n.sum.ParentUUID]; ok {
+			parent = j
+		}
+		root, ok := pos[n.root]
+		if !ok {
+			root = i
+		}
+		ps[i] = placement.CandidateProvider{UUID: u, Parent: parent, Root: root,
+			Inventories: n.sum.Inventories, Usage: n.sum.Usage, Traits: n.sum.Traits, Aggregates: n.sum.Aggregates}
+	}
+	v.forest, v.forestPos, v.stale = placement.NewForest(ps), pos, false
+	return v.forest
+}
+
+// treeAllocations asks placement's candidate search for q over every
+// provider and returns, per host with a candidate, the first one's
+// allocation (provider UUID → resources). A candidate is a host's when
+// a provider of that host's tree takes part in it (one made of sharing
+// providers alone is nobody's).
+func (v *View) treeAllocations(q placement.CandidateQuery) map[*HostState]map[string]placement.Resources {
+	f := v.forestLocked()
+	reqs, _ := f.Candidates(q)
+	out := map[*HostState]map[string]placement.Resources{}
+	for _, r := range reqs {
+		var h *HostState
+		for _, part := range r.Parts {
+			p := &f.Providers[part.Provider]
+			if hs := v.byUUID[f.Providers[p.Root].UUID]; hs != nil && hs.ProviderUUID == f.Providers[p.Root].UUID {
+				if n := v.nodes[p.UUID]; n != nil && !n.shares() {
+					h = hs
+					break
+				}
+			}
+		}
+		if h == nil || out[h] != nil {
+			continue
+		}
+		alloc := map[string]placement.Resources{}
+		for _, part := range r.Parts {
+			u := f.Providers[part.Provider].UUID
+			if alloc[u] == nil {
+				alloc[u] = placement.Resources{}
+			}
+			alloc[u][part.Class] += part.Amount
+		}
+		out[h] = alloc
+	}
+	return out
+}
+
+// consumeTree adds a claimed allocation to the providers' usage (the
+// scheduler assumes its own claim until the change stream confirms it)
+// and reloads the host's totals.
+func (v *View) consumeTree(h *HostState, alloc map[string]placement.Resources, newGen int64) {
+	for u, res := range alloc {
+		n := v.nodes[u]
+		if n == nil {
+			continue
+		}
+		n.sum.Usage = n.sum.Usage.Clone().Add(res)
+		if u == h.ProviderUUID && newGen > n.sum.Generation {
+			n.sum.Generation = newGen
+		}
+		v.patchForest(n)
+	}
+	if n := v.nodes[h.ProviderUUID]; n != nil {
+		v.setHost(h, n)
+	}
+	h.derive(v.readsRecords)
+	v.dense.sync(h)
 }
