@@ -127,9 +127,13 @@ func Plan(in Inputs, opt Options) []Finding {
 		out = append(out, Finding{Kind: kind, Subject: subject, Text: fmt.Sprintf(format, args...)})
 	}
 	rpOf := map[string]string{}   // host name → provider UUID
-	nameOf := map[string]string{} // provider UUID → host name
+	nameOf := map[string]string{} // provider UUID → provider name
+	hostOf := providerHosts(in.Providers)
 	for _, s := range in.Providers {
-		rpOf[s.Name], nameOf[s.UUID] = s.UUID, s.Name
+		if s.ParentUUID == "" {
+			rpOf[s.Name] = s.UUID
+		}
+		nameOf[s.UUID] = s.Name
 		for _, rc := range slices.Sorted(maps.Keys(s.Usage)) {
 			inv, ok := s.Inventories[rc]
 			if used := s.Usage[rc]; !ok || used > inv.Capacity() {
@@ -170,7 +174,7 @@ func Plan(in Inputs, opt Options) []Finding {
 		case inst.VMState == records.VMError || inst.VMState == records.VMDeleted:
 			add(KindFailedHolds, c, "instance %s is %s but still holds %s", c, inst.VMState, describe(allocs, nameOf))
 		default:
-			heldTwice(inst, allocs, moves[c], held, nameOf, add)
+			heldTwice(inst, allocs, moves[c], held, hostOf, nameOf, add)
 		}
 	}
 	for _, i := range in.Instances {
@@ -178,15 +182,18 @@ func Plan(in Inputs, opt Options) []Finding {
 			continue
 		}
 		want := i.Flavor.Resources()
+		if q, err := placement.FlavorQuery(want, i.Flavor.ExtraSpecs); err == nil {
+			want = q.Total()
+		}
 		allocs := held[i.UUID]
-		rp, known := rpOf[i.Host]
+		_, known := rpOf[i.Host]
 		switch {
 		case !known:
 			add(KindNoProvider, i.UUID, "instance %s runs on %q, which has no resource provider", i.UUID, i.Host)
 		case len(allocs) == 0:
 			add(KindAllocation, i.UUID, "instance %s on %s holds no allocation (want %s)", i.UUID, i.Host, want)
-		case len(allocs) != 1 || !allocs[rp].Equal(want):
-			add(KindAllocation, i.UUID, "instance %s on %s holds %s, want %s on %s only", i.UUID, i.Host, describe(allocs, nameOf), want, i.Host)
+		case !onHost(allocs, hostOf, i.Host) || !sum(allocs).Equal(want):
+			add(KindAllocation, i.UUID, "instance %s on %s holds %s, want %s on %s's provider tree (and providers sharing with it) only", i.UUID, i.Host, describe(allocs, nameOf), want, i.Host)
 		}
 	}
 	stuck(in, opt, moves, add)
@@ -202,7 +209,7 @@ func Plan(in Inputs, opt Options) []Finding {
 // destination is not recorded yet (the claim and the record are two
 // writes) allows one other host.
 func heldTwice(inst records.Instance, allocs map[string]placement.Resources, moving []records.Migration,
-	held map[string]map[string]placement.Resources, nameOf map[string]string, add func(kind, subject, format string, args ...any)) {
+	held map[string]map[string]placement.Resources, hostOf, nameOf map[string]string, add func(kind, subject, format string, args ...any)) {
 	allowed := map[string]bool{inst.Host: true}
 	unrecorded := false
 	for _, m := range moving {
@@ -212,15 +219,26 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 		unrecorded = unrecorded || m.DestHost == ""
 	}
 	var elsewhere []string
+	elsewhereHosts := map[string]bool{}
+	onOwn := 0 // providers held that are not shared
 	for _, p := range slices.Sorted(maps.Keys(allocs)) {
-		if !allowed[nameOf[p]] {
+		h, known := hostOf[p]
+		if known && h == "" {
+			continue // a sharing provider: any host of its aggregates uses it
+		}
+		onOwn++
+		if !known {
+			h = nameOf[p]
+		}
+		if !allowed[h] {
 			elsewhere = append(elsewhere, p)
+			elsewhereHosts[h] = true
 		}
 	}
-	if unrecorded && len(elsewhere) == 1 {
+	if unrecorded && len(elsewhereHosts) == 1 {
 		elsewhere = nil
 	}
-	if inst.Host == "" && len(moving) == 0 && len(allocs) == 1 {
+	if inst.Host == "" && len(moving) == 0 && len(elsewhereHosts) <= 1 {
 		// A boot's claim, before the host is recorded.
 		elsewhere = nil
 	}
@@ -232,11 +250,66 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 			continue // a resize on its own host holds both flavors there until confirm
 		}
 		for p := range held[m.UUID] {
+			if h, known := hostOf[p]; known && h == "" {
+				continue // a shared pool is held by both sides of a move, as in Placement
+			}
 			if _, both := allocs[p]; both {
 				add(KindHeldTwice, inst.UUID, "instance %s and its migration %d's consumer both hold %s: the source is held twice", inst.UUID, m.ID, nameOf[p])
 			}
 		}
 	}
+}
+
+// providerHosts maps every provider to its host: the name of its tree's
+// root ("" for a provider that shares its inventory,
+// MISC_SHARES_VIA_AGGREGATE, or a tree whose root does).
+func providerHosts(ps []store.ProviderSummary) map[string]string {
+	byUUID := make(map[string]*store.ProviderSummary, len(ps))
+	for i := range ps {
+		byUUID[ps[i].UUID] = &ps[i]
+	}
+	shares := func(p *store.ProviderSummary) bool {
+		_, ok := slices.BinarySearch(p.Traits, placement.SharesViaAggregate)
+		return ok
+	}
+	out := make(map[string]string, len(ps))
+	for i := range ps {
+		p := &ps[i]
+		root := p
+		for depth := 0; root.ParentUUID != "" && depth < 1000; depth++ {
+			up := byUUID[root.ParentUUID]
+			if up == nil {
+				break
+			}
+			root = up
+		}
+		if shares(p) || shares(root) {
+			out[p.UUID] = ""
+		} else {
+			out[p.UUID] = root.Name
+		}
+	}
+	return out
+}
+
+// onHost reports whether every provider allocs names is in host's tree
+// or shares its inventory.
+func onHost(allocs map[string]placement.Resources, hostOf map[string]string, host string) bool {
+	for p := range allocs {
+		if h := hostOf[p]; h != "" && h != host {
+			return false
+		}
+	}
+	return true
+}
+
+// sum adds up an allocation over its providers.
+func sum(allocs map[string]placement.Resources) placement.Resources {
+	out := placement.Resources{}
+	for _, r := range allocs {
+		out.Add(r)
+	}
+	return out
 }
 
 func stuck(in Inputs, opt Options, moves map[string][]records.Migration, add func(kind, subject, format string, args ...any)) {

@@ -165,8 +165,12 @@ func readGuests(ctx context.Context, src Sources, now time.Time, in *Inputs, rep
 		miss []string
 	)
 	in.Guests = map[string][]compute.Guest{}
+	hostOf := providerHosts(in.Providers)
 	for _, p := range in.Providers {
 		h := p.Name
+		if p.ParentUUID != "" || hostOf[p.UUID] == "" {
+			continue // a provider tree's child, or a sharing provider: no agent of its own
+		}
 		if !up[h] {
 			miss = append(miss, fmt.Sprintf("guests on %s: its service is down", h))
 			continue
