@@ -46,7 +46,11 @@ func (c *cloud) addHost(t testing.TB, name string) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.st.PutService(ctx, records.Service{Host: name, Binary: "nova-compute", Zone: "nova", LastSeenUp: c.clk.Now()}); err != nil {
+	c.addService(t, name)
+}
+
+func (c *cloud) addService(t testing.TB, name string) {
+	if err := c.st.PutService(context.Background(), records.Service{Host: name, Binary: "nova-compute", Zone: "nova", LastSeenUp: c.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 }
