@@ -520,6 +520,9 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		var gen *int64
 		if c, err := t.store.GetConsumer(ctx, uuid); err == nil {
 			gen = &c.Generation
+			if t.heldInTree(ctx, c) {
+				continue // its claim is on this host's provider tree, below the host's own provider
+			}
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, uuid, err)
 		}
@@ -541,6 +544,32 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 	sort.Strings(d.Stray)
 	sort.Strings(d.Lost)
 	return nil
+}
+
+// heldInTree reports whether c holds anything on a provider of this
+// host's tree below its own (a NUMA cell, a GPU: placement's candidates
+// may put a whole claim there). It asks only a store that lists
+// providers; others have no trees.
+func (t *Tracker) heldInTree(ctx context.Context, c placement.Consumer) bool {
+	ps, ok := t.store.(interface {
+		ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+	})
+	if !ok || len(c.Allocations) == 0 {
+		return false
+	}
+	for p := range c.Allocations {
+		for cur, depth := p, 0; cur != "" && depth < 1000; depth++ {
+			if cur == t.cfg.ProviderUUID {
+				return true
+			}
+			sums, err := ps.ProviderSummaries(ctx, []string{cur})
+			if err != nil || len(sums) == 0 {
+				break
+			}
+			cur = sums[0].ParentUUID
+		}
+	}
+	return false
 }
 
 // adopt finishes the arrival of an incoming guest whose instance is
