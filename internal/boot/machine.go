@@ -24,8 +24,8 @@
 // (the store or the agent cannot be reached) answers nothing: the driver
 // stops, the record stays in its phase, and Resume, fed by recovery or by
 // the sweep of stalled flows, repeats the phase's action. Every action is
-// therefore idempotent: Schedule first gives back any claim an interrupted
-// attempt left, and the agent answers a repeated cast from the guest it
+// therefore idempotent: a repeated Schedule first gives back any claim an
+// interrupted attempt left, and the agent answers a repeated cast from the guest it
 // already has.
 package boot
 
@@ -82,8 +82,8 @@ type ActionKind string
 
 // Actions.
 const (
-	// Schedule: give back any claim the instance holds, then ask the
-	// scheduler for a host (ForcedHost, or the filters and weighers) and
+	// Schedule: give back any claim the instance holds (GiveBack), then
+	// ask the scheduler for a host (ForcedHost, or the filters and weighers) and
 	// claim it. Answer: Scheduled or NoValidHost.
 	Schedule ActionKind = "schedule"
 	// ConfirmGroup: the server group's late check (are the other members
@@ -105,6 +105,11 @@ const (
 type Action struct {
 	Kind ActionKind
 	Host string
+	// GiveBack, for Schedule, says the instance may hold a claim from an
+	// earlier attempt (a resumed phase, a host the group check refused):
+	// it is given back first. A fresh boot holds none and skips the
+	// write.
+	GiveBack bool
 }
 
 // Machine holds the rules' parameters.
@@ -182,7 +187,7 @@ func again(kind ActionKind) transition {
 		if kind == CastBuild {
 			host = inst.Host
 		}
-		return inst, []Action{{Kind: kind, Host: host}}
+		return inst, []Action{{Kind: kind, Host: host, GiveBack: kind == Schedule}}
 	}
 }
 
@@ -240,7 +245,7 @@ func groupRefused(mc Machine, inst records.Instance, ev Event) (records.Instance
 			inst.Hints.Group, inst.Host, inst.BuildAttempts, ev.Err), true)
 	}
 	inst.BuildPhase, inst.Host, inst.Zone, inst.TaskState = PhaseSchedule, "", inst.RequestedZone, records.TaskScheduling
-	return inst, []Action{{Kind: Schedule}}
+	return inst, []Action{{Kind: Schedule, GiveBack: true}}
 }
 
 func cast(_ Machine, inst records.Instance, _ Event) (records.Instance, []Action) {

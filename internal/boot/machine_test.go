@@ -27,6 +27,9 @@ func acts(as []Action) string {
 	var out []string
 	for _, a := range as {
 		s := string(a.Kind)
+		if a.GiveBack {
+			s = "give-back+" + s
+		}
 		if a.Host != "" {
 			s += "@" + a.Host
 		}
@@ -53,7 +56,7 @@ func TestTransitions(t *testing.T) {
 		{"scheduled in a group confirms first", in(PhaseSchedule, inGroup), Event{Kind: Scheduled, Host: "h2"}, PhaseConfirm, records.VMBuilding, "h2", "confirm-group", ""},
 		{"no valid host releases", in(PhaseSchedule), Event{Kind: NoValidHost, Err: "No valid host was found."}, PhaseRelease, records.VMBuilding, "", "release-claim", "No valid host was found."},
 		{"group confirmed casts", in(PhaseConfirm, inGroup), Event{Kind: GroupConfirmed}, PhaseCast, records.VMBuilding, "h1", "cast-build@h1", ""},
-		{"group refused schedules again", in(PhaseConfirm, inGroup, func(i *records.Instance) { i.BuildAttempts = 1 }), Event{Kind: GroupRefused}, PhaseSchedule, records.VMBuilding, "", "schedule", ""},
+		{"group refused schedules again", in(PhaseConfirm, inGroup, func(i *records.Instance) { i.BuildAttempts = 1 }), Event{Kind: GroupRefused}, PhaseSchedule, records.VMBuilding, "", "give-back+schedule", ""},
 		{"group refused too often fails", in(PhaseConfirm, inGroup, func(i *records.Instance) { i.BuildAttempts = 3 }), Event{Kind: GroupRefused}, PhaseRelease, records.VMBuilding, "", "release-claim", "No valid host was found. Server group g1"},
 		{"cast waits for the report", in(PhaseCast), Event{Kind: Cast}, PhaseSpawn, records.VMBuilding, "h1", "", ""},
 		{"cast failed releases", in(PhaseCast), Event{Kind: CastFailed, Err: "agent gone"}, PhaseRelease, records.VMBuilding, "h1", "release-claim", "agent gone"},
@@ -63,7 +66,7 @@ func TestTransitions(t *testing.T) {
 		{"timed out terminates and leaves the host", in(PhaseSpawn), Event{Kind: TimedOut, Err: "no report in 15m0s"}, PhaseRelease, records.VMBuilding, "", "terminate@h1,release-claim", "build on h1 timed out: no report in 15m0s"},
 		{"timed out while scheduling", in(PhaseSchedule), Event{Kind: TimedOut, Err: "no host in 15m0s"}, PhaseRelease, records.VMBuilding, "", "terminate,release-claim", "timed out"},
 		{"released is error", in(PhaseRelease, func(i *records.Instance) { i.Fault = "x" }), Event{Kind: Released}, "", records.VMError, "h1", "", "x"},
-		{"resume repeats scheduling", in(PhaseSchedule), Event{Kind: Resume}, PhaseSchedule, records.VMBuilding, "", "schedule", ""},
+		{"resume repeats scheduling", in(PhaseSchedule), Event{Kind: Resume}, PhaseSchedule, records.VMBuilding, "", "give-back+schedule", ""},
 		{"resume repeats the group check", in(PhaseConfirm, inGroup), Event{Kind: Resume}, PhaseConfirm, records.VMBuilding, "h1", "confirm-group", ""},
 		{"resume repeats the cast", in(PhaseCast), Event{Kind: Resume}, PhaseCast, records.VMBuilding, "h1", "cast-build@h1", ""},
 		{"resume waits for the agent's report", in(PhaseSpawn), Event{Kind: Resume}, PhaseSpawn, records.VMBuilding, "h1", "", ""},

@@ -100,13 +100,21 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 	queue := []boot.Event{ev}
 	var cur records.Instance
 	conflicts, steps := 0, 0
+	saved := false // cur is the record as this loop last saved it
 	for len(queue) > 0 {
 		ev, queue = queue[0], queue[1:]
 		answered := steps > 0 // an answer to an action of this loop, not the caller's event
-		var err error
-		if cur, err = c.store.GetInstance(ctx, uuid); err != nil {
-			return cur, fmt.Errorf("boot of %s: %w", uuid, err)
+		if !saved {
+			// Read only when the record may have changed under us: at the
+			// start and after a conflict. After our own save, a change by
+			// anyone else (a delete's mark, another replica) fails the next
+			// versioned update, which reads again.
+			var err error
+			if cur, err = c.store.GetInstance(ctx, uuid); err != nil {
+				return cur, fmt.Errorf("boot of %s: %w", uuid, err)
+			}
 		}
+		saved = false
 		if cur.TaskState == records.TaskDeleting {
 			// A delete marked it: the delete terminates and releases.
 			return cur, nil
@@ -123,7 +131,7 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 			return cur, err
 		}
 		next.UpdatedAt = c.clock.Now()
-		saved, err := c.store.UpdateInstance(ctx, next)
+		written, err := c.store.UpdateInstance(ctx, next)
 		if placement.IsConflict(err) && conflicts < 3 {
 			conflicts++ // changed meanwhile: step the same event from what is there
 			queue = append([]boot.Event{ev}, queue...)
@@ -132,10 +140,10 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 		if err != nil {
 			return cur, fmt.Errorf("boot of %s: saving phase %s: %w", uuid, next.BuildPhase, err)
 		}
-		if saved.BuildPhase != cur.BuildPhase || saved.VMState != cur.VMState {
-			c.log.Debug("boot step", "instance", uuid, "event", ev.Kind, "phase", saved.BuildPhase, "vm_state", saved.VMState, "host", saved.Host, "fault", saved.Fault)
+		if written.BuildPhase != cur.BuildPhase || written.VMState != cur.VMState {
+			c.log.Debug("boot step", "instance", uuid, "event", ev.Kind, "phase", written.BuildPhase, "vm_state", written.VMState, "host", written.Host, "fault", written.Fault)
 		}
-		cur = saved
+		cur, saved = written, true
 		steps++
 		if unlockGroup != nil && cur.BuildPhase != boot.PhaseSchedule && cur.BuildPhase != boot.PhaseConfirm {
 			unlockGroup()
@@ -191,11 +199,13 @@ func (c *Conductor) performBoot(ctx context.Context, inst records.Instance, a bo
 	return f(c, ctx, inst, a)
 }
 
-// bootSchedule gives back any claim an interrupted attempt left, then
-// asks the scheduler for a host and claims it.
-func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
-	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
-		return boot.Event{}, false, fmt.Errorf("giving back an earlier claim: %w", err)
+// bootSchedule gives back any claim an earlier attempt left (a.GiveBack),
+// then asks the scheduler for a host and claims it.
+func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+	if a.GiveBack {
+		if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+			return boot.Event{}, false, fmt.Errorf("giving back an earlier claim: %w", err)
+		}
 	}
 	req, err := c.request(ctx, inst)
 	if err != nil {

@@ -129,6 +129,9 @@ type KeelGroup struct {
 	// RPCTimeout is rpc_timeout (30 s): how long the conductor waits for an
 	// agent's answer before taking the agent for gone.
 	RPCTimeout time.Duration
+	// EnablePprof is enable_pprof (false): the server serves Go's runtime
+	// profiles at /debug/pprof/ to the admin.
+	EnablePprof bool
 	// MigrationStallTimeout is migration_stall_timeout (300 s): a live
 	// migration whose memory copy reports no progress for this long is
 	// aborted and rolled back; 0 turns it off.

@@ -404,6 +404,8 @@ var options = slices.Concat([]*option{
 		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
 	secondsOpt("keel", "fake_step_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeStepTime },
 		"Seconds the fake driver takes for pre_live_migration and post_live_migration_at_destination; 0 is at once.").atLeast(0),
+	boolOpt("keel", "enable_pprof", func(c *Config) *bool { return &c.Keel.EnablePprof },
+		"Serve Go's runtime profiles (CPU, heap, goroutines) at /debug/pprof/ on the API listener, to the admin's token only: for `go tool pprof` when measuring a replica."),
 	secondsOpt("keel", "rpc_timeout", func(c *Config) *time.Duration { return &c.Keel.RPCTimeout },
 		"Seconds the conductor waits for an agent's answer before taking the agent for gone.").atLeast(1),
 	secondsOpt("keel", "migration_stall_timeout", func(c *Config) *time.Duration { return &c.Keel.MigrationStallTimeout },

@@ -20,8 +20,10 @@ type Config struct {
 	// ShuffleBestSameWeighedHosts is [filter_scheduler]
 	// shuffle_best_same_weighed_hosts (default false).
 	ShuffleBestSameWeighedHosts bool
-	// MaxAttempts is [scheduler] max_attempts: claims tried per decision
-	// (default 3).
+	// MaxAttempts is [scheduler] max_attempts (default 3): one more than
+	// the alternates a selection names; a decision ranks host_subset_size +
+	// max_attempts hosts and tries each in turn while the store refuses
+	// the claims.
 	MaxAttempts int
 	// Options are the filters' and weighers' own [filter_scheduler]
 	// options by name (ram_weight_multiplier, max_io_ops_per_host, …: the

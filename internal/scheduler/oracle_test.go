@@ -79,9 +79,11 @@ func TestSelectRanksLikeExplain(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := make([]string, cfg.MaxAttempts)
+				// Every ranked host is tried once while the store refuses:
+				// host_subset_size + max_attempts of them.
+				want := make([]string, cfg.HostSubsetSize+cfg.MaxAttempts)
 				for _, h := range exp.Hosts {
-					if h.Rank >= 1 && h.Rank <= cfg.MaxAttempts {
+					if h.Rank >= 1 && h.Rank <= len(want) {
 						want[h.Rank-1] = h.Host
 					}
 				}

@@ -187,8 +187,13 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 func (s *Scheduler) View() *View { return s.view }
 
 // Select refreshes the view, filters and weighs every host, and claims the
-// chosen one through claim, moving on to the next host on a conflict, up to
-// max_attempts claims.
+// chosen one through claim. A claim the store refuses (a stale generation,
+// or a host another scheduler filled: the view was behind) refreshes the
+// view and moves on to the next ranked host, as Nova's scheduler moves down
+// its weighed list, through all host_subset_size + max_attempts of them. A
+// stale view is not the user's failure while a ranked host still fits:
+// with several replicas deciding at once, stopping after max_attempts
+// refusals ended boots in No valid host with the cloud half empty.
 func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (sel Selection, err error) {
 	start := s.clock.Now()
 	defer func() { sel.Duration = s.clock.Now().Sub(start) }()
@@ -220,9 +225,6 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 
 	for i, r := range order {
 		h := chosen[i]
-		if sel.Claims >= s.cfg.MaxAttempts {
-			break
-		}
 		// A host may have changed under an earlier refresh in this loop.
 		if i > 0 && !s.passes(h, req, active) {
 			continue

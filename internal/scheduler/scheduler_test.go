@@ -214,7 +214,7 @@ func TestTiesKeepNameOrderAndSubsetIsSeeded(t *testing.T) {
 	}
 }
 
-func TestConflictMovesToNextHostUpToMaxAttempts(t *testing.T) {
+func TestRefusedClaimsMoveOnAndRankAgain(t *testing.T) {
 	c := newCloud(t, 5)
 	cfg := DefaultConfig()
 	cfg.MaxAttempts = 2
@@ -224,8 +224,27 @@ func TestConflictMovesToNextHostUpToMaxAttempts(t *testing.T) {
 		tried = append(tried, cand.Host)
 		return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
 	})
-	if !IsNoValidHost(err) || len(tried) != 2 || tried[0] == tried[1] {
-		t.Fatalf("tried %v, err %v; want 2 different hosts then NoValidHost", tried, err)
+	// The ranking holds host_subset_size (1) + max_attempts (2) hosts; each
+	// is tried once.
+	if !IsNoValidHost(err) || len(tried) != 3 || tried[0] == tried[1] || tried[1] == tried[2] || tried[0] == tried[2] {
+		t.Fatalf("tried %v, err %v; want the 3 ranked hosts once each, then NoValidHost", tried, err)
+	}
+	if !strings.Contains(err.Error(), "claim refused") {
+		t.Fatalf("NoValidHost %q does not say the claims were refused", err)
+	}
+
+	// Refusals up to the last ranked host, then a claim: the boot is
+	// placed (max_attempts refusals in a row no longer fail it).
+	tried = nil
+	sel, err := s.Select(context.Background(), &Request{Resources: small()}, func(_ context.Context, cand Candidate) (int64, error) {
+		tried = append(tried, cand.Host)
+		if len(tried) < 3 {
+			return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
+		}
+		return 1, nil
+	})
+	if err != nil || sel.Claims != 3 || sel.Conflicts != 2 || sel.Host != tried[2] {
+		t.Fatalf("sel=%+v err=%v tried %v; want the third claim to commit", sel, err, tried)
 	}
 
 	// A stale generation in the view: someone else claimed h01 behind the
@@ -234,7 +253,7 @@ func TestConflictMovesToNextHostUpToMaxAttempts(t *testing.T) {
 	if err := s2.View().Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sel, err := s2.Select(context.Background(), &Request{Resources: small()}, func(ctx context.Context, cand Candidate) (int64, error) {
+	sel, err = s2.Select(context.Background(), &Request{Resources: small()}, func(ctx context.Context, cand Candidate) (int64, error) {
 		if cand.Host == "h01" {
 			c.use(t, "h01", "intruder", placement.Resources{placement.VCPU: 1}) // bumps the generation
 		}

@@ -61,9 +61,10 @@ func TestClaimLoopSurvivesAHostRemovedMidDecision(t *testing.T) {
 		}
 		seen[h] = true
 	}
-	// Equal hosts rank in name order; the decision keeps its ranking.
-	if fmt.Sprint(tried) != "[h01 h02 h03 h04]" {
-		t.Fatalf("tried %v, want [h01 h02 h03 h04]", tried)
+	// Equal hosts rank in name order; the decision keeps its ranking of
+	// host_subset_size (1) + max_attempts (4) hosts.
+	if fmt.Sprint(tried) != "[h01 h02 h03 h04 h05]" {
+		t.Fatalf("tried %v, want [h01 h02 h03 h04 h05]", tried)
 	}
 }
 

@@ -220,6 +220,9 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
 	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, compute.WriteError))
+	if cfg.Keel.EnablePprof {
+		mux.Handle("/debug/pprof/", iss.Require(adminOnly(pprofHandler()), s.baseURL, compute.WriteError))
+	}
 	s.http = newHTTPServer(s.metrics.instrument(limitRequest(jsonMisses(mux)), s.log))
 	go func() {
 		if err := s.http.Serve(limitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -312,6 +312,9 @@ func (a *API) fitCount(ctx context.Context, project string, f records.Flavor, lo
 	if err != nil {
 		return 0, err
 	}
+	if !lim.Counted() {
+		return hi, nil
+	}
 	used, err := a.enforcer().Usage(ctx, project)
 	if err != nil {
 		return 0, err
@@ -363,7 +366,7 @@ func (a *API) checkResizeQuota(ctx context.Context, in records.Instance, f recor
 		return nil
 	}
 	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, in.ProjectID)
-	if err != nil {
+	if err != nil || !lim.Counted() {
 		return err
 	}
 	used, err := a.enforcer().Usage(ctx, in.ProjectID)
