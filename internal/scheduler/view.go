@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"keel/internal/placement"
@@ -549,7 +550,19 @@ func (v *View) forestLocked() *placement.Forest {
 	if v.forest != nil && !v.stale {
 		return v.forest
 	}
-	uuids := slices.Sorted(maps.Keys(v.nodes))
+	// Sharing providers last: a candidate search lists a class's
+	// providers in this order, so a host's own provider comes before a
+	// pool, and the first candidate (the one claimed) takes the pool only
+	// when the host's own has no room.
+	uuids := slices.SortedFunc(maps.Keys(v.nodes), func(a, b string) int {
+		if sa, sb := v.nodes[a].shares(), v.nodes[b].shares(); sa != sb {
+			if sa {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	pos := make(map[string]int, len(uuids))
 	for i, u := range uuids {
 		pos[u] = i

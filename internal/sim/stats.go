@@ -46,7 +46,7 @@ func (w *world) hooks() conductor.Hooks {
 				}
 				return
 			}
-			if w.stale(sel, inst.Flavor.Resources()) {
+			if w.stale(sel, w.claimedOn(inst, sel)) {
 				st.staleDecisions++
 			}
 		},
@@ -72,11 +72,15 @@ func (w *world) hooks() conductor.Hooks {
 // stale reports whether the weighers saw a usage for the chosen host other
 // than its true usage (its allocations in the store, before this claim).
 func (w *world) stale(sel scheduler.Selection, claimed placement.Resources) bool {
-	sums, err := w.store.ProviderSummaries(context.Background(), []string{sel.ProviderUUID})
+	sums, err := w.store.ProviderSummaries(context.Background(), w.treeOf(sel))
 	if err != nil || len(sums) == 0 {
 		return false
 	}
-	truth := sums[0].Usage.Clone().Sub(claimed)
+	truth := placement.Resources{}
+	for _, s := range sums {
+		truth.Add(s.Usage)
+	}
+	truth = truth.Sub(claimed)
 	for _, rc := range []placement.ResourceClass{placement.VCPU, placement.MemoryMB, placement.DiskGB} {
 		if sel.ViewUsed[rc] != truth[rc] {
 			return true

@@ -131,7 +131,7 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 		stats: newStats(), active: newInstanceSet(), disabled: map[string]bool{},
 	}
 	for _, f := range sc.Flavors {
-		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB}
+		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB, ExtraSpecs: f.ExtraSpecs}
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	reserved := int64(scenario.DefaultReservedHostMemoryMB)
@@ -165,6 +165,9 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 		}
 		w.drivers[h.Name] = drv
 		w.trackers[h.Name] = compute.NewTracker(cfg, w.store, drv, clk)
+	}
+	if err := w.buildTrees(ctx); err != nil {
+		return nil, err
 	}
 	if err := w.seedInstances(ctx); err != nil {
 		return nil, err

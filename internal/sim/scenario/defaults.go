@@ -206,6 +206,8 @@ type HostSpec struct {
 	// audits are disabled).
 	AuditPhase float64
 	Disabled   bool
+	// Children are the group's child providers (shared: do not modify).
+	Children []Child
 }
 
 // Hosts returns every host, group by group in file order.
@@ -242,6 +244,7 @@ func (s *Scenario) Hosts() []HostSpec {
 				Instances:           g.Instances,
 				AuditPhase:          phase,
 				Disabled:            g.Disabled,
+				Children:            g.Children,
 			})
 		}
 	}

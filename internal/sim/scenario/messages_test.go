@@ -82,6 +82,19 @@ var badInputs = []struct {
 	{"instances above RAM capacity", file(`instances = { "m1.small" = 64 }`), `bad.toml:13: hosts[0].instances: initial instances need 131072 MiB of RAM per host but a host offers 130560 ((131072 - 512 reserved) x 1)`},
 	{"instances above disk capacity", file(`disk_allocation_ratio = 0.5`, `instances = { "m1.small" = 51 }`), `bad.toml:14: hosts[0].instances: initial instances need 1020 GiB of disk per host but a host offers 1000 ((2000 - 0 reserved) x 0.5)`},
 
+	// Provider trees, sharing providers, extra specs.
+	{"child without resources", file(`[[hosts.child]]`, `name = "gpu0"`), `bad.toml:13: hosts[0].child[0].resources: missing: at least one resource class with its total, e.g. { VGPU = 4 }`},
+	{"child unknown class", file(`[[hosts.child]]`, `name = "gpu0"`, `resources = { GPUS = 1 }`), `bad.toml:15: hosts[0].child[0].resources.GPUS: unknown resource class "GPUS" (a standard one, or CUSTOM_ and capitals, digits, '_')`},
+	{"child bad name", file(`[[hosts.child]]`, `name = "gpu 0"`, `resources = { VGPU = 1 }`), `bad.toml:14: hosts[0].child[0].name: must be 1 to 64 letters, digits, '_' or '-' (the provider is named HOST_NAME), got "gpu 0"`},
+	{"child twice", file(`[[hosts.child]]`, `name = "g"`, `resources = { VGPU = 1 }`, `[[hosts.child]]`, `name = "g"`, `resources = { VGPU = 1 }`), `bad.toml:17: hosts[0].child[1].name: child "g" is defined twice in this group`},
+	{"child bad trait", file(`[[hosts.child]]`, `name = "g"`, `resources = { VGPU = 1 }`, `traits = ["gpu"]`), `bad.toml:16: hosts[0].child[0].traits[0]: unknown trait "gpu" (a standard one, or CUSTOM_ and capitals, digits, '_')`},
+	{"shared unknown group", file(`[[shared]]`, `name = "pool"`, `resources = { DISK_GB = 100 }`, `groups = ["x"]`), `bad.toml:16: shared[0].groups[0]: no [[hosts]] group has prefix "x"`},
+	{"shared without groups", file(`[[shared]]`, `name = "pool"`, `resources = { DISK_GB = 100 }`), `bad.toml:13: shared[0].groups: missing: the prefixes of the [[hosts]] groups that share it`},
+	{"extra specs need a group_policy", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 1`, `ram = 1`, `extra_specs = { "resources1:VGPU" = "1", "resources2:VGPU" = "1" }`,
+		`[[hosts]]`, `prefix = "h"`, `count = 1`, `vcpus = 32`, `memory_mb = 2048`, `disk_gb = 100`), `bad.toml:6: flavor[0].extra_specs: the flavor has 2 granular resource groups but no group_policy extra spec (none or isolate)`},
+	{"initial instances of a grouped flavor", lines(`duration = 1`, `[[flavor]]`, `name = "x"`, `vcpus = 1`, `ram = 1`, `extra_specs = { "resources1:VGPU" = "1" }`,
+		`[[hosts]]`, `prefix = "h"`, `count = 1`, `vcpus = 32`, `memory_mb = 2048`, `disk_gb = 100`, `instances = { "x" = 1 }`), `bad.toml:13: hosts[0].instances.x: flavor "x" asks for request groups (resources…, trait…): initial instances are written on the host's own provider, so they take plain flavors; boot it with a workload`},
+
 	// Events, drains, workloads.
 	{"event heartbeat host unknown", file(`[[event]]`, `stop_heartbeats = ["h09"]`), `bad.toml:14: event[0].stop_heartbeats[0]: no host is named "h09"`},
 	{"event heartbeats stopped and started", file(`[[event]]`, `stop_heartbeats = ["h01"]`, `start_heartbeats = ["h01"]`), `bad.toml:15: event[0].start_heartbeats[0]: host "h01" both stops and starts its heartbeats`},

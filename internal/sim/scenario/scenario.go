@@ -21,6 +21,10 @@ type Scenario struct {
 
 	Flavors    []Flavor    `toml:"flavor"`
 	HostGroups []HostGroup `toml:"hosts"`
+	// Shared are sharing providers (MISC_SHARES_VIA_AGGREGATE): a pool
+	// of resources the hosts of some groups take from, as a shared
+	// storage's DISK_GB.
+	Shared []Shared `toml:"shared"`
 	Events     []Event     `toml:"event"`
 	Drains     []Drain     `toml:"drain"`
 	Workloads  []Workload  `toml:"workload"`
@@ -75,6 +79,29 @@ type Flavor struct {
 	VCPUs  int64  `toml:"vcpus"`
 	RAMMB  int64  `toml:"ram"`
 	DiskGB int64  `toml:"disk"`
+	// ExtraSpecs are the flavor's extra specs: resources:CLASS=N,
+	// resourcesN:CLASS=N, trait:NAME=required|forbidden, traitN:…,
+	// group_policy, as Nova reads them into Placement request groups.
+	ExtraSpecs map[string]string `toml:"extra_specs"`
+}
+
+// Child is a provider under each host of a group (a NUMA cell, a
+// physical GPU): named HOST_NAME, with inventories and traits of its own.
+type Child struct {
+	Name string `toml:"name"`
+	// Resources maps a resource class (standard or CUSTOM_…) to its total.
+	Resources map[string]int64 `toml:"resources"`
+	Traits    []string         `toml:"traits"`
+}
+
+// Shared is a sharing provider: its inventories are usable by every host
+// of the groups it names (one aggregate holds them all).
+type Shared struct {
+	Name      string           `toml:"name"`
+	Resources map[string]int64 `toml:"resources"`
+	Traits    []string         `toml:"traits"`
+	// Groups are the prefixes of the [[hosts]] groups sharing it.
+	Groups []string `toml:"groups"`
 }
 
 // HostGroup is Count hosts of one size, named Prefix + zero-padded number
@@ -106,6 +133,8 @@ type HostGroup struct {
 	AuditSpread bool    `toml:"audit_spread"`
 	// Disabled hosts start disabled (ComputeFilter rejects them).
 	Disabled bool `toml:"disabled"`
+	// Children are providers under each host's own ([[hosts.child]]).
+	Children []Child `toml:"child"`
 }
 
 // Event is a one-off change at a time.

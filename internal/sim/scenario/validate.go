@@ -92,6 +92,7 @@ func (s *Scenario) validate(file string, ix *lineIndex) *Error {
 	if c.err != nil {
 		return c.err
 	}
+	s.validateTrees(c)
 	s.validateEvents(c, names)
 	s.validateWorkloads(c)
 	return c.err
