@@ -24,10 +24,10 @@ type Scenario struct {
 	// Shared are sharing providers (MISC_SHARES_VIA_AGGREGATE): a pool
 	// of resources the hosts of some groups take from, as a shared
 	// storage's DISK_GB.
-	Shared []Shared `toml:"shared"`
-	Events     []Event     `toml:"event"`
-	Drains     []Drain     `toml:"drain"`
-	Workloads  []Workload  `toml:"workload"`
+	Shared    []Shared   `toml:"shared"`
+	Events    []Event    `toml:"event"`
+	Drains    []Drain    `toml:"drain"`
+	Workloads []Workload `toml:"workload"`
 }
 
 // Scheduler holds Nova's scheduler options; zero values mean Nova's
