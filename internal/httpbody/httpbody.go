@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 )
 
 // DefaultLimit is the largest request body keel's APIs read: 1 MiB, far
@@ -31,7 +33,56 @@ func (e *TooLargeError) Error() string {
 // target (syntax errors, wrong types, trailing data).
 type MalformedError struct{ Err error }
 
-func (e *MalformedError) Error() string { return e.Err.Error() }
+func (e *MalformedError) Error() string { return userFacing(e.Err) }
+
+// userFacing words a JSON decoding failure for an API's user: the field
+// and the JSON type expected, never Go's names for them.
+func userFacing(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "the request body"
+		}
+		return fmt.Sprintf("Invalid input for field/attribute %s. Value: a JSON %s is not of type '%s'", field, te.Value, jsonKind(te.Type))
+	case errors.As(err, &se):
+		return fmt.Sprintf("the body is not valid JSON (at byte %d)", se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body is not valid JSON (it ends too early)"
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return "Additional properties are not allowed (" + strings.ReplaceAll(f, `"`, "'") + " was unexpected)"
+	}
+	return strings.TrimPrefix(msg, "json: ")
+}
+
+// jsonKind names the JSON type a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "value"
+}
 func (e *MalformedError) Unwrap() error { return e.Err }
 
 // Read returns the whole body, or a TooLargeError when it is longer than

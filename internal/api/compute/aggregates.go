@@ -113,7 +113,10 @@ func checkAggregateName(field string, s *string, required bool) error {
 	if t := strings.TrimSpace(*s); t == "" || len(*s) > 255 || t != *s {
 		return badRequest(fmt.Sprintf("Invalid input for field/attribute %s. Value: %s. It must be 1 to 255 characters without leading or trailing whitespace", field, *s))
 	}
-	return nil
+	if field == "availability_zone" && strings.Contains(*s, ":") {
+		return badRequest(fmt.Sprintf("Invalid input for field/attribute %s. Value: %s. An availability zone name cannot contain ':'", field, *s))
+	}
+	return checkPrintable(field, *s)
 }
 
 func (a *API) createAggregate(w http.ResponseWriter, r *http.Request) error {
@@ -234,6 +237,9 @@ func (a *API) aggregateAction(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeStrict(r, &body); err != nil {
 		return err
 	}
+	if n := btoi(body.AddHost != nil) + btoi(body.RemoveHost != nil) + btoi(body.SetMetadata != nil); n > 1 {
+		return badRequest("Malformed request body: too many body keys (an action body names exactly one action)")
+	}
 	ctx := r.Context()
 	switch {
 	case body.AddHost != nil && body.AddHost.Host != nil:
@@ -306,6 +312,9 @@ func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md
 		}
 	}
 	if v, ok := md[records.AggregateZoneKey]; ok && v != nil {
+		if err := checkAggregateName("availability_zone", v, false); err != nil {
+			return ag, err
+		}
 		if err := a.checkZoneChange(ctx, ag, *v); err != nil {
 			return ag, badRequest(fmt.Sprintf("Cannot update metadata of aggregate %d. Reason: %v.", ag.ID, err))
 		}
@@ -440,4 +449,11 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 		return fmt.Errorf("mirroring aggregate %s on the provider of %s: %w", aggUUID, host, err)
 	}
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -135,7 +135,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, err := parseVersion(r.Header)
 	if err != nil {
 		a.setVersionHeaders(w, MaxVersion)
-		WriteError(w, http.StatusNotAcceptable, err.Error())
+		status := http.StatusNotAcceptable
+		var mv *malformedVersion
+		if errors.As(err, &mv) {
+			status = http.StatusBadRequest
+		}
+		WriteError(w, status, err.Error())
 		return
 	}
 	a.setVersionHeaders(w, v)

@@ -163,24 +163,52 @@ func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
 			// Description and IsPublic: see applyCreateOptions.
 			Description jsonRaw `json:"description"`
 			IsPublic    jsonRaw `json:"os-flavor-access:is_public"`
+			// Checked as Nova checks them; keel's flavors have no swap,
+			// ephemeral disk or rxtx factor to keep.
+			Swap      any `json:"swap"`
+			Ephemeral any `json:"OS-FLV-EXT-DATA:ephemeral"`
+			RxTx      any `json:"rxtx_factor"`
 		} `json:"flavor"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeStrict(r, &body); err != nil {
 		return err
 	}
 	fb := body.Flavor
 	if fb == nil || fb.Name == "" {
 		return badRequest("Invalid input for field/attribute flavor: 'name' is a required property")
 	}
+	if err := checkName(fb.Name); err != nil {
+		return err
+	}
 	f := records.Flavor{Name: fb.Name}
 	var err error
-	if f.RAMMB, err = positiveInt("ram", fb.RAM, 1); err != nil {
+	size := func(field string, v any, min int64) (int64, error) {
+		if v == nil {
+			return 0, badRequest("Invalid input for field/attribute flavor: '" + field + "' is a required property")
+		}
+		return intValue(field, v, min, maxDBInt)
+	}
+	if f.RAMMB, err = size("ram", fb.RAM, 1); err != nil {
 		return err
 	}
-	if f.VCPUs, err = positiveInt("vcpus", fb.VCPUs, 1); err != nil {
+	if f.VCPUs, err = size("vcpus", fb.VCPUs, 1); err != nil {
 		return err
 	}
-	if f.DiskGB, err = positiveInt("disk", fb.Disk, 0); err != nil {
+	if f.DiskGB, err = size("disk", fb.Disk, 0); err != nil {
+		return err
+	}
+	for _, o := range []struct {
+		field string
+		v     any
+	}{{"swap", fb.Swap}, {"OS-FLV-EXT-DATA:ephemeral", fb.Ephemeral}} {
+		if o.v == nil || o.v == "" {
+			continue
+		}
+		if _, err := intValue(o.field, o.v, 0, maxDBInt); err != nil {
+			return err
+		}
+	}
+	if err := checkRxTx(fb.RxTx); err != nil {
 		return err
 	}
 	if err := applyCreateOptions(r, &f, fb.Description, fb.IsPublic); err != nil {
@@ -190,8 +218,14 @@ func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
 	case nil:
 		f.ID = uuid.NewString()
 	case string:
+		if err := checkFlavorID(id); err != nil {
+			return err
+		}
 		f.ID = id
 	case float64:
+		if id != float64(int64(id)) || id < 0 || id > maxDBInt {
+			return badRequest("Invalid input for field/attribute id. Value: " + strconv.FormatFloat(id, 'g', -1, 64) + ". It must be a whole number or a string")
+		}
 		f.ID = strconv.FormatInt(int64(id), 10)
 	default:
 		return badRequest("Invalid input for field/attribute id")

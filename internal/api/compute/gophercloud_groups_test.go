@@ -171,9 +171,14 @@ func TestGophercloudAggregatesAndZones(t *testing.T) {
 	if want := map[string]string{"h01": "az1", "h02": "az1", "h03": "nova"}[free.Host]; az.Zone != want {
 		t.Fatalf("a server booted without a zone on %s shows zone %q, want %q", free.Host, az.Zone, want)
 	}
-	if srv := boot(t, cl, sc, "az2", "az2", servers.SchedulerHintOpts{}); srv.Status != "ERROR" {
-		t.Fatalf("a server for az2 (no host there): %s on %q", srv.Status, srv.Host)
+	// az2 has no host: as in Nova, not an available zone to boot in (400,
+	// not a server that goes to ERROR).
+	fl, err := cl.FindFlavor(ctx, "m1.small")
+	if err != nil {
+		t.Fatal(err)
 	}
+	_, err = servers.Create(ctx, sc, servers.CreateOpts{Name: "az2", FlavorRef: fl.ID, Networks: "none", AvailabilityZone: "az2"}, nil).Extract()
+	wantStatus(t, "a server for az2 (no host there)", err, http.StatusBadRequest)
 
 	// Placement mirrors the membership, as gophercloud's placement client
 	// reads it.

@@ -99,7 +99,8 @@ func TestGophercloudComputeLifecycle(t *testing.T) {
 	// Live-migrate: the scheduler's choice, then a named host.
 	migrate := func(host *string) client.Server {
 		t.Helper()
-		res := servers.LiveMigrate(ctx, sc, s.ID, servers.LiveMigrateOpts{Host: host})
+		block := false // Nova's schema requires block_migration
+		res := servers.LiveMigrate(ctx, sc, s.ID, servers.LiveMigrateOpts{Host: host, BlockMigration: &block})
 		if res.Err != nil {
 			t.Fatalf("live migration to %v: %v", host, res.Err)
 		}

@@ -389,8 +389,16 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		DisabledReason *string `json:"disabled_reason"`
 		ForcedDown     *bool   `json:"forced_down"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeStrict(r, &body); err != nil {
 		return err
+	}
+	if body.DisabledReason != nil {
+		if *body.DisabledReason == "" {
+			return badRequest("Invalid input for field/attribute disabled_reason. Value: ''. is too short")
+		}
+		if err := checkText("disabled_reason", *body.DisabledReason, 255); err != nil {
+			return err
+		}
 	}
 	action := r.PathValue("action")
 	host := body.Host
@@ -402,6 +410,9 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 	default:
 		if !version(r).AtLeast(53) {
 			return notFound("The resource could not be found.")
+		}
+		if body.Host != "" || body.Binary != "" {
+			return badRequest("Invalid input for the request body: Additional properties are not allowed (host and binary are named by the service id)")
 		}
 		var err error
 		if host, err = a.serviceHost(r, action); err != nil {

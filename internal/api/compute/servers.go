@@ -235,7 +235,7 @@ func checkName(name string) error {
 	if strings.TrimSpace(name) != name {
 		return badRequest("Invalid input for field/attribute name. Value: " + name + ". has leading or trailing whitespace")
 	}
-	return nil
+	return checkPrintable("name", name)
 }
 
 // accessIPs reads accessIPv4 and accessIPv6 into in, checking each is an
@@ -306,12 +306,21 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 		Hints    jsonRaw    `json:"os:scheduler_hints"`
 		OldHints jsonRaw    `json:"OS-SCH-HNT:scheduler_hints"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeStrict(r, &body); err != nil {
 		return err
 	}
 	sb := body.Server
 	if sb == nil {
 		return badRequest("Invalid input for field/attribute server: 'server' is a required property")
+	}
+	if err := checkServerFields(sb, version(r)); err != nil {
+		return err
+	}
+	if err := checkUserData(sb); err != nil {
+		return err
+	}
+	if err := checkBlockDeviceMappings(sb); err != nil {
+		return err
 	}
 	if _, ok := sb["name"]; !ok {
 		return badRequest("Invalid input for field/attribute server. 'name' is a required property")
@@ -366,6 +375,11 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	zoneRef, _, err := sb.stringField("availability_zone")
 	if err != nil {
 		return err
+	}
+	if zone, _, _ := strings.Cut(zoneRef, ":"); zone != "" {
+		if err := a.checkZoneKnown(r.Context(), zone); err != nil {
+			return err
+		}
 	}
 	in := records.Instance{Name: name, Flavor: f, ImageRef: image}
 	if err := sb.accessIPs(&in); err != nil {
@@ -579,7 +593,7 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Server serverBody `json:"server"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeStrict(r, &body); err != nil {
 		return err
 	}
 	sb := body.Server
@@ -650,9 +664,11 @@ type listQuery struct {
 	flavor       string
 	image        string
 	changesSince time.Time
-	limit        int
-	marker       string
-	reservation  string
+	// changesBefore (2.66): only servers changed at or before it.
+	changesBefore time.Time
+	limit         int
+	marker        string
+	reservation   string
 	// 2.26 tag filters: comma-separated lists.
 	tags, tagsAny, notTags, notTagsAny []string
 }
@@ -685,6 +701,19 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 			return lq, badRequest("Invalid input for query parameters changes-since. Value: " + s + ". '" + s + "' is not a 'date-time'")
 		}
 		lq.changesSince = t
+	}
+	if s := q.Get("changes-before"); q.Has("changes-before") && version(r).AtLeast(66) {
+		t, err := parseISOTime(s)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameters changes-before. Value: " + s + ". '" + s + "' is not a 'date-time'")
+		}
+		if !lq.changesSince.IsZero() && t.Before(lq.changesSince) {
+			return lq, badRequest("The value of changes-since must be less than or equal to changes-before.")
+		}
+		lq.changesBefore = t
+	}
+	if err := checkListStatusAndSort(q, version(r)); err != nil {
+		return lq, err
 	}
 	if q.Has("limit") {
 		n, err := strconv.Atoi(q.Get("limit"))
@@ -745,7 +774,8 @@ func (lq listQuery) match(c Caller, in records.Instance) bool {
 		lq.name != nil && !lq.name.MatchString(in.Name),
 		lq.flavor != "" && in.Flavor.ID != lq.flavor,
 		lq.image != "" && in.ImageRef != lq.image[strings.LastIndex(lq.image, "/")+1:],
-		!lq.changesSince.IsZero() && in.UpdatedAt.Before(lq.changesSince):
+		!lq.changesSince.IsZero() && in.UpdatedAt.Before(lq.changesSince),
+		!lq.changesBefore.IsZero() && in.UpdatedAt.After(lq.changesBefore):
 		return false
 	}
 	return true
@@ -909,6 +939,9 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &body); err != nil {
 		return err
 	}
+	if err := oneAction(body); err != nil {
+		return err
+	}
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -934,11 +967,9 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	if !caller(r).Admin {
 		return forbidden("os_compute_api:os-migrate-server:migrate_live")
 	}
-	var args struct {
-		Host *string `json:"host"`
-	}
-	if err := unmarshalRaw(raw, &args); err != nil {
-		return badRequest("Invalid input for os-migrateLive: " + err.Error())
+	args, err := liveMigrateArgs(raw, version(r))
+	if err != nil {
+		return err
 	}
 	host := ""
 	if args.Host != nil {

@@ -53,12 +53,32 @@ func parseVersion(h http.Header) (Microversion, error) {
 	major, minor, ok := strings.Cut(raw, ".")
 	ma, err1 := strconv.Atoi(major)
 	mi, err2 := strconv.Atoi(minor)
-	if !ok || err1 != nil || err2 != nil {
-		return Microversion{}, fmt.Errorf("invalid microversion %q: use MAJOR.MINOR, e.g. 2.25", raw)
+	if !ok || err1 != nil || err2 != nil || !canonicalNumber(major) || !canonicalNumber(minor) || ma == 0 {
+		return Microversion{}, &malformedVersion{fmt.Sprintf("API Version String %s is of invalid format. Must be of format MajorNum.MinorNum.", raw)}
 	}
 	v := Microversion{ma, mi}
 	if v.less(MinVersion) || MaxVersion.less(v) {
 		return Microversion{}, fmt.Errorf("version %s is not supported by the API: minimum is %s and maximum is %s", v, MinVersion, MaxVersion)
 	}
 	return v, nil
+}
+
+// malformedVersion is a microversion that is not MAJOR.MINOR: a 400, where
+// a well-formed version out of range is a 406 (as Nova answers).
+type malformedVersion struct{ msg string }
+
+func (e *malformedVersion) Error() string { return e.msg }
+
+// canonicalNumber reports whether s is a decimal number without a sign or
+// leading zeros ("0" itself is one): "01" is not a version number.
+func canonicalNumber(s string) bool {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
