@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"keel/internal/clock"
+	"keel/internal/cloudtest"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
 	"keel/internal/conductor"
@@ -26,60 +24,34 @@ import (
 
 var ctx = context.Background()
 
-// Flavors. medium copies in 8 s at the fake driver's default 1 GiB/s.
+// The shared flavors and timings (cloudtest's).
 var (
-	small  = records.Flavor{ID: "small", Name: "small", VCPUs: 1, RAMMB: 2048, DiskGB: 20}
-	medium = records.Flavor{ID: "medium", Name: "medium", VCPUs: 4, RAMMB: 8192, DiskGB: 40}
-	huge   = records.Flavor{ID: "huge", Name: "huge", VCPUs: 64, RAMMB: 1 << 20, DiskGB: 40}
+	small  = cloudtest.Small
+	medium = cloudtest.Medium
+	huge   = cloudtest.Huge
 )
 
 const (
-	spawnTime = 5 * time.Second
-	copyTime  = 8 * time.Second // medium
+	spawnTime = cloudtest.SpawnTime
+	copyTime  = cloudtest.CopyTime // medium
 )
 
-// agents is the in-process "RPC": it implements conductor.Computes and
-// compute.Peers over the managers.
-type agents map[string]*compute.Manager
-
-func (a agents) Compute(host string) (conductor.ComputeAPI, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for host %q", host)
-}
-
-func (a agents) Peer(host string) (compute.Peer, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for host %q", host)
-}
-
-// cloud is a whole control plane in one process on a virtual clock:
-// memory store, N hosts (h1…hN, provider rp-hN) with fake drivers,
-// trackers and managers, a claim-policy scheduler and the conductor.
+// cloud is cloudtest's in-process control plane, with the short names
+// this package's tests use.
 type cloud struct {
+	*cloudtest.Cloud
 	t        *testing.T
 	opts     cloudOptions
 	clk      *clock.Virtual
 	st       *memory.Store
 	cond     *conductor.Conductor
-	agents   agents
+	agents   cloudtest.Agents
 	drivers  map[string]*fake.Driver
 	trackers map[string]*compute.Tracker
 	hosts    []string
-	ids      int
-
-	// reports carries the agents' reports to a conductor (the bus's
-	// queue group: whichever replica answers).
-	reports routedReporter
 
 	// storeDown makes the conductor's store writes fail (a full disk).
-	storeDown atomic.Bool
-
-	done   []records.Migration // MigrationDone hook
-	builds []records.Instance  // BuildDone hook
+	storeDown *atomic.Bool
 }
 
 type cloudOptions struct {
@@ -111,9 +83,6 @@ func noProgressReports() option  { return func(o *cloudOptions) { o.progressEver
 func owned(name string, downTime time.Duration) option {
 	return func(o *cloudOptions) { o.owner, o.downTime = name, downTime }
 }
-func hostConfig(h string) compute.HostConfig {
-	return compute.HostConfig{Host: h, ProviderUUID: "rp-" + h, VCPUs: 16, MemoryMB: 32768, LocalGB: 500, ReservedHostMemoryMB: 512}
-}
 
 func newCloud(t *testing.T, opts ...option) *cloud {
 	t.Helper()
@@ -121,124 +90,27 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 	for _, f := range opts {
 		f(&o)
 	}
-	c := &cloud{t: t, opts: o, clk: clock.NewVirtual(clock.Epoch), st: memory.New(), agents: agents{},
-		drivers: map[string]*fake.Driver{}, trackers: map[string]*compute.Tracker{}}
-	quiet := slog.New(slog.DiscardHandler)
-	for i := 1; i <= o.hosts; i++ {
-		h := fmt.Sprintf("h%d", i)
-		c.hosts = append(c.hosts, h)
-		cfg := hostConfig(h)
-		cfg.WriteDestRecord = !o.legacy
-		if o.cpuRatio > 0 {
-			cfg.CPUAllocationRatio = o.cpuRatio
-		}
-		if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h, Inventories: cfg.Inventories()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: c.clk.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		drv, err := fake.New(fake.Config{Clock: c.clk, SpawnTime: spawnTime, ProgressEvery: o.progressEvery})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.drivers[h] = drv
-		c.trackers[h] = compute.NewTracker(cfg, c.st, drv, c.clk)
-		if err := c.trackers[h].WriteRecord(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sched := c.newScheduler(1)
-	c.cond = conductor.New(conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts, NewID: c.newID,
-		Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
-		ResizeConfirmWindow: o.confirmWindow},
-		endsSettled{c.st, t, &c.storeDown}, sched, c.agents, c.clk, quiet, conductor.Hooks{
-			MigrationDone: func(m records.Migration) { c.done = append(c.done, m) },
-			BuildDone:     func(in records.Instance) { c.builds = append(c.builds, in) },
-		})
-	c.reports.route(c.cond)
-	for _, h := range c.hosts {
-		c.agents[h] = compute.NewManager(h, c.drivers[h], c.trackers[h], c.agents, &c.reports, c.clk, quiet)
-	}
-	return c
+	down := &atomic.Bool{}
+	cc := cloudtest.New(t, cloudtest.Options{
+		Hosts: o.hosts, Legacy: o.legacy, CPURatio: o.cpuRatio, NoProgress: o.progressEvery == 0, Scheduler: o.schedulerConfig,
+		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
+			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
+			ResizeConfirmWindow: o.confirmWindow},
+		Store: func(m *memory.Store) store.Store { return endsSettled{m, t, down} },
+	})
+	return &cloud{Cloud: cc, t: t, opts: o, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,
+		drivers: cc.Drivers, trackers: cc.Trackers, hosts: cc.Hosts, storeDown: down}
 }
 
 // newScheduler is a scheduler with its own view of the cloud's store (as
 // each keel server has), configured by the cloud's options.
-func (c *cloud) newScheduler(seed uint64) *scheduler.Scheduler {
-	c.t.Helper()
-	scfg := scheduler.DefaultConfig()
-	scfg.ServiceDownTime = 0 // heartbeats are not simulated
-	if c.opts.schedulerConfig != nil {
-		c.opts.schedulerConfig(&scfg)
-	}
-	view, err := scheduler.NewView(ctx, c.st, scheduler.PolicyClaim)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	sched, err := scheduler.New(scfg, view, c.clk, rand.New(rand.NewPCG(seed, seed+1)))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return sched
-}
+func (c *cloud) newScheduler(seed uint64) *scheduler.Scheduler { return c.NewScheduler(seed) }
 
-// routedReporter hands the agents' reports to the conductor in to.
-type routedReporter struct {
-	mu sync.Mutex
-	to compute.Reporter
-}
+func (c *cloud) newID() string { return c.NewID() }
 
-func (r *routedReporter) target() compute.Reporter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.to
-}
-
-// route sends the reports that follow to rep.
-func (r *routedReporter) route(rep compute.Reporter) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.to = rep
-}
-
-func (r *routedReporter) BuildDone(ctx context.Context, instanceUUID, host string, err error) error {
-	return r.target().BuildDone(ctx, instanceUUID, host, err)
-}
-
-func (r *routedReporter) CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64) {
-	r.target().CopyProgress(ctx, migrationID, total, processed, remaining)
-}
-
-func (r *routedReporter) CopyDone(ctx context.Context, migrationID int64, err error) error {
-	return r.target().CopyDone(ctx, migrationID, err)
-}
-
-func (c *cloud) newID() string {
-	c.ids++
-	return fmt.Sprintf("00000000-0000-4000-8000-%012d", c.ids)
-}
-
-// seed puts an ACTIVE instance on host directly, as if it had been booted
-// and audited: record, exact allocation, running guest, tracked usage.
+// seed puts an ACTIVE instance on host directly (cloudtest's Seed).
 func (c *cloud) seed(host, name string, f records.Flavor) records.Instance {
-	c.t.Helper()
-	now := c.clk.Now()
-	in, err := c.st.CreateInstance(ctx, records.Instance{UUID: c.newID(), Name: name, Host: host, Zone: "nova", Flavor: f,
-		VMState: records.VMActive, CreatedAt: now, UpdatedAt: now})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if _, err := c.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: in.UUID, Type: placement.ConsumerInstance,
-		Allocations: map[string]placement.Resources{"rp-" + host: f.Resources()}}); err != nil {
-		c.t.Fatal(err)
-	}
-	c.drivers[host].AddGuest(compute.Guest{UUID: in.UUID, Name: name, Flavor: f, State: compute.GuestRunning})
-	c.trackers[host].Track(in.UUID, f)
-	if err := c.trackers[host].WriteRecord(ctx); err != nil {
-		c.t.Fatal(err)
-	}
-	return in
+	return c.Seed(host, name, f)
 }
 
 func (c *cloud) advance(d time.Duration) { c.clk.Advance(d) }
@@ -278,24 +150,10 @@ func (c *cloud) migrate(in records.Instance, host string) records.Migration {
 
 // allocations of a consumer (nil when it holds none).
 func (c *cloud) allocations(consumer string) map[string]placement.Resources {
-	cons, err := c.st.GetConsumer(ctx, consumer)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return cons.Allocations
+	return c.Allocations(consumer)
 }
 
-func (c *cloud) usage(host string) placement.Resources {
-	c.t.Helper()
-	sums, err := c.st.ProviderSummaries(ctx, []string{"rp-" + host})
-	if err != nil || len(sums) != 1 {
-		c.t.Fatalf("usage of %s: %v", host, err)
-	}
-	return sums[0].Usage
-}
+func (c *cloud) usage(host string) placement.Resources { return c.Usage(host) }
 
 func (c *cloud) usages() map[string]placement.Resources {
 	out := map[string]placement.Resources{}
@@ -315,141 +173,29 @@ func (c *cloud) hostRecord(host string) records.HostRecord {
 }
 
 // guest returns the state of a guest on a host ("" if absent).
-func (c *cloud) guest(host, uuid string) compute.GuestState {
-	c.t.Helper()
-	gs, err := c.drivers[host].Guests(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for _, g := range gs {
-		if g.UUID == uuid {
-			return g.State
-		}
-	}
-	return ""
-}
+func (c *cloud) guest(host, uuid string) compute.GuestState { return c.Guest(host, uuid) }
 
 func only(host string, f records.Flavor) map[string]placement.Resources {
-	return map[string]placement.Resources{"rp-" + host: f.Resources()}
+	return cloudtest.Only(host, f)
 }
 
 func sameAllocations(a, b map[string]placement.Resources) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for p, r := range a {
-		if !r.Equal(b[p]) {
-			return false
-		}
-	}
-	return true
+	return cloudtest.SameAllocations(a, b)
 }
 
-// checkInvariants asserts what must hold after every scenario:
-//   - every provider's usage is the sum of its consumers' allocations, and
-//     within capacity;
-//   - no consumer holds allocations on two providers unless a migration is
-//     active;
-//
-// and, once no migration is active:
-//   - no migration consumer is left, and every ACTIVE instance with no
-//     task holds exactly its flavor on its host;
-//   - every guest on a hypervisor is running and belongs to an instance
-//     recorded on that host;
-//   - the host records (unless legacy) say what the allocations say;
-//   - the conductor holds no lock, queue entry or slot.
+// checkInvariants fails the test on each of cloudtest's Violations.
 func (c *cloud) checkInvariants() {
-	t := c.t
-	t.Helper()
-	active, err := c.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums, err := c.st.ProviderSummaries(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumers := map[string]placement.Consumer{}
-	for _, s := range sums {
-		cs, err := c.st.ConsumersOn(ctx, s.UUID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := placement.Resources{}
-		for _, cons := range cs {
-			sum.Add(cons.Allocations[s.UUID])
-			consumers[cons.UUID] = cons
-		}
-		if !sum.Equal(s.Usage) {
-			t.Errorf("provider %s: usage %v, but its consumers hold %v", s.Name, s.Usage, sum)
-		}
-		for rc, used := range s.Usage {
-			if inv, ok := s.Inventories[rc]; !ok || used > inv.Capacity() {
-				t.Errorf("provider %s over capacity: %d %s", s.Name, used, rc)
-			}
-		}
-	}
-	for _, cons := range consumers {
-		if len(cons.Allocations) > 1 && len(active) == 0 {
-			t.Errorf("consumer %s holds allocations on %v with no migration active", cons.UUID, cons.Providers())
-		}
-	}
-	if len(active) > 0 {
-		return
-	}
-	if locks, queued, slots := c.cond.Remembered(); locks+queued+slots != 0 {
-		t.Errorf("no migration is active, yet the conductor keeps %d locks, %d queued migrations, %d slots", locks, queued, slots)
-	}
-	insts, err := c.st.ListInstances(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	byUUID := map[string]records.Instance{}
-	for _, in := range insts {
-		byUUID[in.UUID] = in
-		building := in.VMState == records.VMBuilding && in.TaskState == records.TaskSpawning
-		if in.TaskState != records.TaskNone && !building {
-			t.Errorf("instance %s (%s) keeps task %q with no migration active", in.Name, in.VMState, in.TaskState)
-		}
-		if in.VMState == records.VMActive || building {
-			if got := c.allocations(in.UUID); !sameAllocations(got, only(in.Host, in.Flavor)) {
-				t.Errorf("instance %s (%s) on %s holds %v", in.Name, in.VMState, in.Host, got)
-			}
-		}
-	}
-	for uuid, cons := range consumers {
-		if cons.Type == placement.ConsumerMigration {
-			t.Errorf("migration consumer %s still holds %v", uuid, cons.Allocations)
-		} else if in, ok := byUUID[uuid]; !ok || (in.VMState != records.VMActive && in.VMState != records.VMBuilding) {
-			t.Errorf("consumer %s holds %v but is no ACTIVE or BUILDING instance", uuid, cons.Allocations)
-		}
-	}
-	for _, h := range c.hosts {
-		gs, _ := c.drivers[h].Guests(ctx)
-		for _, g := range gs {
-			in, ok := byUUID[g.UUID]
-			okState := g.State == compute.GuestRunning || (g.State == compute.GuestBuilding && in.VMState == records.VMBuilding)
-			if !ok || in.Host != h || !okState {
-				t.Errorf("guest %s on %s is %s (instance %s on %q)", g.UUID, h, g.State, in.VMState, in.Host)
-			}
-		}
-		if c.opts.legacy {
-			continue
-		}
-		rec := c.trackers[h].Record()
-		if used := rec.Used(512, 0); !used.Equal(c.usage(h)) {
-			t.Errorf("host record of %s says %v used, allocations say %v", h, used, c.usage(h))
-		}
-		if stored := c.hostRecord(h); stored.RunningVMs != rec.RunningVMs || stored.VCPUsUsed != rec.VCPUsUsed {
-			t.Errorf("stored record of %s differs from its tracker's", h)
-		}
+	c.t.Helper()
+	c.Cond = c.cond // a test may have replaced the conductor
+	for _, v := range c.Violations() {
+		c.t.Error(v)
 	}
 }
 
 // doneStatuses lists the MigrationDone hook's reports as "id:status".
 func (c *cloud) doneStatuses() []string {
 	var out []string
-	for _, m := range c.done {
+	for _, m := range c.Done {
 		out = append(out, fmt.Sprintf("%d:%s", m.ID, m.Status))
 	}
 	sort.Strings(out)

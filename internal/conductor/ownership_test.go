@@ -84,7 +84,7 @@ func TestReplicaLeavesALiveOwnersMigrations(t *testing.T) {
 	if m := c.migration(queued.ID); m.Status != records.MigrationQueued || m.Owner != "a" {
 		t.Fatalf("queued migration after the second replica started: %s owned by %q, want queued, owned by a", m.Status, m.Owner)
 	}
-	c.reports.route(second) // the bus hands the copy's reports to b
+	c.Route(second) // the bus hands the copy's reports to b
 	c.advance(3 * downTime)
 	for _, id := range []int64{copying.ID, queued.ID} {
 		if m := c.migration(id); m.Status != records.MigrationCompleted || m.Owner != "a" {
@@ -106,7 +106,7 @@ func TestReplicaTakesOverADeadOwnersMigrations(t *testing.T) {
 	second := c.replica("b", c.st)
 	c.start(second)
 	stopA() // a dies: no more heartbeats, and the bus hands reports to b
-	c.reports.route(second)
+	c.Route(second)
 
 	c.advance(downTime / 2)
 	if m := c.migration(copying.ID); m.Status != records.MigrationCompleted {
@@ -140,7 +140,7 @@ func TestTwoReplicasTakingOverAtOnceOneWins(t *testing.T) {
 	both := &bothRead{Store: c.st, id: queued.ID, ready: make(chan struct{})}
 	reps := []*conductor.Conductor{c.replica("b", both), c.replica("c", both)}
 	stopA() // a dies; the copy's reports reach b
-	c.reports.route(reps[0])
+	c.Route(reps[0])
 	c.advance(2 * downTime)
 
 	if m := c.migration(queued.ID); m.Status != records.MigrationQueued {

@@ -130,3 +130,13 @@ func (s *slotTable) heldBySource() map[string][]int64 {
 
 // counts returns how many migrations wait and how many hold a slot.
 func (s *slotTable) counts() (waiting, held int) { return len(s.waiting), len(s.held) }
+
+// Remembered reports what the conductor keeps in memory about migrations:
+// per-migration locks, migrations queued for a slot, and slots held, over
+// all sources. All three are zero when no migration is active.
+func (c *Conductor) Remembered() (locks, queued, slots int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	queued, slots = c.slotTab.counts()
+	return len(c.locks), queued, slots
+}

@@ -13,10 +13,10 @@ import (
 
 	"keel/internal/audit"
 	"keel/internal/clock"
+	"keel/internal/cloudtest"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
 	"keel/internal/conductor"
-	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/store"
@@ -35,19 +35,16 @@ func TestWallClockStress(t *testing.T) {
 	st := memory.New()
 	clk := clock.Real{}
 	quiet := slog.New(slog.DiscardHandler)
-	ag := agents{}
+	ag := cloudtest.Agents{}
 	drivers := map[string]*fake.Driver{}
 	trackers := map[string]*compute.Tracker{}
 	var hosts []string
 	for i := 1; i <= 4; i++ {
 		h := fmt.Sprintf("h%d", i)
 		hosts = append(hosts, h)
-		cfg := hostConfig(h)
+		cfg := cloudtest.HostConfig(h)
 		cfg.WriteDestRecord = true
-		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h, Inventories: cfg.Inventories()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: time.Now()}); err != nil {
+		if _, err := compute.RegisterHost(ctx, st, cfg, records.Service{LastSeenUp: time.Now()}, func() string { return cfg.ProviderUUID }); err != nil {
 			t.Fatal(err)
 		}
 		drv, err := fake.New(fake.Config{Clock: clk, SpawnTime: time.Millisecond, BandwidthMiBps: 1 << 20})

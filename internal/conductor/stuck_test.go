@@ -93,7 +93,7 @@ func TestABootStalledByAFullDiskIsResumed(t *testing.T) {
 func TestALostBuildReportEndsAtTheBuildTimeout(t *testing.T) {
 	c := newCloud(t, sweeps(30*time.Second, 0, 2*time.Second))
 	c.runSweeps(t)
-	c.reports.route(lostReports{})
+	c.Route(lostReports{})
 	in, err := c.cond.Boot(ctx, records.Instance{Name: "b", Flavor: small})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestALostBuildReportEndsAtTheBuildTimeout(t *testing.T) {
 	if g := c.guest(host, in.UUID); g != "" {
 		t.Fatalf("the timed-out boot's guest is still on %s (%s)", host, g)
 	}
-	c.reports.route(c.cond)
+	c.Route(c.cond)
 	c.checkInvariants()
 }
 
@@ -127,7 +127,7 @@ func TestACopyWithoutReportsIsAbortedAndRolledBack(t *testing.T) {
 	c := newCloud(t, maxConcurrent(1), sweeps(0, 3*time.Second, 2*time.Second))
 	c.runSweeps(t)
 	a := c.seed("h1", "a", medium)
-	c.reports.route(lostReports{})
+	c.Route(lostReports{})
 	m := c.migrate(a, "h2")
 	c.advance(time.Second)
 	if got := c.migration(m.ID); got.Status != records.MigrationRunning {
@@ -150,7 +150,7 @@ func TestACopyWithoutReportsIsAbortedAndRolledBack(t *testing.T) {
 	if g := c.guest("h2", a.UUID); g != "" {
 		t.Fatalf("destination keeps a %q guest", g)
 	}
-	c.reports.route(c.cond)
+	c.Route(c.cond)
 	next := c.migrate(a, "h3")
 	c.advance(copyTime + 2*time.Second)
 	if st := c.migration(next.ID).Status; st != records.MigrationCompleted {
@@ -165,7 +165,7 @@ func TestACopyWithoutReportsIsAbortedAndRolledBack(t *testing.T) {
 func TestResetMigration(t *testing.T) {
 	c := newCloud(t, maxConcurrent(1))
 	a := c.seed("h1", "a", medium)
-	c.reports.route(lostReports{})
+	c.Route(lostReports{})
 	m := c.migrate(a, "h2")
 	c.advance(3 * time.Second) // the copy runs; no report will come
 	if got := c.migration(m.ID); got.Status != records.MigrationRunning {
@@ -189,7 +189,7 @@ func TestResetMigration(t *testing.T) {
 	if _, err := c.cond.ResetMigration(ctx, m.ID); err == nil {
 		t.Fatal("a second reset of an ended migration was accepted")
 	}
-	c.reports.route(c.cond)
+	c.Route(c.cond)
 	c.checkInvariants()
 }
 
@@ -224,7 +224,7 @@ func TestRecoverResumesInterruptedBoots(t *testing.T) {
 	c.drivers["h1"].AddGuest(compute.Guest{UUID: built.UUID, Name: built.Name, Flavor: small, State: compute.GuestRunning})
 	c.trackers["h1"].Track(built.UUID, small)
 	fresh := conductor.New(conductor.Config{}, c.st, c.newScheduler(9), c.agents, c.clk, slog.New(slog.DiscardHandler), conductor.Hooks{})
-	c.reports.route(fresh)
+	c.Route(fresh)
 	n, err := fresh.Recover(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -434,59 +434,11 @@ func decoded[A any](fn func(ctx context.Context, a A) (any, error)) bus.Handler 
 	}
 }
 
-// registerHost creates or updates a host's provider and service.
+// registerHost checks the agent's host name (a bus subject token) and
+// registers the host (compute.RegisterHost).
 func registerHost(ctx context.Context, st store.Store, cfg compute.HostConfig, zone string, newUUID func() string) (string, error) {
 	if err := bus.ValidHostName(cfg.Host); err != nil {
 		return "", &placement.InvalidError{Msg: err.Error()}
 	}
-	invs := cfg.Inventories()
-	sums, err := st.ProviderSummaries(ctx, nil)
-	if err != nil {
-		return "", err
-	}
-	uuid := ""
-	for _, s := range sums {
-		if s.Name == cfg.Host {
-			uuid = s.UUID
-			if !sameInventories(s.Inventories, invs) {
-				if _, err := st.SetInventories(ctx, s.UUID, s.Generation, invs); err != nil {
-					return "", fmt.Errorf("updating the inventories of %s: %w", cfg.Host, err)
-				}
-			}
-		}
-	}
-	if uuid == "" {
-		uuid = newUUID()
-		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: uuid, Name: cfg.Host, Inventories: invs}); err != nil {
-			return "", fmt.Errorf("creating the provider of %s: %w", cfg.Host, err)
-		}
-	}
-	if zone == "" {
-		zone = "nova"
-	}
-	_, err = st.UpdateService(ctx, cfg.Host, func(s *records.Service) error {
-		s.Zone = zone
-		return nil
-	})
-	if err != nil {
-		if !isNotFound(err) {
-			return "", err
-		}
-		if err := st.PutService(ctx, records.Service{Host: cfg.Host, Binary: "nova-compute", Zone: zone}); err != nil {
-			return "", err
-		}
-	}
-	return uuid, nil
-}
-
-func sameInventories(a, b placement.Inventories) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for rc, x := range a {
-		if y, ok := b[rc]; !ok || x != y {
-			return false
-		}
-	}
-	return true
+	return compute.RegisterHost(ctx, st, cfg, records.Service{Zone: zone}, newUUID)
 }
