@@ -148,11 +148,9 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 			ReservedHostMemoryMB: reserved, ReservedHostDiskMB: sc.Compute.ReservedHostDiskMB,
 			WriteDestRecord: policy != scheduler.PolicyLegacy,
 		}
-		if _, err := w.store.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h.Name, Inventories: cfg.Inventories()}); err != nil {
+		svc := records.Service{Zone: h.Zone, Disabled: h.Disabled, LastSeenUp: clk.Now()}
+		if _, err := compute.RegisterHost(ctx, w.store, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
 			return nil, fmt.Errorf("creating host %s: %w", h.Name, err)
-		}
-		if err := w.store.PutService(ctx, records.Service{Host: h.Name, Binary: "nova-compute", Zone: h.Zone, Disabled: h.Disabled, LastSeenUp: clk.Now()}); err != nil {
-			return nil, err
 		}
 		w.disabled[h.Name] = h.Disabled
 		physical := h.MemoryMB // a host overcommitting RAM relies on swap; do not cap it
