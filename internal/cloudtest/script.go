@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"keel/internal/conductor"
+	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -41,6 +42,9 @@ import (
 //	evacuate NAME [to=H]
 //	abort NAME                         the instance's running live migration
 //	delete NAME
+//	act NAME ACTION                    a server action (stop, start, pause,
+//	                                   unpause, suspend, resume, reboot, …),
+//	                                   waited for
 //	fail STEP host=H [instance=NAME] [msg=(TEXT)]
 //	                                   the next STEP (spawn, pre_live_migration,
 //	                                   live_migration, …) on H fails
@@ -114,6 +118,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		err = s.abort(t, d)
 	case "delete":
 		err = s.c.Cond.Delete(context.Background(), s.uuid(t, d))
+	case "act":
+		err = s.act(t, d)
 	case "fail":
 		s.fail(t, d)
 	case "force-down", "force-up":
@@ -213,6 +219,29 @@ func (s *script) move(t *testing.T, d *datadriven.TestData) error {
 		_, err = s.c.Cond.Evacuate(context.Background(), uuid, to)
 	}
 	return err
+}
+
+func (s *script) act(t *testing.T, d *datadriven.TestData) error {
+	if len(d.CmdArgs) != 2 {
+		d.Fatalf(t, "act NAME ACTION")
+	}
+	req := lifecycle.Request{Action: d.CmdArgs[1].Key, Admin: true}
+	if req.Action == lifecycle.Reboot {
+		req.RebootType = "SOFT"
+	}
+	_, done, err := s.c.Cond.Act(context.Background(), s.uuid(t, d), req)
+	if err != nil {
+		return err
+	}
+	// The fake driver acts at once (its lifecycle time is 0); the flow
+	// ends on its own goroutine.
+	select {
+	case err = <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		d.Fatalf(t, "%s did not end", req.Action)
+		return nil
+	}
 }
 
 func (s *script) abort(t *testing.T, d *datadriven.TestData) error {
