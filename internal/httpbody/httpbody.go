@@ -33,11 +33,11 @@ func (e *TooLargeError) Error() string {
 // target (syntax errors, wrong types, trailing data).
 type MalformedError struct{ Err error }
 
-func (e *MalformedError) Error() string { return userFacing(e.Err) }
+func (e *MalformedError) Error() string { return UserFacing(e.Err) }
 
-// userFacing words a JSON decoding failure for an API's user: the field
+// UserFacing words a JSON decoding failure for an API's user: the field
 // and the JSON type expected, never Go's names for them.
-func userFacing(err error) string {
+func UserFacing(err error) string {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {

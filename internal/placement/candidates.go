@@ -269,7 +269,7 @@ func (s *search) sharedAnchors(p int) []int {
 func (f *Forest) fitsOne(p int, rc ResourceClass, n int64) bool {
 	pr := &f.Providers[p]
 	inv, ok := pr.Inventories[rc]
-	return ok && inv.CheckAmount(rc, n) == nil && pr.Usage[rc]+n <= inv.Capacity()
+	return ok && inv.CheckAmount(rc, n) == nil && FitsIn(pr.Usage[rc], n, inv.Capacity())
 }
 
 // scope returns the providers a group's resources may come from: the
@@ -561,14 +561,14 @@ func (s *search) consolidate(pick []*groupCandidate, granular int) (AllocationRe
 			if j < 0 {
 				parts = append(parts, part)
 			} else {
-				parts[j].Amount += part.Amount
+				parts[j].Amount = AddAmounts(parts[j].Amount, part.Amount)
 			}
 		}
 	}
 	for _, part := range parts {
 		p := &f.Providers[part.Provider]
 		inv := p.Inventories[part.Class]
-		if p.Usage[part.Class]+part.Amount > inv.Capacity() || part.Amount > inv.MaxUnit {
+		if !FitsIn(p.Usage[part.Class], part.Amount, inv.Capacity()) || part.Amount > inv.MaxUnit {
 			return AllocationRequest{}, false
 		}
 	}

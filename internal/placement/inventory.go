@@ -42,13 +42,36 @@ func (inv Inventory) WithDefaults() Inventory {
 }
 
 // Capacity is (total − reserved) × allocation_ratio, rounded down, never
-// negative.
+// negative, and at most math.MaxInt64: a product past int64's range (a
+// huge allocation ratio) is taken as unbounded rather than wrapped.
 func (inv Inventory) Capacity() int64 {
 	c := math.Floor(float64(inv.Total-inv.Reserved) * inv.AllocationRatio)
-	if c < 0 {
+	switch {
+	case !(c > 0): // also NaN
 		return 0
+	case c >= math.MaxInt64: // float64(MaxInt64) is 2^63
+		return math.MaxInt64
 	}
 	return int64(c)
+}
+
+// FitsIn reports whether n more units fit in capacity with used already
+// taken, without computing used + n (which could wrap): n ≤ capacity −
+// used, for non-negative used and capacity.
+func FitsIn(used, n, capacity int64) bool {
+	if used < 0 {
+		used = 0
+	}
+	return n <= capacity-used
+}
+
+// AddAmounts is a + b for non-negative amounts, saturating at
+// math.MaxInt64 instead of wrapping to a negative sum.
+func AddAmounts(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Validate checks the inventory's fields as Placement does.
@@ -157,7 +180,7 @@ func Fits(provider string, invs Inventories, usage, request Resources) error {
 			// A bad request (HTTP 400 in Placement), not a full host.
 			return invalidf("provider %s: %v", provider, err)
 		}
-		if usage[rc]+n > inv.Capacity() {
+		if !FitsIn(usage[rc], n, inv.Capacity()) {
 			return &CapacityError{Provider: provider, Class: rc, Requested: n, Capacity: inv.Capacity(), Used: usage[rc], Reason: "exceeds capacity"}
 		}
 	}

@@ -73,7 +73,7 @@ func (r Resources) Add(o Resources) Resources {
 		r = Resources{}
 	}
 	for k, v := range o {
-		r[k] += v
+		r[k] = AddAmounts(r[k], v)
 	}
 	return r
 }

@@ -179,11 +179,11 @@ func (h *HostState) addChild(invs placement.Inventories, usage placement.Resourc
 				continue
 			}
 			sum := &h.inv[i]
-			sum.Total += inv.Total
-			sum.Reserved += inv.Reserved
+			sum.Total = placement.AddAmounts(sum.Total, inv.Total)
+			sum.Reserved = placement.AddAmounts(sum.Reserved, inv.Reserved)
 			sum.MaxUnit = max(sum.MaxUnit, inv.MaxUnit)
 			sum.MinUnit = min(sum.MinUnit, inv.MinUnit)
-			h.capacity[i] += inv.Capacity()
+			h.capacity[i] = placement.AddAmounts(h.capacity[i], inv.Capacity())
 			continue
 		}
 		if h.otherInv == nil {

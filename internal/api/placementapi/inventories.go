@@ -24,6 +24,10 @@ type inventoryBody struct {
 // default max_unit).
 const maxInt = 2147483647
 
+// maxRatio is the largest allocation_ratio Placement takes (a 32-bit
+// float's largest value).
+const maxRatio = 3.40282e+38
+
 // inventory turns the body into an inventory with Placement's defaults.
 func (b inventoryBody) inventory(rc string, minor int) (placement.Inventory, error) {
 	if b.Total == nil {
@@ -48,6 +52,11 @@ func (b inventoryBody) inventory(rc string, minor int) (placement.Inventory, err
 	set(&inv.MaxUnit, b.MaxUnit)
 	set(&inv.StepSize, b.StepSize)
 	if b.AllocationRatio != nil {
+		// Placement's schema bounds the ratio by the largest float its
+		// database holds.
+		if *b.AllocationRatio > maxRatio {
+			return placement.Inventory{}, errorf(http.StatusBadRequest, "JSON does not validate: %g is greater than the maximum of %g ('allocation_ratio' of %s)", *b.AllocationRatio, maxRatio, rc)
+		}
 		inv.AllocationRatio = *b.AllocationRatio
 	}
 	if minor < 26 && inv.Reserved == inv.Total {

@@ -135,7 +135,7 @@ func (b *allocationBody) readAllocations(minor int) error {
 	}
 	if minor >= 12 {
 		if err := json.Unmarshal(b.raw, &b.Allocations); err != nil {
-			return errorf(http.StatusBadRequest, "JSON does not validate: 'allocations' must be an object keyed by resource provider UUID: %v", err)
+			return errorf(http.StatusBadRequest, "JSON does not validate: 'allocations' must be an object keyed by resource provider UUID: %s", httpbody.UserFacing(err))
 		}
 		return nil
 	}
@@ -146,7 +146,7 @@ func (b *allocationBody) readAllocations(minor int) error {
 		Resources map[string]int64 `json:"resources"`
 	}
 	if err := json.Unmarshal(b.raw, &list); err != nil {
-		return errorf(http.StatusBadRequest, "JSON does not validate: before placement 1.12 'allocations' is a list of {resource_provider: {uuid}, resources}: %v", err)
+		return errorf(http.StatusBadRequest, "JSON does not validate: before placement 1.12 'allocations' is a list of {resource_provider: {uuid}, resources}: %s", httpbody.UserFacing(err))
 	}
 	if len(list) == 0 {
 		return errorf(http.StatusBadRequest, "JSON does not validate: [] is too short")
@@ -231,6 +231,9 @@ func (b allocationBody) toWrite(consumer string, minor int) (placement.Allocatio
 			}
 			if n < 1 {
 				return w, errorf(http.StatusBadRequest, "allocation of %s on %s must be at least 1, got %d", rc, rp, n)
+			}
+			if n > maxInt {
+				return w, errorf(http.StatusBadRequest, "JSON does not validate: %d is greater than the maximum of %d (allocation of %s on %s)", n, maxInt, rc, rp)
 			}
 			res[placement.ResourceClass(rc)] = n
 		}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand"
 	"testing"
 
@@ -15,6 +16,7 @@ var allocationTests = []subtest{
 	{"ConsumerGenerations", testConsumerGenerations},
 	{"ProviderGenerations", testProviderGenerations},
 	{"Capacity", testCapacity},
+	{"HugeCapacityNoOverflow", testHugeCapacity},
 	{"UnitConstraints", testUnitConstraints},
 	{"InvalidWrites", testInvalidWrites},
 	{"GenerationBumps", testGenerationBumps},
@@ -605,4 +607,40 @@ func testUsageIsSumOfAllocations(t *testing.T, s store.Store) {
 		}
 	}
 	checkUsageMatchesAllocations(t, s)
+}
+
+// testHugeCapacity: an inventory whose (total − reserved) × ratio is far
+// past int64 (Placement takes ratios up to 3.4e38) is an unbounded
+// capacity, not a wrapped one: allocations fit, usage sums exactly, and
+// an amount the arithmetic could wrap on (usage + 2^62 + 2^62) is refused
+// by max_unit as a bad request, never stored.
+func testHugeCapacity(t *testing.T, s store.Store) {
+	const maxInt = 1<<31 - 1
+	vcpu := placement.NewInventory(maxInt)
+	vcpu.AllocationRatio = 3.4e38
+	p := mustCreateProvider(t, s, 1, placement.Inventories{placement.VCPU: vcpu})
+	if got := mustGetProvider(t, s, p.UUID).Inventories[placement.VCPU].Capacity(); got != math.MaxInt64 {
+		t.Fatalf("capacity of %d VCPU at ratio 3.4e38 = %d, want math.MaxInt64", maxInt, got)
+	}
+	for i := 1; i <= 3; i++ {
+		mustClaim(t, s, consumerUUID(i), map[string]placement.Resources{p.UUID: {placement.VCPU: maxInt}})
+	}
+	wantUsage(t, s, p.UUID, placement.Resources{placement.VCPU: 3 * maxInt})
+	_, err := claim(s, consumerUUID(9), map[string]placement.Resources{p.UUID: {placement.VCPU: 1 << 62}})
+	if err == nil || !placement.IsInvalid(err) {
+		t.Fatalf("claiming 2^62 VCPU (past max_unit): %v, want an invalid-request error", err)
+	}
+	wantUsage(t, s, p.UUID, placement.Resources{placement.VCPU: 3 * maxInt})
+
+	// A max_unit as large as int64 allows, on a capacity that is not: the
+	// sum usage + n is never formed, so no wrap lets 2^62 + 2^62 through.
+	mem := placement.NewInventory(1 << 62)
+	mem.MaxUnit = math.MaxInt64
+	q := mustCreateProvider(t, s, 2, placement.Inventories{placement.MemoryMB: mem})
+	mustClaim(t, s, consumerUUID(4), map[string]placement.Resources{q.UUID: {placement.MemoryMB: 1 << 62}})
+	_, err = claim(s, consumerUUID(5), map[string]placement.Resources{q.UUID: {placement.MemoryMB: math.MaxInt64}})
+	if !placement.IsCapacity(err) {
+		t.Fatalf("claiming MaxInt64 MEMORY_MB on a full provider: %v, want a capacity error", err)
+	}
+	wantUsage(t, s, q.UUID, placement.Resources{placement.MemoryMB: 1 << 62})
 }
