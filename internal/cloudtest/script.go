@@ -53,9 +53,10 @@ import (
 //	restart                            the server restarts: a new conductor
 //	                                   over the same store and agents recovers
 //	audit                              the invariants (Violations), or ok
-//	show instances|migrations|usage|allocations
+//	show instances|migrations|usage|allocations|guests
 //	                                   the state, whole (allocations: each
-//	                                   instance's, and its migration's)
+//	                                   instance's, and its migration's;
+//	                                   guests: the hypervisors')
 //
 // Flavors are small, medium, large and huge (Flavors).
 func RunScripts(t *testing.T, dir string) {
@@ -317,6 +318,26 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 		for _, id := range ids {
 			fmt.Fprintf(&b, "migration %d: %s\n", id, now.migrations[id])
 		}
+	case "guests":
+		for _, h := range s.c.Hosts {
+			gs, err := s.c.Drivers[h].Guests(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]string{}
+			for name, uuid := range s.names {
+				names[uuid] = name
+			}
+			var parts []string
+			for _, g := range gs {
+				parts = append(parts, names[g.UUID]+" "+string(g.State))
+			}
+			slices.Sort(parts)
+			if len(parts) == 0 {
+				parts = []string{"nothing"}
+			}
+			fmt.Fprintf(&b, "%s: %s\n", h, strings.Join(parts, ", "))
+		}
 	case "usage":
 		for _, h := range s.c.Hosts {
 			fmt.Fprintf(&b, "%s: %s\n", h, resources(s.c.Usage(h)))
@@ -336,7 +357,7 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 	default:
-		d.Fatalf(t, "show %s: want instances, migrations, usage or allocations", what)
+		d.Fatalf(t, "show %s: want instances, migrations, usage, allocations or guests", what)
 	}
 	return b.String()
 }

@@ -27,6 +27,19 @@ type Guest struct {
 	// MigrationID is the live migration copying the guest away, while
 	// State is migrating.
 	MigrationID int64 `json:"migration_id,omitempty"`
+	// Paused, while State is migrating, says the guest was paused when
+	// its copy began (Nova live-migrates paused servers too): a failed
+	// copy leaves it paused here, a completed one paused there.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Settled is the state a migrating guest returns to here when its copy
+// fails or is reverted: paused if it was, else running.
+func (g Guest) Settled() GuestState {
+	if g.Paused {
+		return GuestPaused
+	}
+	return GuestRunning
 }
 
 // Driver is the virt driver interface: what the agent asks of a hypervisor.

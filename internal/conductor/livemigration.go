@@ -25,9 +25,11 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
 	}
-	if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone {
+	// Nova live-migrates active and paused servers; a paused one stays
+	// paused through the move and arrives paused.
+	if (inst.VMState != records.VMActive && inst.VMState != records.VMPaused) || inst.TaskState != records.TaskNone {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
-			"cannot live-migrate instance %s in vm_state %s, task_state %q: it must be active with no task", instanceUUID, inst.VMState, inst.TaskState)}
+			"cannot live-migrate instance %s in vm_state %s, task_state %q: it must be active or paused with no task", instanceUUID, inst.VMState, inst.TaskState)}
 	}
 	if requestedHost == inst.Host {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}

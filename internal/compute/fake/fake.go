@@ -216,8 +216,8 @@ func (d *Driver) CheckCanLiveMigrateSource(_ context.Context, inst records.Insta
 	if err := d.takeFault(compute.StepCheckSource, inst.UUID); err != nil {
 		return err
 	}
-	if g, ok := d.guests[inst.UUID]; !ok || g.State != compute.GuestRunning {
-		return fmt.Errorf("instance %s is not running on the source", inst.UUID)
+	if g, ok := d.guests[inst.UUID]; !ok || (g.State != compute.GuestRunning && g.State != compute.GuestPaused) {
+		return fmt.Errorf("instance %s is not running (or paused) on the source", inst.UUID)
 	}
 	return nil
 }
@@ -305,8 +305,8 @@ func (d *Driver) LiveMigration(_ context.Context, migID int64, inst records.Inst
 	}
 	fail := d.takeFault(compute.StepLiveMigration, inst.UUID)
 	g, ok := d.guests[inst.UUID]
-	if fail == nil && (!ok || g.State != compute.GuestRunning) {
-		fail = fmt.Errorf("live migration of %s: guest is not running here", inst.UUID)
+	if fail == nil && (!ok || (g.State != compute.GuestRunning && g.State != compute.GuestPaused)) {
+		fail = fmt.Errorf("live migration of %s: guest is not running (or paused) here", inst.UUID)
 	}
 	dur := d.CopyTime(inst.Flavor.RAMMB)
 	total := inst.Flavor.RAMMB << 20
@@ -316,11 +316,12 @@ func (d *Driver) LiveMigration(_ context.Context, migID int64, inst records.Inst
 		// A failing copy still takes half its time before it fails.
 		dur /= 2
 	} else {
-		g.State, g.MigrationID = compute.GuestMigrating, migID
+		before := g.State
+		g.State, g.MigrationID, g.Paused = compute.GuestMigrating, migID, before == compute.GuestPaused
 		if err := d.saveLocked(); err != nil {
 			// The copy cannot be recorded: it fails at once, the guest
-			// running here as before.
-			g.State, g.MigrationID = compute.GuestRunning, 0
+			// here as before.
+			g.State, g.MigrationID, g.Paused = before, 0, false
 			err = fmt.Errorf("live migration of %s: %w", inst.UUID, err)
 			d.cfg.Clock.AfterFunc(0, func() { done(err) })
 			return
@@ -370,7 +371,7 @@ func (d *Driver) finishLocked(uuid string, job *copyJob, err error) bool {
 		delete(d.copies, uuid)
 	}
 	if g, ok := d.guests[uuid]; ok && err != nil && g.State == compute.GuestMigrating {
-		g.State, g.MigrationID = compute.GuestRunning, 0
+		g.State, g.MigrationID, g.Paused = g.Settled(), 0, false
 		if serr := d.saveLocked(); serr != nil {
 			// The file still says migrating: a restart reports the copy
 			// interrupted and the guest running, as it is.
@@ -456,10 +457,10 @@ func (d *Driver) RevertCopy(_ context.Context, uuid string) error {
 	if job, ok := d.copies[uuid]; ok && !job.finished {
 		return fmt.Errorf("reverting the copy of %s: the copy is still in progress", uuid)
 	}
-	mig := g.MigrationID
-	g.State, g.MigrationID = compute.GuestRunning, 0
+	mig, paused := g.MigrationID, g.Paused
+	g.State, g.MigrationID, g.Paused = g.Settled(), 0, false
 	if err := d.saveLocked(); err != nil {
-		g.State, g.MigrationID = compute.GuestMigrating, mig
+		g.State, g.MigrationID, g.Paused = compute.GuestMigrating, mig, paused
 		return fmt.Errorf("reverting the copy of %s: %w", uuid, err)
 	}
 	return nil
@@ -480,7 +481,7 @@ func (d *Driver) Copying(uuid string) bool {
 func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
 	d.mu.Lock()
 	g, done := d.guests[inst.UUID]
-	done = done && g.State == compute.GuestRunning
+	done = done && g.State != compute.GuestIncoming
 	d.mu.Unlock()
 	if done {
 		return nil // repeated after a restart: the guest already runs here
@@ -498,7 +499,12 @@ func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst record
 		}
 		return fmt.Errorf("post live migration of %s: no incoming guest", inst.UUID)
 	}
+	// A paused server arrives paused (its record keeps vm_state paused
+	// through the move).
 	g.State = compute.GuestRunning
+	if inst.VMState == records.VMPaused {
+		g.State = compute.GuestPaused
+	}
 	if err := d.saveLocked(); err != nil {
 		g.State = compute.GuestIncoming
 		return fmt.Errorf("post live migration of %s at destination: %w", inst.UUID, err)
@@ -555,7 +561,7 @@ func (d *Driver) load() error {
 		// it can report how each operation ended.
 		if g.State == compute.GuestMigrating || g.State == compute.GuestBuilding {
 			d.interrupted = append(d.interrupted, g)
-			g.State, g.MigrationID = compute.GuestRunning, 0
+			g.State, g.MigrationID, g.Paused = g.Settled(), 0, false
 		}
 		if g.State == compute.GuestResizing {
 			// A disk move cut short: reported as the migration's copy
