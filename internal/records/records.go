@@ -152,6 +152,10 @@ type Instance struct {
 	AccessIPv4  string            `json:"access_ip_v4,omitempty"`
 	AccessIPv6  string            `json:"access_ip_v6,omitempty"`
 	DiskConfig  string            `json:"disk_config,omitempty"`
+	// KeyName is the key pair the server was booted with ("" for none),
+	// and KeyData its public key as the guest would receive it.
+	KeyName string `json:"key_name,omitempty"`
+	KeyData string `json:"key_data,omitempty"`
 	// ReservationID is shared by the servers of one create request;
 	// LaunchIndex is each one's place in it.
 	ReservationID string `json:"reservation_id,omitempty"`

@@ -207,7 +207,16 @@ type Store interface {
 	UpdateServerGroup(ctx context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error)
 	DeleteServerGroup(ctx context.Context, uuid string) error
 
-	// Changes returns up to limit entries with Seq > since, oldest first.
+	// Key pairs (the compute API's os-keypairs), each a user's, unique
+	// by (UserID, Name). CreateKeyPair assigns the ID and returns the
+	// record; ErrExists if the user has a pair of that name.
+	// ListKeyPairs returns a user's pairs by name; GetKeyPair and
+	// DeleteKeyPair answer ErrNotFound for a name the user has none of.
+	CreateKeyPair(ctx context.Context, kp records.KeyPair) (records.KeyPair, error)
+	GetKeyPair(ctx context.Context, userID, name string) (records.KeyPair, error)
+	ListKeyPairs(ctx context.Context, userID string) ([]records.KeyPair, error)
+	DeleteKeyPair(ctx context.Context, userID, name string) error
+
 	// Quota limits (the compute API's os-quota-sets): the limits a project
 	// has of its own, or with project "" those of the default quota class,
 	// by Nova's names (instances, cores, ram, …). GetQuotaLimits returns an
@@ -231,6 +240,7 @@ type Store interface {
 	// final state.
 	ListPlans(ctx context.Context, activeOnly bool) ([]records.Plan, error)
 
+	// Changes returns up to limit entries with Seq > since, oldest first.
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).
 	LastChange(ctx context.Context) (int64, error)

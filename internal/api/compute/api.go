@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -41,7 +42,9 @@ type Config struct {
 	// ImageExists reports whether an image ID names an image servers can
 	// boot from; nil accepts any.
 	ImageExists func(id string) bool
-	Log         *slog.Logger
+	// Rand is where generated key pairs draw from (crypto/rand if nil).
+	Rand io.Reader
+	Log  *slog.Logger
 }
 
 // API is the compute API handler.
@@ -73,6 +76,8 @@ func (a *API) routes() {
 	m.HandleFunc("GET /compute/{$}", a.versions)
 	m.HandleFunc("GET /compute/v2.1", a.version)
 	m.HandleFunc("GET /compute/v2.1/{$}", a.version)
+	m.HandleFunc("GET /compute/v2", a.legacyVersion)
+	m.HandleFunc("GET /compute/v2/{$}", a.legacyVersion)
 	route := func(pattern string, admin bool, h func(w http.ResponseWriter, r *http.Request) error) {
 		m.HandleFunc(pattern, a.authed(admin, pattern, h))
 	}
@@ -125,6 +130,14 @@ func (a *API) routes() {
 	a.serverGroupRoutes(route)
 	a.quotaRoutes(route)
 	a.flavorAccessRoutes(route)
+	a.serverMetadataRoutes(route)
+	a.keyPairRoutes(route)
+	a.usageRoutes(route)
+	a.osHostsRoutes(route)
+	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.serverDiagnostics)
+	route("POST /compute/v2.1/os-server-external-events", true, a.serverExternalEvents)
+	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.instanceUsageAuditLog(false))
+	route("GET /compute/v2.1/os-instance_usage_audit_log/{before}", true, a.instanceUsageAuditLog(true))
 }
 
 // ServeHTTP implements http.Handler: every response carries the

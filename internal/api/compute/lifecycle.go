@@ -158,6 +158,12 @@ func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.In
 			view["user_data"] = nil
 		}
 		delete(view, "OS-EXT-SRV-ATTR:user_data") // the rebuild's own user_data instead
+		if version(r).AtLeast(54) {
+			view["key_name"] = nil
+			if saved.KeyName != "" {
+				view["key_name"] = saved.KeyName
+			}
+		}
 		view["adminPass"] = newPassword()
 		writeJSON(w, http.StatusAccepted, map[string]any{"server": view})
 		return nil
@@ -196,7 +202,11 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 		switch k {
 		case "imageRef", "name", "adminPass", "metadata", "accessIPv4", "accessIPv6", "OS-DCF:diskConfig", "preserve_ephemeral", "personality":
 		case "description":
-		case "key_name", "user_data", "trusted_image_certificates", "hostname":
+		case "key_name":
+			if !version(r).AtLeast(54) {
+				return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('key_name' was unexpected)")
+			}
+		case "user_data", "trusted_image_certificates", "hostname":
 		default:
 			return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('" + k + "' was unexpected)")
 		}
@@ -238,6 +248,21 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 	if err := sb.description(r, &tmp); err != nil {
 		return nil, err
 	}
+	// key_name (2.54): the caller's key pair replaces the server's, null
+	// takes it away.
+	rawKey, hasKey := sb["key_name"]
+	var kp records.KeyPair
+	if hasKey && string(rawKey) != "null" {
+		var k string
+		if err := json.Unmarshal(rawKey, &k); err != nil {
+			return nil, badRequest("Invalid input for field/attribute key_name. Value: " + string(rawKey) + ". It is not of type 'string', 'null'")
+		}
+		if kp, err = a.cfg.Store.GetKeyPair(r.Context(), caller(r).UserID, k); isNotFound(err) {
+			return nil, badRequest("Invalid key_name provided.")
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	_, hasV4 := sb["accessIPv4"]
 	_, hasV6 := sb["accessIPv6"]
 	_, hasDesc := sb["description"]
@@ -260,6 +285,9 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 		}
 		if hasDesc {
 			in.Description = tmp.Description
+		}
+		if hasKey {
+			in.KeyName, in.KeyData = kp.Name, kp.PublicKey
 		}
 	}, nil
 }

@@ -46,7 +46,8 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 		m, err = a.cfg.Conductor.ColdMigrate(r.Context(), in.UUID, host)
 	case body["resize"] != nil:
 		var args struct {
-			FlavorRef any `json:"flavorRef"`
+			FlavorRef  any     `json:"flavorRef"`
+			DiskConfig *string `json:"OS-DCF:diskConfig"`
 		}
 		if err := unmarshalRaw(body["resize"], &args); err != nil {
 			return true, badRequest("Invalid input for resize: " + err.Error())
@@ -55,15 +56,29 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 		if !ok {
 			return true, badRequest("Invalid input for field/attribute flavorRef. Value: None. None is not of type 'string', 'integer'")
 		}
+		if d := args.DiskConfig; d != nil && *d != "AUTO" && *d != "MANUAL" {
+			return true, badRequest("Invalid input for field/attribute OS-DCF:diskConfig. Value: " + *d + ". '" + *d + "' is not one of ['AUTO', 'MANUAL']")
+		}
 		f, ferr := a.flavor(r, ref)
 		if ferr != nil {
-			if isNotFound(ferr) {
+			if statusOf(ferr) == http.StatusNotFound {
 				return true, badRequest("Unable to find flavor " + ref + ".")
 			}
 			return true, ferr
 		}
 		if qerr := a.checkResizeQuota(r.Context(), in, f); qerr != nil {
 			return true, qerr
+		}
+		if d := args.DiskConfig; d != nil && *d != in.DiskConfig {
+			// The resized server's disk config, as Nova takes it from the
+			// resize request (the fake and QEMU guests' disks are copied
+			// whole either way).
+			if in, err = a.modifyInstance(r, in.UUID, func(in *records.Instance) error {
+				in.DiskConfig = *d
+				return nil
+			}); err != nil {
+				return true, err
+			}
 		}
 		action = "resize"
 		m, err = a.cfg.Conductor.Resize(r.Context(), in.UUID, f)

@@ -153,6 +153,9 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 	v["OS-EXT-AZ:availability_zone"] = in.Zone
 	v["config_drive"] = ""
 	v["key_name"] = nil
+	if in.KeyName != "" {
+		v["key_name"] = in.KeyName
+	}
 	v["OS-SRV-USG:launched_at"], v["OS-SRV-USG:terminated_at"] = nil, nil
 	if in.VMState != records.VMBuilding && in.VMState != records.VMError && in.VMState != records.VMDeleted {
 		v["OS-SRV-USG:launched_at"] = strings.TrimSuffix(fmt.Sprint(timeStr(in.CreatedAt)), "Z") + ".000000"
@@ -359,12 +362,13 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	if image != "" && a.cfg.ImageExists != nil && !a.cfg.ImageExists(image) {
 		return badRequest("Can not find requested image " + imageRef)
 	}
-	if _, ok := sb["key_name"]; ok {
+	var keyName *string
+	if raw, ok := sb["key_name"]; ok {
 		var k *string
-		_ = json.Unmarshal(sb["key_name"], &k)
-		if k != nil {
-			return badRequest("Invalid key_name provided: keel has no key pairs (" + *k + ")")
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return badRequest("Invalid input for field/attribute key_name. Value: " + string(raw) + ". It is not of type 'string'")
 		}
+		keyName = k
 	}
 	if err := checkPersonality(r, sb); err != nil {
 		return err
@@ -402,6 +406,17 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	}
 	c := caller(r)
 	in.ProjectID, in.UserID = c.ProjectID, c.UserID
+	if keyName != nil {
+		// The caller's own key pair, as Nova looks it up.
+		kp, err := a.cfg.Store.GetKeyPair(r.Context(), c.UserID, *keyName)
+		if isNotFound(err) {
+			return badRequest("Invalid key_name provided.")
+		}
+		if err != nil {
+			return err
+		}
+		in.KeyName, in.KeyData = kp.Name, kp.PublicKey
+	}
 	// "zone:host" (admin only, as in Nova) forces the host.
 	zone, host, forced := strings.Cut(zoneRef, ":")
 	if forced && !c.Admin {

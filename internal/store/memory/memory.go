@@ -34,6 +34,8 @@ type Store struct {
 	migrations map[int64]records.Migration
 	flavors    map[string]records.Flavor
 	quotas     map[string]map[string]int64
+	keyPairs   map[[2]string]records.KeyPair // by (user, name)
+	nextKeyID  int64
 	traits     map[string]bool                  // created (custom) traits
 	classes    map[placement.ResourceClass]bool // created (custom) resource classes
 	activeMigs map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
@@ -63,6 +65,7 @@ func New() *Store {
 		migrations: map[int64]records.Migration{},
 		flavors:    map[string]records.Flavor{},
 		quotas:     map[string]map[string]int64{},
+		keyPairs:   map[[2]string]records.KeyPair{},
 		traits:     map[string]bool{},
 		classes:    map[placement.ResourceClass]bool{},
 		actions:    map[string][]records.InstanceAction{},

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Concurrency", concurrencyTests},
 		{"Quotas", quotaTests},
 		{"Plans", planTests},
+		{"KeyPairs", keyPairTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
