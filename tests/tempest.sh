@@ -130,7 +130,7 @@ vnc_console = False
 serial_console = False
 interface_attach = False
 change_password = False
-personality = False
+personality = True
 # os-agents, writable server metadata, resetNetwork: Tempest ties all three
 # to this flag; keel serves the metadata (the families here select no
 # os-agents test, and resetNetwork stays excluded).

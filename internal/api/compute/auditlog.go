@@ -41,7 +41,7 @@ func (a *API) instanceUsageAuditLog(one bool) func(http.ResponseWriter, *http.Re
 		log := map[string]any{
 			"hosts_not_run": hosts, "log": map[string]any{},
 			"num_hosts": len(hosts), "num_hosts_done": 0, "num_hosts_not_run": len(hosts), "num_hosts_running": 0,
-			"overall_status": fmt.Sprintf("%d of %d hosts done. 0 errors.", 0, len(hosts)),
+			"overall_status":   fmt.Sprintf("%d of %d hosts done. 0 errors.", 0, len(hosts)),
 			"period_beginning": begin.Format("2006-01-02 15:04:05"), "period_ending": end.Format("2006-01-02 15:04:05"),
 			"total_errors": 0, "total_instances": 0,
 		}

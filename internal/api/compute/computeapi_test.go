@@ -70,3 +70,32 @@ func TestPersonalityByMicroversion(t *testing.T) {
 		})
 	}
 }
+
+// TestPersonalityQuota: injected_files, injected_file_path_bytes and
+// injected_file_content_bytes limit a boot's personality (403), as the
+// absolute limits show them.
+func TestPersonalityQuota(t *testing.T) {
+	e := newEnv(t)
+	if resp := e.call("PUT", "/compute/v2.1/os-quota-sets/p-demo", "admin", "", map[string]any{"quota_set": map[string]any{
+		"injected_files": 2, "injected_file_path_bytes": 10, "injected_file_content_bytes": 8}}, nil); resp.StatusCode != 200 {
+		t.Fatalf("setting the quota: %d", resp.StatusCode)
+	}
+	file := func(path, contents string) map[string]string {
+		return map[string]string{"path": path, "contents": contents}
+	}
+	for _, tc := range []struct {
+		name  string
+		files []map[string]string
+		want  int
+	}{
+		{"at the limits", []map[string]string{file("/a", "YWJj"), file("/b", "YWJjZA==")}, 202},
+		{"too many", []map[string]string{file("/a", "YWJj"), file("/b", "YWJj"), file("/c", "YWJj")}, 403},
+		{"long path", []map[string]string{file("/a/b/c/d/e/f", "YWJj")}, 403},
+		{"large contents", []map[string]string{file("/a", "YWJjZGVmZ2g=")}, 403},
+	} {
+		body := map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1", "personality": tc.files}}
+		if resp := e.call("POST", "/compute/v2.1/servers", "member", "2.56", body, nil); resp.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+	}
+}

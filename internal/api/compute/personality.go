@@ -1,10 +1,14 @@
 package compute
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"keel/internal/quota"
 )
 
 // checkPersonality applies Nova's rules for a server body's personality
@@ -59,4 +63,38 @@ func isBase64(s string) bool {
 	}, s)
 	_, err := base64.StdEncoding.DecodeString(kept)
 	return err == nil
+}
+
+// checkPersonalityQuota applies the project's injected file limits to a
+// (valid) personality, with Nova's 403s: at most injected_files files,
+// each path at most injected_file_path_bytes long and each contents (as
+// sent, in base64) at most injected_file_content_bytes.
+func (a *API) checkPersonalityQuota(ctx context.Context, project string, sb serverBody) error {
+	raw, ok := sb["personality"]
+	if !ok {
+		return nil
+	}
+	var files []struct{ Path, Contents string }
+	if err := json.Unmarshal(raw, &files); err != nil {
+		return badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, project)
+	if err != nil {
+		return err
+	}
+	if l := lim[quota.InjectedFiles]; l >= 0 && int64(len(files)) > l {
+		return quota.Refusal("Personality file limit exceeded")
+	}
+	for _, f := range files {
+		if l := lim[quota.InjectedPathBytes]; l >= 0 && int64(len(f.Path)) > l {
+			return quota.Refusal("Personality file path exceeds maximum " + strconv.FormatInt(l, 10))
+		}
+		if l := lim[quota.InjectedFileBytes]; l >= 0 && int64(len(f.Contents)) > l {
+			return quota.Refusal("Personality file content exceeds maximum " + strconv.FormatInt(l, 10))
+		}
+	}
+	return nil
 }

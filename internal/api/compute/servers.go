@@ -406,6 +406,9 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 	}
 	c := caller(r)
 	in.ProjectID, in.UserID = c.ProjectID, c.UserID
+	if err := a.checkPersonalityQuota(r.Context(), c.ProjectID, sb); err != nil {
+		return err
+	}
 	if keyName != nil {
 		// The caller's own key pair, as Nova looks it up.
 		kp, err := a.cfg.Store.GetKeyPair(r.Context(), c.UserID, *keyName)
