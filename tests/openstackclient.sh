@@ -381,3 +381,35 @@ echo "ok  flavor unset --project hides it again"
 os --os-compute-api-version 2.55 flavor set --description "for demo" m1.private
 expect "for demo" "$(os --os-compute-api-version 2.55 flavor show m1.private -f value -c description)" "flavor set --description (2.55)"
 os flavor delete m1.private
+
+# Key pairs, server metadata and usage (issue 18): demo's key pairs are its
+# own, a server booted with one shows it, --property writes the server's
+# metadata, and usage counts the servers' hours.
+demo keypair create kp1 >"$work/kp1.pem"
+grep -q 'BEGIN RSA PRIVATE KEY' "$work/kp1.pem" || fail "keypair create printed no private key"
+echo "ok  keypair create (generated; the private key printed once)"
+# An ed25519 public key made once with ssh-keygen.
+printf '%s\n' 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4aJVfMOZ/BFPLT3XcrMcW0AVv6M0nqHJDOQPkx0izo demo@keel' >"$work/kp2.pub"
+demo keypair create --public-key "$work/kp2.pub" kp2 >/dev/null
+expect "kp1 kp2" "$(demo keypair list -f value -c Name | sort | tr '\n' ' ' | sed 's/ $//')" "keypair create --public-key, keypair list"
+expect "$(cut -d' ' -f1,2 "$work/kp2.pub")" "$(demo keypair show --public-key kp2 | cut -d' ' -f1,2)" "keypair show --public-key: the imported key"
+expect "ssh" "$(demo --os-compute-api-version 2.2 keypair show kp2 -f value -c type)" "keypair show: type ssh (2.2)"
+expect "" "$(os keypair list -f value -c Name)" "the admin does not see demo's key pairs"
+demo server create --flavor m1.tiny --image keel-fake --nic none --key-name kp2 --property a=1 --wait kv1 >/dev/null
+expect "kp2" "$(demo server show kv1 -f value -c key_name)" "server create --key-name"
+if out=$(os server create --flavor m1.tiny --image keel-fake --nic none --key-name kp2 kv2 2>&1); then fail "the admin booted with demo's key pair"; fi
+case "$out" in *"Invalid key_name provided"*) echo "ok  another user's key pair is refused (400)" ;; *) fail "boot with another user's key: [$out]" ;; esac
+demo server set --property b=2 --property a=one kv1
+expect "{'a': 'one', 'b': '2'}" "$(demo server show kv1 -f value -c properties)" "server set --property"
+demo server unset --property a kv1
+expect "{'b': '2'}" "$(demo server show kv1 -f value -c properties)" "server unset --property"
+# usage list / show: kv1 counted in demo's project.
+demo_id=$(os project show demo -f value -c id)
+case "$(os usage list -f value -c Project -c Servers)" in *"$demo_id"*"'name': 'kv1'"*) echo "ok  usage list: kv1 in demo's project" ;;
+  *) fail "usage list: [$(os usage list -f value)]" ;; esac
+# kv1 is minutes old: under an hour of CPU, as many MB-hours of RAM as 512 × hours.
+expect "kv1 True True" "$(demo usage show -f json | python3 -c 'import json,sys; u=json.load(sys.stdin); print(u["Servers"][0]["name"], 0 < u["CPU Hours"] < 1, abs(u["RAM MB-Hours"] - 512*u["CPU Hours"]) < 1e-6)')" \
+  "usage show: demo's own project, kv1's hours so far"
+demo server delete --wait kv1
+demo keypair delete kp1 kp2
+expect "" "$(demo keypair list -f value -c Name)" "keypair delete"

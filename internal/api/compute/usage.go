@@ -32,8 +32,7 @@ func parseUsageTime(s string) (time.Time, bool) {
 }
 
 // usagePeriod reads start and end (both default to now), refusing a
-// start after the end as Nova does. A running instance is charged up to
-// the end, as in Nova, even an end still to come.
+// start after the end as Nova does; an end still to come counts up to now.
 func (a *API) usagePeriod(r *http.Request) (start, stop time.Time, err error) {
 	now := a.cfg.Clock.Now().UTC()
 	q := r.URL.Query()
@@ -55,6 +54,9 @@ func (a *API) usagePeriod(r *http.Request) (start, stop time.Time, err error) {
 	}
 	if start.After(stop) {
 		return start, stop, badRequest("Invalid start time. The start time cannot occur after the end time.")
+	}
+	if stop.After(now) {
+		stop = now
 	}
 	return start, stop, nil
 }
@@ -79,7 +81,7 @@ func (a *API) serverUsage(in records.Instance, start, stop time.Time) (map[strin
 	if from.Before(start) {
 		from = start
 	}
-	hours := stop.Sub(from).Hours()
+	hours := max(stop.Sub(from).Hours(), 0)
 	f := in.Flavor
 	return map[string]any{
 		"instance_id": in.UUID, "name": in.Name, "hours": hours,
