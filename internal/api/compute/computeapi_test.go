@@ -93,7 +93,7 @@ func TestPersonalityQuota(t *testing.T) {
 		{"long path", []map[string]string{file("/a/b/c/d/e/f", "YWJj")}, 403},
 		{"large contents", []map[string]string{file("/a", "YWJjZGVmZ2g=")}, 403},
 	} {
-		body := map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1", "personality": tc.files}}
+		body := map[string]any{"server": map[string]any{"name": "vm", "flavorRef": "1", "networks": "none", "personality": tc.files}}
 		if resp := e.call("POST", "/compute/v2.1/servers", "member", "2.56", body, nil); resp.StatusCode != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.want)
 		}
