@@ -7,6 +7,7 @@ import (
 
 	"keel/internal/bus"
 	"keel/internal/placement"
+	"keel/internal/records"
 	"keel/internal/store"
 )
 
@@ -31,8 +32,10 @@ func sentBy(ctx context.Context, host string) error {
 	return nil
 }
 
-// migrationOfSender refuses a copy report unless the sender is the
-// migration's source (the host that copies).
+// migrationOfSender refuses a copy report unless the sender is the host
+// that does the migration's work: its source (a live copy, a cold move's
+// disk), or for an evacuation its destination (the rebuild runs there; the
+// source is down).
 func migrationOfSender(ctx context.Context, st store.Store, id int64) error {
 	m, err := st.GetMigration(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -41,8 +44,12 @@ func migrationOfSender(ctx context.Context, st store.Store, id int64) error {
 	if err != nil {
 		return fmt.Errorf("checking the sender of a report of migration %d: %w", id, err)
 	}
-	if from := sender(ctx); from == "" || from != m.SourceHost {
-		return forbidden("host %q may not report on migration %d, whose source is %q", from, id, m.SourceHost)
+	worker := m.SourceHost
+	if m.Type == records.MigrationTypeEvac {
+		worker = m.DestHost
+	}
+	if from := sender(ctx); from == "" || from != worker {
+		return forbidden("host %q may not report on %s %d, which %q carries out", from, m.Type, id, worker)
 	}
 	return nil
 }

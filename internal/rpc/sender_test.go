@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -19,8 +20,9 @@ import (
 // builds records the build reports the conductor side was handed.
 type builds struct {
 	compute.Reporter
-	mu    sync.Mutex
-	hosts []string
+	mu     sync.Mutex
+	hosts  []string
+	copies []int64 // the migrations whose copy reports were handed on
 }
 
 func (b *builds) BuildDone(_ context.Context, _, host string, _ error) error {
@@ -31,6 +33,13 @@ func (b *builds) BuildDone(_ context.Context, _, host string, _ error) error {
 }
 
 func (b *builds) AuditDrift(context.Context, compute.Drift) {}
+
+func (b *builds) CopyDone(_ context.Context, id int64, _ error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.copies = append(b.copies, id)
+	return nil
+}
 
 // TestServersRefuseCallsForAnotherHost: an agent whose bus identity is
 // host A sends, under its own subjects (the only ones the bus lets it
@@ -183,10 +192,30 @@ func TestServersRefuseCallsForAnotherHost(t *testing.T) {
 	if err := aRep.BuildDone(ctx, "runs-on-a", "A", nil); err != nil {
 		t.Errorf("A's own build report: %v", err)
 	}
+	// Copy reports: the host doing a migration's work may report on it —
+	// the source of a live migration, the destination of an evacuation
+	// (its source is down) — and no other.
+	mig := func(typ, src, dst string) int64 {
+		m, err := st.CreateMigration(ctx, records.Migration{UUID: "m-" + typ + src + dst, InstanceUUID: "runs-on-a", Type: typ, SourceHost: src, DestHost: dst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.ID
+	}
+	liveFromA, liveFromB := mig(records.MigrationTypeLive, "A", "B"), mig(records.MigrationTypeLive, "B", "A")
+	evacToA, evacToB := mig(records.MigrationTypeEvac, "B", "A"), mig(records.MigrationTypeEvac, "A", "B")
+	for _, id := range []int64{liveFromA, liveFromB, evacToA, evacToB} {
+		if err := aRep.CopyDone(ctx, id, nil); err != nil {
+			t.Errorf("copy report of migration %d: %v (a refused one is answered nil, for good)", id, err)
+		}
+	}
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
 	if len(rep.hosts) != 1 || rep.hosts[0] != "A" {
 		t.Errorf("build reports handed to the conductor: %v, want only A's own", rep.hosts)
+	}
+	if want := []int64{liveFromA, evacToA}; fmt.Sprint(rep.copies) != fmt.Sprint(want) {
+		t.Errorf("copy reports handed to the conductor: %v, want %v (A's live migration, the evacuation onto A)", rep.copies, want)
 	}
 }
 
