@@ -64,6 +64,9 @@ type Options struct {
 	// NoProgress: migrations report no progress, only their end
 	// (default: progress every second).
 	NoProgress bool
+	// SpawnTime is how long the fake drivers take to spawn (default
+	// SpawnTime).
+	SpawnTime time.Duration
 	// Scheduler adjusts the scheduler's configuration.
 	Scheduler func(*scheduler.Config)
 	// Conductor is the conductor's configuration (NewID is filled in).
@@ -114,6 +117,9 @@ func New(t testing.TB, o Options) *Cloud {
 	if o.NoProgress {
 		progress = 0
 	}
+	if o.SpawnTime == 0 {
+		o.SpawnTime = SpawnTime
+	}
 	for i := 1; i <= o.Hosts; i++ {
 		h := fmt.Sprintf("h%d", i)
 		c.Hosts = append(c.Hosts, h)
@@ -126,7 +132,7 @@ func New(t testing.TB, o Options) *Cloud {
 		if _, err := compute.RegisterHost(ctx, c.Store, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
 			t.Fatal(err)
 		}
-		drv, err := fake.New(fake.Config{Clock: c.Clock, SpawnTime: SpawnTime, ProgressEvery: progress})
+		drv, err := fake.New(fake.Config{Clock: c.Clock, SpawnTime: o.SpawnTime, ProgressEvery: progress})
 		if err != nil {
 			t.Fatal(err)
 		}

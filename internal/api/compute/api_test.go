@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,33 +17,13 @@ import (
 
 	"keel/internal/api/compute"
 	"keel/internal/clock"
-	agent "keel/internal/compute"
-	"keel/internal/compute/fake"
-	"keel/internal/conductor"
-	"keel/internal/placement"
+	"keel/internal/cloudtest"
 	"keel/internal/records"
-	"keel/internal/scheduler"
 	"keel/internal/store/memory"
 )
 
-// agents is in-process RPC to the managers.
-type agents map[string]*agent.Manager
-
-func (a agents) Compute(host string) (conductor.ComputeAPI, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for %s", host)
-}
-
-func (a agents) Peer(host string) (agent.Peer, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for %s", host)
-}
-
-// env is the API over a three-host in-process cloud on a virtual clock.
+// env is the API over a three-host in-process cloud on a virtual clock
+// (cloudtest's, with one-second spawns).
 type env struct {
 	t   *testing.T
 	clk *clock.Virtual
@@ -55,52 +34,15 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, clk: clock.NewVirtual(clock.Epoch), st: memory.New()}
+	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, SpawnTime: time.Second, NoProgress: true})
+	e := &env{t: t, clk: c.Clock, st: c.Store}
 	quiet := slog.New(slog.DiscardHandler)
-	ag := agents{}
-	type host struct {
-		drv *fake.Driver
-		tr  *agent.Tracker
-	}
-	hs := map[string]host{}
-	for i := 1; i <= 3; i++ {
-		h := fmt.Sprintf("h%d", i)
-		cfg := agent.HostConfig{Host: h, ProviderUUID: "rp-" + h, VCPUs: 16, MemoryMB: 32768, LocalGB: 500, ReservedHostMemoryMB: 512, WriteDestRecord: true}
-		if _, err := e.st.CreateProvider(ctx, placement.Provider{UUID: cfg.ProviderUUID, Name: h, Inventories: cfg.Inventories()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: e.clk.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		drv, err := fake.New(fake.Config{Clock: e.clk, SpawnTime: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := agent.NewTracker(cfg, e.st, drv, e.clk)
-		if err := tr.WriteRecord(ctx); err != nil {
-			t.Fatal(err)
-		}
-		hs[h] = host{drv, tr}
-	}
 	for _, f := range []records.Flavor{{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1}, {ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20}} {
 		if _, err := e.st.CreateFlavor(ctx, f); err != nil {
 			t.Fatal(err)
 		}
 	}
-	view, err := scheduler.NewView(ctx, e.st, scheduler.PolicyClaim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := scheduler.DefaultConfig()
-	cfg.ServiceDownTime = 0
-	s, err := scheduler.New(cfg, view, e.clk, rand.New(rand.NewPCG(1, 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cond := conductor.New(conductor.Config{}, e.st, s, ag, e.clk, quiet, conductor.Hooks{})
-	for h, x := range hs {
-		ag[h] = agent.NewManager(h, x.drv, x.tr, ag, cond, e.clk, quiet)
-	}
+	cond := c.Cond
 	api := compute.New(compute.Config{
 		Store: e.st, Conductor: cond, Clock: e.clk, ServiceDownTime: time.Minute, BaseURL: "http://keel/compute", Log: quiet,
 		Caller: func(r *http.Request) (compute.Caller, bool) {
