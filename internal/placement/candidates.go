@@ -89,6 +89,15 @@ type CandidateQuery struct {
 	// NestedAware (1.29+) allows a candidate to use several providers of
 	// one tree; before, such candidates are left out.
 	NestedAware bool
+	// FirstPerTree keeps, of each anchoring tree's candidates, only the
+	// first that uses a provider of the tree itself (what a scheduler
+	// claiming the first candidate of each host reads); the search stops
+	// looking in a tree once it has found it. Not a Placement parameter.
+	FirstPerTree bool
+	// Roots, when not nil, limits the search to the candidates anchored
+	// in these trees (indexes of their roots): a scheduler's view asks
+	// again only for the hosts that changed. Not a Placement parameter.
+	Roots map[int]bool
 }
 
 // AllocationPart is an amount of one class from one provider.
@@ -159,10 +168,10 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 	seen := map[string]bool{}
 	pick := make([]*groupCandidate, len(perGroup))
 	usedRoots := map[int]bool{}
-	done := false
+	done, treeDone := false, false
 	var combine func(anchor, gi int)
 	combine = func(anchor, gi int) {
-		if done {
+		if done || treeDone {
 			return
 		}
 		if gi == len(perGroup) {
@@ -184,6 +193,9 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			reqs = append(reqs, r)
 			for _, p := range r.Parts {
 				usedRoots[f.Providers[p.Provider].Root] = true
+				if q.FirstPerTree && f.Providers[p.Provider].Root == anchor && !f.shares[p.Provider] {
+					treeDone = true
+				}
 			}
 			if q.Limit > 0 && len(reqs) == q.Limit {
 				done = true
@@ -194,12 +206,13 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 		for i := range cands {
 			pick[gi] = &cands[i]
 			combine(anchor, gi+1)
-			if done {
+			if done || treeDone {
 				return
 			}
 		}
 	}
 	for _, a := range anchors {
+		treeDone = false
 		combine(a, 0)
 		if done {
 			break
@@ -239,7 +252,13 @@ type search struct {
 
 // anchorOK reports whether root passes root_required.
 func (s *search) anchorOK(root int) bool {
-	return s.q.RootTraits.Empty() || s.q.RootTraits.Match(s.f.Providers[root].Traits)
+	return (s.q.Roots == nil || s.q.Roots[root]) && (s.q.RootTraits.Empty() || s.q.RootTraits.Match(s.f.Providers[root].Traits))
+}
+
+// outside reports whether provider i can take part in no candidate the
+// search looks for: Roots leaves its tree out and it does not share.
+func (s *search) outside(i int) bool {
+	return s.q.Roots != nil && !s.q.Roots[s.f.Providers[i].Root] && !s.f.shares[i]
 }
 
 // sharedAnchors returns the roots of the trees with a provider in an
@@ -317,6 +336,9 @@ func (s *search) single(g RequestGroup) map[int][]groupCandidate {
 	}
 	out := map[int][]groupCandidate{}
 	try := func(i int) {
+		if s.outside(i) {
+			return
+		}
 		p := &f.Providers[i]
 		if !g.Traits.Match(p.Traits) || !inAggs(g.MemberOf, p) || badAggs(g.MemberOf, p) {
 			return
@@ -394,7 +416,7 @@ func (s *search) spread(g RequestGroup) map[int][]groupCandidate {
 		n := g.Resources[rc]
 		var pairs []pair
 		consider := func(i int) {
-			if f.fitsOne(i, rc, n) {
+			if !s.outside(i) && f.fitsOne(i, rc, n) {
 				pairs = append(pairs, pair{i, f.Providers[i].Root})
 			}
 		}

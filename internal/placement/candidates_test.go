@@ -121,3 +121,47 @@ func TestCandidatesOverTreesAndSharing(t *testing.T) {
 		t.Errorf("summaries of cn's candidate: %v", sums)
 	}
 }
+
+// TestCandidatesFirstPerTreeAndRoots: FirstPerTree keeps each tree's first
+// candidate (in the full answer's order) and Roots asks for some trees
+// only: asking tree by tree gives the same candidates as asking for all.
+func TestCandidatesFirstPerTreeAndRoots(t *testing.T) {
+	f := testForest()
+	for _, q := range []CandidateQuery{
+		{Groups: []RequestGroup{{Resources: Resources{"VCPU": 1, "DISK": 10}}}, NestedAware: true},
+		{Groups: []RequestGroup{{Suffix: "1", Resources: Resources{"VCPU": 1}}, {Suffix: "2", Resources: Resources{"DISK": 5}}}, NestedAware: true},
+	} {
+		all, _ := f.Candidates(q)
+		firsts := map[int]AllocationRequest{}
+		for _, r := range all {
+			for _, p := range r.Parts {
+				if root := f.Providers[p.Provider].Root; !f.shares[p.Provider] {
+					if _, ok := firsts[root]; !ok {
+						firsts[root] = r
+					}
+					break
+				}
+			}
+		}
+		q.FirstPerTree = true
+		one, _ := f.Candidates(q)
+		var want []AllocationRequest
+		for _, root := range []int{0, 5} {
+			if r, ok := firsts[root]; ok {
+				want = append(want, r)
+			}
+		}
+		if render(f, one) != render(f, want) || len(want) != 2 {
+			t.Errorf("FirstPerTree: %s, want %s", render(f, one), render(f, want))
+		}
+		var byTree []AllocationRequest
+		for _, root := range []int{0, 5} {
+			q.Roots = map[int]bool{root: true}
+			got, _ := f.Candidates(q)
+			byTree = append(byTree, got...)
+		}
+		if render(f, byTree) != render(f, one) {
+			t.Errorf("tree by tree: %s, want %s", render(f, byTree), render(f, one))
+		}
+	}
+}

@@ -2,6 +2,9 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 
@@ -212,5 +215,97 @@ func TestFlatOverrides(t *testing.T) {
 	}
 	if h, _ := s.View().Host(sel.Host); h.VCPUsUsed != 3 {
 		t.Errorf("the view assumes %d VCPU, want 3", h.VCPUsUsed)
+	}
+}
+
+// TestTreeAnswersCachedAsFresh: the view's cached candidates (asked again
+// only for the trees that changed) are, after every claim and every
+// delete seen through the change stream, what a fresh search over every
+// provider finds, for each of several requests.
+func TestTreeAnswersCachedAsFresh(t *testing.T) {
+	c := newCloud(t, 2)
+	ctx := context.Background()
+	for i := 0; i < 12; i++ {
+		name := fmt.Sprintf("t%02d", i)
+		root := "rp-" + name
+		if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: root, Name: name,
+			Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100)}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, cell := range []string{"numa0", "numa1"} {
+			if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: root + "-" + cell, Name: name + "_" + cell, ParentUUID: root, Inventories: placement.Inventories{
+				placement.VCPU: placement.NewInventory(8), placement.MemoryMB: placement.NewInventory(16384)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		agg := fmt.Sprintf("agg-%d", i/4)
+		if i%4 == 0 {
+			pool := fmt.Sprintf("rp-pool-%d", i/4)
+			if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: pool, Name: pool, Traits: []string{placement.SharesViaAggregate},
+				Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(300)}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.st.SetProviderAggregates(ctx, pool, nil, []string{agg}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.st.SetProviderAggregates(ctx, root, nil, []string{agg}); err != nil {
+			t.Fatal(err)
+		}
+		c.addService(t, name)
+	}
+	s := c.scheduler(t, DefaultConfig(), PolicyClaim, 1)
+	v := s.View()
+	specs := []map[string]string{
+		nil,
+		{"resources1:VCPU": "2", "resources1:MEMORY_MB": "4096", "resources:VCPU": "0", "resources:MEMORY_MB": "0"},
+		{"resources1:VCPU": "3", "resources2:VCPU": "3", "resources:VCPU": "0", "group_policy": "isolate"},
+	}
+	render := func(m map[*HostState]map[string]placement.Resources) string {
+		var out []string
+		for h, a := range m {
+			out = append(out, fmt.Sprintf("%s=%v", h.Name, a))
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	var live []string
+	for step := 0; step < 150; step++ {
+		if len(live) > 0 && r.IntN(3) == 0 {
+			k := r.IntN(len(live))
+			if _, err := c.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: live[k], AnyConsumerGeneration: true}); err != nil {
+				t.Fatal(err)
+			}
+			live = append(live[:k], live[k+1:]...)
+		} else {
+			id := fmt.Sprint("vm", step)
+			_, err := s.Select(ctx, &Request{Resources: small(), ExtraSpecs: specs[r.IntN(len(specs))]}, treeClaim(c.st, id))
+			if err == nil {
+				live = append(live, id)
+			} else if !IsNoValidHost(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := v.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range specs {
+			req := &Request{Resources: small(), ExtraSpecs: sp}
+			req.prepare(c.clk.Now())
+			v.mu.Lock()
+			cached := render(v.treeAllocations(req.query))
+			fresh := map[*HostState]map[string]placement.Resources{}
+			q := req.query
+			q.FirstPerTree = true
+			v.merge(fresh, v.forestLocked(), q)
+			v.mu.Unlock()
+			if got := render(fresh); cached != got {
+				t.Fatalf("step %d, %v: cached\n%s\nfresh\n%s", step, sp, cached, got)
+			}
+		}
+	}
+	if len(live) < 10 {
+		t.Errorf("only %d servers live at the end: the walk claimed too little to test anything", len(live))
 	}
 }

@@ -63,6 +63,10 @@ type View struct {
 	forest    *placement.Forest
 	forestPos map[string]int
 	stale     bool
+	// answers caches treeAllocations per request (its groups' query
+	// string); dirty holds the roots whose trees changed since, or all.
+	answers  map[string]*answer
+	dirtyAll bool
 }
 
 // provNode is one provider as the view holds it: its summary, and the
@@ -503,7 +507,36 @@ func (v *View) updateNode(s store.ProviderSummary) *provNode {
 	}
 	n.sum = s
 	v.patchForest(n)
+	v.touch(n)
 	return n
+}
+
+// touch marks the trees whose candidates n's change may change: its own,
+// or, for a provider that shares, every tree in an aggregate with it.
+func (v *View) touch(n *provNode) {
+	if v.dirtyAll || len(v.answers) == 0 {
+		return
+	}
+	mark := func(root string) {
+		for _, a := range v.answers {
+			if a.dirty == nil {
+				a.dirty = map[string]bool{}
+			}
+			a.dirty[root] = true
+		}
+	}
+	if !n.shares() {
+		mark(n.root)
+		return
+	}
+	for _, m := range v.nodes {
+		for _, agg := range m.sum.Aggregates {
+			if _, ok := slices.BinarySearch(n.sum.Aggregates, agg); ok {
+				mark(m.root)
+				break
+			}
+		}
+	}
 }
 
 // dropNode forgets a provider that is gone.
@@ -582,6 +615,7 @@ func (v *View) forestLocked() *placement.Forest {
 			Inventories: n.sum.Inventories, Usage: n.sum.Usage, Traits: n.sum.Traits, Aggregates: n.sum.Aggregates}
 	}
 	v.forest, v.forestPos, v.stale = placement.NewForest(ps), pos, false
+	v.dirtyAll = true // indexes changed: every cached answer goes
 	return v.forest
 }
 
@@ -590,10 +624,56 @@ func (v *View) forestLocked() *placement.Forest {
 // allocation (provider UUID → resources). A candidate is a host's when
 // a provider of that host's tree takes part in it (one made of sharing
 // providers alone is nobody's).
+//
+// Answers are cached per request: the next decision asks the candidate
+// search again only for the trees that changed since (a claim's, those
+// the change stream names, every tree sharing a pool that changed), all
+// of them when a provider appeared, went or changed its traits or
+// aggregates.
 func (v *View) treeAllocations(q placement.CandidateQuery) map[*HostState]map[string]placement.Resources {
 	f := v.forestLocked()
+	q.FirstPerTree = true
+	key := q.String()
+	if v.dirtyAll {
+		clear(v.answers)
+		v.dirtyAll = false
+	}
+	a := v.answers[key]
+	if a == nil {
+		if v.answers == nil || len(v.answers) >= 8 {
+			v.answers = map[string]*answer{} // a few flavors at a time; no more kept
+		}
+		a = &answer{allocs: map[*HostState]map[string]placement.Resources{}}
+		v.merge(a.allocs, f, q)
+		v.answers[key] = a
+		return a.allocs
+	}
+	if len(a.dirty) > 0 {
+		q.Roots = make(map[int]bool, len(a.dirty))
+		for u := range a.dirty {
+			if i, ok := v.forestPos[u]; ok {
+				q.Roots[i] = true
+			}
+			if h := v.byUUID[u]; h != nil {
+				delete(a.allocs, h)
+			}
+		}
+		a.dirty = nil
+		v.merge(a.allocs, f, q)
+	}
+	return a.allocs
+}
+
+// answer is one request's cached candidates: each host's first, and the
+// trees (root UUIDs) to ask again.
+type answer struct {
+	allocs map[*HostState]map[string]placement.Resources
+	dirty  map[string]bool
+}
+
+// merge adds the first candidate of each host q finds to out.
+func (v *View) merge(out map[*HostState]map[string]placement.Resources, f *placement.Forest, q placement.CandidateQuery) {
 	reqs, _ := f.Candidates(q)
-	out := map[*HostState]map[string]placement.Resources{}
 	for _, r := range reqs {
 		var h *HostState
 		for _, part := range r.Parts {
@@ -618,7 +698,6 @@ func (v *View) treeAllocations(q placement.CandidateQuery) map[*HostState]map[st
 		}
 		out[h] = alloc
 	}
-	return out
 }
 
 // consumeTree adds a claimed allocation to the providers' usage (the
@@ -635,6 +714,7 @@ func (v *View) consumeTree(h *HostState, alloc map[string]placement.Resources, n
 			n.sum.Generation = newGen
 		}
 		v.patchForest(n)
+		v.touch(n)
 	}
 	if n := v.nodes[h.ProviderUUID]; n != nil {
 		v.setHost(h, n)
