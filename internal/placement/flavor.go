@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // specKey is a flavor extra spec (or image property) that names a request
@@ -29,6 +30,14 @@ var specKey = regexp.MustCompile(`^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.+)$
 // and group_policy is missing or not none or isolate (Placement refuses
 // such a request).
 func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, error) {
+	if !asksGroups(specs) && !hasZero(base) {
+		// The common case: the flavor alone, without a copy.
+		q := CandidateQuery{NestedAware: true}
+		if len(base) > 0 {
+			q.Groups = []RequestGroup{{Resources: base}}
+		}
+		return q, nil
+	}
 	type group struct {
 		res    Resources
 		traits map[string]string
@@ -117,6 +126,28 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 	}
 	q.NestedAware = true
 	return q, nil
+}
+
+// asksGroups reports whether some key of specs names a request group or
+// the group policy.
+func asksGroups(specs []map[string]string) bool {
+	for _, m := range specs {
+		for k := range m {
+			if strings.HasPrefix(k, "resources") || strings.HasPrefix(k, "trait") || k == "group_policy" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasZero(r Resources) bool {
+	for _, n := range r {
+		if n == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Total returns the sum of every group's resources: what a claim of q's

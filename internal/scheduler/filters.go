@@ -28,7 +28,7 @@ type resourceFilter struct{}
 var resourceFilterSpec = FilterSpec{
 	Name: "ResourceFilter", Always: true, row: rowResources,
 	New:   func(Config) Filter { return resourceFilter{} },
-	Reads: "the request fits the host's inventories given its allocations (placement's rule), and the host has the traits it asks for",
+	Reads: "the request fits the host's inventories given its allocations (placement's rule), and the host has the traits it asks for; with granular groups, provider trees or sharing providers, placement's candidate search finds the host's tree a candidate",
 }
 
 var _ Filter = resourceFilter{}
