@@ -14,7 +14,7 @@ func hostCommand() *cobra.Command {
 		Use:   "host",
 		Short: "Hypervisor hosts, as the compute API reports them",
 	}
-	cmd.AddCommand(hostListCommand(), hostEvacuateCommand())
+	cmd.AddCommand(hostListCommand(), hostEvacuateCommand(), hostDrainCommand(), hostUndrainCommand())
 	return cmd
 }
 

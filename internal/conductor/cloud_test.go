@@ -68,6 +68,9 @@ type cloudOptions struct {
 	buildTimeout, copyStall, stallAfter time.Duration
 	confirmWindow                       time.Duration // ResizeConfirmWindow
 	cpuRatio                            float64       // the hosts' cpu_allocation_ratio (default 1)
+	// perDest and total are the incoming and cloud-wide live-migration
+	// caps.
+	perDest, total int
 }
 
 type option func(*cloudOptions)
@@ -95,7 +98,7 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		Hosts: o.hosts, Legacy: o.legacy, CPURatio: o.cpuRatio, NoProgress: o.progressEvery == 0, Scheduler: o.schedulerConfig,
 		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
 			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
-			ResizeConfirmWindow: o.confirmWindow},
+			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total},
 		Store: func(m *memory.Store) store.Store { return endsSettled{m, t, down} },
 	})
 	return &cloud{Cloud: cc, t: t, opts: o, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,

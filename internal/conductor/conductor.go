@@ -116,6 +116,16 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Quota checks boots against the projects' quotas; nil admits all.
 	Quota Admission
+	// MaxConcurrentIncomingLiveMigrations caps the live migrations into
+	// one destination ([keel] max_concurrent_incoming_live_migrations),
+	// MaxConcurrentLiveMigrationsTotal those of the whole cloud ([keel]
+	// max_concurrent_live_migrations_total); 0 means unlimited. Both hold
+	// for single migrations (their slots) and for plans' moves.
+	MaxConcurrentIncomingLiveMigrations int
+	MaxConcurrentLiveMigrationsTotal    int
+	// PlanTick is how often the plan executor looks at its plans when
+	// nothing woke it (0: 1 s).
+	PlanTick time.Duration
 	// ShelvedOffloadTime is [DEFAULT] shelved_offload_time: 0 offloads a
 	// shelved server at once, a negative value never, a positive one
 	// after that long (see lifecycle.go).
@@ -158,6 +168,15 @@ type Conductor struct {
 	// groupMus serialise the scheduling of each server group's members
 	// (see groupLock).
 	groupMus map[string]*sync.Mutex
+
+	// planMu serialises the plan executor's ticks (one writer of the
+	// plans this replica runs); planKick wakes it early (a move's
+	// migration ended, a plan was created or cancelled).
+	planMu   sync.Mutex
+	planKick chan struct{}
+	// plansResumed is set once the executor resumed the plans a restart
+	// left running.
+	plansResumed bool
 }
 
 // New returns a conductor.
@@ -176,7 +195,8 @@ func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Comput
 	}
 	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
 		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts}, boots: boot.Machine{MaxLateChecks: lateCheckAttempts},
-		locks: map[int64]*sync.Mutex{}, slotTab: newSlotTable(cfg.MaxConcurrentLiveMigrations, 0, 0)}
+		locks: map[int64]*sync.Mutex{}, slotTab: newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal),
+		planKick: make(chan struct{}, 1)}
 }
 
 // InvalidStateError is a request the instance's state does not allow (HTTP

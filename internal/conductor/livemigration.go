@@ -18,6 +18,16 @@ import (
 // returns the migration record once the quick steps are done: claimed,
 // checked and queued (or already ended in error, with the reason).
 func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.liveMigrate(ctx, instanceUUID, requestedHost, moveOpts{})
+}
+
+// moveOpts are what a plan's move adds to a migration it starts.
+type moveOpts struct {
+	ref   *records.MoveRef
+	avoid []string
+}
+
+func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error) {
 	// The flow runs on its own context: a caller that stops waiting (a
 	// client hang-up) changes nothing.
 	ctx = context.WithoutCancel(ctx)
@@ -43,6 +53,7 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: "live-migration", SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
+		PlanMove: o.ref, AvoidHosts: o.avoid,
 	})
 	if err != nil {
 		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil { // no migration: clear the task again
@@ -205,6 +216,9 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 		}
 		if records.MigrationTerminal(next.Status) {
 			c.forget(next)
+			if next.PlanMove != nil {
+				c.kickPlans() // its plan's move ended: the executor goes on
+			}
 			if c.hooks.MigrationDone != nil {
 				c.hooks.MigrationDone(next)
 			}
@@ -452,6 +466,7 @@ func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, i
 	if m.Type == records.MigrationTypeResize && c.cfg.AllowResizeToSameHost {
 		req.IgnoreHosts = req.IgnoreHosts[1:]
 	}
+	req.IgnoreHosts = append(req.IgnoreHosts, m.AvoidHosts...)
 	req.RequestedHost = m.RequestedHost
 	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
 		gen := src.Generation

@@ -15,17 +15,17 @@ import (
 // its first steps ran; the move goes on, the server shows RESIZE, then
 // VERIFY_RESIZE on its destination until ConfirmResize or RevertResize.
 func (c *Conductor) ColdMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
-	return c.startColdMove(ctx, instanceUUID, requestedHost, nil)
+	return c.startColdMove(ctx, instanceUUID, requestedHost, nil, moveOpts{})
 }
 
 // Resize starts a resize of an instance to flavor (Nova's resize action):
 // a cold move whose destination holds the new flavor. The source is a
 // candidate only with Config.AllowResizeToSameHost.
 func (c *Conductor) Resize(ctx context.Context, instanceUUID string, flavor records.Flavor) (records.Migration, error) {
-	return c.startColdMove(ctx, instanceUUID, "", &flavor)
+	return c.startColdMove(ctx, instanceUUID, "", &flavor, moveOpts{})
 }
 
-func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor) (records.Migration, error) {
+func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor, o moveOpts) (records.Migration, error) {
 	ctx = context.WithoutCancel(ctx)
 	verb, typ := "migrate", records.MigrationTypeCold
 	if newFlavor != nil {
@@ -56,7 +56,7 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 	m, err := c.store.CreateMigration(ctx, records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: typ, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
-		OldFlavor: &old, NewFlavor: newFlavor,
+		OldFlavor: &old, NewFlavor: newFlavor, PlanMove: o.ref, AvoidHosts: o.avoid,
 	})
 	if err != nil {
 		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {

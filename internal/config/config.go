@@ -136,6 +136,14 @@ type KeelGroup struct {
 	// migration whose memory copy reports no progress for this long is
 	// aborted and rolled back; 0 turns it off.
 	MigrationStallTimeout time.Duration
+	// MaxConcurrentIncomingLiveMigrations is
+	// max_concurrent_incoming_live_migrations (0, unlimited): live
+	// migrations into one destination host at once.
+	MaxConcurrentIncomingLiveMigrations int
+	// MaxConcurrentLiveMigrationsTotal is
+	// max_concurrent_live_migrations_total (0, unlimited): live migrations
+	// in the whole cloud at once (per server replica).
+	MaxConcurrentLiveMigrationsTotal int
 	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
 	VCPUs    int
 	MemoryMB int

@@ -243,7 +243,7 @@ func (m Machine) ended(p *records.Plan, ev Event) []Action {
 	mv := &p.Moves[ev.Move]
 	mv.BytesCopied = max(mv.BytesCopied, ev.Bytes)
 	switch ev.Status {
-	case records.MigrationCompleted, records.MigrationConfirmed:
+	case records.MigrationCompleted, records.MigrationConfirmed, records.MigrationDone:
 		mv.State, mv.Result, mv.EndedAt, mv.Reason = records.MoveDone, ev.Host, ev.Now, ""
 		return nil
 	case records.MigrationCancelled:

@@ -267,6 +267,9 @@ type Migration struct {
 	// for a migration an operator asked for): a restarted executor finds
 	// a move's migration by it, so a move is never started twice.
 	PlanMove *MoveRef `json:"plan_move,omitempty"`
+	// AvoidHosts are never chosen as the destination (a drain's draining
+	// hosts, destinations at their incoming cap).
+	AvoidHosts []string `json:"avoid_hosts,omitempty"`
 
 	MemoryTotalBytes     int64     `json:"memory_total_bytes"`
 	MemoryProcessedBytes int64     `json:"memory_processed_bytes"`

@@ -28,6 +28,7 @@ import (
 //	GET  /keel/v1/audit                 the cloud's invariant violations
 //	POST /keel/v1/migrations/{id}/reset end a stuck migration
 //	POST /keel/v1/schedule/explain      every host's fate for a request
+//	… /keel/v1/plans                    move plans and drains (plansapi.go)
 type keelAPI struct {
 	st    store.Store
 	sched *scheduler.Scheduler
@@ -38,7 +39,10 @@ type keelAPI struct {
 	now   func() time.Time
 	// resetter ends a stuck migration (the conductor); nil answers 501.
 	resetter migrationResetter
-	log      *slog.Logger
+	// plans runs drains and other move plans (the conductor); nil answers
+	// 501.
+	plans planRunner
+	log   *slog.Logger
 }
 
 // migrationResetter is the conductor's way out of a stuck migration: it
@@ -56,6 +60,7 @@ func (k *keelAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /keel/v1/audit", k.admin(k.runAudit))
 	mux.HandleFunc("POST /keel/v1/migrations/{id}/reset", k.admin(k.resetMigration))
 	mux.HandleFunc("POST /keel/v1/schedule/explain", k.admin(k.explain))
+	k.planRoutes(mux)
 }
 
 func (k *keelAPI) admin(h func(w http.ResponseWriter, r *http.Request)) http.HandlerFunc {

@@ -137,17 +137,19 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	s.cond = conductor.New(conductor.Config{
-		MaxConcurrentLiveMigrations: maxConcurrent(cfg.Default.MaxConcurrentLiveMigrations),
-		MaxAttempts:                 cfg.Scheduler.MaxAttempts,
-		Owner:                       name,
-		ServiceDownTime:             cfg.Default.ServiceDownTime,
-		HeartbeatInterval:           cfg.Default.ReportInterval,
-		BuildTimeout:                cfg.Default.InstanceBuildTimeout,
-		AllowResizeToSameHost:       cfg.Default.AllowResizeToSameHost,
-		ResizeConfirmWindow:         cfg.Default.ResizeConfirmWindow,
-		CopyStallTimeout:            cfg.Keel.MigrationStallTimeout,
-		Quota:                       quota.Enforcer{Store: s.store},
-		ShelvedOffloadTime:          cfg.Default.ShelvedOffloadTime,
+		MaxConcurrentLiveMigrations:         maxConcurrent(cfg.Default.MaxConcurrentLiveMigrations),
+		MaxAttempts:                         cfg.Scheduler.MaxAttempts,
+		Owner:                               name,
+		ServiceDownTime:                     cfg.Default.ServiceDownTime,
+		HeartbeatInterval:                   cfg.Default.ReportInterval,
+		BuildTimeout:                        cfg.Default.InstanceBuildTimeout,
+		AllowResizeToSameHost:               cfg.Default.AllowResizeToSameHost,
+		ResizeConfirmWindow:                 cfg.Default.ResizeConfirmWindow,
+		CopyStallTimeout:                    cfg.Keel.MigrationStallTimeout,
+		MaxConcurrentIncomingLiveMigrations: cfg.Keel.MaxConcurrentIncomingLiveMigrations,
+		MaxConcurrentLiveMigrationsTotal:    cfg.Keel.MaxConcurrentLiveMigrationsTotal,
+		Quota:                               quota.Enforcer{Store: s.store},
+		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
 		return err
@@ -162,6 +164,7 @@ func (s *Server) start(ctx context.Context) error {
 	ownCtx, stopOwnership := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopOwnership = stopOwnership
 	s.cond.RunOwnership(ownCtx)
+	s.cond.RunPlans(ownCtx)
 	go s.ui.run(ownCtx)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
@@ -388,6 +391,7 @@ func (s *Server) keelAPI() *keelAPI {
 			MigrationTimeout: auditDeadline(cfg.Keel.MigrationStallTimeout, cfg),
 		},
 		resetter: s.cond,
+		plans:    s.cond,
 		log:      s.log,
 	}
 }

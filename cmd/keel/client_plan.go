@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"keel/internal/client"
+	"keel/internal/records"
+)
+
+// planPoll is how often --wait reads a plan.
+const planPoll = 500 * time.Millisecond
+
+func hostDrainCommand() *cobra.Command {
+	var (
+		cf   *clientFlags
+		o    client.DrainOptions
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drain HOST...",
+		Short: "Empty hosts for maintenance: disable them and live-migrate every instance away",
+		Long: `drain creates a drain plan (POST /keel/v1/plans, admin) for the hosts and
+starts it. First it checks that the other enabled hosts can hold every
+instance, placing them in order on a copy of the scheduler's view; if they
+cannot, it refuses before anything moves, naming the shortfall per resource
+(VCPU, MEMORY_MB, DISK_GB) and the instances that fit nowhere. Then it
+disables the hosts' compute services (the reason names the plan) and the
+executor live-migrates every instance, the scheduler choosing each
+destination as the move starts — never another draining host — under the
+caps: max_concurrent_live_migrations per source, [keel]
+max_concurrent_incoming_live_migrations per destination,
+max_concurrent_live_migrations_total in all, and --parallel for this plan.
+
+A failed move is retried once (the scheduler choosing again), then, with
+--cold-fallback, cold-migrated; otherwise it is reported and the plan goes on
+(--stop-on-failure stops starting moves instead). The plan is stored: a
+restarted server resumes it without moving anything twice.
+
+--dry-run prints the destination the scheduler would choose now for every
+instance, computed on a copy of the view: nothing is claimed, stored or
+disabled. --wait prints a line per move as it ends, then the plan's result.
+
+The hosts stay disabled after the drain; ` + "`keel host undrain HOST`" + ` enables them.` + clientLong,
+		Example: `  keel host drain h01 h02 --parallel 8 --wait
+  keel host drain h01 --dry-run
+  keel host drain h03 --order smallest --cold-fallback`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			o.Hosts = args
+			p, err := c.Drain(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cf.json() && !wait {
+				return writeJSON(out, p)
+			}
+			names := serverNames(cmd.Context(), c)
+			if o.DryRun {
+				fmt.Fprintf(out, "dry run: draining %s would move %d instances (computed on a copy of the view; nothing claimed)\n",
+					strings.Join(args, ", "), len(p.Moves))
+				t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO")
+				for i, mv := range p.Moves {
+					t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, mv.Dest)
+				}
+				return t.flush()
+			}
+			fmt.Fprintf(out, "plan %d: draining %s: %d moves (parallel %s, order %s); services disabled (keel drain plan %d)\n",
+				p.ID, strings.Join(p.Hosts, ", "), len(p.Moves), orUnlimited(p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID)
+			if !wait {
+				return nil
+			}
+			final, err := waitPlan(cmd.Context(), c, p.ID, out, names)
+			if err != nil {
+				return err
+			}
+			if cf.json() {
+				return writeJSON(out, final)
+			}
+			return planOutcome(final)
+		},
+	}
+	cf = addClientFlags(cmd)
+	f := cmd.Flags()
+	f.IntVar(&o.Parallel, "parallel", 0, "moves of this plan in flight at once (0: only the caps limit it)")
+	f.StringVar(&o.Order, "order", "largest", "move order: largest (most RAM first), smallest or given")
+	f.BoolVar(&o.DryRun, "dry-run", false, "print the destinations the scheduler would choose now; change nothing")
+	f.BoolVar(&o.ColdFallback, "cold-fallback", false, "cold-migrate an instance whose live migration failed")
+	f.BoolVar(&o.StopOnFailure, "stop-on-failure", false, "start no more moves after one failed")
+	f.BoolVar(&wait, "wait", false, "print a line per move as it ends, until the plan ends")
+	return cmd
+}
+
+func hostUndrainCommand() *cobra.Command {
+	var (
+		cf         *clientFlags
+		back, wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "undrain HOST",
+		Short: "Enable a drained host again; with --return, move its instances back",
+		Long: `undrain enables HOST's compute service again (POST
+/keel/v1/hosts/HOST/undrain, admin). With --return it also starts a plan
+that moves back the instances HOST's last drain moved away (those still on
+the host the drain put them on), each re-checked against the scheduler's
+filters as it starts. It refuses while a drain of HOST still runs (cancel it
+with keel plan cancel).` + clientLong,
+		Example: `  keel host undrain h01
+  keel host undrain h01 --return --wait`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := c.Undrain(cmd.Context(), args[0], back)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s enabled\n", args[0])
+			if p.ID == 0 {
+				return nil
+			}
+			fmt.Fprintf(out, "plan %d: returning %d instances to %s\n", p.ID, len(p.Moves), args[0])
+			if !wait {
+				return nil
+			}
+			final, err := waitPlan(cmd.Context(), c, p.ID, out, serverNames(cmd.Context(), c))
+			if err != nil {
+				return err
+			}
+			return planOutcome(final)
+		},
+	}
+	cf = addClientFlags(cmd)
+	cmd.Flags().BoolVar(&back, "return", false, "move the instances the last drain moved away back to the host")
+	cmd.Flags().BoolVar(&wait, "wait", false, "with --return, wait until the return plan ends")
+	return cmd
+}
+
+func planCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Move plans: drains, rebalances and returns, with their moves and progress",
+	}
+	cmd.AddCommand(planListCommand(), planShowCommand(), planCancelCommand(), planApproveCommand())
+	return cmd
+}
+
+func planListCommand() *cobra.Command {
+	var cf *clientFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List move plans with their state and progress",
+		Long: `list shows one row per plan (GET /keel/v1/plans, admin): its purpose,
+state, hosts, moves done/running/left/failed, and the owner replica.` + clientLong,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			ps, err := c.Plans(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cf.json() {
+				return writeJSON(out, ps)
+			}
+			if len(ps) == 0 {
+				fmt.Fprintln(out, "no plans (keel host drain HOST starts one)")
+				return nil
+			}
+			t := newTable(out, "ID", "PURPOSE", "STATE", "HOSTS", "DONE", "RUNNING", "LEFT", "FAILED", "SKIPPED", "OWNER", "CREATED")
+			for _, p := range ps {
+				s := p.Progress
+				t.row(strconv.FormatInt(p.ID, 10), p.Purpose, p.State, strings.Join(p.Hosts, ","), strconv.Itoa(s.Done), strconv.Itoa(s.Running),
+					strconv.Itoa(s.Left), strconv.Itoa(s.Failed), strconv.Itoa(s.Skipped), p.Owner, stamp(p.CreatedAt))
+			}
+			return t.flush()
+		},
+	}
+	cf = addClientFlags(cmd)
+	return cmd
+}
+
+func planShowCommand() *cobra.Command {
+	var cf *clientFlags
+	cmd := &cobra.Command{
+		Use:   "show PLAN",
+		Short: "Show a plan's moves, their states and results, and its progress",
+		Long: `show prints a plan (GET /keel/v1/plans/PLAN, admin): its state, progress
+(moves done, running and left, bytes copied, the measured copy rate and the
+ETA it gives), and one row per move with its state, migration, destination
+and reason.` + clientLong,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parsePlanID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := c.GetPlan(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cf.json() {
+				return writeJSON(out, p)
+			}
+			fmt.Fprintln(out, planHeadline(p))
+			if p.Reason != "" {
+				fmt.Fprintf(out, "reason: %s\n", p.Reason)
+			}
+			names := serverNames(cmd.Context(), c)
+			t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "STATE", "MIGRATION", "ATTEMPTS", "REASON")
+			for i, mv := range p.Moves {
+				to := mv.Result
+				if to == "" {
+					to = mv.Dest
+				}
+				mig := ""
+				if mv.Migration != 0 {
+					mig = strconv.FormatInt(mv.Migration, 10)
+				}
+				if mv.Cold {
+					mig += " (cold)"
+				}
+				t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, to, mv.State, mig,
+					strconv.Itoa(mv.Attempts), mv.Reason)
+			}
+			return t.flush()
+		},
+	}
+	cf = addClientFlags(cmd)
+	return cmd
+}
+
+func planCancelCommand() *cobra.Command {
+	var (
+		cf    *clientFlags
+		abort bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cancel PLAN",
+		Short: "Cancel a plan: no more moves start; running ones finish, or abort with --abort",
+		Long: `cancel stops a plan (POST /keel/v1/plans/PLAN/cancel, admin): its pending
+moves are cancelled at once; its running moves finish, or with --abort their
+migrations are aborted and rolled back. The plan ends cancelled when the
+last running move ends. A drain's hosts stay disabled (keel host undrain).` + clientLong,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parsePlanID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := c.CancelPlan(cmd.Context(), id, abort)
+			if err != nil {
+				return err
+			}
+			if cf.json() {
+				return writeJSON(cmd.OutOrStdout(), p)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), planHeadline(p))
+			return nil
+		},
+	}
+	cf = addClientFlags(cmd)
+	cmd.Flags().BoolVar(&abort, "abort", false, "abort the running moves too")
+	return cmd
+}
+
+func planApproveCommand() *cobra.Command {
+	var cf *clientFlags
+	cmd := &cobra.Command{
+		Use:   "approve PLAN",
+		Short: "Approve a recommended plan: the executor starts it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parsePlanID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := c.ApprovePlan(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), planHeadline(p))
+			return nil
+		},
+	}
+	cf = addClientFlags(cmd)
+	return cmd
+}
+
+func parsePlanID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("a plan id is a positive integer (keel plan list shows them), not %q", s)
+	}
+	return id, nil
+}
+
+// planHeadline is a plan's one-line summary.
+func planHeadline(p client.Plan) string {
+	s := p.Progress
+	line := fmt.Sprintf("plan %d (%s %s): %s — %d done, %d running, %d left, %d failed, %d skipped, %d cancelled of %d; %s copied",
+		p.ID, p.Purpose, strings.Join(p.Hosts, ","), p.State, s.Done, s.Running, s.Left, s.Failed, s.Skipped, s.Cancelled, s.Total, bytesText(s.BytesCopied))
+	if s.RateBytesPerSec > 0 {
+		line += fmt.Sprintf(" at %s/s", bytesText(int64(s.RateBytesPerSec)))
+	}
+	if s.ETA > 0 && !records.PlanTerminal(p.State) {
+		line += fmt.Sprintf(", ETA %s", s.ETA.Round(time.Second))
+	}
+	if !p.FinishedAt.IsZero() && !p.StartedAt.IsZero() {
+		line += fmt.Sprintf(", took %s", p.FinishedAt.Sub(p.StartedAt).Round(100*time.Millisecond))
+	}
+	return line
+}
+
+func bytesText(b int64) string {
+	if b >= 10<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%d MiB", b>>20)
+}
+
+// waitPlan prints a line per move as it ends, until the plan ends, and
+// returns the final plan.
+func waitPlan(ctx context.Context, c *client.Client, id int64, out io.Writer, names serverNameMap) (client.Plan, error) {
+	seen := map[int]bool{}
+	ended := 0
+	for {
+		p, err := c.GetPlan(ctx, id)
+		if err != nil {
+			return p, err
+		}
+		for i, mv := range p.Moves {
+			if seen[i] || !records.MoveTerminal(mv.State) {
+				continue
+			}
+			seen[i] = true
+			ended++
+			line := fmt.Sprintf("[%d/%d] %s %s → %s: %s", ended, len(p.Moves), names.of(mv.Instance), mv.Source, orDefault(mv.Result, "-"), mv.State)
+			if mv.State == records.MoveDone && !mv.StartedAt.IsZero() {
+				line += fmt.Sprintf(" (%d MiB in %s)", mv.RAMMB, mv.EndedAt.Sub(mv.StartedAt).Round(100*time.Millisecond))
+			}
+			if mv.Cold {
+				line += " (cold)"
+			}
+			if mv.Reason != "" && mv.State != records.MoveDone {
+				line += ": " + mv.Reason
+			}
+			fmt.Fprintln(out, line)
+		}
+		if records.PlanTerminal(p.State) {
+			fmt.Fprintln(out, planHeadline(p))
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-time.After(planPoll):
+		}
+	}
+}
+
+// planOutcome is the command's error for a plan that did not end done.
+func planOutcome(p client.Plan) error {
+	if p.State == records.PlanDone {
+		return nil
+	}
+	return errors.New("plan " + strconv.FormatInt(p.ID, 10) + " ended " + p.State + ": " + orDefault(p.Reason, "see keel plan show "+strconv.FormatInt(p.ID, 10)))
+}
+
+// serverNameMap names instances by UUID for the tables.
+type serverNameMap map[string]string
+
+func (m serverNameMap) of(uuid string) string {
+	if n := m[uuid]; n != "" {
+		return n + " (" + uuid[:min(8, len(uuid))] + ")"
+	}
+	return uuid
+}
+
+// serverNames reads every server's name; nil (UUIDs alone) if the list
+// fails.
+func serverNames(ctx context.Context, c *client.Client) serverNameMap {
+	ss, err := c.Servers(ctx, true)
+	if err != nil {
+		return nil
+	}
+	m := serverNameMap{}
+	for _, s := range ss {
+		m[s.ID] = s.Name
+	}
+	return m
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orUnlimited(n int) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}

@@ -1,0 +1,122 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/gophercloud/gophercloud/v2"
+
+	"keel/internal/plan"
+	"keel/internal/records"
+)
+
+// Plan is a move plan as keel's API shows it: the record and its
+// progress.
+type Plan struct {
+	records.Plan
+	Progress plan.Summary `json:"progress"`
+}
+
+// DrainOptions are a drain's options (POST /keel/v1/plans {"drain": …}).
+type DrainOptions struct {
+	Hosts         []string `json:"hosts"`
+	Parallel      int      `json:"parallel,omitempty"`
+	Order         string   `json:"order,omitempty"`
+	ColdFallback  bool     `json:"cold_fallback,omitempty"`
+	StopOnFailure bool     `json:"stop_on_failure,omitempty"`
+	DryRun        bool     `json:"dry_run,omitempty"`
+}
+
+// Plans lists the move plans (GET /keel/v1/plans, admin), oldest first.
+func (c *Client) Plans(ctx context.Context) ([]Plan, error) {
+	var body struct {
+		Plans []Plan `json:"plans"`
+	}
+	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("plans"), &body, nil); err != nil {
+		return nil, fmt.Errorf("listing plans: %w", describe(err))
+	}
+	return body.Plans, nil
+}
+
+// GetPlan shows one plan with its moves.
+func (c *Client) GetPlan(ctx context.Context, id int64) (Plan, error) {
+	var body struct {
+		Plan Plan `json:"plan"`
+	}
+	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("plans", strconv.FormatInt(id, 10)), &body, nil); err != nil {
+		return Plan{}, fmt.Errorf("plan %d: %w", id, describe(err))
+	}
+	return body.Plan, nil
+}
+
+// Drain creates and starts a drain plan (or, with DryRun, returns the
+// destinations the scheduler would choose now, storing nothing). A drain
+// the cloud cannot hold is refused with a 409 naming the shortfall.
+func (c *Client) Drain(ctx context.Context, o DrainOptions) (Plan, error) {
+	var body struct {
+		Plan Plan `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans"), map[string]any{"drain": o}, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{200, 202}})
+	if err != nil {
+		return Plan{}, fmt.Errorf("draining %v: %w", o.Hosts, describe(err))
+	}
+	return body.Plan, nil
+}
+
+// CreateRebalancePlan stores a recommended plan of the given moves
+// (instance, source, destination); ApprovePlan starts it.
+func (c *Client) CreateRebalancePlan(ctx context.Context, moves []records.PlanMove, opts records.PlanOptions, reason string) (Plan, error) {
+	var body struct {
+		Plan Plan `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans"),
+		map[string]any{"rebalance": map[string]any{"moves": moves, "options": opts, "reason": reason}}, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{201}})
+	if err != nil {
+		return Plan{}, fmt.Errorf("recording the rebalance plan: %w", describe(err))
+	}
+	return body.Plan, nil
+}
+
+// ApprovePlan starts a recommended plan.
+func (c *Client) ApprovePlan(ctx context.Context, id int64) (Plan, error) {
+	return c.planAction(ctx, id, "approve", map[string]any{})
+}
+
+// CancelPlan cancels a plan: running moves finish, or with abort are
+// aborted.
+func (c *Client) CancelPlan(ctx context.Context, id int64, abort bool) (Plan, error) {
+	return c.planAction(ctx, id, "cancel", map[string]any{"abort": abort})
+}
+
+func (c *Client) planAction(ctx context.Context, id int64, action string, req map[string]any) (Plan, error) {
+	var body struct {
+		Plan Plan `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans", strconv.FormatInt(id, 10), action), req, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{200}})
+	if err != nil {
+		return Plan{}, fmt.Errorf("%s plan %d: %w", action, id, describe(err))
+	}
+	return body.Plan, nil
+}
+
+// Undrain enables a drained host again; with moveBack it also starts a
+// plan returning the instances its drain moved away (returned; ID 0
+// without one).
+func (c *Client) Undrain(ctx context.Context, host string, moveBack bool) (Plan, error) {
+	var body struct {
+		Plan *Plan `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("hosts", host, "undrain"), map[string]any{"return": moveBack}, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{200}})
+	if err != nil {
+		return Plan{}, fmt.Errorf("undraining %s: %w", host, describe(err))
+	}
+	if body.Plan == nil {
+		return Plan{}, nil
+	}
+	return *body.Plan, nil
+}

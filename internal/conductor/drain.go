@@ -1,0 +1,337 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"keel/internal/placement"
+	"keel/internal/plan"
+	"keel/internal/records"
+	"keel/internal/scheduler"
+)
+
+// DrainRequest asks for a drain of hosts (`keel host drain`).
+type DrainRequest struct {
+	Hosts []string
+	// Parallel, Order, ColdFallback and StopOnFailure are the plan's
+	// options (records.PlanOptions).
+	Parallel      int
+	Order         string
+	ColdFallback  bool
+	StopOnFailure bool
+	// DryRun computes the destinations on a copy of the view and stores
+	// nothing, claims nothing, disables nothing.
+	DryRun bool
+}
+
+// Shortfall is one resource the rest of the cloud lacks for a drain.
+type Shortfall struct {
+	Resource placement.ResourceClass `json:"resource"`
+	Need     int64                   `json:"need"`
+	Free     int64                   `json:"free"`
+}
+
+// CapacityError is a drain refused before anything moved: the enabled
+// hosts left cannot hold the drained hosts' instances.
+type CapacityError struct {
+	Hosts      []string    `json:"hosts"`
+	Shortfalls []Shortfall `json:"shortfalls,omitempty"`
+	// Unplaced names the instances no host takes (on a copy of the view,
+	// placing them in the plan's order), with why.
+	Unplaced []string `json:"unplaced,omitempty"`
+}
+
+func (e *CapacityError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cannot drain %s: the other enabled hosts cannot hold their instances", strings.Join(e.Hosts, ", "))
+	for _, s := range e.Shortfalls {
+		fmt.Fprintf(&b, "; %s: need %d, free %d (short by %d)", s.Resource, s.Need, s.Free, s.Need-s.Free)
+	}
+	if n := len(e.Unplaced); n > 0 {
+		fmt.Fprintf(&b, "; %d instance(s) fit on no host: %s", n, strings.Join(e.Unplaced[:min(n, 5)], "; "))
+		if n > 5 {
+			b.WriteString("; …")
+		}
+	}
+	b.WriteString(". Free capacity (enable or add hosts) or drain fewer hosts at once.")
+	return b.String()
+}
+
+// Drain creates a drain plan for req.Hosts and starts it: it checks that
+// the other enabled, non-draining hosts can hold every instance (refusing
+// with a *CapacityError otherwise, before anything moves), disables the
+// hosts' compute services with a reason naming the plan, and hands the
+// plan to the executor. With DryRun it returns the plan with the
+// destinations the scheduler would choose now, computed on a copy of the
+// view, and stores nothing.
+func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	if len(req.Hosts) == 0 {
+		return records.Plan{}, &InvalidStateError{Msg: "a drain needs at least one host"}
+	}
+	hosts := slices.Clone(req.Hosts)
+	slices.Sort(hosts)
+	if len(slices.Compact(slices.Clone(hosts))) != len(hosts) {
+		return records.Plan{}, &InvalidStateError{Msg: "a host is named twice"}
+	}
+	hosts = slices.Clone(req.Hosts)
+	draining, err := c.drainingHosts(ctx)
+	if err != nil {
+		return records.Plan{}, err
+	}
+	for _, h := range hosts {
+		if _, err := c.store.GetService(ctx, h); err != nil {
+			if isNotFound(err) {
+				return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", h)}
+			}
+			return records.Plan{}, fmt.Errorf("reading the service of %s: %w", h, err)
+		}
+		if slices.Contains(draining, h) {
+			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("host %s is already being drained (keel plan list)", h)}
+		}
+	}
+	now := c.clock.Now()
+	p := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: hosts,
+		Options: records.PlanOptions{Parallel: req.Parallel, Order: req.Order, ColdFallback: req.ColdFallback, StopOnFailure: req.StopOnFailure},
+		Owner:   c.cfg.Owner, CreatedAt: now, UpdatedAt: now}
+	var insts []records.Instance
+	for _, h := range hosts {
+		on, err := c.store.ListInstances(ctx, h)
+		if err != nil {
+			return records.Plan{}, fmt.Errorf("listing the instances of %s: %w", h, err)
+		}
+		for _, in := range on {
+			if in.VMState == records.VMDeleted || in.TaskState == records.TaskDeleting {
+				continue
+			}
+			insts = append(insts, in)
+			p.Moves = append(p.Moves, records.PlanMove{Instance: in.UUID, Source: h, RAMMB: in.Flavor.RAMMB, State: records.MovePending})
+		}
+	}
+	byUUID := map[string]records.Instance{}
+	for _, in := range insts {
+		byUUID[in.UUID] = in
+	}
+	if err := plan.Order(p.Moves, req.Order); err != nil {
+		return records.Plan{}, &InvalidStateError{Msg: err.Error()}
+	}
+	dests, err := c.fitCheck(ctx, p, byUUID, append(draining, hosts...))
+	if err != nil {
+		return records.Plan{}, err
+	}
+	if req.DryRun {
+		p.State = records.PlanRecommended
+		for i := range p.Moves {
+			p.Moves[i].Dest = dests[i]
+		}
+		return p, nil
+	}
+	if p, err = c.store.CreatePlan(ctx, p); err != nil {
+		return records.Plan{}, fmt.Errorf("recording the drain of %s: %w", strings.Join(hosts, ", "), err)
+	}
+	reason := fmt.Sprintf("keel drain plan %d", p.ID)
+	for _, h := range hosts {
+		if _, err := c.store.UpdateService(ctx, h, func(s *records.Service) error {
+			s.Disabled, s.DisabledReason, s.UpdatedAt = true, reason, c.clock.Now()
+			return nil
+		}); err != nil {
+			_, cerr := c.CancelPlan(ctx, p.ID, false)
+			return records.Plan{}, errors.Join(fmt.Errorf("disabling %s for drain plan %d: %w", h, p.ID, err), cerr)
+		}
+	}
+	c.log.Info("drain planned", "plan", p.ID, "hosts", hosts, "moves", len(p.Moves), "parallel", req.Parallel, "order", req.Order)
+	c.kickPlans()
+	return p, nil
+}
+
+// fitCheck places every move of p, in order, on a copy of the view that
+// ignores the draining hosts (nothing is claimed in the store), and
+// returns the destinations; if some instance fits nowhere it returns a
+// *CapacityError naming the shortfall per resource.
+func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[string]records.Instance, draining []string) ([]string, error) {
+	view, err := c.sched.View().Clone(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dry, err := c.sched.OnView(view, rand.New(rand.NewPCG(uint64(len(p.Moves)), 17)))
+	if err != nil {
+		return nil, fmt.Errorf("a scheduler on the copy of the view: %w", err)
+	}
+	// Free capacity on the hosts that may receive, against the demand.
+	need, free := placement.Resources{}, placement.Resources{}
+	for _, mv := range p.Moves {
+		for rc, n := range insts[mv.Instance].Flavor.Resources() {
+			need[rc] += n
+		}
+	}
+	for _, h := range view.Hosts() {
+		if h.Disabled || h.ForcedDown || !h.HasService || slices.Contains(draining, h.Name) {
+			continue
+		}
+		used := h.Used()
+		for rc, inv := range h.Inventories() {
+			free[rc] += max(inv.Capacity()-used[rc], 0)
+		}
+	}
+	cerr := &CapacityError{Hosts: p.Hosts}
+	for _, rc := range []placement.ResourceClass{placement.VCPU, placement.MemoryMB, placement.DiskGB} {
+		if need[rc] > free[rc] {
+			cerr.Shortfalls = append(cerr.Shortfalls, Shortfall{Resource: rc, Need: need[rc], Free: free[rc]})
+		}
+	}
+	dests := make([]string, len(p.Moves))
+	for i, mv := range p.Moves {
+		inst := insts[mv.Instance]
+		req, err := c.request(ctx, inst)
+		if err != nil {
+			return nil, err
+		}
+		req.IgnoreHosts = append(slices.Clone(draining), mv.Source)
+		sel, err := dry.Select(ctx, req, func(_ context.Context, cand scheduler.Candidate) (int64, error) {
+			return cand.Generation + 1, nil // the copy's claim: nothing is written
+		})
+		if err != nil {
+			if !scheduler.IsNoValidHost(err) {
+				return nil, fmt.Errorf("placing %s on the copy of the view: %w", inst.UUID, err)
+			}
+			cerr.Unplaced = append(cerr.Unplaced, fmt.Sprintf("%s (%s on %s): %v", inst.UUID, inst.Flavor.Name, mv.Source, err))
+			continue
+		}
+		dests[i] = sel.Host
+	}
+	if len(cerr.Shortfalls) > 0 || len(cerr.Unplaced) > 0 {
+		return nil, cerr
+	}
+	return dests, nil
+}
+
+// Undrain ends a host's maintenance: it enables its compute service
+// again and, with moveBack, creates and starts a plan that moves the
+// instances its last drain moved away back to it (those still where the
+// drain put them). It refuses while a drain of the host still runs.
+func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (records.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	plans, err := c.store.ListPlans(ctx, false)
+	if err != nil {
+		return records.Plan{}, fmt.Errorf("undraining %s: %w", host, err)
+	}
+	var last *records.Plan
+	for i := range plans {
+		p := &plans[i]
+		if p.Purpose != records.PlanDrain || !slices.Contains(p.Hosts, host) {
+			continue
+		}
+		if !records.PlanTerminal(p.State) && p.State != records.PlanRecommended {
+			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("drain plan %d of %s is still %s: cancel it first (keel plan cancel %d)", p.ID, host, p.State, p.ID)}
+		}
+		last = p
+	}
+	if _, err := c.store.UpdateService(ctx, host, func(s *records.Service) error {
+		s.Disabled, s.DisabledReason, s.UpdatedAt = false, "", c.clock.Now()
+		return nil
+	}); err != nil {
+		if isNotFound(err) {
+			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", host)}
+		}
+		return records.Plan{}, fmt.Errorf("enabling %s: %w", host, err)
+	}
+	if !moveBack {
+		return records.Plan{}, nil
+	}
+	if last == nil {
+		return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("%s was enabled; no drain of it to return instances from", host)}
+	}
+	now := c.clock.Now()
+	back := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanRebalance, State: records.PlanApproved,
+		Options: records.PlanOptions{Parallel: last.Options.Parallel}, Owner: c.cfg.Owner, CreatedAt: now, UpdatedAt: now,
+		Reason: fmt.Sprintf("returns what drain plan %d moved off %s", last.ID, host)}
+	for _, mv := range last.Moves {
+		if mv.Source != host || mv.State != records.MoveDone {
+			continue
+		}
+		in, err := c.store.GetInstance(ctx, mv.Instance)
+		if err != nil || in.Host != mv.Result {
+			continue // gone, or moved since
+		}
+		back.Moves = append(back.Moves, records.PlanMove{Instance: mv.Instance, Source: mv.Result, Dest: host, RAMMB: in.Flavor.RAMMB, State: records.MovePending})
+	}
+	if back, err = c.store.CreatePlan(ctx, back); err != nil {
+		return records.Plan{}, fmt.Errorf("recording the return to %s: %w", host, err)
+	}
+	c.kickPlans()
+	return back, nil
+}
+
+// CreatePlan stores a plan a planner proposed (a rebalance): recommended,
+// nothing claimed; ApprovePlan starts it. Its moves must name instances,
+// sources and destinations.
+func (c *Conductor) CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error) {
+	for i, mv := range p.Moves {
+		if mv.Instance == "" || mv.Source == "" || mv.Dest == "" || mv.Source == mv.Dest {
+			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("move %d needs an instance, a source and another destination", i)}
+		}
+		p.Moves[i].State = records.MovePending
+	}
+	now := c.clock.Now()
+	p.ID, p.State, p.Owner, p.CreatedAt, p.UpdatedAt = 0, records.PlanRecommended, c.cfg.Owner, now, now
+	if p.UUID == "" {
+		p.UUID = c.cfg.NewID()
+	}
+	saved, err := c.store.CreatePlan(ctx, p)
+	if err != nil {
+		return records.Plan{}, fmt.Errorf("recording the %s plan: %w", p.Purpose, err)
+	}
+	return saved, nil
+}
+
+// ApprovePlan approves a recommended plan (`keel rebalance apply`): the
+// executor starts it. Older recommended plans of the same purpose are
+// superseded.
+func (c *Conductor) ApprovePlan(ctx context.Context, id int64) (records.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	p, err := c.userPlanEvent(ctx, id, plan.Event{Kind: plan.Approve})
+	if err != nil {
+		return p, err
+	}
+	plans, err := c.store.ListPlans(ctx, true)
+	if err == nil {
+		for _, o := range plans {
+			if o.ID < id && o.Purpose == p.Purpose && o.State == records.PlanRecommended {
+				if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("superseded by plan %d", id)}, nil); err != nil {
+					c.log.Warn("superseding a plan", "plan", o.ID, "err", err)
+				}
+			}
+		}
+	}
+	c.kickPlans()
+	return p, nil
+}
+
+// CancelPlan cancels a plan: no move starts any more; running moves
+// finish, or with abort are aborted. A drain's hosts stay disabled
+// (`keel host undrain` enables them).
+func (c *Conductor) CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	p, err := c.userPlanEvent(ctx, id, plan.Event{Kind: plan.Cancel, Abort: abort, Reason: "cancelled by an operator"})
+	c.kickPlans()
+	return p, err
+}
+
+// userPlanEvent applies an operator's event, holding the executor's lock
+// so it never interleaves with a tick of this replica.
+func (c *Conductor) userPlanEvent(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
+	c.planMu.Lock()
+	defer c.planMu.Unlock()
+	cur, err := c.store.GetPlan(ctx, id)
+	if err != nil {
+		return records.Plan{}, fmt.Errorf("plan %d: %w", id, err)
+	}
+	if _, _, err := planMachine.Step(cur, ev); err != nil {
+		return cur, &InvalidStateError{Msg: err.Error()}
+	}
+	return c.stepPlan(ctx, id, ev, nil)
+}

@@ -1,0 +1,413 @@
+package conductor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"keel/internal/placement"
+	"keel/internal/plan"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// The plan executor: one for every plan (drain, rebalance, evacuate-all).
+// The decisions are package plan's (the machine, Select under the caps);
+// this file reads and saves the plan records, re-checks and starts each
+// move, and feeds the moves' migrations' ends back. It runs on this
+// replica's plans only (see Config.Owner): those it created, and those of
+// a replica whose heartbeat stopped, taken over as migrations are.
+
+// planMachine is the executor's machine: a move's live migration is tried
+// twice (the scheduler choosing again) before it fails or falls back.
+var planMachine = plan.Machine{MaxAttempts: 2}
+
+// PlanCaps returns the caps the executor starts moves under.
+func (c *Conductor) PlanCaps() plan.Caps {
+	return plan.Caps{PerSource: c.cfg.MaxConcurrentLiveMigrations,
+		PerDest: c.cfg.MaxConcurrentIncomingLiveMigrations, Total: c.cfg.MaxConcurrentLiveMigrationsTotal}
+}
+
+// kickPlans wakes the executor (RunPlans) without waiting.
+func (c *Conductor) kickPlans() {
+	select {
+	case c.planKick <- struct{}{}:
+	default:
+	}
+}
+
+// RunPlans runs the plan executor until ctx ends: TickPlans every
+// Config.PlanTick on the conductor's clock, and at once when a plan
+// move's migration ends or a plan is created, approved or cancelled.
+func (c *Conductor) RunPlans(ctx context.Context) {
+	every := c.cfg.PlanTick
+	if every <= 0 {
+		every = time.Second
+	}
+	c.repeat(ctx, every, func() { c.kickPlans() })
+	go func() {
+		for {
+			if _, err := c.TickPlans(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("running plans", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.planKick:
+			}
+		}
+	}()
+}
+
+// TickPlans does one round of the executor: it takes approved plans (and
+// those of dead replicas), resumes its own after a restart, feeds the
+// ends of the running moves' migrations to their plans, then starts the
+// pending moves Select chooses under the caps. It returns how many moves
+// it started.
+func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
+	ctx = context.WithoutCancel(ctx)
+	c.planMu.Lock()
+	defer c.planMu.Unlock()
+	plans, err := c.store.ListPlans(ctx, true)
+	if err != nil {
+		return 0, fmt.Errorf("listing plans: %w", err)
+	}
+	live, err := c.planReplicas(ctx, plans)
+	if err != nil {
+		return 0, err
+	}
+	resumed := c.plansResumed
+	c.plansResumed = true
+	var mine []records.Plan
+	for _, p := range plans {
+		p, ok := c.takePlan(ctx, p, live, !resumed)
+		if !ok {
+			continue
+		}
+		if p, err = c.pollMoves(ctx, p); err != nil {
+			c.log.Warn("reading a plan's moves", "plan", p.ID, "err", err)
+		}
+		if p.State == records.PlanRunning {
+			mine = append(mine, p)
+		}
+	}
+	if len(mine) == 0 {
+		return 0, nil
+	}
+	u, err := c.inFlight(ctx)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	byID := map[int64]*records.Plan{}
+	for i := range mine {
+		byID[mine[i].ID] = &mine[i]
+	}
+	for _, pk := range plan.Select(mine, &u, c.PlanCaps()) {
+		p := byID[pk.Plan]
+		next, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Begin, Move: pk.Move}, &u)
+		if err != nil {
+			c.log.Warn("starting a plan move", "plan", p.ID, "move", pk.Move, "err", err)
+			continue
+		}
+		*p = next
+		started++
+	}
+	return started, nil
+}
+
+// planReplicas returns the live replicas when some plan may need them
+// (ownership on); nil otherwise.
+func (c *Conductor) planReplicas(ctx context.Context, plans []records.Plan) (map[string]bool, error) {
+	if c.cfg.Owner == "" || len(plans) == 0 {
+		return nil, nil
+	}
+	return c.liveReplicas(ctx)
+}
+
+// takePlan decides whether this replica runs p now, taking it (and
+// resuming it) if it is approved, unowned at start, or its owner is dead.
+func (c *Conductor) takePlan(ctx context.Context, p records.Plan, live map[string]bool, atStart bool) (records.Plan, bool) {
+	if p.State != records.PlanApproved && p.State != records.PlanRunning {
+		return p, false // recommended: waits for an operator
+	}
+	mine := c.cfg.Owner == "" || p.Owner == c.cfg.Owner
+	switch {
+	case mine && p.State == records.PlanRunning && !atStart:
+		return p, true
+	case !mine && p.Owner != "" && live[p.Owner]:
+		return p, false // another replica runs it
+	}
+	if p.Owner != c.cfg.Owner {
+		prev := p.Owner
+		p.Owner, p.UpdatedAt = c.cfg.Owner, c.clock.Now()
+		saved, err := c.store.UpdatePlan(ctx, p)
+		if err != nil {
+			if !placement.IsConflict(err) {
+				c.log.Warn("taking a plan over", "plan", p.ID, "owner", prev, "err", err)
+			}
+			return p, false
+		}
+		c.log.Info("took plan over", "plan", p.ID, "previous_owner", prev, "owner", c.cfg.Owner)
+		p = saved
+	}
+	ev := plan.Event{Kind: plan.Run}
+	if p.State == records.PlanRunning {
+		ev.Kind = plan.Resume
+		c.log.Info("resuming plan", "plan", p.ID, "purpose", p.Purpose, "at_start", atStart)
+	}
+	next, err := c.stepPlan(ctx, p.ID, ev, nil)
+	if err != nil {
+		c.log.Warn("running plan", "plan", p.ID, "event", ev.Kind, "err", err)
+		return p, false
+	}
+	return next, true
+}
+
+// pollMoves feeds the ends (and progress) of p's running moves'
+// migrations to p, and confirms a cold move waiting in VERIFY_RESIZE.
+func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan, error) {
+	for i, mv := range p.Moves {
+		if mv.State != records.MoveRunning {
+			continue
+		}
+		m, err := c.store.GetMigration(ctx, mv.Migration)
+		if isNotFound(err) {
+			m = records.Migration{ID: mv.Migration, Status: records.MigrationError, Error: "migration record missing"}
+		} else if err != nil {
+			return p, err
+		}
+		ev := plan.Event{Move: i, Migration: m.ID, Bytes: m.MemoryProcessedBytes}
+		switch {
+		case records.MigrationTerminal(m.Status):
+			ev.Kind, ev.Status, ev.Reason = plan.Ended, m.Status, m.Error
+			if ev.Host, err = c.hostOf(ctx, mv.Instance); err != nil {
+				return p, err
+			}
+		case m.Status == records.MigrationFinished:
+			// A cold move's guest runs on its destination: the plan
+			// confirms it (nobody else will).
+			if err := c.ConfirmResize(ctx, mv.Instance); err != nil {
+				c.log.Warn("confirming a plan's cold move", "plan", p.ID, "move", i, "err", err)
+			}
+			continue
+		case m.MemoryProcessedBytes > mv.BytesCopied:
+			ev.Kind = plan.Progress
+		default:
+			continue
+		}
+		next, err := c.stepPlan(ctx, p.ID, ev, nil)
+		if err != nil {
+			return p, err
+		}
+		p = next
+	}
+	return p, nil
+}
+
+// inFlight counts the cloud's active migrations by source and
+// destination: what the caps are measured against.
+func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err != nil {
+		return plan.Usage{}, fmt.Errorf("counting migrations in flight: %w", err)
+	}
+	var u plan.Usage
+	for _, m := range ms {
+		if m.Type == records.MigrationTypeLive || m.Type == "" {
+			u.Add(m.SourceHost, m.DestHost)
+		}
+	}
+	return u, nil
+}
+
+// stepPlan feeds ev to plan id, saves the result, and performs the
+// actions, feeding their answers back, until none is left. u, when not
+// nil, is the executor's count of moves in flight, which a started move
+// adds to.
+func (c *Conductor) stepPlan(ctx context.Context, id int64, ev plan.Event, u *plan.Usage) (records.Plan, error) {
+	queue := []plan.Event{ev}
+	var p records.Plan
+	for len(queue) > 0 {
+		ev, queue = queue[0], queue[1:]
+		var acts []plan.Action
+		err := retryConflicts(func() error {
+			cur, err := c.store.GetPlan(ctx, id)
+			if err != nil {
+				return err
+			}
+			ev.Now = c.clock.Now()
+			next, a, err := planMachine.Step(cur, ev)
+			if err != nil {
+				return err
+			}
+			next.UpdatedAt = ev.Now
+			if p, err = c.store.UpdatePlan(ctx, next); err != nil {
+				return err
+			}
+			acts = a
+			return nil
+		})
+		if err != nil {
+			return p, fmt.Errorf("plan %d: %s: %w", id, ev.Kind, err)
+		}
+		for _, a := range acts {
+			if ans, ok := c.performPlan(ctx, p, a, u); ok {
+				queue = append(queue, ans)
+			}
+		}
+	}
+	return p, nil
+}
+
+// performPlan runs one action of the plan machine and returns its
+// answer, if it has one.
+func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Action, u *plan.Usage) (plan.Event, bool) {
+	switch a.Kind {
+	case plan.StartMove:
+		ev := c.startMove(ctx, p, a.Move, a.Cold, u)
+		ev.Move = a.Move
+		return ev, true
+	case plan.FindMigration:
+		m, found, err := c.moveMigration(ctx, p, a.Move)
+		switch {
+		case err != nil:
+			c.log.Warn("looking for a plan move's migration; left starting", "plan", p.ID, "move", a.Move, "err", err)
+			return plan.Event{}, false
+		case found:
+			return plan.Event{Kind: plan.Started, Move: a.Move, Migration: m.ID}, true
+		}
+		return plan.Event{Kind: plan.Lost, Move: a.Move}, true
+	case plan.AbortMove:
+		if err := c.Abort(ctx, a.Migration); err != nil {
+			c.log.Warn("aborting a cancelled plan's move", "plan", p.ID, "move", a.Move, "migration", a.Migration, "err", err)
+		}
+	case plan.Finished:
+		s := plan.Summarise(p, c.clock.Now())
+		c.log.Info("plan ended", "plan", p.ID, "purpose", p.Purpose, "state", p.State, "reason", p.Reason,
+			"done", s.Done, "failed", s.Failed, "skipped", s.Skipped, "cancelled", s.Cancelled,
+			"took", p.FinishedAt.Sub(p.StartedAt).Round(time.Millisecond))
+	}
+	return plan.Event{}, false
+}
+
+// moveMigration finds the migration started for move i of p (by the plan
+// move the migration names): the newest one.
+func (c *Conductor) moveMigration(ctx context.Context, p records.Plan, i int) (records.Migration, bool, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: p.Moves[i].Instance})
+	if err != nil {
+		return records.Migration{}, false, err
+	}
+	for j := len(ms) - 1; j >= 0; j-- {
+		m := ms[j]
+		if m.PlanMove != nil && m.PlanMove.Plan == p.ID && m.PlanMove.Move == i && m.ID > p.Moves[i].Migration {
+			return m, true, nil
+		}
+	}
+	return records.Migration{}, false, nil
+}
+
+// startMove re-checks move i of p just before it starts — the instance
+// still active on the planned source, a planned destination still
+// passing the scheduler's filters and not draining — and starts its
+// migration, never onto a draining host nor one at its incoming cap.
+func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold bool, u *plan.Usage) plan.Event {
+	mv := p.Moves[i]
+	skip := func(format string, args ...any) plan.Event {
+		return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	fail := func(format string, args ...any) plan.Event {
+		return plan.Event{Kind: plan.Refused, Reason: fmt.Sprintf(format, args...)}
+	}
+	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	switch {
+	case isNotFound(err):
+		return skip("instance %s is gone", mv.Instance)
+	case err != nil:
+		return c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err))
+	case inst.Host != mv.Source:
+		return skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source)
+	case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
+		return fail("instance %s is %s (task %s): only an active instance with no task moves", mv.Instance, inst.VMState, orNone(inst.TaskState))
+	}
+	draining, err := c.drainingHosts(ctx)
+	if err != nil {
+		return c.lostOr(ctx, p, i, err)
+	}
+	avoid := slices.Clone(draining)
+	if u != nil {
+		for h, n := range u.ByDest {
+			if c.cfg.MaxConcurrentIncomingLiveMigrations > 0 && n >= c.cfg.MaxConcurrentIncomingLiveMigrations {
+				avoid = append(avoid, h)
+			}
+		}
+	}
+	slices.Sort(avoid)
+	avoid = slices.Compact(avoid)
+	if mv.Dest != "" {
+		if slices.Contains(draining, mv.Dest) {
+			return skip("destination %s is being drained", mv.Dest)
+		}
+		req, err := c.request(ctx, inst)
+		if err != nil {
+			return c.lostOr(ctx, p, i, err)
+		}
+		ok, filter, err := c.sched.Passes(ctx, req, mv.Dest)
+		if err != nil {
+			return c.lostOr(ctx, p, i, err)
+		}
+		if !ok {
+			return skip("destination %s no longer passes the scheduler's filters (%s)", mv.Dest, filter)
+		}
+	}
+	o := moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: avoid}
+	var m records.Migration
+	if cold {
+		m, err = c.startColdMove(ctx, inst.UUID, mv.Dest, nil, o)
+	} else {
+		m, err = c.liveMigrate(ctx, inst.UUID, mv.Dest, o)
+	}
+	var invalid *InvalidStateError
+	switch {
+	case errors.As(err, &invalid):
+		return fail("%s", invalid.Msg)
+	case err != nil:
+		return c.lostOr(ctx, p, i, err)
+	}
+	if u != nil {
+		u.Add(m.SourceHost, m.DestHost)
+	}
+	c.log.Info("plan move started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
+		"dest", m.DestHost, "migration", m.ID, "cold", cold, "status", m.Status)
+	return plan.Event{Kind: plan.Started, Migration: m.ID}
+}
+
+// lostOr answers a start that failed before or while creating the
+// migration: Started if the migration exists after all, else Lost (the
+// move is pending again and the next tick retries it).
+func (c *Conductor) lostOr(ctx context.Context, p records.Plan, i int, cause error) plan.Event {
+	c.log.Warn("starting a plan move", "plan", p.ID, "move", i, "err", cause)
+	if m, found, err := c.moveMigration(ctx, p, i); err == nil && found {
+		return plan.Event{Kind: plan.Started, Migration: m.ID}
+	}
+	return plan.Event{Kind: plan.Lost}
+}
+
+// drainingHosts are the hosts of every active drain plan (none is a
+// destination of any move).
+func (c *Conductor) drainingHosts(ctx context.Context) ([]string, error) {
+	plans, err := c.store.ListPlans(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("listing draining hosts: %w", err)
+	}
+	var out []string
+	for _, p := range plans {
+		if p.Purpose == records.PlanDrain && p.State != records.PlanRecommended {
+			out = append(out, p.Hosts...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"keel/internal/api/compute"
+	"keel/internal/conductor"
+	"keel/internal/httpbody"
+	"keel/internal/plan"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// Move plans under /keel/v1 (admin):
+//
+//	GET  /keel/v1/plans                  every plan, newest last, with progress
+//	GET  /keel/v1/plans/{id}             one plan with its moves and progress
+//	POST /keel/v1/plans                  {"drain": {...}} or {"rebalance": {"moves": [...]}}
+//	POST /keel/v1/plans/{id}/approve     start a recommended plan
+//	POST /keel/v1/plans/{id}/cancel      {"abort": false}
+//	POST /keel/v1/hosts/{host}/undrain   {"return": false}
+
+// planRunner is what the plans API asks of the conductor.
+type planRunner interface {
+	Drain(ctx context.Context, req conductor.DrainRequest) (records.Plan, error)
+	Undrain(ctx context.Context, host string, moveBack bool) (records.Plan, error)
+	CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error)
+	ApprovePlan(ctx context.Context, id int64) (records.Plan, error)
+	CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error)
+}
+
+var _ planRunner = (*conductor.Conductor)(nil)
+
+func (k *keelAPI) planRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /keel/v1/plans", k.admin(k.listPlans))
+	mux.HandleFunc("GET /keel/v1/plans/{id}", k.admin(k.showPlan))
+	mux.HandleFunc("POST /keel/v1/plans", k.admin(k.createPlan))
+	mux.HandleFunc("POST /keel/v1/plans/{id}/approve", k.admin(k.approvePlan))
+	mux.HandleFunc("POST /keel/v1/plans/{id}/cancel", k.admin(k.cancelPlan))
+	mux.HandleFunc("POST /keel/v1/hosts/{host}/undrain", k.admin(k.undrain))
+}
+
+// planView is a plan as the API shows it: the record and its progress.
+type planView struct {
+	records.Plan
+	Progress plan.Summary `json:"progress"`
+}
+
+func (k *keelAPI) view(p records.Plan) planView {
+	return planView{Plan: p, Progress: plan.Summarise(p, k.now())}
+}
+
+func (k *keelAPI) listPlans(w http.ResponseWriter, r *http.Request) {
+	ps, err := k.st.ListPlans(r.Context(), r.URL.Query().Get("active") == "1")
+	if err != nil {
+		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := make([]planView, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, k.view(p))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plans": out})
+}
+
+func (k *keelAPI) planID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		compute.WriteError(w, http.StatusBadRequest, "a plan id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+		return 0, false
+	}
+	if k.plans == nil {
+		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		return 0, false
+	}
+	return id, true
+}
+
+func (k *keelAPI) showPlan(w http.ResponseWriter, r *http.Request) {
+	id, ok := k.planID(w, r)
+	if !ok {
+		return
+	}
+	p, err := k.st.GetPlan(r.Context(), id)
+	if err != nil {
+		k.planError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plan": k.view(p)})
+}
+
+// createPlanRequest is POST /keel/v1/plans: exactly one of drain and
+// rebalance.
+type createPlanRequest struct {
+	Drain *struct {
+		Hosts         []string `json:"hosts"`
+		Parallel      int      `json:"parallel"`
+		Order         string   `json:"order"`
+		ColdFallback  bool     `json:"cold_fallback"`
+		StopOnFailure bool     `json:"stop_on_failure"`
+		DryRun        bool     `json:"dry_run"`
+	} `json:"drain"`
+	Rebalance *struct {
+		Moves   []records.PlanMove  `json:"moves"`
+		Options records.PlanOptions `json:"options"`
+		Reason  string              `json:"reason"`
+	} `json:"rebalance"`
+}
+
+func (k *keelAPI) createPlan(w http.ResponseWriter, r *http.Request) {
+	if k.plans == nil {
+		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		return
+	}
+	var req createPlanRequest
+	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit*4, &req); err != nil || (req.Drain == nil) == (req.Rebalance == nil) {
+		if httpbody.IsTooLarge(err) {
+			compute.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
+			return
+		}
+		compute.WriteError(w, http.StatusBadRequest, `give {"drain": {"hosts": [...]}} or {"rebalance": {"moves": [...]}}`)
+		return
+	}
+	if d := req.Drain; d != nil {
+		if d.Parallel < 0 {
+			compute.WriteError(w, http.StatusBadRequest, "parallel must be 0 (no limit but the caps) or more")
+			return
+		}
+		p, err := k.plans.Drain(r.Context(), conductor.DrainRequest{Hosts: d.Hosts, Parallel: d.Parallel, Order: d.Order,
+			ColdFallback: d.ColdFallback, StopOnFailure: d.StopOnFailure, DryRun: d.DryRun})
+		if err != nil {
+			k.planError(w, err)
+			return
+		}
+		status := http.StatusAccepted
+		if d.DryRun {
+			status = http.StatusOK
+		}
+		writeJSON(w, status, map[string]any{"plan": k.view(p)})
+		return
+	}
+	p, err := k.plans.CreatePlan(r.Context(), records.Plan{Purpose: records.PlanRebalance, Moves: req.Rebalance.Moves,
+		Options: req.Rebalance.Options, Reason: req.Rebalance.Reason})
+	if err != nil {
+		k.planError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"plan": k.view(p)})
+}
+
+func (k *keelAPI) approvePlan(w http.ResponseWriter, r *http.Request) {
+	id, ok := k.planID(w, r)
+	if !ok {
+		return
+	}
+	p, err := k.plans.ApprovePlan(r.Context(), id)
+	if err != nil {
+		k.planError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plan": k.view(p)})
+}
+
+func (k *keelAPI) cancelPlan(w http.ResponseWriter, r *http.Request) {
+	id, ok := k.planID(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Abort bool `json:"abort"`
+	}
+	if r.ContentLength != 0 {
+		if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil {
+			compute.WriteError(w, http.StatusBadRequest, `give {"abort": true|false} or no body`)
+			return
+		}
+	}
+	p, err := k.plans.CancelPlan(r.Context(), id, req.Abort)
+	if err != nil {
+		k.planError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plan": k.view(p)})
+}
+
+func (k *keelAPI) undrain(w http.ResponseWriter, r *http.Request) {
+	if k.plans == nil {
+		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		return
+	}
+	var req struct {
+		Return bool `json:"return"`
+	}
+	if r.ContentLength != 0 {
+		if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil {
+			compute.WriteError(w, http.StatusBadRequest, `give {"return": true|false} or no body`)
+			return
+		}
+	}
+	p, err := k.plans.Undrain(r.Context(), r.PathValue("host"), req.Return)
+	if err != nil {
+		k.planError(w, err)
+		return
+	}
+	out := map[string]any{"host": r.PathValue("host"), "enabled": true}
+	if p.ID != 0 {
+		out["plan"] = k.view(p)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// planError answers a plan request's error: 404 for a missing plan, 409
+// for a refusal (a state the plan is not in, a drain that cannot fit),
+// 500 otherwise.
+func (k *keelAPI) planError(w http.ResponseWriter, err error) {
+	var cerr *conductor.CapacityError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		compute.WriteError(w, http.StatusNotFound, err.Error())
+	case errors.As(err, &cerr):
+		writeJSON(w, http.StatusConflict, map[string]any{
+			"conflictingRequest": map[string]any{"message": err.Error(), "code": http.StatusConflict},
+			"capacity":           cerr,
+		})
+	case isInvalidState(err):
+		compute.WriteError(w, http.StatusConflict, err.Error())
+	default:
+		compute.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("plans: %v", err))
+	}
+}
