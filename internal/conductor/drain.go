@@ -43,6 +43,8 @@ type CapacityError struct {
 	// Unplaced names the instances no host takes (on a copy of the view,
 	// placing them in the plan's order), with why.
 	Unplaced []string `json:"unplaced,omitempty"`
+	// Why is the scheduler's answer for the first instance unplaced.
+	Why string `json:"why,omitempty"`
 }
 
 func (e *CapacityError) Error() string {
@@ -52,9 +54,12 @@ func (e *CapacityError) Error() string {
 		fmt.Fprintf(&b, "; %s: need %d, free %d (short by %d)", s.Resource, s.Need, s.Free, s.Need-s.Free)
 	}
 	if n := len(e.Unplaced); n > 0 {
-		fmt.Fprintf(&b, "; %d instance(s) fit on no host: %s", n, strings.Join(e.Unplaced[:min(n, 5)], "; "))
-		if n > 5 {
-			b.WriteString("; …")
+		fmt.Fprintf(&b, "; %d instance(s) fit on no host: %s", n, strings.Join(e.Unplaced[:min(n, 3)], ", "))
+		if n > 3 {
+			b.WriteString(", …")
+		}
+		if e.Why != "" {
+			fmt.Fprintf(&b, " (the first: %s)", e.Why)
 		}
 	}
 	b.WriteString(". Free capacity (enable or add hosts) or drain fewer hosts at once.")
@@ -198,7 +203,10 @@ func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[stri
 			if !scheduler.IsNoValidHost(err) {
 				return nil, fmt.Errorf("placing %s on the copy of the view: %w", inst.UUID, err)
 			}
-			cerr.Unplaced = append(cerr.Unplaced, fmt.Sprintf("%s (%s on %s): %v", inst.UUID, inst.Flavor.Name, mv.Source, err))
+			if len(cerr.Unplaced) == 0 {
+				cerr.Why = err.Error()
+			}
+			cerr.Unplaced = append(cerr.Unplaced, fmt.Sprintf("%s (%s on %s)", inst.UUID, inst.Flavor.Name, mv.Source))
 			continue
 		}
 		dests[i] = sel.Host
