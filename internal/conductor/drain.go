@@ -12,6 +12,7 @@ import (
 	"keel/internal/plan"
 	"keel/internal/records"
 	"keel/internal/scheduler"
+	"keel/internal/store"
 )
 
 // DrainRequest asks for a drain of hosts (`keel host drain`).
@@ -75,42 +76,77 @@ func (e *CapacityError) Error() string {
 // view, and stores nothing.
 func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
+	// Planned, recorded and its hosts disabled under the executor's
+	// lock: a move the executor starts either started before the drain
+	// (and is listed as arriving) or sees its hosts draining (startMove
+	// reads them), never in between.
+	c.planMu.Lock()
+	p, derr, err := c.drain(ctx, req)
+	c.planMu.Unlock()
+	if derr != nil {
+		_, cerr := c.CancelPlan(ctx, p.ID, false)
+		return records.Plan{}, errors.Join(derr, cerr)
+	}
+	if err == nil && !req.DryRun {
+		c.log.Info("drain planned", "plan", p.ID, "hosts", p.Hosts, "moves", len(p.Moves), "parallel", req.Parallel, "order", req.Order)
+		c.kickPlans()
+	}
+	return p, err
+}
+
+// drain is Drain under planMu; derr is a failure to disable the hosts of
+// the recorded plan p (which Drain then cancels).
+func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan, derr, err error) {
 	if len(req.Hosts) == 0 {
-		return records.Plan{}, &InvalidStateError{Msg: "a drain needs at least one host"}
+		return records.Plan{}, nil, &InvalidStateError{Msg: "a drain needs at least one host"}
 	}
 	hosts := slices.Clone(req.Hosts)
 	slices.Sort(hosts)
 	if len(slices.Compact(slices.Clone(hosts))) != len(hosts) {
-		return records.Plan{}, &InvalidStateError{Msg: "a host is named twice"}
+		return records.Plan{}, nil, &InvalidStateError{Msg: "a host is named twice"}
 	}
 	hosts = slices.Clone(req.Hosts)
 	draining, err := c.drainingHosts(ctx)
 	if err != nil {
-		return records.Plan{}, err
+		return records.Plan{}, nil, err
 	}
 	for _, h := range hosts {
 		if _, err := c.store.GetService(ctx, h); err != nil {
 			if isNotFound(err) {
-				return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", h)}
+				return records.Plan{}, nil, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", h)}
 			}
-			return records.Plan{}, fmt.Errorf("reading the service of %s: %w", h, err)
+			return records.Plan{}, nil, fmt.Errorf("reading the service of %s: %w", h, err)
 		}
 		if slices.Contains(draining, h) {
-			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("host %s is already being drained (keel plan list)", h)}
+			return records.Plan{}, nil, &InvalidStateError{Msg: fmt.Sprintf("host %s is already being drained (keel plan list)", h)}
 		}
 	}
 	now := c.clock.Now()
-	p := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: hosts,
+	p = records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: hosts,
 		Options: records.PlanOptions{Parallel: req.Parallel, Order: req.Order, ColdFallback: req.ColdFallback, StopOnFailure: req.StopOnFailure},
 		Owner:   c.cfg.Owner, CreatedAt: now, UpdatedAt: now}
+	// Instances on their way to a drained host (moves started before
+	// this drain) are drained too once they land (see startMove). They
+	// are listed first: one that lands meanwhile is then also on its host,
+	// and listed once.
 	var insts []records.Instance
+	arriving, err := c.arriving(ctx, hosts, nil)
+	if err != nil {
+		return records.Plan{}, nil, err
+	}
+	seen := map[string]bool{}
+	for _, a := range arriving {
+		seen[a.inst.UUID] = true
+		insts = append(insts, a.inst)
+		p.Moves = append(p.Moves, records.PlanMove{Instance: a.inst.UUID, Source: a.host, RAMMB: a.inst.Flavor.RAMMB, State: records.MovePending})
+	}
 	for _, h := range hosts {
 		on, err := c.store.ListInstances(ctx, h)
 		if err != nil {
-			return records.Plan{}, fmt.Errorf("listing the instances of %s: %w", h, err)
+			return records.Plan{}, nil, fmt.Errorf("listing the instances of %s: %w", h, err)
 		}
 		for _, in := range on {
-			if in.VMState == records.VMDeleted || in.TaskState == records.TaskDeleting {
+			if in.VMState == records.VMDeleted || in.TaskState == records.TaskDeleting || seen[in.UUID] {
 				continue
 			}
 			insts = append(insts, in)
@@ -122,21 +158,22 @@ func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, 
 		byUUID[in.UUID] = in
 	}
 	if err := plan.Order(p.Moves, req.Order); err != nil {
-		return records.Plan{}, &InvalidStateError{Msg: err.Error()}
+		return records.Plan{}, nil, &InvalidStateError{Msg: err.Error()}
 	}
 	dests, err := c.fitCheck(ctx, p, byUUID, append(draining, hosts...))
 	if err != nil {
-		return records.Plan{}, err
+		return records.Plan{}, nil, err
 	}
 	if req.DryRun {
 		p.State = records.PlanRecommended
 		for i := range p.Moves {
 			p.Moves[i].Dest = dests[i]
 		}
-		return p, nil
+		return p, nil, nil
 	}
+	p.CreatedAt, p.UpdatedAt = c.clock.Now(), c.clock.Now()
 	if p, err = c.store.CreatePlan(ctx, p); err != nil {
-		return records.Plan{}, fmt.Errorf("recording the drain of %s: %w", strings.Join(hosts, ", "), err)
+		return records.Plan{}, nil, fmt.Errorf("recording the drain of %s: %w", strings.Join(hosts, ", "), err)
 	}
 	reason := fmt.Sprintf("keel drain plan %d", p.ID)
 	for _, h := range hosts {
@@ -144,13 +181,44 @@ func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, 
 			s.Disabled, s.DisabledReason, s.UpdatedAt = true, reason, c.clock.Now()
 			return nil
 		}); err != nil {
-			_, cerr := c.CancelPlan(ctx, p.ID, false)
-			return records.Plan{}, errors.Join(fmt.Errorf("disabling %s for drain plan %d: %w", h, p.ID, err), cerr)
+			derr = fmt.Errorf("disabling %s for drain plan %d: %w", h, p.ID, err)
+			break
 		}
 	}
-	c.log.Info("drain planned", "plan", p.ID, "hosts", hosts, "moves", len(p.Moves), "parallel", req.Parallel, "order", req.Order)
-	c.kickPlans()
-	return p, nil
+	return p, derr, nil
+}
+
+type arrival struct {
+	inst records.Instance
+	host string
+}
+
+// arriving lists the instances an active migration moves onto one of
+// hosts, except those already listed.
+func (c *Conductor) arriving(ctx context.Context, hosts []string, listed []records.Instance) ([]arrival, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("listing the migrations into %v: %w", hosts, err)
+	}
+	seen := map[string]bool{}
+	for _, in := range listed {
+		seen[in.UUID] = true
+	}
+	var out []arrival
+	for _, m := range ms {
+		if !slices.Contains(hosts, m.DestHost) || seen[m.InstanceUUID] {
+			continue
+		}
+		in, err := c.store.GetInstance(ctx, m.InstanceUUID)
+		if isNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("reading arriving instance %s: %w", m.InstanceUUID, err)
+		}
+		seen[in.UUID] = true
+		out = append(out, arrival{in, m.DestHost})
+	}
+	return out, nil
 }
 
 // fitCheck places every move of p, in order, on a copy of the view that

@@ -327,6 +327,11 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 		return skip("instance %s is gone", mv.Instance)
 	case err != nil:
 		return c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err))
+	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
+		// Another move of the instance runs (one that started before the
+		// plan: it may be arriving on a host being drained): the move
+		// waits for it to end, then applies or is skipped.
+		return plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}
 	case inst.Host != mv.Source:
 		return skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source)
 	case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
@@ -382,6 +387,12 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 	c.log.Info("plan move started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
 		"dest", m.DestHost, "migration", m.ID, "cold", cold, "status", m.Status)
 	return plan.Event{Kind: plan.Started, Migration: m.ID}
+}
+
+// inMigration reports whether inst has an active migration.
+func (c *Conductor) inMigration(ctx context.Context, inst string) bool {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst, ActiveOnly: true})
+	return err == nil && len(ms) > 0
 }
 
 // lostOr answers a start that failed before or while creating the

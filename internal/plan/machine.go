@@ -39,6 +39,10 @@ const (
 	// Lost: a starting move has no migration (the restart came before it
 	// was created): it is pending again.
 	Lost EventKind = "lost"
+	// Deferred: the re-check found the instance busy (another move of it
+	// runs: it is arriving on a host being drained): the move is pending
+	// again, Reason says why, and no attempt is counted.
+	Deferred EventKind = "deferred"
 )
 
 // Event is one input to the machine.
@@ -204,7 +208,7 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 	}
 	mv := &p.Moves[ev.Move]
 	want := map[EventKind]string{Begin: records.MovePending, Started: records.MoveStarting, Refused: records.MoveStarting,
-		Lost: records.MoveStarting, Progress: records.MoveRunning, Ended: records.MoveRunning}[ev.Kind]
+		Lost: records.MoveStarting, Deferred: records.MoveStarting, Progress: records.MoveRunning, Ended: records.MoveRunning}[ev.Kind]
 	if want == "" {
 		return nil, illegal(*p, ev, "unknown event")
 	}
@@ -222,6 +226,8 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 		mv.State, mv.Migration = records.MoveRunning, ev.Migration
 	case Lost:
 		mv.State, mv.Attempts = records.MovePending, max(mv.Attempts-1, 0)
+	case Deferred:
+		mv.State, mv.Attempts, mv.Reason = records.MovePending, max(mv.Attempts-1, 0), ev.Reason
 	case Refused:
 		mv.EndedAt, mv.Reason = ev.Now, ev.Reason
 		if ev.Skip {

@@ -162,6 +162,10 @@ func TestResumeFindsStartingMoves(t *testing.T) {
 	if p.Moves[0].State != records.MovePending || p.Moves[0].Attempts != 0 {
 		t.Fatalf("lost move %+v, want pending with no attempt counted", p.Moves[0])
 	}
+	p, _ = run(t, Machine{}, p, Event{Kind: Begin, Move: 2}, Event{Kind: Deferred, Move: 2, Reason: "arriving"})
+	if p.Moves[2].State != records.MovePending || p.Moves[2].Attempts != 0 || p.Moves[2].Reason != "arriving" {
+		t.Fatalf("deferred move %+v, want pending with no attempt counted", p.Moves[2])
+	}
 }
 
 func TestRefusedMoveIsSkippedOrFailsAndStopPolicy(t *testing.T) {
