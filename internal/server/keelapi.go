@@ -19,6 +19,7 @@ import (
 	"keel/internal/records"
 	"keel/internal/requestid"
 	"keel/internal/scheduler"
+	"keel/internal/sim/scenario"
 	"keel/internal/store"
 )
 
@@ -29,6 +30,7 @@ import (
 //	POST /keel/v1/migrations/{id}/reset end a stuck migration
 //	POST /keel/v1/schedule/explain      every host's fate for a request
 //	… /keel/v1/plans                    move plans and drains (plansapi.go)
+//	GET  /keel/v1/cloud                 the cloud, for keel sim export
 type keelAPI struct {
 	st    store.Store
 	sched *scheduler.Scheduler
@@ -42,7 +44,9 @@ type keelAPI struct {
 	// plans runs drains and other move plans (the conductor); nil answers
 	// 501.
 	plans planRunner
-	log   *slog.Logger
+	// computeOpts are the compute options GET /keel/v1/cloud reports.
+	computeOpts scenario.SnapshotCompute
+	log         *slog.Logger
 }
 
 // migrationResetter is the conductor's way out of a stuck migration: it
@@ -61,6 +65,7 @@ func (k *keelAPI) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /keel/v1/migrations/{id}/reset", k.admin(k.resetMigration))
 	mux.HandleFunc("POST /keel/v1/schedule/explain", k.admin(k.explain))
 	k.planRoutes(mux)
+	mux.HandleFunc("GET /keel/v1/cloud", k.admin(k.cloud))
 }
 
 func (k *keelAPI) admin(h func(w http.ResponseWriter, r *http.Request)) http.HandlerFunc {

@@ -390,9 +390,10 @@ func (s *Server) keelAPI() *keelAPI {
 			BuildTimeout:     auditDeadline(cfg.Default.InstanceBuildTimeout, cfg),
 			MigrationTimeout: auditDeadline(cfg.Keel.MigrationStallTimeout, cfg),
 		},
-		resetter: s.cond,
-		plans:    s.cond,
-		log:      s.log,
+		plans:       s.cond,
+		resetter:    s.cond,
+		computeOpts: snapshotCompute(cfg),
+		log:         s.log,
 	}
 }
 

@@ -33,6 +33,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, p := range r.Policies {
 		fmt.Fprintf(w, "\n%s: initially best %s; destinations %s\n", p.Policy, strings.Join(p.InitiallyBest, ","), topDestinations(p.Destinations, 12))
+		if p.Rebalance != nil {
+			fmt.Fprintf(w, "  %s\n", p.Rebalance)
+		}
 		for i, s := range p.Inconsistencies {
 			if i == 5 {
 				fmt.Fprintf(w, "  … and %d more inconsistencies\n", len(p.Inconsistencies)-5)

@@ -30,6 +30,9 @@ type Options struct {
 	// Parallel runs the policies concurrently (each is independent and
 	// deterministic on its own).
 	Parallel bool
+	// Rebalance, when set, plans and runs a rebalance once the drains are
+	// done (rebalance.go).
+	Rebalance *RebalanceOptions
 }
 
 // Report is the result of a scenario run, one entry per policy.
@@ -67,6 +70,9 @@ type PolicyReport struct {
 	// at the end (leaks, double counts, hosts over capacity); empty when
 	// the run kept placement exact.
 	Inconsistencies []string `json:"inconsistencies,omitempty"`
+
+	// Rebalance is what the rebalance did, when the run had one.
+	Rebalance *RebalanceReport `json:"rebalance,omitempty"`
 
 	// Timeline is each host's RAM in use over time (when sampled).
 	Timeline *Timeline `json:"-"`
@@ -139,6 +145,7 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 	w.scheduleAudits(ctx)
 	w.scheduleEvents(ctx)
 	w.scheduleDrains(ctx)
+	w.scheduleRebalance(ctx, opts.Rebalance)
 	w.scheduleWorkloads(ctx, end)
 	var tl *Timeline
 	if opts.Samples > 0 {
@@ -175,6 +182,12 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 		Boots: st.boots, FailedBoots: st.failedBoots, Deletes: st.deletes, MigrationErrors: st.migrationErrors,
 		Audits: st.audits, AuditsWithDrift: st.auditsWithDrift, DriftFound: st.driftFound,
 		Timeline: tl, Inconsistencies: problems,
+	}
+	if w.rebalance != nil {
+		rep.Rebalance = w.rebalance.report
+		if rep.Rebalance == nil {
+			rep.Rebalance = &RebalanceReport{Stopped: "not planned: a drain did not end before the run did"}
+		}
 	}
 	completed, toBest := 0, 0
 	for h, n := range st.destinations {
@@ -260,10 +273,16 @@ type drain struct {
 	queue    []string // instance UUIDs still to move
 	inFlight int
 	loaded   bool
+	// started: its start time has come (its queue is loaded).
+	started bool
+	// targets are the destinations of a rebalance's moves (none: the
+	// scheduler chooses).
+	targets map[string]string
 }
 
 // migrationEnded lets drains start their next migration when a slot frees.
 func (w *world) migrationEnded(m records.Migration) {
+	w.rebalanceEnded(m)
 	for _, d := range w.drains {
 		if d.owns[m.ID] {
 			delete(d.owns, m.ID)
@@ -277,6 +296,9 @@ func (w *world) migrationEnded(m records.Migration) {
 		if inst, err := w.store.GetInstance(context.Background(), m.InstanceUUID); err == nil && inst.VMState == records.VMActive {
 			w.active.add(inst.UUID)
 		}
+	}
+	if w.rebalance != nil && !w.rebalance.planned {
+		w.clock.AfterFunc(0, func() { w.rebalanceWhenDrained(context.Background()) })
 	}
 }
 
@@ -295,6 +317,7 @@ func (w *world) scheduleDrains(ctx context.Context) {
 					w.setDisabled(ctx, h, true)
 				}
 			}
+			dr.d.started = true
 			for _, h := range spec.Hosts {
 				insts, _ := w.store.ListInstances(ctx, h) // creation order: UUIDs are a counter
 				for _, in := range insts {
@@ -325,13 +348,13 @@ func (w *world) drainNext(ctx context.Context, dr *drainRun) {
 		u := dr.d.queue[0]
 		dr.d.queue = dr.d.queue[1:]
 		inst, err := w.store.GetInstance(ctx, u)
-		if err != nil || inst.VMState != records.VMActive || inst.TaskState != records.TaskNone {
-			continue // deleted or busy meanwhile: skip it
+		if err != nil || inst.VMState != records.VMActive || inst.TaskState != records.TaskNone || !w.rebalanceMove(dr, inst) {
+			continue // deleted, busy or moved meanwhile: skip it
 		}
 		dr.d.inFlight++
 		w.stats.migrations++
 		w.active.remove(u)
-		m, err := w.cond.LiveMigrate(ctx, u, "")
+		m, err := w.cond.LiveMigrate(ctx, u, dr.d.targets[u])
 		if err != nil {
 			dr.d.inFlight--
 			w.active.add(u)

@@ -39,7 +39,9 @@ type world struct {
 	active   *instanceSet // ACTIVE instances, for random picks
 	disabled map[string]bool
 	drains   []*drainRun
-	beats    *heartbeats
+	// rebalance is the run's rebalance, if asked (rebalance.go).
+	rebalance *rebalanceRun
+	beats     *heartbeats
 }
 
 var clockEpoch = clock.Epoch
@@ -134,23 +136,39 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB, ExtraSpecs: f.ExtraSpecs}
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	reserved := int64(scenario.DefaultReservedHostMemoryMB)
-	if sc.Compute.ReservedHostMemoryMB != nil {
-		reserved = *sc.Compute.ReservedHostMemoryMB
-	}
 	agents := agentMap(w.agents)
+	// The hosts' own custom traits exist before their providers do
+	// (buildTrees creates the rest, and these again, harmlessly).
+	for _, g := range sc.HostGroups {
+		for _, t := range g.Traits {
+			if !placement.IsStandardTrait(t) {
+				if _, err := w.store.CreateTrait(ctx, t); err != nil {
+					return nil, fmt.Errorf("creating trait %s: %w", t, err)
+				}
+			}
+		}
+	}
 
 	for _, h := range w.hosts {
 		cfg := compute.HostConfig{
 			Host: h.Name, ProviderUUID: "rp-" + h.Name,
 			VCPUs: h.VCPUs, MemoryMB: h.MemoryMB, LocalGB: h.DiskGB,
 			CPUAllocationRatio: h.CPUAllocationRatio, RAMAllocationRatio: h.RAMAllocationRatio, DiskAllocationRatio: h.DiskAllocationRatio,
-			ReservedHostMemoryMB: reserved, ReservedHostDiskMB: sc.Compute.ReservedHostDiskMB,
+			ReservedHostMemoryMB: h.ReservedMemoryMB, ReservedHostDiskMB: h.ReservedDiskMB,
 			WriteDestRecord: policy != scheduler.PolicyLegacy,
 		}
 		svc := records.Service{Zone: h.Zone, Disabled: h.Disabled, LastSeenUp: clk.Now()}
 		if _, err := compute.RegisterHost(ctx, w.store, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
 			return nil, fmt.Errorf("creating host %s: %w", h.Name, err)
+		}
+		if len(h.Traits) > 0 {
+			p, err := w.store.GetProvider(ctx, cfg.ProviderUUID)
+			if err == nil {
+				_, err = w.store.SetProviderTraits(ctx, cfg.ProviderUUID, p.Generation, h.Traits)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("setting the traits of host %s: %w", h.Name, err)
+			}
 		}
 		w.disabled[h.Name] = h.Disabled
 		physical := h.MemoryMB // a host overcommitting RAM relies on swap; do not cap it
@@ -166,6 +184,11 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 	}
 	if err := w.buildTrees(ctx); err != nil {
 		return nil, err
+	}
+	for _, a := range sc.Aggregates {
+		if _, err := w.store.CreateAggregate(ctx, records.Aggregate{Name: a.Name, Hosts: a.Hosts, Metadata: a.Metadata, CreatedAt: clk.Now()}); err != nil {
+			return nil, fmt.Errorf("creating aggregate %s: %w", a.Name, err)
+		}
 	}
 	if err := w.seedInstances(ctx); err != nil {
 		return nil, err
@@ -197,15 +220,43 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 // record, as if every audit had just run at t=0.
 func (w *world) seedInstances(ctx context.Context) error {
 	now := w.clock.Now()
+	// The one-by-one instances, by host, in file order; server groups
+	// collect their members as they are created.
+	own := map[string][]scenario.Instance{}
+	for _, in := range w.sc.Instances {
+		own[in.Host] = append(own[in.Host], in)
+	}
+	groups := make(map[string]*records.ServerGroup, len(w.sc.ServerGroups))
+	for i, g := range w.sc.ServerGroups {
+		groups[g.Name] = &records.ServerGroup{UUID: fmt.Sprintf("00000000-0000-4000-9000-%012d", i+1), Name: g.Name,
+			Policy: g.Policy, MaxServerPerHost: g.MaxServerPerHost, CreatedAt: now}
+	}
 	for _, h := range w.hosts {
 		tracker := w.trackers[h.Name]
 		drv := w.drivers[h.Name]
 		names := roundRobin(w.sc.Flavors, h.Instances)
-		writes := make([]placement.AllocationWrite, 0, len(names))
-		for _, fname := range names {
+		writes := make([]placement.AllocationWrite, 0, len(names)+len(own[h.Name]))
+		for k := range len(names) + len(own[h.Name]) {
+			var fname, name string
+			var spec scenario.Instance
+			if k < len(names) {
+				fname = names[k]
+			} else {
+				spec = own[h.Name][k-len(names)]
+				fname, name = spec.Flavor, spec.Name
+			}
 			f := w.flavors[fname]
-			inst := records.Instance{UUID: w.id(), Name: h.Name + "-" + fname + "-" + strconv.Itoa(w.nextID), Host: h.Name, Zone: h.Zone,
+			uuid := w.id()
+			if name == "" {
+				name = h.Name + "-" + fname + "-" + strconv.Itoa(w.nextID)
+			}
+			inst := records.Instance{UUID: uuid, Name: name, Host: h.Name, Zone: h.Zone, RequestedZone: spec.Zone,
 				Flavor: f, VMState: records.VMActive, CreatedAt: now, UpdatedAt: now}
+			if g := groups[spec.Group]; g != nil {
+				inst.Hints = &records.SchedulerHints{Group: g.UUID}
+				g.Members = append(g.Members, uuid)
+				g.Placements++
+			}
 			if _, err := w.store.CreateInstance(ctx, inst); err != nil {
 				return err
 			}
@@ -221,6 +272,11 @@ func (w *world) seedInstances(ctx context.Context) error {
 		}
 		if err := tracker.WriteRecord(ctx); err != nil {
 			return err
+		}
+	}
+	for _, g := range w.sc.ServerGroups {
+		if _, err := w.store.CreateServerGroup(ctx, *groups[g.Name]); err != nil {
+			return fmt.Errorf("creating server group %s: %w", g.Name, err)
 		}
 	}
 	return nil

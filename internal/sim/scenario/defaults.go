@@ -142,10 +142,13 @@ func (s *Scenario) ApplyDefaults() {
 
 // withDefaults returns g with its unset fields defaulted.
 func (g HostGroup) withDefaults() HostGroup {
-	if g.First == 0 {
+	if g.Name != "" && g.Count == 0 {
+		g.Count = 1
+	}
+	if g.First == 0 && g.Name == "" {
 		g.First = DefaultFirst
 	}
-	if g.Digits == 0 {
+	if g.Digits == 0 && g.Name == "" {
 		g.Digits = defaultDigits(g.First, g.Count)
 	}
 	if g.CPUAllocationRatio == 0 {
@@ -174,6 +177,9 @@ func defaultDigits(first, count int) int {
 // h02, … or node0998, node0999, node1000.
 func (g HostGroup) HostNames() []string {
 	g = g.withDefaults()
+	if g.Name != "" {
+		return []string{g.Name}
+	}
 	if g.Count <= 0 {
 		return nil
 	}
@@ -208,6 +214,12 @@ type HostSpec struct {
 	Disabled   bool
 	// Children are the group's child providers (shared: do not modify).
 	Children []Child
+	// Traits are the group's traits (shared: do not modify).
+	Traits []string
+	// ReservedMemoryMB and ReservedDiskMB are what the host reserves: the
+	// group's override, else [compute]'s (defaults applied).
+	ReservedMemoryMB int64
+	ReservedDiskMB   int64
 }
 
 // Hosts returns every host, group by group in file order.
@@ -221,8 +233,19 @@ func (s *Scenario) Hosts() []HostSpec {
 		interval = DefaultUpdateResourcesInterval
 	}
 	out := make([]HostSpec, 0, n)
+	reservedMB := int64(DefaultReservedHostMemoryMB)
+	if v := s.Compute.ReservedHostMemoryMB; v != nil {
+		reservedMB = *v
+	}
 	for gi, g := range s.HostGroups {
 		g = g.withDefaults()
+		rmb, rdisk := reservedMB, s.Compute.ReservedHostDiskMB
+		if g.ReservedHostMemoryMB != nil {
+			rmb = *g.ReservedHostMemoryMB
+		}
+		if g.ReservedHostDiskMB != nil {
+			rdisk = *g.ReservedHostDiskMB
+		}
 		for i, name := range g.HostNames() {
 			phase := g.AuditPhase
 			if g.AuditSpread {
@@ -245,6 +268,9 @@ func (s *Scenario) Hosts() []HostSpec {
 				AuditPhase:          phase,
 				Disabled:            g.Disabled,
 				Children:            g.Children,
+				Traits:              g.Traits,
+				ReservedMemoryMB:    rmb,
+				ReservedDiskMB:      rdisk,
 			})
 		}
 	}

@@ -24,10 +24,15 @@ type Scenario struct {
 	// Shared are sharing providers (MISC_SHARES_VIA_AGGREGATE): a pool
 	// of resources the hosts of some groups take from, as a shared
 	// storage's DISK_GB.
-	Shared    []Shared   `toml:"shared"`
-	Events    []Event    `toml:"event"`
-	Drains    []Drain    `toml:"drain"`
-	Workloads []Workload `toml:"workload"`
+	Shared []Shared `toml:"shared"`
+	// Instances are initial instances placed one by one (as keel sim
+	// export writes a live cloud's), after each host's group instances.
+	Instances    []Instance    `toml:"instance"`
+	ServerGroups []ServerGroup `toml:"server_group"`
+	Aggregates   []Aggregate   `toml:"aggregate"`
+	Events       []Event       `toml:"event"`
+	Drains       []Drain       `toml:"drain"`
+	Workloads    []Workload    `toml:"workload"`
 }
 
 // Scheduler holds Nova's scheduler options; zero values mean Nova's
@@ -107,6 +112,9 @@ type Shared struct {
 // HostGroup is Count hosts of one size, named Prefix + zero-padded number
 // (First, First+1, …; Digits wide, default 2 or as wide as needed).
 type HostGroup struct {
+	// Name, instead of Prefix and a number, names a single host (Count is
+	// then 1).
+	Name   string `toml:"name"`
 	Prefix string `toml:"prefix"`
 	Count  int    `toml:"count"`
 	First  int    `toml:"first"` // default 1
@@ -135,6 +143,44 @@ type HostGroup struct {
 	Disabled bool `toml:"disabled"`
 	// Children are providers under each host's own ([[hosts.child]]).
 	Children []Child `toml:"child"`
+	// Traits are the hosts' placement traits (a flavor's
+	// trait:NAME=required asks for them).
+	Traits []string `toml:"traits"`
+	// ReservedHostMemoryMB and ReservedHostDiskMB override [compute]'s
+	// reserved amounts for these hosts.
+	ReservedHostMemoryMB *int64 `toml:"reserved_host_memory_mb"`
+	ReservedHostDiskMB   *int64 `toml:"reserved_host_disk_mb"`
+}
+
+// Instance is one initial instance on a named host.
+type Instance struct {
+	// Name is the instance's name (default: host-flavor-number).
+	Name   string `toml:"name"`
+	Host   string `toml:"host"`
+	Flavor string `toml:"flavor"`
+	// Group is the name of its [[server_group]] ("" for none).
+	Group string `toml:"group"`
+	// Zone is the availability zone it asked for ("" for any): its moves
+	// stay in that zone.
+	Zone string `toml:"zone"`
+}
+
+// ServerGroup is a server group; its members are the instances naming it.
+type ServerGroup struct {
+	Name string `toml:"name"`
+	// Policy is affinity, anti-affinity, soft-affinity or
+	// soft-anti-affinity.
+	Policy string `toml:"policy"`
+	// MaxServerPerHost is anti-affinity's max_server_per_host (0 means 1).
+	MaxServerPerHost int `toml:"max_server_per_host"`
+}
+
+// Aggregate is a host aggregate: its metadata's availability_zone puts its
+// hosts in that zone, and AggregateInstanceExtraSpecsFilter reads the rest.
+type Aggregate struct {
+	Name     string            `toml:"name"`
+	Hosts    []string          `toml:"hosts"`
+	Metadata map[string]string `toml:"metadata"`
 }
 
 // Event is a one-off change at a time.

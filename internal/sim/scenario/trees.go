@@ -111,6 +111,7 @@ func (s *Scenario) Custom() (classes, traits []string) {
 		}
 	}
 	for _, g := range s.HostGroups {
+		add(nil, g.Traits)
 		for _, ch := range g.Children {
 			add(ch.Resources, ch.Traits)
 		}
