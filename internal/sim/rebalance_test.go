@@ -120,3 +120,54 @@ policy = "anti-affinity"
 		}
 	}
 }
+
+// TestRebalanceHonoursHostTraits: a flavor that requires a trait only two
+// hosts have is moved only between them.
+func TestRebalanceHonoursHostTraits(t *testing.T) {
+	src := `duration = 600
+[[flavor]]
+name = "fast"
+vcpus = 2
+ram = 16384
+extra_specs = { "trait:CUSTOM_FAST" = "required" }
+[[hosts]]
+name = "alpha"
+vcpus = 32
+memory_mb = 131072
+disk_gb = 1000
+traits = ["CUSTOM_FAST"]
+[[hosts]]
+prefix = "b"
+count = 3
+vcpus = 32
+memory_mb = 131072
+disk_gb = 1000
+[[hosts]]
+name = "omega"
+vcpus = 32
+memory_mb = 131072
+disk_gb = 1000
+traits = ["CUSTOM_FAST", "HW_CPU_X86_AVX2"]
+`
+	for i := 0; i < 6; i++ {
+		src += "[[instance]]\nhost = \"alpha\"\nflavor = \"fast\"\n"
+	}
+	sc, err := scenario.Parse("traits.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), sc, Options{Policies: []string{"claim"}, Rebalance: &RebalanceOptions{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := rep.Policies[0].Rebalance
+	t.Logf("%s", rb)
+	if rb.Planned == 0 || rb.Moved != rb.Planned {
+		t.Fatalf("rebalance %+v", rb)
+	}
+	for _, m := range rb.Moves {
+		if m.Destination != "omega" {
+			t.Errorf("%s moved to %s, which lacks CUSTOM_FAST", m.Instance, m.Destination)
+		}
+	}
+}
