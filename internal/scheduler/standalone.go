@@ -14,7 +14,10 @@ import (
 // whether one host passes for one request — the rebalance planner, which
 // checks every move it considers on the state the earlier moves leave.
 // There is one filter implementation: a host Filters passes is one
-// Select's filter pass keeps.
+// Select's filter pass keeps on a flat cloud. HostStates built by
+// NewHostState are single providers: ResourceFilter checks them as flat
+// hosts (the candidate search over provider trees and sharing providers
+// needs a View).
 type Filters struct {
 	stages []stage
 }
