@@ -27,6 +27,12 @@ var computeWrites = []struct{ method, path string }{
 	{"PUT", "/compute/v2.1/os-services/{service}"},
 	{"POST", "/compute/v2.1/os-aggregates"},
 	{"POST", "/compute/v2.1/os-server-groups"},
+	{"POST", "/compute/v2.1/os-keypairs"},
+	{"PUT", "/compute/v2.1/servers/{id}/metadata"},
+	{"POST", "/compute/v2.1/servers/{id}/metadata"},
+	{"PUT", "/compute/v2.1/servers/{id}/metadata/a"},
+	{"PUT", "/compute/v2.1/os-hosts/{host}"},
+	{"POST", "/compute/v2.1/os-server-external-events"},
 }
 
 // computeShape is Nova's fault body: one key naming the fault, with the
@@ -53,7 +59,7 @@ func computeShape(body []byte) error {
 // snapshot renders what a compute request can change, as admin sees it.
 func (e *env) snapshot() string {
 	var b strings.Builder
-	for _, p := range []string{"/servers/detail?all_tenants=1", "/flavors/detail?is_public=None", "/os-services", "/os-hypervisors/detail", "/os-migrations"} {
+	for _, p := range []string{"/servers/detail?all_tenants=1", "/flavors/detail?is_public=None", "/os-services", "/os-hypervisors/detail", "/os-migrations", "/os-keypairs"} {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("GET", "/compute/v2.1"+p, nil)
 		req.Header.Set("X-Auth-Token", "admin")
@@ -66,7 +72,8 @@ func (e *env) snapshot() string {
 
 // FuzzComputeRequests sends arbitrary bodies and microversions to every
 // compute write: never a 5xx, errors in Nova's shape, and a refused request
-// leaves servers, flavors, services, hypervisors and migrations as they were.
+// leaves servers (with their metadata), flavors, services, hypervisors,
+// migrations and key pairs as they were.
 func FuzzComputeRequests(f *testing.F) {
 	for i := range computeWrites {
 		for _, seed := range []string{
@@ -82,6 +89,10 @@ func FuzzComputeRequests(f *testing.F) {
 			`{"status": "disabled", "disabled_reason": "x"}`,
 			`{"aggregate": {"name": "a", "availability_zone": "z"}}`,
 			`{"server_group": {"name": "g", "policies": ["anti-affinity"]}}`,
+			`{"keypair": {"name": "k", "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB4aJVfMOZ/BFPLT3XcrMcW0AVv6M0nqHJDOQPkx0izo x"}}`,
+			`{"keypair": {"name": "k/", "type": "x509", "user_id": 7}}`,
+			`{"metadata": {"a": "b"}}`, `{"meta": {"a": "b", "c": "d"}}`, `{"status": "disable"}`,
+			`{"events": [{"name": "network-changed", "server_uuid": "x"}]}`,
 			`{"server": null}`, `[]`, `null`, `{`, ``, `{"a":1} {"b":2}`,
 		} {
 			f.Add(uint8(i), []string{"2.1", "2.87"}[(i+len(seed))%2], []byte(seed))
@@ -100,6 +111,7 @@ func FuzzComputeRequests(f *testing.F) {
 		w := computeWrites[int(which)%len(computeWrites)]
 		path := strings.ReplaceAll(w.path, "{id}", created.Server.ID)
 		path = strings.ReplaceAll(path, "{service}", "00000000-0000-0000-0000-000000000000")
+		path = strings.ReplaceAll(path, "{host}", "h1")
 		req := httptest.NewRequest(w.method, path, bytes.NewReader(body))
 		req.Header.Set("X-Auth-Token", "admin")
 		req.Header.Set("Content-Type", "application/json")
