@@ -237,6 +237,14 @@ func (o *Outbox) keep(ctx context.Context, r OutboxReport) error {
 	ctx = context.WithoutCancel(ctx)
 	key := r.key()
 	o.mu.Lock()
+	if o.stopped {
+		// The agent is stopping: nothing more is written (its data
+		// directory may be going away). The next start's reconcile
+		// reports the operation from what the hypervisor has.
+		o.mu.Unlock()
+		o.log.Info("agent stopping: a report is left to the next start", "report", r.Kind, "instance", r.InstanceUUID, "migration", r.MigrationID)
+		return nil
+	}
 	if _, ok := o.pending[key]; ok {
 		o.mu.Unlock()
 		o.log.Info("a report of this operation is already pending; keeping the first", "report", r.Kind, "instance", r.InstanceUUID, "migration", r.MigrationID)

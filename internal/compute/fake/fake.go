@@ -57,6 +57,7 @@ type Config struct {
 type Driver struct {
 	cfg    Config
 	mu     sync.Mutex
+	closed bool // Close was called: the state file is no longer written
 	guests map[string]*compute.Guest
 	copies map[string]*copyJob
 	faults map[string][]fault
@@ -643,11 +644,22 @@ func (d *Driver) Interrupted() []compute.Guest {
 	return out
 }
 
+// Close implements io.Closer: the agent is stopping. Timers already set
+// still fire (a hypervisor's guests run on), but the state file is no
+// longer written, as if the agent process had gone: what the file holds
+// is what the next start reads.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	return nil
+}
+
 // saveLocked writes the state file atomically; called with mu held. On
 // an error the file is as it was: the caller undoes its change in memory
-// and fails.
+// and fails. After Close it writes nothing.
 func (d *Driver) saveLocked() error {
-	if d.cfg.StateFile == "" {
+	if d.cfg.StateFile == "" || d.closed {
 		return nil
 	}
 	st := stateFile{Guests: make([]compute.Guest, 0, len(d.guests))}
