@@ -2,6 +2,7 @@ package placement
 
 import (
 	"slices"
+	"sync"
 	"strconv"
 	"strings"
 )
@@ -33,11 +34,21 @@ type Forest struct {
 	shares    []bool // per provider: it carries MISC_SHARES_VIA_AGGREGATE
 	hasTrees  bool
 	byUUID    map[string]int
+	// sharedRoots gives, per sharing provider, the roots it anchors
+	// (search.sharedAnchors), computed once per forest on first use.
+	sharedRoots func() map[int][]int
 }
 
 // NewForest indexes ps (whose Parent and Root must be filled in).
 func NewForest(ps []CandidateProvider) *Forest {
 	f := &Forest{Providers: ps, trees: map[int][]int{}, byAgg: map[string][]int{}, byUUID: make(map[string]int, len(ps)), shares: make([]bool, len(ps))}
+	f.sharedRoots = sync.OnceValue(func() map[int][]int {
+		s := &search{f: f, anchorsOf: map[int][]int{}}
+		for _, p := range f.sharing {
+			s.sharedAnchors(p)
+		}
+		return s.anchorsOf
+	})
 	for i, p := range ps {
 		f.byUUID[p.UUID] = i
 		f.trees[p.Root] = append(f.trees[p.Root], i)
@@ -266,6 +277,14 @@ func (s *search) outside(i int) bool {
 // aggregate), sorted.
 func (s *search) sharedAnchors(p int) []int {
 	if a, ok := s.anchorsOf[p]; ok {
+		return a
+	}
+	if s.q.Roots != nil {
+		// A search over a few trees (a scheduler's view, asking again
+		// for the trees that changed) reuses the forest's answers, which
+		// depend on aggregates alone.
+		a := s.f.sharedRoots()[p]
+		s.anchorsOf[p] = a
 		return a
 	}
 	set := map[int]bool{}

@@ -223,13 +223,13 @@ func TestFlatOverrides(t *testing.T) {
 // delete seen through the change stream, what a fresh search over every
 // provider finds, for each of several requests.
 func TestTreeAnswersCachedAsFresh(t *testing.T) {
-	c := newCloud(t, 2)
+	c := newCloud(t, 0)
 	ctx := context.Background()
 	for i := 0; i < 12; i++ {
 		name := fmt.Sprintf("t%02d", i)
 		root := "rp-" + name
 		if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: root, Name: name,
-			Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100)}}); err != nil {
+			Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(40)}}); err != nil {
 			t.Fatal(err)
 		}
 		for _, cell := range []string{"numa0", "numa1"} {
@@ -242,7 +242,7 @@ func TestTreeAnswersCachedAsFresh(t *testing.T) {
 		if i%4 == 0 {
 			pool := fmt.Sprintf("rp-pool-%d", i/4)
 			if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: pool, Name: pool, Traits: []string{placement.SharesViaAggregate},
-				Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(300)}}); err != nil {
+				Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100)}}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := c.st.SetProviderAggregates(ctx, pool, nil, []string{agg}); err != nil {
@@ -305,7 +305,69 @@ func TestTreeAnswersCachedAsFresh(t *testing.T) {
 			}
 		}
 	}
-	if len(live) < 10 {
+	for _, pool := range []string{"rp-pool-0", "rp-pool-1", "rp-pool-2"} {
+		if u := usage(t, c.st, pool); u[placement.DiskGB] == 0 {
+			t.Errorf("%s holds nothing at the end: the walk never took from a pool", pool)
+		}
+	}
+	if len(live) < 20 {
 		t.Errorf("only %d servers live at the end: the walk claimed too little to test anything", len(live))
+	}
+}
+
+// TestTreeAnswersAfterAPoolFrees: two trees whose only disk is one pool
+// with room for one server; once it is taken neither tree has a
+// candidate, and when the server goes (seen through the change stream)
+// both have one again, though neither tree itself changed.
+func TestTreeAnswersAfterAPoolFrees(t *testing.T) {
+	c := newCloud(t, 0)
+	ctx := context.Background()
+	mk := func(p placement.Provider) {
+		t.Helper()
+		if _, err := c.st.CreateProvider(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk(placement.Provider{UUID: "rp-pool", Name: "pool", Traits: []string{placement.SharesViaAggregate},
+		Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(20)}})
+	for _, name := range []string{"a", "b"} {
+		mk(placement.Provider{UUID: "rp-" + name, Name: name, Inventories: placement.Inventories{
+			placement.VCPU: placement.NewInventory(8), placement.MemoryMB: placement.NewInventory(16384)}})
+		c.addService(t, name)
+	}
+	for _, u := range []string{"rp-pool", "rp-a", "rp-b"} {
+		if _, err := c.st.SetProviderAggregates(ctx, u, nil, []string{"agg"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := c.scheduler(t, DefaultConfig(), PolicyClaim, 1)
+	hosts := func() string {
+		t.Helper()
+		exp, err := s.Explain(ctx, &Request{Resources: small()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range exp.Hosts {
+			if h.RejectedBy == "" {
+				out = append(out, h.Host)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	if got := hosts(); got != "a,b" {
+		t.Fatalf("before: %q", got)
+	}
+	if _, err := s.Select(ctx, &Request{Resources: small()}, treeClaim(c.st, "vm1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := hosts(); got != "" {
+		t.Fatalf("with the pool full: %q, want no host", got)
+	}
+	if _, err := c.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "vm1", AnyConsumerGeneration: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := hosts(); got != "a,b" {
+		t.Fatalf("after the delete: %q, want a,b", got)
 	}
 }

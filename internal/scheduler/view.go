@@ -505,16 +505,38 @@ func (v *View) updateNode(s store.ProviderSummary) *provNode {
 	if !slices.Equal(n.sum.Traits, s.Traits) || !slices.Equal(n.sum.Aggregates, s.Aggregates) {
 		v.stale = true
 	}
+	before, sameInv := n.sum.Usage, sameInventories(n.sum.Inventories, s.Inventories)
 	n.sum = s
 	v.patchForest(n)
-	v.touch(n)
+	v.touch(n, before, sameInv)
 	return n
 }
 
-// touch marks the trees whose candidates n's change may change: its own,
-// or, for a provider that shares, every tree in an aggregate with it.
-func (v *View) touch(n *provNode) {
+// touch marks the trees whose candidates n's change may change (before
+// is its usage until now; sameInv says its inventories stayed): its own;
+// for a provider that shares, every tree in an aggregate with it — but
+// when only its usage grew, just the trees whose candidate takes from it
+// an amount that no longer fits (a tree's first candidate that does not
+// use the pool, or still fits, stays its first: those before it did not
+// fit and fit less now).
+func (v *View) touch(n *provNode, before placement.Resources, sameInv bool) {
 	if v.dirtyAll || len(v.answers) == 0 {
+		return
+	}
+	if n.shares() && sameInv && grewOnly(before, n.sum.Usage) {
+		for _, a := range v.answers {
+			for h, alloc := range a.allocs {
+				for rc, amt := range alloc[n.sum.UUID] {
+					if n.sum.Usage[rc]+amt > n.sum.Inventories[rc].Capacity() {
+						if a.dirty == nil {
+							a.dirty = map[string]bool{}
+						}
+						a.dirty[h.ProviderUUID] = true
+						break
+					}
+				}
+			}
+		}
 		return
 	}
 	mark := func(root string) {
@@ -537,6 +559,29 @@ func (v *View) touch(n *provNode) {
 			}
 		}
 	}
+}
+
+// grewOnly reports whether no class's usage went down from before to now.
+func grewOnly(before, now placement.Resources) bool {
+	for rc, n := range before {
+		if now[rc] < n {
+			return false
+		}
+	}
+	return true
+}
+
+// sameInventories reports whether a and b hold the same inventories.
+func sameInventories(a, b placement.Inventories) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for rc, inv := range a {
+		if other, ok := b[rc]; !ok || other != inv {
+			return false
+		}
+	}
+	return true
 }
 
 // dropNode forgets a provider that is gone.
@@ -709,12 +754,13 @@ func (v *View) consumeTree(h *HostState, alloc map[string]placement.Resources, n
 		if n == nil {
 			continue
 		}
+		before := n.sum.Usage
 		n.sum.Usage = n.sum.Usage.Clone().Add(res)
 		if u == h.ProviderUUID && newGen > n.sum.Generation {
 			n.sum.Generation = newGen
 		}
 		v.patchForest(n)
-		v.touch(n)
+		v.touch(n, before, true)
 	}
 	if n := v.nodes[h.ProviderUUID]; n != nil {
 		v.setHost(h, n)
