@@ -2,9 +2,9 @@ package placement
 
 import (
 	"slices"
-	"sync"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // SharesViaAggregate is the trait that makes a provider's inventory
