@@ -91,13 +91,16 @@ end = 500
 	f.Add([]byte(strings.Replace(small, "ram = 4096", "ram = 16000", 1)))
 	f.Add([]byte(strings.Replace(small, "rate = 0.5", "rate = 1e-12", 1)))
 	f.Add([]byte(strings.Replace(small, "service_down_time = 30", "service_down_time = 3", 1)))
+	// What keel sim export writes: named hosts with traits, one-by-one
+	// instances, a server group, an aggregate (run with a rebalance).
+	f.Add([]byte(exportLike))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sc, err := scenario.Parse("f.toml", data)
 		if err != nil {
 			return // FuzzParse covers refusals
 		}
 		hosts := sc.Hosts()
-		instances := 0
+		instances := len(sc.Instances)
 		for _, h := range hosts {
 			for _, n := range h.Instances {
 				instances += n
@@ -117,7 +120,11 @@ end = 500
 		var rep *Report
 		go func() {
 			defer close(done)
-			rep, err = Run(ctx, sc, Options{Samples: 4})
+			opts := Options{Samples: 4}
+			if len(sc.Instances) > 0 {
+				opts.Rebalance = &RebalanceOptions{InFlight: 2}
+			}
+			rep, err = Run(ctx, sc, opts)
 		}()
 		select {
 		case <-done:
@@ -137,3 +144,63 @@ end = 500
 		}
 	})
 }
+
+const exportLike = `duration = 300
+[scheduler]
+enabled_filters = ["ComputeFilter", "AvailabilityZoneFilter", "ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter", "AggregateInstanceExtraSpecsFilter"]
+[[flavor]]
+name = "a"
+vcpus = 1
+ram = 2048
+disk = 10
+[[flavor]]
+name = "f"
+vcpus = 2
+ram = 4096
+disk = 10
+extra_specs = { "trait:CUSTOM_FAST" = "required" }
+[[hosts]]
+name = "x1"
+vcpus = 8
+memory_mb = 32768
+disk_gb = 200
+traits = ["CUSTOM_FAST"]
+reserved_host_memory_mb = 1024
+[[hosts]]
+name = "x2"
+vcpus = 8
+memory_mb = 32768
+disk_gb = 200
+traits = ["CUSTOM_FAST"]
+[[hosts]]
+prefix = "y"
+count = 2
+vcpus = 8
+memory_mb = 32768
+disk_gb = 200
+[[server_group]]
+name = "g"
+policy = "anti-affinity"
+[[aggregate]]
+name = "az"
+hosts = ["y01"]
+metadata = { "availability_zone" = "az1" }
+[[instance]]
+host = "x1"
+flavor = "f"
+[[instance]]
+host = "x1"
+flavor = "f"
+[[instance]]
+host = "x1"
+flavor = "a"
+group = "g"
+[[instance]]
+host = "x1"
+flavor = "a"
+group = "g"
+zone = "nova"
+[[drain]]
+start = 10
+hosts = ["y02"]
+`

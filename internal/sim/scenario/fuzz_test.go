@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[scheduler]\nhost_subset_size = 0\n[[hosts]]\ncount = 1e9\n"))
 	f.Add([]byte("duration = \"-1h\"\n[[flavors]]\nname = \"x\"\n"))
 	f.Add([]byte("\x00\xff[[["))
+	f.Add([]byte("duration = 60\n[[flavor]]\nname = \"s\"\nvcpus = 1\nram = 1024\n[[hosts]]\nname = \"a\"\nvcpus = 2\nmemory_mb = 4096\ndisk_gb = 10\ntraits = [\"CUSTOM_X\"]\n[[server_group]]\nname = \"g\"\npolicy = \"affinity\"\n[[aggregate]]\nname = \"z\"\nhosts = [\"a\"]\n[[instance]]\nhost = \"a\"\nflavor = \"s\"\ngroup = \"g\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sc, err := Parse("f.toml", data)
 		if err == nil {
