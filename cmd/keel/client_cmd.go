@@ -44,7 +44,7 @@ delete and migrate --live. ` + "`keel server list --help`" + ` and the others te
   keel server migrate --live web1 --wait`
 		}
 	}
-	return append(cmds, hostCommand(), migrationCommand(), scheduleCommand(), auditCommand(), planCommand())
+	return append(cmds, hostCommand(), migrationCommand(), scheduleCommand(), auditCommand(), planCommand(), rebalanceCommand())
 }
 
 // clientFlags are the flags every client command shares.

@@ -8,6 +8,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 
 	"keel/internal/plan"
+	"keel/internal/rebalance"
 	"keel/internal/records"
 )
 
@@ -78,6 +79,31 @@ func (c *Client) CreateRebalancePlan(ctx context.Context, moves []records.PlanMo
 		return Plan{}, fmt.Errorf("recording the rebalance plan: %w", describe(err))
 	}
 	return body.Plan, nil
+}
+
+// RebalanceOptions ask the rebalance planner for a plan.
+type RebalanceOptions struct {
+	Metric    string  `json:"metric,omitempty"`
+	Threshold float64 `json:"threshold,omitempty"`
+	MaxMoves  int     `json:"max_moves,omitempty"`
+	Seed      uint64  `json:"seed,omitempty"`
+	Parallel  int     `json:"parallel,omitempty"`
+}
+
+// PlanRebalance asks keel's rebalance planner for moves that lower the
+// imbalance; the answer is the planner's summary and, if it proposed
+// moves, the recommended plan that holds them (ID 0 otherwise).
+func (c *Client) PlanRebalance(ctx context.Context, o RebalanceOptions) (rebalance.Plan, Plan, error) {
+	var body struct {
+		Rebalance rebalance.Plan `json:"rebalance"`
+		Plan      Plan           `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans"), map[string]any{"rebalance": o}, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{200, 201}})
+	if err != nil {
+		return rebalance.Plan{}, Plan{}, fmt.Errorf("planning a rebalance: %w", describe(err))
+	}
+	return body.Rebalance, body.Plan, nil
 }
 
 // ApprovePlan starts a recommended plan.

@@ -329,3 +329,37 @@ func TestRebalancePlanRechecksDestinations(t *testing.T) {
 		t.Errorf("plan %s, want done (skips are not failures)", p.State)
 	}
 }
+
+// TestRebalancePlanFromThePlanner: on a skewed cloud the planner's moves
+// are stored as a recommended plan; applied, they even the hosts out; a
+// second plan on the balanced cloud proposes nothing.
+func TestRebalancePlanFromThePlanner(t *testing.T) {
+	c := newCloud(t, hosts(4), maxConcurrent(2))
+	for i := 0; i < 3; i++ {
+		c.seed("h1", "packed", medium)
+	}
+	p, rp, err := c.cond.PlanRebalance(ctx, conductor.RebalanceRequest{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID == 0 || p.State != records.PlanRecommended || len(p.Moves) == 0 || rp.After >= rp.Before {
+		t.Fatalf("plan %d %s with %d moves, CV %.3f → %.3f", p.ID, p.State, len(p.Moves), rp.Before, rp.After)
+	}
+	if _, err := c.cond.ApprovePlan(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	p = c.runPlan(p.ID, plan.Caps{PerSource: 2})
+	if p.State != records.PlanDone {
+		t.Fatalf("plan %s (%s)", p.State, p.Reason)
+	}
+	for _, mv := range p.Moves {
+		if got := c.instance(mv.Instance).Host; got != mv.Dest {
+			t.Errorf("instance %s on %s, planned %s", mv.Instance, got, mv.Dest)
+		}
+	}
+	again, rp2, err := c.cond.PlanRebalance(ctx, conductor.RebalanceRequest{Seed: 1})
+	if err != nil || again.ID != 0 || len(rp2.Moves) != 0 {
+		t.Fatalf("on the balanced cloud: plan %d, %d moves (%s), %v", again.ID, len(rp2.Moves), rp2.Stopped, err)
+	}
+	c.checkInvariants()
+}

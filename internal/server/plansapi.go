@@ -11,6 +11,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/httpbody"
 	"keel/internal/plan"
+	"keel/internal/rebalance"
 	"keel/internal/records"
 	"keel/internal/store"
 )
@@ -19,7 +20,7 @@ import (
 //
 //	GET  /keel/v1/plans                  every plan, newest last, with progress
 //	GET  /keel/v1/plans/{id}             one plan with its moves and progress
-//	POST /keel/v1/plans                  {"drain": {...}} or {"rebalance": {"moves": [...]}}
+//	POST /keel/v1/plans                  {"drain": {...}}, {"rebalance": {"metric": "ram", ...}} (planned) or {"rebalance": {"moves": [...]}}
 //	POST /keel/v1/plans/{id}/approve     start a recommended plan
 //	POST /keel/v1/plans/{id}/cancel      {"abort": false}
 //	POST /keel/v1/hosts/{host}/undrain   {"return": false}
@@ -31,6 +32,7 @@ type planRunner interface {
 	CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error)
 	ApprovePlan(ctx context.Context, id int64) (records.Plan, error)
 	CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error)
+	PlanRebalance(ctx context.Context, req conductor.RebalanceRequest) (records.Plan, rebalance.Plan, error)
 }
 
 var _ planRunner = (*conductor.Conductor)(nil)
@@ -104,10 +106,17 @@ type createPlanRequest struct {
 		StopOnFailure bool     `json:"stop_on_failure"`
 		DryRun        bool     `json:"dry_run"`
 	} `json:"drain"`
+	// Rebalance with moves stores them as a recommended plan; without,
+	// the planner proposes them (metric, threshold, max_moves, seed).
 	Rebalance *struct {
-		Moves   []records.PlanMove  `json:"moves"`
-		Options records.PlanOptions `json:"options"`
-		Reason  string              `json:"reason"`
+		Moves     []records.PlanMove  `json:"moves"`
+		Options   records.PlanOptions `json:"options"`
+		Reason    string              `json:"reason"`
+		Metric    string              `json:"metric"`
+		Threshold float64             `json:"threshold"`
+		MaxMoves  int                 `json:"max_moves"`
+		Seed      uint64              `json:"seed"`
+		Parallel  int                 `json:"parallel"`
 	} `json:"rebalance"`
 }
 
@@ -141,6 +150,25 @@ func (k *keelAPI) createPlan(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		writeJSON(w, status, map[string]any{"plan": k.view(p)})
+		return
+	}
+	if rb := req.Rebalance; len(rb.Moves) == 0 {
+		if rb.Threshold < 0 || rb.MaxMoves < 0 || rb.Parallel < 0 {
+			compute.WriteError(w, http.StatusBadRequest, "threshold, max_moves and parallel must not be negative")
+			return
+		}
+		p, rp, err := k.plans.PlanRebalance(r.Context(), conductor.RebalanceRequest{Metric: rb.Metric, Threshold: rb.Threshold,
+			MaxMoves: rb.MaxMoves, Seed: rb.Seed, Parallel: rb.Parallel})
+		if err != nil {
+			k.planError(w, err)
+			return
+		}
+		out := map[string]any{"rebalance": rp}
+		status := http.StatusOK
+		if p.ID != 0 {
+			out["plan"], status = k.view(p), http.StatusCreated
+		}
+		writeJSON(w, status, out)
 		return
 	}
 	p, err := k.plans.CreatePlan(r.Context(), records.Plan{Purpose: records.PlanRebalance, Moves: req.Rebalance.Moves,

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"keel/internal/client"
+)
+
+func rebalanceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Propose and run moves that even out the hosts' usage",
+	}
+	cmd.AddCommand(rebalancePlanCommand(), rebalanceApplyCommand())
+	return cmd
+}
+
+func rebalancePlanCommand() *cobra.Command {
+	var (
+		cf *clientFlags
+		o  client.RebalanceOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Propose moves that lower the imbalance (stored as a recommended plan)",
+		Long: `plan runs keel's rebalance planner on the live cloud (POST /keel/v1/plans
+{"rebalance": …}, admin): moves that lower the coefficient of variation of
+the enabled hosts' normalised usage of --metric, each checked with the
+scheduler's own filters, cheapest first, every one lowering the metric,
+none moving an instance moved within the last hour. It acts only above
+--threshold and stops below half of it. Nothing moves: the moves are stored
+as a recommended plan, which ` + "`keel rebalance apply PLAN`" + ` runs (each move
+re-checked just before it starts).` + clientLong,
+		Example: `  keel rebalance plan
+  keel rebalance plan --metric max --threshold 0.05 --max-moves 20`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			rp, p, err := c.PlanRebalance(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if cf.json() {
+				return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
+			}
+			fmt.Fprintf(out, "%s CV over %d enabled hosts: %.4f → %.4f in %d moves (%s)\n", rp.Metric, rp.Hosts, rp.Before, rp.After, len(rp.Moves), rp.Stopped)
+			if p.ID == 0 {
+				return nil
+			}
+			names := serverNames(cmd.Context(), c)
+			t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "CV AFTER")
+			for i, m := range rp.Moves {
+				t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, fmt.Sprintf("%.4f", m.After))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d runs it\n", p.ID, p.ID)
+			return nil
+		},
+	}
+	cf = addClientFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Metric, "metric", "ram", "what to even out: ram, vcpu, disk or max (the worst of the three per host)")
+	f.Float64Var(&o.Threshold, "threshold", 0.10, "act only above this CV; stop below half of it")
+	f.IntVar(&o.MaxMoves, "max-moves", 0, "at most this many moves (0: no cap)")
+	f.Uint64Var(&o.Seed, "seed", 1, "breaks ties between equally good moves (same seed and cloud, same plan)")
+	f.IntVar(&o.Parallel, "parallel", 0, "the plan's moves in flight at once when applied (0: the caps alone)")
+	return cmd
+}
+
+func rebalanceApplyCommand() *cobra.Command {
+	var (
+		cf   *clientFlags
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "apply PLAN",
+		Short: "Run a recommended rebalance plan",
+		Long: `apply approves a recommended plan (POST /keel/v1/plans/PLAN/approve,
+admin): the executor starts its moves under the caps, after drains and
+evacuations, re-checking each just before it starts (the instance still on
+its source, the destination still passing the scheduler's filters; a move
+that no longer applies is skipped with the reason). Older recommended
+rebalance plans are superseded. --wait prints a line per move as it ends.` + clientLong,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parsePlanID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := cf.connect(cmd)
+			if err != nil {
+				return err
+			}
+			p, err := c.ApprovePlan(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, planHeadline(p))
+			if !wait {
+				return nil
+			}
+			final, err := waitPlan(cmd.Context(), c, id, out, serverNames(cmd.Context(), c))
+			if err != nil {
+				return err
+			}
+			return planOutcome(final)
+		},
+	}
+	cf = addClientFlags(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", false, "print a line per move as it ends, until the plan ends")
+	return cmd
+}

@@ -1,0 +1,98 @@
+package conductor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"keel/internal/rebalance"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// RebalanceRequest asks the rebalance planner for a plan (`keel rebalance
+// plan`).
+type RebalanceRequest struct {
+	// Metric is ram (default), vcpu, disk or max.
+	Metric string
+	// Threshold: act above it, stop below half of it (0: 0.10).
+	Threshold float64
+	// MaxMoves caps the plan (0: no cap).
+	MaxMoves int
+	// Seed breaks ties between equally good moves.
+	Seed uint64
+	// Cooldown: an instance moved within it is not moved again (0: 1 h).
+	Cooldown time.Duration
+	// Parallel is the plan's moves in flight at once (0: the caps).
+	Parallel int
+}
+
+// PlanRebalance runs the rebalance planner (package rebalance) on the
+// live cloud — the scheduler's filters in force, draining hosts neither
+// destinations nor counted, instances moved within the cooldown left
+// alone — and stores its moves as a recommended plan (ApprovePlan runs
+// it). With no move to make it stores nothing and returns the planner's
+// answer alone (the returned plan's ID is 0).
+func (c *Conductor) PlanRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	if req.Metric == "" {
+		req.Metric = "ram"
+	}
+	metric, err := rebalance.ParseMetric(req.Metric)
+	if err != nil {
+		return records.Plan{}, rebalance.Plan{}, &InvalidStateError{Msg: err.Error()}
+	}
+	cloud, err := rebalance.FromStore(ctx, c.store)
+	if err != nil {
+		return records.Plan{}, rebalance.Plan{}, fmt.Errorf("reading the cloud for a rebalance: %w", err)
+	}
+	draining, err := c.drainingHosts(ctx)
+	if err != nil {
+		return records.Plan{}, rebalance.Plan{}, err
+	}
+	cooldown := req.Cooldown
+	if cooldown <= 0 {
+		cooldown = time.Hour
+	}
+	movedAt, err := c.lastMoves(ctx)
+	if err != nil {
+		return records.Plan{}, rebalance.Plan{}, err
+	}
+	planner, err := rebalance.New(rebalance.Options{Metric: metric, Threshold: req.Threshold, MaxMoves: req.MaxMoves,
+		Scheduler: c.sched.Config(), Now: c.clock.Now(), Cooldown: cooldown, MovedAt: movedAt, Exclude: draining, Seed: req.Seed})
+	if err != nil {
+		return records.Plan{}, rebalance.Plan{}, &InvalidStateError{Msg: err.Error()}
+	}
+	rp, err := planner.Plan(cloud)
+	if err != nil {
+		return records.Plan{}, rp, fmt.Errorf("planning a rebalance: %w", err)
+	}
+	if len(rp.Moves) == 0 {
+		return records.Plan{}, rp, nil
+	}
+	p := records.Plan{Purpose: records.PlanRebalance, Options: records.PlanOptions{Parallel: req.Parallel},
+		Reason: fmt.Sprintf("%s CV %.4f → %.4f over %d hosts in %d moves (%s)", rp.Metric, rp.Before, rp.After, rp.Hosts, len(rp.Moves), rp.Stopped)}
+	for _, m := range rp.Moves {
+		p.Moves = append(p.Moves, records.PlanMove{Instance: m.Instance, Source: m.Source, Dest: m.Destination, RAMMB: m.RAMMB})
+	}
+	saved, err := c.CreatePlan(ctx, p)
+	return saved, rp, err
+}
+
+// lastMoves is when each instance last completed a move.
+func (c *Conductor) lastMoves(ctx context.Context) (map[string]time.Time, error) {
+	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{})
+	if err != nil {
+		return nil, fmt.Errorf("reading past moves: %w", err)
+	}
+	out := map[string]time.Time{}
+	for _, m := range ms {
+		switch m.Status {
+		case records.MigrationCompleted, records.MigrationConfirmed, records.MigrationDone:
+			if m.UpdatedAt.After(out[m.InstanceUUID]) {
+				out[m.InstanceUUID] = m.UpdatedAt
+			}
+		}
+	}
+	return out, nil
+}
