@@ -329,8 +329,12 @@ func parsePlanID(s string) (int64, error) {
 // planHeadline is a plan's one-line summary.
 func planHeadline(p client.Plan) string {
 	s := p.Progress
-	line := fmt.Sprintf("plan %d (%s %s): %s — %d done, %d running, %d left, %d failed, %d skipped, %d cancelled of %d; %s copied",
-		p.ID, p.Purpose, strings.Join(p.Hosts, ","), p.State, s.Done, s.Running, s.Left, s.Failed, s.Skipped, s.Cancelled, s.Total, bytesText(s.BytesCopied))
+	what := p.Purpose
+	if len(p.Hosts) > 0 {
+		what += " " + strings.Join(p.Hosts, ",")
+	}
+	line := fmt.Sprintf("plan %d (%s): %s — %d done, %d running, %d left, %d failed, %d skipped, %d cancelled of %d; %s copied",
+		p.ID, what, p.State, s.Done, s.Running, s.Left, s.Failed, s.Skipped, s.Cancelled, s.Total, bytesText(s.BytesCopied))
 	if s.RateBytesPerSec > 0 {
 		line += fmt.Sprintf(" at %s/s", bytesText(int64(s.RateBytesPerSec)))
 	}
