@@ -62,6 +62,3 @@ func (s *Scheduler) Passes(ctx context.Context, req *Request, host string) (bool
 	return true, "", nil
 }
 
-// Config returns a copy of the scheduler's configuration (the filters
-// and options in force, for a planner that runs the same filters).
-func (s *Scheduler) Config() Config { return s.cfg.Clone() }
