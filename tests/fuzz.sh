@@ -9,6 +9,11 @@
 #
 #   tests/fuzz.sh                 every target, 8 s each
 #   FUZZTIME=5m tests/fuzz.sh     longer, by hand
+#   tests/fuzz.sh --postgres      also the compute and placement targets on
+#                                 the PostgreSQL store (a throw-away cluster;
+#                                 a fresh database per input, so slower; their
+#                                 seed corpora run in every go test anyway,
+#                                 -pgfuzz.all for the whole cross product)
 #
 # A failure leaves its input under the package's testdata/fuzz/ directory;
 # `go test -run 'FuzzName/<id>' ./pkg` replays it.
@@ -25,6 +30,12 @@ targets=(
   # (60 s of runs) would stall the worker: a few runs are enough.
   "FuzzRun ./internal/sim/ -fuzzminimizetime=5x"
 )
+if [ "${1:-}" = --postgres ]; then
+  targets+=(
+    "FuzzComputeRequestsPostgres ./internal/api/compute/"
+    "FuzzPlacementRequestsPostgres ./internal/api/placementapi/"
+  )
+fi
 for t in "${targets[@]}"; do
   set -- $t
   echo "-- $1 in $2 for $fuzztime"

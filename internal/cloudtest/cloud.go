@@ -74,15 +74,22 @@ type Options struct {
 	// Store wraps the memory store the conductor writes through (a test
 	// that checks or fails its writes); nil uses the store itself.
 	Store func(*memory.Store) store.Store
+	// On, if set, is the store the hosts are registered in and the
+	// trackers, schedulers and conductors use instead of the memory store
+	// (the API fuzz targets on PostgreSQL). Cloud.Store is then empty:
+	// read through Cloud.Backing.
+	On store.Store
 	// Log receives every component's log (default: discarded).
 	Log *slog.Logger
 }
 
 // Cloud is the in-process control plane.
 type Cloud struct {
-	Opts     Options
-	Clock    *clock.Virtual
-	Store    *memory.Store
+	Opts  Options
+	Clock *clock.Virtual
+	Store *memory.Store
+	// Backing is the store everything uses: Store, or Options.On.
+	Backing  store.Store
 	Cond     *conductor.Conductor
 	Agents   Agents
 	Drivers  map[string]*fake.Driver
@@ -112,6 +119,10 @@ func New(t testing.TB, o Options) *Cloud {
 	}
 	c := &Cloud{t: t, Opts: o, Clock: clock.NewVirtual(clock.Epoch), Store: memory.New(), Agents: Agents{},
 		Drivers: map[string]*fake.Driver{}, Trackers: map[string]*compute.Tracker{}}
+	c.Backing = c.Store
+	if o.On != nil {
+		c.Backing = o.On
+	}
 	ctx := context.Background()
 	progress := time.Second
 	if o.NoProgress {
@@ -129,7 +140,7 @@ func New(t testing.TB, o Options) *Cloud {
 			cfg.CPUAllocationRatio = o.CPURatio
 		}
 		svc := records.Service{Zone: "nova", LastSeenUp: c.Clock.Now()}
-		if _, err := compute.RegisterHost(ctx, c.Store, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
+		if _, err := compute.RegisterHost(ctx, c.Backing, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
 			t.Fatal(err)
 		}
 		drv, err := fake.New(fake.Config{Clock: c.Clock, SpawnTime: o.SpawnTime, ProgressEvery: progress})
@@ -137,7 +148,7 @@ func New(t testing.TB, o Options) *Cloud {
 			t.Fatal(err)
 		}
 		c.Drivers[h] = drv
-		c.Trackers[h] = compute.NewTracker(cfg, c.Store, drv, c.Clock)
+		c.Trackers[h] = compute.NewTracker(cfg, c.Backing, drv, c.Clock)
 		if err := c.Trackers[h].WriteRecord(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +179,7 @@ func (c *Cloud) NewConductor(cfg conductor.Config, seed uint64, hooks conductor.
 	if cfg.NewID == nil {
 		cfg.NewID = c.NewID
 	}
-	var st store.Store = c.Store
+	st := c.Backing
 	if c.Opts.Store != nil {
 		st = c.Opts.Store(c.Store)
 	}
@@ -184,7 +195,7 @@ func (c *Cloud) NewScheduler(seed uint64) *scheduler.Scheduler {
 	if c.Opts.Scheduler != nil {
 		c.Opts.Scheduler(&scfg)
 	}
-	view, err := scheduler.NewView(context.Background(), c.Store, scheduler.PolicyClaim)
+	view, err := scheduler.NewView(context.Background(), c.Backing, scheduler.PolicyClaim)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -127,7 +127,32 @@ func Unmarshal(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		return &MalformedError{Err: err}
 	}
-	return nil
+	return checkNUL(body)
+}
+
+// errNUL refuses a body with a NUL character in a string: no store keeps
+// one (PostgreSQL refuses it in text and JSON), so no API takes one.
+var errNUL = &MalformedError{Err: errors.New("a NUL character (\\u0000) is not allowed in a string")}
+
+// checkNUL refuses a decoded body that holds the JSON escape \u0000 (in
+// either case); a raw NUL byte is already refused by the JSON decoder.
+func checkNUL(body []byte) error {
+	for i := 0; ; {
+		j := bytes.Index(body[i:], []byte(`\u`))
+		if j < 0 {
+			return nil
+		}
+		k := i + j
+		// An escape only if preceded by an even number of backslashes.
+		n := 0
+		for b := k - 1; b >= 0 && body[b] == '\\'; b-- {
+			n++
+		}
+		if n%2 == 0 && k+6 <= len(body) && string(body[k+2:k+6]) == "0000" {
+			return errNUL
+		}
+		i = k + 2
+	}
 }
 
 // DecodeJSONStrict is DecodeJSON for bodies whose schema is closed
@@ -149,7 +174,7 @@ func DecodeJSONStrict(r *http.Request, limit int64, v any) error {
 	if dec.More() {
 		return &MalformedError{Err: errors.New("data after the JSON value")}
 	}
-	return nil
+	return checkNUL(body)
 }
 
 // IsTooLarge reports whether err is (or wraps) a TooLargeError.

@@ -50,3 +50,24 @@ func TestDecodeJSONStrict(t *testing.T) {
 		}
 	}
 }
+
+func TestNULRefused(t *testing.T) {
+	for body, refused := range map[string]bool{
+		`{"a": "x\u0000y"}`:       true,
+		`{"a\u0000": 1}`:          true,
+		`{"a": "\\\u0000"}`:       true,  // an escaped backslash, then the escape
+		`{"a": "\\u0000"}`:        false, // the text \u0000, not a NUL
+		`{"a": "\u00001"}`:        true,
+		`{"a": "\u0001"}`:         false,
+		`{"a": "x\\\\u0000y"}`:    false,
+		`{"a": ["ok", "\u0000"]}`: true,
+	} {
+		var v any
+		err := httpbody.DecodeJSON(httptest.NewRequest("POST", "/", strings.NewReader(body)), 1000, &v)
+		var strict map[string]any
+		errStrict := httpbody.DecodeJSONStrict(httptest.NewRequest("POST", "/", strings.NewReader(body)), 1000, &strict)
+		if (err != nil) != refused || (errStrict != nil) != refused {
+			t.Errorf("%s: %v / %v, want refused %v", body, err, errStrict, refused)
+		}
+	}
+}

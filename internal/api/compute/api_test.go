@@ -19,7 +19,7 @@ import (
 	"keel/internal/clock"
 	"keel/internal/cloudtest"
 	"keel/internal/records"
-	"keel/internal/store/memory"
+	"keel/internal/store"
 )
 
 // env is the API over a three-host in-process cloud on a virtual clock
@@ -27,15 +27,18 @@ import (
 type env struct {
 	t   *testing.T
 	clk *clock.Virtual
-	st  *memory.Store
+	st  store.Store
 	srv *httptest.Server
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvOn(t, nil) }
+
+// newEnvOn is newEnv on the store st (nil: cloudtest's memory store).
+func newEnvOn(t *testing.T, st store.Store) *env {
 	t.Helper()
 	ctx := context.Background()
-	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, SpawnTime: time.Second, NoProgress: true})
-	e := &env{t: t, clk: c.Clock, st: c.Store}
+	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, SpawnTime: time.Second, NoProgress: true, On: st})
+	e := &env{t: t, clk: c.Clock, st: c.Backing}
 	quiet := slog.New(slog.DiscardHandler)
 	for _, f := range []records.Flavor{{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1}, {ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20}} {
 		if _, err := e.st.CreateFlavor(ctx, f); err != nil {

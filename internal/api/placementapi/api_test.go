@@ -12,6 +12,7 @@ import (
 
 	"keel/internal/api/placementapi"
 	"keel/internal/placement"
+	"keel/internal/store"
 	"keel/internal/store/memory"
 )
 
@@ -28,8 +29,15 @@ func newServer(t *testing.T) (*httptest.Server, map[string]string) {
 // write around the API (as the scheduler and the agents do).
 func newServerStore(t *testing.T) (*httptest.Server, map[string]string, *memory.Store) {
 	t.Helper()
-	ctx := context.Background()
 	st := memory.New()
+	srv, uuids := newServerOn(t, st)
+	return srv, uuids, st
+}
+
+// newServerOn is newServer on the store st.
+func newServerOn(t *testing.T, st store.Store) (*httptest.Server, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
 	uuids := map[string]string{}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("h%d", i)
@@ -51,7 +59,7 @@ func newServerStore(t *testing.T) (*httptest.Server, map[string]string, *memory.
 	api := placementapi.New(st, func(r *http.Request) bool { return r.Header.Get("X-Auth-Token") == "admin" })
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return srv, uuids, st
+	return srv, uuids
 }
 
 func get(t *testing.T, srv *httptest.Server, path, token, version string, out any) *http.Response {
