@@ -363,3 +363,56 @@ func TestRebalancePlanFromThePlanner(t *testing.T) {
 	}
 	c.checkInvariants()
 }
+
+// TestPlanTakenOverFromADeadReplica: replica a starts a drain and dies
+// (no more heartbeats); replica b, once a's heartbeat is older than
+// service_down_time, takes the plan over as it takes a's migrations, and
+// finishes it: every instance moved once.
+func TestPlanTakenOverFromADeadReplica(t *testing.T) {
+	c := newCloud(t, hosts(4), maxConcurrent(1), owned("a", downTime))
+	for i := 0; i < 3; i++ {
+		c.seed("h1", "vm", small)
+	}
+	if err := c.cond.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.cond.Drain(ctx, conductor.DrainRequest{Hosts: []string{"h1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cond.TickPlans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := c.replica("b", c.st)
+	// b while a is alive: a's plan is left alone.
+	if err := b.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TickPlans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.st.GetPlan(ctx, p.ID); got.Owner != "a" {
+		t.Fatalf("a live replica's plan went to %q", got.Owner)
+	}
+	// a dies; b takes over after service_down_time.
+	c.advance(downTime + time.Second)
+	if err := b.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.cond = b
+	c.Route(b)
+	p = c.runPlan(p.ID, plan.Caps{PerSource: 1})
+	if p.State != records.PlanDone || p.Owner != "b" {
+		t.Fatalf("plan %s owned by %q (%s)", p.State, p.Owner, p.Reason)
+	}
+	moved := c.movesOf()
+	for _, mv := range p.Moves {
+		if moved[mv.Instance] != 1 || c.instance(mv.Instance).Host == "h1" {
+			t.Errorf("instance %s moved %d times, now on %s", mv.Instance, moved[mv.Instance], c.instance(mv.Instance).Host)
+		}
+	}
+	c.checkInvariants()
+}
