@@ -61,4 +61,3 @@ func (s *Scheduler) Passes(ctx context.Context, req *Request, host string) (bool
 	}
 	return true, "", nil
 }
-
