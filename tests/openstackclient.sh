@@ -220,6 +220,33 @@ expect "$th" "$(hostof vmt)" "server create --flavor with trait:CUSTOM_PICK_ME=r
 os server delete --wait vmt
 os flavor delete picky
 osp resource provider trait delete "$rpt"
+
+# A flavor's granular group reaches a child provider: CUSTOM_PGPU with the
+# trait on a child of $th's provider takes resources1:CUSTOM_PGPU=1 with
+# trait1:CUSTOM_PICK_ME=required; the claim spans the tree (the flavor on
+# the host's provider, the PGPU on the child); a second such server finds
+# no valid host.
+osp resource class create CUSTOM_PGPU
+pgpu=$(osp resource provider create "$th-pgpu0" --parent-provider "$rpt" -f value -c uuid)
+osp resource provider inventory set "$pgpu" --resource CUSTOM_PGPU=1 >/dev/null
+osp resource provider trait set --trait CUSTOM_PICK_ME "$pgpu" >/dev/null
+os flavor create --vcpus 1 --ram 512 --disk 1 --property resources1:CUSTOM_PGPU=1 --property trait1:CUSTOM_PICK_ME=required gpu1 >/dev/null
+os server create --flavor gpu1 --image keel-fake --nic none --wait vmg >/dev/null
+expect "$th" "$(hostof vmg)" "server create --flavor with resources1:CUSTOM_PGPU=1 + trait1 lands on $th"
+expect "$(printf "%s {'CUSTOM_PGPU': 1}\n%s {'DISK_GB': 1, 'MEMORY_MB': 512, 'VCPU': 1}" "$pgpu" "$rpt" | sort)" \
+  "$(osp resource provider allocation show "$(os server show vmg -f value -c id)" -f value -c resource_provider -c resources | sort)" \
+  "resource provider allocation show: the claim spans the host's provider and its child"
+# (openstackclient 6.0's --wait exits 0 on ERROR too: the status tells.)
+os server create --flavor gpu1 --image keel-fake --nic none --wait vmg2 >/dev/null 2>&1 || true
+case "$(os server show vmg2 -f value -c status -c fault)" in
+  *ERROR*"No valid host"*|*"No valid host"*ERROR*) echo "ok  a group no provider can satisfy: ERROR, No valid host" ;;
+  *) fail "vmg2: [$(os server show vmg2 -f value -c status -c fault)]" ;;
+esac
+os server delete --wait vmg vmg2
+expect "" "$(osp resource provider usage show "$pgpu" -f value | grep -v ' 0$' || true)" "server delete gives the child's CUSTOM_PGPU back"
+osp resource provider delete "$pgpu"
+osp resource class delete CUSTOM_PGPU
+os flavor delete gpu1
 osp trait delete CUSTOM_PICK_ME
 
 # Identity: keel dev's members log in with passwords of their own (their
