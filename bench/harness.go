@@ -27,7 +27,7 @@ var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim"}
 var RequiredKeys = []string{
 	"decision_p99_ms_10k", "claims_per_s_sqlite_10k", "claims_per_s_postgres_10k",
 	"api_boots_per_s", "placement_candidates_ratio", "placement_claims_ratio",
-	"placement_schedule_ratio", "nova_scheduler_ratio", "sim_10k_24h_wall_s", "sim_10k_24h_cpu_s",
+	"placement_schedule_ratio", "placement_tree_candidates_ratio", "nova_scheduler_ratio", "sim_10k_24h_wall_s", "sim_10k_24h_cpu_s",
 	"sim_10k_24h_peak_rss_mib",
 }
 
