@@ -374,18 +374,11 @@ func (r *run) placement(ctx context.Context) error {
 	providers := placementProviders(n)
 
 	r.progress("placement: configuring OpenStack Placement with %d providers", n)
-	peer, err := startPlacement(ctx, providers)
+	peer, kc, pc, stop, err := startPlacementPair(ctx, providers)
 	if err != nil {
 		return err
 	}
-	defer peer.stop()
-	k, err := startKeel(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer k.stop()
-	kc := newHTTPClient(k.srv.URL()+"/placement", k.token, placementMicroversion)
-	pc := newHTTPClient(peer.url, "admin", placementMicroversion)
+	defer stop()
 	t0 := time.Now()
 	if err := loadKeelPlacement(ctx, kc, providers); err != nil {
 		return fmt.Errorf("loading keel: %w", err)
@@ -468,6 +461,23 @@ func (r *run) placement(ctx context.Context) error {
 	return r.placementTrees(ctx)
 }
 
+// startPlacementPair starts OpenStack Placement with providers in its
+// database and a keel server, and returns a client of each one's
+// Placement API and a function that stops both.
+func startPlacementPair(ctx context.Context, providers []provider) (peer *placementPeer, kc, pc *httpClient, stop func(), err error) {
+	if peer, err = startPlacement(ctx, providers); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	k, err := startKeel(ctx, nil)
+	if err != nil {
+		peer.stop()
+		return nil, nil, nil, nil, err
+	}
+	kc = newHTTPClient(k.srv.URL()+"/placement", k.token, placementMicroversion)
+	pc = newHTTPClient(peer.url, "admin", placementMicroversion)
+	return peer, kc, pc, func() { k.stop(); peer.stop() }, nil
+}
+
 // treeCandidatesQuery is the nested case: a NUMA cell's CPU and memory as
 // one granular group, disk from a sharing provider as another. (Disk in
 // the unnamed group would not compare: Placement 8.0 then keeps one tree
@@ -484,18 +494,11 @@ func (r *run) placementTrees(ctx context.Context) error {
 	nodes := r.size(1000, 20)
 	reps := r.size(5, 2)
 	r.progress("placement trees: configuring OpenStack Placement")
-	peer, err := startPlacement(ctx, nil)
+	_, kc, pc, stop, err := startPlacementPair(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer peer.stop()
-	k, err := startKeel(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer k.stop()
-	kc := newHTTPClient(k.srv.URL()+"/placement", k.token, placementMicroversion)
-	pc := newHTTPClient(peer.url, "admin", placementMicroversion)
+	defer stop()
 	var took [2]float64
 	var got [2]int
 	for i, side := range []struct {

@@ -209,11 +209,7 @@ ETA it gives), and one row per move with its state, migration, destination
 and reason.` + clientLong,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parsePlanID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.connect(cmd)
+			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
 			}
@@ -267,11 +263,7 @@ migrations are aborted and rolled back. The plan ends cancelled when the
 last running move ends. A drain's hosts stay disabled (keel host undrain).` + clientLong,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parsePlanID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.connect(cmd)
+			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
 			}
@@ -298,11 +290,7 @@ func planApproveCommand() *cobra.Command {
 		Short: "Approve a recommended plan: the executor starts it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parsePlanID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.connect(cmd)
+			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
 			}
@@ -318,12 +306,15 @@ func planApproveCommand() *cobra.Command {
 	return cmd
 }
 
-func parsePlanID(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
+// connectPlan reads a command's PLAN argument and connects: the start of
+// every command that acts on one plan.
+func connectPlan(cmd *cobra.Command, cf *clientFlags, arg string) (*client.Client, int64, error) {
+	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("a plan id is a positive integer (keel plan list shows them), not %q", s)
+		return nil, 0, fmt.Errorf("a plan id is a positive integer (keel plan list shows them), not %q", arg)
 	}
-	return id, nil
+	c, err := cf.connect(cmd)
+	return c, id, err
 }
 
 // planHeadline is a plan's one-line summary.

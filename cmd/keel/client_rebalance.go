@@ -92,11 +92,7 @@ that no longer applies is skipped with the reason). Older recommended
 rebalance plans are superseded. --wait prints a line per move as it ends.` + clientLong,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parsePlanID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := cf.connect(cmd)
+			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
 			}

@@ -247,9 +247,6 @@ func (c *Cloud) Advance(d time.Duration) { c.Clock.Advance(d) }
 // queued "now").
 func (c *Cloud) Settle() { c.Clock.RunUntil(c.Clock.Now()) }
 
-// Elapsed is the virtual time since the start.
-func (c *Cloud) Elapsed() time.Duration { return c.Clock.Now().Sub(clock.Epoch) }
-
 // Allocations of a consumer (nil when it holds none).
 func (c *Cloud) Allocations(consumer string) map[string]placement.Resources {
 	cons, err := c.Store.GetConsumer(context.Background(), consumer)

@@ -319,14 +319,11 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "migration %d: %s\n", id, now.migrations[id])
 		}
 	case "guests":
+		names := s.byUUID()
 		for _, h := range s.c.Hosts {
 			gs, err := s.c.Drivers[h].Guests(context.Background())
 			if err != nil {
 				t.Fatal(err)
-			}
-			names := map[string]string{}
-			for name, uuid := range s.names {
-				names[uuid] = name
 			}
 			var parts []string
 			for _, g := range gs {
@@ -407,10 +404,7 @@ func (s *script) snap() snapshot {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	names := map[string]string{} // UUID → name, deleted instances too
-	for name, uuid := range s.names {
-		names[uuid] = name
-	}
+	names := s.byUUID()
 	for _, in := range insts {
 		out.instances[in.Name] = describe(in)
 	}
@@ -444,6 +438,16 @@ func describe(in records.Instance) string {
 		d += fmt.Sprintf(" fault=%q", in.Fault)
 	}
 	return d
+}
+
+// byUUID maps the script's instance UUIDs to their names (deleted
+// instances too).
+func (s *script) byUUID() map[string]string {
+	out := make(map[string]string, len(s.names))
+	for name, uuid := range s.names {
+		out[uuid] = name
+	}
+	return out
 }
 
 func (s *script) name(t *testing.T, d *datadriven.TestData) string {

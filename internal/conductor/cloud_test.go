@@ -41,7 +41,6 @@ const (
 type cloud struct {
 	*cloudtest.Cloud
 	t        *testing.T
-	opts     cloudOptions
 	clk      *clock.Virtual
 	st       *memory.Store
 	cond     *conductor.Conductor
@@ -101,7 +100,7 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total},
 		Store: func(m *memory.Store) store.Store { return endsSettled{m, t, down} },
 	})
-	return &cloud{Cloud: cc, t: t, opts: o, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,
+	return &cloud{Cloud: cc, t: t, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,
 		drivers: cc.Drivers, trackers: cc.Trackers, hosts: cc.Hosts, storeDown: down}
 }
 
@@ -117,9 +116,6 @@ func (c *cloud) seed(host, name string, f records.Flavor) records.Instance {
 }
 
 func (c *cloud) advance(d time.Duration) { c.clk.Advance(d) }
-
-// elapsed is the virtual time since the start.
-func (c *cloud) elapsed() time.Duration { return c.clk.Now().Sub(clock.Epoch) }
 
 func (c *cloud) instance(uuid string) records.Instance {
 	c.t.Helper()
