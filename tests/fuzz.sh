@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-8s}
 targets=(
-  "FuzzComputeRequests ./internal/api/compute/"
+  "FuzzComputeRequests ./internal/api/computeapi/"
   "FuzzPlacementRequests ./internal/api/placementapi/"
   "FuzzLogin ./internal/identity/"
   "FuzzParse ./internal/config/"
@@ -32,7 +32,7 @@ targets=(
 )
 if [ "${1:-}" = --postgres ]; then
   targets+=(
-    "FuzzComputeRequestsPostgres ./internal/api/compute/"
+    "FuzzComputeRequestsPostgres ./internal/api/computeapi/"
     "FuzzPlacementRequestsPostgres ./internal/api/placementapi/"
   )
 fi

@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 )
 
 // Account is one cloud of a clouds.yaml: a user logging in to its project
@@ -41,7 +41,7 @@ clouds:
     # keel's newest compute microversion: openstackclient otherwise asks
     # for 2.1, where "server create --nic none" is refused.
     compute_api_version: "%s"
-`, a.Cloud, baseURL, a.User, a.Password, a.User, compute.MaxVersion)
+`, a.Cloud, baseURL, a.User, a.Password, a.User, computeapi.MaxVersion)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 	"keel/internal/api/placementapi"
 	"keel/internal/httproute"
 	"keel/internal/identity"
@@ -52,7 +52,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 func limitRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.RequestURI) > maxRequestURI {
-			compute.WriteError(w, http.StatusRequestURITooLong, "The request line is too long (more than 8 KiB).")
+			computeapi.WriteError(w, http.StatusRequestURITooLong, "The request line is too long (more than 8 KiB).")
 			return
 		}
 		// A NUL byte is in no name, ID or filter keel keeps, and
@@ -72,7 +72,7 @@ func limitRequest(next http.Handler) http.Handler {
 func adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := identity.PrincipalFrom(r.Context()); !ok || !p.IsAdmin() {
-			compute.WriteError(w, http.StatusForbidden, "Policy doesn't allow metrics to be performed.")
+			computeapi.WriteError(w, http.StatusForbidden, "Policy doesn't allow metrics to be performed.")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -119,7 +119,7 @@ func errorWriterFor(path string) identity.ErrorWriter {
 	case strings.HasPrefix(path, "/placement"):
 		return placementapi.WriteStatus
 	}
-	return compute.WriteError
+	return computeapi.WriteError
 }
 
 // errNULInBody: a JSON body with the escape \u0000 (a NUL character in a
@@ -156,7 +156,7 @@ func jsonMisses(mux *http.ServeMux) http.Handler {
 			if allow != "" {
 				w.Header().Set("Allow", allow)
 			}
-			compute.WriteError(w, status, http.StatusText(status))
+			computeapi.WriteError(w, status, http.StatusText(status))
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 	"keel/internal/audit"
 	"keel/internal/conductor"
 	"keel/internal/httpbody"
@@ -72,11 +72,11 @@ func (k *keelAPI) admin(h func(w http.ResponseWriter, r *http.Request)) http.Han
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, ok := identity.PrincipalFrom(r.Context())
 		if !ok {
-			compute.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
+			computeapi.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
 			return
 		}
 		if !p.IsAdmin() {
-			compute.WriteError(w, http.StatusForbidden, "keel's admin API needs the admin role")
+			computeapi.WriteError(w, http.StatusForbidden, "keel's admin API needs the admin role")
 			return
 		}
 		h(w, r)
@@ -86,7 +86,7 @@ func (k *keelAPI) admin(h func(w http.ResponseWriter, r *http.Request)) http.Han
 func (k *keelAPI) runAudit(w http.ResponseWriter, r *http.Request) {
 	rep, err := audit.Run(r.Context(), k.audit, k.now(), k.opt)
 	if err != nil {
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"violations": rep.Violations(), "findings": rep.Findings, "unchecked": rep.Unchecked})
@@ -95,19 +95,19 @@ func (k *keelAPI) runAudit(w http.ResponseWriter, r *http.Request) {
 func (k *keelAPI) resetMigration(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		compute.WriteError(w, http.StatusBadRequest, "a migration id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+		computeapi.WriteError(w, http.StatusBadRequest, "a migration id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
 		return
 	}
 	if k.resetter == nil {
-		compute.WriteError(w, http.StatusNotImplemented, "this keel server's conductor cannot reset migrations")
+		computeapi.WriteError(w, http.StatusNotImplemented, "this keel server's conductor cannot reset migrations")
 		return
 	}
 	if _, err := k.st.GetMigration(r.Context(), id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			compute.WriteError(w, http.StatusNotFound, fmt.Sprintf("Migration %d could not be found.", id))
+			computeapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("Migration %d could not be found.", id))
 			return
 		}
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), resetTimeout)
@@ -121,7 +121,7 @@ func (k *keelAPI) resetMigration(w http.ResponseWriter, r *http.Request) {
 		case placement.IsConflict(err) || isInvalidState(err):
 			status = http.StatusConflict
 		}
-		compute.WriteError(w, status, fmt.Sprintf("resetting migration %d: %v", id, err))
+		computeapi.WriteError(w, status, fmt.Sprintf("resetting migration %d: %v", id, err))
 		return
 	}
 	// The reset is audited as an instance action of its instance, with
@@ -156,22 +156,22 @@ func (k *keelAPI) explain(w http.ResponseWriter, r *http.Request) {
 	var req explainRequest
 	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil || req.Flavor == "" {
 		if httpbody.IsTooLarge(err) {
-			compute.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
+			computeapi.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
 			return
 		}
-		compute.WriteError(w, http.StatusBadRequest, `give {"flavor": "<id or name>"}`)
+		computeapi.WriteError(w, http.StatusBadRequest, `give {"flavor": "<id or name>"}`)
 		return
 	}
 	f, err := findFlavor(r, k.st, req.Flavor)
 	if err != nil {
-		compute.WriteError(w, http.StatusBadRequest, err.Error())
+		computeapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	exp, err := k.sched.Explain(r.Context(), &scheduler.Request{
 		Resources: f.Resources(), ExtraSpecs: f.ExtraSpecs, IgnoreHosts: req.IgnoreHosts, RequestedHost: req.Host, Zone: req.Zone,
 	})
 	if err != nil {
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"flavor": f, "explanation": exp})

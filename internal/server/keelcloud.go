@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 	"keel/internal/config"
 	"keel/internal/records"
 	"keel/internal/scheduler"
@@ -23,7 +23,7 @@ import (
 func (k *keelAPI) cloud(w http.ResponseWriter, r *http.Request) {
 	snap, err := cloudSnapshot(r.Context(), k.st, k.sched.Config(), k.computeOpts)
 	if err != nil {
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	snap.TakenAt = k.now().UTC()

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 	"keel/internal/conductor"
 	"keel/internal/httpbody"
 	"keel/internal/plan"
@@ -59,7 +59,7 @@ func (k *keelAPI) view(p records.Plan) planView {
 func (k *keelAPI) listPlans(w http.ResponseWriter, r *http.Request) {
 	ps, err := k.st.ListPlans(r.Context(), r.URL.Query().Get("active") == "1")
 	if err != nil {
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	out := make([]planView, 0, len(ps))
@@ -72,11 +72,11 @@ func (k *keelAPI) listPlans(w http.ResponseWriter, r *http.Request) {
 func (k *keelAPI) planID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		compute.WriteError(w, http.StatusBadRequest, "a plan id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
+		computeapi.WriteError(w, http.StatusBadRequest, "a plan id is a positive integer, not "+strconv.Quote(r.PathValue("id")))
 		return 0, false
 	}
 	if k.plans == nil {
-		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		computeapi.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
 		return 0, false
 	}
 	return id, true
@@ -122,21 +122,21 @@ type createPlanRequest struct {
 
 func (k *keelAPI) createPlan(w http.ResponseWriter, r *http.Request) {
 	if k.plans == nil {
-		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		computeapi.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
 		return
 	}
 	var req createPlanRequest
 	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit*4, &req); err != nil || (req.Drain == nil) == (req.Rebalance == nil) {
 		if httpbody.IsTooLarge(err) {
-			compute.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
+			computeapi.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
 			return
 		}
-		compute.WriteError(w, http.StatusBadRequest, `give {"drain": {"hosts": [...]}} or {"rebalance": {"moves": [...]}}`)
+		computeapi.WriteError(w, http.StatusBadRequest, `give {"drain": {"hosts": [...]}} or {"rebalance": {"moves": [...]}}`)
 		return
 	}
 	if d := req.Drain; d != nil {
 		if d.Parallel < 0 {
-			compute.WriteError(w, http.StatusBadRequest, "parallel must be 0 (no limit but the caps) or more")
+			computeapi.WriteError(w, http.StatusBadRequest, "parallel must be 0 (no limit but the caps) or more")
 			return
 		}
 		p, err := k.plans.Drain(r.Context(), conductor.DrainRequest{Hosts: d.Hosts, Parallel: d.Parallel, Order: d.Order,
@@ -154,7 +154,7 @@ func (k *keelAPI) createPlan(w http.ResponseWriter, r *http.Request) {
 	}
 	if rb := req.Rebalance; len(rb.Moves) == 0 {
 		if rb.Threshold < 0 || rb.MaxMoves < 0 || rb.Parallel < 0 {
-			compute.WriteError(w, http.StatusBadRequest, "threshold, max_moves and parallel must not be negative")
+			computeapi.WriteError(w, http.StatusBadRequest, "threshold, max_moves and parallel must not be negative")
 			return
 		}
 		p, rp, err := k.plans.PlanRebalance(r.Context(), conductor.RebalanceRequest{Metric: rb.Metric, Threshold: rb.Threshold,
@@ -203,7 +203,7 @@ func (k *keelAPI) cancelPlan(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength != 0 {
 		if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil {
-			compute.WriteError(w, http.StatusBadRequest, `give {"abort": true|false} or no body`)
+			computeapi.WriteError(w, http.StatusBadRequest, `give {"abort": true|false} or no body`)
 			return
 		}
 	}
@@ -217,7 +217,7 @@ func (k *keelAPI) cancelPlan(w http.ResponseWriter, r *http.Request) {
 
 func (k *keelAPI) undrain(w http.ResponseWriter, r *http.Request) {
 	if k.plans == nil {
-		compute.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
+		computeapi.WriteError(w, http.StatusNotImplemented, "this keel server runs no plans")
 		return
 	}
 	var req struct {
@@ -225,7 +225,7 @@ func (k *keelAPI) undrain(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength != 0 {
 		if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, &req); err != nil {
-			compute.WriteError(w, http.StatusBadRequest, `give {"return": true|false} or no body`)
+			computeapi.WriteError(w, http.StatusBadRequest, `give {"return": true|false} or no body`)
 			return
 		}
 	}
@@ -248,15 +248,15 @@ func (k *keelAPI) planError(w http.ResponseWriter, err error) {
 	var cerr *conductor.CapacityError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		compute.WriteError(w, http.StatusNotFound, err.Error())
+		computeapi.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &cerr):
 		writeJSON(w, http.StatusConflict, map[string]any{
 			"conflictingRequest": map[string]any{"message": err.Error(), "code": http.StatusConflict},
 			"capacity":           cerr,
 		})
 	case isInvalidState(err):
-		compute.WriteError(w, http.StatusConflict, err.Error())
+		computeapi.WriteError(w, http.StatusConflict, err.Error())
 	default:
-		compute.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("plans: %v", err))
+		computeapi.WriteError(w, http.StatusInternalServerError, fmt.Sprintf("plans: %v", err))
 	}
 }

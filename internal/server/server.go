@@ -24,7 +24,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"keel/internal/api/compute"
+	"keel/internal/api/computeapi"
 	"keel/internal/api/placementapi"
 	"keel/internal/audit"
 	"keel/internal/bus"
@@ -189,13 +189,13 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		return err
 	}
 	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Directory: dir, Path: dirFile}
-	api := compute.New(compute.Config{
+	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log,
 		ImageExists: func(id string) bool { return id == fakeImage["id"] },
-		Caller: func(r *http.Request) (compute.Caller, bool) {
+		Caller: func(r *http.Request) (computeapi.Caller, bool) {
 			p, ok := identity.PrincipalFrom(r.Context())
-			return compute.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok
+			return computeapi.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok
 		},
 	})
 	mux := http.NewServeMux()
@@ -204,11 +204,11 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	mux.Handle("/identity/", idh)
 	// Each service's version documents need no token; everything else does.
 	openDocs(mux, api, "/compute", "/compute/v2.1")
-	mux.Handle("/compute/", iss.Require(api, s.baseURL, compute.WriteError))
+	mux.Handle("/compute/", iss.Require(api, s.baseURL, computeapi.WriteError))
 	keel := http.NewServeMux()
 	s.keelAPI().routes(keel)
 	s.ui.routes(mux, keel)
-	mux.Handle("/keel/", iss.Require(jsonMisses(keel), s.baseURL, compute.WriteError))
+	mux.Handle("/keel/", iss.Require(jsonMisses(keel), s.baseURL, computeapi.WriteError))
 	pl := placementapi.New(s.store, func(r *http.Request) bool {
 		p, ok := identity.PrincipalFrom(r.Context())
 		return ok && p.IsAdmin()
@@ -222,9 +222,9 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	s.metrics.reg.MustRegister(newCloudCollector(s.ui))
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
-	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, compute.WriteError))
+	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, computeapi.WriteError))
 	if cfg.Keel.EnablePprof {
-		mux.Handle("/debug/pprof/", iss.Require(adminOnly(pprofHandler()), s.baseURL, compute.WriteError))
+		mux.Handle("/debug/pprof/", iss.Require(adminOnly(pprofHandler()), s.baseURL, computeapi.WriteError))
 	}
 	s.http = newHTTPServer(s.metrics.instrument(limitRequest(jsonMisses(mux)), s.log))
 	go func() {

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"keel/internal/api/compute"
-	computepkg "keel/internal/compute"
+	"keel/internal/api/computeapi"
+	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/identity"
 	"keel/internal/placement"
@@ -168,10 +168,10 @@ func (u *uiHub) hooks(next conductor.Hooks) conductor.Hooks {
 
 // reporter passes the agents' reports to r and pokes the hub on copy
 // progress (the conductor has recorded it by then).
-func (u *uiHub) reporter(r computepkg.Reporter) computepkg.Reporter { return &uiReporter{r, u} }
+func (u *uiHub) reporter(r compute.Reporter) compute.Reporter { return &uiReporter{r, u} }
 
 type uiReporter struct {
-	computepkg.Reporter
+	compute.Reporter
 	u *uiHub
 }
 
@@ -665,13 +665,13 @@ func hello(p identity.Principal) uiHello {
 func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 	p, ok := identity.PrincipalFrom(r.Context())
 	if !ok {
-		compute.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
+		computeapi.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
 		return
 	}
 	u.subscribe()
 	defer u.unsubscribe()
 	if err := u.build(r.Context()); err != nil {
-		compute.WriteError(w, http.StatusInternalServerError, err.Error())
+		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	s, _ := u.current()
@@ -692,7 +692,7 @@ func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	p, ok := identity.PrincipalFrom(r.Context())
 	if !ok {
-		compute.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
+		computeapi.WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
 		return
 	}
 	rc := http.NewResponseController(w)

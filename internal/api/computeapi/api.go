@@ -1,0 +1,291 @@
+package computeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/conductor"
+	"keel/internal/httpbody"
+	"keel/internal/httproute"
+	"keel/internal/records"
+	"keel/internal/requestid"
+	"keel/internal/store"
+)
+
+// Caller is who makes a request, as the identity middleware established.
+type Caller struct {
+	UserID, ProjectID string
+	Admin             bool
+}
+
+// Config wires the API.
+type Config struct {
+	Store     store.Store
+	Conductor *conductor.Conductor
+	Clock     clock.Clock
+	// ServiceDownTime is [DEFAULT] service_down_time: a service whose last
+	// heartbeat is older is reported down.
+	ServiceDownTime time.Duration
+	// BaseURL is the externally visible URL of /compute (for links).
+	BaseURL string
+	// Caller returns the authenticated caller; the handler answers 401
+	// when it reports false.
+	Caller func(r *http.Request) (Caller, bool)
+	// ImageExists reports whether an image ID names an image servers can
+	// boot from; nil accepts any.
+	ImageExists func(id string) bool
+	// Rand is where generated key pairs draw from (crypto/rand if nil).
+	Rand io.Reader
+	Log  *slog.Logger
+}
+
+// API is the compute API handler.
+type API struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+type ctxKey int
+
+const (
+	keyVersion ctxKey = iota
+	keyCaller
+)
+
+// New builds the handler; mount it at /compute/.
+func New(cfg Config) *API {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	a := &API{cfg: cfg, mux: http.NewServeMux()}
+	a.routes()
+	return a
+}
+
+func (a *API) routes() {
+	m := a.mux
+	m.HandleFunc("GET /compute", a.versions)
+	m.HandleFunc("GET /compute/{$}", a.versions)
+	m.HandleFunc("GET /compute/v2.1", a.version)
+	m.HandleFunc("GET /compute/v2.1/{$}", a.version)
+	m.HandleFunc("GET /compute/v2", a.legacyVersion)
+	m.HandleFunc("GET /compute/v2/{$}", a.legacyVersion)
+	route := func(pattern string, admin bool, h func(w http.ResponseWriter, r *http.Request) error) {
+		m.HandleFunc(pattern, a.authed(admin, pattern, h))
+	}
+	route("GET /compute/v2.1/flavors", false, a.listFlavors(false))
+	route("GET /compute/v2.1/flavors/detail", false, a.listFlavors(true))
+	route("GET /compute/v2.1/flavors/{id}", false, a.showFlavor)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs", false, a.flavorExtraSpecs)
+	route("POST /compute/v2.1/flavors/{id}/os-extra_specs", true, a.setExtraSpecs)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs/{key}", false, a.showExtraSpec)
+	route("PUT /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.putExtraSpec)
+	route("DELETE /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.deleteExtraSpec)
+	route("POST /compute/v2.1/flavors", true, a.createFlavor)
+	route("DELETE /compute/v2.1/flavors/{id}", true, a.deleteFlavor)
+
+	route("POST /compute/v2.1/servers", false, a.createServer)
+	route("GET /compute/v2.1/servers", false, a.listServers(false))
+	route("GET /compute/v2.1/servers/detail", false, a.listServers(true))
+	route("GET /compute/v2.1/servers/{id}", false, a.showServer)
+	route("DELETE /compute/v2.1/servers/{id}", false, a.deleteServer)
+	route("PUT /compute/v2.1/servers/{id}", false, a.updateServer)
+	route("POST /compute/v2.1/servers/{id}/action", false, a.serverAction)
+	route("GET /compute/v2.1/servers/{id}/ips", false, a.listAddresses)
+	route("GET /compute/v2.1/servers/{id}/ips/{network}", false, a.showNetworkAddresses)
+	route("GET /compute/v2.1/servers/{id}/tags", false, a.listTags)
+	route("PUT /compute/v2.1/servers/{id}/tags", false, a.replaceTags)
+	route("DELETE /compute/v2.1/servers/{id}/tags", false, a.deleteTags)
+	route("GET /compute/v2.1/servers/{id}/tags/{tag}", false, a.checkTagExists)
+	route("PUT /compute/v2.1/servers/{id}/tags/{tag}", false, a.addTag)
+	route("DELETE /compute/v2.1/servers/{id}/tags/{tag}", false, a.deleteTag)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions", false, a.listInstanceActions)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions/{rid}", false, a.showInstanceAction)
+	route("GET /compute/v2.1/servers/{id}/migrations", true, a.listServerMigrations)
+	route("GET /compute/v2.1/servers/{id}/migrations/{mid}", true, a.showServerMigration)
+	route("DELETE /compute/v2.1/servers/{id}/migrations/{mid}", true, a.abortServerMigration)
+	route("POST /compute/v2.1/servers/{id}/migrations/{mid}/action", true, a.serverMigrationAction)
+
+	route("GET /compute/v2.1/os-migrations", true, a.listMigrations)
+	route("GET /compute/v2.1/os-hypervisors", true, a.listHypervisors(false))
+	route("GET /compute/v2.1/os-hypervisors/detail", true, a.listHypervisors(true))
+	route("GET /compute/v2.1/os-hypervisors/{id}", true, a.showHypervisor)
+	route("GET /compute/v2.1/os-hypervisors/statistics", true, a.hypervisorStatistics)
+	route("GET /compute/v2.1/os-hypervisors/{id}/uptime", true, a.hypervisorUptime)
+	route("GET /compute/v2.1/os-hypervisors/{id}/search", true, a.searchHypervisors(false))
+	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.searchHypervisors(true))
+	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
+	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
+	route("GET /compute/v2.1/os-services", true, a.listServices)
+	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
+	a.aggregateRoutes(route)
+	a.serverGroupRoutes(route)
+	a.quotaRoutes(route)
+	a.flavorAccessRoutes(route)
+	a.serverMetadataRoutes(route)
+	a.keyPairRoutes(route)
+	a.usageRoutes(route)
+	a.osHostsRoutes(route)
+	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.serverDiagnostics)
+	route("POST /compute/v2.1/os-server-external-events", true, a.serverExternalEvents)
+	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.instanceUsageAuditLog(false))
+	route("GET /compute/v2.1/os-instance_usage_audit_log/{before}", true, a.instanceUsageAuditLog(true))
+}
+
+// ServeHTTP implements http.Handler: every response carries the
+// microversion headers and a request id.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := requestid.Ensure(w)
+	w.Header().Set("X-Compute-Request-Id", reqID)
+	v, err := parseVersion(r.Header)
+	if err != nil {
+		a.setVersionHeaders(w, MaxVersion)
+		status := http.StatusNotAcceptable
+		var mv *malformedVersion
+		if errors.As(err, &mv) {
+			status = http.StatusBadRequest
+		}
+		WriteError(w, status, err.Error())
+		return
+	}
+	a.setVersionHeaders(w, v)
+	ctx := r.Context()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// A request that changes something runs to its end whether or not
+		// the client still waits (an openstackclient timeout, a load
+		// balancer): half a boot or half a move, or an instance action
+		// never recorded, is worse than an answer nobody reads.
+		ctx = context.WithoutCancel(ctx)
+	}
+	r = r.WithContext(context.WithValue(ctx, keyVersion, v))
+	if miss, status, allow := httproute.Miss(a.mux, r); miss {
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		WriteError(w, status, http.StatusText(status))
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+func (a *API) setVersionHeaders(w http.ResponseWriter, v Microversion) {
+	w.Header().Set("X-OpenStack-Nova-API-Version", v.String())
+	w.Header().Set("OpenStack-API-Version", "compute "+v.String())
+	w.Header().Set("Vary", "OpenStack-API-Version, X-OpenStack-Nova-API-Version")
+}
+
+func version(r *http.Request) Microversion {
+	v, _ := r.Context().Value(keyVersion).(Microversion)
+	if v.Major == 0 {
+		return MinVersion
+	}
+	return v
+}
+
+func caller(r *http.Request) Caller {
+	c, _ := r.Context().Value(keyCaller).(Caller)
+	return c
+}
+
+// authed wraps a handler: 401 without a valid caller, 403 for a member on
+// an admin action, and errors rendered in Nova's shape.
+func (a *API) authed(admin bool, pattern string, h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	action := "os_compute_api:" + strings.TrimPrefix(strings.Fields(pattern)[1], "/compute/v2.1/")
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, ok := a.cfg.Caller(r)
+		if !ok {
+			WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
+			return
+		}
+		if admin && !c.Admin {
+			WriteError(w, http.StatusForbidden, forbidden(action).Error())
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), keyCaller, c))
+		if err := h(w, r); err != nil {
+			status := statusOf(err)
+			if status >= 500 {
+				a.cfg.Log.Error("compute API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			}
+			WriteError(w, status, err.Error())
+		}
+	}
+}
+
+// decode reads a JSON body into v; a malformed body is a 400.
+func decode(r *http.Request, v any) error {
+	return decodeWith(r, v, httpbody.DecodeJSON, "Malformed request body: ")
+}
+
+// decodeStrict is decode for bodies whose schema Nova closes
+// (additionalProperties false): an unknown field is a 400.
+func decodeStrict(r *http.Request, v any) error {
+	return decodeWith(r, v, httpbody.DecodeJSONStrict, "Invalid input for the request body: ")
+}
+
+// decodeWith maps a body reader's failures to Nova's answers: 413 for a
+// body over the limit, else 400 with the reason after prefix.
+func decodeWith(r *http.Request, v any, read func(*http.Request, int64, any) error, prefix string) error {
+	if err := read(r, httpbody.DefaultLimit, v); err != nil {
+		if httpbody.IsTooLarge(err) {
+			return &apiError{http.StatusRequestEntityTooLarge, "Request is too large."}
+		}
+		return badRequest(prefix + err.Error())
+	}
+	return nil
+}
+
+func (a *API) link(kind, id string) []map[string]string {
+	return []map[string]string{
+		{"rel": "self", "href": a.cfg.BaseURL + "/v2.1/" + kind + "/" + id},
+		{"rel": "bookmark", "href": a.cfg.BaseURL + "/" + kind + "/" + id},
+	}
+}
+
+func (a *API) versionEntry() map[string]any {
+	return map[string]any{
+		"id": "v2.1", "status": "CURRENT", "version": MaxVersion.String(), "min_version": MinVersion.String(),
+		"updated": "2013-07-23T11:33:21Z",
+		"links":   []map[string]string{{"rel": "self", "href": a.cfg.BaseURL + "/v2.1/"}},
+	}
+}
+
+func (a *API) versions(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"versions": []any{a.legacyVersionEntry(), a.versionEntry()}})
+}
+
+func (a *API) version(w http.ResponseWriter, _ *http.Request) {
+	v := a.versionEntry()
+	v["media-types"] = []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"}}
+	writeJSON(w, http.StatusOK, map[string]any{"version": v})
+}
+
+// timeStr renders Nova's timestamps ("2026-11-30T12:00:00Z").
+func timeStr(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format("2006-01-02T15:04:05Z")
+}
+
+// intID gives a host a stable integer id for microversions before 2.53.
+func intID(host string) int64 { return int64(crc32.ChecksumIEEE([]byte(host)) & 0x7fffffff) }
+
+func (a *API) serviceUp(s records.Service) bool {
+	if s.ForcedDown {
+		return false
+	}
+	return a.cfg.ServiceDownTime <= 0 || a.cfg.Clock.Now().Sub(s.LastSeenUp) <= a.cfg.ServiceDownTime
+}
+
+func notFoundf(format string, args ...any) error { return notFound(fmt.Sprintf(format, args...)) }
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -1,0 +1,479 @@
+package computeapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"keel/internal/records"
+)
+
+// hypervisor joins a host's record, service and provider.
+type hypervisor struct {
+	rec     records.HostRecord
+	svc     records.Service
+	hasSvc  bool
+	uuid    string
+	running int64
+}
+
+func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
+	recs, err := a.cfg.Store.ListHostRecords(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	svcs, err := a.computeServices(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	byHost := map[string]records.Service{}
+	for _, s := range svcs {
+		byHost[s.Host] = s
+	}
+	out := make([]hypervisor, 0, len(recs))
+	for _, rec := range recs {
+		s, ok := byHost[rec.Host]
+		out = append(out, hypervisor{rec: rec, svc: s, hasSvc: ok, uuid: rec.ProviderUUID})
+	}
+	return out, nil
+}
+
+func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
+	state, status := "down", "disabled"
+	if h.hasSvc && a.serviceUp(h.svc) {
+		state = "up"
+	}
+	if h.hasSvc && !h.svc.Disabled {
+		status = "enabled"
+	}
+	var id any = intID(h.rec.Host)
+	if version(r).AtLeast(53) {
+		id = h.uuid
+	}
+	v := map[string]any{"id": id, "hypervisor_hostname": h.rec.Host, "state": state, "status": status}
+	if !detail {
+		return v
+	}
+	rec := h.rec
+	v["hypervisor_type"], v["hypervisor_version"] = "fake", 1000
+	v["host_ip"] = "127.0.0.1"
+	var svcID any = intID(rec.Host)
+	if version(r).AtLeast(53) {
+		svcID = serviceID(rec.Host)
+	}
+	var reason any
+	if h.svc.DisabledReason != "" {
+		reason = h.svc.DisabledReason
+	}
+	v["service"] = map[string]any{"host": rec.Host, "id": svcID, "disabled_reason": reason}
+	if version(r).AtLeast(88) {
+		return v
+	}
+	v["vcpus"], v["vcpus_used"] = rec.VCPUs, rec.VCPUsUsed
+	v["memory_mb"], v["memory_mb_used"], v["free_ram_mb"] = rec.MemoryMB, rec.MemoryMBUsed, rec.FreeRAMMB
+	v["local_gb"], v["local_gb_used"], v["free_disk_gb"] = rec.LocalGB, rec.LocalGBUsed, rec.FreeDiskGB
+	v["disk_available_least"] = rec.FreeDiskGB
+	v["running_vms"], v["current_workload"] = rec.RunningVMs, rec.NumIOOps
+	if version(r).AtLeast(28) {
+		v["cpu_info"] = map[string]any{}
+	} else {
+		v["cpu_info"] = "{}"
+	}
+	return v
+}
+
+// withServers adds the names and UUIDs of the servers on a hypervisor to
+// its view (Nova adds the key only when there are some, or from 2.75
+// always when they were asked for).
+func (a *API) withServers(r *http.Request, v map[string]any, host string) error {
+	ins, err := a.cfg.Store.ListInstances(r.Context(), host)
+	if err != nil {
+		return err
+	}
+	if len(ins) == 0 && !version(r).AtLeast(75) {
+		return nil
+	}
+	servers := make([]any, 0, len(ins))
+	for _, in := range ins {
+		servers = append(servers, map[string]any{"uuid": in.UUID, "name": in.Name})
+	}
+	v["servers"] = servers
+	return nil
+}
+
+// wantServers reads 2.53's with_servers query parameter.
+func wantServers(r *http.Request) (bool, error) {
+	s := r.URL.Query().Get("with_servers")
+	if s == "" || !version(r).AtLeast(53) {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, badRequest("Invalid input for query parameters with_servers. Value: " + s + ". not a boolean")
+	}
+	return b, nil
+}
+
+func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		servers, err := wantServers(r)
+		if err != nil {
+			return err
+		}
+		hs, err := a.hypervisors(r)
+		if err != nil {
+			return err
+		}
+		pattern := ""
+		if version(r).AtLeast(53) {
+			pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
+		}
+		// 2.33: paging with limit and a hypervisor's id as marker.
+		body := map[string]any{}
+		if version(r).AtLeast(33) {
+			q := r.URL.Query()
+			idOf := func(h hypervisor) string { return fmt.Sprint(a.hypervisorView(r, h, false)["id"]) }
+			if m := q.Get("marker"); m != "" {
+				i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
+				if i < 0 {
+					return badRequest("marker [" + m + "] not found")
+				}
+				hs = hs[i+1:]
+			}
+			if q.Has("limit") {
+				n, err := strconv.Atoi(q.Get("limit"))
+				if err != nil || n < 0 {
+					return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+				}
+				if len(hs) > n {
+					hs = hs[:n]
+					if n > 0 {
+						body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
+					}
+				}
+			}
+		}
+		out := make([]any, 0, len(hs))
+		for _, h := range hs {
+			if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
+				continue
+			}
+			v := a.hypervisorView(r, h, detail)
+			if servers {
+				if err := a.withServers(r, v, h.rec.Host); err != nil {
+					return err
+				}
+			}
+			out = append(out, v)
+		}
+		if pattern != "" && len(out) == 0 {
+			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
+		}
+		body["hypervisors"] = out
+		writeJSON(w, http.StatusOK, body)
+		return nil
+	}
+}
+
+// searchHypervisors is GET /os-hypervisors/{pattern}/search and, with
+// servers, /os-hypervisors/{pattern}/servers (both gone from 2.53, as in
+// Nova): the hypervisors whose hostname contains pattern.
+func (a *API) searchHypervisors(servers bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if version(r).AtLeast(53) {
+			return notFound("The resource could not be found.")
+		}
+		pattern := r.PathValue("id")
+		hs, err := a.hypervisors(r)
+		if err != nil {
+			return err
+		}
+		out := []any{}
+		for _, h := range hs {
+			if !strings.Contains(h.rec.Host, pattern) {
+				continue
+			}
+			v := a.hypervisorView(r, h, false)
+			if servers {
+				if err := a.withServers(r, v, h.rec.Host); err != nil {
+					return err
+				}
+			}
+			out = append(out, v)
+		}
+		if len(out) == 0 {
+			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"hypervisors": out})
+		return nil
+	}
+}
+
+// hypervisorUptime is GET /os-hypervisors/{id}/uptime (gone from 2.88).
+// keel's agents report heartbeats, not their host's boot time, so the
+// uptime text says when the host last reported; a host that is down has
+// none (400, as Nova answers for an unreachable compute service).
+func (a *API) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
+	if version(r).AtLeast(88) {
+		return notFound("The resource could not be found.")
+	}
+	h, err := a.findHypervisor(r)
+	if err != nil {
+		return err
+	}
+	if !h.hasSvc || !a.serviceUp(h.svc) {
+		return badRequest("Compute service of " + h.rec.Host + " is unavailable at this time.")
+	}
+	v := a.hypervisorView(r, h, false)
+	now := a.cfg.Clock.Now().UTC()
+	v["uptime"] = fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
+		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second))
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
+	return nil
+}
+
+// hypervisorStatistics is GET /os-hypervisors/statistics (gone from 2.88,
+// as in Nova): the sums of every host record.
+func (a *API) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error {
+	if version(r).AtLeast(88) {
+		return notFoundf("The resource could not be found.")
+	}
+	hs, err := a.hypervisors(r)
+	if err != nil {
+		return err
+	}
+	var sum records.HostRecord
+	for _, h := range hs {
+		rec := h.rec
+		sum.VCPUs += rec.VCPUs
+		sum.VCPUsUsed += rec.VCPUsUsed
+		sum.MemoryMB += rec.MemoryMB
+		sum.MemoryMBUsed += rec.MemoryMBUsed
+		sum.FreeRAMMB += rec.FreeRAMMB
+		sum.LocalGB += rec.LocalGB
+		sum.LocalGBUsed += rec.LocalGBUsed
+		sum.FreeDiskGB += rec.FreeDiskGB
+		sum.RunningVMs += rec.RunningVMs
+		sum.NumIOOps += rec.NumIOOps
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor_statistics": map[string]any{
+		"count": len(hs), "vcpus": sum.VCPUs, "vcpus_used": sum.VCPUsUsed,
+		"memory_mb": sum.MemoryMB, "memory_mb_used": sum.MemoryMBUsed, "free_ram_mb": sum.FreeRAMMB,
+		"local_gb": sum.LocalGB, "local_gb_used": sum.LocalGBUsed, "free_disk_gb": sum.FreeDiskGB,
+		"disk_available_least": sum.FreeDiskGB, "running_vms": sum.RunningVMs, "current_workload": sum.NumIOOps,
+	}})
+	return nil
+}
+
+// findHypervisor finds the hypervisor of the path's id: its UUID from
+// 2.53, its integer id before (or its hostname, for keel's own client).
+func (a *API) findHypervisor(r *http.Request) (hypervisor, error) {
+	hs, err := a.hypervisors(r)
+	if err != nil {
+		return hypervisor{}, err
+	}
+	id := r.PathValue("id")
+	for _, h := range hs {
+		if id == h.uuid || id == strconv.FormatInt(intID(h.rec.Host), 10) || id == h.rec.Host {
+			return h, nil
+		}
+	}
+	return hypervisor{}, notFoundf("Hypervisor with ID '%s' could not be found.", id)
+}
+
+func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
+	servers, err := wantServers(r)
+	if err != nil {
+		return err
+	}
+	h, err := a.findHypervisor(r)
+	if err != nil {
+		return err
+	}
+	v := a.hypervisorView(r, h, true)
+	if servers {
+		if err := a.withServers(r, v, h.rec.Host); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
+	return nil
+}
+
+func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
+	state, status := "down", "enabled"
+	if a.serviceUp(s) {
+		state = "up"
+	}
+	if s.Disabled {
+		status = "disabled"
+	}
+	var reason any
+	if s.DisabledReason != "" {
+		reason = s.DisabledReason
+	}
+	var id any = intID(s.Host)
+	if version(r).AtLeast(53) {
+		id = serviceID(s.Host)
+	}
+	v := map[string]any{"id": id, "binary": "nova-compute", "host": s.Host, "zone": s.Zone,
+		"status": status, "state": state, "updated_at": migrationTime(s.UpdatedAt), "disabled_reason": reason}
+	if version(r).AtLeast(11) {
+		v["forced_down"] = s.ForcedDown
+	}
+	return v
+}
+
+func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
+	svcs, err := a.computeServices(r.Context())
+	if err != nil {
+		return err
+	}
+	zones, err := a.hostZones(r.Context())
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	out := []any{}
+	for _, s := range svcs {
+		s.Zone = serviceZone(s, zones)
+		if b := q.Get("binary"); b != "" && b != "nova-compute" {
+			continue
+		}
+		if h := q.Get("host"); h != "" && h != s.Host {
+			continue
+		}
+		out = append(out, a.serviceView(r, s))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"services": out})
+	return nil
+}
+
+// updateService is PUT /os-services/{enable|disable|disable-log-reason}
+// (before 2.53) or PUT /os-services/{id} with a status (2.53 and later).
+// serviceNamespace derives compute services' UUIDs from their hosts.
+var serviceNamespace = uuid.MustParse("5d1c3e0a-8f43-4b8e-9b8e-6b65656c7376")
+
+// serviceID is a compute service's id from 2.53: a UUID derived from its
+// host (keel keeps one compute service per host), so it is stable across
+// restarts and needs no column of its own.
+func serviceID(host string) string {
+	return uuid.NewSHA1(serviceNamespace, []byte(host)).String()
+}
+
+// serviceHost finds the host of the service with the given id.
+func (a *API) serviceHost(r *http.Request, id string) (string, error) {
+	svcs, err := a.computeServices(r.Context())
+	if err != nil {
+		return "", err
+	}
+	for _, s := range svcs {
+		if serviceID(s.Host) == id {
+			return s.Host, nil
+		}
+	}
+	return "", notFoundf("Service %s could not be found.", id)
+}
+
+func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Host           string  `json:"host"`
+		Binary         string  `json:"binary"`
+		Status         string  `json:"status"`
+		DisabledReason *string `json:"disabled_reason"`
+		ForcedDown     *bool   `json:"forced_down"`
+	}
+	if err := decodeStrict(r, &body); err != nil {
+		return err
+	}
+	if body.DisabledReason != nil {
+		if *body.DisabledReason == "" {
+			return badRequest("Invalid input for field/attribute disabled_reason. Value: ''. is too short")
+		}
+		if err := checkText("disabled_reason", *body.DisabledReason, 255); err != nil {
+			return err
+		}
+	}
+	action := r.PathValue("action")
+	host := body.Host
+	disable := false
+	switch action {
+	case "enable":
+	case "disable", "disable-log-reason":
+		disable = true
+	default:
+		if !version(r).AtLeast(53) {
+			return notFound("The resource could not be found.")
+		}
+		if body.Host != "" || body.Binary != "" {
+			return badRequest("Invalid input for the request body: Additional properties are not allowed (host and binary are named by the service id)")
+		}
+		var err error
+		if host, err = a.serviceHost(r, action); err != nil {
+			return err
+		}
+		switch body.Status {
+		case "enabled":
+		case "disabled":
+			disable = true
+		case "":
+			if body.ForcedDown == nil {
+				return badRequest("nothing to update: give status or forced_down")
+			}
+		default:
+			return badRequest("status must be enabled or disabled")
+		}
+	}
+	setStatus := action != "" && (body.Status != "" || action == "enable" || action == "disable" || action == "disable-log-reason")
+	s, err := a.cfg.Store.UpdateService(r.Context(), host, func(s *records.Service) error {
+		if setStatus {
+			s.Disabled, s.DisabledReason = disable, ""
+			if disable && body.DisabledReason != nil {
+				s.DisabledReason = *body.DisabledReason
+			}
+		}
+		if body.ForcedDown != nil {
+			s.ForcedDown = *body.ForcedDown
+		}
+		s.UpdatedAt = a.cfg.Clock.Now()
+		return nil
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return notFoundf("Compute host %s could not be found.", host)
+		}
+		return err
+	}
+	if version(r).AtLeast(53) {
+		writeJSON(w, http.StatusOK, map[string]any{"service": a.serviceView(r, s)})
+		return nil
+	}
+	out := map[string]any{"host": s.Host, "binary": "nova-compute", "status": map[bool]string{true: "disabled", false: "enabled"}[s.Disabled]}
+	if action == "disable-log-reason" {
+		out["disabled_reason"] = s.DisabledReason
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"service": out})
+	return nil
+}
+
+// computeServices are the compute agents' service records: the keel
+// server replicas' heartbeats, kept beside them, are not compute services.
+func (a *API) computeServices(ctx context.Context) ([]records.Service, error) {
+	svcs, err := a.cfg.Store.ListServices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := svcs[:0]
+	for _, s := range svcs {
+		if s.IsCompute() {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,171 @@
+package computeapi
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// resetState is the admin's os-resetState: it sets the record's vm_state
+// to active or error and clears its task, touching nothing on the host, as
+// Nova's does — and, unlike Nova's, puts the instance's allocations right
+// in the same request: an active instance holds exactly its flavor on its
+// host's provider, an errored one holds nothing (keel's invariant: see
+// package audit), and the consumers of its ended migrations are dropped.
+// It is recorded as a reset-state instance action whose message says
+// what was corrected. keel refuses it while a migration of the instance is
+// in progress (409): the migration record owns the instance's task then;
+// abort it, or end it with keel migration reset. An instance left
+// migrating by a migration that has ended can be reset.
+func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+	if !caller(r).Admin {
+		return forbidden("os_compute_api:os-admin-actions:reset_state")
+	}
+	var args struct {
+		State string `json:"state"`
+	}
+	if err := unmarshalRaw(raw, &args); err != nil {
+		return badRequest("Invalid input for os-resetState: " + err.Error())
+	}
+	state := map[string]string{"active": records.VMActive, "error": records.VMError}[args.State]
+	if state == "" {
+		return badRequest("Invalid input for field/attribute state. Value: " + args.State + ". '" + args.State + "' is not one of ['active', 'error']")
+	}
+	ctx := r.Context()
+	for range 5 {
+		cur, err := a.cfg.Store.GetInstance(ctx, in.UUID)
+		if err != nil {
+			if isNotFound(err) {
+				return notFoundf("Instance %s could not be found.", in.UUID)
+			}
+			return err
+		}
+		ms, err := a.cfg.Store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: in.UUID})
+		if err != nil {
+			return fmt.Errorf("reading the migrations of %s: %w", in.UUID, err)
+		}
+		for _, m := range ms {
+			if !records.MigrationTerminal(m.Status) {
+				return conflict(fmt.Sprintf("Cannot 'os-resetState' instance %s while its migration %d is %s; abort the migration first, or end it with keel migration reset %d", in.UUID, m.ID, m.Status, m.ID))
+			}
+		}
+		writes, fixed, err := a.resetAllocations(ctx, cur, state, ms)
+		if err != nil {
+			return err
+		}
+		if len(writes) > 0 {
+			if _, err := a.cfg.Store.WriteAllocations(ctx, writes...); err != nil {
+				if placement.IsConflict(err) {
+					continue // a consumer changed meanwhile: read again
+				}
+				if placement.IsCapacity(err) && state == records.VMActive {
+					return conflict(fmt.Sprintf("Cannot reset instance %s to active: its flavor does not fit on %s any more (%v); reset it to error, or free room on the host", in.UUID, cur.Host, err))
+				}
+				return fmt.Errorf("putting the allocations of %s right: %w", in.UUID, err)
+			}
+		}
+		cur.VMState, cur.TaskState, cur.UpdatedAt = state, records.TaskNone, a.cfg.Clock.Now()
+		if _, err = a.cfg.Store.UpdateInstance(ctx, cur); err == nil {
+			msg := "state " + args.State
+			if len(fixed) > 0 {
+				msg += "; allocations put right: " + strings.Join(fixed, "; ")
+			}
+			a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "reset-state", Message: msg})
+			w.WriteHeader(http.StatusAccepted)
+			return nil
+		} else if !placement.IsConflict(err) {
+			return err
+		}
+	}
+	return conflict("instance " + in.UUID + " kept changing; try again")
+}
+
+// resetAllocations returns the writes that put inst's allocations right
+// for state, and a line for each: to active, the flavor on the host's
+// provider only; to error, nothing; every ended migration's consumer
+// dropped. Writes name the consumer generations read.
+func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state string, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
+	var (
+		writes []placement.AllocationWrite
+		fixed  []string
+	)
+	sums, err := a.cfg.Store.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading providers: %w", err)
+	}
+	nameOf := map[string]string{}
+	rp := ""
+	for _, s := range sums {
+		nameOf[s.UUID] = s.Name
+		if s.Name == inst.Host && inst.Host != "" {
+			rp = s.UUID
+		}
+	}
+	var want map[string]placement.Resources
+	if state == records.VMActive {
+		if rp == "" {
+			return nil, nil, conflict(fmt.Sprintf("Cannot reset instance %s to active: it has no host with a resource provider (host %q); reset it to error or delete it", inst.UUID, inst.Host))
+		}
+		want = map[string]placement.Resources{rp: inst.Flavor.Resources()}
+	}
+	c, err := a.cfg.Store.GetConsumer(ctx, inst.UUID)
+	switch {
+	case isNotFound(err):
+		if len(want) > 0 {
+			writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
+				ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
+			fixed = append(fixed, fmt.Sprintf("claimed %s on %s", want[rp], inst.Host))
+		}
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading the allocations of %s: %w", inst.UUID, err)
+	case !sameAllocations(c.Allocations, want):
+		gen := c.Generation
+		writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
+			ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
+		if len(want) > 0 {
+			fixed = append(fixed, fmt.Sprintf("%s replaced by %s on %s", describeAllocations(c.Allocations, nameOf), want[rp], inst.Host))
+		} else {
+			fixed = append(fixed, fmt.Sprintf("%s released", describeAllocations(c.Allocations, nameOf)))
+		}
+	}
+	for _, m := range ms {
+		mc, err := a.cfg.Store.GetConsumer(ctx, m.UUID)
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the allocations of migration %d: %w", m.ID, err)
+		}
+		gen := mc.Generation
+		writes = append(writes, placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &gen})
+		fixed = append(fixed, fmt.Sprintf("%s of %s migration %d released", describeAllocations(mc.Allocations, nameOf), m.Status, m.ID))
+	}
+	return writes, fixed, nil
+}
+
+func sameAllocations(got, want map[string]placement.Resources) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for p, r := range want {
+		if !got[p].Equal(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func describeAllocations(allocs map[string]placement.Resources, nameOf map[string]string) string {
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(allocs)) {
+		parts = append(parts, fmt.Sprintf("%s on %s", allocs[p], nameOf[p]))
+	}
+	return strings.Join(parts, ", ")
+}
