@@ -90,7 +90,7 @@ func (c *Cloud) Violations() []string {
 		if in.TaskState != records.TaskNone && !building {
 			bad("instance %s (%s) keeps task %q with no migration active", in.Name, in.VMState, in.TaskState)
 		}
-		if in.VMState == records.VMActive || building {
+		if holdsClaim(in.VMState) || building {
 			if got := c.Allocations(in.UUID); !SameAllocations(got, Only(in.Host, in.Flavor)) {
 				bad("instance %s (%s) on %s holds %v", in.Name, in.VMState, in.Host, got)
 			}
@@ -100,15 +100,15 @@ func (c *Cloud) Violations() []string {
 		cons := consumers[uuid]
 		if cons.Type == placement.ConsumerMigration {
 			bad("migration consumer %s still holds %v", uuid, cons.Allocations)
-		} else if in, ok := byUUID[uuid]; !ok || (in.VMState != records.VMActive && in.VMState != records.VMBuilding) {
-			bad("consumer %s holds %v but is no ACTIVE or BUILDING instance", uuid, cons.Allocations)
+		} else if in, ok := byUUID[uuid]; !ok || (!holdsClaim(in.VMState) && in.VMState != records.VMBuilding) {
+			bad("consumer %s holds %v but is no ACTIVE, BUILDING or powered-down instance", uuid, cons.Allocations)
 		}
 	}
 	for _, h := range c.Hosts {
 		gs, _ := c.Drivers[h].Guests(ctx)
 		for _, g := range gs {
 			in, ok := byUUID[g.UUID]
-			okState := g.State == compute.GuestRunning || (g.State == compute.GuestBuilding && in.VMState == records.VMBuilding)
+			okState := g.State == guestStates[in.VMState] || (g.State == compute.GuestBuilding && in.VMState == records.VMBuilding)
 			if !ok || in.Host != h || !okState {
 				bad("guest %s on %s is %s (instance %s on %q)", g.UUID, h, g.State, in.VMState, in.Host)
 			}
@@ -129,6 +129,19 @@ func (c *Cloud) Violations() []string {
 	}
 	return out
 }
+
+// guestStates is the guest state a settled instance's vm_state implies;
+// those instances hold their claim (a powered-down server keeps it).
+var guestStates = map[string]compute.GuestState{
+	records.VMActive:    compute.GuestRunning,
+	records.VMStopped:   compute.GuestStopped,
+	records.VMPaused:    compute.GuestPaused,
+	records.VMSuspended: compute.GuestSuspended,
+	records.VMRescued:   compute.GuestRescued,
+	records.VMShelved:   compute.GuestStopped,
+}
+
+func holdsClaim(vmState string) bool { _, ok := guestStates[vmState]; return ok }
 
 // guestLister asks the fake drivers for their guests, as the audit asks
 // the agents.

@@ -18,11 +18,14 @@ const (
 
 // ColdMover is implemented by drivers that can cold-migrate and resize
 // (Nova's resize_instance / finish_resize family). inst carries the flavor
-// the host is to hold.
+// the host is to hold, and in FinishMigration and FinishRevertMigration
+// the vm_state the guest is to end in: a stopped instance's guest is not
+// started (Nova's power_on=False; see MovedGuestState).
 type ColdMover interface {
 	// PrepResize checks this host (the destination) can take inst.
 	PrepResize(ctx context.Context, inst records.Instance) error
-	// MigrateDiskAndPowerOff stops the guest here (the source) and moves
+	// MigrateDiskAndPowerOff stops the guest here (the source; a stopped
+	// one stays stopped) and moves
 	// its disk to dest, then reports through done, never before it
 	// returns; the guest stays, stopped, until confirm or revert.
 	MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst records.Instance, dest string, done func(error))
@@ -34,6 +37,16 @@ type ColdMover interface {
 	// FinishRevertMigration starts the stopped guest here (the source)
 	// again with inst's (old) flavor.
 	FinishRevertMigration(ctx context.Context, inst records.Instance) error
+}
+
+// MovedGuestState is the state a cold-moved guest ends in on its
+// destination, or on its source after a revert: stopped for an instance
+// moved while stopped, running otherwise.
+func MovedGuestState(inst records.Instance) GuestState {
+	if inst.VMState == records.VMStopped {
+		return GuestStopped
+	}
+	return GuestRunning
 }
 
 func (m *Manager) coldMover() (ColdMover, error) {

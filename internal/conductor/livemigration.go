@@ -538,6 +538,9 @@ func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, a
 		if a.VMState != "" {
 			cur.VMState = a.VMState
 		}
+		if a.PowerState != 0 {
+			cur.PowerState = a.PowerState
+		}
 		cur.TaskState, cur.UpdatedAt = records.TaskNone, c.clock.Now()
 		_, err = c.store.UpdateInstance(ctx, cur)
 		return err

@@ -35,7 +35,8 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
 	}
-	if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone {
+	// Nova resizes and cold-migrates active and stopped servers.
+	if (inst.VMState != records.VMActive && inst.VMState != records.VMStopped) || inst.TaskState != records.TaskNone {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
 			"Cannot '%s' instance %s while it is in vm_state %s, task_state %q", verb, instanceUUID, inst.VMState, orNone(inst.TaskState))}
 	}
@@ -57,6 +58,7 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: typ, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
 		OldFlavor: &old, NewFlavor: newFlavor, PlanMove: o.ref, AvoidHosts: o.avoid,
+		OldVMState: inst.VMState,
 	})
 	if err != nil {
 		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
@@ -139,7 +141,18 @@ func (c *Conductor) actResizeInstance(ctx context.Context, m records.Migration, 
 	return noAnswer, false, nil // the source reports the disk copy's end
 }
 
+// powerOn sets the vm_state the agent reads to know whether a moved guest
+// is to run (active) or stay stopped (Nova's power_on).
+func powerOn(inst records.Instance, m records.Migration) records.Instance {
+	inst.VMState = records.VMActive
+	if migration.StartedStopped(m) {
+		inst.VMState = records.VMStopped
+	}
+	return inst
+}
+
 func (c *Conductor) actFinishResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	inst = powerOn(inst, m)
 	inst.Flavor = *m.NewFlavor
 	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishResize(ctx, inst) }); err != nil {
 		return failed(migration.StepFailed, err)
@@ -174,6 +187,7 @@ func (c *Conductor) actRevertAtDest(ctx context.Context, m records.Migration, in
 }
 
 func (c *Conductor) actFinishRevertAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	inst = powerOn(inst, m)
 	inst.Flavor = *m.OldFlavor
 	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishRevertResize(ctx, inst) }); err != nil {
 		return failed(migration.StepFailed, err)

@@ -144,6 +144,10 @@ type Action struct {
 	// and vm_state from now on (nil and "" keep them).
 	Flavor  *records.Flavor
 	VMState string
+	// PowerState, for SettleInstance, is the guest's power state from now
+	// on (records.Power*; 0 keeps it): a resized server's shows whether
+	// its guest runs.
+	PowerState int
 }
 
 // Machine holds the rules' parameters.

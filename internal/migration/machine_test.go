@@ -752,13 +752,17 @@ func TestStalledAndReset(t *testing.T) {
 func TestColdMoveScripts(t *testing.T) {
 	mc := Machine{MaxAttempts: 3}
 	small, medium := records.Flavor{ID: "s", RAMMB: 1}, records.Flavor{ID: "m", RAMMB: 2}
-	fresh := func() records.Migration {
+	fresh := func(from string) records.Migration {
 		m := newMigration()
-		m.Type, m.OldFlavor, m.NewFlavor = records.MigrationTypeResize, &small, &medium
+		m.Type, m.OldFlavor, m.NewFlavor, m.OldVMState = records.MigrationTypeResize, &small, &medium, from
 		return m
 	}
 	settle := func(host string, f *records.Flavor, vm string) Action {
-		return Action{Kind: SettleInstance, Host: host, Flavor: f, VMState: vm}
+		a := Action{Kind: SettleInstance, Host: host, Flavor: f, VMState: vm}
+		if vm == records.VMResized {
+			a.PowerState = records.PowerRunning
+		}
+		return a
 	}
 	toVerify := []step{
 		{ev: Event{Kind: Start}, wantStatus: records.MigrationAccepted, wantPhase: PhaseSchedule, wantActions: []Action{act(ClaimDestination, "")}},
@@ -789,7 +793,37 @@ func TestColdMoveScripts(t *testing.T) {
 	)
 	for name, script := range map[string][]step{"confirm": confirm, "revert": revert, "failed copy, guest lost": failed} {
 		t.Run(name, func(t *testing.T) {
-			end := run(t, mc, fresh(), script)
+			end := run(t, mc, fresh(records.VMActive), script)
+			assertRefusesEverything(t, mc, end)
+		})
+	}
+	// A stopped server: VERIFY_RESIZE powered off, and stopped again
+	// after a confirm, a revert or a rolled-back copy.
+	stopped := func(script []step) []step {
+		out := append([]step{}, script...)
+		for i, s := range out {
+			if len(s.wantActions) == 1 && s.wantActions[0].Kind == SettleInstance {
+				a := s.wantActions[0]
+				switch a.VMState {
+				case records.VMResized:
+					a.PowerState = records.PowerShutdown
+				case records.VMActive:
+					a.VMState = records.VMStopped
+				}
+				out[i].wantActions = []Action{a}
+			}
+		}
+		return out
+	}
+	failedStopped := append(append([]step{}, toVerify[:3]...),
+		step{ev: Event{Kind: CopyFailed, Err: "disk"}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRollbackDest, wantActions: []Action{act(RevertAtDest, "dst")}},
+		step{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRestartSource, wantActions: []Action{act(FinishRevertAtSource, "src")}},
+		step{ev: Event{Kind: SourceDone}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		step{ev: Event{Kind: Reverted}, wantStatus: records.MigrationFailed, wantPhase: PhaseDone, wantActions: []Action{settle("src", &small, records.VMStopped)}},
+	)
+	for name, script := range map[string][]step{"stopped confirm": stopped(confirm), "stopped revert": stopped(revert), "stopped failed copy": failedStopped, "stopped, guest lost": failed} {
+		t.Run(name, func(t *testing.T) {
+			end := run(t, mc, fresh(records.VMStopped), script)
 			assertRefusesEverything(t, mc, end)
 		})
 	}

@@ -6,7 +6,10 @@ import "keel/internal/records"
 // "migration" or "resize"), Nova's semantics: the guest is stopped and its
 // disk moved, then it starts on the destination with the new flavor, and
 // the server waits in VERIFY_RESIZE for the user to confirm or revert (or
-// for resize_confirm_window to confirm it).
+// for resize_confirm_window to confirm it). A stopped server moves the
+// same way but its guest is never started: it waits in VERIFY_RESIZE
+// powered off and ends stopped whether confirmed or reverted
+// (records.Migration.OldVMState).
 //
 //	accepted       schedule ──Claimed──▶ prep-resize          NoValidHost ─▶ [error]
 //	pre-migrating  prep-resize ──Prepared──▶ resize-source    PrepareFailed ─▶ cold-rollback
@@ -123,6 +126,20 @@ var resizeTransitions = map[transitionKey]transition{
 	{PhaseRevert, Reset}:                repeat(RevertAllocations, func(records.Migration) string { return "" }),
 }
 
+// StartedStopped reports whether m moves a stopped server: its guest is
+// not started on the destination (Nova's power_on=False), nor on the
+// source again when the move is reverted or rolled back.
+func StartedStopped(m records.Migration) bool { return m.OldVMState == records.VMStopped }
+
+// settledState is the vm_state a cold move ends in, confirmed or
+// reverted: the one it started from (active or stopped).
+func settledState(m records.Migration) string {
+	if StartedStopped(m) {
+		return records.VMStopped
+	}
+	return records.VMActive
+}
+
 func sourceOf(m records.Migration) string { return m.SourceHost }
 func destOf(m records.Migration) string   { return m.DestHost }
 
@@ -167,7 +184,11 @@ func coldCopied(_ Machine, m records.Migration, _ Event) (records.Migration, []A
 // the server is VERIFY_RESIZE there.
 func coldFinished(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
 	m.Phase, m.Status = PhaseVerify, records.MigrationFinished
-	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, Flavor: m.NewFlavor, VMState: records.VMResized}}
+	power := records.PowerRunning
+	if StartedStopped(m) {
+		power = records.PowerShutdown
+	}
+	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, Flavor: m.NewFlavor, VMState: records.VMResized, PowerState: power}}
 }
 
 func coldConfirm(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
@@ -186,7 +207,7 @@ func coldSourceConfirmed(_ Machine, m records.Migration, ev Event) (records.Migr
 
 func coldDone(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
 	m.Status, m.Phase = records.MigrationConfirmed, PhaseDone
-	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, VMState: records.VMActive}}
+	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, VMState: settledState(m)}}
 }
 
 func coldRevert(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
@@ -249,7 +270,7 @@ func coldRestarted(_ Machine, m records.Migration, _ Event) (records.Migration, 
 // runs there with its old flavor (or, when its guest could not be
 // started again, is in ERROR there).
 func coldReverted(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
-	vm := records.VMActive
+	vm := settledState(m)
 	if m.Phase == PhaseRevertLost {
 		vm = records.VMError
 	}

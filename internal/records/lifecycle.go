@@ -68,8 +68,9 @@ type Lifecycle struct {
 	// ActionError is why the last action failed ("" when it succeeded).
 	ActionError string `json:"lifecycle_error,omitempty"`
 
-	// PowerState is the guest's power state when the last action ended
-	// (shown for an instance in ERROR; other states imply theirs).
+	// PowerState is the guest's power state when the last action or cold
+	// move ended (shown for an instance in ERROR or resized; other states
+	// imply theirs).
 	PowerState int `json:"power_state,omitempty"`
 	// ShelvedAt is when the instance was shelved (shelved_offload_time
 	// counts from it).
@@ -77,8 +78,8 @@ type Lifecycle struct {
 }
 
 // PowerStateOf is the power state the compute API shows for in: the one
-// its vm_state implies, or for an instance in ERROR the one its last
-// action left.
+// its vm_state implies, or for an instance in ERROR (or waiting in
+// VERIFY_RESIZE) the one its last action or move left.
 func PowerStateOf(in Instance) int {
 	switch in.VMState {
 	case VMActive, VMRescued:
@@ -91,6 +92,12 @@ func PowerStateOf(in Instance) int {
 		return PowerShutdown
 	case VMError:
 		return in.PowerState
+	case VMResized:
+		// A stopped server's resize waits in VERIFY_RESIZE powered off.
+		if in.PowerState != PowerNoState {
+			return in.PowerState
+		}
+		return PowerRunning
 	}
 	return PowerNoState
 }

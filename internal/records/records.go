@@ -258,6 +258,11 @@ type Migration struct {
 	// the destination the new one, until confirm or revert.
 	OldFlavor *Flavor `json:"old_flavor,omitempty"`
 	NewFlavor *Flavor `json:"new_flavor,omitempty"`
+	// OldVMState is the vm_state a cold migration or resize started from
+	// (Nova's old_vm_state): a stopped server's guest is not started on
+	// the destination, stays stopped through confirm, and a revert brings
+	// it back stopped. Empty means active.
+	OldVMState string `json:"old_vm_state,omitempty"`
 	// Owner is the keel server replica that drives the migration: the one
 	// that created it or took it over (see conductor.Config.Owner). Empty
 	// for a migration no replica claims (a single server without

@@ -311,6 +311,9 @@ func lifecycleStatus(in records.Instance) (string, bool) {
 		if in.TaskState == records.TaskRebootingHard {
 			return "HARD_REBOOT", true
 		}
+		if in.TaskState == records.TaskResizePrep {
+			return "RESIZE", true // a stopped server's cold move
+		}
 		return "SHUTOFF", true
 	case records.VMPaused:
 		if in.TaskState == records.TaskMigrating {

@@ -45,8 +45,8 @@ func (d *Driver) MigrateDiskAndPowerOff(_ context.Context, migID int64, inst rec
 	defer d.mu.Unlock()
 	fail := d.takeFault(StepResize, inst.UUID)
 	g, ok := d.guests[inst.UUID]
-	if fail == nil && (!ok || g.State != compute.GuestRunning) {
-		fail = fmt.Errorf("resize_instance of %s: guest is not running here", inst.UUID)
+	if fail == nil && (!ok || (g.State != compute.GuestRunning && g.State != compute.GuestStopped)) {
+		fail = fmt.Errorf("resize_instance of %s: guest is not running or stopped here", inst.UUID)
 	}
 	if fail != nil {
 		d.cfg.Clock.AfterFunc(0, func() { done(fail) })
@@ -78,18 +78,20 @@ func (d *Driver) MigrateDiskAndPowerOff(_ context.Context, migID int64, inst rec
 }
 
 // FinishMigration implements compute.ColdMover: the guest runs here with
-// inst's flavor (on its own host, the one guest restarts resized).
+// inst's flavor (on its own host, the one guest restarts resized), or,
+// for a stopped instance, is here stopped.
 func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(StepFinishResize, inst.UUID); err != nil {
 		return err
 	}
-	if g, ok := d.guests[inst.UUID]; ok && g.State == compute.GuestRunning && g.Flavor.ID == inst.Flavor.ID {
+	state := compute.MovedGuestState(inst)
+	if g, ok := d.guests[inst.UUID]; ok && g.State == state && g.Flavor.ID == inst.Flavor.ID {
 		return nil // a repeat
 	}
 	prev, had := d.guests[inst.UUID]
-	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestRunning}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: state}
 	if err := d.saveLocked(); err != nil {
 		if had {
 			d.guests[inst.UUID] = prev
@@ -114,7 +116,8 @@ func (d *Driver) ConfirmMigration(ctx context.Context, uuid string) error {
 }
 
 // FinishRevertMigration implements compute.ColdMover: the stopped source
-// guest runs again with inst's (old) flavor.
+// guest runs again with inst's (old) flavor (or stays stopped, for a
+// stopped instance).
 func (d *Driver) FinishRevertMigration(_ context.Context, inst records.Instance) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -123,7 +126,7 @@ func (d *Driver) FinishRevertMigration(_ context.Context, inst records.Instance)
 		return fmt.Errorf("finish_revert_resize of %s: no guest of it here to start again", inst.UUID)
 	}
 	prev := *g
-	g.State, g.MigrationID, g.Flavor = compute.GuestRunning, 0, inst.Flavor
+	g.State, g.MigrationID, g.Flavor = compute.MovedGuestState(inst), 0, inst.Flavor
 	if err := d.saveLocked(); err != nil {
 		*g = prev
 		return fmt.Errorf("finish_revert_resize of %s: %w", inst.UUID, err)

@@ -1,0 +1,58 @@
+package computeapi_test
+
+import (
+	"context"
+	"testing"
+
+	"keel/internal/records"
+)
+
+// TestStoppedServerMoves: Nova resizes and cold-migrates a stopped server
+// without starting it: RESIZE, then VERIFY_RESIZE with power_state 4
+// (shutdown) on the destination; a confirm leaves it SHUTOFF there with
+// the new flavor, and a cold migration's revert brings it back SHUTOFF to
+// the host it left.
+func TestStoppedServerMoves(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.st.CreateFlavor(ctx, records.Flavor{ID: "3", Name: "m1.medium", VCPUs: 2, RAMMB: 4096, DiskGB: 40}); err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "imageRef": "img"}}, &created)
+	id := created.Server.ID
+	e.waitStatus(id, "member", "ACTIVE")
+	e.act(id, "member", "", map[string]any{"os-stop": nil}, 202)
+	first := e.waitStatus(id, "admin", "SHUTOFF")["OS-EXT-SRV-ATTR:host"]
+
+	e.act(id, "member", "", map[string]any{"resize": map[string]any{"flavorRef": "3"}}, 202)
+	var show struct{ Server map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+id, "member", "", nil, &show)
+	if show.Server["status"] != "RESIZE" {
+		t.Fatalf("a stopped server's resize shows %v, want RESIZE", show.Server["status"])
+	}
+	v := e.waitStatus(id, "admin", "VERIFY_RESIZE")
+	dest := v["OS-EXT-SRV-ATTR:host"]
+	if dest == first || v["OS-EXT-STS:power_state"] != float64(records.PowerShutdown) || v["OS-EXT-STS:vm_state"] != "resized" {
+		t.Fatalf("VERIFY_RESIZE on %v (from %v), power %v, vm_state %v; want another host, powered off", dest, first, v["OS-EXT-STS:power_state"], v["OS-EXT-STS:vm_state"])
+	}
+	e.act(id, "member", "", map[string]any{"confirmResize": nil}, 204)
+	v = e.waitStatus(id, "admin", "SHUTOFF")
+	if fl, _ := v["flavor"].(map[string]any); v["OS-EXT-SRV-ATTR:host"] != dest || fl["original_name"] != "m1.medium" || v["OS-EXT-STS:power_state"] != float64(records.PowerShutdown) {
+		t.Fatalf("confirmed: on %v with %v, power %v; want SHUTOFF on %v with m1.medium", v["OS-EXT-SRV-ATTR:host"], v["flavor"], v["OS-EXT-STS:power_state"], dest)
+	}
+
+	e.act(id, "admin", "", map[string]any{"migrate": nil}, 202)
+	v = e.waitStatus(id, "admin", "VERIFY_RESIZE")
+	if v["OS-EXT-SRV-ATTR:host"] == dest || v["OS-EXT-STS:power_state"] != float64(records.PowerShutdown) {
+		t.Fatalf("cold migration waits on %v, power %v", v["OS-EXT-SRV-ATTR:host"], v["OS-EXT-STS:power_state"])
+	}
+	e.act(id, "member", "", map[string]any{"revertResize": nil}, 202)
+	v = e.waitStatus(id, "admin", "SHUTOFF")
+	if v["OS-EXT-SRV-ATTR:host"] != dest {
+		t.Fatalf("reverted to %v, want SHUTOFF on %v", v["OS-EXT-SRV-ATTR:host"], dest)
+	}
+	// It starts where it is, as any stopped server.
+	e.act(id, "member", "", map[string]any{"os-start": nil}, 202)
+	e.waitStatus(id, "member", "ACTIVE")
+}
