@@ -11,7 +11,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/identity"
 	"keel/internal/placement"
+	"keel/internal/plan"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/store"
@@ -45,6 +48,8 @@ const (
 	uiFinishedFor = 2 * time.Second
 	// uiHeartbeat keeps idle streams open through proxies.
 	uiHeartbeat = 15 * time.Second
+	// uiRecentPlans is how many ended plans the Plans panel keeps.
+	uiRecentPlans = 5
 )
 
 // uiHub feeds the web view (/keel/ui/): it follows the store's change
@@ -75,6 +80,12 @@ type uiHub struct {
 	active   map[int64]records.Migration
 	samples  map[int64]progressSample
 	finished map[int64]finishedMove
+	// Plans: those not ended (re-read every tick while there are any),
+	// the last few ended ones, and each host of an active drain with its
+	// plan (what marks the host draining).
+	activePlans map[int64]records.Plan
+	endedPlans  []records.Plan
+	drainOf     map[string]int64
 
 	wake chan struct{}
 	done chan struct{}
@@ -194,9 +205,10 @@ type uiState struct {
 	Imbalance *uiImbalance
 	Instances []uiInstance
 	Moves     []uiMove
+	Plans     []uiPlan
 
-	hostsJSON, instancesJSON, movesJSON []byte
-	hostsVer, instancesVer, movesVer    uint64
+	hostsJSON, instancesJSON, movesJSON, plansJSON []byte
+	hostsVer, instancesVer, movesVer, plansVer     uint64
 }
 
 // The parts as events carry them.
@@ -214,6 +226,11 @@ type (
 		Time  time.Time `json:"time"`
 		Moves []uiMove  `json:"moves"`
 	}
+	// uiPlansPart is admin-only (plans are, as /keel/v1/plans is).
+	uiPlansPart struct {
+		Time  time.Time `json:"time"`
+		Plans []uiPlan  `json:"plans"`
+	}
 	// uiHello opens a stream: who the caller is.
 	uiHello struct {
 		Admin   bool   `json:"admin"`
@@ -223,17 +240,23 @@ type (
 )
 
 type uiHost struct {
-	Name           string                                 `json:"name"`
-	Zone           string                                 `json:"zone"`
-	Enabled        bool                                   `json:"enabled"`
-	Up             bool                                   `json:"up"`
-	DisabledReason string                                 `json:"disabled_reason,omitempty"`
-	Draining       bool                                   `json:"draining"`
-	Fill           float64                                `json:"fill"`
-	FillClass      placement.ResourceClass                `json:"fill_class"`
-	Resources      map[placement.ResourceClass]uiResource `json:"resources"`
-	RunningVMs     int64                                  `json:"running_vms"`
-	Instances      int                                    `json:"instances"`
+	Name           string `json:"name"`
+	Zone           string `json:"zone"`
+	Enabled        bool   `json:"enabled"`
+	Up             bool   `json:"up"`
+	DisabledReason string `json:"disabled_reason,omitempty"`
+	// Draining: a drain plan that has not ended empties the host (or,
+	// without one, the host is disabled and moves leave it); Drained: the
+	// host is still disabled by a drain plan that has ended. DrainPlan
+	// names that plan.
+	Draining   bool                                   `json:"draining"`
+	Drained    bool                                   `json:"drained,omitempty"`
+	DrainPlan  int64                                  `json:"drain_plan,omitempty"`
+	Fill       float64                                `json:"fill"`
+	FillClass  placement.ResourceClass                `json:"fill_class"`
+	Resources  map[placement.ResourceClass]uiResource `json:"resources"`
+	RunningVMs int64                                  `json:"running_vms"`
+	Instances  int                                    `json:"instances"`
 }
 
 type uiResource struct {
@@ -275,7 +298,27 @@ type uiMove struct {
 	Finished       bool      `json:"finished"`
 	FinishedAgoSec float64   `json:"finished_ago_seconds,omitempty"`
 	Error          string    `json:"error,omitempty"`
-	projectID      string
+	// Plan is the plan that started the move (0: none).
+	Plan      int64 `json:"plan,omitempty"`
+	projectID string
+}
+
+// uiPlan is a move plan with its progress (package plan's Summary: moves
+// done, running and left, bytes, rate and ETA).
+type uiPlan struct {
+	ID         int64        `json:"id"`
+	Purpose    string       `json:"purpose"`
+	State      string       `json:"state"`
+	Hosts      []string     `json:"hosts,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+	Parallel   int          `json:"parallel,omitempty"`
+	Progress   plan.Summary `json:"progress"`
+	ETASeconds *float64     `json:"eta_seconds,omitempty"`
+	Created    time.Time    `json:"created"`
+	Started    time.Time    `json:"started,omitzero"`
+	Finished   time.Time    `json:"finished,omitzero"`
+	// Running lists the instances (names, else UUIDs) whose moves run.
+	Running []string `json:"running,omitempty"`
 }
 
 type uiImbalance struct {
@@ -310,8 +353,10 @@ func (u *uiHub) build(ctx context.Context) error {
 	}
 	readMoves := readInstances || u.pokedMoves || vc.Providers || len(u.active) > 0 || len(u.finished) > 0
 	u.pokedMoves = false
-	hostsDue := readMoves || vc.any() || now.Sub(u.lastHosts) >= uiResync
+	readPlans := first || readInstances || readMoves || len(u.activePlans) > 0
+	hostsDue := readMoves || readPlans || vc.any() || now.Sub(u.lastHosts) >= uiResync
 	prevActive := u.active
+	prevPlans := u.activePlans
 	u.mu.Unlock()
 	if !hostsDue {
 		return nil
@@ -349,6 +394,28 @@ func (u *uiHub) build(ctx context.Context) error {
 			ended = append(ended, finishedMove{m: m, at: now})
 		}
 	}
+	var plans []records.Plan
+	if readPlans {
+		// Every plan once (the ended ones too), then those not ended, and
+		// each that ended since (read alone).
+		if plans, err = u.st.ListPlans(ctx, !first); err != nil {
+			return fmt.Errorf("listing plans: %w", err)
+		}
+		still := make(map[int64]bool, len(plans))
+		for _, p := range plans {
+			still[p.ID] = true
+		}
+		for id := range prevPlans {
+			if still[id] {
+				continue
+			}
+			p, err := u.st.GetPlan(ctx, id)
+			if err != nil {
+				return fmt.Errorf("reading plan %d: %w", id, err)
+			}
+			plans = append(plans, p)
+		}
+	}
 	vhs := u.view.hosts()
 
 	u.mu.Lock()
@@ -380,6 +447,9 @@ func (u *uiHub) build(ctx context.Context) error {
 	if readMoves {
 		next.Moves = u.movesOf(now, migs, next.Instances)
 	}
+	if readPlans {
+		next.Plans = u.plansOf(now, plans, next.Instances)
+	}
 	u.lastHosts = now
 	next.Hosts, next.Imbalance = u.hostsOf(now, vhs, next.Instances, next.Moves, flavors)
 
@@ -395,6 +465,11 @@ func (u *uiHub) build(ctx context.Context) error {
 	if readMoves {
 		if b := mustMarshal(uiMovesPart{Time: now, Moves: next.Moves}); u.state == nil || !equalButTime(b, u.state.movesJSON) {
 			next.movesJSON, next.movesVer, changed = b, next.movesVer+1, true
+		}
+	}
+	if readPlans {
+		if b := mustMarshal(uiPlansPart{Time: now, Plans: next.Plans}); u.state == nil || !equalButTime(b, u.state.plansJSON) {
+			next.plansJSON, next.plansVer, changed = b, next.plansVer+1, true
 		}
 	}
 	if !changed {
@@ -500,7 +575,16 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		uh := uiHost{Name: h.Name, Zone: h.Zone, Enabled: h.HasService && !h.Service.Disabled, Up: up(h, now, u.downTime),
 			DisabledReason: h.Service.DisabledReason, RunningVMs: h.Record.RunningVMs, Instances: count[h.Name],
 			Resources: map[placement.ResourceClass]uiResource{}}
-		uh.Draining = !uh.Enabled && outgoing[h.Name] > 0
+		switch id, ok := u.drainOf[h.Name]; {
+		case ok:
+			uh.Draining, uh.DrainPlan = true, id
+		case !uh.Enabled && outgoing[h.Name] > 0:
+			uh.Draining = true
+		case !uh.Enabled:
+			if id, ok := drainReason(h.Service.DisabledReason); ok {
+				uh.Drained, uh.DrainPlan = true, id
+			}
+		}
 		for rc, inv := range h.Provider.Inventories {
 			uh.Resources[rc] = uiResource{Total: inv.Total, Reserved: inv.Reserved, AllocationRatio: inv.AllocationRatio,
 				Capacity: inv.Capacity(), Used: h.Provider.Usage[rc]}
@@ -560,6 +644,9 @@ func (u *uiHub) move(now time.Time, m records.Migration, in uiInstance, finished
 		Status: m.Status, Phase: m.Phase, MemoryTotal: m.MemoryTotalBytes, MemoryCopied: m.MemoryProcessedBytes,
 		MemoryLeft: m.MemoryRemainingBytes, Started: m.CreatedAt, Finished: finished, Error: m.Error, projectID: in.ProjectID,
 	}
+	if m.PlanMove != nil {
+		mv.Plan = m.PlanMove.Plan
+	}
 	if finished {
 		mv.FinishedAgoSec = now.Sub(at).Seconds()
 		return mv
@@ -599,7 +686,7 @@ func memberMoves(s *uiState, project string) []uiMove {
 	out := []uiMove{}
 	for _, m := range s.Moves {
 		if m.projectID == project {
-			m.Source, m.Dest = "", ""
+			m.Source, m.Dest, m.Plan = "", "", 0
 			out = append(out, m)
 		}
 	}
@@ -655,6 +742,7 @@ type uiView struct {
 	Imbalance *uiImbalance `json:"imbalance,omitempty"`
 	Instances []uiInstance `json:"instances"`
 	Moves     []uiMove     `json:"moves"`
+	Plans     []uiPlan     `json:"plans,omitempty"`
 }
 
 func hello(p identity.Principal) uiHello {
@@ -677,7 +765,7 @@ func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 	s, _ := u.current()
 	v := uiView{uiHello: hello(p), Time: s.Time}
 	if p.IsAdmin() {
-		v.Hosts, v.Imbalance, v.Instances, v.Moves = s.Hosts, s.Imbalance, s.Instances, s.Moves
+		v.Hosts, v.Imbalance, v.Instances, v.Moves, v.Plans = s.Hosts, s.Imbalance, s.Instances, s.Moves, s.Plans
 	} else {
 		v.Instances, v.Moves = memberInstances(s, p.ProjectID), memberMoves(s, p.ProjectID)
 	}
@@ -685,9 +773,10 @@ func (u *uiHub) serveState(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveEvents streams the state as server-sent events: "hello" first (who
-// the caller is), then "hosts", "instances" and "moves", each whenever
-// that part of what the caller may see changes (an admin gets every part;
-// anyone else their project's instances and moves, never hosts), a
+// the caller is), then "hosts", "instances", "moves" and "plans", each
+// whenever that part of what the caller may see changes (an admin gets
+// every part; anyone else their project's instances and moves, never
+// hosts nor plans), a
 // comment as heartbeat, and "expired" when the token expires.
 func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	p, ok := identity.PrincipalFrom(r.Context())
@@ -738,8 +827,8 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	admin := p.IsAdmin()
 	var (
-		hostsVer, instancesVer, movesVer uint64
-		lastInstances, lastMoves         []byte // a member's, to skip repeats
+		hostsVer, instancesVer, movesVer, plansVer uint64
+		lastInstances, lastMoves                   []byte // a member's, to skip repeats
 	)
 	for {
 		s, ch := u.current()
@@ -747,6 +836,12 @@ func (u *uiHub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			if admin && s.hostsVer != hostsVer {
 				hostsVer = s.hostsVer
 				if !send("hosts", s.hostsJSON) {
+					return
+				}
+			}
+			if admin && s.plansVer != plansVer {
+				plansVer = s.plansVer
+				if !send("plans", s.plansJSON) {
 					return
 				}
 			}
@@ -833,4 +928,95 @@ func usageZero(r placement.Resources) bool {
 		}
 	}
 	return true
+}
+
+// plansOf keeps the plans just read (those not ended, then those that
+// ended, newest last) and lists them for the Plans panel: the active
+// ones by ID, then the last uiRecentPlans ended ones, most recent first.
+// It also records each host an active drain empties. Called with mu
+// held.
+func (u *uiHub) plansOf(now time.Time, plans []records.Plan, ins []uiInstance) []uiPlan {
+	names := make(map[string]string, len(ins))
+	for _, in := range ins {
+		names[in.UUID] = in.Name
+	}
+	u.activePlans = map[int64]records.Plan{}
+	u.drainOf = map[string]int64{}
+	ended := map[int64]records.Plan{}
+	for _, p := range u.endedPlans {
+		ended[p.ID] = p
+	}
+	for _, p := range plans {
+		if records.PlanTerminal(p.State) {
+			ended[p.ID] = p
+			continue
+		}
+		u.activePlans[p.ID] = p
+		if p.Purpose == records.PlanDrain && p.State != records.PlanRecommended {
+			for _, h := range p.Hosts {
+				u.drainOf[h] = p.ID
+			}
+		}
+	}
+	u.endedPlans = u.endedPlans[:0]
+	for _, p := range ended {
+		u.endedPlans = append(u.endedPlans, p)
+	}
+	sort.Slice(u.endedPlans, func(i, j int) bool {
+		a, b := u.endedPlans[i], u.endedPlans[j]
+		if !a.FinishedAt.Equal(b.FinishedAt) {
+			return a.FinishedAt.After(b.FinishedAt)
+		}
+		return a.ID > b.ID
+	})
+	if len(u.endedPlans) > uiRecentPlans {
+		u.endedPlans = u.endedPlans[:uiRecentPlans]
+	}
+	out := make([]uiPlan, 0, len(u.activePlans)+len(u.endedPlans))
+	for _, p := range u.activePlans {
+		// A running move's copy as its migration last reported it (the
+		// plan record catches up once per executor tick).
+		p.Moves = slices.Clone(p.Moves)
+		for i, mv := range p.Moves {
+			if m, ok := u.active[mv.Migration]; ok && mv.State == records.MoveRunning && m.MemoryProcessedBytes > mv.BytesCopied {
+				p.Moves[i].BytesCopied = m.MemoryProcessedBytes
+			}
+		}
+		out = append(out, uiPlanOf(p, now, names))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	for _, p := range u.endedPlans {
+		out = append(out, uiPlanOf(p, now, names))
+	}
+	return out
+}
+
+func uiPlanOf(p records.Plan, now time.Time, names map[string]string) uiPlan {
+	up := uiPlan{ID: p.ID, Purpose: p.Purpose, State: p.State, Hosts: p.Hosts, Reason: p.Reason, Parallel: p.Options.Parallel,
+		Progress: plan.Summarise(p, now), Created: p.CreatedAt, Started: p.StartedAt, Finished: p.FinishedAt}
+	if up.Progress.ETA > 0 {
+		eta := up.Progress.ETA.Seconds()
+		up.ETASeconds = &eta
+	}
+	for _, mv := range p.Moves {
+		if mv.State == records.MoveStarting || mv.State == records.MoveRunning {
+			name := names[mv.Instance]
+			if name == "" {
+				name = mv.Instance
+			}
+			up.Running = append(up.Running, name)
+		}
+	}
+	return up
+}
+
+// drainReason reads the plan ID out of a drain's disabled reason ("keel
+// drain plan N", as the conductor's Drain writes it).
+func drainReason(reason string) (int64, bool) {
+	rest, ok := strings.CutPrefix(reason, "keel drain plan ")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil && id > 0
 }

@@ -308,11 +308,6 @@ func TestWebView(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", shot)
-	if updateScreenshot {
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "webview.png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var done time.Time
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var out struct {
@@ -374,6 +369,37 @@ func TestWebView(t *testing.T) {
 		return g.getAttribute("class") + " " + g.querySelector("rect.cell").getAttribute("fill") })()`, 2*time.Second,
 		func(c string) bool { return strings.Contains(c, " down") && strings.HasSuffix(c, " #39424d") })
 	admin.do("PUT", "/compute/v2.1/os-services/"+svcs.Services[0].ID, map[string]any{"forced_down": false}, nil, http.StatusOK)
+	evalPoll(t, ctx, "h03 up again", `document.querySelector('#grid g.host[data-host="h03"]').getAttribute("class")`, 5*time.Second,
+		func(c string) bool { return strings.Contains(c, " up") })
+
+	// A drain of h03 with two more small ones on it (one move at a
+	// time): its plan in the Plans panel runs with moves done, running
+	// and left, then ends done; h03 reads draining, then drained; the
+	// moves say which plan started them.
+	d1, d2 := admin.boot("drained-1", "2", "h03"), admin.boot("drained-2", "2", "h03")
+	admin.waitActive(d1, d2)
+	placed["h03"] = append(placed["h03"], clienttest.Flavors[1], clienttest.Flavors[1])
+	flavorOf := map[string]records.Flavor{d1: clienttest.Flavors[1], d2: clienttest.Flavors[1], mine: clienttest.Flavors[0]}
+	drainID := checkDrainPanel(t, ctx, admin, base, "h03", len(placed["h03"]))
+	var shown struct {
+		Plan struct {
+			Moves []records.PlanMove `json:"moves"`
+		} `json:"plan"`
+	}
+	admin.do("GET", fmt.Sprintf("/keel/v1/plans/%d", drainID), nil, &shown, http.StatusOK)
+	placed["h03"] = nil
+	for _, mv := range shown.Plan.Moves {
+		f, ok := flavorOf[mv.Instance]
+		if !ok || mv.State != records.MoveDone || mv.Result == "" || mv.Result == "h03" || mv.Result == "h02" {
+			t.Fatalf("drain move %+v: want one of the known instances, done, off h03 and not onto disabled h02", mv)
+		}
+		placed[mv.Result] = append(placed[mv.Result], f)
+	}
+	wantFill = fills()
+	for _, h := range []string{"h01", "h03", "h04"} {
+		evalPoll(t, ctx, h+" coloured by its claims after the drain", `document.querySelector('#grid g.host[data-host="`+h+`"]').dataset.colour`,
+			2*time.Second, func(c string) bool { return c == colour(wantFill[h]) })
+	}
 	t.Logf("admin part in the browser: %s", time.Since(start).Round(time.Millisecond))
 
 	// A member in a second tab: their instance, no host names.
@@ -407,12 +433,133 @@ func TestWebView(t *testing.T) {
 	if m := regexp.MustCompile(`"h0[1-4]"`).Find(raw); m != nil || bytes.Contains(raw, []byte(`"hosts"`)) {
 		t.Errorf("the state sent to demo names hosts: %s", raw)
 	}
+	if bytes.Contains(raw, []byte(`"plans"`)) || bytes.Contains(raw, []byte(`"plan"`)) {
+		t.Errorf("the state sent to demo shows plans (admin only): %s", raw)
+	}
+	if n, err := chromedp.Run(mctx, chromedp.Evaluate[int](`document.querySelectorAll("#plans tbody tr[data-plan]").length`)); err != nil || n != 0 {
+		t.Errorf("demo's page lists %d plans (%v), want none", n, err)
+	}
 	if !bytes.Contains(raw, []byte(mine)) || bytes.Contains(raw, []byte(mover)) {
 		t.Errorf("the state sent to demo has the wrong instances: %s", raw)
 	}
 
 	checkThousandHosts(t, ctx, base)
-	checkMetrics(t, base, admin.token, placed)
+	checkMetrics(t, admin, placed, []string{"h01", "h04"})
+}
+
+// checkDrainPanel drains host (n instances) with one move at a time
+// through the plans API and follows the plan in the browser's Plans
+// panel until it is done; it returns the plan's ID. On the way: the
+// README's screenshot (a move of the drain in flight), and /metrics'
+// plan gauges while it runs.
+func checkDrainPanel(t *testing.T, ctx context.Context, admin *api, base, host string, n int) int64 {
+	t.Helper()
+	var created struct {
+		Plan struct {
+			ID int64 `json:"id"`
+		} `json:"plan"`
+	}
+	admin.do("POST", "/keel/v1/plans", map[string]any{"drain": map[string]any{"hosts": []string{host}, "parallel": 1}}, &created, http.StatusAccepted)
+	id := created.Plan.ID
+	type row struct {
+		State                        string
+		Done, Running, Left, Total   int
+		Text                         string
+		HostClass, HostTag, MoveKind string
+	}
+	read := fmt.Sprintf(`(() => { const r = document.querySelector('#plans tbody tr[data-plan="%d"]');
+		const g = document.querySelector('#grid g.host[data-host="%s"]');
+		const k = document.querySelector('#moves tbody tr:not(.finished) td:nth-child(3)');
+		if (!r || !g) return null;
+		const tags = [...g.querySelectorAll("text")].map(t => t.textContent);
+		return {State: r.dataset.state, Done: +r.dataset.done, Running: +r.dataset.running, Left: +r.dataset.left, Total: +r.dataset.total,
+			Text: r.innerText, HostClass: g.getAttribute("class"), HostTag: tags[tags.length - 1] || "", MoveKind: k ? k.textContent : ""}; })()`, id, host)
+	// Running, with a move in flight and at least one still to go.
+	mid := evalPoll(t, ctx, "the drain's plan running in the Plans panel", read, 10*time.Second, func(r *row) bool {
+		return r != nil && r.State == "running" && r.Running == 1 && r.Left >= 1 && r.MoveKind != ""
+	})
+	if mid.Total != n || mid.Done+mid.Running+mid.Left != n {
+		t.Errorf("plan %d mid-drain: %+v, want %d moves in all", id, mid, n)
+	}
+	if !strings.Contains(mid.HostClass, "draining") || mid.HostTag != fmt.Sprintf("draining (plan %d)", id) {
+		t.Errorf("%s while its drain runs: classes %q, tag %q; want it marked draining by plan %d", host, mid.HostClass, mid.HostTag, id)
+	}
+	if want := fmt.Sprintf("live-migration (plan %d)", id); mid.MoveKind != want {
+		t.Errorf("the drain's move in the moves table: kind %q, want %q", mid.MoveKind, want)
+	}
+	if !strings.Contains(mid.Text, "1 running") || !strings.Contains(mid.Text, fmt.Sprintf("of %d", n)) {
+		t.Errorf("the plan's row reads %q", mid.Text)
+	}
+	// /metrics while it runs: every move counted once, in some state.
+	text := scrape(t, base, admin.token)
+	sum := 0.0
+	for _, st := range []string{"done", "running", "left", "failed", "skipped", "cancelled"} {
+		v, ok := gaugeValue(text, "keel_plan_moves", fmt.Sprintf(`plan="%d",purpose="drain",state=%q`, id, st))
+		if !ok {
+			t.Errorf("no keel_plan_moves for plan %d, state %s:\n%s", id, st, grep(text, "keel_plan"))
+		}
+		sum += v
+	}
+	if sum != float64(n) {
+		t.Errorf("keel_plan_moves for plan %d sum to %v, want %d", id, sum, n)
+	}
+	if v, _ := gaugeValue(text, "keel_plans", `purpose="drain",state="running"`); v != 1 {
+		t.Errorf("keel_plans{purpose=drain,state=running} = %v, want 1", v)
+	}
+	// The screenshot once a move of the drain is well under way.
+	evalPoll(t, ctx, "a drain move a fifth copied", `(() => { const g = document.querySelector('#grid g.move[data-source="`+host+`"]');
+		return g && !/[0-9a-f]{8}-/.test(document.querySelector("#plans").innerText) ? parseFloat(g.dataset.progress) : -1 })()`,
+		10*time.Second, func(p float64) bool { return p >= 0.2 })
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "webview-drain.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if updateScreenshot {
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "webview.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := evalPoll(t, ctx, "the drain's plan done in the Plans panel", read, time.Duration(n)*10*time.Second, func(r *row) bool {
+		return r != nil && r.State != "running"
+	})
+	if end.State != "done" || end.Done != n || end.Running != 0 || end.Left != 0 || !strings.Contains(end.Text, "took ") {
+		t.Errorf("plan %d at its end: %+v, want done with %d moves done", id, end, n)
+	}
+	if !strings.Contains(end.HostClass, "drained") || strings.Contains(end.HostClass, "draining") || end.HostTag != fmt.Sprintf("drained (plan %d)", id) {
+		t.Errorf("%s after its drain: classes %q, tag %q; want it marked drained by plan %d", host, end.HostClass, end.HostTag, id)
+	}
+	return id
+}
+
+// scrape reads /metrics with token.
+func scrape(t *testing.T, base, token string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("X-Auth-Token", token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s", res.Status)
+	}
+	return string(data)
+}
+
+// gaugeValue finds name{labels} in a scrape.
+func gaugeValue(text, name, labels string) (float64, bool) {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name+"{"+labels+"}") + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		return 0, false
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v, true
 }
 
 // checkThousandHosts feeds a page 1,000 hosts and 50 moves (events as the
@@ -470,35 +617,20 @@ func checkThousandHosts(t *testing.T, ctx context.Context, base string) {
 }
 
 // checkMetrics scrapes /metrics after TestWebView's sequence: the mover
-// now on h04, h02 disabled.
-func checkMetrics(t *testing.T, base, token string, placed map[string][]records.Flavor) {
+// moved, h02 disabled, h03 drained (enabled: the hosts still enabled);
+// then a recommended rebalance plan's gauges.
+func checkMetrics(t *testing.T, admin *api, placed map[string][]records.Flavor, enabled []string) {
 	t.Helper()
+	base, token := admin.base, admin.token
 	if res, err := http.Get(base + "/metrics"); err != nil || res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("/metrics without a token: %v %v, want 401", res.Status, err)
 	} else {
 		res.Body.Close()
 	}
-	req, _ := http.NewRequest("GET", base+"/metrics", nil)
-	req.Header.Set("X-Auth-Token", token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	text := string(data)
-	gauge := func(name string, labels string) (float64, bool) {
-		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name+"{"+labels+"}") + ` (\S+)$`)
-		m := re.FindStringSubmatch(text)
-		if m == nil {
-			return 0, false
-		}
-		v, _ := strconv.ParseFloat(m[1], 64)
-		return v, true
-	}
+	text := scrape(t, base, token)
 	want := func(name, labels string, v float64) {
 		t.Helper()
-		got, ok := gauge(name, labels)
+		got, ok := gaugeValue(text, name, labels)
 		if !ok || math.Abs(got-v) > 1e-6*math.Max(1, math.Abs(v)) {
 			t.Errorf("%s{%s} = %v (found %v), want %v", name, labels, got, ok, v)
 		}
@@ -525,21 +657,44 @@ func checkMetrics(t *testing.T, base, token string, placed map[string][]records.
 		t.Errorf("no agent_state for disabled, up h02:\n%s", grep(text, "openstack_nova_agent_state"))
 	}
 	want("keel_moves_in_flight", `kind="live-migration"`, 0)
-	// Imbalance over the enabled hosts h01, h03, h04 (h02 is disabled).
+	want("keel_plans", `purpose="drain",state="running"`, 0)
+	// Imbalance over the enabled hosts.
 	var xs []float64
-	for _, h := range []string{"h01", "h03", "h04"} {
+	for _, h := range enabled {
 		used := placement.Resources{}
 		for _, f := range placed[h] {
 			used = used.Add(f.Resources())
 		}
 		xs = append(xs, float64(used[placement.MemoryMB])/float64(131072-512))
 	}
-	mean := (xs[0] + xs[1] + xs[2]) / 3
-	ss := 0.0
+	mean, ss := 0.0, 0.0
+	for _, x := range xs {
+		mean += x / float64(len(xs))
+	}
 	for _, x := range xs {
 		ss += (x - mean) * (x - mean)
 	}
-	want("keel_imbalance_cv", `resourcetype="MEMORY_MB"`, math.Sqrt(ss/3)/mean)
+	want("keel_imbalance_cv", `resourcetype="MEMORY_MB"`, math.Sqrt(ss/float64(len(xs)))/mean)
+
+	// A recommended plan (stored, not started): its moves are all left.
+	moves := []records.PlanMove{{Instance: "00000000-0000-4000-8000-000000000001", Source: "h01", Dest: "h03", RAMMB: 2048},
+		{Instance: "00000000-0000-4000-8000-000000000002", Source: "h01", Dest: "h04", RAMMB: 512}}
+	var created struct {
+		Plan struct {
+			ID int64 `json:"id"`
+		} `json:"plan"`
+	}
+	admin.do("POST", "/keel/v1/plans", map[string]any{"rebalance": map[string]any{"moves": moves}}, &created, http.StatusCreated)
+	text = scrape(t, base, token)
+	l := fmt.Sprintf(`plan="%d",purpose="rebalance"`, created.Plan.ID)
+	want("keel_plans", `purpose="rebalance",state="recommended"`, 1)
+	want("keel_plan_moves", l+`,state="left"`, 2)
+	want("keel_plan_moves", l+`,state="done"`, 0)
+	want("keel_plan_memory_remaining_bytes", l, (2048+512)<<20)
+	want("keel_plan_memory_copied_bytes", l, 0)
+	if _, ok := gaugeValue(text, "keel_plan_eta_seconds", l); ok {
+		t.Errorf("a plan not started has an ETA:\n%s", grep(text, "keel_plan"))
+	}
 }
 
 func grep(text, prefix string) string {
@@ -605,6 +760,9 @@ func TestWebViewStream(t *testing.T) {
 	}
 	admin := login(t, base, "admin", cloud.Password)
 	demo := login(t, base, "demo", cloud.Passwords["demo"])
+	// A plan (recommended): admins see plans, members never.
+	admin.do("POST", "/keel/v1/plans", map[string]any{"rebalance": map[string]any{"moves": []records.PlanMove{
+		{Instance: "00000000-0000-4000-8000-000000000001", Source: "h01", Dest: "h02", RAMMB: 512}}}}, nil, http.StatusCreated)
 	opened := time.Now()
 	adminEvents, demoEvents := open(admin), open(demo)
 	id := demo.boot("streamed", "1", "")
@@ -630,8 +788,14 @@ func TestWebViewStream(t *testing.T) {
 	if took := time.Since(opened); took > 5*time.Second {
 		t.Errorf("the streams ended %s after they opened, the tokens expire after 3 s", took)
 	}
-	if dn[0] != "hello" || dn[len(dn)-1] != "expired" || slices.Contains(dn, "hosts") {
-		t.Errorf("demo's events: %v (want hello first, expired last, no hosts)", dn)
+	if dn[0] != "hello" || dn[len(dn)-1] != "expired" || slices.Contains(dn, "hosts") || slices.Contains(dn, "plans") {
+		t.Errorf("demo's events: %v (want hello first, expired last, no hosts, no plans)", dn)
+	}
+	if strings.Contains(dall, `"plan`) || strings.Contains(dall, "rebalance") {
+		t.Errorf("demo's stream carries plans:\n%s", dall)
+	}
+	if !slices.Contains(an, "plans") || !strings.Contains(aall, `"purpose":"rebalance","state":"recommended"`) {
+		t.Errorf("admin's stream lacks the recommended plan: %v\n%s", an, aall)
 	}
 	if regexp.MustCompile(`"h0[12]"`).MatchString(dall) || !strings.Contains(dall, id) {
 		t.Errorf("demo's stream names a host or lacks their instance %s:\n%s", id, dall)

@@ -8,12 +8,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"keel/internal/plan"
+	"keel/internal/records"
 	"keel/internal/store"
 )
 
 // cloudCollector reports per-host gauges under openstack-exporter's names
 // and labels (so Grafana dashboards built for OpenStack read keel
-// unchanged) and keel's own gauges for moves and imbalance. Each scrape
+// unchanged) and keel's own gauges for moves, plans and imbalance. Each scrape
 // brings the host view up to date from the change stream (no full read of
 // the store) and reads only the migrations in flight.
 type cloudCollector struct {
@@ -23,6 +25,7 @@ type cloudCollector struct {
 	vcpus, vcpusUsed, memBytes, memUsedBytes, diskBytes, diskUsed *prometheus.Desc
 	runningVMs, agentState                                        *prometheus.Desc
 	moves, moveProcessed, moveRemaining, moveTotal, imbalanceCV   *prometheus.Desc
+	plans, planMoves, planCopied, planLeft, planETA               *prometheus.Desc
 }
 
 func newCloudCollector(u *uiHub) *cloudCollector {
@@ -51,13 +54,21 @@ func newCloudCollector(u *uiHub) *cloudCollector {
 		moveTotal:     d("keel_move_memory_total_bytes", "Memory to copy by a move in flight (the driver's last report).", mv, nil),
 		imbalanceCV: d("keel_imbalance_cv", "Coefficient of variation (stddev/mean) of used/capacity over enabled hosts, by resource class.",
 			[]string{"resourcetype"}, nil),
+		plans: d("keel_plans", "Move plans not ended (recommended, approved or running), by purpose and state.",
+			[]string{"purpose", "state"}, nil),
+		planMoves: d("keel_plan_moves", "Moves of a plan not ended, by move state (done, running, left, failed, skipped, cancelled).",
+			[]string{"plan", "purpose", "state"}, nil),
+		planCopied: d("keel_plan_memory_copied_bytes", "Memory a plan's moves have copied so far.", []string{"plan", "purpose"}, nil),
+		planLeft:   d("keel_plan_memory_remaining_bytes", "Memory a plan's running and pending moves still have to copy.", []string{"plan", "purpose"}, nil),
+		planETA: d("keel_plan_eta_seconds", "A running plan's remaining memory over its measured copy rate (absent before a rate is measured).",
+			[]string{"plan", "purpose"}, nil),
 	}
 }
 
 func (c *cloudCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rpTotal, c.rpReserved, c.rpRatio, c.rpUsage, c.vcpus, c.vcpusUsed, c.memBytes,
 		c.memUsedBytes, c.diskBytes, c.diskUsed, c.runningVMs, c.agentState, c.moves, c.moveProcessed, c.moveRemaining,
-		c.moveTotal, c.imbalanceCV} {
+		c.moveTotal, c.imbalanceCV, c.plans, c.planMoves, c.planCopied, c.planLeft, c.planETA} {
 		ch <- d
 	}
 }
@@ -126,6 +137,32 @@ func (c *cloudCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range kinds {
 		g(c.moves, float64(n), k)
+	}
+	plans, err := c.u.st.ListPlans(ctx, true)
+	if err != nil {
+		c.u.log.Warn("metrics: listing plans", "err", err)
+		return
+	}
+	counts := map[[2]string]int{}
+	for _, purpose := range []string{records.PlanEvacuateAll, records.PlanDrain, records.PlanRebalance} {
+		counts[[2]string{purpose, records.PlanRunning}] = 0
+	}
+	for _, p := range plans {
+		counts[[2]string{p.Purpose, p.State}]++
+		s := plan.Summarise(p, now)
+		id := strconv.FormatInt(p.ID, 10)
+		for state, n := range map[string]int{"done": s.Done, "running": s.Running, "left": s.Left, "failed": s.Failed,
+			"skipped": s.Skipped, "cancelled": s.Cancelled} {
+			g(c.planMoves, float64(n), id, p.Purpose, state)
+		}
+		g(c.planCopied, float64(s.BytesCopied), id, p.Purpose)
+		g(c.planLeft, float64(s.BytesLeft), id, p.Purpose)
+		if s.ETA > 0 {
+			g(c.planETA, s.ETA.Seconds(), id, p.Purpose)
+		}
+	}
+	for k, n := range counts {
+		g(c.plans, float64(n), k[0], k[1])
 	}
 }
 

@@ -159,8 +159,8 @@ function onEvent(block) {
   if (!data.length) return event;
   const part = JSON.parse(data.join("\n"));
   if (event === "hello") {
-    state = { ...part, hosts: [], imbalance: null, instances: [], moves: [], time: null };
-  } else if (state && (event === "hosts" || event === "instances" || event === "moves")) {
+    state = { ...part, hosts: [], imbalance: null, instances: [], moves: [], plans: [], time: null };
+  } else if (state && (event === "hosts" || event === "instances" || event === "moves" || event === "plans")) {
     Object.assign(state, part);
     if (event === "instances") byHost = null;
     scheduleRender();
@@ -198,6 +198,7 @@ function render() {
     renderImbalance(s);
     renderGrid(s);
     renderDetail(s);
+    renderPlans(s);
     renderMoves(s);
   } else {
     $("admin").hidden = true;
@@ -241,6 +242,7 @@ function hostState(hs) {
   st.push(hs.enabled ? "enabled" : "disabled");
   st.push(hs.up ? "up" : "down");
   if (hs.draining) st.push("draining");
+  if (hs.drained) st.push("drained");
   return st;
 }
 
@@ -276,12 +278,16 @@ function renderGrid(s) {
     h("svg:title", { text: `${hs.name}: ${pct(hs.fill)} ${LABEL[hs.fill_class] || ""} · ${hostState(hs).join(", ")}` }),
     h("svg:rect", { class: "cell", x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: fillColour }));
     if (!hs.enabled) g.append(h("svg:rect", { x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: "url(#hatch)" }));
-    if (hs.draining) g.append(h("svg:rect", { x: x + 2, y: y + 2, width: L.size - 4, height: L.size - 4, rx: 4, fill: "none", stroke: "#2f6fd6", "stroke-width": 4 }));
+    if (hs.draining || hs.drained) {
+      g.append(h("svg:rect", { class: hs.draining ? "drainframe" : "drainframe drained", x: x + 2, y: y + 2, width: L.size - 4, height: L.size - 4, rx: 4,
+        fill: "none", stroke: "#2f6fd6", "stroke-width": 4, "stroke-dasharray": hs.draining ? null : "6 4" }));
+    }
     if (L.size >= 46) {
       g.append(h("svg:text", { x: x + 8, y: y + 18, text: hs.name }));
       g.append(h("svg:text", { class: "small", x: x + 8, y: y + 34, text: `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}` }));
       if (L.size >= 78) {
-        const tag = !hs.up ? "down" : hs.draining ? "draining" : !hs.enabled ? "disabled" : `${hs.instances} VM${hs.instances === 1 ? "" : "s"}`;
+        const plan = hs.drain_plan ? ` (plan ${hs.drain_plan})` : "";
+        const tag = !hs.up ? "down" : hs.draining ? `draining${plan}` : hs.drained ? `drained${plan}` : !hs.enabled ? "disabled" : `${hs.instances} VM${hs.instances === 1 ? "" : "s"}`;
         g.append(h("svg:text", { class: "small", x: x + 8, y: y + L.size - 10, text: tag }));
       }
     }
@@ -373,7 +379,7 @@ function moveRow(m, hosts) {
   const tr = h("tr", { class: m.finished ? "finished" : "", "data-move": m.id },
     h("td", { text: m.id }),
     h("td", { text: m.instance_name || m.instance_uuid }),
-    h("td", { text: m.kind }),
+    h("td", { text: m.plan ? `${m.kind} (plan ${m.plan})` : m.kind }),
     hosts ? h("td", { text: `${m.source || "?"} → ${m.dest || "…"}` }) : null,
     h("td", {}, h("span", { class: `status ${m.status}`, text: m.phase && !m.finished ? `${m.status} · ${m.phase}` : m.status })),
     h("td", {}, h("span", { class: "pbar" }, h("span", { style: { width: `${p * 100}%` } })),
@@ -393,6 +399,53 @@ function renderMoves(s) {
     return;
   }
   body.replaceChildren(...moves.map((m) => moveRow(m, true)));
+}
+
+// ---- plans ---------------------------------------------------------------
+
+function seconds(x) {
+  if (x === undefined || x === null) return "…";
+  if (x >= 90) return `${Math.round(x / 60)} min`;
+  return `${Math.max(0, x).toFixed(x < 10 ? 1 : 0)} s`;
+}
+
+function planRow(p) {
+  const g = p.progress || {};
+  const total = g.total || 0;
+  const ended = g.done + g.failed + g.skipped + g.cancelled;
+  const parts = [`${g.done} done`, `${g.running} running`, `${g.left} left`];
+  if (g.failed) parts.push(`${g.failed} failed`);
+  if (g.skipped) parts.push(`${g.skipped} skipped`);
+  if (g.cancelled) parts.push(`${g.cancelled} cancelled`);
+  const live = p.state === "running" || p.state === "approved";
+  const took = p.finished && p.started ? (new Date(p.finished) - new Date(p.started)) / 1000 : null;
+  const eta = live ? (g.left + g.running === 0 ? "" : seconds(p.eta_seconds)) : took !== null ? `took ${seconds(took)}` : "";
+  const what = p.purpose === "drain" || p.purpose === "evacuate-all" ? (p.hosts || []).join(", ") : p.reason || "";
+  return h("tr", { class: live ? "" : "ended", "data-plan": p.id, "data-state": p.state, "data-done": g.done, "data-running": g.running, "data-left": g.left, "data-total": total },
+    h("td", { text: p.id }),
+    h("td", { text: p.purpose }),
+    h("td", { text: what }),
+    h("td", {}, h("span", { class: `status plan-${p.state}`, text: p.state })),
+    h("td", {},
+      h("span", { class: "pbar plan" },
+        h("span", { class: "done", style: { width: `${total ? (100 * ended) / total : 0}%` } }),
+        h("span", { class: "run", style: { width: `${total ? (100 * g.running) / total : 0}%` } })),
+      h("span", { class: "counts", text: `${parts.join(" · ")} of ${total}` })),
+    h("td", { text: g.bytes_copied ? `${gib(g.bytes_copied)} GiB${g.bytes_left ? `, ${gib(g.bytes_left)} left` : ""}` : "" }),
+    h("td", { text: (p.running || []).slice(0, 4).join(", ") + ((p.running || []).length > 4 ? ", …" : "") }),
+    h("td", { text: eta }));
+}
+
+function renderPlans(s) {
+  const plans = s.plans || [];
+  const live = plans.filter((p) => p.state === "running" || p.state === "approved").length;
+  $("plancount").textContent = plans.length ? `${live} running${plans.length > live ? `, ${plans.length - live} other` : ""}` : "";
+  const body = $("plans").tBodies[0];
+  if (!plans.length) {
+    body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No drain, rebalance or evacuation plans." })));
+    return;
+  }
+  body.replaceChildren(...plans.map(planRow));
 }
 
 function renderMember(s) {
