@@ -89,13 +89,19 @@
 // # Schema
 //
 // The schema lives in numbered files under migrations/, embedded in the
-// binary and applied in order, in one transaction, at Open; the applied
-// versions are recorded in the schema_version table. The migrating
-// transaction first takes a transaction-level advisory lock, so servers
-// starting together against a new database apply each migration once.
+// binary and applied at Open by sqlstore.Migrate, the runner both SQL
+// stores share, through pgx's database/sql adapter on the store's pool: in
+// order, in one transaction, each recorded in the schema_version table.
+// The migrating transaction first takes a transaction-level advisory lock,
+// so servers starting together against a new database apply each
+// migration once.
 //
-// Compute records (host records, services, instances, migrations, flavors)
-// are stored as JSONB next to the columns they are looked up by. Unlike the
+// Compute records (host records, services, instances, migrations, flavors,
+// aggregates, server groups, key pairs, quota limits, plans) are stored as
+// JSONB next to the columns they are looked up by, by sqlstore.Records,
+// the one implementation of those tables for both SQL stores; this package
+// lends it its pool and its write transactions (sharedDB), whose record
+// writes join the pipelines and the change counter above. Unlike the
 // SQLite store's JSON text, JSONB refuses the NUL character (\u0000) in
 // strings: a record holding one is refused.
 package postgres
@@ -106,10 +112,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,8 +119,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
 // Options tune a store; the zero value gives the defaults. The connection
@@ -136,6 +140,9 @@ const DefaultKeepChanges = 200_000
 // Store is the PostgreSQL store. It is safe for concurrent use, and any
 // number of stores, in one process or many, may share a database.
 type Store struct {
+	// Records are the compute records, written once for both SQL stores.
+	*sqlstore.Records
+
 	pool      *pgxpool.Pool
 	keep      int64
 	trimEvery int64
@@ -174,6 +181,7 @@ func OpenWith(ctx context.Context, url string, opts Options) (*Store, error) {
 		keep:      int64(opts.KeepChanges),
 		trimEvery: int64(min(max(opts.KeepChanges/100, 1), 1000)),
 	}
+	s.Records = sqlstore.NewRecords(sharedDB{s}, sqlstore.Postgres)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: opening: %w", err)
@@ -364,104 +372,15 @@ func (s *Store) afterCommit(ctx context.Context, changes int) {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// schemaMigration is one numbered schema file.
-type schemaMigration struct {
-	version int
-	name    string
-	sql     string
-}
+// schemaMigrations returns the embedded migrations, checked.
+func schemaMigrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }
 
-// schemaMigrations returns the embedded migrations, checked to be numbered
-// 1, 2, 3… without gaps or duplicates.
-func schemaMigrations() ([]schemaMigration, error) {
-	entries, err := migrationFiles.ReadDir("migrations")
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded migrations: %w", err)
-	}
-	var out []schemaMigration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 || path.Ext(e.Name()) != ".sql" {
-			return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", e.Name())
-		}
-		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("reading migration %s: %w", e.Name(), err)
-		}
-		out = append(out, schemaMigration{version: v, name: e.Name(), sql: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected version %d", m.name, i+1)
-		}
-	}
-	return out, nil
-}
-
-// migrationLock is the key of the advisory lock the migrating transaction
-// holds ("keel" in ASCII); advisory locks are per database.
-const migrationLock = 0x6b65656c
-
-// migrate applies the pending schema migrations in one transaction.
+// migrate applies the pending schema migrations through pgx's database/sql
+// adapter on the store's pool, with the runner both SQL stores share.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := schemaMigrations()
-	if err != nil {
-		return err
-	}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return fmt.Errorf("beginning migration: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	// Servers starting together queue here; each later one then reads the
-	// version the first one committed (READ COMMITTED: a new snapshot per
-	// statement).
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
-		return fmt.Errorf("locking the schema: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now()
-	)`); err != nil {
-		return fmt.Errorf("creating schema_version: %w", err)
-	}
-	var current int
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&current); err != nil {
-		return fmt.Errorf("reading schema version: %w", err)
-	}
-	if current > len(ms) {
-		return fmt.Errorf("database schema version %d is newer than this program's %d", current, len(ms))
-	}
-	if current == len(ms) {
-		return nil // the deferred rollback releases the lock
-	}
-	for _, m := range ms[current:] {
-		// No arguments: sent with the simple protocol, so a file may
-		// hold several statements.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("applying migration %s: %w", m.name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_version (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return fmt.Errorf("recording migration %s: %w", m.name, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing migrations: %w", err)
-	}
-	return nil
-}
-
-// SchemaVersion returns the newest schema migration applied to the
-// database.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var v int
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("postgres: reading schema version: %w", err)
-	}
-	return v, nil
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	return sqlstore.Migrate(ctx, db, sqlstore.Postgres, migrationFiles)
 }
 
 // Retries reports how many write transactions were tried again, by

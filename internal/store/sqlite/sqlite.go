@@ -39,15 +39,19 @@
 // # Schema and change stream
 //
 // The schema lives in numbered files under migrations/, embedded in the
-// binary and applied in order, in one transaction, at Open; the applied
-// versions are recorded in the schema_version table. The change stream is
+// binary and applied at Open by sqlstore.Migrate, the runner both SQL
+// stores share: in order, in one transaction, each recorded in the
+// schema_version table. The change stream is
 // the changes table; it keeps the most recent Options.KeepChanges rows
 // (200,000 by default), trimming older ones every so often, and Changes
 // returns store.ErrChangesTrimmed to a reader that fell behind the oldest
 // kept row.
 //
-// Compute records (host records, services, instances, migrations) are
-// stored as JSON next to the columns they are looked up by.
+// Compute records (host records, services, instances, migrations, flavors,
+// aggregates, server groups, key pairs, quota limits, plans) are stored as
+// JSON next to the columns they are looked up by, by sqlstore.Records, the
+// one implementation of those tables for both SQL stores; this package
+// lends it its connections (sharedDB) and its write transactions.
 package sqlite
 
 import (
@@ -57,8 +61,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +70,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
 // Options tune a store; the zero value gives the defaults.
@@ -115,6 +118,9 @@ func (o Options) withDefaults() (Options, error) {
 
 // Store is the SQLite store. It is safe for concurrent use.
 type Store struct {
+	// Records are the compute records, written once for both SQL stores.
+	*sqlstore.Records
+
 	opts Options
 	wdb  *sql.DB // one connection, BEGIN IMMEDIATE
 	rdb  *sql.DB // query-only pool
@@ -144,6 +150,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
 	s := &Store{opts: opts}
+	s.Records = sqlstore.NewRecords(sharedDB{s}, sqlstore.SQLite)
 	s.trimEvery = int64(min(max(opts.KeepChanges/100, 1), 1000))
 
 	busy := strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)
@@ -164,7 +171,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.wdb.SetConnMaxIdleTime(0)
 	s.wstmts.db = s.wdb
 
-	if err := s.migrate(ctx); err != nil {
+	if err := sqlstore.Migrate(ctx, s.wdb, sqlstore.SQLite, migrationFiles); err != nil {
 		s.wdb.Close()
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
@@ -397,88 +404,5 @@ func (s *Store) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// schemaMigration is one numbered schema file.
-type schemaMigration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// schemaMigrations returns the embedded migrations, checked to be numbered
-// 1, 2, 3… without gaps or duplicates.
-func schemaMigrations() ([]schemaMigration, error) {
-	entries, err := migrationFiles.ReadDir("migrations")
-	if err != nil {
-		return nil, fmt.Errorf("reading embedded migrations: %w", err)
-	}
-	var out []schemaMigration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 || path.Ext(e.Name()) != ".sql" {
-			return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", e.Name())
-		}
-		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, fmt.Errorf("reading migration %s: %w", e.Name(), err)
-		}
-		out = append(out, schemaMigration{version: v, name: e.Name(), sql: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: expected version %d", m.name, i+1)
-		}
-	}
-	return out, nil
-}
-
-// migrate applies the pending schema migrations in one transaction.
-func (s *Store) migrate(ctx context.Context) error {
-	ms, err := schemaMigrations()
-	if err != nil {
-		return err
-	}
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("beginning migration: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at TEXT NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("creating schema_version: %w", err)
-	}
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&current); err != nil {
-		return fmt.Errorf("reading schema version: %w", err)
-	}
-	if current > len(ms) {
-		return fmt.Errorf("database schema version %d is newer than this program's %d", current, len(ms))
-	}
-	for _, m := range ms[current:] {
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("applying migration %s: %w", m.name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
-			return fmt.Errorf("recording migration %s: %w", m.name, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("committing migrations: %w", err)
-	}
-	return nil
-}
-
-// SchemaVersion returns the newest schema migration applied to the
-// database.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var v int
-	if err := s.rqueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("sqlite: reading schema version: %w", err)
-	}
-	return v, nil
-}
+// schemaMigrations returns the embedded migrations, checked.
+func schemaMigrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }

@@ -427,11 +427,11 @@ func TestChangesMigrationKeepsSequence(t *testing.T) {
 		t.Fatalf("creating schema_version: %v", err)
 	}
 	for _, m := range ms[:7] {
-		if _, err := db.Exec(m.sql); err != nil {
-			t.Fatalf("applying %s: %v", m.name, err)
+		if _, err := db.Exec(m.SQL); err != nil {
+			t.Fatalf("applying %s: %v", m.Name, err)
 		}
-		if _, err := db.Exec(`INSERT INTO schema_version VALUES (?, ?, 'then')`, m.version, m.name); err != nil {
-			t.Fatalf("recording %s: %v", m.name, err)
+		if _, err := db.Exec(`INSERT INTO schema_version VALUES (?, ?, 'then')`, m.Version, m.Name); err != nil {
+			t.Fatalf("recording %s: %v", m.Name, err)
 		}
 	}
 	for i := 1; i <= 5; i++ {
