@@ -611,7 +611,9 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 	}
 	imb.CV = imbalance(enabled)
-	// The largest flavor that still fits on an enabled, up host.
+	// The largest flavor that still fits on an enabled, up host, as the
+	// scheduler's placement step decides (provider trees, sharing pools,
+	// a flavor's request groups and traits).
 	fl := append([]records.Flavor(nil), flavors...)
 	sort.SliceStable(fl, func(i, j int) bool {
 		a, b := fl[i], fl[j]
@@ -623,14 +625,13 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 		return a.DiskGB > b.DiskGB
 	})
+	usable := make(map[string]bool, len(enabled))
+	for _, h := range enabled {
+		usable[h.Name] = up(h, now, u.downTime)
+	}
+	pf := u.view.providers()
 	for _, f := range fl {
-		n := 0
-		for _, h := range enabled {
-			if up(h, now, u.downTime) && fits(h, f.Resources()) {
-				n++
-			}
-		}
-		if n > 0 {
+		if n := len(pf.fitsOn(f, func(h string) bool { return usable[h] })); n > 0 {
 			imb.LargestFlavor, imb.FitsOn = f.Name, n
 			break
 		}

@@ -75,6 +75,14 @@ func BenchmarkUIBuild(b *testing.B) {
 	}{
 		{"instances", func() { u.lastInstances, u.pokedAll = time.Time{}, true }},
 		{"hosts", func() { u.lastHosts = time.Time{} }},
+		// After a claim the providers' forest (the largest free slot's
+		// candidate search) is built again too.
+		{"hosts-after-claim", func() {
+			u.lastHosts = time.Time{}
+			u.view.mu.Lock()
+			u.view.forest = nil
+			u.view.mu.Unlock()
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {

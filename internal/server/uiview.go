@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +32,9 @@ type hostView struct {
 	recs  map[string]records.HostRecord    // by host
 	svcs  map[string]records.Service       // by host
 	aggs  []records.Aggregate
+	// forest is every provider for placement's candidate search (nil
+	// after a provider changed: built again when asked for).
+	forest *providerForest
 }
 
 func newHostView(st store.Store) *hostView {
@@ -113,6 +118,7 @@ func (v *hostView) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("web view: loading aggregates: %w", err)
 	}
+	v.forest = nil
 	v.provs = make(map[string]store.ProviderSummary, len(sums))
 	for _, s := range sums {
 		v.provs[s.UUID] = s
@@ -167,6 +173,7 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 		}
 	}
 	if len(provs) > 0 {
+		v.forest = nil
 		sums, err := v.st.ProviderSummaries(ctx, provs)
 		if err != nil {
 			return fmt.Errorf("web view: reading providers: %w", err)
@@ -192,7 +199,8 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 	return nil
 }
 
-// hosts returns every root provider's host, sorted by name.
+// hosts returns every root provider's host (sharing pools are not
+// hosts), sorted by name.
 func (v *hostView) hosts() []viewHost {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -208,8 +216,8 @@ func (v *hostView) hosts() []viewHost {
 	}
 	out := make([]viewHost, 0, len(v.provs))
 	for _, p := range v.provs {
-		if p.ParentUUID != "" {
-			continue
+		if _, pool := slices.BinarySearch(p.Traits, placement.SharesViaAggregate); p.ParentUUID != "" || pool {
+			continue // children and sharing pools are not hosts
 		}
 		h := viewHost{Name: p.Name, Provider: p}
 		h.Record, h.HasRecord = v.recs[p.Name]
@@ -290,24 +298,97 @@ func cv(xs []float64) float64 {
 	return math.Sqrt(ss/float64(len(xs))) / mean
 }
 
-// fits says whether r fits on h now (capacity left and max_unit).
-func fits(h viewHost, r placement.Resources) bool {
-	for rc, n := range r {
-		if n <= 0 {
-			continue
+// providerForest is every provider as placement's candidate search reads
+// it, with each root's host name.
+type providerForest struct {
+	f    *placement.Forest
+	host []string // per provider: its root's name
+}
+
+// providers returns the forest of every provider, built again after a
+// provider changed. Sharing providers come last, as in the scheduler's
+// view (a host's own provider is the first candidate, a pool the next).
+func (v *hostView) providers() *providerForest {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.forest != nil {
+		return v.forest
+	}
+	shares := func(p store.ProviderSummary) bool {
+		_, ok := slices.BinarySearch(p.Traits, placement.SharesViaAggregate)
+		return ok
+	}
+	uuids := slices.SortedFunc(maps.Keys(v.provs), func(a, b string) int {
+		if sa, sb := shares(v.provs[a]), shares(v.provs[b]); sa != sb {
+			if sa {
+				return 1
+			}
+			return -1
 		}
-		inv, ok := h.Provider.Inventories[rc]
-		if !ok {
-			return false
+		return strings.Compare(a, b)
+	})
+	pos := make(map[string]int, len(uuids))
+	for i, u := range uuids {
+		pos[u] = i
+	}
+	rootOf := func(u string) string {
+		for range len(uuids) { // a parent loop cannot hold it forever
+			p := v.provs[u]
+			if _, ok := v.provs[p.ParentUUID]; p.ParentUUID == "" || !ok {
+				return u
+			}
+			u = p.ParentUUID
 		}
-		if inv.MaxUnit > 0 && n > inv.MaxUnit {
-			return false
+		return u
+	}
+	ps := make([]placement.CandidateProvider, len(uuids))
+	pf := &providerForest{host: make([]string, len(uuids))}
+	for i, u := range uuids {
+		p := v.provs[u]
+		parent, ok := pos[p.ParentUUID]
+		if p.ParentUUID == "" || !ok {
+			parent = -1
 		}
-		if inv.Capacity()-h.Provider.Usage[rc] < n {
-			return false
+		root := rootOf(u)
+		ps[i] = placement.CandidateProvider{UUID: u, Parent: parent, Root: pos[root],
+			Inventories: p.Inventories, Usage: p.Usage, Traits: p.Traits, Aggregates: p.Aggregates}
+		if !shares(p) {
+			pf.host[i] = v.provs[root].Name
 		}
 	}
-	return true
+	pf.f = placement.NewForest(ps)
+	v.forest = pf
+	return pf
+}
+
+// fitsOn lists the hosts (of those ok accepts) on which flavor f fits now,
+// as the scheduler's placement step decides it: its request groups
+// (placement.FlavorQuery: extra specs, granular groups, traits) asked of
+// placement's candidate search over provider trees (children) and sharing
+// providers. A candidate counts for the host whose own tree takes part in
+// it. nil when the flavor asks for something placement refuses.
+func (pf *providerForest) fitsOn(f records.Flavor, ok func(host string) bool) []string {
+	q, err := placement.FlavorQuery(f.Resources(), f.ExtraSpecs)
+	if err != nil {
+		return nil
+	}
+	q.FirstPerTree = true
+	reqs, _ := pf.f.Candidates(q)
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range reqs {
+		for _, part := range r.Parts {
+			if h := pf.host[part.Provider]; h != "" {
+				if !seen[h] && ok(h) {
+					seen[h] = true
+					out = append(out, h)
+				}
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // aggregatesLabel joins a host's aggregate names as openstack-exporter
