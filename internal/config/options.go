@@ -403,7 +403,7 @@ var options = slices.Concat([]*option{
 	secondsOpt("keel", "fake_spawn_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeSpawnTime },
 		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
 	secondsOpt("keel", "fake_step_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeStepTime },
-		"Seconds the fake driver takes for pre_live_migration and post_live_migration_at_destination; 0 is at once.").atLeast(0),
+		"Seconds the fake driver takes for each step of a move on an agent: pre_live_migration, post_live_migration_at_destination, prep_resize, finish_resize, confirm_resize and finish_revert_resize and each lifecycle action (stop, start, reboot, …); 0 is at once.").atLeast(0),
 	boolOpt("keel", "enable_pprof", func(c *Config) *bool { return &c.Keel.EnablePprof },
 		"Serve Go's runtime profiles (CPU, heap, goroutines) at /debug/pprof/ on the API listener, to the admin's token only: for `go tool pprof` when measuring a replica."),
 	secondsOpt("keel", "rpc_timeout", func(c *Config) *time.Duration { return &c.Keel.RPCTimeout },

@@ -25,8 +25,12 @@ func (d *Driver) DiskTime(diskGB int64) time.Duration {
 }
 
 // PrepResize implements compute.ColdMover: the destination's checks (an
-// injected fault, the hypervisor's memory for the new flavor).
-func (d *Driver) PrepResize(_ context.Context, inst records.Instance) error {
+// injected fault, the hypervisor's memory for the new flavor), after
+// StepTime.
+func (d *Driver) PrepResize(ctx context.Context, inst records.Instance) error {
+	if err := d.takeTime(ctx); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(StepPrepResize, inst.UUID); err != nil {
@@ -77,10 +81,17 @@ func (d *Driver) MigrateDiskAndPowerOff(_ context.Context, migID int64, inst rec
 	})
 }
 
-// FinishMigration implements compute.ColdMover: the guest runs here with
-// inst's flavor (on its own host, the one guest restarts resized), or,
-// for a stopped instance, is here stopped.
-func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error {
+// FinishMigration implements compute.ColdMover: after StepTime the guest
+// runs here with inst's flavor (on its own host, the one guest restarts
+// resized), or, for a stopped instance, is here stopped. A repeat after a
+// restart finds it so and takes no time.
+func (d *Driver) FinishMigration(ctx context.Context, inst records.Instance) error {
+	if d.finished(inst) {
+		return nil
+	}
+	if err := d.takeTime(ctx); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(StepFinishResize, inst.UUID); err != nil {
@@ -88,7 +99,7 @@ func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error
 	}
 	state := compute.MovedGuestState(inst)
 	if g, ok := d.guests[inst.UUID]; ok && g.State == state && g.Flavor.ID == inst.Flavor.ID {
-		return nil // a repeat
+		return nil // a repeat that overtook this one
 	}
 	prev, had := d.guests[inst.UUID]
 	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: state}
@@ -103,22 +114,42 @@ func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error
 	return nil
 }
 
+// finished reports whether inst's guest is already here as a finished
+// move leaves it, with its flavor (a repeated finish_resize or
+// finish_revert_resize).
+func (d *Driver) finished(inst records.Instance) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, ok := d.guests[inst.UUID]
+	return ok && g.State == compute.MovedGuestState(inst) && g.MigrationID == 0 && g.Flavor.ID == inst.Flavor.ID
+}
+
 // ConfirmMigration implements compute.ColdMover: the stopped source guest
-// goes (a repeat finds nothing to do).
+// goes after StepTime (a repeat finds nothing to do).
 func (d *Driver) ConfirmMigration(ctx context.Context, uuid string) error {
 	d.mu.Lock()
 	g, ok := d.guests[uuid]
+	moved := ok && (g.State == compute.GuestResized || g.State == compute.GuestResizing)
 	d.mu.Unlock()
-	if !ok || (g.State != compute.GuestResized && g.State != compute.GuestResizing) {
+	if !moved {
 		return nil
+	}
+	if err := d.takeTime(ctx); err != nil {
+		return err
 	}
 	return d.Destroy(ctx, uuid)
 }
 
-// FinishRevertMigration implements compute.ColdMover: the stopped source
-// guest runs again with inst's (old) flavor (or stays stopped, for a
-// stopped instance).
-func (d *Driver) FinishRevertMigration(_ context.Context, inst records.Instance) error {
+// FinishRevertMigration implements compute.ColdMover: after StepTime the
+// stopped source guest runs again with inst's (old) flavor (or stays
+// stopped, for a stopped instance).
+func (d *Driver) FinishRevertMigration(ctx context.Context, inst records.Instance) error {
+	if d.finished(inst) {
+		return nil
+	}
+	if err := d.takeTime(ctx); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g, ok := d.guests[inst.UUID]

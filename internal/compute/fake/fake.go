@@ -39,9 +39,11 @@ type Config struct {
 	ProgressEvery time.Duration
 	// StateFile, if set, persists the guests.
 	StateFile string
-	// StepTime is how long pre_live_migration and
-	// post_live_migration_at_destination take (default 0). The change they
-	// make lands at the end: a crash meanwhile leaves the guest as before.
+	// StepTime is how long pre_live_migration,
+	// post_live_migration_at_destination and the cold moves' steps
+	// (prep_resize, finish_resize, confirm_resize, finish_revert_resize)
+	// take (default 0). The change they make lands at the end: a crash
+	// meanwhile leaves the guest as before.
 	StepTime time.Duration
 	// MemoryMB is the host's physical memory; when set, a spawn or an
 	// incoming migration that would need more than is free fails as a real
