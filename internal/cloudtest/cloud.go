@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"keel/internal/bus"
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
@@ -102,6 +103,7 @@ type Cloud struct {
 	Builds []records.Instance
 
 	reports Routed
+	cut     sync.Map // host → true: the conductor's calls to it find no agent
 	ids     int
 	t       testing.TB
 }
@@ -183,7 +185,31 @@ func (c *Cloud) NewConductor(cfg conductor.Config, seed uint64, hooks conductor.
 	if c.Opts.Store != nil {
 		st = c.Opts.Store(c.Store)
 	}
-	return conductor.New(cfg, st, c.NewScheduler(seed), c.Agents, c.Clock, c.Opts.Log, hooks)
+	return conductor.New(cfg, st, c.NewScheduler(seed), reachable{c}, c.Clock, c.Opts.Log, hooks)
+}
+
+// Cut makes host's agent unreachable to the conductors (their calls fail
+// as the bus fails when no agent answers: bus.ErrUnavailable), or
+// reachable again; the agent itself runs on and still reports, as one
+// behind a one-way partition or restarting would.
+func (c *Cloud) Cut(host string, cut bool) {
+	if cut {
+		c.cut.Store(host, true)
+	} else {
+		c.cut.Delete(host)
+	}
+}
+
+// reachable is the conductors' view of the agents: Agents, less the ones
+// Cut.
+type reachable struct{ c *Cloud }
+
+// Compute implements conductor.Computes.
+func (r reachable) Compute(host string) (conductor.ComputeAPI, error) {
+	if _, cut := r.c.cut.Load(host); cut {
+		return nil, fmt.Errorf("agent %s cut off: %w", host, bus.ErrUnavailable)
+	}
+	return r.c.Agents.Compute(host)
 }
 
 // NewScheduler is a scheduler with its own view of the cloud's store (as

@@ -49,6 +49,9 @@ import (
 //	                                   the next STEP (spawn, pre_live_migration,
 //	                                   live_migration, …) on H fails
 //	force-down H | force-up H          the host's service forced down (or up)
+//	cut H | mend H                     the conductor's calls to H's agent find
+//	                                   no agent (bus.ErrUnavailable), or do
+//	                                   again; the agent runs on and reports
 //	advance D                          the virtual clock moves on
 //	restart                            the server restarts: a new conductor
 //	                                   over the same store and agents recovers
@@ -123,6 +126,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		err = s.act(t, d)
 	case "fail":
 		s.fail(t, d)
+	case "cut", "mend":
+		s.c.Cut(d.CmdArgs[0].Key, d.Cmd == "cut")
 	case "force-down", "force-up":
 		err = s.forceDown(d.CmdArgs[0].Key, d.Cmd == "force-down")
 	case "advance":

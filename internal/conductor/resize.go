@@ -106,7 +106,17 @@ func (c *Conductor) decideResize(ctx context.Context, instanceUUID string, kind 
 	if _, err := c.store.UpdateInstance(ctx, inst); err != nil {
 		return fmt.Errorf("%s of %s: %w", action, instanceUUID, err)
 	}
-	return c.Handle(ctx, m.ID, migration.Event{Kind: kind})
+	err = c.Handle(ctx, m.ID, migration.Event{Kind: kind})
+	if err == nil {
+		return nil
+	}
+	// Once the record has left verify the decision is taken: a step
+	// after it that cannot be done now is the sweep's, not the caller's.
+	if now, gerr := c.store.GetMigration(ctx, m.ID); gerr == nil && now.Phase != migration.PhaseVerify {
+		c.log.Warn("resize decision taken; a later step left for the sweep", "migration", m.ID, "action", action, "err", err)
+		return nil
+	}
+	return err
 }
 
 // resizeOf finds the cold migration or resize of inst that waits for a
@@ -186,10 +196,18 @@ func (c *Conductor) actRevertAtDest(ctx context.Context, m records.Migration, in
 	return answer(migration.DestRolledBack)
 }
 
+// actFinishRevertAtSource starts the source's stopped guest again. The
+// guest there is the only copy left, so a source that does not answer
+// (down, restarting, cut off) is asked again when the sweep resumes the
+// flow, as Nova's cast waits in the source's queue; only the source's own
+// failure ends the revert with the instance in ERROR.
 func (c *Conductor) actFinishRevertAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst = powerOn(inst, m)
 	inst.Flavor = *m.OldFlavor
 	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishRevertResize(ctx, inst) }); err != nil {
+		if unreachable(err) {
+			return noAnswer, false, fmt.Errorf("finish_revert_resize on the source %s (asked again when it answers): %w", a.Host, err)
+		}
 		return failed(migration.StepFailed, err)
 	}
 	return answer(migration.SourceDone)

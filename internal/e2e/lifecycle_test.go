@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -83,4 +84,61 @@ func TestLifecycleHangUps(t *testing.T) {
 		}
 	}
 	c.settledAll("h1", "h2")
+}
+
+// allLifecycleSteps is every lifecycle operation in an order each is
+// allowed in, ending ACTIVE: the basic ones, then rescue, rebuild and a
+// shelve and unshelve.
+var allLifecycleSteps = append(append([]lifecycleStep{}, lifecycleSteps...),
+	lifecycleStep{map[string]any{"rescue": map[string]any{}}, "RESCUE", "rescued"},
+	lifecycleStep{map[string]any{"unrescue": nil}, "ACTIVE", "running"},
+	lifecycleStep{map[string]any{"rebuild": map[string]any{"imageRef": "7f3b0d5e-6a2c-4c1e-9a55-000000000001"}}, "ACTIVE", "running"},
+	lifecycleStep{map[string]any{"reboot": map[string]any{"type": "SOFT"}}, "ACTIVE", "running"},
+	lifecycleStep{map[string]any{"shelve": nil}, "SHELVED_OFFLOADED", ""},
+	lifecycleStep{map[string]any{"unshelve": nil}, "ACTIVE", "running"})
+
+// TestLifecycleKilledAtEachAction: the server, or the agent, is killed
+// (kill -9) while each lifecycle operation is in flight and started again
+// at once; every action ends where it should, the guest's saved state
+// with it, and the cloud is settled. The default run kills the server
+// during the basic operations (the agent's row is
+// TestLifecycleAgentKilledMidAction); the faults build tag kills each
+// process during every operation.
+func TestLifecycleKilledAtEachAction(t *testing.T) {
+	t.Parallel()
+	type row struct {
+		who   string
+		steps []lifecycleStep
+	}
+	rows := []row{{"server", lifecycleSteps}}
+	if faultRounds > 1 {
+		rows = []row{{"server", allLifecycleSteps}, {"agent", allLifecycleSteps}}
+	}
+	for _, r := range rows {
+		t.Run(r.who, func(t *testing.T) {
+			t.Parallel()
+			c := faultCloud(t, 1, "keel.fake_step_seconds=2", "keel.fake_spawn_seconds=2", "DEFAULT.service_down_time=5")
+			id := c.bootAt("vm", "1", "h1")
+			for _, s := range r.steps {
+				answered := c.actionAsync(id, s.body, "compute 2.30", 202, 200)
+				c.waitFor(fmt.Sprintf("%v in flight", s.body), 10*time.Second, func() bool {
+					return c.server_(id)["OS-EXT-STS:task_state"] != nil
+				})
+				time.Sleep(300 * time.Millisecond) // inside the driver's 2 s
+				who := r.who
+				if who == "agent" {
+					who = "h1"
+				}
+				c.restart(who)
+				if err := <-answered; err != nil && r.who != "server" {
+					t.Fatal(err)
+				}
+				c.waitEnded(id, s.status, 60*time.Second)
+				if host := c.hostOf(id); s.guest != "" && c.guests(host)[id] != s.guest {
+					t.Fatalf("after %v with the %s killed: guest %q on %q, want %s", s.body, r.who, c.guests(host)[id], host, s.guest)
+				}
+			}
+			c.settledAll("h1")
+		})
+	}
 }
