@@ -17,9 +17,9 @@ import (
 
 // The agent's side of issue 10's fault matrix, with real `keel server` and
 // `keel agent` processes: reports kept on disk through kills, an abort
-// whose source dies, a full disk on an agent, an agent stopped (SIGSTOP:
-// the same silence as a partition, without a network namespace) for longer
-// than the RPC timeout, and corrupt files. Each row ends with settled():
+// whose source dies, a full disk on an agent, an agent stopped (SIGSTOP)
+// or partitioned (in a network namespace, iptables DROP: netns_test.go)
+// for longer than the RPC timeout, and corrupt files. Each row ends with settled():
 // nothing in a non-final state, every ACTIVE instance's guest on its host
 // exactly once and its allocation there only, no guest without its
 // instance, no migration-consumer allocation left, and the server's audit
@@ -31,9 +31,21 @@ import (
 
 func faultCloud(t *testing.T, hosts int, extra ...string) *cloud {
 	t.Helper()
-	sets := append([]string{"libvirt.live_migration_bandwidth=400", "keel.rpc_timeout=4",
+	c := newCloud(t, faultSets(extra)...)
+	c.startFaultHosts(hosts)
+	return c
+}
+
+// faultSets are the fault clouds' options, then extra.
+func faultSets(extra []string) []string {
+	return append([]string{"libvirt.live_migration_bandwidth=400", "keel.rpc_timeout=4",
 		"DEFAULT.update_resources_interval=1", "DEFAULT.report_interval=1"}, extra...)
-	c := newCloud(t, sets...)
+}
+
+// startFaultHosts starts the agents h1…hN and makes the fault clouds'
+// flavors.
+func (c *cloud) startFaultHosts(hosts int) {
+	c.t.Helper()
 	for i := 1; i <= hosts; i++ {
 		c.startAgent(fmt.Sprintf("h%d", i))
 	}
@@ -43,7 +55,6 @@ func faultCloud(t *testing.T, hosts int, extra ...string) *cloud {
 	} {
 		c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": f}, nil)
 	}
-	return c
 }
 
 // agentDir is host's agent data dir.
@@ -405,25 +416,45 @@ func TestAgentFaultFullDisk(t *testing.T) {
 	}
 }
 
-// Row 7, the source: it is stopped while the destination prepares, so the
-// conductor's live_migration call times out and the migration rolls back.
-// Resumed, the source receives the late call and refuses it (its fence
-// reads the record): no zombie copy, no incoming guest left, and the
-// instance moves again. SIGSTOP stands in for a partition.
+// Row 7, the source: it is cut off while the destination prepares, so
+// the conductor's live_migration call times out and the migration rolls
+// back. Back, the source may receive the late call and refuses it (its
+// fence reads the record): no zombie copy, no incoming guest left, and the
+// instance moves again. Run with SIGSTOP (the process silent) and with a
+// real partition (netns_test.go: iptables DROP on a veth pair, the process
+// running on).
 func TestAgentFaultSourceStoppedPastRPCTimeout(t *testing.T) {
 	t.Parallel()
 	c := faultCloud(t, 2, "keel.fake_step_seconds=3")
+	sourceCutPastRPCTimeout(t, c, func(cut bool) {
+		c.signal("h1", map[bool]syscall.Signal{true: syscall.SIGSTOP, false: syscall.SIGCONT}[cut])
+	}, true)
+}
+
+func TestAgentFaultSourcePartitionedPastRPCTimeout(t *testing.T) {
+	t.Parallel()
+	c, ns := partitionCloud(t, 2, "h1", "keel.fake_step_seconds=3")
+	sourceCutPastRPCTimeout(t, c, func(cut bool) { ns.partition(t, cut) }, false)
+}
+
+// sourceCutPastRPCTimeout is row 7's source side; lateCall: the late
+// live_migration call must reach the source once it is back (a stopped
+// process's socket buffers it; a partitioned connection may be dropped
+// by the bus meanwhile, and the call with it).
+func sourceCutPastRPCTimeout(t *testing.T, c *cloud, cut func(bool), lateCall bool) {
 	id := c.bootAt("vm", "1", "h1")
 	mid := c.migrate(id, "h2")
 	c.waitStatus(mid, "preparing")
-	c.signal("h1", syscall.SIGSTOP)
+	cut(true)
 	if st := c.waitMigration(mid, 30*time.Second); st != "failed" && st != "error" {
-		t.Fatalf("migration %d ended %s with its source stopped, want failed", mid, st)
+		t.Fatalf("migration %d ended %s with its source cut off, want failed", mid, st)
 	}
-	c.signal("h1", syscall.SIGCONT)
-	if !logHas(c.agents["h1"], "refusing a copy the migration no longer asks for", 15*time.Second) {
-		t.Fatal("the resumed source never refused the late live_migration call")
+	cut(false)
+	refused := logHas(c.agents["h1"], "refusing a copy the migration no longer asks for", 15*time.Second)
+	if lateCall && !refused {
+		t.Fatal("the source, back, never refused the late live_migration call")
 	}
+	t.Logf("the late live_migration call reached the source and was refused: %v", refused)
 	c.settledAll("h1", "h2")
 	if g := c.guests("h1")[id]; g != "running" {
 		t.Fatalf("the source guest is %q after the late call, want running (no zombie copy)", g)
@@ -435,26 +466,38 @@ func TestAgentFaultSourceStoppedPastRPCTimeout(t *testing.T) {
 	c.settledAll("h1", "h2")
 }
 
-// Row 7, the destination: it is stopped during pre_live_migration, so the
-// prepare and the rollback both time out and the migration fails.
-// Resumed, it finishes the prepare nobody waits for; its incoming guest
-// and busy mark go (the late rollback, or the audit), and the instance can
-// move to it again.
+// Row 7, the destination: it is cut off during pre_live_migration, so the
+// prepare and the rollback both time out and the migration fails. Back,
+// it finishes the prepare nobody waits for; its incoming guest and busy
+// mark go (the late rollback, or the audit), and the instance can move to
+// it again. Run with SIGSTOP and with a real partition.
 func TestAgentFaultDestinationStoppedPastRPCTimeout(t *testing.T) {
 	t.Parallel()
 	c := faultCloud(t, 2, "keel.fake_step_seconds=3")
+	destinationCutPastRPCTimeout(t, c, func(cut bool) {
+		c.signal("h2", map[bool]syscall.Signal{true: syscall.SIGSTOP, false: syscall.SIGCONT}[cut])
+	})
+}
+
+func TestAgentFaultDestinationPartitionedPastRPCTimeout(t *testing.T) {
+	t.Parallel()
+	c, ns := partitionCloud(t, 2, "h2", "keel.fake_step_seconds=3")
+	destinationCutPastRPCTimeout(t, c, func(cut bool) { ns.partition(t, cut) })
+}
+
+func destinationCutPastRPCTimeout(t *testing.T, c *cloud, cut func(bool)) {
 	id := c.bootAt("vm", "1", "h1")
 	mid := c.migrate(id, "h2")
 	c.waitStatus(mid, "preparing")
-	c.signal("h2", syscall.SIGSTOP)
+	cut(true)
 	if st := c.waitMigration(mid, 30*time.Second); st != "failed" && st != "error" {
-		t.Fatalf("migration %d ended %s with its destination stopped, want failed", mid, st)
+		t.Fatalf("migration %d ended %s with its destination cut off, want failed", mid, st)
 	}
-	c.signal("h2", syscall.SIGCONT)
-	// The resumed agent finishes the prepare it was in (keel.fake_step_seconds)
+	cut(false)
+	// The agent, back, finishes the prepare it was in (keel.fake_step_seconds)
 	// before anything else reaches its guests.
 	time.Sleep(4 * time.Second)
-	c.waitFor("the destination's incoming guest to go", 15*time.Second, func() bool { _, ok := c.guests("h2")[id]; return !ok })
+	c.waitFor("the destination's incoming guest to go", 30*time.Second, func() bool { _, ok := c.guests("h2")[id]; return !ok })
 	c.settledAll("h1", "h2")
 	next := c.migrate(id, "h2")
 	if st := c.waitMigration(next, 30*time.Second); st != "completed" {

@@ -47,12 +47,20 @@ type proc struct {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startIn(t, name, nil, args...)
+}
+
+// startIn is start with the keel binary run through a prefix command
+// (`ip netns exec NS`, which execs it in place: the process is keel's).
+func startIn(t *testing.T, name string, prefix []string, args ...string) *proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(keelBin, args...)
+	argv := append(append(append([]string{}, prefix...), keelBin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -93,13 +101,18 @@ type cloud struct {
 	agents   map[string]*proc
 	token    string
 	mu       sync.Mutex
+	// busHost is the address the server's bus listens on and agents dial
+	// (127.0.0.1, or the host side of a network namespace's veth pair:
+	// see netns_test.go); netns runs a host's agent in that namespace.
+	busHost string
+	netns   map[string]*netns
 }
 
 // newCloud starts a server on ports it picks itself (port 0), so parallel
 // tests never race for a port; a restart reuses the same ports (agents
 // reconnect to the bus URL they were given).
 func newCloud(t *testing.T, sets ...string) *cloud {
-	c := &cloud{t: t, dataDir: t.TempDir(), sets: sets, agents: map[string]*proc{}}
+	c := &cloud{t: t, dataDir: t.TempDir(), sets: sets, agents: map[string]*proc{}, busHost: "127.0.0.1"}
 	c.startServer()
 	return c
 }
@@ -131,7 +144,7 @@ func (c *cloud) startServer() {
 	c.t.Helper()
 	_ = os.Remove(filepath.Join(c.dataDir, "endpoints.json"))
 	args := append([]string{"server", "--data-dir", c.dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", c.httpPort),
-		"--set", fmt.Sprintf("keel.nats_listen=127.0.0.1:%d", c.natsPort)}, c.setArgs()...)
+		"--set", fmt.Sprintf("keel.nats_listen=%s:%d", c.busHost, c.natsPort)}, c.setArgs()...)
 	c.server = start(c.t, "server", args...)
 	c.readEndpoints()
 	c.waitFor("the server's API", 20*time.Second, func() bool {
@@ -149,10 +162,14 @@ func (c *cloud) startServer() {
 func (c *cloud) startAgent(host string, extra ...string) {
 	c.t.Helper()
 	args := append([]string{"agent", "--host", host, "--data-dir", filepath.Join(c.dataDir, "agents", host),
-		"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort),
+		"--nats-url", fmt.Sprintf("nats://%s:%d", c.busHost, c.natsPort),
 		"--nats-credentials", filepath.Join(c.dataDir, "bus-credentials.json")}, c.setArgs()...)
 	args = append(args, extra...)
-	c.agents[host] = start(c.t, "agent-"+host, args...)
+	var in []string
+	if ns := c.netns[host]; ns != nil {
+		in = []string{"ip", "netns", "exec", ns.name}
+	}
+	c.agents[host] = startIn(c.t, "agent-"+host, in, args...)
 	c.waitFor("agent "+host+" to be up", 20*time.Second, func() bool {
 		var out struct {
 			Hypervisors []map[string]any `json:"hypervisors"`
