@@ -240,6 +240,9 @@ type Store interface {
 	// final state.
 	ListPlans(ctx context.Context, activeOnly bool) ([]records.Plan, error)
 
+	// Users, projects, roles, token revocations and agent credentials.
+	IdentityStore
+
 	// Changes returns up to limit entries with Seq > since, oldest first.
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).

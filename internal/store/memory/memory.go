@@ -47,6 +47,7 @@ type Store struct {
 	changes    []store.Change
 	seq        int64
 	plans      planTable
+	ident      identityTable
 }
 
 var _ store.Store = (*Store)(nil)

@@ -11,7 +11,9 @@
 //     key pairs, quota limits and move plans, with their rules (a record
 //     version checked by one conditional UPDATE, a change-stream note on
 //     every write the scheduler's view follows, IDs from the database
-//     copied into the JSON).
+//     copied into the JSON);
+//   - the identity directory (one versioned document, written only at
+//     the version its writer read) and the agents' credential records.
 //
 // A backend lends Records a DB: reads, a statement on its own, and write
 // transactions whose Tx runs statements and notes changes. The backend

@@ -21,6 +21,7 @@ type queries struct {
 	getQuota, mergeQuota, deleteQuota                                     string
 	getPlan, listPlans, listActivePlans, planVersion, insertPlan, setPlan string
 	updatePlan                                                            string
+	identity                                                              identityQueries
 }
 
 func newQueries(d *Dialect) *queries {
@@ -93,6 +94,8 @@ func newQueries(d *Dialect) *queries {
 	q.insertKeyPair = w(`INSERT INTO key_pairs (user_id, name, data) VALUES ($1, $2, '{}') ON CONFLICT DO NOTHING RETURNING id`)
 	q.putKeyPair = w(`UPDATE key_pairs SET data = $2 WHERE id = $1`)
 	q.deleteKeyPair = w(`DELETE FROM key_pairs WHERE user_id = $1 AND name = $2`)
+
+	q.identity = newIdentityQueries(r, w)
 
 	q.getQuota = r(`SELECT data FROM quota_limits WHERE project = $1`)
 	// One statement merges the new limits into the row, so concurrent sets

@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Quotas", quotaTests},
 		{"Plans", planTests},
 		{"KeyPairs", keyPairTests},
+		{"Identity", identityTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

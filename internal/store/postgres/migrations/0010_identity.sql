@@ -1,0 +1,14 @@
+-- The identity directory (users, projects, role assignments, token
+-- revocations) as one JSON document with a version, so every replica
+-- reads the same and a write based on a stale read is refused.
+CREATE TABLE identity_directory (
+    id      integer PRIMARY KEY CHECK (id = 1),
+    version bigint NOT NULL,
+    doc     text   NOT NULL
+);
+
+-- One record per enrolled (or revoked) host's bus identity.
+CREATE TABLE agent_credentials (
+    host text COLLATE "C" PRIMARY KEY,
+    data jsonb NOT NULL
+);
