@@ -17,7 +17,8 @@ the SQLite store under the data dir, and an embedded NATS server for the
 agents (unless --nats-url names an external one). Agents connect with the
 credentials in DATA_DIR/bus-credentials.json.
 
-Users and projects come from DATA_DIR/identity.json (keel dev writes one).
+Users, projects and roles are kept in the store, shared by every replica
+(an older DATA_DIR/identity.json is moved there at start).
 Migrations a restart interrupted are resumed at start.`,
 		Example: `  keel server --data-dir /var/lib/keel --listen 127.0.0.1:8080
   keel server --config /etc/keel/keel.conf`,

@@ -97,7 +97,8 @@ func (sc *scaleCloud) overCapacityRows() int {
 // others' claims through the store's change stream) and the next is
 // refused with No valid host; a live migration asked of one replica is
 // seen completed by another; a list on the third shows everything; a
-// token from one is accepted by the others.
+// token from one is accepted by the others; a user made through one logs
+// in through another, and a token revoked through one is refused by all.
 func TestReplicasOnPostgres(t *testing.T) {
 	t.Parallel()
 	sc := startScaleCloud(t, 3, 1, 4, "DEFAULT.update_resources_interval=3600", "DEFAULT.cpu_allocation_ratio=1.0",
@@ -174,4 +175,5 @@ func TestReplicasOnPostgres(t *testing.T) {
 		t.Fatalf("%d inventories over capacity in the database", over)
 	}
 	checkQuotaRace(t, sc)
+	checkSharedIdentity(t, sc)
 }

@@ -196,14 +196,14 @@ type replica struct {
 
 // startReplica starts `keel server` on a random API port with the given
 // flags, and waits until its API answers. identityFrom, if not empty, is
-// the data dir of a first replica whose users, admin password and token
-// key are copied first (replicas must share them: a token issued by one is
-// checked by another).
+// the data dir of a first replica whose admin password and token key are
+// copied first (replicas must share the key: a token issued by one is
+// checked by another); users and projects come from the store.
 func startReplica(t *testing.T, name, identityFrom string, args ...string) *replica {
 	t.Helper()
 	dir := t.TempDir()
 	if identityFrom != "" {
-		for _, f := range []string{"identity.json", "admin-password", "token.key"} {
+		for _, f := range []string{"admin-password", "token.key"} { // users and projects are the store's
 			data, err := os.ReadFile(filepath.Join(identityFrom, f))
 			if err != nil {
 				t.Fatalf("copying %s to replica %s: %v", f, name, err)

@@ -82,3 +82,51 @@ func (d *Directory) clone() (*Directory, error) {
 	}
 	return &out, nil
 }
+
+// Merge adds to d what of other it lacks: projects and users whose ID d
+// does not have (a user's roles only on projects d then has), and every
+// revocation. An entry whose name d already gives to another ID is
+// skipped. It returns the names added and skipped ("user alice",
+// "project p1").
+func (d *Directory) Merge(other *Directory) (added, skipped []string) {
+	for _, p := range other.Projects {
+		_, byID := d.Project(p.ID)
+		q, byName := d.ProjectByName(p.DomainID, p.Name)
+		switch {
+		case byID:
+		case byName && q.ID != p.ID:
+			skipped = append(skipped, "project "+p.Name)
+		default:
+			d.Projects = append(d.Projects, p)
+			added = append(added, "project "+p.Name)
+		}
+	}
+	for _, u := range other.Users {
+		_, byID := d.User(u.ID)
+		v, byName := d.UserByName(u.DomainID, u.Name)
+		switch {
+		case byID:
+		case byName && v.ID != u.ID:
+			skipped = append(skipped, "user "+u.Name)
+		default:
+			roles := map[string][]string{}
+			for pid, rs := range u.Roles {
+				if _, ok := d.Project(pid); ok {
+					roles[pid] = slices.Clone(rs)
+				}
+			}
+			u.Roles = roles
+			if _, ok := d.Project(u.DefaultProjectID); !ok {
+				u.DefaultProjectID = ""
+			}
+			d.Users = append(d.Users, u)
+			added = append(added, "user "+u.Name)
+		}
+	}
+	for _, r := range other.Revoked {
+		if !d.revoked(r.AuditID) {
+			d.Revoked = append(d.Revoked, r)
+		}
+	}
+	return added, skipped
+}

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"keel/internal/store"
 )
 
 // KeySize is the length of the token signing key.
@@ -83,7 +85,15 @@ type Issuer struct {
 	// there, and a change made to it by another process is picked up
 	// within a second.
 	Path string
-	Rand io.Reader // source of audit IDs; crypto/rand if nil
+	// Shared, if set, is where the directory is kept for every replica
+	// (the store): Update writes there (refused and redone if another
+	// replica wrote first), and another replica's change is picked up
+	// within Refresh. Directory and Path are then ignored.
+	Shared store.IdentityStore
+	// Refresh bounds how long another replica's change (a new user, a
+	// revoked token) takes to hold here: DefaultRefresh if zero.
+	Refresh time.Duration
+	Rand    io.Reader // source of audit IDs; crypto/rand if nil
 
 	live liveDir
 }

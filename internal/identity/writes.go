@@ -64,8 +64,8 @@ func (h *handler) admin(w http.ResponseWriter, me Principal, action string) bool
 
 // update applies fn to the directory and answers a failure; fn's errors
 // that are an *apiError keep their status.
-func (h *handler) update(w http.ResponseWriter, fn func(*Directory) error) bool {
-	err := h.iss.Update(fn)
+func (h *handler) update(w http.ResponseWriter, r *http.Request, fn func(*Directory) error) bool {
+	err := h.iss.Update(r.Context(), fn)
 	if err == nil {
 		return true
 	}
@@ -121,7 +121,7 @@ func (h *handler) createProject(w http.ResponseWriter, r *http.Request, me Princ
 		return
 	}
 	var p Project
-	if !h.update(w, func(d *Directory) error {
+	if !h.update(w, r, func(d *Directory) error {
 		if _, ok := d.ProjectByName(DefaultDomainID, body.Project.Name); ok {
 			return conflict("project", body.Project.Name)
 		}
@@ -172,7 +172,7 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 		return
 	}
 	var u User
-	if !h.update(w, func(d *Directory) error {
+	if !h.update(w, r, func(d *Directory) error {
 		if _, ok := d.UserByName(DefaultDomainID, b.Name); ok {
 			return conflict("user", b.Name)
 		}
@@ -224,7 +224,7 @@ func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principa
 	}
 	id := r.PathValue("id")
 	var u User
-	if !h.update(w, func(d *Directory) error {
+	if !h.update(w, r, func(d *Directory) error {
 		i := d.userIndex(id)
 		if i < 0 {
 			return notFound("user", id)
@@ -278,7 +278,7 @@ func (h *handler) changePassword(w http.ResponseWriter, r *http.Request, me Prin
 		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
 		return
 	}
-	if h.update(w, func(d *Directory) error { return d.SetPassword(id, *body.User.Password, h.iss.now()) }) {
+	if h.update(w, r, func(d *Directory) error { return d.SetPassword(id, *body.User.Password, h.iss.now()) }) {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -293,7 +293,7 @@ func (h *handler) deleteUser(w http.ResponseWriter, r *http.Request, me Principa
 		WriteError(w, http.StatusForbidden, "You cannot delete the user you are logged in as.")
 		return
 	}
-	if h.update(w, func(d *Directory) error {
+	if h.update(w, r, func(d *Directory) error {
 		if !d.RemoveUser(id) {
 			return notFound("user", id)
 		}
@@ -345,11 +345,11 @@ func (h *handler) roleAssignment(w http.ResponseWriter, r *http.Request, me Prin
 		}
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("Could not find role assignment: %s on project %s for user %s.", role, pid, uid))
 	case http.MethodPut:
-		if h.update(w, func(d *Directory) error { return d.Grant(uid, pid, role) }) {
+		if h.update(w, r, func(d *Directory) error { return d.Grant(uid, pid, role) }) {
 			w.WriteHeader(http.StatusNoContent)
 		}
 	case http.MethodDelete:
-		if h.update(w, func(d *Directory) error {
+		if h.update(w, r, func(d *Directory) error {
 			if !d.Ungrant(uid, pid, role) {
 				return &apiError{http.StatusNotFound, fmt.Sprintf("Could not find role assignment: %s on project %s for user %s.", role, pid, uid)}
 			}
@@ -383,7 +383,7 @@ func (h *handler) revokeToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, "identity:revoke_token"))
 		return
 	}
-	if h.update(w, func(d *Directory) error {
+	if h.update(w, r, func(d *Directory) error {
 		d.Revoke(subject.AuditID, subject.ExpiresAt, h.iss.now())
 		return nil
 	}) {

@@ -167,7 +167,7 @@ func TestIssuerPathSharesUpdates(t *testing.T) {
 		return &Issuer{Key: make([]byte, KeySize), Directory: d, Path: path}
 	}
 	a, b := load(), load()
-	if err := a.Update(func(d *Directory) error { return d.AddMember("carol", "c-pw") }); err != nil {
+	if err := a.Update(context.Background(), func(d *Directory) error { return d.AddMember("carol", "c-pw") }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadDirectory(path); err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,21 +18,33 @@ import (
 	"keel/internal/store"
 )
 
-// EnsureIdentity makes sure DATA_DIR/identity.json exists: on first start
-// it creates the admin user (role admin on project admin) and nobody else,
-// with a generated password kept in DATA_DIR/admin-password (mode 0600).
-// It returns the admin password.
+// IdentityFile is the users-and-projects file in the data directory:
+// the seed keel server moves into the store at its next start (the store
+// is where every replica reads them from), renaming the file to
+// IdentityFile+".migrated".
+const IdentityFile = "identity.json"
+
+// migratedSuffix names an identity file whose content is in the store.
+const migratedSuffix = ".migrated"
+
+// EnsureIdentity makes sure the data dir has an identity: on first start
+// (neither DATA_DIR/identity.json nor its migrated copy) it writes
+// identity.json with the admin user (role admin on project admin) and
+// nobody else, with a generated password kept in DATA_DIR/admin-password
+// (mode 0600). It returns the admin password.
 func EnsureIdentity(dataDir string) (string, error) {
-	dirFile := filepath.Join(dataDir, "identity.json")
+	dirFile := filepath.Join(dataDir, IdentityFile)
 	pwFile := PasswordFile(dataDir, "admin")
-	if _, err := os.Stat(dirFile); err == nil {
-		pw, err := os.ReadFile(pwFile)
-		if err != nil {
-			return "", fmt.Errorf("%s exists but the admin password file %s cannot be read: %w", dirFile, pwFile, err)
+	for _, f := range []string{dirFile, dirFile + migratedSuffix} {
+		if _, err := os.Stat(f); err == nil {
+			pw, err := os.ReadFile(pwFile)
+			if err != nil {
+				return "", fmt.Errorf("%s exists but the admin password file %s cannot be read: %w", f, pwFile, err)
+			}
+			return string(pw), nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
 		}
-		return string(pw), nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", err
@@ -50,6 +64,74 @@ func EnsureIdentity(dataDir string) (string, error) {
 		return "", err
 	}
 	return pw, nil
+}
+
+// shareIdentity makes the store hold the identity directory every
+// replica serves from. DATA_DIR/identity.json, if there is one (an older
+// keel's users and projects, keel dev's members, or a new cloud's admin),
+// is merged in: what the store lacks is added, nothing there is changed;
+// then the file is renamed identity.json.migrated. A store without a
+// directory gets the migrated copy back if there is one, else a new
+// admin (EnsureIdentity). A file that does not load stops the start.
+func shareIdentity(ctx context.Context, st store.IdentityStore, dataDir string, log *slog.Logger) error {
+	seed := filepath.Join(dataDir, IdentityFile)
+	for try := 0; ; try++ {
+		doc, version, err := st.GetIdentity(ctx, 0)
+		var cur *identity.Directory
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("reading users and projects from the store: %w", err)
+		default:
+			if cur, err = identity.DecodeDirectory(doc); err != nil {
+				return fmt.Errorf("the users and projects in the store (version %d) do not load: %w", version, err)
+			}
+		}
+		from := seed
+		if _, err := os.Stat(seed); errors.Is(err, fs.ErrNotExist) {
+			if cur != nil {
+				return nil
+			}
+			if _, err := os.Stat(seed + migratedSuffix); err == nil {
+				from = seed + migratedSuffix
+			} else if _, err := EnsureIdentity(dataDir); err != nil {
+				return err
+			}
+		}
+		d, err := identity.LoadDirectory(from)
+		if err != nil {
+			return fmt.Errorf("loading users and projects: %w", err)
+		}
+		next, added, skipped := d, []string{"all"}, []string(nil)
+		if cur != nil {
+			next = cur
+			added, skipped = next.Merge(d)
+			if err := next.Validate(); err != nil {
+				return fmt.Errorf("merging %s into the store's users and projects: %w", from, err)
+			}
+		}
+		if len(added) > 0 {
+			b, err := json.Marshal(next)
+			if err != nil {
+				return fmt.Errorf("moving %s into the store: %w", from, err)
+			}
+			if _, err := st.PutIdentity(ctx, b, version); errors.Is(err, store.ErrStaleIdentity) && try < 10 {
+				continue // another replica wrote first: merge into its
+			} else if err != nil {
+				return fmt.Errorf("moving %s into the store: %w", from, err)
+			}
+		}
+		if from == seed {
+			if err := os.Rename(seed, seed+migratedSuffix); err != nil {
+				return fmt.Errorf("moving %s into the store: %w", from, err)
+			}
+		}
+		log.Info("users and projects are in the store", "from", from, "added", strings.Join(added, ", "))
+		if len(skipped) > 0 {
+			log.Warn("users or projects of the file not moved: the store has others of their names", "from", from, "skipped", strings.Join(skipped, ", "))
+		}
+		return nil
+	}
 }
 
 // adminQuotaPending marks a data dir whose admin project was just made:
@@ -85,26 +167,36 @@ func PasswordFile(dataDir, user string) string {
 // accounts), each in a project of its name.
 var DevUsers = []string{"demo", "alt_demo"}
 
-// EnsureDevUsers adds keel dev's members to DATA_DIR/identity.json (made
+// EnsureDevUsers adds keel dev's members to the data dir's identity (made
 // by EnsureIdentity) if they are not there, each with a password of its
-// own in DATA_DIR/<name>-password (mode 0600). It returns every dev
-// user's password by name, admin included. A server must not be running
-// on the data dir (it would not see the change until it reloads).
+// own in DATA_DIR/<name>-password (mode 0600): to identity.json, or, once
+// that was moved into the store, to a new identity.json the server's next
+// start merges in. It returns every dev user's password by name, admin
+// included. A server must not be running on the data dir.
 func EnsureDevUsers(dataDir string) (map[string]string, error) {
 	adminPW, err := EnsureIdentity(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{"admin": adminPW}
-	dirFile := filepath.Join(dataDir, "identity.json")
-	d, err := identity.LoadDirectory(dirFile)
-	if err != nil {
+	dirFile := filepath.Join(dataDir, IdentityFile)
+	seed, err := identity.LoadDirectory(dirFile)
+	var known *identity.Directory
+	switch {
+	case err == nil:
+		known = seed
+	case errors.Is(err, fs.ErrNotExist):
+		if known, err = identity.LoadDirectory(dirFile + migratedSuffix); err != nil {
+			return nil, err
+		}
+		seed = &identity.Directory{}
+	default:
 		return nil, err
 	}
 	changed := false
 	for _, name := range DevUsers {
 		pwFile := PasswordFile(dataDir, name)
-		if _, ok := d.UserByName(identity.DefaultDomainID, name); ok {
+		if _, ok := known.UserByName(identity.DefaultDomainID, name); ok {
 			pw, err := os.ReadFile(pwFile)
 			if err != nil {
 				return nil, fmt.Errorf("user %s exists but its password file cannot be read: %w", name, err)
@@ -116,13 +208,13 @@ func EnsureDevUsers(dataDir string) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := d.AddMember(name, pw); err != nil {
+		if err := seed.AddMember(name, pw); err != nil {
 			return nil, err
 		}
 		out[name], changed = pw, true
 	}
 	if changed {
-		if err := d.Save(dirFile); err != nil {
+		if err := seed.Save(dirFile); err != nil {
 			return nil, err
 		}
 	}

@@ -84,11 +84,11 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
-	if _, err := EnsureIdentity(dataDir); err != nil {
-		return err
-	}
 	var err error
 	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
+		return err
+	}
+	if err := shareIdentity(ctx, s.store, dataDir, s.log); err != nil {
 		return err
 	}
 	if err := settleAdminQuota(ctx, s.store, dataDir); err != nil {
@@ -179,16 +179,13 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	s.listener = ln
 	s.baseURL = "http://" + ln.Addr().String()
 
-	dirFile := filepath.Join(cfg.Keel.DataDir, "identity.json")
-	dir, err := identity.LoadDirectory(dirFile)
-	if err != nil {
-		return fmt.Errorf("loading users and projects: %w", err)
-	}
 	key, err := identity.LoadOrCreateKey(cfg.Keel.DataDir)
 	if err != nil {
 		return err
 	}
-	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Directory: dir, Path: dirFile}
+	// Users, projects, roles and revocations are the store's: a change
+	// made through any replica holds on this one within DefaultRefresh.
+	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store}
 	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log,
