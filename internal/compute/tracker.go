@@ -69,6 +69,20 @@ type TrackerStore interface {
 	ListMigrations(ctx context.Context, f store.MigrationFilter) ([]records.Migration, error)
 }
 
+// ConsumerLister is implemented by stores that can list the consumers
+// holding allocations on a provider without copying their allocations
+// (the memory store, where those copies were most of an audit's cost). The
+// audit then reads each consumer's UUID, type and generation, and fetches
+// the allocations only of one it is about to release, going on only if
+// its generation is still the one listed — what a write naming that
+// generation would check — so it decides exactly as with ConsumersOn.
+type ConsumerLister interface {
+	// ConsumerHeadersOn is ConsumersOn without the allocations: the
+	// consumers holding allocations on providerUUID, sorted by UUID, each
+	// with a nil Allocations.
+	ConsumerHeadersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
+}
+
 // GuestLister is the part of the driver the audit reads.
 type GuestLister interface {
 	Guests(ctx context.Context) ([]Guest, error)
@@ -313,7 +327,7 @@ func (d Drift) String() string {
 // those it reports (Lost, Stray) for an operator.
 func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	d := Drift{Host: t.cfg.Host, At: t.clock.Now()}
-	consumers, err := t.store.ConsumersOn(ctx, t.cfg.ProviderUUID)
+	consumers, headers, err := t.consumersOn(ctx)
 	if err != nil {
 		return d, fmt.Errorf("audit of %s: listing allocations: %w", t.cfg.Host, err)
 	}
@@ -356,7 +370,7 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	}
 	t.mu.Unlock()
 
-	if err := t.auditAllocations(ctx, consumers, here, inFlight, busy, &d); err != nil {
+	if err := t.auditAllocations(ctx, consumers, headers, here, inFlight, busy, &d); err != nil {
 		return d, err
 	}
 	t.faultLost(ctx, &d)
@@ -370,6 +384,32 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	sort.Strings(d.Untracked)
 	sort.Strings(d.Vanished)
 	return d, nil
+}
+
+// consumersOn lists the consumers holding allocations on this host's
+// provider; headers reports that they came without their allocations
+// (ConsumerLister).
+func (t *Tracker) consumersOn(ctx context.Context) (consumers []placement.Consumer, headers bool, err error) {
+	if l, ok := t.store.(ConsumerLister); ok {
+		consumers, err = l.ConsumerHeadersOn(ctx, t.cfg.ProviderUUID)
+		return consumers, true, err
+	}
+	consumers, err = t.store.ConsumersOn(ctx, t.cfg.ProviderUUID)
+	return consumers, false, err
+}
+
+// withAllocations returns c, listed without its allocations, as stored
+// now; ok is false if it has changed since it was listed (or is gone), as
+// a write naming the listed generation would find.
+func (t *Tracker) withAllocations(ctx context.Context, c placement.Consumer) (placement.Consumer, bool, error) {
+	cur, err := t.store.GetConsumer(ctx, c.UUID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return c, false, nil
+	case err != nil:
+		return c, false, fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, c.UUID, err)
+	}
+	return cur, cur.Generation == c.Generation, nil
 }
 
 // StoreFaulter implements InstanceFaulter on a store that updates
@@ -448,8 +488,9 @@ func (t *Tracker) migrationsInFlight(ctx context.Context) (map[string]bool, erro
 // auditAllocations heals the allocations on this host's provider against
 // the guests: orphans (deleted or errored instances, instances recorded
 // elsewhere, finished migrations) lose their allocation here; guests of
-// instances recorded here with no allocation here get one.
-func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Consumer, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
+// instances recorded here with no allocation here get one. headers: the
+// consumers were listed without their allocations (consumersOn).
+func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Consumer, headers bool, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
 	rp := t.cfg.ProviderUUID
 	held := map[string]bool{}
 	for _, c := range consumers {
@@ -466,6 +507,14 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		}
 		if !orphan {
 			continue
+		}
+		if headers {
+			var same bool
+			if c, same, err = t.withAllocations(ctx, c); err != nil {
+				return err
+			} else if !same {
+				continue // it changed since we listed it: leave it to its owner
+			}
 		}
 		rest := map[string]placement.Resources{}
 		for p, r := range c.Allocations {

@@ -589,43 +589,106 @@ func TestAudit(t *testing.T) {
 			}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg
-			if cfg.Host == "" {
-				cfg = hostConfig()
+		for _, listing := range []string{"headers", "consumers"} {
+			t.Run(tc.name+"/"+listing, func(t *testing.T) {
+				cfg := tc.cfg
+				if cfg.Host == "" {
+					cfg = hostConfig()
+				}
+				e := newEnv(t, cfg)
+				if listing == "consumers" {
+					e.tracker = compute.NewTracker(cfg, listingAll{Store: e.st}, e.guests, e.clk)
+				}
+				tc.setup(e)
+				e.clk.Advance(time.Minute)
+				d, err := e.tracker.Audit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tc.want
+				want.Host, want.At = "h1", clock.Epoch.Add(time.Minute)
+				if !reflect.DeepEqual(normDrift(d), normDrift(want)) {
+					t.Fatalf("drift\n got %+v\nwant %+v", d, want)
+				}
+				if d.Count() != len(want.Record)+len(want.Untracked)+len(want.Vanished)+len(want.MissingAllocations)+len(want.OrphanAllocations)+len(want.Stray)+len(want.Lost) {
+					t.Fatalf("Count() = %d for %+v", d.Count(), d)
+				}
+				if tc.after != nil {
+					tc.after(t, e)
+				}
+				if stored := e.storedRecord(); !reflect.DeepEqual(stored, e.tracker.Record()) {
+					t.Fatalf("audit did not write its record: stored %+v, tracker %+v", stored, e.tracker.Record())
+				}
+				again, err := e.tracker.Audit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantAgain := compute.Drift{}
+				if tc.persistent {
+					wantAgain = compute.Drift{Stray: want.Stray, Lost: want.Lost}
+				}
+				again.Host, again.At = "", time.Time{}
+				if !reflect.DeepEqual(normDrift(again), normDrift(wantAgain)) {
+					t.Fatalf("second audit found %s, want %+v", again, wantAgain)
+				}
+			})
+		}
+	}
+}
+
+var _ compute.ConsumerLister = (*memory.Store)(nil)
+
+// listingAll is the memory store as a store without ConsumerHeadersOn (its
+// field of that name hides the method): the audit then lists consumers
+// with ConsumersOn, as it does over the agents' RPC store and the SQL
+// stores.
+type listingAll struct {
+	*memory.Store
+	ConsumerHeadersOn struct{}
+}
+
+// claimsDuring is a store on which a new claim by the consumer "a"
+// commits right after the audit listed the allocations (when it reads
+// instance "a").
+type claimsDuring struct {
+	*memory.Store
+	claimed bool
+}
+
+func (c *claimsDuring) GetInstance(ctx context.Context, uuid string) (records.Instance, error) {
+	if uuid == "a" && !c.claimed {
+		c.claimed = true
+		if _, err := c.Store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "a", Type: placement.ConsumerInstance,
+			AnyConsumerGeneration: true, Allocations: map[string]placement.Resources{"rp-h1": large.Resources()}}); err != nil {
+			return records.Instance{}, err
+		}
+	}
+	return c.Store.GetInstance(ctx, uuid)
+}
+
+// An allocation that looked orphaned when listed but changed before the
+// audit released it is left to its new owner, whether the audit listed
+// the consumers with or without their allocations.
+func TestAuditLeavesAnAllocationThatChangedAfterTheListing(t *testing.T) {
+	for _, listing := range []string{"headers", "consumers"} {
+		t.Run(listing, func(t *testing.T) {
+			e := newEnv(t, hostConfig())
+			e.alloc("a", placement.ConsumerInstance, small, "rp-h1") // no instance, no guest: an orphan
+			var st compute.TrackerStore = &claimsDuring{Store: e.st}
+			if listing == "consumers" {
+				st = struct{ compute.TrackerStore }{st} // TrackerStore's methods only
 			}
-			e := newEnv(t, cfg)
-			tc.setup(e)
-			e.clk.Advance(time.Minute)
+			e.tracker = compute.NewTracker(hostConfig(), st, e.guests, e.clk)
 			d, err := e.tracker.Audit(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := tc.want
-			want.Host, want.At = "h1", clock.Epoch.Add(time.Minute)
-			if !reflect.DeepEqual(normDrift(d), normDrift(want)) {
-				t.Fatalf("drift\n got %+v\nwant %+v", d, want)
+			if len(d.OrphanAllocations) != 0 {
+				t.Errorf("the audit released %v", d.OrphanAllocations)
 			}
-			if d.Count() != len(want.Record)+len(want.Untracked)+len(want.Vanished)+len(want.MissingAllocations)+len(want.OrphanAllocations)+len(want.Stray)+len(want.Lost) {
-				t.Fatalf("Count() = %d for %+v", d.Count(), d)
-			}
-			if tc.after != nil {
-				tc.after(t, e)
-			}
-			if stored := e.storedRecord(); !reflect.DeepEqual(stored, e.tracker.Record()) {
-				t.Fatalf("audit did not write its record: stored %+v, tracker %+v", stored, e.tracker.Record())
-			}
-			again, err := e.tracker.Audit(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantAgain := compute.Drift{}
-			if tc.persistent {
-				wantAgain = compute.Drift{Stray: want.Stray, Lost: want.Lost}
-			}
-			again.Host, again.At = "", time.Time{}
-			if !reflect.DeepEqual(normDrift(again), normDrift(wantAgain)) {
-				t.Fatalf("second audit found %s, want %+v", again, wantAgain)
+			want := map[string]placement.Resources{"rp-h1": large.Resources()}
+			if got := e.allocations("a"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("allocations of a = %v, want the new claim %v", got, want)
 			}
 		})
 	}

@@ -218,6 +218,23 @@ func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement
 	return out, nil
 }
 
+// ConsumerHeadersOn is ConsumersOn without the allocations (each
+// consumer's Allocations is nil): what the resource tracker's audit reads
+// of every consumer on its host (compute.ConsumerLister), without a copy
+// of every allocation.
+func (s *Store) ConsumerHeadersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]placement.Consumer, 0, len(s.byProvider[providerUUID]))
+	for id := range s.byProvider[providerUUID] {
+		c := s.consumers[id]
+		c.Allocations = nil
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	return out, nil
+}
+
 // WriteAllocations implements store.Store.
 func (s *Store) WriteAllocations(_ context.Context, writes ...placement.AllocationWrite) (placement.WritePlan, error) {
 	s.mu.Lock()
