@@ -146,9 +146,11 @@ func Plan(in Inputs, opt Options) []Finding {
 	for _, m := range in.Migrations {
 		active[m.UUID] = m
 	}
-	byUUID := map[string]records.Instance{}
-	for _, i := range in.Instances {
-		byUUID[i.UUID] = i
+	// By pointer into in.Instances: a copy of every instance would double
+	// the audit's memory on a large cloud.
+	byUUID := make(map[string]*records.Instance, len(in.Instances))
+	for k := range in.Instances {
+		byUUID[in.Instances[k].UUID] = &in.Instances[k]
 	}
 	held := map[string]map[string]placement.Resources{} // consumer → provider → resources
 	types := map[string]placement.ConsumerType{}
@@ -174,17 +176,16 @@ func Plan(in Inputs, opt Options) []Finding {
 		case inst.VMState == records.VMError || inst.VMState == records.VMDeleted:
 			add(KindFailedHolds, c, "instance %s is %s but still holds %s", c, inst.VMState, describe(allocs, nameOf))
 		default:
-			heldTwice(inst, allocs, moves[c], held, hostOf, nameOf, add)
+			heldTwice(*inst, allocs, moves[c], held, hostOf, nameOf, add)
 		}
 	}
-	for _, i := range in.Instances {
+	wants := map[flavorSize]placement.Resources{} // a flavor's total without extra specs, computed once
+	for k := range in.Instances {
+		i := &in.Instances[k]
 		if i.VMState != records.VMActive || i.TaskState != records.TaskNone {
 			continue
 		}
-		want := i.Flavor.Resources()
-		if q, err := placement.FlavorQuery(want, i.Flavor.ExtraSpecs); err == nil {
-			want = q.Total()
-		}
+		want := wantOf(i.Flavor, wants)
 		allocs := held[i.UUID]
 		_, known := rpOf[i.Host]
 		switch {
@@ -192,7 +193,7 @@ func Plan(in Inputs, opt Options) []Finding {
 			add(KindNoProvider, i.UUID, "instance %s runs on %q, which has no resource provider", i.UUID, i.Host)
 		case len(allocs) == 0:
 			add(KindAllocation, i.UUID, "instance %s on %s holds no allocation (want %s)", i.UUID, i.Host, want)
-		case !onHost(allocs, hostOf, i.Host) || !sum(allocs).Equal(want):
+		case !onHost(allocs, hostOf, i.Host) || !sumEquals(allocs, want):
 			add(KindAllocation, i.UUID, "instance %s on %s holds %s, want %s on %s's provider tree (and providers sharing with it) only", i.UUID, i.Host, describe(allocs, nameOf), want, i.Host)
 		}
 	}
@@ -301,6 +302,40 @@ func onHost(allocs map[string]placement.Resources, hostOf map[string]string, hos
 		}
 	}
 	return true
+}
+
+// flavorSize is what a flavor without extra specs claims from.
+type flavorSize struct{ vcpus, ramMB, diskGB int64 }
+
+// wantOf is what an instance of flavor f must hold in all: its resources,
+// with its extra specs' groups added. Flavors without extra specs share
+// one answer per size in memo (read only by the caller).
+func wantOf(f records.Flavor, memo map[flavorSize]placement.Resources) placement.Resources {
+	key := flavorSize{f.VCPUs, f.RAMMB, f.DiskGB}
+	if len(f.ExtraSpecs) == 0 {
+		if want, ok := memo[key]; ok {
+			return want
+		}
+	}
+	want := f.Resources()
+	if q, err := placement.FlavorQuery(want, f.ExtraSpecs); err == nil {
+		want = q.Total()
+	}
+	if len(f.ExtraSpecs) == 0 {
+		memo[key] = want
+	}
+	return want
+}
+
+// sumEquals is sum(allocs).Equal(want), without the sum for an allocation
+// on one provider.
+func sumEquals(allocs map[string]placement.Resources, want placement.Resources) bool {
+	if len(allocs) == 1 {
+		for _, r := range allocs {
+			return r.Equal(want)
+		}
+	}
+	return sum(allocs).Equal(want)
 }
 
 // sum adds up an allocation over its providers.

@@ -458,11 +458,31 @@ func (s *Store) DeleteInstance(_ context.Context, uuid string) error {
 func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instance, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []records.Instance
-	for _, k := range slices.Sorted(maps.Keys(s.instances)) {
-		if in := s.instances[k]; host == "" || in.Host == host {
-			out = append(out, cloneInstance(in))
+	// Sized first: a copy of every instance is large (the simulator's
+	// final audit lists 180,000), and growing it by appends would copy it
+	// again and again.
+	n := len(s.instances)
+	if host != "" {
+		n = 0
+		for _, in := range s.instances {
+			if in.Host == host {
+				n++
+			}
 		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, n)
+	for k, in := range s.instances {
+		if host == "" || in.Host == host {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]records.Instance, len(keys))
+	for i, k := range keys {
+		out[i] = cloneInstance(s.instances[k])
 	}
 	return out, nil
 }
