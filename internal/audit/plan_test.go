@@ -103,6 +103,12 @@ func TestPlan(t *testing.T) {
 			want: []string{"allocation-mismatch i1", "over-capacity a"}},
 		{name: "allocation on the wrong host is held twice", cloud: newCloud().inst("i1", "a", records.VMActive, "", time.Hour).hold("i1", placement.ConsumerInstance, "b", 2),
 			want: []string{"allocation-mismatch i1", "held-twice i1"}},
+		{name: "a flavor's extra specs count, for each instance of its size", cloud: newCloud().active("i1", "a").active("i2", "a").
+			inst("i3", "b", records.VMActive, "", time.Hour).hold("i3", placement.ConsumerInstance, "b", 4).active("i4", "b").edit(func(in *audit.Inputs) {
+			for _, k := range []int{1, 2} { // i2 and i3: resources:VCPU=4 in place of the flavor's 2
+				in.Instances[k].Flavor.ExtraSpecs = map[string]string{"resources:VCPU": "4"}
+			}
+		}), want: []string{"allocation-mismatch i2"}},
 		{name: "no allocation", cloud: newCloud().inst("i1", "a", records.VMActive, "", time.Hour),
 			want: []string{"allocation-mismatch i1"}},
 		{name: "host without provider", cloud: newCloud().inst("i1", "c", records.VMActive, "", time.Hour),
