@@ -20,9 +20,11 @@ func hostCommand() *cobra.Command {
 
 func hostEvacuateCommand() *cobra.Command {
 	var (
-		cf   *clientFlags
-		wait bool
-		to   string
+		cf       *clientFlags
+		wait     bool
+		to       string
+		asPlan   bool
+		parallel int
 	)
 	cmd := &cobra.Command{
 		Use:   "evacuate HOST",
@@ -40,15 +42,29 @@ destroys the evacuated guests before it serves anything, and the
 evacuations complete.
 
 --wait waits until every server is ACTIVE on its new host (or ERROR),
-printing a progress line as each one lands.` + clientLong,
+printing a progress line as each one lands.
+
+--plan makes it one evacuate-all plan instead (POST /keel/v1/plans, admin):
+stored and resumed after a server restart, served before any drain or
+rebalance, each evacuation re-checked as it starts (the server still on
+HOST, HOST still down), a failed one retried once elsewhere, --parallel at
+a time, never onto a draining host; keel plan show follows it, and --wait
+prints a line per move.` + clientLong,
 		Example: `  keel host evacuate h03 --wait
-  keel host evacuate h03 --target h05`,
+  keel host evacuate h03 --target h05
+  keel host evacuate h03 --plan --parallel 4 --wait`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			host := args[0]
 			c, err := cf.connect(cmd)
 			if err != nil {
 				return err
+			}
+			if asPlan {
+				return evacuatePlan(cmd, c, cf, client.EvacuateOptions{Host: host, Target: to, Parallel: parallel}, wait)
+			}
+			if cmd.Flags().Changed("parallel") {
+				return fmt.Errorf("--parallel goes with --plan")
 			}
 			ss, err := c.Servers(cmd.Context(), true)
 			if err != nil {
@@ -88,7 +104,33 @@ printing a progress line as each one lands.` + clientLong,
 	cf = addClientFlags(cmd)
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every server is rebuilt elsewhere")
 	cmd.Flags().StringVar(&to, "target", "", "rebuild every server on this host instead of where the scheduler puts it")
+	cmd.Flags().BoolVar(&asPlan, "plan", false, "evacuate as one stored evacuate-all plan (resumed, before drains, progress in keel plan show)")
+	cmd.Flags().IntVar(&parallel, "parallel", 0, "with --plan: evacuations in flight at once (0: only the caps limit them)")
 	return cmd
+}
+
+// evacuatePlan is keel host evacuate --plan.
+func evacuatePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o client.EvacuateOptions, wait bool) error {
+	p, err := c.EvacuateAll(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if cf.json() && !wait {
+		return writeJSON(out, p)
+	}
+	fmt.Fprintf(out, "plan %d: evacuating %s: %d moves (parallel %s)\n", p.ID, o.Host, len(p.Moves), orUnlimited(p.Options.Parallel))
+	if !wait {
+		return nil
+	}
+	final, err := waitPlan(cmd.Context(), c, p.ID, out, serverNames(cmd.Context(), c))
+	if err != nil {
+		return err
+	}
+	if cf.json() {
+		return writeJSON(out, final)
+	}
+	return planOutcome(final)
 }
 
 func hostListCommand() *cobra.Command {

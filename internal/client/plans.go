@@ -66,6 +66,29 @@ func (c *Client) Drain(ctx context.Context, o DrainOptions) (Plan, error) {
 	return body.Plan, nil
 }
 
+// EvacuateOptions are an evacuate-all plan's (POST /keel/v1/plans
+// {"evacuate": …}).
+type EvacuateOptions struct {
+	Host          string `json:"host"`
+	Target        string `json:"target,omitempty"`
+	Parallel      int    `json:"parallel,omitempty"`
+	StopOnFailure bool   `json:"stop_on_failure,omitempty"`
+}
+
+// EvacuateAll creates and starts an evacuate-all plan for a host that is
+// down (refused with 400, Nova's "still in use", while it is up).
+func (c *Client) EvacuateAll(ctx context.Context, o EvacuateOptions) (Plan, error) {
+	var body struct {
+		Plan Plan `json:"plan"`
+	}
+	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans"), map[string]any{"evacuate": o}, &body,
+		&gophercloud.RequestOpts{OkCodes: []int{202}})
+	if err != nil {
+		return Plan{}, fmt.Errorf("evacuating %s: %w", o.Host, describe(err))
+	}
+	return body.Plan, nil
+}
+
 // CreateRebalancePlan stores a recommended plan of the given moves
 // (instance, source, destination); ApprovePlan starts it.
 func (c *Client) CreateRebalancePlan(ctx context.Context, moves []records.PlanMove, opts records.PlanOptions, reason string) (Plan, error) {

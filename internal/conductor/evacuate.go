@@ -15,6 +15,12 @@ import (
 // or it is refused with Nova's error. It answers once the migration is
 // recorded and scheduled; the rebuild goes on.
 func (c *Conductor) Evacuate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.evacuate(ctx, instanceUUID, requestedHost, moveOpts{})
+}
+
+// evacuate is Evacuate for a plan's move too (o names it and the hosts
+// never to choose).
+func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error) {
 	ctx = context.WithoutCancel(ctx)
 	inst, err := c.store.GetInstance(ctx, instanceUUID)
 	if err != nil {
@@ -46,6 +52,7 @@ func (c *Conductor) Evacuate(ctx context.Context, instanceUUID, requestedHost st
 	m, err := c.store.CreateMigration(ctx, records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: records.MigrationTypeEvac, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner, OldFlavor: &f, NewFlavor: &f,
+		PlanMove: o.ref, AvoidHosts: o.avoid,
 	})
 	if err != nil {
 		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {

@@ -181,7 +181,9 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 		}
 		ev := plan.Event{Move: i, Migration: m.ID, Bytes: m.MemoryProcessedBytes}
 		switch {
-		case records.MigrationTerminal(m.Status):
+		case records.MigrationTerminal(m.Status) || (m.Type == records.MigrationTypeEvac && m.Status == records.MigrationDone):
+			// An evacuation is done once the instance runs on its
+			// destination (its source, down, cleans up when it is back).
 			ev.Kind, ev.Status, ev.Reason = plan.Ended, m.Status, m.Error
 			if ev.Host, err = c.hostOf(ctx, mv.Instance); err != nil {
 				return p, err
@@ -208,7 +210,8 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 }
 
 // inFlight counts the cloud's active migrations by source and
-// destination: what the caps are measured against.
+// destination: what the caps are measured against. Evacuations count
+// until their instance runs on its destination (status done).
 func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
 	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
 	if err != nil {
@@ -216,7 +219,10 @@ func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
 	}
 	var u plan.Usage
 	for _, m := range ms {
-		if m.Type == records.MigrationTypeLive || m.Type == "" {
+		switch {
+		case m.Type == records.MigrationTypeLive || m.Type == "":
+			u.Add(m.SourceHost, m.DestHost)
+		case m.Type == records.MigrationTypeEvac && m.Status != records.MigrationDone:
 			u.Add(m.SourceHost, m.DestHost)
 		}
 	}
@@ -314,6 +320,9 @@ func (c *Conductor) moveMigration(ctx context.Context, p records.Plan, i int) (r
 // passing the scheduler's filters and not draining — and starts its
 // migration, never onto a draining host nor one at its incoming cap.
 func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold bool, u *plan.Usage) plan.Event {
+	if p.Purpose == records.PlanEvacuateAll {
+		return c.startEvacuation(ctx, p, i, u)
+	}
 	mv := p.Moves[i]
 	skip := func(format string, args ...any) plan.Event {
 		return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
@@ -341,16 +350,7 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 	if err != nil {
 		return c.lostOr(ctx, p, i, err)
 	}
-	avoid := slices.Clone(draining)
-	if u != nil {
-		for h, n := range u.ByDest {
-			if c.cfg.MaxConcurrentIncomingLiveMigrations > 0 && n >= c.cfg.MaxConcurrentIncomingLiveMigrations {
-				avoid = append(avoid, h)
-			}
-		}
-	}
-	slices.Sort(avoid)
-	avoid = slices.Compact(avoid)
+	avoid := c.avoidHosts(draining, u)
 	if mv.Dest != "" {
 		if slices.Contains(draining, mv.Dest) {
 			return skip("destination %s is being drained", mv.Dest)
@@ -421,4 +421,73 @@ func (c *Conductor) drainingHosts(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// avoidHosts are the hosts no plan move may choose: the draining ones,
+// and those at their incoming cap.
+func (c *Conductor) avoidHosts(draining []string, u *plan.Usage) []string {
+	avoid := slices.Clone(draining)
+	if u != nil {
+		for h, n := range u.ByDest {
+			if c.cfg.MaxConcurrentIncomingLiveMigrations > 0 && n >= c.cfg.MaxConcurrentIncomingLiveMigrations {
+				avoid = append(avoid, h)
+			}
+		}
+	}
+	slices.Sort(avoid)
+	return slices.Compact(avoid)
+}
+
+// startEvacuation re-checks move i of an evacuate-all plan — the instance
+// still on the planned source, which is still down — and starts its
+// evacuation (never onto a draining host).
+func (c *Conductor) startEvacuation(ctx context.Context, p records.Plan, i int, u *plan.Usage) plan.Event {
+	mv := p.Moves[i]
+	skip := func(format string, args ...any) plan.Event {
+		return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	switch {
+	case isNotFound(err):
+		return skip("instance %s is gone", mv.Instance)
+	case err != nil:
+		return c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err))
+	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
+		return plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}
+	case inst.Host != mv.Source:
+		return skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source)
+	case inst.VMState == records.VMDeleted || inst.TaskState == records.TaskDeleting:
+		return skip("instance %s is being deleted", mv.Instance)
+	}
+	down, err := c.serviceDown(ctx, mv.Source)
+	if err != nil {
+		return c.lostOr(ctx, p, i, err)
+	}
+	if !down {
+		return skip("%s is up again: instance %s stays on it", mv.Source, mv.Instance)
+	}
+	draining, err := c.drainingHosts(ctx)
+	if err != nil {
+		return c.lostOr(ctx, p, i, err)
+	}
+	if mv.Dest != "" && slices.Contains(draining, mv.Dest) {
+		return skip("destination %s is being drained", mv.Dest)
+	}
+	m, err := c.evacuate(ctx, inst.UUID, mv.Dest, moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: c.avoidHosts(draining, u)})
+	var invalid *InvalidStateError
+	var bad *BadRequestError
+	switch {
+	case errors.As(err, &invalid):
+		return plan.Event{Kind: plan.Refused, Reason: invalid.Msg}
+	case errors.As(err, &bad):
+		return plan.Event{Kind: plan.Refused, Reason: bad.Msg}
+	case err != nil:
+		return c.lostOr(ctx, p, i, err)
+	}
+	if u != nil {
+		u.Add(m.SourceHost, m.DestHost)
+	}
+	c.log.Info("plan evacuation started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
+		"dest", m.DestHost, "migration", m.ID, "status", m.Status)
+	return plan.Event{Kind: plan.Started, Migration: m.ID}
 }

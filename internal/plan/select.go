@@ -96,7 +96,9 @@ func Select(plans []records.Plan, u *Usage, c Caps) []Pick {
 			if mv.State != records.MovePending {
 				continue
 			}
-			if c.PerSource > 0 && u.BySource[mv.Source] >= c.PerSource {
+			// An evacuation copies nothing off its source (it is down):
+			// the per-source cap of live migrations does not hold it back.
+			if c.PerSource > 0 && p.Purpose != records.PlanEvacuateAll && u.BySource[mv.Source] >= c.PerSource {
 				continue
 			}
 			if mv.Dest != "" && u.DestFull(mv.Dest, c) {

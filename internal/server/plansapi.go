@@ -20,7 +20,7 @@ import (
 //
 //	GET  /keel/v1/plans                  every plan, newest last, with progress
 //	GET  /keel/v1/plans/{id}             one plan with its moves and progress
-//	POST /keel/v1/plans                  {"drain": {...}}, {"rebalance": {"metric": "ram", ...}} (planned) or {"rebalance": {"moves": [...]}}
+//	POST /keel/v1/plans                  {"drain": {...}}, {"evacuate": {"host": ...}}, {"rebalance": {"metric": "ram", ...}} (planned) or {"rebalance": {"moves": [...]}}
 //	POST /keel/v1/plans/{id}/approve     start a recommended plan
 //	POST /keel/v1/plans/{id}/cancel      {"abort": false}
 //	POST /keel/v1/hosts/{host}/undrain   {"return": false}
@@ -28,6 +28,7 @@ import (
 // planRunner is what the plans API asks of the conductor.
 type planRunner interface {
 	Drain(ctx context.Context, req conductor.DrainRequest) (records.Plan, error)
+	EvacuateAll(ctx context.Context, req conductor.EvacuateAllRequest) (records.Plan, error)
 	Undrain(ctx context.Context, host string, moveBack bool) (records.Plan, error)
 	CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error)
 	ApprovePlan(ctx context.Context, id int64) (records.Plan, error)
@@ -95,8 +96,8 @@ func (k *keelAPI) showPlan(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"plan": k.view(p)})
 }
 
-// createPlanRequest is POST /keel/v1/plans: exactly one of drain and
-// rebalance.
+// createPlanRequest is POST /keel/v1/plans: exactly one of drain,
+// evacuate and rebalance.
 type createPlanRequest struct {
 	Drain *struct {
 		Hosts         []string `json:"hosts"`
@@ -106,6 +107,14 @@ type createPlanRequest struct {
 		StopOnFailure bool     `json:"stop_on_failure"`
 		DryRun        bool     `json:"dry_run"`
 	} `json:"drain"`
+	// Evacuate rebuilds every instance of a host that is down elsewhere,
+	// as one evacuate-all plan.
+	Evacuate *struct {
+		Host          string `json:"host"`
+		Target        string `json:"target"`
+		Parallel      int    `json:"parallel"`
+		StopOnFailure bool   `json:"stop_on_failure"`
+	} `json:"evacuate"`
 	// Rebalance with moves stores them as a recommended plan; without,
 	// the planner proposes them (metric, threshold, max_moves, seed).
 	Rebalance *struct {
@@ -126,12 +135,29 @@ func (k *keelAPI) createPlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req createPlanRequest
-	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit*4, &req); err != nil || (req.Drain == nil) == (req.Rebalance == nil) {
+	given := 0
+	err := httpbody.DecodeJSON(r, httpbody.DefaultLimit*4, &req)
+	for _, set := range []bool{req.Drain != nil, req.Evacuate != nil, req.Rebalance != nil} {
+		if set {
+			given++
+		}
+	}
+	if err != nil || given != 1 {
 		if httpbody.IsTooLarge(err) {
 			computeapi.WriteError(w, http.StatusRequestEntityTooLarge, err.Error())
 			return
 		}
-		computeapi.WriteError(w, http.StatusBadRequest, `give {"drain": {"hosts": [...]}} or {"rebalance": {"moves": [...]}}`)
+		computeapi.WriteError(w, http.StatusBadRequest, `give one of {"drain": {"hosts": [...]}}, {"evacuate": {"host": ...}} and {"rebalance": {"moves": [...]}}`)
+		return
+	}
+	if e := req.Evacuate; e != nil {
+		p, err := k.plans.EvacuateAll(r.Context(), conductor.EvacuateAllRequest{Host: e.Host, Target: e.Target, Parallel: e.Parallel,
+			StopOnFailure: e.StopOnFailure})
+		if err != nil {
+			k.planError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]any{"plan": k.view(p)})
 		return
 	}
 	if d := req.Drain; d != nil {
@@ -246,7 +272,10 @@ func (k *keelAPI) undrain(w http.ResponseWriter, r *http.Request) {
 // 500 otherwise.
 func (k *keelAPI) planError(w http.ResponseWriter, err error) {
 	var cerr *conductor.CapacityError
+	var bad *conductor.BadRequestError
 	switch {
+	case errors.As(err, &bad):
+		computeapi.WriteError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, store.ErrNotFound):
 		computeapi.WriteError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &cerr):
