@@ -351,6 +351,14 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 		return c.lostOr(ctx, p, i, err)
 	}
 	avoid := c.avoidHosts(draining, u)
+	if mv.Dest == "" && mv.Migration != 0 {
+		// A retry: not onto the host the last attempt failed on (its
+		// agent may be dead while its service still reads up).
+		if last, err := c.store.GetMigration(ctx, mv.Migration); err == nil && last.DestHost != "" &&
+			(last.Status == records.MigrationFailed || last.Status == records.MigrationError) {
+			avoid = append(avoid, last.DestHost)
+		}
+	}
 	if mv.Dest != "" {
 		if slices.Contains(draining, mv.Dest) {
 			return skip("destination %s is being drained", mv.Dest)

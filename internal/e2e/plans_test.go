@@ -26,6 +26,7 @@ type planState struct {
 		Result    string `json:"result"`
 		Reason    string `json:"reason"`
 		Migration int64  `json:"migration"`
+		Attempts  int    `json:"attempts"`
 	} `json:"moves"`
 	Reason   string `json:"reason"`
 	Progress struct {
@@ -359,4 +360,88 @@ func TestDrainRefusalTwoDrainsAndServerKill(t *testing.T) {
 	}
 	t.Logf("%d instance(s) reached a host before its drain was created and were moved on", len(early))
 	c.waitFor("a clean audit", 30*time.Second, func() bool { return len(c.audit()) == 0 })
+}
+
+// TestDrainSurvivesDestinationAgentKill: a drain whose move's destination
+// agent is killed with SIGKILL mid-copy still ends done: that migration
+// rolls back and the move is retried on another host (not the dead one,
+// whose service still reads up), every drained instance completes exactly
+// one migration, and once the dead agent is back the audit is clean.
+func TestDrainSurvivesDestinationAgentKill(t *testing.T) {
+	t.Parallel()
+	c := faultCloud(t, 4, "keel.memory_mb=24576", "DEFAULT.max_concurrent_live_migrations=2")
+	var ids []string
+	for i := 0; i < 4; i++ {
+		ids = append(ids, c.startBoot(fmt.Sprintf("d%d", i), "2", "h1"))
+	}
+	for _, id := range ids {
+		c.waitFor(id+" ACTIVE", 30*time.Second, func() bool { return c.server_(id)["status"] == "ACTIVE" })
+	}
+	var out struct {
+		Plan struct{ ID int64 } `json:"plan"`
+	}
+	if st := c.call("POST", "/keel/v1/plans", map[string]any{"drain": map[string]any{"hosts": []string{"h1"}, "parallel": 2}}, &out); st != 202 {
+		t.Fatalf("drain h1: %d", st)
+	}
+	id := out.Plan.ID
+	// The first move's migration copying: kill its destination's agent.
+	var mid int64
+	c.waitFor("a drain move running", 30*time.Second, func() bool {
+		for _, mv := range c.plan(id).Moves {
+			if mv.State == "running" && mv.Migration != 0 && c.migrationStatus(mv.Migration) == "running" {
+				mid = mv.Migration
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second) // inside the 5 s copy
+	var dead string
+	var ms struct {
+		Migrations []struct {
+			ID   int64  `json:"id"`
+			Dest string `json:"dest_compute"`
+		} `json:"migrations"`
+	}
+	c.call("GET", "/compute/v2.1/os-migrations", nil, &ms)
+	for _, m := range ms.Migrations {
+		if m.ID == mid {
+			dead = m.Dest
+		}
+	}
+	if dead == "" || dead == "h1" {
+		t.Fatalf("migration %d's destination %q", mid, dead)
+	}
+	c.agents[dead].kill()
+	t.Logf("killed %s's agent (SIGKILL) while migration %d copied onto it", dead, mid)
+	p := c.waitPlan(id, 120*time.Second)
+	if p.State != "done" {
+		t.Fatalf("plan %d ended %s (%s): %+v", id, p.State, p.Reason, p.Moves)
+	}
+	if st := c.migrationStatus(mid); st != "failed" && st != "error" {
+		t.Errorf("the migration onto the killed %s ended %s, want failed or error", dead, st)
+	}
+	retried := false
+	for _, mv := range p.Moves {
+		if mv.Migration != mid && mv.Attempts >= 2 && mv.Result != dead {
+			retried = true
+		}
+		if mv.Result == dead && mv.Attempts >= 2 {
+			t.Errorf("move of %s was retried onto the dead %s", mv.Instance, dead)
+		}
+	}
+	if !retried {
+		t.Errorf("no move was retried on another host after %s died: %+v", dead, p.Moves)
+	}
+	moves, _ := c.completedMoves()
+	for _, in := range ids {
+		if moves[in] != 1 {
+			t.Errorf("instance %s moved %d times, want once", in, moves[in])
+		}
+		if h := c.hostOf(in); h == "h1" {
+			t.Errorf("instance %s still on h1", in)
+		}
+	}
+	c.startAgent(dead)
+	c.waitFor("a clean audit after the killed agent's return", 30*time.Second, func() bool { return len(c.audit()) == 0 })
 }
