@@ -545,6 +545,12 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 			// No instance: a leftover of a delete this host missed.
 			t.removeStray(ctx, g, d)
 			continue
+		case errors.Is(err, store.ErrForbidden):
+			// The servers say the instance has nothing to do with this
+			// host (it runs elsewhere, nothing moves it here, nothing of
+			// it is allocated here): a copy left behind.
+			t.removeStray(ctx, g, d)
+			continue
 		case err != nil:
 			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
 		case inst.VMState == records.VMBuilding || inst.TaskState != records.TaskNone:
@@ -672,7 +678,7 @@ func (t *Tracker) removeStray(ctx context.Context, g Guest, d *Drift) {
 // active, whose guest is gone: its allocation stays (an operator decides).
 func (t *Tracker) isOrphan(ctx context.Context, c placement.Consumer) (orphan, lost bool, err error) {
 	if c.Type == placement.ConsumerMigration {
-		ms, err := t.store.ListMigrations(ctx, store.MigrationFilter{UUID: c.UUID})
+		ms, err := t.store.ListMigrations(ctx, store.MigrationFilter{UUID: c.UUID, Host: t.cfg.Host})
 		if err != nil {
 			return false, false, fmt.Errorf("audit of %s: reading migration %s: %w", t.cfg.Host, c.UUID, err)
 		}

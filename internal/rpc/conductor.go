@@ -308,17 +308,26 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			}
 			return nil, st.PutHostRecord(ctx, *a.Record)
 		}),
-		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.ConsumersOn(ctx, a.UUID) }),
-		mGetConsumer: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetConsumer(ctx, a.UUID) }),
+		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+			if err := providerOfSender(ctx, st, a.UUID); err != nil {
+				return nil, err
+			}
+			return st.ConsumersOn(ctx, a.UUID)
+		}),
+		mGetConsumer: decoded(func(ctx context.Context, a storeArgs) (any, error) { return consumerForSender(ctx, st, a.UUID) }),
 		mWriteAllocs: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if err := writesOfSender(ctx, st, a.Writes); err != nil {
 				return nil, err
 			}
 			return st.WriteAllocations(ctx, a.Writes...)
 		}),
-		mGetInstance: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetInstance(ctx, a.UUID) }),
+		mGetInstance: decoded(func(ctx context.Context, a storeArgs) (any, error) { return instanceForSender(ctx, st, a.UUID) }),
 		mListMigrations: decoded(func(ctx context.Context, a storeArgs) (any, error) {
-			return st.ListMigrations(ctx, a.Filter)
+			f, err := migrationFilterOfSender(ctx, a.Filter)
+			if err != nil {
+				return nil, err
+			}
+			return st.ListMigrations(ctx, f)
 		}),
 		mListInstances: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Host == "" {
@@ -329,7 +338,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			}
 			return st.ListInstances(ctx, a.Host)
 		}),
-		mGetMigration: decoded(func(ctx context.Context, a storeArgs) (any, error) { return st.GetMigration(ctx, a.ID) }),
+		mGetMigration: decoded(func(ctx context.Context, a storeArgs) (any, error) { return migrationForSender(ctx, st, a.ID) }),
 		mFaultLost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			clk := h.Clock
 			if clk == nil {

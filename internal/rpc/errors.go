@@ -50,6 +50,8 @@ func decode(err error) error {
 	switch re.Code {
 	case bus.CodeNotFound:
 		return fmt.Errorf("%s: %w", re.Message, store.ErrNotFound)
+	case bus.CodeForbidden:
+		return fmt.Errorf("%w: %w", re, store.ErrForbidden)
 	case bus.CodeConflict, codeCapacity:
 		return &remoteError{code: re.Code, msg: re.Message}
 	case bus.CodeInvalid:

@@ -65,30 +65,7 @@ func writesOfSender(ctx context.Context, st store.Store, writes []placement.Allo
 	if from == "" {
 		return forbidden("allocation writes from an unknown sender")
 	}
-	own := map[string]bool{} // provider UUID → in the sender's tree
-	ownTree := func(uuid string) (bool, error) {
-		if v, ok := own[uuid]; ok {
-			return v, nil
-		}
-		p := uuid
-		for range 16 { // provider trees are shallow
-			pr, err := st.GetProvider(ctx, p)
-			if errors.Is(err, store.ErrNotFound) {
-				own[uuid] = false
-				return false, nil
-			}
-			if err != nil {
-				return false, fmt.Errorf("checking the provider %s of an agent's write: %w", uuid, err)
-			}
-			if pr.ParentUUID == "" {
-				own[uuid] = pr.Name == from
-				return own[uuid], nil
-			}
-			p = pr.ParentUUID
-		}
-		own[uuid] = false
-		return false, nil
-	}
+	tree := newHostTree(st, from)
 	for _, w := range writes {
 		if w.AnyConsumerGeneration {
 			return forbidden("host %q: an agent's allocation write must name the consumer generation", from)
@@ -110,7 +87,7 @@ func writesOfSender(ctx context.Context, st store.Store, writes []placement.Allo
 		}
 		runsHere := -1 // unknown yet
 		for _, p := range changedProviders(old, w.Allocations) {
-			mine, err := ownTree(p)
+			mine, err := tree.has(ctx, p)
 			if err != nil {
 				return err
 			}

@@ -25,6 +25,9 @@ var (
 	ErrInUse = placement.ErrInUse
 	// ErrHasChildren: a provider that is another's parent.
 	ErrHasChildren = placement.ErrHasChildren
+	// ErrForbidden: the servers refused an agent's store call about a
+	// record that does not concern the agent's host.
+	ErrForbidden = errors.New("the record does not concern this host")
 )
 
 // ChangeKind says what a change-stream entry refers to.
