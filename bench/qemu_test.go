@@ -183,8 +183,8 @@ func waitMigrationEnd(b *testing.B, c *apiClient, id string) records.Migration {
 	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		var out struct {
 			Migrations []struct {
-				ID     int64  `json:"id"`
-				Status string `json:"status"`
+				ID     int64                   `json:"id"`
+				Status records.MigrationStatus `json:"status"`
 			} `json:"migrations"`
 		}
 		c.do("GET", "/compute/v2.1/os-migrations?instance_uuid="+id, nil, &out)

@@ -188,7 +188,7 @@ state, hosts, moves done/running/left/failed, and the owner replica.` + clientLo
 			t := newTable(out, "ID", "PURPOSE", "STATE", "HOSTS", "DONE", "RUNNING", "LEFT", "FAILED", "SKIPPED", "OWNER", "CREATED")
 			for _, p := range ps {
 				s := p.Progress
-				t.row(strconv.FormatInt(p.ID, 10), p.Purpose, p.State, strings.Join(p.Hosts, ","), strconv.Itoa(s.Done), strconv.Itoa(s.Running),
+				t.row(strconv.FormatInt(p.ID, 10), p.Purpose, string(p.State), strings.Join(p.Hosts, ","), strconv.Itoa(s.Done), strconv.Itoa(s.Running),
 					strconv.Itoa(s.Left), strconv.Itoa(s.Failed), strconv.Itoa(s.Skipped), p.Owner, stamp(p.CreatedAt))
 			}
 			return t.flush()
@@ -239,7 +239,7 @@ and reason.` + clientLong,
 				if mv.Cold {
 					mig += " (cold)"
 				}
-				t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, to, mv.State, mig,
+				t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, to, string(mv.State), mig,
 					strconv.Itoa(mv.Attempts), mv.Reason)
 			}
 			return t.flush()
@@ -390,7 +390,7 @@ func planOutcome(p client.Plan) error {
 	if p.State == records.PlanDone {
 		return nil
 	}
-	return errors.New("plan " + strconv.FormatInt(p.ID, 10) + " ended " + p.State + ": " + orDefault(p.Reason, "see keel plan show "+strconv.FormatInt(p.ID, 10)))
+	return errors.New("plan " + strconv.FormatInt(p.ID, 10) + " ended " + string(p.State) + ": " + orDefault(p.Reason, "see keel plan show "+strconv.FormatInt(p.ID, 10)))
 }
 
 // serverNameMap names instances by UUID for the tables.

@@ -111,7 +111,7 @@ type Inputs struct {
 	// Ended are the final statuses of migrations named in Slots that are
 	// not in Migrations (read by ID); a slot's migration absent from both
 	// is taken as ended (its record is gone).
-	Ended map[int64]string
+	Ended map[int64]records.MigrationStatus
 }
 
 // Recheck is a second reading of the records, taken after the guests.
@@ -498,7 +498,7 @@ func slots(in Inputs, active map[string]records.Migration, add func(kind, subjec
 
 // moveTask reports whether an instance's task is a move's: a live
 // migration, or a cold migration's or resize's.
-func moveTask(task string) bool {
+func moveTask(task records.TaskState) bool {
 	switch task {
 	case records.TaskMigrating, records.TaskResizePrep, records.TaskResizeReverting, records.TaskResizeConfirming:
 		return true

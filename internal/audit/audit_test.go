@@ -25,7 +25,7 @@ func TestCheckFindsEachKindOfViolation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inst := func(uuid, host, vm string) {
+	inst := func(uuid, host string, vm records.VMState) {
 		if _, err := st.CreateInstance(ctx, records.Instance{UUID: uuid, Host: host, Flavor: flavor, VMState: vm}); err != nil {
 			t.Fatal(err)
 		}

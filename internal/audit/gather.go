@@ -217,7 +217,7 @@ func readSlots(ctx context.Context, src Sources, in *Inputs) error {
 	for _, m := range in.Migrations {
 		known[m.ID] = true
 	}
-	in.Ended = map[int64]string{}
+	in.Ended = map[int64]records.MigrationStatus{}
 	for _, ids := range first {
 		for _, id := range ids {
 			if known[id] {

@@ -35,7 +35,7 @@ func newCloud() *cloud {
 }
 
 // inst adds an instance, created and last changed age before t0.
-func (c *cloud) inst(uuid, host, vm, task string, age time.Duration) *cloud {
+func (c *cloud) inst(uuid, host string, vm records.VMState, task records.TaskState, age time.Duration) *cloud {
 	c.in.Instances = append(c.in.Instances, records.Instance{UUID: uuid, Host: host, Flavor: flavor, VMState: vm, TaskState: task,
 		CreatedAt: t0.Add(-age), UpdatedAt: t0.Add(-age), Version: 1})
 	return c
@@ -59,7 +59,7 @@ func (c *cloud) hold(consumer string, typ placement.ConsumerType, host string, v
 }
 
 // migration adds a non-final migration, last changed age before t0.
-func (c *cloud) migration(id int64, inst, src, dst, status string, age time.Duration) *cloud {
+func (c *cloud) migration(id int64, inst, src, dst string, status records.MigrationStatus, age time.Duration) *cloud {
 	c.in.Migrations = append(c.in.Migrations, records.Migration{ID: id, UUID: fmt.Sprintf("mig-%d", id), InstanceUUID: inst,
 		SourceHost: src, DestHost: dst, Status: status, UpdatedAt: t0.Add(-age)})
 	return c
@@ -168,7 +168,7 @@ func TestPlan(t *testing.T) {
 			want: []string{"stray-guest x"}},
 		{name: "slot of an ended migration", cloud: newCloud().moving("i1", 7, time.Minute).edit(func(in *audit.Inputs) {
 			in.Slots = map[string][]int64{"a": {7, 5, 6, 9}}
-			in.Ended = map[int64]string{5: records.MigrationCompleted, 9: records.MigrationRunning} // 6: record gone; 9 started meanwhile
+			in.Ended = map[int64]records.MigrationStatus{5: records.MigrationCompleted, 9: records.MigrationRunning} // 6: record gone; 9 started meanwhile
 		}), want: []string{"slot-of-ended-migration 5", "slot-of-ended-migration 6"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,11 +37,11 @@ import (
 
 // Phases of a boot (records.Instance.BuildPhase).
 const (
-	PhaseSchedule = "schedule"
-	PhaseConfirm  = "confirm-group"
-	PhaseCast     = "cast"
-	PhaseSpawn    = "spawn"
-	PhaseRelease  = "release"
+	PhaseSchedule records.BuildPhase = "schedule"
+	PhaseConfirm  records.BuildPhase = "confirm-group"
+	PhaseCast     records.BuildPhase = "cast"
+	PhaseSpawn    records.BuildPhase = "spawn"
+	PhaseRelease  records.BuildPhase = "release"
 )
 
 // EventKind names what happened.
@@ -121,8 +121,9 @@ type Machine struct {
 
 // IllegalError is an event that is not allowed in the boot's phase.
 type IllegalError struct {
-	Phase, VMState string
-	Event          EventKind
+	Phase   records.BuildPhase
+	VMState records.VMState
+	Event   EventKind
 }
 
 func (e *IllegalError) Error() string {
@@ -150,7 +151,7 @@ func (mc Machine) Step(inst records.Instance, ev Event) (records.Instance, []Act
 }
 
 type transitionKey struct {
-	phase string
+	phase records.BuildPhase
 	event EventKind
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // in builds an instance in a phase.
-func in(phase string, mods ...func(*records.Instance)) records.Instance {
+func in(phase records.BuildPhase, mods ...func(*records.Instance)) records.Instance {
 	i := records.Instance{UUID: "i1", VMState: records.VMBuilding, BuildPhase: phase, Host: "h1", TaskState: records.TaskSpawning}
 	if phase == "" || phase == PhaseSchedule {
 		i.Host, i.TaskState = "", records.TaskScheduling
@@ -45,8 +45,8 @@ func TestTransitions(t *testing.T) {
 		name  string
 		from  records.Instance
 		ev    Event
-		phase string
-		vm    string
+		phase records.BuildPhase
+		vm    records.VMState
 		host  string
 		acts  string
 		fault string

@@ -132,7 +132,7 @@ func (c *Cloud) Violations() []string {
 
 // guestStates is the guest state a settled instance's vm_state implies;
 // those instances hold their claim (a powered-down server keeps it).
-var guestStates = map[string]compute.GuestState{
+var guestStates = map[records.VMState]compute.GuestState{
 	records.VMActive:    compute.GuestRunning,
 	records.VMStopped:   compute.GuestStopped,
 	records.VMPaused:    compute.GuestPaused,
@@ -141,7 +141,7 @@ var guestStates = map[string]compute.GuestState{
 	records.VMShelved:   compute.GuestStopped,
 }
 
-func holdsClaim(vmState string) bool { _, ok := guestStates[vmState]; return ok }
+func holdsClaim(vmState records.VMState) bool { _, ok := guestStates[vmState]; return ok }
 
 // guestLister asks the fake drivers for their guests, as the audit asks
 // the agents.

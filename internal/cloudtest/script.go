@@ -418,7 +418,7 @@ func (s *script) snap() snapshot {
 		s.t.Fatal(err)
 	}
 	for _, m := range ms {
-		l := migrationLine{head: fmt.Sprintf("%s of %s %s→%s", m.Type, names[m.InstanceUUID], m.SourceHost, m.DestHost), status: m.Status}
+		l := migrationLine{head: fmt.Sprintf("%s of %s %s→%s", m.Type, names[m.InstanceUUID], m.SourceHost, m.DestHost), status: string(m.Status)}
 		if m.Error != "" {
 			l.status += fmt.Sprintf(" (%s)", m.Error)
 		}
@@ -430,9 +430,9 @@ func (s *script) snap() snapshot {
 // describe is an instance in one line: vm_state[/task] on host (flavor),
 // and its fault.
 func describe(in records.Instance) string {
-	d := in.VMState
+	d := string(in.VMState)
 	if in.TaskState != records.TaskNone {
-		d += "/" + in.TaskState
+		d += "/" + string(in.TaskState)
 	}
 	host := in.Host
 	if host == "" {

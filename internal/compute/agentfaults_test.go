@@ -64,7 +64,7 @@ func newAgentEnv(t *testing.T, outboxDir string) *agentEnv {
 	return e
 }
 
-func (e *agentEnv) instance(uuid, host, vmState, task string) records.Instance {
+func (e *agentEnv) instance(uuid, host string, vmState records.VMState, task records.TaskState) records.Instance {
 	e.t.Helper()
 	in, err := e.st.CreateInstance(ctx, records.Instance{UUID: uuid, Name: uuid, Host: host, Flavor: small, VMState: vmState, TaskState: task})
 	if err != nil {

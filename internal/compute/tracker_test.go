@@ -101,7 +101,7 @@ func newEnv(t *testing.T, cfg compute.HostConfig) *env {
 	return e
 }
 
-func (e *env) instance(uuid string, f records.Flavor, vmState, task string) records.Instance {
+func (e *env) instance(uuid string, f records.Flavor, vmState records.VMState, task records.TaskState) records.Instance {
 	e.t.Helper()
 	in, err := e.st.CreateInstance(ctx, records.Instance{UUID: uuid, Name: uuid, Host: "h1", Flavor: f, VMState: vmState, TaskState: task})
 	if err != nil {
@@ -125,7 +125,7 @@ func (e *env) guest(uuid string, f records.Flavor, state compute.GuestState) {
 	e.guests.guests[uuid] = compute.Guest{UUID: uuid, Name: uuid, Flavor: f, State: state}
 }
 
-func (e *env) migration(instanceUUID, uuid, src, dst, status string) {
+func (e *env) migration(instanceUUID, uuid, src, dst string, status records.MigrationStatus) {
 	e.t.Helper()
 	if _, err := e.st.CreateMigration(ctx, records.Migration{UUID: uuid, InstanceUUID: instanceUUID, SourceHost: src, DestHost: dst, Status: status}); err != nil {
 		e.t.Fatal(err)

@@ -18,7 +18,7 @@ func TestBoot(t *testing.T) {
 		flavor records.Flavor
 		fault  string // injected spawn failure on every host
 		// wantNow is the state Boot returns; wantLater the state after the spawn.
-		wantNow, wantLater string
+		wantNow, wantLater records.VMState
 		wantFault          string
 		wantHost           string
 	}{
@@ -362,7 +362,7 @@ func TestLiveMigrationRollback(t *testing.T) {
 		name       string
 		inject     func(c *cloud, in records.Instance)
 		act        func(c *cloud, m records.Migration) // after 3 s of copy
-		wantStatus string
+		wantStatus records.MigrationStatus
 		wantErr    string
 		wantAt     time.Duration
 	}{
@@ -444,7 +444,7 @@ func TestLiveMigrationRollback(t *testing.T) {
 			if r := c.hostRecord("h1"); r.RunningVMs != 1 {
 				t.Fatalf("source record lost the instance: %+v", r)
 			}
-			if !reflect.DeepEqual(c.doneStatuses(), []string{"1:" + tc.wantStatus}) {
+			if !reflect.DeepEqual(c.doneStatuses(), []string{"1:" + string(tc.wantStatus)}) {
 				t.Fatalf("MigrationDone hook saw %v", c.doneStatuses())
 			}
 			c.checkInvariants()
@@ -500,7 +500,7 @@ func TestMaxConcurrentLiveMigrations(t *testing.T) {
 	cases := []struct {
 		name          string
 		max           int
-		wantSecond    string // status right after LiveMigrate
+		wantSecond    records.MigrationStatus // status right after LiveMigrate
 		wantSecondEnd time.Duration
 	}{
 		{name: "one slot: the second waits for the first copy", max: 1, wantSecond: records.MigrationQueued, wantSecondEnd: 2 * copyTime},

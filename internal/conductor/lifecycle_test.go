@@ -38,7 +38,7 @@ func TestLifecycleOnTheFakeDriver(t *testing.T) {
 	in := c.seed("h1", "a", medium)
 	for _, s := range []struct {
 		req   lifecycle.Request
-		vm    string
+		vm    records.VMState
 		guest compute.GuestState
 	}{
 		{lifecycle.Request{Action: lifecycle.Stop}, records.VMStopped, compute.GuestStopped},

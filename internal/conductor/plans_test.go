@@ -315,8 +315,8 @@ func TestRebalancePlanRechecksDestinations(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = c.runPlan(p.ID, plan.Caps{PerSource: 2})
-	got := []string{p.Moves[0].State, p.Moves[1].State, p.Moves[2].State}
-	if !slices.Equal(got, []string{records.MoveDone, records.MoveSkipped, records.MoveSkipped}) {
+	got := []records.MoveState{p.Moves[0].State, p.Moves[1].State, p.Moves[2].State}
+	if !slices.Equal(got, []records.MoveState{records.MoveDone, records.MoveSkipped, records.MoveSkipped}) {
 		t.Fatalf("moves %v: %+v", got, p.Moves)
 	}
 	if !strings.Contains(p.Moves[1].Reason, "ComputeFilter") || !strings.Contains(p.Moves[2].Reason, "gone") {

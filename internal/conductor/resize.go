@@ -213,7 +213,7 @@ func (c *Conductor) actFinishRevertAtSource(ctx context.Context, m records.Migra
 	return answer(migration.SourceDone)
 }
 
-func orNone(task string) string {
+func orNone(task records.TaskState) records.TaskState {
 	if task == "" {
 		return "None"
 	}

@@ -201,7 +201,7 @@ func TestResetMigration(t *testing.T) {
 func TestRecoverResumesInterruptedBoots(t *testing.T) {
 	c := newCloud(t)
 	now := c.clk.Now()
-	mk := func(name, phase, host string, claimOn string) records.Instance {
+	mk := func(name string, phase records.BuildPhase, host string, claimOn string) records.Instance {
 		in, err := c.st.CreateInstance(ctx, records.Instance{UUID: c.newID(), Name: name, Flavor: small, Host: host,
 			VMState: records.VMBuilding, TaskState: records.TaskSpawning, BuildPhase: phase, CreatedAt: now, UpdatedAt: now})
 		if err != nil {

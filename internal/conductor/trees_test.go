@@ -63,7 +63,7 @@ func TestMovesKeepTheTreeShape(t *testing.T) {
 		}
 		exact(when)
 	}
-	until := func(id int64, status string) records.Migration {
+	until := func(id int64, status records.MigrationStatus) records.Migration {
 		t.Helper()
 		for i := 0; i < 300; i++ {
 			if m := c.migration(id); m.Status == status {

@@ -72,45 +72,45 @@ const (
 
 // Phases (records.Lifecycle.ActionPhase).
 const (
-	PhaseAgent   = "agent"
-	PhaseRelease = "release"
-	PhaseBoot    = "boot"
+	PhaseAgent   records.ActionPhase = "agent"
+	PhaseRelease records.ActionPhase = "release"
+	PhaseBoot    records.ActionPhase = "boot"
 )
 
 // Rule is one action's row.
 type Rule struct {
 	// VMStates and TaskStates are the states the action may start from
 	// (TaskStates nil: only no task).
-	VMStates   []string
-	TaskStates []string
+	VMStates   []records.VMState
+	TaskStates []records.TaskState
 	// Task is the task state shown while the action runs.
-	Task string
+	Task records.TaskState
 	// Ops are the agent operations, in order.
 	Ops []string
 	// End is the vm_state the action ends in ("" : the one it started
 	// from).
-	End string
+	End records.VMState
 }
 
 // Rules are the actions' rows (reboot's is chosen by its type).
 var Rules = map[string]Rule{
-	Stop:    {VMStates: []string{records.VMActive, records.VMError}, Task: records.TaskPoweringOff, Ops: []string{OpStop}, End: records.VMStopped},
-	Start:   {VMStates: []string{records.VMStopped}, Task: records.TaskPoweringOn, Ops: []string{OpStart}, End: records.VMActive},
-	Pause:   {VMStates: []string{records.VMActive}, Task: records.TaskPausing, Ops: []string{OpPause}, End: records.VMPaused},
-	Unpause: {VMStates: []string{records.VMPaused}, Task: records.TaskUnpausing, Ops: []string{OpUnpause}, End: records.VMActive},
-	Suspend: {VMStates: []string{records.VMActive}, Task: records.TaskSuspending, Ops: []string{OpSuspend}, End: records.VMSuspended},
-	Resume:  {VMStates: []string{records.VMSuspended}, Task: records.TaskResuming, Ops: []string{OpResume}, End: records.VMActive},
-	Rescue: {VMStates: []string{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRescuing,
+	Stop:    {VMStates: []records.VMState{records.VMActive, records.VMError}, Task: records.TaskPoweringOff, Ops: []string{OpStop}, End: records.VMStopped},
+	Start:   {VMStates: []records.VMState{records.VMStopped}, Task: records.TaskPoweringOn, Ops: []string{OpStart}, End: records.VMActive},
+	Pause:   {VMStates: []records.VMState{records.VMActive}, Task: records.TaskPausing, Ops: []string{OpPause}, End: records.VMPaused},
+	Unpause: {VMStates: []records.VMState{records.VMPaused}, Task: records.TaskUnpausing, Ops: []string{OpUnpause}, End: records.VMActive},
+	Suspend: {VMStates: []records.VMState{records.VMActive}, Task: records.TaskSuspending, Ops: []string{OpSuspend}, End: records.VMSuspended},
+	Resume:  {VMStates: []records.VMState{records.VMSuspended}, Task: records.TaskResuming, Ops: []string{OpResume}, End: records.VMActive},
+	Rescue: {VMStates: []records.VMState{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRescuing,
 		Ops: []string{OpRescue}, End: records.VMRescued},
-	Unrescue: {VMStates: []string{records.VMRescued}, Task: records.TaskUnrescuing, Ops: []string{OpUnrescue}, End: records.VMActive},
+	Unrescue: {VMStates: []records.VMState{records.VMRescued}, Task: records.TaskUnrescuing, Ops: []string{OpUnrescue}, End: records.VMActive},
 	// A stopped server is rebuilt and stays stopped (Begin adds the stop).
-	Rebuild: {VMStates: []string{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRebuilding,
+	Rebuild: {VMStates: []records.VMState{records.VMActive, records.VMStopped, records.VMError}, Task: records.TaskRebuilding,
 		Ops: []string{OpRebuild}, End: records.VMActive},
-	Shelve: {VMStates: []string{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended}, Task: records.TaskShelving,
+	Shelve: {VMStates: []records.VMState{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended}, Task: records.TaskShelving,
 		Ops: []string{OpShelve}, End: records.VMShelved},
-	ShelveOffload: {VMStates: []string{records.VMShelved}, Task: records.TaskShelvingOffloading, Ops: []string{OpShelveUnplug},
+	ShelveOffload: {VMStates: []records.VMState{records.VMShelved}, Task: records.TaskShelvingOffloading, Ops: []string{OpShelveUnplug},
 		End: records.VMShelvedOffloaded},
-	Unshelve: {VMStates: []string{records.VMShelved, records.VMShelvedOffloaded}, Task: records.TaskUnshelving,
+	Unshelve: {VMStates: []records.VMState{records.VMShelved, records.VMShelvedOffloaded}, Task: records.TaskUnshelving,
 		Ops: []string{OpStart}, End: records.VMActive},
 }
 
@@ -118,9 +118,9 @@ var Rules = map[string]Rule{
 // take over a soft one in flight, and starts a server stopped, paused or
 // suspended.
 var (
-	softReboot = Rule{VMStates: []string{records.VMActive}, Task: records.TaskRebooting, Ops: []string{OpReboot}, End: records.VMActive}
-	hardReboot = Rule{VMStates: []string{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended, records.VMError},
-		TaskStates: []string{records.TaskNone, records.TaskRebooting, records.TaskRebootingHard},
+	softReboot = Rule{VMStates: []records.VMState{records.VMActive}, Task: records.TaskRebooting, Ops: []string{OpReboot}, End: records.VMActive}
+	hardReboot = Rule{VMStates: []records.VMState{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended, records.VMError},
+		TaskStates: []records.TaskState{records.TaskNone, records.TaskRebooting, records.TaskRebootingHard},
 		Task:       records.TaskRebootingHard, Ops: []string{OpRebootHard}, End: records.VMActive}
 )
 
@@ -190,7 +190,7 @@ func CheckState(inst records.Instance, action string, r Rule) error {
 	}
 	tasks := r.TaskStates
 	if tasks == nil {
-		tasks = []string{records.TaskNone}
+		tasks = []records.TaskState{records.TaskNone}
 	}
 	if !slices.Contains(tasks, inst.TaskState) {
 		return &InvalidStateError{Msg: fmt.Sprintf("Cannot '%s' instance %s while it is in task_state %s", action, inst.UUID, inst.TaskState)}
@@ -309,21 +309,21 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 	case inst.Action == "":
 		return inst, nil, mc.illegal(inst, ev)
 	}
-	switch inst.ActionPhase + "/" + string(ev.Kind) {
-	case PhaseAgent + "/" + string(Done):
+	switch string(inst.ActionPhase) + "/" + string(ev.Kind) {
+	case string(PhaseAgent) + "/" + string(Done):
 		return mc.agentDone(inst, now)
-	case PhaseAgent + "/" + string(Failed), PhaseAgent + "/" + string(TimedOut):
+	case string(PhaseAgent) + "/" + string(Failed), string(PhaseAgent) + "/" + string(TimedOut):
 		return mc.failed(inst, ev.Err), nil, nil
-	case PhaseAgent + "/" + string(ResumeEv):
+	case string(PhaseAgent) + "/" + string(ResumeEv):
 		return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
-	case PhaseRelease + "/" + string(Released):
+	case string(PhaseRelease) + "/" + string(Released):
 		inst.Host = ""
 		return mc.ended(inst, records.VMShelvedOffloaded), nil, nil
-	case PhaseRelease + "/" + string(ResumeEv), PhaseRelease + "/" + string(TimedOut):
+	case string(PhaseRelease) + "/" + string(ResumeEv), string(PhaseRelease) + "/" + string(TimedOut):
 		return inst, []Action{{Kind: ReleaseClaim}}, nil
-	case PhaseBoot + "/" + string(Booted):
+	case string(PhaseBoot) + "/" + string(Booted):
 		return mc.ended(inst, records.VMActive), nil, nil
-	case PhaseBoot + "/" + string(BootFailed):
+	case string(PhaseBoot) + "/" + string(BootFailed):
 		// As Nova's: an unshelve that finds no host leaves the server
 		// shelved_offloaded, the reason in its action.
 		inst.Host = ""
@@ -341,8 +341,10 @@ func (mc Machine) illegal(inst records.Instance, ev Event) error {
 // IllegalError is an event not allowed in the action's phase (a late or
 // repeated answer).
 type IllegalError struct {
-	Action, Phase, VMState string
-	Event                  EventKind
+	Action  string
+	Phase   records.ActionPhase
+	VMState records.VMState
+	Event   EventKind
 }
 
 func (e *IllegalError) Error() string {
@@ -391,7 +393,7 @@ func rebootType(inst records.Instance) string {
 }
 
 // ended clears the action and puts inst in vm.
-func (mc Machine) ended(inst records.Instance, vm string) records.Instance {
+func (mc Machine) ended(inst records.Instance, vm records.VMState) records.Instance {
 	inst.VMState, inst.TaskState = vm, records.TaskNone
 	inst.Action, inst.ActionPhase, inst.ActionOps, inst.ActionFrom = "", "", nil, ""
 	inst.PowerState = records.PowerStateOf(inst)

@@ -12,7 +12,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func inst(vm, task string) records.Instance {
+func inst(vm records.VMState, task records.TaskState) records.Instance {
 	return records.Instance{UUID: "u1", Host: "h1", VMState: vm, TaskState: task}
 }
 
@@ -22,8 +22,9 @@ func inst(vm, task string) records.Instance {
 func TestBeginAsData(t *testing.T) {
 	rows := []struct {
 		req      Request
-		vm, task string
-		wantTask string
+		vm       records.VMState
+		task     records.TaskState
+		wantTask records.TaskState
 		wantOp   string
 		wantErr  string
 	}{
@@ -62,7 +63,7 @@ func TestBeginAsData(t *testing.T) {
 	}
 	for _, r := range rows {
 		next, acts, err := Machine{}.Begin(inst(r.vm, r.task), r.req, t0)
-		name := r.req.Action + "/" + r.req.RebootType + " from " + r.vm + "/" + r.task
+		name := r.req.Action + "/" + r.req.RebootType + " from " + string(r.vm) + "/" + string(r.task)
 		if r.wantErr != "" {
 			var ise *InvalidStateError
 			if !errors.As(err, &ise) || ise.Msg != r.wantErr {
@@ -124,8 +125,8 @@ func TestEndsAsData(t *testing.T) {
 	rows := []struct {
 		mc      Machine
 		req     Request
-		from    string
-		wantVM  string
+		from    records.VMState
+		wantVM  records.VMState
 		wantOps []string
 		power   int
 		host    string
@@ -147,7 +148,7 @@ func TestEndsAsData(t *testing.T) {
 	}
 	for _, r := range rows {
 		end, ops := run(t, r.mc, inst(r.from, ""), r.req, ok)
-		name := r.req.Action + " from " + r.from
+		name := r.req.Action + " from " + string(r.from)
 		if end.VMState != r.wantVM || end.TaskState != "" || end.Action != "" || end.ActionPhase != "" || end.Host != r.host {
 			t.Errorf("%s: ended %s/%s action %q phase %q host %q, want %s on %q", name, end.VMState, end.TaskState, end.Action, end.ActionPhase, end.Host, r.wantVM, r.host)
 		}

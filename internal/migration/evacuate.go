@@ -22,9 +22,9 @@ import "keel/internal/records"
 
 // Phases of an evacuation.
 const (
-	PhaseRebuild       = "rebuild"
-	PhaseAwaitSource   = "await-source"
-	PhaseCleanupSource = "cleanup-source"
+	PhaseRebuild       records.MigrationPhase = "rebuild"
+	PhaseAwaitSource   records.MigrationPhase = "await-source"
+	PhaseCleanupSource records.MigrationPhase = "cleanup-source"
 )
 
 // Evacuation events and actions.

@@ -8,18 +8,18 @@ import (
 
 // Phases of a live migration (records.Migration.Phase).
 const (
-	PhaseSchedule     = "schedule"
-	PhaseCheck        = "check"
-	PhaseRelease      = "release"
-	PhaseQueue        = "queue"
-	PhasePrepare      = "prepare"
-	PhaseCopy         = "copy"
-	PhasePostSource   = "post-source"
-	PhasePostDest     = "post-dest"
-	PhaseFinish       = "finish"
-	PhaseRollbackDest = "rollback-dest"
-	PhaseRevert       = "revert"
-	PhaseDone         = "done"
+	PhaseSchedule     records.MigrationPhase = "schedule"
+	PhaseCheck        records.MigrationPhase = "check"
+	PhaseRelease      records.MigrationPhase = "release"
+	PhaseQueue        records.MigrationPhase = "queue"
+	PhasePrepare      records.MigrationPhase = "prepare"
+	PhaseCopy         records.MigrationPhase = "copy"
+	PhasePostSource   records.MigrationPhase = "post-source"
+	PhasePostDest     records.MigrationPhase = "post-dest"
+	PhaseFinish       records.MigrationPhase = "finish"
+	PhaseRollbackDest records.MigrationPhase = "rollback-dest"
+	PhaseRevert       records.MigrationPhase = "revert"
+	PhaseDone         records.MigrationPhase = "done"
 )
 
 // EventKind names what happened.
@@ -143,7 +143,7 @@ type Action struct {
 	// Flavor and VMState, for SettleInstance, are the instance's flavor
 	// and vm_state from now on (nil and "" keep them).
 	Flavor  *records.Flavor
-	VMState string
+	VMState records.VMState
 	// PowerState, for SettleInstance, is the guest's power state from now
 	// on (records.Power*; 0 keeps it): a resized server's shows whether
 	// its guest runs.
@@ -159,8 +159,9 @@ type Machine struct {
 
 // IllegalError is an event that is not allowed in the migration's phase.
 type IllegalError struct {
-	Phase, Status string
-	Event         EventKind
+	Phase  records.MigrationPhase
+	Status records.MigrationStatus
+	Event  EventKind
 }
 
 func (e *IllegalError) Error() string {
@@ -193,7 +194,7 @@ func tableOf(typ string) map[transitionKey]transition {
 }
 
 type transitionKey struct {
-	phase string
+	phase records.MigrationPhase
 	event EventKind
 }
 
@@ -495,12 +496,12 @@ func reverted(_ Machine, m records.Migration, _ Event) (records.Migration, []Act
 	return finish(m, m.Outcome, m.Error, m.SourceHost)
 }
 
-func rollback(m records.Migration, outcome, reason string) (records.Migration, []Action) {
+func rollback(m records.Migration, outcome records.MigrationStatus, reason string) (records.Migration, []Action) {
 	m.Phase, m.Outcome, m.Error = PhaseRollbackDest, outcome, reason
 	return m, []Action{{Kind: RollbackAtDest, Host: m.DestHost}}
 }
 
-func finish(m records.Migration, status, reason, host string) (records.Migration, []Action) {
+func finish(m records.Migration, status records.MigrationStatus, reason, host string) (records.Migration, []Action) {
 	m.Status, m.Phase, m.Error, m.Outcome = status, PhaseDone, reason, ""
 	return m, []Action{{Kind: SettleInstance, Host: host}}
 }

@@ -27,8 +27,8 @@ func requested(host string) func(*records.Migration) {
 // step is one line of a script: the event fed in and what must come out.
 type step struct {
 	ev         Event
-	wantStatus string
-	wantPhase  string
+	wantStatus records.MigrationStatus
+	wantPhase  records.MigrationPhase
 	// wantActions is compared exactly (kind, host, data), in order.
 	wantActions []Action
 	// wantIllegal expects the event to be refused with *IllegalError (the
@@ -209,7 +209,7 @@ func then(prefix []step, more ...step) []step {
 // rollbackTo is the tail of every rollback after the destination was
 // prepared: the destination is cleaned, then the allocations revert, and
 // the instance settles on the source.
-func rollbackTo(status, inStatus string, checks ...func(t *testing.T, m records.Migration)) []step {
+func rollbackTo(status, inStatus records.MigrationStatus, checks ...func(t *testing.T, m records.Migration)) []step {
 	return []step{
 		{ev: Event{Kind: DestRolledBack}, wantStatus: inStatus, wantPhase: PhaseRevert,
 			wantActions: []Action{act(RevertAllocations, "")}},
@@ -225,7 +225,7 @@ func TestMachineScripts(t *testing.T) {
 		mc     *Machine
 		build  []func(*records.Migration)
 		script []step
-		final  string
+		final  records.MigrationStatus
 	}{
 		{name: "happy path", script: then(completed), final: records.MigrationCompleted},
 		{name: "progress is recorded while copying", script: then(toCopy,
@@ -403,7 +403,7 @@ func TestMachineScripts(t *testing.T) {
 			step{ev: Event{Kind: DestDone}, wantStatus: records.MigrationRunning, wantPhase: PhaseFinish,
 				wantActions: []Action{act(FinishAllocations, "")}},
 			step{ev: Event{Kind: Finished}, wantStatus: records.MigrationError, wantPhase: PhaseDone,
-				wantActions: []Action{act(SettleInstance, "dst")}, check: all(noOutcome, errContains("source agent gone"), errContains(PhasePostSource))},
+				wantActions: []Action{act(SettleInstance, "dst")}, check: all(noOutcome, errContains("source agent gone"), errContains(string(PhasePostSource)))},
 		), final: records.MigrationError},
 		{name: "both post steps failing keeps both reasons", script: then(toPostSource,
 			step{ev: Event{Kind: StepFailed, Err: "source agent gone"}, wantStatus: records.MigrationRunning, wantPhase: PhasePostDest,
@@ -417,7 +417,7 @@ func TestMachineScripts(t *testing.T) {
 			step{ev: Event{Kind: StepFailed, Err: "dest record write failed"}, wantStatus: records.MigrationRunning, wantPhase: PhaseFinish,
 				wantActions: []Action{act(FinishAllocations, "")}},
 			step{ev: Event{Kind: Finished}, wantStatus: records.MigrationError, wantPhase: PhaseDone,
-				wantActions: []Action{act(SettleInstance, "dst")}, check: all(noOutcome, errContains("dest record write failed"), errContains(PhasePostDest))},
+				wantActions: []Action{act(SettleInstance, "dst")}, check: all(noOutcome, errContains("dest record write failed"), errContains(string(PhasePostDest)))},
 		), final: records.MigrationError},
 		{name: "events out of turn are refused", script: []step{
 			{ev: Event{Kind: Claimed, Host: "dst"}, wantIllegal: true},
@@ -471,9 +471,9 @@ func assertRefusesEverything(t *testing.T, mc Machine, m records.Migration) {
 }
 
 func TestMachineTerminalStatusesRefuseEveryEvent(t *testing.T) {
-	for _, status := range []string{records.MigrationCompleted, records.MigrationError, records.MigrationFailed, records.MigrationCancelled} {
-		for _, phase := range []string{PhaseDone, PhaseCopy, ""} { // even with an inconsistent phase
-			t.Run(status+"/"+phase, func(t *testing.T) {
+	for _, status := range []records.MigrationStatus{records.MigrationCompleted, records.MigrationError, records.MigrationFailed, records.MigrationCancelled} {
+		for _, phase := range []records.MigrationPhase{PhaseDone, PhaseCopy, ""} { // even with an inconsistent phase
+			t.Run(string(status)+"/"+string(phase), func(t *testing.T) {
 				m := newMigration()
 				m.Status, m.Phase, m.DestHost = status, phase, "dst"
 				assertRefusesEverything(t, Machine{MaxAttempts: 3}, m)
@@ -489,7 +489,7 @@ func TestIllegalErrorSaysWhat(t *testing.T) {
 	if err == nil {
 		t.Fatal("abort in post-dest accepted")
 	}
-	for _, want := range []string{string(Abort), PhasePostDest, records.MigrationRunning} {
+	for _, want := range []string{string(Abort), string(PhasePostDest), string(records.MigrationRunning)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -541,10 +541,10 @@ func TestStepDoesNotAliasTriedHosts(t *testing.T) {
 // was, a terminal record stays terminal, and every record has a known
 // status and phase.
 func TestMachineRandomEvents(t *testing.T) {
-	knownPhases := map[string]bool{"": true, PhaseSchedule: true, PhaseCheck: true, PhaseRelease: true, PhaseQueue: true,
+	knownPhases := map[records.MigrationPhase]bool{"": true, PhaseSchedule: true, PhaseCheck: true, PhaseRelease: true, PhaseQueue: true,
 		PhasePrepare: true, PhaseCopy: true, PhasePostSource: true, PhasePostDest: true, PhaseFinish: true,
 		PhaseRollbackDest: true, PhaseRevert: true, PhaseDone: true}
-	knownStatuses := map[string]bool{"": true, records.MigrationAccepted: true, records.MigrationQueued: true,
+	knownStatuses := map[records.MigrationStatus]bool{"": true, records.MigrationAccepted: true, records.MigrationQueued: true,
 		records.MigrationPreparing: true, records.MigrationRunning: true, records.MigrationCompleted: true,
 		records.MigrationError: true, records.MigrationFailed: true, records.MigrationCancelled: true}
 	hosts := []string{"", "a", "b", "c", "src"}
@@ -618,7 +618,7 @@ func stepNoPanic(t *testing.T, mc Machine, m records.Migration, ev Event, seed u
 }
 
 // legalEvents lists the events the transition table accepts in a phase.
-func legalEvents(phase string) []EventKind {
+func legalEvents(phase records.MigrationPhase) []EventKind {
 	var out []EventKind
 	for _, k := range allEvents {
 		if _, ok := transitions[transitionKey{phase, k}]; ok {
@@ -632,7 +632,7 @@ func legalEvents(phase string) []EventKind {
 // restart of the server), then the rest of the way to a terminal status.
 func TestResumeAfterARestart(t *testing.T) {
 	mc := Machine{MaxAttempts: 3}
-	at := func(phase, status string) records.Migration {
+	at := func(phase records.MigrationPhase, status records.MigrationStatus) records.Migration {
 		m := newMigration()
 		m.Phase, m.Status, m.DestHost = phase, status, "dst"
 		return m
@@ -689,7 +689,7 @@ func TestResumeAfterARestart(t *testing.T) {
 // Reset in every phase, each to its end with the allocations put right.
 func TestStalledAndReset(t *testing.T) {
 	mc := Machine{MaxAttempts: 3}
-	at := func(phase, status string) records.Migration {
+	at := func(phase records.MigrationPhase, status records.MigrationStatus) records.Migration {
 		m := newMigration()
 		m.Phase, m.Status, m.DestHost = phase, status, "dst"
 		return m
@@ -739,7 +739,7 @@ func TestStalledAndReset(t *testing.T) {
 		})
 	}
 	// Stalled is accepted only in the copy.
-	for _, phase := range []string{PhaseQueue, PhasePrepare, PhasePostSource, PhaseRevert} {
+	for _, phase := range []records.MigrationPhase{PhaseQueue, PhasePrepare, PhasePostSource, PhaseRevert} {
 		if _, _, err := mc.Step(at(phase, records.MigrationRunning), Event{Kind: Stalled}); err == nil {
 			t.Errorf("Stalled accepted in %s", phase)
 		}
@@ -752,12 +752,12 @@ func TestStalledAndReset(t *testing.T) {
 func TestColdMoveScripts(t *testing.T) {
 	mc := Machine{MaxAttempts: 3}
 	small, medium := records.Flavor{ID: "s", RAMMB: 1}, records.Flavor{ID: "m", RAMMB: 2}
-	fresh := func(from string) records.Migration {
+	fresh := func(from records.VMState) records.Migration {
 		m := newMigration()
 		m.Type, m.OldFlavor, m.NewFlavor, m.OldVMState = records.MigrationTypeResize, &small, &medium, from
 		return m
 	}
-	settle := func(host string, f *records.Flavor, vm string) Action {
+	settle := func(host string, f *records.Flavor, vm records.VMState) Action {
 		a := Action{Kind: SettleInstance, Host: host, Flavor: f, VMState: vm}
 		if vm == records.VMResized {
 			a.PowerState = records.PowerRunning

@@ -29,17 +29,17 @@ import "keel/internal/records"
 
 // Phases of a cold migration or resize.
 const (
-	PhasePrepResize    = "prep-resize"
-	PhaseResizeSource  = "resize-source"
-	PhaseFinishResize  = "finish-resize"
-	PhaseVerify        = "verify"
-	PhaseConfirmSource = "confirm-source"
-	PhaseRevertDest    = "revert-dest"
-	PhaseRevertSource  = "revert-source"
-	PhaseRestartSource = "restart-source"
+	PhasePrepResize    records.MigrationPhase = "prep-resize"
+	PhaseResizeSource  records.MigrationPhase = "resize-source"
+	PhaseFinishResize  records.MigrationPhase = "finish-resize"
+	PhaseVerify        records.MigrationPhase = "verify"
+	PhaseConfirmSource records.MigrationPhase = "confirm-source"
+	PhaseRevertDest    records.MigrationPhase = "revert-dest"
+	PhaseRevertSource  records.MigrationPhase = "revert-source"
+	PhaseRestartSource records.MigrationPhase = "restart-source"
 	// PhaseRevertLost is revert after the guest could not be started
 	// again on the source: the instance ends in ERROR there.
-	PhaseRevertLost = "revert-lost"
+	PhaseRevertLost records.MigrationPhase = "revert-lost"
 )
 
 // Events of a cold migration or resize, besides the shared ones.
@@ -133,7 +133,7 @@ func StartedStopped(m records.Migration) bool { return m.OldVMState == records.V
 
 // settledState is the vm_state a cold move ends in, confirmed or
 // reverted: the one it started from (active or stopped).
-func settledState(m records.Migration) string {
+func settledState(m records.Migration) records.VMState {
 	if StartedStopped(m) {
 		return records.VMStopped
 	}
@@ -154,7 +154,7 @@ func coldStart(_ Machine, m records.Migration, _ Event) (records.Migration, []Ac
 
 // claimedThen: a cold move's destination is claimed; its first step
 // there is kind, in phase.
-func claimedThen(phase string, kind ActionKind) transition {
+func claimedThen(phase records.MigrationPhase, kind ActionKind) transition {
 	return func(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
 		m.DestHost, m.Phase, m.Status = ev.Host, phase, records.MigrationPreMigrating
 		m.Attempts++

@@ -50,7 +50,7 @@ type Event struct {
 	Kind      EventKind
 	Move      int
 	Migration int64
-	Status    string
+	Status    records.MigrationStatus
 	Host      string
 	Reason    string
 	Skip      bool
@@ -95,7 +95,7 @@ type Machine struct {
 // IllegalError is an event the plan's state does not allow.
 type IllegalError struct {
 	Plan  int64
-	State string
+	State records.PlanState
 	Event EventKind
 	Why   string
 }
@@ -207,7 +207,7 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 		return nil, illegal(*p, ev, fmt.Sprintf("no move %d", ev.Move))
 	}
 	mv := &p.Moves[ev.Move]
-	want := map[EventKind]string{Begin: records.MovePending, Started: records.MoveStarting, Refused: records.MoveStarting,
+	want := map[EventKind]records.MoveState{Begin: records.MovePending, Started: records.MoveStarting, Refused: records.MoveStarting,
 		Lost: records.MoveStarting, Deferred: records.MoveStarting, Progress: records.MoveRunning, Ended: records.MoveRunning}[ev.Kind]
 	if want == "" {
 		return nil, illegal(*p, ev, "unknown event")

@@ -42,7 +42,7 @@ func run(t *testing.T, m Machine, p records.Plan, evs ...Event) (records.Plan, [
 func states(p records.Plan) string {
 	var s []string
 	for _, mv := range p.Moves {
-		s = append(s, mv.State)
+		s = append(s, string(mv.State))
 	}
 	return strings.Join(s, ",")
 }
@@ -145,7 +145,7 @@ func TestCancelLetsRunningFinishOrAborts(t *testing.T) {
 		if p.State != records.PlanCancelled {
 			t.Errorf("abort=%v: plan ended %s, want cancelled", abort, p.State)
 		}
-		if want := map[bool]string{false: "done", true: "cancelled"}[abort]; p.Moves[0].State != want {
+		if want := map[bool]records.MoveState{false: records.MoveDone, true: records.MoveCancelled}[abort]; p.Moves[0].State != want {
 			t.Errorf("abort=%v: running move ended %s, want %s", abort, p.Moves[0].State, want)
 		}
 	}

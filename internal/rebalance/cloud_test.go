@@ -38,7 +38,7 @@ func TestFromStoreReadsTheCloud(t *testing.T) {
 	for i, f := range []records.Flavor{large, large, large, large, large, large, small} {
 		in := records.Instance{UUID: "i" + string(rune('a'+i)), Host: "h1", Flavor: f, VMState: records.VMActive}
 		if i == 5 {
-			in.TaskState = "migrating"
+			in.TaskState = records.TaskMigrating
 		}
 		if i == 6 {
 			in.Hints = &records.SchedulerHints{Group: g.UUID}

@@ -4,29 +4,29 @@ import "time"
 
 // VM states of the lifecycle actions (Nova's vm_state names).
 const (
-	VMStopped          = "stopped"
-	VMPaused           = "paused"
-	VMSuspended        = "suspended"
-	VMRescued          = "rescued"
-	VMShelved          = "shelved"
-	VMShelvedOffloaded = "shelved_offloaded"
+	VMStopped          VMState = "stopped"
+	VMPaused           VMState = "paused"
+	VMSuspended        VMState = "suspended"
+	VMRescued          VMState = "rescued"
+	VMShelved          VMState = "shelved"
+	VMShelvedOffloaded VMState = "shelved_offloaded"
 )
 
 // Task states of the lifecycle actions (Nova's task_state names).
 const (
-	TaskPoweringOff        = "powering-off"
-	TaskPoweringOn         = "powering-on"
-	TaskRebooting          = "rebooting"
-	TaskRebootingHard      = "rebooting_hard"
-	TaskPausing            = "pausing"
-	TaskUnpausing          = "unpausing"
-	TaskSuspending         = "suspending"
-	TaskResuming           = "resuming"
-	TaskRescuing           = "rescuing"
-	TaskUnrescuing         = "unrescuing"
-	TaskShelving           = "shelving"
-	TaskShelvingOffloading = "shelving_offloading"
-	TaskUnshelving         = "unshelving"
+	TaskPoweringOff        TaskState = "powering-off"
+	TaskPoweringOn         TaskState = "powering-on"
+	TaskRebooting          TaskState = "rebooting"
+	TaskRebootingHard      TaskState = "rebooting_hard"
+	TaskPausing            TaskState = "pausing"
+	TaskUnpausing          TaskState = "unpausing"
+	TaskSuspending         TaskState = "suspending"
+	TaskResuming           TaskState = "resuming"
+	TaskRescuing           TaskState = "rescuing"
+	TaskUnrescuing         TaskState = "unrescuing"
+	TaskShelving           TaskState = "shelving"
+	TaskShelvingOffloading TaskState = "shelving_offloading"
+	TaskUnshelving         TaskState = "unshelving"
 )
 
 // Power states (Nova's power_state numbers, as OS-EXT-STS:power_state
@@ -39,6 +39,9 @@ const (
 	PowerCrashed   = 6
 	PowerSuspended = 7
 )
+
+// ActionPhase is a lifecycle action's step (package lifecycle names them).
+type ActionPhase string
 
 // Lifecycle is the part of an instance's record the lifecycle actions
 // (package lifecycle) own: the lock, and the action in flight with the
@@ -57,12 +60,12 @@ type Lifecycle struct {
 	// ActionPhase is the action's step: agent (an agent operation, Ops[0],
 	// on Host), release (the shelved instance's claim given back) or boot
 	// (an unshelve booting through package boot).
-	ActionPhase string `json:"lifecycle_phase,omitempty"`
+	ActionPhase ActionPhase `json:"lifecycle_phase,omitempty"`
 	// ActionOps are the agent operations still to do, the first in
 	// flight.
 	ActionOps []string `json:"lifecycle_ops,omitempty"`
 	// ActionFrom is the vm_state the action started from.
-	ActionFrom string `json:"lifecycle_from,omitempty"`
+	ActionFrom VMState `json:"lifecycle_from,omitempty"`
 	// ActionStarted is when the action was accepted.
 	ActionStarted time.Time `json:"lifecycle_started,omitzero"`
 	// ActionError is why the last action failed ("" when it succeeded).

@@ -9,29 +9,35 @@ const (
 	PlanRebalance   = "rebalance"
 )
 
+// PlanState is a plan's state.
+type PlanState string
+
 // Plan states. A plan is recommended (proposed, nothing claimed), approved
 // (an operator said go), running (the executor starts its moves), and ends
 // done (every move ended, none failed), failed (a move failed and the
 // policy stops, or some moves failed), cancelled, or superseded (a newer
 // plan replaced it before it ran).
 const (
-	PlanRecommended = "recommended"
-	PlanApproved    = "approved"
-	PlanRunning     = "running"
-	PlanDone        = "done"
-	PlanFailed      = "failed"
-	PlanCancelled   = "cancelled"
-	PlanSuperseded  = "superseded"
+	PlanRecommended PlanState = "recommended"
+	PlanApproved    PlanState = "approved"
+	PlanRunning     PlanState = "running"
+	PlanDone        PlanState = "done"
+	PlanFailed      PlanState = "failed"
+	PlanCancelled   PlanState = "cancelled"
+	PlanSuperseded  PlanState = "superseded"
 )
 
 // PlanTerminal reports whether a plan state is final.
-func PlanTerminal(state string) bool {
+func PlanTerminal(state PlanState) bool {
 	switch state {
 	case PlanDone, PlanFailed, PlanCancelled, PlanSuperseded:
 		return true
 	}
 	return false
 }
+
+// MoveState is a plan move's state.
+type MoveState string
 
 // Move states. A move is pending until the executor starts it; starting
 // while the executor re-checks it and creates its migration (the state is
@@ -41,17 +47,17 @@ func PlanTerminal(state string) bool {
 // applies: the instance moved or is gone) or cancelled (the plan was
 // cancelled before it started).
 const (
-	MovePending   = "pending"
-	MoveStarting  = "starting"
-	MoveRunning   = "running"
-	MoveDone      = "done"
-	MoveFailed    = "failed"
-	MoveSkipped   = "skipped"
-	MoveCancelled = "cancelled"
+	MovePending   MoveState = "pending"
+	MoveStarting  MoveState = "starting"
+	MoveRunning   MoveState = "running"
+	MoveDone      MoveState = "done"
+	MoveFailed    MoveState = "failed"
+	MoveSkipped   MoveState = "skipped"
+	MoveCancelled MoveState = "cancelled"
 )
 
 // MoveTerminal reports whether a move state is final.
-func MoveTerminal(state string) bool {
+func MoveTerminal(state MoveState) bool {
 	switch state {
 	case MoveDone, MoveFailed, MoveSkipped, MoveCancelled:
 		return true
@@ -68,8 +74,8 @@ type PlanMove struct {
 	Dest     string `json:"dest,omitempty"`
 	// RAMMB is the instance's memory when planned (what a live copy
 	// moves; the order and the ETA read it).
-	RAMMB int64  `json:"ram_mb"`
-	State string `json:"state"`
+	RAMMB int64     `json:"ram_mb"`
+	State MoveState `json:"state"`
 	// Migration is the move's current migration record (0 before it
 	// started); Attempts counts the migrations started for it.
 	Migration int64 `json:"migration,omitempty"`
@@ -105,10 +111,10 @@ type PlanOptions struct {
 // Plan is an ordered set of moves with a purpose, stored so that a
 // restart resumes it (see package plan and the conductor's executor).
 type Plan struct {
-	ID      int64  `json:"id"`
-	UUID    string `json:"uuid"`
-	Purpose string `json:"purpose"`
-	State   string `json:"state"`
+	ID      int64     `json:"id"`
+	UUID    string    `json:"uuid"`
+	Purpose string    `json:"purpose"`
+	State   PlanState `json:"state"`
 	// Hosts are the hosts a drain empties (their services are disabled
 	// while it runs).
 	Hosts   []string    `json:"hosts,omitempty"`

@@ -108,27 +108,33 @@ func (f Flavor) Resources() placement.Resources {
 	return r
 }
 
+// VMState is an instance's vm_state (Nova's names).
+type VMState string
+
 // Instance VM states (Nova's vm_state).
 const (
-	VMBuilding = "building"
-	VMActive   = "active"
-	VMError    = "error"
-	VMResized  = "resized" // a resize or cold migration awaits confirm or revert
-	VMDeleted  = "deleted"
+	VMBuilding VMState = "building"
+	VMActive   VMState = "active"
+	VMError    VMState = "error"
+	VMResized  VMState = "resized" // a resize or cold migration awaits confirm or revert
+	VMDeleted  VMState = "deleted"
 )
+
+// TaskState is an instance's task_state (Nova's names; "" for none).
+type TaskState string
 
 // Instance task states used by keel (Nova's task_state).
 const (
-	TaskNone       = ""
-	TaskMigrating  = "migrating"
-	TaskScheduling = "scheduling"
+	TaskNone       TaskState = ""
+	TaskMigrating  TaskState = "migrating"
+	TaskScheduling TaskState = "scheduling"
 	// A cold migration's or resize's task states, Nova's names.
-	TaskResizePrep       = "resize_prep"
-	TaskResizeReverting  = "resize_reverting"
-	TaskResizeConfirming = "resize_confirming"
-	TaskRebuilding       = "rebuilding" // an evacuation rebuilds it elsewhere
-	TaskSpawning         = "spawning"
-	TaskDeleting         = "deleting"
+	TaskResizePrep       TaskState = "resize_prep"
+	TaskResizeReverting  TaskState = "resize_reverting"
+	TaskResizeConfirming TaskState = "resize_confirming"
+	TaskRebuilding       TaskState = "rebuilding" // an evacuation rebuilds it elsewhere
+	TaskSpawning         TaskState = "spawning"
+	TaskDeleting         TaskState = "deleting"
 )
 
 // Instance is a virtual machine's record.
@@ -162,8 +168,8 @@ type Instance struct {
 	LaunchIndex   int    `json:"launch_index,omitempty"`
 	// Tags are the server's tags (compute API 2.26), in the order added.
 	Tags      []string  `json:"tags,omitempty"`
-	VMState   string    `json:"vm_state"`
-	TaskState string    `json:"task_state"`
+	VMState   VMState   `json:"vm_state"`
+	TaskState TaskState `json:"task_state"`
 	Fault     string    `json:"fault,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -176,40 +182,51 @@ type Instance struct {
 	// BuildAttempts counts the hosts claimed; RequestedZone and ForcedHost
 	// are what the request asked, kept so a resumed boot asks the same;
 	// Owner is the keel server replica driving the boot.
-	BuildPhase    string `json:"build_phase,omitempty"`
-	BuildAttempts int    `json:"build_attempts,omitempty"`
-	RequestedZone string `json:"requested_zone,omitempty"`
-	ForcedHost    string `json:"forced_host,omitempty"`
-	Owner         string `json:"owner,omitempty"`
+	BuildPhase    BuildPhase `json:"build_phase,omitempty"`
+	BuildAttempts int        `json:"build_attempts,omitempty"`
+	RequestedZone string     `json:"requested_zone,omitempty"`
+	ForcedHost    string     `json:"forced_host,omitempty"`
+	Owner         string     `json:"owner,omitempty"`
 
 	// Lifecycle is the lock and the lifecycle action in flight (package
 	// lifecycle).
 	Lifecycle
 }
 
+// MigrationStatus is a migration's status (Nova's names).
+type MigrationStatus string
+
+// MigrationPhase is a migration state machine's own step inside a status
+// (package migration names them).
+type MigrationPhase string
+
+// BuildPhase is a boot's step in flight (package boot names them; "" once
+// the boot ended).
+type BuildPhase string
+
 // Migration statuses, Nova's names.
 const (
-	MigrationAccepted  = "accepted"
-	MigrationQueued    = "queued"
-	MigrationPreparing = "preparing"
-	MigrationRunning   = "running"
-	MigrationCompleted = "completed"
-	MigrationError     = "error"
-	MigrationFailed    = "failed"
-	MigrationCancelled = "cancelled"
+	MigrationAccepted  MigrationStatus = "accepted"
+	MigrationQueued    MigrationStatus = "queued"
+	MigrationPreparing MigrationStatus = "preparing"
+	MigrationRunning   MigrationStatus = "running"
+	MigrationCompleted MigrationStatus = "completed"
+	MigrationError     MigrationStatus = "error"
+	MigrationFailed    MigrationStatus = "failed"
+	MigrationCancelled MigrationStatus = "cancelled"
 
 	// A cold migration's or resize's statuses, Nova's names.
-	MigrationPreMigrating  = "pre-migrating"
-	MigrationMigrating     = "migrating"
-	MigrationPostMigrating = "post-migrating"
-	MigrationFinished      = "finished" // the server is VERIFY_RESIZE
-	MigrationConfirming    = "confirming"
-	MigrationConfirmed     = "confirmed"
-	MigrationReverting     = "reverting"
-	MigrationReverted      = "reverted"
+	MigrationPreMigrating  MigrationStatus = "pre-migrating"
+	MigrationMigrating     MigrationStatus = "migrating"
+	MigrationPostMigrating MigrationStatus = "post-migrating"
+	MigrationFinished      MigrationStatus = "finished" // the server is VERIFY_RESIZE
+	MigrationConfirming    MigrationStatus = "confirming"
+	MigrationConfirmed     MigrationStatus = "confirmed"
+	MigrationReverting     MigrationStatus = "reverting"
+	MigrationReverted      MigrationStatus = "reverted"
 	// MigrationDone is an evacuation's status once the instance runs on
 	// its destination while its source is still down (Nova's "done").
-	MigrationDone = "done"
+	MigrationDone MigrationStatus = "done"
 )
 
 // Migration types (records.Migration.Type), Nova's names.
@@ -221,7 +238,7 @@ const (
 )
 
 // MigrationTerminal reports whether a status ends a migration.
-func MigrationTerminal(status string) bool {
+func MigrationTerminal(status MigrationStatus) bool {
 	switch status {
 	case MigrationCompleted, MigrationError, MigrationFailed, MigrationCancelled, MigrationConfirmed, MigrationReverted:
 		return true
@@ -232,24 +249,24 @@ func MigrationTerminal(status string) bool {
 // Migration is a live migration's record: the source of truth for a move in
 // flight, so recovery after a restart can finish or roll it back.
 type Migration struct {
-	ID            int64  `json:"id"`
-	UUID          string `json:"uuid"` // also the migration consumer's UUID
-	InstanceUUID  string `json:"instance_uuid"`
-	Type          string `json:"migration_type"`
-	SourceHost    string `json:"source_compute"`
-	DestHost      string `json:"dest_compute"`
-	RequestedHost string `json:"requested_host,omitempty"`
-	Status        string `json:"status"`
+	ID            int64           `json:"id"`
+	UUID          string          `json:"uuid"` // also the migration consumer's UUID
+	InstanceUUID  string          `json:"instance_uuid"`
+	Type          string          `json:"migration_type"`
+	SourceHost    string          `json:"source_compute"`
+	DestHost      string          `json:"dest_compute"`
+	RequestedHost string          `json:"requested_host,omitempty"`
+	Status        MigrationStatus `json:"status"`
 	// Phase is the state machine's own step inside a status (see package
 	// migration); it is what recovery resumes from.
-	Phase string `json:"phase"`
+	Phase MigrationPhase `json:"phase"`
 	// TriedHosts are destinations already claimed and given up on.
 	TriedHosts []string `json:"tried_hosts,omitempty"`
 	Attempts   int      `json:"attempts"`
 	Error      string   `json:"error,omitempty"`
 	// Outcome is the terminal status a rollback in progress will end in
 	// (failed, cancelled or error).
-	Outcome string `json:"outcome,omitempty"`
+	Outcome MigrationStatus `json:"outcome,omitempty"`
 	// AbortRequested is set by an abort that arrives while a step is in
 	// flight; the machine honours it at the next step.
 	AbortRequested bool `json:"abort_requested,omitempty"`
@@ -262,7 +279,7 @@ type Migration struct {
 	// (Nova's old_vm_state): a stopped server's guest is not started on
 	// the destination, stays stopped through confirm, and a revert brings
 	// it back stopped. Empty means active.
-	OldVMState string `json:"old_vm_state,omitempty"`
+	OldVMState VMState `json:"old_vm_state,omitempty"`
 	// Owner is the keel server replica that drives the migration: the one
 	// that created it or took it over (see conductor.Config.Owner). Empty
 	// for a migration no replica claims (a single server without

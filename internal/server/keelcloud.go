@@ -86,7 +86,7 @@ func cloudSnapshot(ctx context.Context, st store.Store, sc scheduler.Config, cp 
 			continue
 		}
 		si := scenario.SnapshotInstance{UUID: in.UUID, Name: in.Name, Host: in.Host, Flavor: in.Flavor,
-			RequestedZone: in.RequestedZone, VMState: in.VMState}
+			RequestedZone: in.RequestedZone, VMState: string(in.VMState)}
 		if in.Hints != nil {
 			si.Group = in.Hints.Group
 		}

@@ -84,13 +84,13 @@ func (m *Metrics) hooks() conductor.Hooks {
 			}
 		},
 		MigrationDone: func(mg records.Migration) {
-			m.migrations.WithLabelValues(mg.Status).Inc()
+			m.migrations.WithLabelValues(string(mg.Status)).Inc()
 			if !mg.CreatedAt.IsZero() {
 				m.migrationDur.Observe(mg.UpdatedAt.Sub(mg.CreatedAt).Seconds())
 			}
 		},
 		BuildDone: func(in records.Instance) {
-			m.builds.WithLabelValues(in.VMState).Inc()
+			m.builds.WithLabelValues(string(in.VMState)).Inc()
 		},
 	}
 }

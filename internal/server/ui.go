@@ -511,7 +511,7 @@ func instancesOf(ins []records.Instance, vhs []viewHost) []uiInstance {
 	for _, in := range ins {
 		ui := uiInstance{
 			UUID: in.UUID, Name: in.Name, ProjectID: in.ProjectID, Host: in.Host,
-			Status: uiStatus(in), TaskState: in.TaskState, Flavor: in.Flavor.Name,
+			Status: uiStatus(in), TaskState: string(in.TaskState), Flavor: in.Flavor.Name,
 			VCPUs: in.Flavor.VCPUs, RAMMB: in.Flavor.RAMMB, DiskGB: in.Flavor.DiskGB,
 		}
 		if h, ok := byHost[in.Host]; ok {
@@ -642,7 +642,7 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 func (u *uiHub) move(now time.Time, m records.Migration, in uiInstance, finished bool, at time.Time) uiMove {
 	mv := uiMove{
 		ID: m.ID, Kind: m.Type, InstanceUUID: m.InstanceUUID, InstanceName: in.Name, Source: m.SourceHost, Dest: m.DestHost,
-		Status: m.Status, Phase: m.Phase, MemoryTotal: m.MemoryTotalBytes, MemoryCopied: m.MemoryProcessedBytes,
+		Status: string(m.Status), Phase: string(m.Phase), MemoryTotal: m.MemoryTotalBytes, MemoryCopied: m.MemoryProcessedBytes,
 		MemoryLeft: m.MemoryRemainingBytes, Started: m.CreatedAt, Finished: finished, Error: m.Error, projectID: in.ProjectID,
 	}
 	if m.PlanMove != nil {
@@ -993,7 +993,7 @@ func (u *uiHub) plansOf(now time.Time, plans []records.Plan, ins []uiInstance) [
 }
 
 func uiPlanOf(p records.Plan, now time.Time, names map[string]string) uiPlan {
-	up := uiPlan{ID: p.ID, Purpose: p.Purpose, State: p.State, Hosts: p.Hosts, Reason: p.Reason, Parallel: p.Options.Parallel,
+	up := uiPlan{ID: p.ID, Purpose: p.Purpose, State: string(p.State), Hosts: p.Hosts, Reason: p.Reason, Parallel: p.Options.Parallel,
 		Progress: plan.Summarise(p, now), Created: p.CreatedAt, Started: p.StartedAt, Finished: p.FinishedAt}
 	if up.Progress.ETA > 0 {
 		eta := up.Progress.ETA.Seconds()

@@ -44,7 +44,7 @@ func bigCloud(tb testing.TB, hosts, per int) store.Store {
 		}
 		for j := range per {
 			u := fmt.Sprintf("%08d-0000-0000-0000-%012d", j, i)
-			if _, err := st.CreateInstance(ctx, records.Instance{UUID: u, Name: "vm-" + u[:8], ProjectID: "p", Host: name, Flavor: fl, VMState: "active"}); err != nil {
+			if _, err := st.CreateInstance(ctx, records.Instance{UUID: u, Name: "vm-" + u[:8], ProjectID: "p", Host: name, Flavor: fl, VMState: records.VMActive}); err != nil {
 				tb.Fatal(err)
 			}
 			if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: u, ProjectID: "p", UserID: "u",

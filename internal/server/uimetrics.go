@@ -145,10 +145,10 @@ func (c *cloudCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counts := map[[2]string]int{}
 	for _, purpose := range []string{records.PlanEvacuateAll, records.PlanDrain, records.PlanRebalance} {
-		counts[[2]string{purpose, records.PlanRunning}] = 0
+		counts[[2]string{purpose, string(records.PlanRunning)}] = 0
 	}
 	for _, p := range plans {
-		counts[[2]string{p.Purpose, p.State}]++
+		counts[[2]string{p.Purpose, string(p.State)}]++
 		s := plan.Summarise(p, now)
 		id := strconv.FormatInt(p.ID, 10)
 		for state, n := range map[string]int{"done": s.Done, "running": s.Running, "left": s.Left, "failed": s.Failed,

@@ -55,7 +55,7 @@ func (w *world) hooks() conductor.Hooks {
 				w.stats.destinations[m.DestHost]++
 			} else {
 				w.stats.failedMigrations++
-				w.stats.migrationErrors[m.Status]++
+				w.stats.migrationErrors[string(m.Status)]++
 			}
 			w.migrationEnded(m)
 		},

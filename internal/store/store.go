@@ -63,7 +63,7 @@ type MigrationFilter struct {
 	UUID         string // the migration's own UUID (also its consumer's)
 	InstanceUUID string
 	Host         string // source or destination
-	Status       string
+	Status       records.MigrationStatus
 	ActiveOnly   bool // not in a terminal status
 }
 

@@ -39,7 +39,7 @@ func (a *API) serverDiagnostics(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if in.Host == "" || in.VMState == records.VMBuilding {
-		return conflict("Cannot 'get_diagnostics' instance " + in.UUID + " while it is in vm_state " + in.VMState)
+		return conflict("Cannot 'get_diagnostics' instance " + in.UUID + " while it is in vm_state " + string(in.VMState))
 	}
 	hyper := "fake" // as os-hypervisors' hypervisor_type says
 	uptime := int64(a.cfg.Clock.Now().Sub(in.CreatedAt).Seconds())

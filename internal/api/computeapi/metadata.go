@@ -23,7 +23,7 @@ func (a *API) serverMetadataRoutes(route func(string, bool, func(http.ResponseWr
 
 // metadataStates are the vm_states in which Nova changes a server's
 // metadata (and then only with no task in progress).
-var metadataStates = []string{records.VMActive, records.VMPaused, records.VMSuspended, records.VMStopped}
+var metadataStates = []records.VMState{records.VMActive, records.VMPaused, records.VMSuspended, records.VMStopped}
 
 // metadataChangeable refuses a change where Nova does: a locked server
 // (for a non-admin), a vm_state outside metadataStates or a task in
@@ -33,10 +33,10 @@ func metadataChangeable(r *http.Request, in records.Instance, what string) error
 		return err
 	}
 	if !slices.Contains(metadataStates, in.VMState) {
-		return conflict("Cannot '" + what + "' instance " + in.UUID + " while it is in vm_state " + in.VMState)
+		return conflict("Cannot '" + what + "' instance " + in.UUID + " while it is in vm_state " + string(in.VMState))
 	}
 	if in.TaskState != records.TaskNone {
-		return conflict("Cannot '" + what + "' instance " + in.UUID + " while it is in task_state " + in.TaskState)
+		return conflict("Cannot '" + what + "' instance " + in.UUID + " while it is in task_state " + string(in.TaskState))
 	}
 	return nil
 }

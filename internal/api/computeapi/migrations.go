@@ -89,7 +89,7 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{
-		Host: q.Get("host"), Status: q.Get("status"), InstanceUUID: q.Get("instance_uuid"),
+		Host: q.Get("host"), Status: records.MigrationStatus(q.Get("status")), InstanceUUID: q.Get("instance_uuid"),
 	})
 	if err != nil {
 		return err

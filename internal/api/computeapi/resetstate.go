@@ -34,7 +34,7 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 	if err := unmarshalRaw(raw, &args); err != nil {
 		return badRequest("Invalid input for os-resetState: " + err.Error())
 	}
-	state := map[string]string{"active": records.VMActive, "error": records.VMError}[args.State]
+	state := map[string]records.VMState{"active": records.VMActive, "error": records.VMError}[args.State]
 	if state == "" {
 		return badRequest("Invalid input for field/attribute state. Value: " + args.State + ". '" + args.State + "' is not one of ['active', 'error']")
 	}
@@ -91,7 +91,7 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 // for state, and a line for each: to active, the flavor on the host's
 // provider only; to error, nothing; every ended migration's consumer
 // dropped. Writes name the consumer generations read.
-func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state string, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
+func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state records.VMState, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
 	var (
 		writes []placement.AllocationWrite
 		fixed  []string

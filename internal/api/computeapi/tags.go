@@ -54,7 +54,7 @@ func (a *API) modifyInstance(r *http.Request, id string, fn func(*records.Instan
 // while a server is building or has a task in progress.
 func taggable(r *http.Request, in *records.Instance) error {
 	if in.VMState == records.VMBuilding || in.TaskState != records.TaskNone {
-		return conflict("Cannot change the tags of server " + in.UUID + " while it is in vm_state " + in.VMState + ", task_state " + in.TaskState)
+		return conflict("Cannot change the tags of server " + in.UUID + " while it is in vm_state " + string(in.VMState) + ", task_state " + string(in.TaskState))
 	}
 	return nil
 }

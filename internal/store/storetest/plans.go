@@ -99,7 +99,7 @@ func testListPlans(t *testing.T, s store.Store) {
 		t.Fatalf("ListPlans of none = %v, %v", all, err)
 	}
 	var ids []int64
-	for i, st := range []string{records.PlanRunning, records.PlanDone, records.PlanRecommended, records.PlanCancelled} {
+	for i, st := range []records.PlanState{records.PlanRunning, records.PlanDone, records.PlanRecommended, records.PlanCancelled} {
 		p := drainPlan(i)
 		p.State = st
 		c, err := s.CreatePlan(ctx, p)

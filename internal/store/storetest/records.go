@@ -264,7 +264,7 @@ func testInstanceVersions(t *testing.T, s store.Store) {
 }
 
 // migration returns migration number n of instance inst.
-func migration(n, inst int, src, dst, status string) records.Migration {
+func migration(n, inst int, src, dst string, status records.MigrationStatus) records.Migration {
 	return records.Migration{
 		UUID: uuidFor(kindMigration, n), InstanceUUID: uuidFor(kindInstance, inst),
 		Type: "live-migration", SourceHost: src, DestHost: dst, Status: status, Phase: "start",
