@@ -19,6 +19,7 @@ import (
 	"keel/internal/clock"
 	"keel/internal/migration"
 	"keel/internal/placement"
+	"keel/internal/rebalance"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/store"
@@ -146,10 +147,23 @@ type Admission interface {
 	GroupMembersLimit(ctx context.Context, project string) (int64, error)
 }
 
+// Store is the part of the store the conductor reads and writes: the
+// allocations it claims and moves, the records its flows drive, and what a
+// rebalance plan reads of the cloud.
+type Store interface {
+	store.Allocations
+	rebalance.Source
+	store.Hosts
+	store.Instances
+	store.Migrations
+	store.Groups
+	store.Plans
+}
+
 // Conductor runs the flows.
 type Conductor struct {
 	cfg      Config
-	store    store.Store
+	store    Store
 	sched    *scheduler.Scheduler
 	computes Computes
 	machine  migration.Machine
@@ -180,7 +194,7 @@ type Conductor struct {
 }
 
 // New returns a conductor.
-func New(cfg Config, st store.Store, sched *scheduler.Scheduler, computes Computes, clk clock.Clock, log *slog.Logger, hooks Hooks) *Conductor {
+func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, clk clock.Clock, log *slog.Logger, hooks Hooks) *Conductor {
 	if cfg.MaxConcurrentLiveMigrations <= 0 {
 		cfg.MaxConcurrentLiveMigrations = 1
 	}

@@ -94,7 +94,7 @@ func Known(name string) bool {
 
 // ClassLimits are the default class's limits: Defaults overlaid with the
 // class's own.
-func ClassLimits(ctx context.Context, st store.Store) (Limits, error) {
+func ClassLimits(ctx context.Context, st store.Quotas) (Limits, error) {
 	class, err := st.GetQuotaLimits(ctx, "")
 	if err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func ClassLimits(ctx context.Context, st store.Store) (Limits, error) {
 }
 
 // ProjectLimits are the limits in force for project.
-func ProjectLimits(ctx context.Context, st store.Store, project string) (Limits, error) {
+func ProjectLimits(ctx context.Context, st store.Quotas, project string) (Limits, error) {
 	out, err := ClassLimits(ctx, st)
 	if err != nil {
 		return nil, err
@@ -234,9 +234,15 @@ func Fit(lim Limits, used, one Usage, n int) int {
 // metadata items and server groups).
 func Refusal(msg string) error { return &ExceededError{custom: msg} }
 
+// Store is what an Enforcer reads: the limits and the instances it counts.
+type Store interface {
+	store.Quotas
+	store.Instances
+}
+
 // Enforcer counts and checks a project's usage in a store.
 type Enforcer struct {
-	Store store.Store
+	Store Store
 }
 
 // Usage counts project's instances in the store.

@@ -2,7 +2,7 @@
 // and allocations, the compute records (host records, services, instances,
 // migrations) and a change stream the scheduler's host view follows.
 //
-// Implementations live in subpackages (memory, sqlite; postgres later) and
+// Implementations live in subpackages (memory, sqlite, postgres) and
 // all pass the conformance suite in storetest. Allocation writes are decided
 // by placement.PlanWrites inside each implementation's transaction, so the
 // semantics (generations, capacity, atomic moves) are written once.
@@ -67,9 +67,19 @@ type MigrationFilter struct {
 	ActiveOnly   bool // not in a terminal status
 }
 
-// Store is keel's persistent state. Every method is safe for concurrent
-// use.
-type Store interface {
+// The store's roles. A user takes the roles it needs rather than Store:
+// the placement API takes Placement and Changes (placementapi.Store), the
+// conductor Allocations and the records its flows drive (conductor.Store),
+// the quota enforcer Quotas and Instances (quota.Store); the scheduler's
+// host view (scheduler.Source) and a host's tracker (compute.TrackerStore)
+// name the few reads and writes they make. Store composes every role. Each
+// store (memory, sqlite, postgres) asserts each role at compile time, and
+// sqlstore.Records implements Records once for both SQL stores. Every
+// method is safe for concurrent use.
+
+// Providers is placement's providers: inventories, provider trees,
+// traits, aggregates and custom resource classes.
+type Providers interface {
 	// CreateProvider creates a provider (generation 0, or 1 if it comes with
 	// inventories). ErrExists if the UUID or name is taken.
 	CreateProvider(ctx context.Context, p placement.Provider) (placement.Provider, error)
@@ -116,7 +126,11 @@ type Store interface {
 	// DeleteResourceClass deletes a created class: ErrNotFound, or
 	// ErrInUse while an inventory has it.
 	DeleteResourceClass(ctx context.Context, rc placement.ResourceClass) error
+}
 
+// Allocations is placement's consumers and their allocations, written
+// atomically and decided by placement.PlanWrites (or PlanReshape).
+type Allocations interface {
 	GetConsumer(ctx context.Context, uuid string) (placement.Consumer, error)
 	// ConsumersOn lists the consumers holding allocations on a provider.
 	ConsumersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
@@ -128,7 +142,18 @@ type Store interface {
 	// them with placement.PlanReshape (POST /reshaper): allocations may
 	// move off classes that go and onto classes that come in one step.
 	Reshape(ctx context.Context, invs []placement.InventoryWrite, writes []placement.AllocationWrite) (placement.ReshapePlan, error)
+}
 
+// Placement is the resource-provider side of the store.
+type Placement interface {
+	Providers
+	Allocations
+}
+
+// Hosts is the per-host compute records: the host record each agent
+// reports and the compute service. Every write appends a ChangeHost or
+// ChangeService entry to the change stream.
+type Hosts interface {
 	PutHostRecord(ctx context.Context, h records.HostRecord) error
 	GetHostRecord(ctx context.Context, host string) (records.HostRecord, error)
 	ListHostRecords(ctx context.Context) ([]records.HostRecord, error)
@@ -140,7 +165,10 @@ type Store interface {
 	UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error)
 	GetService(ctx context.Context, host string) (records.Service, error)
 	ListServices(ctx context.Context) ([]records.Service, error)
+}
 
+// Instances is the instance records and their action log.
+type Instances interface {
 	// CreateInstance stores a new instance with Version 1.
 	CreateInstance(ctx context.Context, in records.Instance) (records.Instance, error)
 	GetInstance(ctx context.Context, uuid string) (records.Instance, error)
@@ -151,13 +179,6 @@ type Store interface {
 	// ListInstances lists instances, on one host if host is not empty.
 	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
 
-	// CreateMigration stores a new migration, assigning ID and Version 1.
-	CreateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
-	GetMigration(ctx context.Context, id int64) (records.Migration, error)
-	// UpdateMigration is UpdateInstance's counterpart for migrations.
-	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
-	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
-
 	// Instance actions (os-instance-actions): an append-only log per
 	// instance, kept after the instance is deleted.
 
@@ -167,7 +188,20 @@ type Store interface {
 	// ListInstanceActions lists an instance's actions, oldest first (empty,
 	// not ErrNotFound, for an instance without any).
 	ListInstanceActions(ctx context.Context, instanceUUID string) ([]records.InstanceAction, error)
+}
 
+// Migrations is the migration records (live, cold, resize, evacuation).
+type Migrations interface {
+	// CreateMigration stores a new migration, assigning ID and Version 1.
+	CreateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
+	GetMigration(ctx context.Context, id int64) (records.Migration, error)
+	// UpdateMigration is UpdateInstance's counterpart for migrations.
+	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
+	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
+}
+
+// Flavors is the flavor records.
+type Flavors interface {
 	// CreateFlavor stores a flavor; ErrExists if its ID or name is taken.
 	CreateFlavor(ctx context.Context, f records.Flavor) (records.Flavor, error)
 	GetFlavor(ctx context.Context, id string) (records.Flavor, error)
@@ -181,7 +215,10 @@ type Store interface {
 	// as they are. ErrNotFound if there is no such flavor; an error from fn
 	// aborts the update.
 	UpdateFlavor(ctx context.Context, id string, fn func(*records.Flavor) error) (records.Flavor, error)
+}
 
+// Groups is the compute API's host aggregates and server groups.
+type Groups interface {
 	// Compute host aggregates and server groups (os-aggregates,
 	// os-server-groups). Aggregate writes append a ChangeAggregate entry to
 	// the change stream (the scheduler's view reads zones and metadata
@@ -209,7 +246,10 @@ type Store interface {
 	// join and leave through it); ErrNotFound if it does not exist.
 	UpdateServerGroup(ctx context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error)
 	DeleteServerGroup(ctx context.Context, uuid string) error
+}
 
+// KeyPairs is the compute API's key pairs.
+type KeyPairs interface {
 	// Key pairs (the compute API's os-keypairs), each a user's, unique
 	// by (UserID, Name). CreateKeyPair assigns the ID and returns the
 	// record; ErrExists if the user has a pair of that name.
@@ -219,7 +259,10 @@ type Store interface {
 	GetKeyPair(ctx context.Context, userID, name string) (records.KeyPair, error)
 	ListKeyPairs(ctx context.Context, userID string) ([]records.KeyPair, error)
 	DeleteKeyPair(ctx context.Context, userID, name string) error
+}
 
+// Quotas is the compute API's quota limits.
+type Quotas interface {
 	// Quota limits (the compute API's os-quota-sets): the limits a project
 	// has of its own, or with project "" those of the default quota class,
 	// by Nova's names (instances, cores, ram, …). GetQuotaLimits returns an
@@ -229,7 +272,10 @@ type Store interface {
 	GetQuotaLimits(ctx context.Context, project string) (map[string]int64, error)
 	SetQuotaLimits(ctx context.Context, project string, limits map[string]int64) (map[string]int64, error)
 	DeleteQuotaLimits(ctx context.Context, project string) error
+}
 
+// Plans is the move plans.
+type Plans interface {
 	// Move plans (drain, rebalance, evacuate-all; see records.Plan).
 
 	// CreatePlan stores a new plan, assigning ID (increasing, never
@@ -242,15 +288,36 @@ type Store interface {
 	// ListPlans lists plans sorted by ID; activeOnly keeps those not in a
 	// final state.
 	ListPlans(ctx context.Context, activeOnly bool) ([]records.Plan, error)
+}
 
-	// Users, projects, roles, token revocations and agent credentials.
-	IdentityStore
+// Records is every compute record: the rows the SQL stores keep as JSON
+// (sqlstore.Records implements it once for both).
+type Records interface {
+	Hosts
+	Instances
+	Migrations
+	Flavors
+	Groups
+	KeyPairs
+	Quotas
+	Plans
+}
 
+// Changes is the change stream the scheduler's host view follows.
+type Changes interface {
 	// Changes returns up to limit entries with Seq > since, oldest first.
 	Changes(ctx context.Context, since int64, limit int) ([]Change, error)
 	// LastChange returns the newest Seq (0 if none).
 	LastChange(ctx context.Context) (int64, error)
+}
 
+// Store is keel's persistent state: every role.
+type Store interface {
+	Placement
+	Records
+	// Users, projects, roles, token revocations and agent credentials.
+	IdentityStore
+	Changes
 	Close() error
 }
 

@@ -44,17 +44,24 @@ const MaxMinor = 39
 
 // API is the placement HTTP handler.
 type API struct {
-	st      store.Store
+	st      Store
 	isAdmin func(*http.Request) bool
 	mux     *http.ServeMux
 	views   viewCache
 	methods map[string][]string // route path → its methods, in Placement's order
 }
 
+// Store is what the placement API serves: placement's side of the store,
+// and the change stream its candidate views follow.
+type Store interface {
+	store.Placement
+	store.Changes
+}
+
 // New returns the placement API over st. isAdmin tells whether the
 // request's caller is an admin: as in Placement's default policy, every
 // call but the version document is admin-only.
-func New(st store.Store, isAdmin func(*http.Request) bool) *API {
+func New(st Store, isAdmin func(*http.Request) bool) *API {
 	a := &API{st: st, isAdmin: isAdmin, mux: http.NewServeMux(), methods: map[string][]string{}}
 	a.views.src = st
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, int) error) {

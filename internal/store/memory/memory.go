@@ -50,7 +50,25 @@ type Store struct {
 	ident      identityTable
 }
 
-var _ store.Store = (*Store)(nil)
+// The store's roles, each asserted, so that a reader of a role finds its
+// implementers here (and in the other stores).
+var (
+	_ store.Providers     = (*Store)(nil)
+	_ store.Allocations   = (*Store)(nil)
+	_ store.Placement     = (*Store)(nil)
+	_ store.Hosts         = (*Store)(nil)
+	_ store.Instances     = (*Store)(nil)
+	_ store.Migrations    = (*Store)(nil)
+	_ store.Flavors       = (*Store)(nil)
+	_ store.Groups        = (*Store)(nil)
+	_ store.KeyPairs      = (*Store)(nil)
+	_ store.Quotas        = (*Store)(nil)
+	_ store.Plans         = (*Store)(nil)
+	_ store.Records       = (*Store)(nil)
+	_ store.IdentityStore = (*Store)(nil)
+	_ store.Changes       = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+)
 
 // New returns an empty store.
 func New() *Store {

@@ -135,7 +135,25 @@ type Store struct {
 	closeErr  error
 }
 
-var _ store.Store = (*Store)(nil)
+// The store's roles, each asserted, so that a reader of a role finds its
+// implementers here (and in the other stores).
+var (
+	_ store.Providers     = (*Store)(nil)
+	_ store.Allocations   = (*Store)(nil)
+	_ store.Placement     = (*Store)(nil)
+	_ store.Hosts         = (*Store)(nil)
+	_ store.Instances     = (*Store)(nil)
+	_ store.Migrations    = (*Store)(nil)
+	_ store.Flavors       = (*Store)(nil)
+	_ store.Groups        = (*Store)(nil)
+	_ store.KeyPairs      = (*Store)(nil)
+	_ store.Quotas        = (*Store)(nil)
+	_ store.Plans         = (*Store)(nil)
+	_ store.Records       = (*Store)(nil)
+	_ store.IdentityStore = (*Store)(nil)
+	_ store.Changes       = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the database at path with the default
 // options and brings its schema up to date.

@@ -62,6 +62,11 @@ type Records struct {
 	q  *queries
 }
 
+var (
+	_ store.Records       = (*Records)(nil)
+	_ store.IdentityStore = (*Records)(nil)
+)
+
 // NewRecords returns the shared record tables over db, which speaks d.
 func NewRecords(db DB, d *Dialect) *Records {
 	return &Records{db: db, d: d, q: d.q}
