@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,6 +54,35 @@ func openTemp(tb testing.TB, opts Options) (*Store, string) {
 	}
 	tb.Cleanup(func() { s.Close() })
 	return s, url
+}
+
+// rawDB opens the database directly through pgx's database/sql adapter,
+// bypassing the store.
+func rawDB(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatalf("opening: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestDurable runs the durable-store tests both SQL stores share.
+func TestDurable(t *testing.T) {
+	ms, err := schemaMigrations()
+	if err != nil {
+		t.Fatalf("schemaMigrations: %v", err)
+	}
+	storetest.RunDurable(t, storetest.Durable{
+		New: func(t *testing.T) string { return newDB(t) },
+		Open: func(ctx context.Context, url string, keep int) (storetest.DurableStore, error) {
+			return OpenWith(ctx, url, Options{KeepChanges: keep})
+		},
+		Raw:        rawDB,
+		Migrations: len(ms),
+		TrimEvery:  func(s storetest.DurableStore) int64 { return s.(*Store).trimEvery },
+	})
 }
 
 // rawConn connects to the database directly, bypassing the store.
@@ -125,41 +155,6 @@ func checkUsageColumn(t *testing.T, url string) {
 	}
 }
 
-func TestSchemaVersion(t *testing.T) {
-	ctx := context.Background()
-	ms, err := schemaMigrations()
-	if err != nil {
-		t.Fatalf("schemaMigrations: %v", err)
-	}
-	s, url := openTemp(t, Options{})
-	v, err := s.SchemaVersion(ctx)
-	if err != nil || v != len(ms) || v < 1 {
-		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, len(ms))
-	}
-	s.Close()
-
-	// Reopening applies nothing twice.
-	s2, err := Open(ctx, url)
-	if err != nil {
-		t.Fatalf("reopening: %v", err)
-	}
-	s2.Close()
-	conn := rawConn(t, url)
-	var rows int
-	if err := conn.QueryRow(ctx, `SELECT COUNT(*) FROM schema_version`).Scan(&rows); err != nil || rows != len(ms) {
-		t.Errorf("schema_version holds %d rows (%v), want %d", rows, err, len(ms))
-	}
-
-	// A database from a newer program is refused.
-	if _, err := conn.Exec(ctx, `INSERT INTO schema_version (version, name) VALUES ($1, 'future.sql')`, len(ms)+1); err != nil {
-		t.Fatalf("faking a newer schema: %v", err)
-	}
-	if s3, err := Open(ctx, url); err == nil {
-		s3.Close()
-		t.Error("database with a newer schema version opened")
-	}
-}
-
 // TestConcurrentOpen starts several stores at once on an empty database,
 // as servers starting together would: the advisory lock lets one migrate
 // and the others find the schema done.
@@ -202,115 +197,6 @@ func TestConcurrentOpen(t *testing.T) {
 	}
 	if last, err := stores[0].LastChange(ctx); err != nil || last != n {
 		t.Errorf("LastChange = %d, %v; want %d", last, err, n)
-	}
-}
-
-func TestReopenKeepsState(t *testing.T) {
-	ctx := context.Background()
-	url := newDB(t)
-	s, err := Open(ctx, url)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	invs := placement.Inventories{placement.VCPU: placement.NewInventory(8)}
-	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1", Inventories: invs})
-	if err != nil {
-		t.Fatalf("CreateProvider: %v", err)
-	}
-	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
-		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 3}},
-	}); err != nil {
-		t.Fatalf("WriteAllocations: %v", err)
-	}
-	if err := s.PutHostRecord(ctx, records.HostRecord{Host: "cmp-1", VCPUs: 8, VCPUsUsed: 3}); err != nil {
-		t.Fatalf("PutHostRecord: %v", err)
-	}
-	m1, err := s.CreateMigration(ctx, records.Migration{UUID: "m-1", InstanceUUID: "i-1", Status: records.MigrationRunning})
-	if err != nil {
-		t.Fatalf("CreateMigration: %v", err)
-	}
-	last, _ := s.LastChange(ctx)
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-
-	s, err = Open(ctx, url)
-	if err != nil {
-		t.Fatalf("reopening: %v", err)
-	}
-	defer s.Close()
-	sums, err := s.ProviderSummaries(ctx, nil)
-	if err != nil || len(sums) != 1 || sums[0].Generation != 2 || sums[0].Usage[placement.VCPU] != 3 {
-		t.Errorf("after reopen ProviderSummaries = %+v, %v; want p-1 at generation 2 using 3 VCPU", sums, err)
-	}
-	if c, err := s.GetConsumer(ctx, "c-1"); err != nil || c.Generation != 1 {
-		t.Errorf("after reopen GetConsumer = %+v, %v", c, err)
-	}
-	if h, err := s.GetHostRecord(ctx, "cmp-1"); err != nil || h.VCPUsUsed != 3 {
-		t.Errorf("after reopen GetHostRecord = %+v, %v", h, err)
-	}
-	if got, _ := s.LastChange(ctx); got != last {
-		t.Errorf("after reopen LastChange = %d, want %d", got, last)
-	}
-	if err := s.PutService(ctx, records.Service{Host: "cmp-1"}); err != nil {
-		t.Fatalf("PutService: %v", err)
-	}
-	if got, _ := s.LastChange(ctx); got != last+1 {
-		t.Errorf("first change after reopen has Seq %d, want %d", got, last+1)
-	}
-	m2, err := s.CreateMigration(ctx, records.Migration{UUID: "m-2", InstanceUUID: "i-1", Status: records.MigrationQueued})
-	if err != nil || m2.ID <= m1.ID {
-		t.Errorf("migration id after reopen = %d (%v), want above %d", m2.ID, err, m1.ID)
-	}
-	got, err := s.GetMigration(ctx, m2.ID)
-	if err != nil || got.ID != m2.ID || got.Version != 1 {
-		t.Errorf("GetMigration = %+v, %v", got, err)
-	}
-}
-
-func TestChangesTrimmed(t *testing.T) {
-	ctx := context.Background()
-	const keep = 10
-	s, url := openTemp(t, Options{KeepChanges: keep})
-	for i := 0; i < 57; i++ {
-		if err := s.PutHostRecord(ctx, records.HostRecord{Host: fmt.Sprintf("cmp-%d", i%5)}); err != nil {
-			t.Fatalf("PutHostRecord: %v", err)
-		}
-	}
-	last, err := s.LastChange(ctx)
-	if err != nil || last != 57 {
-		t.Fatalf("LastChange = %d, %v; want 57", last, err)
-	}
-	var oldest, kept int64
-	if err := rawConn(t, url).QueryRow(ctx, `SELECT MIN(seq), COUNT(*) FROM changes`).Scan(&oldest, &kept); err != nil {
-		t.Fatalf("reading changes table: %v", err)
-	}
-	if kept < keep || kept > keep+s.trimEvery {
-		t.Errorf("%d changes kept, want between %d and %d", kept, keep, keep+s.trimEvery)
-	}
-	if _, err := s.Changes(ctx, 0, 100); !errors.Is(err, store.ErrChangesTrimmed) {
-		t.Errorf("Changes(0) after trimming: err = %v, want ErrChangesTrimmed", err)
-	}
-	if _, err := s.Changes(ctx, oldest-2, 100); !errors.Is(err, store.ErrChangesTrimmed) {
-		t.Errorf("Changes(oldest-2): err = %v, want ErrChangesTrimmed", err)
-	}
-	got, err := s.Changes(ctx, oldest-1, 100)
-	if err != nil || int64(len(got)) != kept || got[0].Seq != oldest || got[len(got)-1].Seq != last {
-		t.Errorf("Changes(oldest-1) = %d changes, %v; want all %d kept, %d..%d", len(got), err, kept, oldest, last)
-	}
-	got, err = s.Changes(ctx, last-3, 100)
-	if err != nil || len(got) != 3 {
-		t.Errorf("Changes(last-3) = %v, %v; want 3", got, err)
-	}
-	// The limit and no limit.
-	if got, err := s.Changes(ctx, oldest-1, 2); err != nil || len(got) != 2 || got[0].Seq != oldest {
-		t.Errorf("Changes(oldest-1, 2) = %v, %v", got, err)
-	}
-	if got, err := s.Changes(ctx, oldest-1, 0); err != nil || int64(len(got)) != kept {
-		t.Errorf("Changes(oldest-1, 0) = %d changes, %v; want %d", len(got), err, kept)
 	}
 }
 

@@ -31,6 +31,23 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestDurable runs the durable-store tests both SQL stores share.
+func TestDurable(t *testing.T) {
+	ms, err := schemaMigrations()
+	if err != nil {
+		t.Fatalf("schemaMigrations: %v", err)
+	}
+	storetest.RunDurable(t, storetest.Durable{
+		New: func(t *testing.T) string { return filepath.Join(t.TempDir(), "keel.db") },
+		Open: func(ctx context.Context, path string, keep int) (storetest.DurableStore, error) {
+			return OpenWith(ctx, path, Options{KeepChanges: keep})
+		},
+		Raw:        rawDB,
+		Migrations: len(ms),
+		TrimEvery:  func(s storetest.DurableStore) int64 { return s.(*Store).trimEvery },
+	})
+}
+
 // rawDB opens the database file directly, bypassing the store.
 func rawDB(t *testing.T, path string) *sql.DB {
 	t.Helper()
@@ -126,145 +143,6 @@ func TestPragmas(t *testing.T) {
 	}
 	if _, err := OpenWith(context.Background(), filepath.Join(t.TempDir(), "x.db"), Options{Synchronous: "OFF"}); err == nil {
 		t.Error("synchronous OFF accepted")
-	}
-}
-
-func TestSchemaVersion(t *testing.T) {
-	ctx := context.Background()
-	ms, err := schemaMigrations()
-	if err != nil {
-		t.Fatalf("schemaMigrations: %v", err)
-	}
-	s, path := openTemp(t, Options{})
-	v, err := s.SchemaVersion(ctx)
-	if err != nil || v != len(ms) || v < 1 {
-		t.Fatalf("SchemaVersion = %d, %v; want %d", v, err, len(ms))
-	}
-	s.Close()
-
-	// Reopening applies nothing twice.
-	s2, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("reopening: %v", err)
-	}
-	var rows int
-	if err := s2.rdb.QueryRow(`SELECT COUNT(*) FROM schema_version`).Scan(&rows); err != nil || rows != len(ms) {
-		t.Errorf("schema_version holds %d rows (%v), want %d", rows, err, len(ms))
-	}
-	s2.Close()
-
-	// A database from a newer program is refused.
-	db := rawDB(t, path)
-	if _, err := db.Exec(`INSERT INTO schema_version (version, name, applied_at) VALUES (?, 'future.sql', 'now')`, len(ms)+1); err != nil {
-		t.Fatalf("faking a newer schema: %v", err)
-	}
-	db.Close()
-	if s3, err := Open(ctx, path); err == nil {
-		s3.Close()
-		t.Error("database with a newer schema version opened")
-	}
-}
-
-func TestReopenKeepsState(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "keel.db")
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	invs := placement.Inventories{placement.VCPU: placement.NewInventory(8)}
-	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "p-1", Name: "cmp-1", Inventories: invs})
-	if err != nil {
-		t.Fatalf("CreateProvider: %v", err)
-	}
-	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{
-		ConsumerUUID: "c-1", Allocations: map[string]placement.Resources{p.UUID: {placement.VCPU: 3}},
-	}); err != nil {
-		t.Fatalf("WriteAllocations: %v", err)
-	}
-	if err := s.PutHostRecord(ctx, records.HostRecord{Host: "cmp-1", VCPUs: 8, VCPUsUsed: 3}); err != nil {
-		t.Fatalf("PutHostRecord: %v", err)
-	}
-	m1, err := s.CreateMigration(ctx, records.Migration{UUID: "m-1", InstanceUUID: "i-1", Status: records.MigrationRunning})
-	if err != nil {
-		t.Fatalf("CreateMigration: %v", err)
-	}
-	last, _ := s.LastChange(ctx)
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-
-	s, err = Open(ctx, path)
-	if err != nil {
-		t.Fatalf("reopening: %v", err)
-	}
-	defer s.Close()
-	sums, err := s.ProviderSummaries(ctx, nil)
-	if err != nil || len(sums) != 1 || sums[0].Generation != 2 || sums[0].Usage[placement.VCPU] != 3 {
-		t.Errorf("after reopen ProviderSummaries = %+v, %v; want p-1 at generation 2 using 3 VCPU", sums, err)
-	}
-	if c, err := s.GetConsumer(ctx, "c-1"); err != nil || c.Generation != 1 {
-		t.Errorf("after reopen GetConsumer = %+v, %v", c, err)
-	}
-	if h, err := s.GetHostRecord(ctx, "cmp-1"); err != nil || h.VCPUsUsed != 3 {
-		t.Errorf("after reopen GetHostRecord = %+v, %v", h, err)
-	}
-	if got, _ := s.LastChange(ctx); got != last {
-		t.Errorf("after reopen LastChange = %d, want %d", got, last)
-	}
-	if err := s.PutService(ctx, records.Service{Host: "cmp-1"}); err != nil {
-		t.Fatalf("PutService: %v", err)
-	}
-	if got, _ := s.LastChange(ctx); got != last+1 {
-		t.Errorf("first change after reopen has Seq %d, want %d", got, last+1)
-	}
-	m2, err := s.CreateMigration(ctx, records.Migration{UUID: "m-2", InstanceUUID: "i-1", Status: records.MigrationQueued})
-	if err != nil || m2.ID <= m1.ID {
-		t.Errorf("migration id after reopen = %d (%v), want above %d", m2.ID, err, m1.ID)
-	}
-	// The stored JSON and the key columns agree.
-	got, err := s.GetMigration(ctx, m2.ID)
-	if err != nil || got.ID != m2.ID || got.Version != 1 {
-		t.Errorf("GetMigration = %+v, %v", got, err)
-	}
-}
-
-func TestChangesTrimmed(t *testing.T) {
-	ctx := context.Background()
-	const keep = 10
-	s, _ := openTemp(t, Options{KeepChanges: keep})
-	for i := 0; i < 57; i++ {
-		if err := s.PutHostRecord(ctx, records.HostRecord{Host: fmt.Sprintf("cmp-%d", i%5)}); err != nil {
-			t.Fatalf("PutHostRecord: %v", err)
-		}
-	}
-	last, err := s.LastChange(ctx)
-	if err != nil || last != 57 {
-		t.Fatalf("LastChange = %d, %v; want 57", last, err)
-	}
-	var oldest, kept int64
-	if err := s.rdb.QueryRow(`SELECT MIN(seq), COUNT(*) FROM changes`).Scan(&oldest, &kept); err != nil {
-		t.Fatalf("reading changes table: %v", err)
-	}
-	if kept < keep || kept > keep+s.trimEvery {
-		t.Errorf("%d changes kept, want between %d and %d", kept, keep, keep+s.trimEvery)
-	}
-	if _, err := s.Changes(ctx, 0, 100); !errors.Is(err, store.ErrChangesTrimmed) {
-		t.Errorf("Changes(0) after trimming: err = %v, want ErrChangesTrimmed", err)
-	}
-	if _, err := s.Changes(ctx, oldest-2, 100); !errors.Is(err, store.ErrChangesTrimmed) {
-		t.Errorf("Changes(oldest-2): err = %v, want ErrChangesTrimmed", err)
-	}
-	got, err := s.Changes(ctx, oldest-1, 100)
-	if err != nil || int64(len(got)) != kept || got[0].Seq != oldest || got[len(got)-1].Seq != last {
-		t.Errorf("Changes(oldest-1) = %d changes, %v; want all %d kept, %d..%d", len(got), err, kept, oldest, last)
-	}
-	got, err = s.Changes(ctx, last-3, 100)
-	if err != nil || len(got) != 3 {
-		t.Errorf("Changes(last-3) = %v, %v; want 3", got, err)
 	}
 }
 
@@ -535,32 +413,4 @@ func TestManyClassesOneProvider(t *testing.T) {
 		t.Fatalf("replacing the claim: %v", err)
 	}
 	checkUsageColumn(t, path)
-}
-
-// TestPlanSurvivesReopen: a running plan, with its moves' states, is
-// read back the same from a reopened database (a server restart).
-func TestPlanSurvivesReopen(t *testing.T) {
-	ctx := context.Background()
-	s, path := openTemp(t, Options{})
-	p, err := s.CreatePlan(ctx, records.Plan{Purpose: records.PlanDrain, State: records.PlanRunning, Hosts: []string{"h01"},
-		Moves: []records.PlanMove{{Instance: "i1", Source: "h01", State: records.MoveRunning, Migration: 4}}, Owner: "keel-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	s2, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("reopening: %v", err)
-	}
-	defer s2.Close()
-	got, err := s2.GetPlan(ctx, p.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.State != records.PlanRunning || len(got.Moves) != 1 || got.Moves[0].Migration != 4 || got.Owner != "keel-a" {
-		t.Fatalf("reopened plan = %+v", got)
-	}
-	if active, err := s2.ListPlans(ctx, true); err != nil || len(active) != 1 {
-		t.Fatalf("active plans after reopen = %v, %v", active, err)
-	}
 }
