@@ -12,6 +12,7 @@ import (
 
 	"keel/internal/placement"
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
 // providerColumns are the columns scanProviders reads: providers with
@@ -115,37 +116,22 @@ func (w *wtx) putInventories(provider string, invs placement.Inventories) {
 	w.queue(qPutInventories, provider, rcs, total, reserved, minU, maxU, step, ratio)
 }
 
-// CreateProvider implements store.Store.
+// CreateProvider implements store.Store: sqlstore.NewProvider's checks,
+// then sqlstore.CreateProvider's in the write transaction.
 func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (placement.Provider, error) {
-	if p.UUID == "" || p.Name == "" {
-		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
+	p, err := sqlstore.NewProvider(p)
+	if err != nil {
+		return placement.Provider{}, err
 	}
-	p.Inventories = p.Inventories.WithDefaults()
-	if err := p.Inventories.Validate(); err != nil {
-		return placement.Provider{}, fmt.Errorf("creating provider %s: %w", p.UUID, err)
-	}
-	p.Generation = 0
-	if len(p.Inventories) > 0 {
-		p.Generation = 1
-	}
-	p = p.Clone()
-	p.Traits, p.Aggregates = placement.NormalizeNames(p.Traits), placement.NormalizeNames(p.Aggregates)
-	err := s.write(ctx, func(w *wtx) error {
-		if p.ParentUUID != "" || len(p.Traits) > 0 {
-			if err := placement.CheckParent(placement.Provider{UUID: p.UUID}, p.ParentUUID, false, w.parentOf); err != nil {
-				return err
-			}
-			if err := placement.UnknownTraits(p.Traits, w.isCustomTrait); err != nil {
-				return err
-			}
-		}
-		// One round trip: a taken UUID or name fails the INSERT, and the
-		// server skips the rest.
-		w.queue(`INSERT INTO providers (uuid, name, generation, parent_uuid, traits, aggregates) VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6)`,
-			p.UUID, p.Name, p.Generation, p.ParentUUID, p.Traits, p.Aggregates)
-		w.putInventories(p.UUID, p.Inventories)
-		w.note(store.ChangeProvider, p.UUID)
-		return nil
+	err = s.write(ctx, func(w *wtx) error {
+		return sqlstore.CreateProvider(w, p, func() error {
+			// One round trip: a taken UUID or name fails the INSERT, and the
+			// server skips the rest.
+			w.queue(`INSERT INTO providers (uuid, name, generation, parent_uuid, traits, aggregates) VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6)`,
+				p.UUID, p.Name, p.Generation, p.ParentUUID, p.Traits, p.Aggregates)
+			w.putInventories(p.UUID, p.Inventories)
+			return nil
+		})
 	})
 	if isUniqueViolation(err, "providers") {
 		var pe *pgconn.PgError
@@ -285,30 +271,23 @@ func (w *wtx) lockProvider(uuid string) (*store.ProviderSummary, error) {
 	return p, nil
 }
 
-// SetInventories implements store.Store. The usage of classes that stay is
-// kept; removing a class in use is refused.
+// SetInventories implements store.Store with sqlstore.SetInventories's
+// edit. The usage of classes that stay is kept; removing a class in use is
+// refused.
 func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error) {
-	invs = invs.WithDefaults()
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.lockProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if err := placement.CheckInventoryUpdate(cur.Provider, cur.Usage, gen, invs); err != nil {
-			return err
-		}
-		keep := make([]string, 0, len(invs))
-		for rc := range invs {
-			keep = append(keep, string(rc))
-		}
-		w.queue(`DELETE FROM inventories WHERE provider_uuid = $1 AND resource_class <> ALL($2::text[])`, uuid, keep)
-		w.putInventories(uuid, invs)
-		out = cur.Provider.Clone()
-		out.Generation, out.Inventories = cur.Generation+1, invs.Clone()
-		w.queue(`UPDATE providers SET generation = $1 WHERE uuid = $2`, out.Generation, uuid)
-		w.note(store.ChangeProvider, uuid)
-		return nil
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetInventories(gen, invs), func(_ *store.ProviderSummary, next placement.Provider) error {
+			keep := make([]string, 0, len(next.Inventories))
+			for rc := range next.Inventories {
+				keep = append(keep, string(rc))
+			}
+			w.queue(`DELETE FROM inventories WHERE provider_uuid = $1 AND resource_class <> ALL($2::text[])`, uuid, keep)
+			w.putInventories(uuid, next.Inventories)
+			w.queue(`UPDATE providers SET generation = $1 WHERE uuid = $2`, next.Generation, uuid)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting inventories of %s: %w", uuid, err)
@@ -316,43 +295,45 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 	return out, nil
 }
 
-// DeleteProvider implements store.Store.
+// DeleteProvider implements store.Store; sqlstore.DeleteProvider notes the
+// change.
 func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.lockProvider(uuid)
-		if err != nil {
-			return err
-		}
-		for _, rc := range slices.Sorted(maps.Keys(cur.Usage)) {
-			if n := cur.Usage[rc]; n > 0 {
-				return &placement.InUseError{Provider: uuid, Class: rc, Used: n}
+		return sqlstore.DeleteProvider(w, uuid, func() error {
+			cur, err := w.lockProvider(uuid)
+			if err != nil {
+				return err
 			}
-		}
-		// Usage follows the allocations, but be strict: the foreign key
-		// from allocations would refuse the delete anyway.
-		var held bool
-		w.queue(`SELECT EXISTS (SELECT 1 FROM allocations WHERE provider_uuid = $1)`, uuid).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&held)
+			for _, rc := range slices.Sorted(maps.Keys(cur.Usage)) {
+				if n := cur.Usage[rc]; n > 0 {
+					return &placement.InUseError{Provider: uuid, Class: rc, Used: n}
+				}
+			}
+			// Usage follows the allocations, but be strict: the foreign key
+			// from allocations would refuse the delete anyway.
+			var held bool
+			w.queue(`SELECT EXISTS (SELECT 1 FROM allocations WHERE provider_uuid = $1)`, uuid).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&held)
+			})
+			if err := w.send(); err != nil {
+				return fmt.Errorf("checking allocations on %s: %w", uuid, err)
+			}
+			if held {
+				return &placement.InUseError{Provider: uuid}
+			}
+			var child string
+			w.queue(`SELECT COALESCE(min(uuid), '') FROM providers WHERE parent_uuid = $1`, uuid).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&child)
+			})
+			if err := w.send(); err != nil {
+				return fmt.Errorf("checking children of %s: %w", uuid, err)
+			}
+			if child != "" {
+				return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
+			}
+			w.queue(`DELETE FROM providers WHERE uuid = $1`, uuid)
+			return nil
 		})
-		if err := w.send(); err != nil {
-			return fmt.Errorf("checking allocations on %s: %w", uuid, err)
-		}
-		if held {
-			return &placement.InUseError{Provider: uuid}
-		}
-		var child string
-		w.queue(`SELECT COALESCE(min(uuid), '') FROM providers WHERE parent_uuid = $1`, uuid).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&child)
-		})
-		if err := w.send(); err != nil {
-			return fmt.Errorf("checking children of %s: %w", uuid, err)
-		}
-		if child != "" {
-			return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
-		}
-		w.queue(`DELETE FROM providers WHERE uuid = $1`, uuid)
-		w.note(store.ChangeProvider, uuid)
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("deleting provider %s: %w", uuid, err)

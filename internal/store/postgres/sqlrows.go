@@ -95,3 +95,8 @@ func (r txRow) Scan(dest ...any) error {
 	}
 	return noRows
 }
+
+var _ sqlstore.ProviderTx = (*wtx)(nil)
+
+// LockProvider implements sqlstore.ProviderTx (SELECT … FOR UPDATE).
+func (w *wtx) LockProvider(uuid string) (*store.ProviderSummary, error) { return w.lockProvider(uuid) }

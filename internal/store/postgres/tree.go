@@ -9,11 +9,12 @@ import (
 
 	"keel/internal/placement"
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
-// parentOf is placement.CheckParent's view of the providers inside a
+// ParentOf is placement.CheckParent's view of the providers inside a
 // write transaction.
-func (w *wtx) parentOf(uuid string) (string, bool, error) {
+func (w *wtx) ParentOf(uuid string) (string, bool, error) {
 	var parent *string
 	found := false
 	w.queue(`SELECT COALESCE(parent_uuid, '') FROM providers WHERE uuid = $1`, uuid).Query(func(rows pgx.Rows) error {
@@ -34,10 +35,10 @@ func (w *wtx) parentOf(uuid string) (string, bool, error) {
 	return *parent, true, nil
 }
 
-// isCustomTrait looks a created trait up and keeps it locked (FOR SHARE)
+// IsCustomTrait looks a created trait up and keeps it locked (FOR SHARE)
 // until the transaction ends, so that DeleteTrait cannot remove it under a
 // provider being given it.
-func (w *wtx) isCustomTrait(name string) (bool, error) {
+func (w *wtx) IsCustomTrait(name string) (bool, error) {
 	found := false
 	w.queue(`SELECT name FROM custom_traits WHERE name = $1 FOR SHARE`, name).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -51,25 +52,19 @@ func (w *wtx) isCustomTrait(name string) (bool, error) {
 	return found, nil
 }
 
-// UpdateProvider implements store.Store.
+// UpdateProvider implements store.Store with sqlstore.Rename's edit; a
+// taken name fails the UPDATE on the unique index.
 func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, reparent bool) (placement.Provider, error) {
-	if name == "" {
-		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a name"}
+	if err := sqlstore.CheckRename(name); err != nil {
+		return placement.Provider{}, err
 	}
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.lockProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if err := placement.CheckParent(cur.Provider, parent, reparent, w.parentOf); err != nil {
-			return err
-		}
-		w.queue(`UPDATE providers SET name = $1, parent_uuid = NULLIF($2, '') WHERE uuid = $3`, name, parent, uuid)
-		w.note(store.ChangeProvider, uuid)
-		out = cur.Provider
-		out.Name, out.ParentUUID = name, parent
-		return nil
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.Rename(w, name, parent, reparent), func(_ *store.ProviderSummary, _ placement.Provider) error {
+			w.queue(`UPDATE providers SET name = $1, parent_uuid = NULLIF($2, '') WHERE uuid = $3`, name, parent, uuid)
+			return nil
+		})
+		return err
 	})
 	if isUniqueViolation(err, "providers") {
 		return placement.Provider{}, fmt.Errorf("updating provider %s: name %q: %w", uuid, name, store.ErrExists)
@@ -80,25 +75,15 @@ func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, r
 	return out, nil
 }
 
-// SetProviderTraits implements store.Store.
+// SetProviderTraits implements store.Store with sqlstore.SetTraits's edit.
 func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, traits []string) (placement.Provider, error) {
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.lockProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if err := placement.CheckGeneration(cur.Provider, gen); err != nil {
-			return err
-		}
-		if err := placement.UnknownTraits(traits, w.isCustomTrait); err != nil {
-			return err
-		}
-		out = cur.Provider
-		out.Traits, out.Generation = placement.NormalizeNames(traits), cur.Generation+1
-		w.queue(`UPDATE providers SET traits = $1, generation = $2 WHERE uuid = $3`, out.Traits, out.Generation, uuid)
-		w.note(store.ChangeProvider, uuid)
-		return nil
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetTraits(w, gen, traits), func(_ *store.ProviderSummary, next placement.Provider) error {
+			w.queue(`UPDATE providers SET traits = $1, generation = $2 WHERE uuid = $3`, next.Traits, next.Generation, uuid)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting traits of %s: %w", uuid, err)
@@ -109,24 +94,16 @@ func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, t
 	return out, nil
 }
 
-// SetProviderAggregates implements store.Store.
+// SetProviderAggregates implements store.Store with sqlstore.SetAggregates's
+// edit.
 func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int64, aggregates []string) (placement.Provider, error) {
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.lockProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if gen != nil {
-			if err := placement.CheckGeneration(cur.Provider, *gen); err != nil {
-				return err
-			}
-		}
-		out = cur.Provider
-		out.Aggregates, out.Generation = placement.NormalizeNames(aggregates), cur.Generation+1
-		w.queue(`UPDATE providers SET aggregates = $1, generation = $2 WHERE uuid = $3`, out.Aggregates, out.Generation, uuid)
-		w.note(store.ChangeProvider, uuid)
-		return nil
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetAggregates(gen, aggregates), func(_ *store.ProviderSummary, next placement.Provider) error {
+			w.queue(`UPDATE providers SET aggregates = $1, generation = $2 WHERE uuid = $3`, next.Aggregates, next.Generation, uuid)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting aggregates of %s: %w", uuid, err)

@@ -12,6 +12,7 @@ import (
 
 	"keel/internal/placement"
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
 // providerSelect reads providers with their inventories and usage, one row
@@ -156,51 +157,39 @@ func (w *wtx) putInventory(provider string, rc placement.ResourceClass, inv plac
 	return nil
 }
 
-// CreateProvider implements store.Store.
+// CreateProvider implements store.Store: sqlstore.NewProvider's checks,
+// then sqlstore.CreateProvider's in the write transaction.
 func (s *Store) CreateProvider(ctx context.Context, p placement.Provider) (placement.Provider, error) {
-	if p.UUID == "" || p.Name == "" {
-		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a uuid and a name"}
+	p, err := sqlstore.NewProvider(p)
+	if err != nil {
+		return placement.Provider{}, err
 	}
-	p.Inventories = p.Inventories.WithDefaults()
-	if err := p.Inventories.Validate(); err != nil {
-		return placement.Provider{}, fmt.Errorf("creating provider %s: %w", p.UUID, err)
-	}
-	p.Generation = 0
-	if len(p.Inventories) > 0 {
-		p.Generation = 1
-	}
-	p = p.Clone()
-	p.Traits, p.Aggregates = placement.NormalizeNames(p.Traits), placement.NormalizeNames(p.Aggregates)
-	err := s.write(ctx, func(w *wtx) error {
-		var n int
-		if err := w.queryRow(qProviderExists, p.UUID).Scan(&n); err != nil {
-			return fmt.Errorf("checking provider %s: %w", p.UUID, err)
-		}
-		if n > 0 {
-			return fmt.Errorf("provider %s: %w", p.UUID, store.ErrExists)
-		}
-		if err := w.queryRow(qProviderNameTaken, p.Name).Scan(&n); err != nil {
-			return fmt.Errorf("checking provider name %q: %w", p.Name, err)
-		}
-		if n > 0 {
-			return fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
-		}
-		if err := placement.CheckParent(placement.Provider{UUID: p.UUID}, p.ParentUUID, false, w.parentOf); err != nil {
-			return err
-		}
-		if err := placement.UnknownTraits(p.Traits, w.isCustomTrait); err != nil {
-			return err
-		}
-		if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation,
-			sql.NullString{String: p.ParentUUID, Valid: p.ParentUUID != ""}, encodeNames(p.Traits), encodeNames(p.Aggregates)); err != nil {
-			return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
-		}
-		for _, rc := range slices.Sorted(maps.Keys(p.Inventories)) {
-			if err := w.putInventory(p.UUID, rc, p.Inventories[rc]); err != nil {
-				return err
+	err = s.write(ctx, func(w *wtx) error {
+		return sqlstore.CreateProvider(w, p, func() error {
+			var n int
+			if err := w.queryRow(qProviderExists, p.UUID).Scan(&n); err != nil {
+				return fmt.Errorf("checking provider %s: %w", p.UUID, err)
 			}
-		}
-		return w.note(store.ChangeProvider, p.UUID)
+			if n > 0 {
+				return fmt.Errorf("provider %s: %w", p.UUID, store.ErrExists)
+			}
+			if err := w.queryRow(qProviderNameTaken, p.Name).Scan(&n); err != nil {
+				return fmt.Errorf("checking provider name %q: %w", p.Name, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("provider name %q: %w", p.Name, store.ErrExists)
+			}
+			if _, err := w.exec(qInsertProvider, p.UUID, p.Name, p.Generation,
+				sql.NullString{String: p.ParentUUID, Valid: p.ParentUUID != ""}, encodeNames(p.Traits), encodeNames(p.Aggregates)); err != nil {
+				return fmt.Errorf("inserting provider %s: %w", p.UUID, err)
+			}
+			for _, rc := range slices.Sorted(maps.Keys(p.Inventories)) {
+				if err := w.putInventory(p.UUID, rc, p.Inventories[rc]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("creating provider: %w", err)
@@ -269,38 +258,32 @@ func (s *Store) ProviderSummaries(ctx context.Context, uuids []string) ([]store.
 	return out, nil
 }
 
-// SetInventories implements store.Store. The usage of classes that stay is
-// kept; removing a class in use is refused.
+// SetInventories implements store.Store with sqlstore.SetInventories's
+// edit. The usage of classes that stay is kept; removing a class in use is
+// refused.
 func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs placement.Inventories) (placement.Provider, error) {
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.loadProvider(uuid)
-		if err != nil {
-			return err
-		}
-		invs = invs.WithDefaults()
-		if err := placement.CheckInventoryUpdate(cur.Provider, cur.Usage, gen, invs); err != nil {
-			return err
-		}
-		for _, rc := range slices.Sorted(maps.Keys(cur.Inventories)) {
-			if _, keep := invs[rc]; keep {
-				continue
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetInventories(gen, invs), func(cur *store.ProviderSummary, next placement.Provider) error {
+			for _, rc := range slices.Sorted(maps.Keys(cur.Inventories)) {
+				if _, keep := next.Inventories[rc]; keep {
+					continue
+				}
+				if _, err := w.exec(qDeleteInventory, uuid, string(rc)); err != nil {
+					return fmt.Errorf("removing inventory %s of %s: %w", rc, uuid, err)
+				}
 			}
-			if _, err := w.exec(qDeleteInventory, uuid, string(rc)); err != nil {
-				return fmt.Errorf("removing inventory %s of %s: %w", rc, uuid, err)
+			for _, rc := range slices.Sorted(maps.Keys(next.Inventories)) {
+				if err := w.putInventory(uuid, rc, next.Inventories[rc]); err != nil {
+					return err
+				}
 			}
-		}
-		for _, rc := range slices.Sorted(maps.Keys(invs)) {
-			if err := w.putInventory(uuid, rc, invs[rc]); err != nil {
-				return err
+			if _, err := w.exec(qSetProviderGeneration, next.Generation, uuid); err != nil {
+				return fmt.Errorf("bumping generation of %s: %w", uuid, err)
 			}
-		}
-		out = cur.Provider.Clone()
-		out.Generation, out.Inventories = cur.Generation+1, invs.Clone()
-		if _, err := w.exec(qSetProviderGeneration, out.Generation, uuid); err != nil {
-			return fmt.Errorf("bumping generation of %s: %w", uuid, err)
-		}
-		return w.note(store.ChangeProvider, uuid)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting inventories of %s: %w", uuid, err)
@@ -308,46 +291,49 @@ func (s *Store) SetInventories(ctx context.Context, uuid string, gen int64, invs
 	return out, nil
 }
 
-// DeleteProvider implements store.Store.
+// DeleteProvider implements store.Store; sqlstore.DeleteProvider notes the
+// change.
 func (s *Store) DeleteProvider(ctx context.Context, uuid string) error {
 	err := s.write(ctx, func(w *wtx) error {
-		var n int
-		if err := w.queryRow(qProviderExists, uuid).Scan(&n); err != nil {
-			return fmt.Errorf("checking provider %s: %w", uuid, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
-		}
-		var (
-			rc   string
-			used int64
-		)
-		err := w.queryRow(qProviderUsedClass, uuid).Scan(&rc, &used)
-		switch {
-		case err == nil:
-			return &placement.InUseError{Provider: uuid, Class: placement.ResourceClass(rc), Used: used}
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("checking usage of %s: %w", uuid, err)
-		}
-		// Usage is maintained with the allocations, but be strict: the
-		// foreign key from allocations would refuse the delete anyway.
-		if err := w.queryRow(qProviderHasAllocations, uuid).Scan(&n); err != nil {
-			return fmt.Errorf("checking allocations on %s: %w", uuid, err)
-		}
-		if n > 0 {
-			return &placement.InUseError{Provider: uuid}
-		}
-		var child string
-		switch err := w.queryRow(qProviderChild, uuid).Scan(&child); {
-		case err == nil:
-			return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("checking children of %s: %w", uuid, err)
-		}
-		if _, err := w.exec(qDeleteProvider, uuid); err != nil {
-			return fmt.Errorf("deleting provider %s: %w", uuid, err)
-		}
-		return w.note(store.ChangeProvider, uuid)
+		return sqlstore.DeleteProvider(w, uuid, func() error {
+			var n int
+			if err := w.queryRow(qProviderExists, uuid).Scan(&n); err != nil {
+				return fmt.Errorf("checking provider %s: %w", uuid, err)
+			}
+			if n == 0 {
+				return fmt.Errorf("provider %s: %w", uuid, store.ErrNotFound)
+			}
+			var (
+				rc   string
+				used int64
+			)
+			err := w.queryRow(qProviderUsedClass, uuid).Scan(&rc, &used)
+			switch {
+			case err == nil:
+				return &placement.InUseError{Provider: uuid, Class: placement.ResourceClass(rc), Used: used}
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("checking usage of %s: %w", uuid, err)
+			}
+			// Usage is maintained with the allocations, but be strict: the
+			// foreign key from allocations would refuse the delete anyway.
+			if err := w.queryRow(qProviderHasAllocations, uuid).Scan(&n); err != nil {
+				return fmt.Errorf("checking allocations on %s: %w", uuid, err)
+			}
+			if n > 0 {
+				return &placement.InUseError{Provider: uuid}
+			}
+			var child string
+			switch err := w.queryRow(qProviderChild, uuid).Scan(&child); {
+			case err == nil:
+				return fmt.Errorf("parent of %s: %w", child, store.ErrHasChildren)
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("checking children of %s: %w", uuid, err)
+			}
+			if _, err := w.exec(qDeleteProvider, uuid); err != nil {
+				return fmt.Errorf("deleting provider %s: %w", uuid, err)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("deleting provider %s: %w", uuid, err)

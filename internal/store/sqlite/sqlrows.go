@@ -76,3 +76,9 @@ func (w *wtx) QueryRow(query string, args ...any) sqlstore.Row { return w.queryR
 
 // Note implements sqlstore.Tx.
 func (w *wtx) Note(kind store.ChangeKind, key string) error { return w.note(kind, key) }
+
+var _ sqlstore.ProviderTx = (*wtx)(nil)
+
+// LockProvider implements sqlstore.ProviderTx: the single writer holds
+// the database for the whole transaction, so a read is as good as a lock.
+func (w *wtx) LockProvider(uuid string) (*store.ProviderSummary, error) { return w.loadProvider(uuid) }

@@ -8,11 +8,12 @@ import (
 
 	"keel/internal/placement"
 	"keel/internal/store"
+	"keel/internal/store/sqlstore"
 )
 
-// parentOf is placement.CheckParent's view of the providers inside a
+// ParentOf is placement.CheckParent's view of the providers inside a
 // write transaction.
-func (w *wtx) parentOf(uuid string) (string, bool, error) {
+func (w *wtx) ParentOf(uuid string) (string, bool, error) {
 	var parent string
 	err := w.queryRow(qProviderParent, uuid).Scan(&parent)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -24,7 +25,7 @@ func (w *wtx) parentOf(uuid string) (string, bool, error) {
 	return parent, true, nil
 }
 
-func (w *wtx) isCustomTrait(name string) (bool, error) {
+func (w *wtx) IsCustomTrait(name string) (bool, error) {
 	var n int
 	if err := w.queryRow(qCustomTraitExists, name).Scan(&n); err != nil {
 		return false, fmt.Errorf("looking up trait %s: %w", name, err)
@@ -32,33 +33,28 @@ func (w *wtx) isCustomTrait(name string) (bool, error) {
 	return n > 0, nil
 }
 
-// UpdateProvider implements store.Store.
+// UpdateProvider implements store.Store: sqlstore.Rename's edit, the name
+// checked free before the row is written.
 func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, reparent bool) (placement.Provider, error) {
-	if name == "" {
-		return placement.Provider{}, &placement.InvalidError{Msg: "provider needs a name"}
+	if err := sqlstore.CheckRename(name); err != nil {
+		return placement.Provider{}, err
 	}
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.loadProvider(uuid)
-		if err != nil {
-			return err
-		}
-		var owner string
-		switch err := w.queryRow(qProviderNameOwner, name).Scan(&owner); {
-		case err == nil && owner != uuid:
-			return fmt.Errorf("name %q: %w", name, store.ErrExists)
-		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("checking name %q: %w", name, err)
-		}
-		if err := placement.CheckParent(cur.Provider, parent, reparent, w.parentOf); err != nil {
-			return err
-		}
-		if _, err := w.exec(qUpdateProvider, name, sql.NullString{String: parent, Valid: parent != ""}, uuid); err != nil {
-			return fmt.Errorf("writing provider: %w", err)
-		}
-		out = cur.Provider
-		out.Name, out.ParentUUID = name, parent
-		return w.note(store.ChangeProvider, uuid)
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.Rename(w, name, parent, reparent), func(_ *store.ProviderSummary, _ placement.Provider) error {
+			var owner string
+			switch err := w.queryRow(qProviderNameOwner, name).Scan(&owner); {
+			case err == nil && owner != uuid:
+				return fmt.Errorf("name %q: %w", name, store.ErrExists)
+			case err != nil && !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("checking name %q: %w", name, err)
+			}
+			if _, err := w.exec(qUpdateProvider, name, sql.NullString{String: parent, Valid: parent != ""}, uuid); err != nil {
+				return fmt.Errorf("writing provider: %w", err)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("updating provider %s: %w", uuid, err)
@@ -66,26 +62,17 @@ func (s *Store) UpdateProvider(ctx context.Context, uuid, name, parent string, r
 	return out, nil
 }
 
-// SetProviderTraits implements store.Store.
+// SetProviderTraits implements store.Store with sqlstore.SetTraits's edit.
 func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, traits []string) (placement.Provider, error) {
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.loadProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if err := placement.CheckGeneration(cur.Provider, gen); err != nil {
-			return err
-		}
-		if err := placement.UnknownTraits(traits, w.isCustomTrait); err != nil {
-			return err
-		}
-		out = cur.Provider
-		out.Traits, out.Generation = placement.NormalizeNames(traits), cur.Generation+1
-		if _, err := w.exec(qSetProviderTraits, encodeNames(out.Traits), out.Generation, uuid); err != nil {
-			return fmt.Errorf("writing traits: %w", err)
-		}
-		return w.note(store.ChangeProvider, uuid)
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetTraits(w, gen, traits), func(_ *store.ProviderSummary, next placement.Provider) error {
+			if _, err := w.exec(qSetProviderTraits, encodeNames(next.Traits), next.Generation, uuid); err != nil {
+				return fmt.Errorf("writing traits: %w", err)
+			}
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting traits of %s: %w", uuid, err)
@@ -93,25 +80,18 @@ func (s *Store) SetProviderTraits(ctx context.Context, uuid string, gen int64, t
 	return out, nil
 }
 
-// SetProviderAggregates implements store.Store.
+// SetProviderAggregates implements store.Store with sqlstore.SetAggregates's
+// edit.
 func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int64, aggregates []string) (placement.Provider, error) {
 	var out placement.Provider
-	err := s.write(ctx, func(w *wtx) error {
-		cur, err := w.loadProvider(uuid)
-		if err != nil {
-			return err
-		}
-		if gen != nil {
-			if err := placement.CheckGeneration(cur.Provider, *gen); err != nil {
-				return err
+	err := s.write(ctx, func(w *wtx) (err error) {
+		out, err = sqlstore.EditProvider(w, uuid, sqlstore.SetAggregates(gen, aggregates), func(_ *store.ProviderSummary, next placement.Provider) error {
+			if _, err := w.exec(qSetProviderAggregates, encodeNames(next.Aggregates), next.Generation, uuid); err != nil {
+				return fmt.Errorf("writing aggregates: %w", err)
 			}
-		}
-		out = cur.Provider
-		out.Aggregates, out.Generation = placement.NormalizeNames(aggregates), cur.Generation+1
-		if _, err := w.exec(qSetProviderAggregates, encodeNames(out.Aggregates), out.Generation, uuid); err != nil {
-			return fmt.Errorf("writing aggregates: %w", err)
-		}
-		return w.note(store.ChangeProvider, uuid)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return placement.Provider{}, fmt.Errorf("setting aggregates of %s: %w", uuid, err)
