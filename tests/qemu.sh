@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Drives `keel dev --driver qemu --hosts 3` with openstackclient: a real
 # guest (keel's tiny boot sector under qemu-system-x86_64, TCG) is booted,
-# live-migrated by QEMU (the scheduler choosing the host),
-# and deleted; its QEMU process follows it from host to host. test.sh runs
+# live-migrated by QEMU (the scheduler choosing the host), live-migrated
+# again while paused, and deleted; its QEMU process follows it from host to host. test.sh runs
 # it after the Go tests. Needs Debian's qemu-system-x86 and
 # python3-openstackclient.
 set -euo pipefail
@@ -43,6 +43,24 @@ expect "ACTIVE" "$status" "vm1 ACTIVE after the migration"
 echo "ok  server migrate --live-migration: QEMU moved vm1 $src -> $dst"
 expect "$src $dst completed" \
   "$(os server migration list --server vm1 -f value -c 'Source Compute' -c 'Dest Compute' -c Status)" "server migration list"
+
+# Nova live-migrates paused servers: QEMU copies the paused guest and it
+# arrives paused.
+# (openstack's --wait waits for ACTIVE: the script polls for PAUSED.)
+os server pause vm1
+os server migrate --live-migration vm1 >/dev/null
+for _ in $(seq 60); do
+  read -r pdst status <<<"$(os server show vm1 -f value -c status -c OS-EXT-SRV-ATTR:host | tr '\n' ' ')"
+  [ "$status" = MIGRATING ] || break
+  sleep 1
+done
+expect "PAUSED" "$status" "vm1 PAUSED after its paused live migration"
+[ "$pdst" != "$dst" ] || fail "the paused live migration left vm1 on $dst"
+[ -n "$(qemuof "$pdst" "$id")" ] || fail "no QEMU holds the paused vm1 on $pdst"
+[ -z "$(qemuof "$dst" "$id")" ] || fail "the source QEMU of the paused vm1 still runs on $dst"
+echo "ok  server migrate --live-migration of a paused server: QEMU moved it $dst -> $pdst, PAUSED"
+os server unpause vm1
+dst=$pdst
 
 os server delete --wait vm1
 [ -z "$(qemuof "$dst" "$id")" ] || fail "vm1's QEMU still runs after server delete"

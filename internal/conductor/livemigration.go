@@ -37,9 +37,15 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	}
 	// Nova live-migrates active and paused servers; a paused one stays
 	// paused through the move and arrives paused.
-	if (inst.VMState != records.VMActive && inst.VMState != records.VMPaused) || inst.TaskState != records.TaskNone {
+	// Any other vm_state (a suspended, stopped or rescued server) or a
+	// task in flight is refused with Nova's 409 text.
+	if inst.VMState != records.VMActive && inst.VMState != records.VMPaused {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
-			"cannot live-migrate instance %s in vm_state %s, task_state %q: it must be active or paused with no task", instanceUUID, inst.VMState, inst.TaskState)}
+			"Cannot 'os-migrateLive' instance %s while it is in vm_state %s", instanceUUID, inst.VMState)}
+	}
+	if inst.TaskState != records.TaskNone {
+		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
+			"Cannot 'os-migrateLive' instance %s while it is in task_state %s", instanceUUID, inst.TaskState)}
 	}
 	if requestedHost == inst.Host {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}

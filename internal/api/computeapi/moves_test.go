@@ -56,3 +56,43 @@ func TestStoppedServerMoves(t *testing.T) {
 	e.act(id, "member", "", map[string]any{"os-start": nil}, 202)
 	e.waitStatus(id, "member", "ACTIVE")
 }
+
+// TestLiveMigrationRefusedStates: Nova live-migrates ACTIVE and PAUSED
+// servers only; a suspended or stopped one is refused with its 409 text,
+// nothing recorded, the server left as it was. A paused one moves and
+// arrives paused.
+func TestLiveMigrationRefusedStates(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "imageRef": "img"}}, &created)
+	id := created.Server.ID
+	e.waitStatus(id, "member", "ACTIVE")
+	live := map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}
+	for _, s := range []struct{ action, status, vmState, undo, back string }{
+		{"suspend", "SUSPENDED", "suspended", "resume", "ACTIVE"},
+		{"os-stop", "SHUTOFF", "stopped", "os-start", "ACTIVE"},
+	} {
+		e.act(id, "member", "", map[string]any{s.action: nil}, 202)
+		e.waitStatus(id, "member", s.status)
+		var fault map[string]map[string]any
+		resp := e.call("POST", "/compute/v2.1/servers/"+id+"/action", "admin", "2.30", live, &fault)
+		want := "Cannot 'os-migrateLive' instance " + id + " while it is in vm_state " + s.vmState
+		if resp.StatusCode != 409 || fault["conflictingRequest"]["message"] != want {
+			t.Errorf("live migration when %s: %d %v, want 409 %q", s.vmState, resp.StatusCode, fault, want)
+		}
+		var ms struct{ Migrations []map[string]any }
+		e.call("GET", "/compute/v2.1/os-migrations", "admin", "", nil, &ms)
+		if len(ms.Migrations) != 0 {
+			t.Errorf("a refused live migration left migrations %v", ms.Migrations)
+		}
+		e.waitStatus(id, "member", s.status)
+		e.act(id, "member", "", map[string]any{s.undo: nil}, 202)
+		e.waitStatus(id, "member", s.back)
+	}
+	e.act(id, "member", "", map[string]any{"pause": nil}, 202)
+	host := e.waitStatus(id, "admin", "PAUSED")["OS-EXT-SRV-ATTR:host"]
+	e.act(id, "admin", "2.30", live, 202)
+	if v := e.waitStatus(id, "admin", "PAUSED"); v["OS-EXT-SRV-ATTR:host"] == host {
+		t.Errorf("the paused server is still on %v after its live migration", host)
+	}
+}

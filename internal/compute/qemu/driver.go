@@ -482,21 +482,31 @@ func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.
 }
 
 // CheckCanLiveMigrateSource implements compute.Driver: the guest is ours,
-// and QEMU says it runs (query-status).
+// and QEMU says it runs (query-status), or is paused for a paused guest
+// (Nova live-migrates paused servers too: QEMU copies a paused guest,
+// which arrives paused).
 func (d *Driver) CheckCanLiveMigrateSource(ctx context.Context, inst records.Instance) error {
 	d.mu.Lock()
 	v, ok := d.vms[inst.UUID]
-	ok = ok && v.st.Guest.State == compute.GuestRunning && v.alive()
+	var state compute.GuestState
+	if ok {
+		state = v.st.Guest.State
+	}
+	ok = ok && (state == compute.GuestRunning || state == compute.GuestPaused) && v.alive()
 	d.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("instance %s is not running on the source", inst.UUID)
+		return fmt.Errorf("instance %s is not running (nor paused) on the source", inst.UUID)
 	}
 	var st struct{ Status string }
 	if err := d.execute(ctx, v, "query-status", nil, &st); err != nil {
 		return fmt.Errorf("instance %s: %w", inst.UUID, err)
 	}
-	if st.Status != "running" {
-		return fmt.Errorf("instance %s is %s in QEMU, not running", inst.UUID, st.Status)
+	want := "running"
+	if state == compute.GuestPaused {
+		want = "paused"
+	}
+	if st.Status != want {
+		return fmt.Errorf("instance %s is %s in QEMU, not %s", inst.UUID, st.Status, want)
 	}
 	return nil
 }
@@ -620,10 +630,17 @@ func (d *Driver) PostLiveMigrationAtSource(ctx context.Context, uuid string) err
 // PostLiveMigrationAtDestination implements compute.Driver: it waits for
 // the incoming QEMU to finish loading, resumes it if the copy ended with
 // the guest paused (a forced completion), and makes it the running guest.
+// A paused instance's guest (inst's vm_state paused) arrives paused and
+// stays so.
 func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error {
+	keepPaused := inst.VMState == records.VMPaused
+	final := compute.GuestRunning
+	if keepPaused {
+		final = compute.GuestPaused
+	}
 	d.mu.Lock()
 	v, ok := d.vms[inst.UUID]
-	running := ok && v.st.Guest.State == compute.GuestRunning
+	running := ok && v.st.Guest.State == final
 	d.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("post live migration of %s: no incoming guest", inst.UUID)
@@ -644,6 +661,9 @@ func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst record
 		switch st.Status {
 		case "running":
 		case "paused":
+			if keepPaused {
+				break
+			}
 			if err := d.execute(ctx, v, "cont", nil, nil); err != nil {
 				return fmt.Errorf("post live migration of %s: resuming the guest: %w", inst.UUID, err)
 			}
@@ -660,7 +680,7 @@ func (d *Driver) PostLiveMigrationAtDestination(ctx context.Context, inst record
 		break
 	}
 	d.mu.Lock()
-	v.st.Guest.State, v.st.URI, v.st.PostCopy = compute.GuestRunning, "", false
+	v.st.Guest.State, v.st.URI, v.st.PostCopy = final, "", false
 	d.saveLocked(v)
 	d.mu.Unlock()
 	return nil

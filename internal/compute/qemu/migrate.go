@@ -73,8 +73,8 @@ func (d *Driver) LiveMigration(ctx context.Context, migID int64, inst records.In
 	v, ok := d.vms[inst.UUID]
 	var err error
 	switch {
-	case !ok || v.st.Guest.State != compute.GuestRunning:
-		err = fmt.Errorf("live migration of %s: guest is not running here", inst.UUID)
+	case !ok || (v.st.Guest.State != compute.GuestRunning && v.st.Guest.State != compute.GuestPaused):
+		err = fmt.Errorf("live migration of %s: guest is not running (nor paused) here", inst.UUID)
 		if ok && v.job != nil {
 			err = fmt.Errorf("live migration of %s: a migration of this guest is already in progress", inst.UUID)
 		}
@@ -88,6 +88,9 @@ func (d *Driver) LiveMigration(ctx context.Context, migID int64, inst records.In
 	}
 	job := &copyJob{migID: migID, stopCh: make(chan struct{}), postCopy: d.cfg.PermitPostCopy && data["post_copy"] == "true"}
 	v.job = job
+	// A paused guest is copied paused (Guest.Paused): a failed copy
+	// leaves it paused here, a completed one arrives paused.
+	v.st.Guest.Paused = v.st.Guest.State == compute.GuestPaused
 	v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = compute.GuestMigrating, migID, dest, data["uri"]
 	d.saveLocked(v)
 	d.mu.Unlock()
@@ -278,7 +281,8 @@ func (d *Driver) finish(ctx context.Context, v *vm, job *copyJob, err error) {
 		v.job = nil
 	}
 	if err != nil && v.st.Guest.State == compute.GuestMigrating && d.vms[v.st.Guest.UUID] == v {
-		v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = compute.GuestRunning, 0, "", ""
+		v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = v.st.Guest.Settled(), 0, "", ""
+		v.st.Guest.Paused = false
 		d.saveLocked(v)
 	}
 	d.mu.Unlock()
@@ -321,12 +325,16 @@ func (d *Driver) ForceCompleteLiveMigration(ctx context.Context, uuid string) er
 }
 
 func (d *Driver) force(ctx context.Context, v *vm, job *copyJob) error {
+	paused := d.copiedPaused(v) // before job.mu: Close takes d.mu, then job.mu
 	job.mu.Lock()
 	defer job.mu.Unlock()
 	if job.forced {
 		return nil
 	}
 	job.forced = true
+	if paused && !job.postCopy {
+		return nil // a paused guest dirties nothing: its copy completes as it is
+	}
 	if job.postCopy {
 		if err := d.execute(ctx, v, "migrate-start-postcopy", nil, nil); err != nil {
 			return fmt.Errorf("switching the migration of %s to post-copy: %w", v.st.Guest.UUID, err)
@@ -338,6 +346,13 @@ func (d *Driver) force(ctx context.Context, v *vm, job *copyJob) error {
 	}
 	job.paused = true
 	return nil
+}
+
+// copiedPaused reports whether v's copy began with the guest paused.
+func (d *Driver) copiedPaused(v *vm) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return v.st.Guest.Paused
 }
 
 func (d *Driver) copying(uuid, op string) (*vm, *copyJob, error) {
@@ -382,7 +397,7 @@ func (d *Driver) Reattach(ctx context.Context, uuid string, progress func(total,
 			}
 		}
 		var st struct{ Status string }
-		if err := d.execute(bg, v, "query-status", nil, &st); err == nil && st.Status == "paused" {
+		if err := d.execute(bg, v, "query-status", nil, &st); err == nil && st.Status == "paused" && !d.copiedPaused(v) {
 			job.paused, job.forced = true, true
 		}
 		d.log.Info("re-attached to a migration that outlived the agent", "instance", uuid, "migration", job.migID)
@@ -465,13 +480,16 @@ func (d *Driver) RevertCopy(ctx context.Context, uuid string) error {
 	if err := d.execute(ctx, v, "query-status", nil, &st); err != nil {
 		return fmt.Errorf("reverting the copy of %s: %w", uuid, err)
 	}
-	if st.Status != "running" {
+	// A guest copied paused stays paused here (unpause's cont resumes it
+	// from postmigrate as from paused).
+	if st.Status != "running" && !d.copiedPaused(v) {
 		if err := d.execute(ctx, v, "cont", nil, nil); err != nil {
 			return fmt.Errorf("resuming %s (%s) after its destination was lost: %w", uuid, st.Status, err)
 		}
 	}
 	d.mu.Lock()
-	v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = compute.GuestRunning, 0, "", ""
+	v.st.Guest.State, v.st.Guest.MigrationID, v.st.Dest, v.st.URI = v.st.Guest.Settled(), 0, "", ""
+	v.st.Guest.Paused = false
 	d.saveLocked(v)
 	d.mu.Unlock()
 	d.log.Info("the destination lost the guest after the copy: it runs here again", "instance", uuid, "was", st.Status)
