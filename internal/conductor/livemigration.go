@@ -539,10 +539,19 @@ func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, a
 			cur.Host = a.Host
 		}
 		if a.Flavor != nil {
+			if cur.ResizeFlavor != nil && a.Flavor.ID != cur.Flavor.ID {
+				// The resized guest runs with its new flavor: the old one
+				// is the other side now, still counted until the end.
+				prev := cur.Flavor
+				cur.ResizeFlavor = &prev
+			}
 			cur.Flavor = *a.Flavor
 		}
 		if a.VMState != "" {
 			cur.VMState = a.VMState
+		}
+		if cur.VMState != records.VMResized {
+			cur.ResizeFlavor = nil // no resize open (any more)
 		}
 		if a.PowerState != 0 {
 			cur.PowerState = a.PowerState

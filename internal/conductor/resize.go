@@ -50,8 +50,22 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 		return records.Migration{}, &InvalidStateError{Msg: "When resizing, instances must change flavor!"}
 	}
 	inst.TaskState, inst.UpdatedAt = records.TaskResizePrep, c.clock.Now()
+	if typ == records.MigrationTypeResize {
+		// Counted by the quotas from now on (the larger flavor), before
+		// the admission's count: racing resizes and boots see each other.
+		nf := *newFlavor
+		inst.ResizeFlavor = &nf
+	}
 	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
 		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
+	}
+	if c.cfg.Quota != nil && inst.ResizeFlavor != nil {
+		if qerr := c.cfg.Quota.AdmitResize(ctx, inst); qerr != nil {
+			if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
+				c.log.Error("clearing the task of a resize the quotas refused", "instance", inst.UUID, "err", serr)
+			}
+			return records.Migration{}, fmt.Errorf("resize of %s: %w", instanceUUID, qerr)
+		}
 	}
 	now := c.clock.Now()
 	m, err := c.store.CreateMigration(ctx, records.Migration{

@@ -22,6 +22,10 @@
 // admitted (both may be refused, as Nova's recheck may refuse both). The
 // store's reads see every committed write (SQLite, PostgreSQL read
 // committed, the memory store's lock), which is all this needs.
+// Enforcer.AdmitResize does the same for a resize: the instance's record
+// counts the larger flavor (ResizeFlavor) before the count is taken, so
+// of two resizes (or a resize and a boot) that together exceed a limit,
+// at most one is admitted.
 package quota
 
 import (
@@ -146,11 +150,22 @@ func (u Usage) get(name string) int64 {
 	return 0
 }
 
-// Of is what one instance counts for. An instance being resized must
-// count for the larger of its two flavors: whoever records a resize's new
-// flavor on the instance extends this.
+// Of is what one instance counts for: its flavor's vcpus and ram, and
+// while it is resized the larger of its two flavors' (ResizeFlavor), so a
+// resize counts its growth from the moment it is recorded until it is
+// confirmed or reverted.
 func Of(in records.Instance) Usage {
-	return Usage{Instances: 1, Cores: in.Flavor.VCPUs, RAM: in.Flavor.RAMMB}
+	u := Usage{Instances: 1, Cores: in.Flavor.VCPUs, RAM: in.Flavor.RAMMB}
+	if f := in.ResizeFlavor; f != nil {
+		u.Cores, u.RAM = max(u.Cores, f.VCPUs), max(u.RAM, f.RAMMB)
+	}
+	return u
+}
+
+// Growth is what a resize from old to new adds to the count: the cores
+// and ram the new flavor has beyond the old one's.
+func Growth(old, new records.Flavor) Usage {
+	return Usage{Cores: max(0, new.VCPUs-old.VCPUs), RAM: max(0, new.RAMMB-old.RAMMB)}
 }
 
 // Count adds up the instances of project.
@@ -273,6 +288,35 @@ func (e Enforcer) AdmitBoot(ctx context.Context, inst records.Instance) error {
 	req := Of(inst)
 	used := Usage{Instances: total.Instances - req.Instances, Cores: total.Cores - req.Cores, RAM: total.RAM - req.RAM}
 	return Check(lim, used, req)
+}
+
+// AdmitResize is the race-safe check of a resize, as AdmitBoot's of a
+// boot: call it once inst's record carries the new flavor as its
+// ResizeFlavor (so the count includes the growth) and before anything is
+// claimed; on an error clear ResizeFlavor and refuse the resize. Only the
+// growth is checked (Nova checks a resize's cores and ram deltas): a
+// resize that grows nothing is admitted.
+func (e Enforcer) AdmitResize(ctx context.Context, inst records.Instance) error {
+	if inst.ResizeFlavor == nil {
+		return nil
+	}
+	add := Growth(inst.Flavor, *inst.ResizeFlavor)
+	if add.Cores == 0 && add.RAM == 0 {
+		return nil
+	}
+	lim, err := ProjectLimits(ctx, e.Store, inst.ProjectID)
+	if err != nil {
+		return fmt.Errorf("reading the quotas of project %s: %w", inst.ProjectID, err)
+	}
+	if !lim.Counted() {
+		return nil
+	}
+	total, err := e.Usage(ctx, inst.ProjectID)
+	if err != nil {
+		return err
+	}
+	used := Usage{Cores: total.Cores - add.Cores, RAM: total.RAM - add.RAM}
+	return Check(lim, used, add)
 }
 
 // GroupMembersLimit is the most members a server group of project may

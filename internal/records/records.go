@@ -146,6 +146,11 @@ type Instance struct {
 	Host      string `json:"host"`
 	Zone      string `json:"availability_zone"`
 	Flavor    Flavor `json:"flavor"`
+	// ResizeFlavor is the other flavor of a resize in progress: the new
+	// one from the decision until the guest runs with it, then the old
+	// one until confirm or revert (nil otherwise). Quotas count the
+	// larger of the two (quota.Of), as the hosts hold both meanwhile.
+	ResizeFlavor *Flavor `json:"resize_flavor,omitempty"`
 	// ImageRef is the image the instance was booted from, as the client
 	// named it ("" for none; the fake driver boots any image).
 	ImageRef string `json:"image_ref,omitempty"`

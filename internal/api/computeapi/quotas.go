@@ -354,14 +354,13 @@ func (a *API) checkServerGroupQuota(ctx context.Context, g records.ServerGroup) 
 func quotaRefused(err error) bool { return errors.Is(err, quota.ErrExceeded) }
 
 // checkResizeQuota refuses a resize whose new flavor would take the
-// project past its cores or ram quota (what it adds over the old flavor).
-// It is checked up front only: while a resize is open the instance counts
-// for its old flavor (records.Instance.Flavor until the confirm); making
-// it race-safe means counting the larger flavor of an open resize in
-// quota.Of and calling the conductor's Admission after the migration
-// record is written.
+// project past its cores or ram quota (what it adds over the old flavor),
+// before anything is written. The race-safe check is the conductor's
+// (quota.Enforcer.AdmitResize, once the instance's record counts the
+// larger flavor): of two resizes racing past the quota, both may pass
+// this one, at most one passes that one.
 func (a *API) checkResizeQuota(ctx context.Context, in records.Instance, f records.Flavor) error {
-	add := quota.Usage{Cores: max(0, f.VCPUs-in.Flavor.VCPUs), RAM: max(0, f.RAMMB-in.Flavor.RAMMB)}
+	add := quota.Growth(in.Flavor, f)
 	if add.Cores == 0 && add.RAM == 0 {
 		return nil
 	}
