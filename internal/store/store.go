@@ -1,11 +1,17 @@
 // Package store declares keel's store: placement's providers, inventories
 // and allocations, the compute records (host records, services, instances,
-// migrations) and a change stream the scheduler's host view follows.
+// migrations, flavors, groups, key pairs, quotas, plans), the identity
+// directory, and a change stream the scheduler's host view follows.
 //
-// Implementations live in subpackages (memory, sqlite, postgres) and
-// all pass the conformance suite in storetest. Allocation writes are decided
-// by placement.PlanWrites inside each implementation's transaction, so the
-// semantics (generations, capacity, atomic moves) are written once.
+// The interface is split into roles (Providers, Allocations, Hosts,
+// Instances, …; see below), composed into Store, so that each user names
+// what it reads and writes. Implementations live in subpackages (memory,
+// sqlite, postgres) and all pass the conformance suite in storetest; the
+// two SQL stores share sqlstore (the schema-migration runner, the
+// JSON-record tables and the provider rules) and storetest.RunDurable.
+// Allocation writes are decided by placement.PlanWrites inside each
+// implementation's transaction, so the semantics (generations, capacity,
+// atomic moves) are written once.
 package store
 
 import (

@@ -1,62 +1,14 @@
 package postgres
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
-	"keel/internal/placement"
+	"keel/internal/store/storetest"
 )
 
-// benchHost is the benchmark's host: 32 VCPU at ratio 4, 128 GiB of RAM with
-// 512 MB reserved, 2 TB of disk.
-func benchHost() placement.Inventories {
-	vcpu := placement.NewInventory(32)
-	vcpu.AllocationRatio = 4
-	mem := placement.NewInventory(131072)
-	mem.Reserved = 512
-	return placement.Inventories{
-		placement.VCPU:     vcpu,
-		placement.MemoryMB: mem,
-		placement.DiskGB:   placement.NewInventory(2000),
-	}
-}
-
-// BenchmarkWriteAllocations10k measures one scheduler claim (decide and
-// write) against a store of 10,000 providers: each iteration claims
-// VCPU:1, MEMORY_MB:512, DISK_GB:1 for a new consumer on the next provider
-// in turn, naming the provider generation it knows. The cluster is the
-// test one: on a unix socket, with fsync off.
+// BenchmarkWriteAllocations10k is storetest.BenchWriteAllocations10k on a
+// fresh database of the test cluster: on a unix socket, with fsync off.
 func BenchmarkWriteAllocations10k(b *testing.B) {
-	const providers = 10_000
-	ctx := context.Background()
 	s, _ := openTemp(b, Options{})
-	uuids := make([]string, providers)
-	gens := make([]int64, providers)
-	for i := range uuids {
-		uuids[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xbe, i)
-		p, err := s.CreateProvider(ctx, placement.Provider{UUID: uuids[i], Name: fmt.Sprintf("cmp-%05d", i), Inventories: benchHost()})
-		if err != nil {
-			b.Fatalf("CreateProvider: %v", err)
-		}
-		gens[i] = p.Generation
-	}
-	claim := placement.Resources{placement.VCPU: 1, placement.MemoryMB: 512, placement.DiskGB: 1}
-
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		p := i % providers
-		plan, err := s.WriteAllocations(ctx, placement.AllocationWrite{
-			ConsumerUUID:        fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xc0, i),
-			ProjectID:           "bench",
-			UserID:              "bench",
-			Allocations:         map[string]placement.Resources{uuids[p]: claim},
-			ProviderGenerations: map[string]int64{uuids[p]: gens[p]},
-		})
-		if err != nil {
-			b.Fatalf("claim %d on provider %d: %v", i, p, err)
-		}
-		gens[p] = plan.Providers[uuids[p]]
-	}
+	storetest.BenchWriteAllocations10k(b, s)
 }
