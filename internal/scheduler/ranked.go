@@ -22,13 +22,17 @@ import (
 //     decision stops as soon as that bound falls below the k-th best weight
 //     found — the same hosts, in the same order, as weighing every
 //     candidate (a threshold algorithm over one sorted access path).
+//     Equal keys are walked in host order (compLess), so that in a run of
+//     hosts alike in every raw value — a fleet of one shape, equally
+//     loaded — the walk passes over those that can only tie the k-th best
+//     after it (walkComposite).
 type rankIndex struct {
 	enabled [numWeighers]bool
 	inComp  [numWeighers]bool // part of the composite key
 	mult    [numWeighers]float64
 	coef    [numWeighers]float64
 	trees   [numWeighers]*btree.BTreeG[rankItem]
-	// comp is the composite order, ascending, as a slice: re-keying it
+	// comp is the composite order, ascending (compLess), as a slice: re-keying it
 	// after a change of coefficients is one pass plus an insertion sort of
 	// an almost sorted slice, cheap enough to do whenever scales drift.
 	comp    []rankItem
@@ -46,6 +50,15 @@ func rankLess(a, b rankItem) bool {
 		return a.v < b.v
 	}
 	return a.idx < b.idx
+}
+
+// compLess is the composite order: by key, then by host index
+// descending, so a walk from the top meets equal keys in host order.
+func compLess(a, b rankItem) bool {
+	if a.v != b.v {
+		return a.v < b.v
+	}
+	return a.idx > b.idx
 }
 
 func newTree(items []rankItem) *btree.BTreeG[rankItem] {
@@ -97,7 +110,7 @@ func (ri *rankIndex) rebuildComposite(rows []fitRow) {
 	for i := range rows {
 		items[i] = rankItem{ri.key(&rows[i].raw), int32(i)}
 	}
-	sort.Slice(items, func(a, b int) bool { return rankLess(items[a], items[b]) })
+	sort.Slice(items, func(a, b int) bool { return compLess(items[a], items[b]) })
 	ri.comp = items
 	ri.compPos = make([]int32, len(rows))
 	for p, it := range items {
@@ -117,7 +130,7 @@ func (ri *rankIndex) rekey(rows []fitRow) {
 	for p := 1; p < len(c) && budget > 0; p++ {
 		it := c[p]
 		q := p
-		for q > 0 && rankLess(it, c[q-1]) {
+		for q > 0 && compLess(it, c[q-1]) {
 			c[q] = c[q-1]
 			q--
 			budget--
@@ -127,9 +140,9 @@ func (ri *rankIndex) rekey(rows []fitRow) {
 	if budget <= 0 {
 		slices.SortFunc(c, func(a, b rankItem) int {
 			switch {
-			case rankLess(a, b):
+			case compLess(a, b):
 				return -1
-			case rankLess(b, a):
+			case compLess(b, a):
 				return 1
 			}
 			return 0
@@ -145,12 +158,12 @@ func (ri *rankIndex) moveComposite(i int, key float64) {
 	c, pos := ri.comp, ri.compPos
 	p := int(pos[i])
 	it := rankItem{key, int32(i)}
-	for p > 0 && rankLess(it, c[p-1]) {
+	for p > 0 && compLess(it, c[p-1]) {
 		c[p] = c[p-1]
 		pos[c[p].idx] = int32(p)
 		p--
 	}
-	for p < len(c)-1 && rankLess(c[p+1], it) {
+	for p < len(c)-1 && compLess(c[p+1], it) {
 		c[p] = c[p+1]
 		pos[c[p].idx] = int32(p)
 		p++
@@ -317,8 +330,13 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // found. A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a
 // weigher in the composite key that is ≤ (scale_j/coef_j)·coef_j·
 // max(raw_j, 0) − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a
-// normalised value is at most 1). Hence total ≤ R·key + C. It reports
-// false after limit visits.
+// normalised value is at most 1). Hence total ≤ R·key + C.
+//
+// A host whose raw values are all those of the k-th best so far has its
+// weight to the last bit (weightOf adds the same terms), so it is better
+// only if it comes first in host order; met after it, as equal keys are
+// (compLess), it is passed over without a filter check. It reports false
+// after limit hosts checked.
 func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numWeighers]float64, k, limit int) ([]ranked, bool) {
 	r, c := 0.0, 0.0
 	for j, w := range live {
@@ -338,6 +356,9 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 			bound := r*it.v + c
 			if bound+1e-9*(math.Abs(bound)+1) < top[k-1].weight {
 				break
+			}
+			if last := top[k-1].idx; it.idx > last && rows[it.idx].raw == rows[last].raw {
+				continue // ties the k-th best, after it in host order: not better
 			}
 		}
 		if visited++; visited > limit {
