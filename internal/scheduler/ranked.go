@@ -38,6 +38,9 @@ type rankIndex struct {
 	comp    []rankItem
 	compPos []int32 // host index → position in comp
 	built   bool
+	// walked counts the hosts the walks have checked since the order was
+	// last keyed (recoef).
+	walked int
 }
 
 type rankItem struct {
@@ -103,6 +106,7 @@ func (ri *rankIndex) rebuild(rows []fitRow) {
 	}
 	ri.rebuildComposite(rows)
 	ri.built = true
+	ri.walked = 0
 }
 
 func (ri *rankIndex) rebuildComposite(rows []fitRow) {
@@ -175,9 +179,16 @@ func (ri *rankIndex) moveComposite(i int, key float64) {
 // recoef re-keys the composite order with a decision's scales as its
 // coefficients, when they have drifted from them by more than 0.2% (the
 // bound R·key + C loosens by the ratio between the largest and smallest
-// scale/coef). It reports whether it re-keyed. The decision calls it only
-// after a walk gave up, so a drifting cloud pays for it rarely.
+// scale/coef) and the walks since the last keying have checked as many
+// hosts as there are: re-keying costs about one pass over every host, so
+// it is worth it once a looser bound may have cost as much. (Scales drift
+// at nearly every decision on a large cloud — the largest free amount among
+// the candidates moves with each claim — while the walks stay short.) It
+// reports whether it re-keyed.
 func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numWeighers]float64) bool {
+	if ri.walked < len(rows) {
+		return false
+	}
 	lo, hi := math.Inf(1), 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -194,6 +205,7 @@ func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numWeighe
 		}
 	}
 	ri.rekey(rows)
+	ri.walked = 0
 	return true
 }
 
@@ -362,12 +374,14 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 			}
 		}
 		if visited++; visited > limit {
+			ri.walked += visited
 			return nil, false
 		}
 		if check.passes(it.idx) {
 			top = insertTop(top, ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, scale)}, k)
 		}
 	}
+	ri.walked += visited
 	return top, len(top) > 0
 }
 
