@@ -25,16 +25,16 @@ import (
 // env is the API over a three-host in-process cloud on a virtual clock
 // (cloudtest's, with one-second spawns).
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	clk *clock.Virtual
 	st  store.Store
 	srv *httptest.Server
 }
 
-func newEnv(t *testing.T) *env { return newEnvOn(t, nil) }
+func newEnv(t testing.TB) *env { return newEnvOn(t, nil) }
 
 // newEnvOn is newEnv on the store st (nil: cloudtest's memory store).
-func newEnvOn(t *testing.T, st store.Store) *env {
+func newEnvOn(t testing.TB, st store.Store) *env {
 	t.Helper()
 	ctx := context.Background()
 	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, SpawnTime: time.Second, NoProgress: true, On: st})

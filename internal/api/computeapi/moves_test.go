@@ -3,6 +3,7 @@ package computeapi_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"keel/internal/records"
 )
@@ -94,5 +95,82 @@ func TestLiveMigrationRefusedStates(t *testing.T) {
 	e.act(id, "admin", "2.30", live, 202)
 	if v := e.waitStatus(id, "admin", "PAUSED"); v["OS-EXT-SRV-ATTR:host"] == host {
 		t.Errorf("the paused server is still on %v after its live migration", host)
+	}
+}
+
+// BenchmarkMovesThroughTheAPI is the control plane's own time per move
+// through the compute API (HTTP, the API's checks and views, the
+// conductor, the scheduler, the memory store, the fake agents in process):
+// the driver's time is virtual (the clock is advanced past the disk copy
+// or the memory copy at once), so what is timed is everything else. Each
+// round trip is its requests and the reads that see its end:
+//
+//	resize+confirm  resize, (disk moves), GET VERIFY_RESIZE, confirmResize, GET ACTIVE
+//	migrate+revert  migrate, (disk moves), GET VERIFY_RESIZE, revertResize, GET ACTIVE
+//	live            os-migrateLive, (memory copies), GET ACTIVE on another host
+//	evacuate        (source forced down, untimed) evacuate, (rebuild), GET ACTIVE elsewhere
+//
+//	go test -run '^$' -bench MovesThroughTheAPI -benchtime 300x ./internal/api/computeapi/
+func BenchmarkMovesThroughTheAPI(b *testing.B) {
+	for _, kind := range []string{"resize+confirm", "migrate+revert", "live", "evacuate"} {
+		b.Run(kind, func(b *testing.B) {
+			e := newEnv(b)
+			ctx := context.Background()
+			if _, err := e.st.CreateFlavor(ctx, records.Flavor{ID: "3", Name: "m1.medium", VCPUs: 2, RAMMB: 4096, DiskGB: 20}); err != nil {
+				b.Fatal(err)
+			}
+			var created struct{ Server struct{ ID string } }
+			e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "imageRef": "img"}}, &created)
+			id := created.Server.ID
+			e.clk.Advance(5 * time.Second)
+			show := func(want string) map[string]any {
+				var out struct{ Server map[string]any }
+				e.call("GET", "/compute/v2.1/servers/"+id, "admin", "2.73", nil, &out)
+				if out.Server["status"] != want || out.Server["OS-EXT-STS:task_state"] != nil {
+					b.Fatalf("%s: server %v (task %v), want %s", kind, out.Server["status"], out.Server["OS-EXT-STS:task_state"], want)
+				}
+				return out.Server
+			}
+			host := show("ACTIVE")["OS-EXT-SRV-ATTR:host"].(string)
+			flavor := "3"
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				switch kind {
+				case "resize+confirm":
+					e.act(id, "member", "", map[string]any{"resize": map[string]any{"flavorRef": flavor}}, 202)
+					e.clk.Advance(time.Minute)
+					show("VERIFY_RESIZE")
+					e.act(id, "member", "", map[string]any{"confirmResize": nil}, 204)
+					show("ACTIVE")
+					flavor = map[string]string{"2": "3", "3": "2"}[flavor]
+				case "migrate+revert":
+					e.act(id, "admin", "", map[string]any{"migrate": nil}, 202)
+					e.clk.Advance(time.Minute)
+					show("VERIFY_RESIZE")
+					e.act(id, "member", "", map[string]any{"revertResize": nil}, 202)
+					show("ACTIVE")
+				case "live":
+					e.act(id, "admin", "2.30", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, 202)
+					e.clk.Advance(time.Minute)
+					show("ACTIVE")
+				case "evacuate":
+					b.StopTimer()
+					if _, err := e.st.UpdateService(ctx, host, func(s *records.Service) error { s.ForcedDown = true; return nil }); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					e.act(id, "admin", "", map[string]any{"evacuate": map[string]any{}}, 200)
+					e.clk.Advance(time.Minute)
+					v := show("ACTIVE")
+					b.StopTimer()
+					if _, err := e.st.UpdateService(ctx, host, func(s *records.Service) error { s.ForcedDown = false; return nil }); err != nil {
+						b.Fatal(err)
+					}
+					host = v["OS-EXT-SRV-ATTR:host"].(string)
+					e.clk.Advance(time.Minute) // the source comes back: the evacuation completes
+					b.StartTimer()
+				}
+			}
+		})
 	}
 }
