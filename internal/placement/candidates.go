@@ -25,7 +25,8 @@ type CandidateProvider struct {
 }
 
 // Forest is every provider, indexed for allocation candidate searches. The
-// order of Providers is the order answers come in.
+// order of Providers is the order answers come in. Read Providers; change
+// a provider's inventories or usage only through Update.
 type Forest struct {
 	Providers []CandidateProvider
 	trees     map[int][]int    // root → its tree's providers, in order
@@ -37,6 +38,50 @@ type Forest struct {
 	// sharedRoots gives, per sharing provider, the roots it anchors
 	// (search.sharedAnchors), computed once per forest on first use.
 	sharedRoots func() map[int][]int
+	// classes holds per provider its inventories with usage and
+	// capacity, sorted by class: a search reads them thousands of times,
+	// a short slice is quicker to look through than two maps.
+	classes [][]classState
+}
+
+// classState is one class of a provider's inventory as a search reads it.
+type classState struct {
+	rc       ResourceClass
+	inv      Inventory
+	capacity int64
+	used     int64
+}
+
+// Update sets provider i's inventories and usage (the rest of a
+// provider is fixed for the forest's life). Change them through Update
+// only, not in Providers: the forest keeps them indexed.
+func (f *Forest) Update(i int, inv Inventories, usage Resources) {
+	p := &f.Providers[i]
+	p.Inventories, p.Usage = inv, usage
+	_, f.classes[i] = classStates(nil, inv, usage)
+}
+
+// classStates appends the states of inv's classes with usage to out,
+// sorted by class, and returns out and the part it appended.
+func classStates(out []classState, inv Inventories, usage Resources) (all, appended []classState) {
+	start := len(out)
+	for rc, in := range inv {
+		out = append(out, classState{rc: rc, inv: in, capacity: in.Capacity(), used: usage[rc]})
+	}
+	cs := out[start:len(out):len(out)]
+	slices.SortFunc(cs, func(a, b classState) int { return strings.Compare(string(a.rc), string(b.rc)) })
+	return out, cs
+}
+
+// class returns p's state of rc, or nil when p has no inventory of it.
+func (f *Forest) class(p int, rc ResourceClass) *classState {
+	cs := f.classes[p]
+	for i := range cs {
+		if cs[i].rc == rc {
+			return &cs[i]
+		}
+	}
+	return nil
 }
 
 // NewForest indexes ps (whose Parent and Root must be filled in).
@@ -49,7 +94,10 @@ func NewForest(ps []CandidateProvider) *Forest {
 		}
 		return s.anchorsOf
 	})
+	f.classes = make([][]classState, len(ps))
+	all := make([]classState, 0, 3*len(ps))
 	for i, p := range ps {
+		all, f.classes[i] = classStates(all, p.Inventories, p.Usage)
 		f.byUUID[p.UUID] = i
 		f.trees[p.Root] = append(f.trees[p.Root], i)
 		if p.Parent >= 0 {
@@ -121,8 +169,95 @@ type AllocationPart struct {
 // AllocationRequest is one allocation candidate: the parts (sorted by
 // provider, then class) and which providers satisfied each group.
 type AllocationRequest struct {
-	Parts    []AllocationPart
-	Mappings map[string][]int // suffix → providers, sorted
+	Parts []AllocationPart
+	// Mappings holds, per group of the query (in its order), the
+	// providers that satisfied it, sorted. The slices may be shared
+	// between requests: read them, do not change them.
+	Mappings [][]int
+}
+
+// Mapping returns the providers that satisfied the group with suffix sfx
+// of q (the query r answers), or nil.
+func (r AllocationRequest) Mapping(q CandidateQuery, sfx string) []int {
+	for i, g := range q.Groups {
+		if g.Suffix == sfx && i < len(r.Mappings) {
+			return r.Mappings[i]
+		}
+	}
+	return nil
+}
+
+// slab hands out small slices cut from larger blocks: a search makes
+// thousands of two- or three-element slices, and one allocation per
+// block instead of per slice keeps the garbage collector out of it.
+type slab[T any] struct{ block []T }
+
+// take returns a zeroed slice of length n whose capacity ends at n, so
+// appending to it never writes into a neighbour.
+func (b *slab[T]) take(n int) []T {
+	if n > 256 {
+		return make([]T, n)
+	}
+	if len(b.block)+n > cap(b.block) {
+		b.block = make([]T, 0, 1024)
+	}
+	l := len(b.block)
+	b.block = b.block[:l+n]
+	return b.block[l : l+n : l+n]
+}
+
+// byRoot holds one group's candidates grouped by the root of the tree
+// they are a candidate for, each root's in the order they were found.
+type byRoot struct {
+	off []int // root r's candidates are c[off[r]:off[r+1]]
+	c   []groupCandidate
+}
+
+// of returns root r's candidates.
+func (b *byRoot) of(r int) []groupCandidate { return b.c[b.off[r]:b.off[r+1]] }
+
+// collector gathers a group's candidates in the order they are found,
+// then groups them by root (a counting sort, which keeps that order).
+type collector struct {
+	roots []int
+	cands []groupCandidate
+}
+
+// collectors keeps collectors' slices between searches (a collector's
+// are only needed until group copies them out).
+var collectors = sync.Pool{New: func() any { return new(collector) }}
+
+// release clears c and keeps it for another search.
+func (c *collector) release() {
+	clear(c.cands) // drop the references into the search's slabs
+	c.roots, c.cands = c.roots[:0], c.cands[:0]
+	collectors.Put(c)
+}
+
+func (c *collector) add(root int, g groupCandidate) {
+	c.roots = append(c.roots, root)
+	c.cands = append(c.cands, g)
+}
+
+// group returns the candidates by root over n providers, or nil when
+// there are none.
+func (c *collector) group(n int) *byRoot {
+	if len(c.cands) == 0 {
+		return nil
+	}
+	b := &byRoot{off: make([]int, n+1), c: make([]groupCandidate, len(c.cands))}
+	for _, r := range c.roots {
+		b.off[r+1]++
+	}
+	for r := 1; r <= n; r++ {
+		b.off[r] += b.off[r-1]
+	}
+	next := slices.Clone(b.off[:n])
+	for i, r := range c.roots {
+		b.c[next[r]] = c.cands[i]
+		next[r]++
+	}
+	return b
 }
 
 // groupCandidate is one way to satisfy one group in one anchor's tree.
@@ -140,20 +275,21 @@ type groupCandidate struct {
 // tree. summaries lists the providers the answer's provider_summaries
 // shows, in order.
 func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summaries []int) {
-	s := &search{f: f, q: q, anchorsOf: map[int][]int{}}
-	perGroup := make([]map[int][]groupCandidate, len(q.Groups))
+	s := &search{f: f, q: q}
+	// perGroup[g][root]: group g's candidates in the tree anchored at root.
+	perGroup := make([]*byRoot, len(q.Groups))
 	granular := 0
 	for i, g := range q.Groups {
 		if g.Suffix != "" {
 			granular++
 		}
-		var m map[int][]groupCandidate
+		var m *byRoot
 		if g.Suffix == "" && !f.Simple() {
 			m = s.spread(g)
 		} else {
 			m = s.single(g)
 		}
-		if len(m) == 0 {
+		if m == nil {
 			return nil, nil
 		}
 		perGroup[i] = m
@@ -161,24 +297,9 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 	if len(perGroup) == 0 {
 		return nil, nil
 	}
-	// Anchors every group can be satisfied in, in provider order.
-	var anchors []int
-	for a := range perGroup[0] {
-		ok := true
-		for _, m := range perGroup[1:] {
-			if _, in := m[a]; !in {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			anchors = append(anchors, a)
-		}
-	}
-	slices.Sort(anchors)
-	seen := map[string]bool{}
+	var seen map[string]bool
 	pick := make([]*groupCandidate, len(perGroup))
-	usedRoots := map[int]bool{}
+	usedRoots := make([]bool, len(f.Providers))
 	done, treeDone := false, false
 	var combine func(anchor, gi int)
 	combine = func(anchor, gi int) {
@@ -195,9 +316,12 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			// only; one made of sharing providers alone can come from
 			// every tree they share with, and counts once.
 			if !slices.ContainsFunc(r.Parts, func(p AllocationPart) bool { return !f.shares[p.Provider] }) {
-				key := r.key(q.Groups)
+				key := r.key()
 				if seen[key] {
 					return
+				}
+				if seen == nil {
+					seen = map[string]bool{}
 				}
 				seen[key] = true
 			}
@@ -213,7 +337,7 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			}
 			return
 		}
-		cands := perGroup[gi][anchor]
+		cands := perGroup[gi].of(anchor)
 		for i := range cands {
 			pick[gi] = &cands[i]
 			combine(anchor, gi+1)
@@ -221,6 +345,23 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 				return
 			}
 		}
+	}
+	// Anchors every group can be satisfied in, in provider order.
+	var anchors []int
+	for a := range f.Providers {
+		ok := true
+		for _, m := range perGroup {
+			if m.off[a] == m.off[a+1] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			anchors = append(anchors, a)
+		}
+	}
+	if q.FirstPerTree || q.Limit == 0 {
+		reqs = make([]AllocationRequest, 0, len(anchors))
 	}
 	for _, a := range anchors {
 		treeDone = false
@@ -233,7 +374,7 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 		return nil, nil
 	}
 	if !q.NestedAware && f.hasTrees {
-		used := map[int]bool{}
+		used := make([]bool, len(f.Providers))
 		for _, r := range reqs {
 			for _, p := range r.Parts {
 				used[p.Provider] = true
@@ -258,7 +399,10 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 type search struct {
 	f         *Forest
 	q         CandidateQuery
-	anchorsOf map[int][]int // sharing provider → roots it anchors, cached
+	anchorsOf map[int][]int // sharing provider → roots it anchors (Forest.sharedRoots only)
+	ints      slab[int]
+	parts     slab[AllocationPart]
+	maps      slab[[]int]
 }
 
 // anchorOK reports whether root passes root_required.
@@ -276,16 +420,10 @@ func (s *search) outside(i int) bool {
 // aggregate of sharing provider p (its own among them when it is in an
 // aggregate), sorted.
 func (s *search) sharedAnchors(p int) []int {
-	if a, ok := s.anchorsOf[p]; ok {
-		return a
-	}
-	if s.q.Roots != nil {
-		// A search over a few trees (a scheduler's view, asking again
-		// for the trees that changed) reuses the forest's answers, which
-		// depend on aggregates alone.
-		a := s.f.sharedRoots()[p]
-		s.anchorsOf[p] = a
-		return a
+	if s.anchorsOf == nil {
+		// The answers depend on aggregates alone: every search of the
+		// forest reuses the forest's.
+		return s.f.sharedRoots()[p]
 	}
 	set := map[int]bool{}
 	for _, agg := range s.f.Providers[p].Aggregates {
@@ -305,9 +443,8 @@ func (s *search) sharedAnchors(p int) []int {
 // fitsOne reports whether p can take n of rc: it has the class, n meets
 // min_unit, max_unit and step_size, and usage + n ≤ capacity.
 func (f *Forest) fitsOne(p int, rc ResourceClass, n int64) bool {
-	pr := &f.Providers[p]
-	inv, ok := pr.Inventories[rc]
-	return ok && inv.CheckAmount(rc, n) == nil && FitsIn(pr.Usage[rc], n, inv.Capacity())
+	cs := f.class(p, rc)
+	return cs != nil && cs.inv.amountOK(n) && FitsIn(cs.used, n, cs.capacity)
 }
 
 // scope returns the providers a group's resources may come from: the
@@ -338,7 +475,7 @@ func badAggs(q AggregateQuery, p *CandidateProvider) bool {
 // group, or any group where no provider has a parent or shares): each is
 // a candidate for its own tree and, if it shares, for the trees it
 // shares with.
-func (s *search) single(g RequestGroup) map[int][]groupCandidate {
+func (s *search) single(g RequestGroup) *byRoot {
 	f := s.f
 	scope, restricted, ok := s.scope(g)
 	if !ok {
@@ -353,7 +490,12 @@ func (s *search) single(g RequestGroup) map[int][]groupCandidate {
 			return nil
 		}
 	}
-	out := map[int][]groupCandidate{}
+	out := collectors.Get().(*collector)
+	defer out.release()
+	amounts := make([]int64, len(classes))
+	for k, rc := range classes {
+		amounts[k] = g.Resources[rc]
+	}
 	try := func(i int) {
 		if s.outside(i) {
 			return
@@ -362,22 +504,23 @@ func (s *search) single(g RequestGroup) map[int][]groupCandidate {
 		if !g.Traits.Match(p.Traits) || !inAggs(g.MemberOf, p) || badAggs(g.MemberOf, p) {
 			return
 		}
-		for _, rc := range classes {
-			if !f.fitsOne(i, rc, g.Resources[rc]) {
+		for k, rc := range classes {
+			if !f.fitsOne(i, rc, amounts[k]) {
 				return
 			}
 		}
-		c := groupCandidate{provs: []int{i}, single: g.Suffix != ""}
-		for _, rc := range classes {
-			c.parts = append(c.parts, AllocationPart{Provider: i, Class: rc, Amount: g.Resources[rc]})
+		c := groupCandidate{provs: s.ints.take(1), parts: s.parts.take(len(classes)), single: g.Suffix != ""}
+		c.provs[0] = i
+		for k, rc := range classes {
+			c.parts[k] = AllocationPart{Provider: i, Class: rc, Amount: amounts[k]}
 		}
 		if s.anchorOK(p.Root) {
-			out[p.Root] = append(out[p.Root], c)
+			out.add(p.Root, c)
 		}
-		if _, shares := slices.BinarySearch(p.Traits, SharesViaAggregate); shares {
+		if f.shares[i] {
 			for _, a := range s.sharedAnchors(i) {
 				if a != p.Root && s.anchorOK(a) {
-					out[a] = append(out[a], c)
+					out.add(a, c)
 				}
 			}
 		}
@@ -391,7 +534,7 @@ func (s *search) single(g RequestGroup) map[int][]groupCandidate {
 			try(i)
 		}
 	}
-	return out
+	return out.group(len(f.Providers))
 }
 
 // pair is a provider that can hold one class for a tree it anchors.
@@ -401,7 +544,7 @@ type pair struct{ prov, anchor int }
 // providers exist: each class from one provider of the anchor's tree or
 // from a provider sharing with it, the providers used together holding
 // the required traits and none a forbidden one.
-func (s *search) spread(g RequestGroup) map[int][]groupCandidate {
+func (s *search) spread(g RequestGroup) *byRoot {
 	f := s.f
 	scope, restricted, ok := s.scope(g)
 	if !ok {
@@ -490,7 +633,8 @@ func (s *search) spread(g RequestGroup) map[int][]groupCandidate {
 		}
 		perClass[ci] = m
 	}
-	out := map[int][]groupCandidate{}
+	out := collectors.Get().(*collector)
+	defer out.release()
 	idx := make([]int, len(classes))
 	for anchor := range perClass[0] {
 		lists := make([][]int, len(classes))
@@ -510,7 +654,7 @@ func (s *search) spread(g RequestGroup) map[int][]groupCandidate {
 		}
 		for {
 			if c, ok := s.combination(g, classes, lists, idx); ok {
-				out[anchor] = append(out[anchor], c)
+				out.add(anchor, c)
 			}
 			// Next index tuple (the last class varies fastest).
 			k := len(idx) - 1
@@ -527,7 +671,7 @@ func (s *search) spread(g RequestGroup) map[int][]groupCandidate {
 			}
 		}
 	}
-	return out
+	return out.group(len(f.Providers))
 }
 
 // combination builds the unnamed group's candidate taking class ci from
@@ -577,17 +721,21 @@ func (s *search) consolidate(pick []*groupCandidate, granular int) (AllocationRe
 			return AllocationRequest{}, false
 		}
 	}
-	mappings := make(map[string][]int, len(pick))
+	mappings := s.maps.take(len(pick))
 	for gi, c := range pick {
-		sfx := s.q.Groups[gi].Suffix
-		mappings[sfx] = append(mappings[sfx], c.provs...)
+		mappings[gi] = c.provs // sorted and distinct already
 	}
 	for _, set := range s.q.SameSubtree {
 		var provs []int
 		for _, sfx := range set {
-			for _, p := range mappings[sfx] {
-				if !slices.Contains(provs, p) {
-					provs = append(provs, p)
+			for gi, g := range s.q.Groups {
+				if g.Suffix != sfx {
+					continue
+				}
+				for _, p := range mappings[gi] {
+					if !slices.Contains(provs, p) {
+						provs = append(provs, p)
+					}
 				}
 			}
 		}
@@ -595,7 +743,11 @@ func (s *search) consolidate(pick []*groupCandidate, granular int) (AllocationRe
 			return AllocationRequest{}, false
 		}
 	}
-	var parts []AllocationPart
+	n := 0
+	for _, c := range pick {
+		n += len(c.parts)
+	}
+	parts := s.parts.take(n)[:0]
 	for _, c := range pick {
 		for _, part := range c.parts {
 			j := slices.IndexFunc(parts, func(x AllocationPart) bool { return x.Provider == part.Provider && x.Class == part.Class })
@@ -607,34 +759,37 @@ func (s *search) consolidate(pick []*groupCandidate, granular int) (AllocationRe
 		}
 	}
 	for _, part := range parts {
-		p := &f.Providers[part.Provider]
-		inv := p.Inventories[part.Class]
-		if !FitsIn(p.Usage[part.Class], part.Amount, inv.Capacity()) || part.Amount > inv.MaxUnit {
+		cs := f.class(part.Provider, part.Class)
+		if cs == nil || !FitsIn(cs.used, part.Amount, cs.capacity) || part.Amount > cs.inv.MaxUnit {
 			return AllocationRequest{}, false
 		}
 	}
 	if !s.q.NestedAware && f.hasTrees {
-		roots := map[int]bool{}
-		provs := map[int]bool{}
-		for _, part := range parts {
-			provs[part.Provider] = true
-			roots[f.Providers[part.Provider].Root] = true
-		}
-		if len(provs) != len(roots) {
-			return AllocationRequest{}, false
+		// One provider per tree: no two parts from distinct providers
+		// of one tree.
+		for i, a := range parts {
+			for _, b := range parts[:i] {
+				if a.Provider != b.Provider && f.Providers[a.Provider].Root == f.Providers[b.Provider].Root {
+					return AllocationRequest{}, false
+				}
+			}
 		}
 	}
-	slices.SortFunc(parts, func(a, b AllocationPart) int {
-		if a.Provider != b.Provider {
-			return a.Provider - b.Provider
+	// Insertion sort: a request has a handful of parts.
+	for i := 1; i < len(parts); i++ {
+		for j := i; j > 0 && partLess(parts[j], parts[j-1]); j-- {
+			parts[j], parts[j-1] = parts[j-1], parts[j]
 		}
-		return strings.Compare(string(a.Class), string(b.Class))
-	})
-	for k, v := range mappings {
-		slices.Sort(v)
-		mappings[k] = slices.Compact(v)
 	}
 	return AllocationRequest{Parts: parts, Mappings: mappings}, true
+}
+
+// partLess orders parts by provider, then class.
+func partLess(a, b AllocationPart) bool {
+	if a.Provider != b.Provider {
+		return a.Provider < b.Provider
+	}
+	return a.Class < b.Class
 }
 
 // sameSubtree reports whether one of provs is an ancestor (or itself) of
@@ -671,7 +826,7 @@ func (s *search) under(p, top int) bool {
 
 // key identifies a request by its parts and mappings (two anchors can
 // yield the same one, e.g. a sharing provider alone).
-func (r AllocationRequest) key(groups []RequestGroup) string {
+func (r AllocationRequest) key() string {
 	var b []byte
 	for _, p := range r.Parts {
 		b = strconv.AppendInt(b, int64(p.Provider), 10)
@@ -681,10 +836,9 @@ func (r AllocationRequest) key(groups []RequestGroup) string {
 		b = strconv.AppendInt(b, p.Amount, 10)
 		b = append(b, ',')
 	}
-	for _, g := range groups {
+	for _, m := range r.Mappings {
 		b = append(b, '|')
-		b = append(b, g.Suffix...)
-		for _, p := range r.Mappings[g.Suffix] {
+		for _, p := range m {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, int64(p), 10)
 		}

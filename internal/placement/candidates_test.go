@@ -33,14 +33,15 @@ func testForest() *Forest {
 
 // render writes each request as "p:CLASS=n+…|sfx=p,…" (providers by
 // UUID), sorted.
-func render(f *Forest, reqs []AllocationRequest) string {
+func render(f *Forest, q CandidateQuery, reqs []AllocationRequest) string {
 	var out []string
 	for _, r := range reqs {
 		var parts, maps []string
 		for _, p := range r.Parts {
 			parts = append(parts, fmt.Sprintf("%s:%s=%d", f.Providers[p.Provider].UUID, p.Class, p.Amount))
 		}
-		for sfx, ps := range r.Mappings {
+		for gi, ps := range r.Mappings {
+			sfx := q.Groups[gi].Suffix
 			var names []string
 			for _, p := range ps {
 				names = append(names, f.Providers[p].UUID)
@@ -111,7 +112,7 @@ func TestCandidatesOverTreesAndSharing(t *testing.T) {
 	}
 	for _, c := range cases {
 		reqs, _ := f.Candidates(c.q)
-		if got := render(f, reqs); got != c.want {
+		if got := render(f, c.q, reqs); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.what, got, c.want)
 		}
 	}
@@ -151,8 +152,8 @@ func TestCandidatesFirstPerTreeAndRoots(t *testing.T) {
 				want = append(want, r)
 			}
 		}
-		if render(f, one) != render(f, want) || len(want) != 2 {
-			t.Errorf("FirstPerTree: %s, want %s", render(f, one), render(f, want))
+		if render(f, q, one) != render(f, q, want) || len(want) != 2 {
+			t.Errorf("FirstPerTree: %s, want %s", render(f, q, one), render(f, q, want))
 		}
 		var byTree []AllocationRequest
 		for _, root := range []int{0, 5} {
@@ -160,8 +161,25 @@ func TestCandidatesFirstPerTreeAndRoots(t *testing.T) {
 			got, _ := f.Candidates(q)
 			byTree = append(byTree, got...)
 		}
-		if render(f, byTree) != render(f, one) {
-			t.Errorf("tree by tree: %s, want %s", render(f, byTree), render(f, one))
+		if render(f, q, byTree) != render(f, q, one) {
+			t.Errorf("tree by tree: %s, want %s", render(f, q, byTree), render(f, q, one))
 		}
 	}
 }
+
+// TestForestUpdate: a search reads the inventories and usage Update gave
+// a provider, not the ones the forest was made with.
+func TestForestUpdate(t *testing.T) {
+	f := testForest()
+	q := CandidateQuery{Groups: []RequestGroup{{Resources: Resources{"VCPU": 2}}}, NestedAware: true}
+	if got, want := render(f, q, must(f.Candidates(q))), "flat:VCPU=2|=flat numa1:VCPU=2|=numa1"; got != want {
+		t.Fatalf("before: %s, want %s", got, want)
+	}
+	f.Update(2, f.Providers[2].Inventories, Resources{"VCPU": 3})           // numa1 nearly full
+	f.Update(1, Inventories{"VCPU": NewInventory(8)}, Resources{"VCPU": 3}) // numa0 grew
+	if got, want := render(f, q, must(f.Candidates(q))), "flat:VCPU=2|=flat numa0:VCPU=2|=numa0"; got != want {
+		t.Errorf("after: %s, want %s", got, want)
+	}
+}
+
+func must(reqs []AllocationRequest, _ []int) []AllocationRequest { return reqs }

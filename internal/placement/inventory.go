@@ -129,6 +129,12 @@ func (invs Inventories) Validate() error {
 	return nil
 }
 
+// amountOK reports whether CheckAmount would accept n, without making
+// the error.
+func (inv Inventory) amountOK(n int64) bool {
+	return n >= inv.MinUnit && n <= inv.MaxUnit && n%inv.StepSize == 0
+}
+
 // CheckAmount checks one requested amount against the inventory's unit
 // constraints (not capacity).
 func (inv Inventory) CheckAmount(rc ResourceClass, n int64) error {

@@ -605,8 +605,7 @@ func (v *View) patchForest(n *provNode) {
 		return
 	}
 	if i, ok := v.forestPos[n.sum.UUID]; ok {
-		p := &v.forest.Providers[i]
-		p.Inventories, p.Usage = n.sum.Inventories, n.sum.Usage
+		v.forest.Update(i, n.sum.Inventories, n.sum.Usage)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/google/uuid"
 
@@ -40,7 +39,7 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 		return err
 	}
 	noCache(w)
-	buf := answers.Get().(*[]byte)
+	buf := answers.get()
 	var body []byte
 	if len(cq.Groups) == 1 && cq.Groups[0].Suffix == "" && v.simple() {
 		body = a.simpleCandidates((*buf)[:0], v, cq, minor)
@@ -55,7 +54,7 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 	_, _ = w.Write(body)
 	// The answer is written (or the write failed): the buffer is free.
 	*buf = body
-	answers.Put(buf)
+	answers.put(buf)
 	return nil
 }
 
@@ -332,9 +331,37 @@ func btoi(b bool) int {
 }
 
 // answers holds buffers for candidate answers (about 470 bytes per
-// provider): a fresh half-megabyte buffer per request would be zeroed and
-// collected each time.
-var answers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+// provider, 600 per candidate over trees): a fresh megabyte buffer per
+// request would be grown, zeroed and collected each time. (Not a
+// sync.Pool: that drops its buffers at every garbage collection, and
+// answers this size cause one every few requests.)
+var answers = bufferList{free: make(chan *[]byte, 4)}
+
+// bufferList keeps up to cap(free) buffers between requests.
+type bufferList struct{ free chan *[]byte }
+
+// get returns a kept buffer, or a new one.
+func (l bufferList) get() *[]byte {
+	select {
+	case b := <-l.free:
+		return b
+	default:
+		b := make([]byte, 0, 64<<10)
+		return &b
+	}
+}
+
+// put keeps b for a later get unless enough are kept already (or it is
+// over 64 MB, an answer too rare to hold memory for).
+func (l bufferList) put(b *[]byte) {
+	if cap(*b) > 64<<20 {
+		return
+	}
+	select {
+	case l.free <- b:
+	default:
+	}
+}
 
 // encodeCandidates writes the response by hand: it is the one large
 // answer (about 470 bytes per provider), and building maps for
@@ -566,7 +593,7 @@ func encodeForest(b []byte, v *view, reqs []placement.AllocationRequest, sums []
 				}
 				b = appendString(b, g.Suffix)
 				b = append(b, ":["...)
-				for k, p := range r.Mappings[g.Suffix] {
+				for k, p := range r.Mappings[gi] {
 					if k > 0 {
 						b = append(b, ',')
 					}
@@ -583,7 +610,21 @@ func encodeForest(b []byte, v *view, reqs []placement.AllocationRequest, sums []
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendSummary(b, v, v.sorted[p], want, minor)
+		e := v.sorted[p]
+		if minor < 29 {
+			b = appendSummary(b, v, e, want, minor)
+			continue
+		}
+		// From 1.29 a summary does not depend on the request: each
+		// entry keeps its own, checked against its root (which can
+		// change while the entry stays).
+		root := v.root(e.UUID)
+		sf := e.summary.Load()
+		if sf == nil || sf.root != root {
+			sf = &summaryFragment{root: root, b: appendSummary(nil, v, e, want, minor)}
+			e.summary.Store(sf)
+		}
+		b = append(b, sf.b...)
 	}
 	return append(b, "}}\n"...)
 }

@@ -76,6 +76,16 @@ type entry struct {
 	caps    []int64                   // capacity per class, as classes
 	quoted  []byte                    // the UUID as a JSON string
 	memo    atomic.Pointer[memo]      // the last candidates request's findings
+	// summary is the entry's provider_summaries member as 1.29+ writes
+	// it, made on first use.
+	summary atomic.Pointer[summaryFragment]
+}
+
+// summaryFragment is an entry's summary, valid while its tree's root is
+// root.
+type summaryFragment struct {
+	root string
+	b    []byte
 }
 
 func newEntry(s *store.ProviderSummary) *entry {
