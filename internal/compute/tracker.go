@@ -572,9 +572,12 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		// The instance runs here with nothing allocated here: allocate,
 		// replacing whatever it holds elsewhere by mistake — unless that
 		// changed since we read it.
-		var gen *int64
+		var (
+			gen  *int64
+			held map[string]placement.Resources
+		)
 		if c, err := t.store.GetConsumer(ctx, uuid); err == nil {
-			gen = &c.Generation
+			gen, held = &c.Generation, c.Allocations
 			if t.heldInTree(ctx, c) {
 				continue // its claim is on this host's provider tree, below the host's own provider
 			}
@@ -584,7 +587,7 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		_, err = t.store.WriteAllocations(ctx, placement.AllocationWrite{
 			ConsumerUUID: uuid, ConsumerGeneration: gen, Type: placement.ConsumerInstance,
 			ProjectID: inst.ProjectID, UserID: inst.UserID,
-			Allocations: map[string]placement.Resources{rp: g.Flavor.Resources()},
+			Allocations: t.claimHere(ctx, inst, g, held),
 		})
 		switch {
 		case placement.IsConflict(err):
@@ -599,6 +602,35 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 	sort.Strings(d.Stray)
 	sort.Strings(d.Lost)
 	return nil
+}
+
+// claimHere returns the allocation the audit writes for instance inst
+// (guest g) found running here without one, holding held elsewhere: what
+// keel's scheduler would claim for its flavor on this host's provider
+// tree — children such as NUMA cells or GPUs, pools sharing with the
+// host — through placement.Reclaim, when the store lists providers; the
+// guest's flavor on the host's provider otherwise, or when it does not
+// fit (the store then refuses the write, as it refused before trees).
+func (t *Tracker) claimHere(ctx context.Context, inst records.Instance, g Guest, held map[string]placement.Resources) map[string]placement.Resources {
+	flat := map[string]placement.Resources{t.cfg.ProviderUUID: g.Flavor.Resources()}
+	ps, ok := t.store.(interface {
+		ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+	})
+	if !ok {
+		return flat
+	}
+	q, err := placement.FlavorQuery(inst.Flavor.Resources(), inst.Flavor.ExtraSpecs)
+	if err != nil || len(q.Groups) == 0 {
+		return flat
+	}
+	sums, err := ps.ProviderSummaries(ctx, nil)
+	if err != nil {
+		return flat
+	}
+	if alloc, ok := placement.Reclaim(store.TreeProviders(sums), q, t.cfg.ProviderUUID, held); ok {
+		return alloc
+	}
+	return flat
 }
 
 // heldInTree reports whether c holds anything on a provider of this

@@ -66,6 +66,9 @@ func (g *guestList) RollbackLiveMigrationAtDestination(_ context.Context, uuid s
 var (
 	small = records.Flavor{ID: "small", Name: "small", VCPUs: 2, RAMMB: 4096, DiskGB: 20}
 	large = records.Flavor{ID: "large", Name: "large", VCPUs: 8, RAMMB: 16384, DiskGB: 80}
+	// gpuSmall is small with a VGPU from a child and an address from a pool.
+	gpuSmall = records.Flavor{ID: "gpu-small", Name: "gpu-small", VCPUs: 2, RAMMB: 4096, DiskGB: 20,
+		ExtraSpecs: map[string]string{"resources1:VGPU": "1", "resources:IPV4_ADDRESS": "1"}}
 )
 
 func hostConfig(mods ...func(*compute.HostConfig)) compute.HostConfig {
@@ -407,6 +410,36 @@ func TestAudit(t *testing.T) {
 				c, _ := e.st.GetConsumer(ctx, "a")
 				if c.Type != placement.ConsumerInstance {
 					t.Fatalf("healed consumer type %q", c.Type)
+				}
+			}},
+		{name: "missing allocation on a provider tree is written in the tree's shape",
+			setup: func(e *env) {
+				// h1 has a GPU child and shares a pool of addresses; the
+				// flavor asks a VGPU as a granular group and an address.
+				const agg = "a66a66a6-0000-4000-8000-000000000001"
+				if _, err := e.st.CreateProvider(ctx, placement.Provider{UUID: "rp-h1-gpu", Name: "h1-gpu", ParentUUID: "rp-h1",
+					Inventories: placement.Inventories{"VGPU": placement.NewInventory(2)}}); err != nil {
+					e.t.Fatal(err)
+				}
+				if _, err := e.st.CreateProvider(ctx, placement.Provider{UUID: "rp-pool", Name: "pool",
+					Inventories: placement.Inventories{"IPV4_ADDRESS": placement.NewInventory(4)},
+					Traits:      []string{placement.SharesViaAggregate}, Aggregates: []string{agg}}); err != nil {
+					e.t.Fatal(err)
+				}
+				if _, err := e.st.SetProviderAggregates(ctx, "rp-h1", nil, []string{agg}); err != nil {
+					e.t.Fatal(err)
+				}
+				e.instance("a", gpuSmall, records.VMActive, records.TaskNone)
+				e.alloc("a", placement.ConsumerInstance, gpuSmall, "rp-h2") // held elsewhere by mistake
+				e.guest("a", gpuSmall, compute.GuestRunning)
+				e.tracker.Track("a", gpuSmall)
+				e.write()
+			},
+			want: compute.Drift{MissingAllocations: []string{"a"}},
+			after: func(t *testing.T, e *env) {
+				want := map[string]placement.Resources{"rp-h1": small.Resources(), "rp-h1-gpu": {"VGPU": 1}, "rp-pool": {"IPV4_ADDRESS": 1}}
+				if got := e.allocations("a"); !reflect.DeepEqual(got, want) {
+					t.Fatalf("allocations of a = %v, want %v", got, want)
 				}
 			}},
 		{name: "an incoming guest is not this host's yet",

@@ -64,6 +64,17 @@ type ProviderSummary struct {
 	Usage placement.Resources
 }
 
+// TreeProviders returns sums as placement.TreeForest and
+// placement.Reclaim take them.
+func TreeProviders(sums []ProviderSummary) []placement.TreeProvider {
+	out := make([]placement.TreeProvider, len(sums))
+	for i, s := range sums {
+		out[i] = placement.TreeProvider{UUID: s.UUID, ParentUUID: s.ParentUUID, Inventories: s.Inventories, Usage: s.Usage,
+			Traits: s.Traits, Aggregates: s.Aggregates}
+	}
+	return out
+}
+
 // MigrationFilter selects migrations; zero fields match everything.
 type MigrationFilter struct {
 	UUID         string // the migration's own UUID (also its consumer's)

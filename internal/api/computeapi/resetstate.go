@@ -16,9 +16,10 @@ import (
 // resetState is the admin's os-resetState: it sets the record's vm_state
 // to active or error and clears its task, touching nothing on the host, as
 // Nova's does — and, unlike Nova's, puts the instance's allocations right
-// in the same request: an active instance holds exactly its flavor on its
-// host's provider, an errored one holds nothing (keel's invariant: see
-// package audit), and the consumers of its ended migrations are dropped.
+// in the same request: an active instance holds its flavor's request on
+// its host's provider tree (the host, its children, the pools sharing with
+// it), an errored one holds nothing (keel's invariant: see package audit),
+// and the consumers of its ended migrations are dropped.
 // It is recorded as a reset-state instance action whose message says
 // what was corrected. keel refuses it while a migration of the instance is
 // in progress (409): the migration record owns the instance's task then;
@@ -88,9 +89,10 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 }
 
 // resetAllocations returns the writes that put inst's allocations right
-// for state, and a line for each: to active, the flavor on the host's
-// provider only; to error, nothing; every ended migration's consumer
-// dropped. Writes name the consumer generations read.
+// for state, and a line for each: to active, what it holds if that is its
+// flavor's request on its host's tree, else what a claim there would
+// write (treeAllocation); to error, nothing; every ended migration's
+// consumer dropped. Writes name the consumer generations read.
 func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state records.VMState, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
 	var (
 		writes []placement.AllocationWrite
@@ -108,33 +110,16 @@ func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state
 			rp = s.UUID
 		}
 	}
-	var want map[string]placement.Resources
-	if state == records.VMActive {
-		if rp == "" {
-			return nil, nil, conflict(fmt.Sprintf("Cannot reset instance %s to active: it has no host with a resource provider (host %q); reset it to error or delete it", inst.UUID, inst.Host))
-		}
-		want = map[string]placement.Resources{rp: inst.Flavor.Resources()}
-	}
 	c, err := a.cfg.Store.GetConsumer(ctx, inst.UUID)
-	switch {
-	case isNotFound(err):
-		if len(want) > 0 {
-			writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
-				ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
-			fixed = append(fixed, fmt.Sprintf("claimed %s on %s", want[rp], inst.Host))
-		}
-	case err != nil:
+	found := err == nil
+	if err != nil && !isNotFound(err) {
 		return nil, nil, fmt.Errorf("reading the allocations of %s: %w", inst.UUID, err)
-	case !sameAllocations(c.Allocations, want):
-		gen := c.Generation
-		writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
-			ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
-		if len(want) > 0 {
-			fixed = append(fixed, fmt.Sprintf("%s replaced by %s on %s", describeAllocations(c.Allocations, nameOf), want[rp], inst.Host))
-		} else {
-			fixed = append(fixed, fmt.Sprintf("%s released", describeAllocations(c.Allocations, nameOf)))
-		}
 	}
+	// The ended migrations' consumers go in the same write: what they
+	// hold is free for the instance's claim.
+	var released []map[string]placement.Resources
+	var dropped []placement.AllocationWrite
+	var droppedMsgs []string
 	for _, m := range ms {
 		mc, err := a.cfg.Store.GetConsumer(ctx, m.UUID)
 		if isNotFound(err) {
@@ -144,10 +129,58 @@ func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state
 			return nil, nil, fmt.Errorf("reading the allocations of migration %d: %w", m.ID, err)
 		}
 		gen := mc.Generation
-		writes = append(writes, placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &gen})
-		fixed = append(fixed, fmt.Sprintf("%s of %s migration %d released", describeAllocations(mc.Allocations, nameOf), m.Status, m.ID))
+		dropped = append(dropped, placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &gen})
+		droppedMsgs = append(droppedMsgs, fmt.Sprintf("%s of %s migration %d released", describeAllocations(mc.Allocations, nameOf), m.Status, m.ID))
+		released = append(released, mc.Allocations)
 	}
+	var want map[string]placement.Resources
+	if state == records.VMActive {
+		if rp == "" {
+			return nil, nil, conflict(fmt.Sprintf("Cannot reset instance %s to active: it has no host with a resource provider (host %q); reset it to error or delete it", inst.UUID, inst.Host))
+		}
+		if want, err = treeAllocation(inst, rp, sums, c.Allocations, released); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch {
+	case !found:
+		if len(want) > 0 {
+			writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, Type: placement.ConsumerInstance,
+				ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
+			fixed = append(fixed, fmt.Sprintf("claimed %s", describeAllocations(want, nameOf)))
+		}
+	case !sameAllocations(c.Allocations, want):
+		gen := c.Generation
+		writes = append(writes, placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
+			ProjectID: inst.ProjectID, UserID: inst.UserID, Allocations: want})
+		if len(want) > 0 {
+			fixed = append(fixed, fmt.Sprintf("%s replaced by %s", describeAllocations(c.Allocations, nameOf), describeAllocations(want, nameOf)))
+		} else {
+			fixed = append(fixed, fmt.Sprintf("%s released", describeAllocations(c.Allocations, nameOf)))
+		}
+	}
+	writes, fixed = append(writes, dropped...), append(fixed, droppedMsgs...)
 	return writes, fixed, nil
+}
+
+// treeAllocation returns what inst should hold on its host's provider rp,
+// holding held now, with the released allocations dropped in the same
+// write: placement.Reclaim of its flavor's request (placement.FlavorQuery)
+// — held if it is right, else what keel's scheduler would claim on rp's
+// tree (the flavor on rp for a host without children or pools). It is a
+// conflict when the flavor no longer fits there.
+func treeAllocation(inst records.Instance, rp string, sums []store.ProviderSummary, held map[string]placement.Resources, released []map[string]placement.Resources) (map[string]placement.Resources, error) {
+	q, err := placement.FlavorQuery(inst.Flavor.Resources(), inst.Flavor.ExtraSpecs)
+	if err != nil || len(q.Groups) == 0 {
+		// A flavor no scheduler could place (or one asking for nothing):
+		// its plain resources on the host, as before trees.
+		return map[string]placement.Resources{rp: inst.Flavor.Resources()}, nil
+	}
+	want, ok := placement.Reclaim(store.TreeProviders(sums), q, rp, held, released...)
+	if !ok {
+		return nil, conflict(fmt.Sprintf("Cannot reset instance %s to active: its flavor (%s) does not fit on %s any more; reset it to error, or free room on the host", inst.UUID, q, inst.Host))
+	}
+	return want, nil
 }
 
 func sameAllocations(got, want map[string]placement.Resources) bool {
