@@ -16,9 +16,15 @@ import (
 var specKey = regexp.MustCompile(`^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.+)$`)
 
 // FlavorQuery builds the allocation candidates request Nova's scheduler
-// builds for a flavor: base (the flavor's VCPU, MEMORY_MB, DISK_GB) in
-// the unnamed group, overridden class by class by resources:CLASS=N
-// (N = 0 drops the class); resourcesN:CLASS=N fills granular group N;
+// builds for a flavor: resources:CLASS=N in the unnamed group and
+// resourcesN:CLASS=N in granular group N (N = 0 asks for none); the CPU
+// policy specs (hw:cpu_policy=dedicated: PCPU instead of VCPU; mixed:
+// PCPU for hw:cpu_dedicated_mask's CPUs, VCPU for the rest;
+// hw:emulator_threads_policy=isolate: one PCPU more;
+// hw:cpu_thread_policy=isolate|require: HW_CPU_HYPERTHREADING forbidden
+// or required) in the unnamed group; then each class of base (the
+// flavor's VCPU, MEMORY_MB, DISK_GB) that no group names yet — VCPU
+// only when no group names PCPU either — in the unnamed group.
 // trait:NAME=required|forbidden and traitN:NAME=… constrain the unnamed
 // group and group N; group_policy=none|isolate sets the policy. specs
 // are read in order, a later map's keys giving way to an earlier one's
@@ -28,7 +34,8 @@ var specKey = regexp.MustCompile(`^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.+)$
 // or forbidden is ignored; groups left with no resources and no traits
 // are dropped. It fails when more than one granular group has resources
 // and group_policy is missing or not none or isolate (Placement refuses
-// such a request).
+// such a request), and on CPU policy specs Nova's API refuses (see
+// HardwareSpecs; the other hw: specs are not read here).
 func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, error) {
 	if !asksGroups(specs) && !hasZero(base) {
 		// The common case: the flavor alone, without a copy.
@@ -42,7 +49,7 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 		res    Resources
 		traits map[string]string
 	}
-	groups := map[string]*group{"": {res: base.Clone(), traits: map[string]string{}}}
+	groups := map[string]*group{"": {res: Resources{}, traits: map[string]string{}}}
 	get := func(sfx string) *group {
 		g := groups[sfx]
 		if g == nil {
@@ -53,6 +60,7 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 	}
 	policy := ""
 	seen := map[string]bool{}
+	named := map[ResourceClass]bool{} // classes some group asks for (even 0)
 	for si, m := range specs {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			v := m[k]
@@ -76,6 +84,7 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 				}
 				seen[k] = true
 				get(sfx).res[rc] = n
+				named[rc] = true
 				continue
 			}
 			if v != "required" && v != "forbidden" {
@@ -83,6 +92,31 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 			}
 			seen[k] = true
 			get(sfx).traits[name] = v
+		}
+	}
+	var flavorSpecs map[string]string
+	if len(specs) > 0 {
+		flavorSpecs = specs[0]
+	}
+	cpu, err := readCPUSpecs(base[VCPU], flavorSpecs)
+	if err != nil {
+		return CandidateQuery{}, err
+	}
+	unnamed := groups[""]
+	if cpu.pcpus > 0 {
+		unnamed.res[PCPU] = AddAmounts(unnamed.res[PCPU], cpu.pcpus)
+		named[PCPU] = true
+	}
+	if cpu.vcpus > 0 {
+		unnamed.res[VCPU] = AddAmounts(unnamed.res[VCPU], cpu.vcpus)
+		named[VCPU] = true
+	}
+	if cpu.trait != "" {
+		unnamed.traits[Hyperthreading] = cpu.trait
+	}
+	for rc, n := range base {
+		if !named[rc] && (rc != VCPU || !named[PCPU]) {
+			unnamed.res[rc] = n
 		}
 	}
 	var q CandidateQuery
@@ -133,7 +167,8 @@ func FlavorQuery(base Resources, specs ...map[string]string) (CandidateQuery, er
 func asksGroups(specs []map[string]string) bool {
 	for _, m := range specs {
 		for k := range m {
-			if strings.HasPrefix(k, "resources") || strings.HasPrefix(k, "trait") || k == "group_policy" {
+			if strings.HasPrefix(k, "resources") || strings.HasPrefix(k, "trait") || k == "group_policy" ||
+				k == specCPUPolicy || k == specCPUThreadPolicy || k == specDedicatedMask || k == specEmulatorThreads {
 				return true
 			}
 		}

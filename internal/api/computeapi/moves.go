@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"keel/internal/placement"
 	"keel/internal/records"
 )
 
@@ -65,6 +66,9 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 				return true, badRequest("Unable to find flavor " + ref + ".")
 			}
 			return true, ferr
+		}
+		if herr := placement.HardwareSpecs(f.VCPUs, f.ExtraSpecs); herr != nil {
+			return true, badRequest(herr.Error())
 		}
 		if qerr := a.checkResizeQuota(r.Context(), in, f); qerr != nil {
 			return true, qerr

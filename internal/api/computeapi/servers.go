@@ -354,6 +354,9 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
+	if err := placement.HardwareSpecs(f.VCPUs, f.ExtraSpecs); err != nil {
+		return badRequest(err.Error())
+	}
 	imageRef, _, err := sb.stringField("imageRef")
 	if err != nil {
 		return err
