@@ -130,7 +130,7 @@ reserved_host_memory_mb.`,
 	_ = f.MarkDeprecated("bus-url", "use --nats-url")
 	_ = f.MarkDeprecated("bus-credentials", "use --nats-credentials")
 	f.IntVar(&count, "hosts", 1, "run this many fake hosts in this process, named HOST-1 … HOST-N, each with its data dir DATA_DIR/HOST-i (for scale tests)")
-	cmd.AddCommand(agentEnrollCommand())
+	cmd.AddCommand(agentEnrollCommand(), agentRevokeCommand())
 	return cmd
 }
 

@@ -7,7 +7,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,11 +29,20 @@ var peerMethods = []string{"check_can_live_migrate_source", "check_incoming"}
 // (nats-server's allow_responses): longer than any call's deadline.
 const responseTTL = time.Hour
 
-// AgentCredentials are the bus credentials of host's agent, derived from
-// the servers' credentials: user "agent-<host>" and a password only the
-// holder of the servers' password can compute (an HMAC of the host name).
-// keel agent enroll writes them to a file for one host.
+// AgentCredentials are the bus credentials of host's agent at epoch 0
+// (AgentCredentialsAt): what a host never enrolled on its own uses.
 func AgentCredentials(servers Credentials, host string) (Credentials, error) {
+	return AgentCredentialsAt(servers, host, 0)
+}
+
+// AgentCredentialsAt are the bus credentials of host's agent, derived from
+// the servers' credentials and the host's enrollment epoch: user
+// "agent-<host>" and a password only the holder of the servers' password
+// can compute (an HMAC of the host name, and of the epoch past 0). keel
+// agent enroll raises a host's epoch and writes its credentials to a file:
+// the files of earlier epochs are then refused, and no other host's
+// credentials change.
+func AgentCredentialsAt(servers Credentials, host string, epoch int64) (Credentials, error) {
 	if err := servers.validate(); err != nil {
 		return Credentials{}, err
 	}
@@ -41,13 +52,28 @@ func AgentCredentials(servers Credentials, host string) (Credentials, error) {
 	if err := ValidHostName(host); err != nil {
 		return Credentials{}, err
 	}
+	if epoch < 0 {
+		return Credentials{}, fmt.Errorf("bus: agent identity epoch %d of %s is negative", epoch, host)
+	}
 	m := hmac.New(sha256.New, []byte(servers.Password))
 	m.Write([]byte("keel bus agent identity\x00" + host))
+	if epoch > 0 {
+		m.Write([]byte("\x00epoch " + strconv.FormatInt(epoch, 10)))
+	}
 	return Credentials{
 		User:     AgentUserPrefix + host,
 		Password: base64.RawURLEncoding.EncodeToString(m.Sum(nil)),
 	}, nil
 }
+
+// AgentStates tells the embedded server each host's identity state:
+// its enrollment epoch (0 if never enrolled) and whether it is revoked.
+type AgentStates interface {
+	AgentState(ctx context.Context, host string) (epoch int64, revoked bool, err error)
+}
+
+// agentLookupTimeout bounds one AgentState call while a client connects.
+const agentLookupTimeout = 5 * time.Second
 
 // AgentHost is the host whose agent these credentials identify, and
 // false for the servers' credentials.
@@ -85,9 +111,14 @@ func AgentPermissions(host string) *server.Permissions {
 }
 
 // identities is the embedded server's authentication: the servers'
-// credentials get every permission, an agent's derived credentials get
-// AgentPermissions of their host, anything else is refused.
-type identities struct{ servers Credentials }
+// credentials get every permission, an agent's derived credentials (at
+// its host's epoch, and not revoked) get AgentPermissions of their host,
+// anything else is refused.
+type identities struct {
+	servers Credentials
+	agents  AgentStates // nil: every host at epoch 0
+	log     *slog.Logger
+}
 
 var _ server.Authentication = identities{}
 
@@ -110,7 +141,22 @@ func (id identities) Check(c server.ClientAuthentication) bool {
 	if !ok || ValidHostName(host) != nil {
 		return false
 	}
-	want, err := AgentCredentials(id.servers, host)
+	var epoch int64
+	if id.agents != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), agentLookupTimeout)
+		e, revoked, err := id.agents.AgentState(ctx, host)
+		cancel()
+		switch {
+		case err != nil:
+			id.log.Warn("bus: refusing an agent whose identity cannot be checked", "host", host, "err", err)
+			return false
+		case revoked:
+			id.log.Info("bus: refusing a revoked agent identity", "host", host)
+			return false
+		}
+		epoch = e
+	}
+	want, err := AgentCredentialsAt(id.servers, host, epoch)
 	if err != nil || !sameSecret(o.Password, want.Password) {
 		return false
 	}
@@ -118,22 +164,52 @@ func (id identities) Check(c server.ClientAuthentication) bool {
 	return true
 }
 
+// DisconnectAgent closes every connection of host's agent identity (after
+// a revocation or a new enrollment: a reconnect is checked again) and
+// returns how many there were.
+func (s *Server) DisconnectAgent(host string) int {
+	cz, err := s.ns.Connz(&server.ConnzOptions{User: AgentUserPrefix + host, Username: true, Limit: 1 << 16})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, ci := range cz.Conns {
+		if ci.AuthorizedUser == AgentUserPrefix+host && s.ns.DisconnectClientByID(ci.Cid) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // AuthorizationConfig is the authorization block of a nats-server
 // configuration file that gives the servers' user every permission and
-// each of hosts' agents its own user with AgentPermissions: what an
-// external NATS needs for keel's agent identities (the embedded server
-// derives them itself). The passwords are in clear: keep the file 0600.
+// each of hosts' agents (at epoch 0) its own user with AgentPermissions.
 func AuthorizationConfig(servers Credentials, hosts []string) (string, error) {
+	at := map[string]int64{}
+	for _, h := range hosts {
+		at[h] = 0
+	}
+	return AuthorizationConfigAt(servers, at)
+}
+
+// AuthorizationConfigAt is AuthorizationConfig for hosts at the given
+// epochs: what an external NATS needs for keel's agent identities (the
+// embedded server derives them itself). A host left out cannot connect.
+// The passwords are in clear: keep the file 0600.
+func AuthorizationConfigAt(servers Credentials, hosts map[string]int64) (string, error) {
 	if err := servers.validate(); err != nil {
 		return "", err
 	}
-	hs := append([]string(nil), hosts...)
+	hs := make([]string, 0, len(hosts))
+	for h := range hosts {
+		hs = append(hs, h)
+	}
 	sort.Strings(hs)
 	var b strings.Builder
 	b.WriteString("authorization {\n  users: [\n")
 	fmt.Fprintf(&b, "    {user: %q, password: %q}\n", servers.User, servers.Password)
 	for _, h := range hs {
-		ac, err := AgentCredentials(servers, h)
+		ac, err := AgentCredentialsAt(servers, h, hosts[h])
 		if err != nil {
 			return "", err
 		}

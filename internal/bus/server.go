@@ -33,6 +33,9 @@ type ServerOptions struct {
 	// Creds are the servers' user, allowed everything; agents connect
 	// with AgentCredentials derived from it. Required.
 	Creds Credentials
+	// Agents, if set, tells each host's enrollment epoch and whether its
+	// identity is revoked; nil takes every host at epoch 0.
+	Agents AgentStates
 	// StoreDir is reserved for JetStream, which keel does not use yet.
 	StoreDir string
 	// Logger receives the server's log lines (notices and debug at debug
@@ -77,7 +80,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		// The servers' user has every permission; each agent connects
 		// with credentials derived from it (AgentCredentials) and gets
 		// AgentPermissions for its host.
-		CustomClientAuthentication: identities{servers: o.Creds},
+		CustomClientAuthentication: identities{servers: o.Creds, agents: o.Agents, log: log},
 		NoSigs:                     true,
 		NoLog:                      true,
 		StoreDir:                   o.StoreDir,

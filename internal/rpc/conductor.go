@@ -273,6 +273,10 @@ type ConductorHandlers struct {
 	// Clock stamps the instances an agent's audit puts in ERROR (default:
 	// the wall clock).
 	Clock clock.Clock
+	// Revoked, if set, tells whether a host's bus identity is revoked
+	// (keel agent revoke): every report and store call it sends is
+	// refused, whatever bus it came through.
+	Revoked func(ctx context.Context, host string) bool
 }
 
 // ServeConductor answers the agents' reports and store calls on conn, in
@@ -388,7 +392,23 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return nil, err
 		}),
 	}
+	if h.Revoked != nil {
+		for m, hd := range handlers {
+			handlers[m] = unlessRevoked(h.Revoked, hd)
+		}
+	}
 	return serveAll(conn, func(method string) string { return bus.AgentConductorSubject("*", method) }, conductorQueue, handlers)
+}
+
+// unlessRevoked refuses (forbidden) every call from a host whose identity
+// is revoked, and hands the others to next.
+func unlessRevoked(revoked func(context.Context, string) bool, next bus.Handler) bus.Handler {
+	return func(ctx context.Context, data json.RawMessage) (any, error) {
+		if from := sender(ctx); from == "" || revoked(ctx, from) {
+			return nil, forbidden("host %q: its bus identity is revoked (keel agent revoke); enroll it again", from)
+		}
+		return next(ctx, data)
+	}
 }
 
 // serveAll subscribes every handler at its method's subject, in queue

@@ -57,6 +57,7 @@ type Server struct {
 	baseURL  string
 	metrics  *Metrics
 	ui       *uiHub
+	agents   *agentRegistry
 	// stopOwnership ends the replica's heartbeats and sweeps.
 	stopOwnership context.CancelFunc
 }
@@ -85,7 +86,7 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
 	var err error
-	if s.store, err = openStore(ctx, cfg.Keel.DB, dataDir); err != nil {
+	if s.store, err = OpenStore(ctx, cfg.Keel.DB, dataDir); err != nil {
 		return err
 	}
 	if err := shareIdentity(ctx, s.store, dataDir, s.log); err != nil {
@@ -101,15 +102,27 @@ func (s *Server) start(ctx context.Context) error {
 	} else if s.creds, err = bus.LoadOrCreateCredentials(dataDir); err != nil {
 		return err
 	}
+	// The agents' identities (keel agent enroll, revoke) as of now; kept
+	// fresh until Close.
+	s.agents = &agentRegistry{st: s.store, log: s.log}
+	if err := s.agents.refresh(ctx); err != nil {
+		return fmt.Errorf("reading the agents' bus identities: %w", err)
+	}
 	s.busURL = cfg.Keel.NATSURL
 	if s.busURL == "" {
 		host, port, err := splitHostPort(cfg.Keel.NATSListen)
 		if err != nil {
 			return fmt.Errorf("[keel] nats_listen: %w", err)
 		}
-		s.busSrv, err = bus.StartServer(ctx, bus.ServerOptions{Host: host, Port: port, Creds: s.creds, Logger: s.log})
+		s.busSrv, err = bus.StartServer(ctx, bus.ServerOptions{Host: host, Port: port, Creds: s.creds, Agents: s.agents, Logger: s.log})
 		if err != nil {
 			return err
+		}
+		srv := s.busSrv
+		s.agents.onMoved = func(host string) {
+			if n := srv.DisconnectAgent(host); n > 0 {
+				s.log.Info("dropped the bus connections of an agent whose identity changed", "host", host, "connections", n)
+			}
 		}
 		s.busURL = s.busSrv.URL()
 	}
@@ -151,7 +164,7 @@ func (s *Server) start(ctx context.Context) error {
 		Quota:                               quota.Enforcer{Store: s.store},
 		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
-	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift}); err != nil {
+	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift, Revoked: s.agents.revoked}); err != nil {
 		return err
 	}
 	if n, err := s.cond.Recover(ctx); err != nil {
@@ -165,6 +178,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.stopOwnership = stopOwnership
 	s.cond.RunOwnership(ownCtx)
 	s.cond.RunPlans(ownCtx)
+	go s.agents.run(ownCtx)
 	go s.ui.run(ownCtx)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
@@ -343,9 +357,9 @@ func splitHostPort(addr string) (string, int, error) {
 // Store returns the server's store (keel dev seeds flavors through it).
 func (s *Server) Store() store.Store { return s.store }
 
-// openStore opens PostgreSQL for a postgres:// (or postgresql://) [keel]
-// db URL, SQLite otherwise (the path given, or keel.db in the data dir).
-func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
+// OpenStore opens the store [keel] db names: PostgreSQL for a postgres://
+// (or postgresql://) URL, else SQLite at that path or DATA_DIR/keel.db.
+func OpenStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
 		st, err := postgres.Open(ctx, db)
 		if err != nil {
