@@ -10,6 +10,13 @@ import (
 	"keel/internal/store"
 )
 
+// RegistrationStore is what RegisterHost writes: the host's provider and
+// its service record.
+type RegistrationStore interface {
+	store.Providers
+	store.Hosts
+}
+
 // RegisterHost creates or updates a host's resource provider (named for
 // the host, with cfg's inventories) and its nova-compute service record:
 // the one registration an agent's start (over the bus), the simulator and
@@ -17,7 +24,7 @@ import (
 // create when there is none (Host and Binary are filled in; an empty Zone
 // is nova); an existing record only takes its zone. newUUID names a new
 // provider. It returns the provider's UUID.
-func RegisterHost(ctx context.Context, st store.Store, cfg HostConfig, svc records.Service, newUUID func() string) (string, error) {
+func RegisterHost(ctx context.Context, st RegistrationStore, cfg HostConfig, svc records.Service, newUUID func() string) (string, error) {
 	invs := cfg.Inventories()
 	uuid := newUUID()
 	_, err := st.CreateProvider(ctx, placement.Provider{UUID: uuid, Name: cfg.Host, Inventories: invs})
@@ -48,7 +55,7 @@ func RegisterHost(ctx context.Context, st store.Store, cfg HostConfig, svc recor
 
 // updateProvider sets the inventories of the provider named host, if they
 // differ, and returns its UUID.
-func updateProvider(ctx context.Context, st store.Store, host string, invs placement.Inventories) (string, error) {
+func updateProvider(ctx context.Context, st store.Providers, host string, invs placement.Inventories) (string, error) {
 	sums, err := st.ProviderSummaries(ctx, nil)
 	if err != nil {
 		return "", err

@@ -185,23 +185,7 @@ func (s *Store) ProviderSummaries(ctx context.Context, uuids []string) ([]store.
 	if err != nil {
 		return nil, fmt.Errorf("reading provider summaries: %w", err)
 	}
-	out := make([]store.ProviderSummary, 0, len(ps))
-	if uuids == nil {
-		for _, p := range ps {
-			out = append(out, *p)
-		}
-		return out, nil
-	}
-	byUUID := make(map[string]*store.ProviderSummary, len(ps))
-	for _, p := range ps {
-		byUUID[p.UUID] = p
-	}
-	for _, u := range uuids {
-		if p, ok := byUUID[u]; ok {
-			out = append(out, store.ProviderSummary{Provider: p.Provider, Usage: p.Usage})
-		}
-	}
-	return out, nil
+	return sqlstore.InOrder(ps, uuids), nil
 }
 
 // lockProviders queues the statements that lock the providers whose UUIDs

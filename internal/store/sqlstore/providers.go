@@ -169,3 +169,26 @@ func DeleteProvider(tx ProviderTx, uuid string, del func() error) error {
 	}
 	return tx.Note(store.ChangeProvider, uuid)
 }
+
+// InOrder returns the providers read for ProviderSummaries in the order
+// the interface promises: all of them as read (sorted by UUID) for nil
+// uuids, otherwise those of uuids that exist, in the order asked for.
+func InOrder(ps []*store.ProviderSummary, uuids []string) []store.ProviderSummary {
+	out := make([]store.ProviderSummary, 0, len(ps))
+	if uuids == nil {
+		for _, p := range ps {
+			out = append(out, *p)
+		}
+		return out
+	}
+	byUUID := make(map[string]*store.ProviderSummary, len(ps))
+	for _, p := range ps {
+		byUUID[p.UUID] = p
+	}
+	for _, u := range uuids {
+		if p, ok := byUUID[u]; ok {
+			out = append(out, *p)
+		}
+	}
+	return out
+}

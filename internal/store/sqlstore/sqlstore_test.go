@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"keel/internal/placement"
+	"keel/internal/store"
 )
 
 func TestRebind(t *testing.T) {
@@ -54,5 +57,30 @@ func TestMigrations(t *testing.T) {
 		if ms, err := Migrations(files); err == nil {
 			t.Errorf("%s: Migrations = %+v, want an error", name, ms)
 		}
+	}
+}
+
+func TestInOrder(t *testing.T) {
+	read := []*store.ProviderSummary{
+		{Provider: placement.Provider{UUID: "a"}},
+		{Provider: placement.Provider{UUID: "b"}, Usage: placement.Resources{placement.VCPU: 2}},
+		{Provider: placement.Provider{UUID: "c"}},
+	}
+	uuids := func(ps []store.ProviderSummary) string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.UUID)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := uuids(InOrder(read, nil)); got != "a,b,c" {
+		t.Errorf("InOrder(nil) = %s, want a,b,c", got)
+	}
+	got := InOrder(read, []string{"c", "x", "b"})
+	if uuids(got) != "c,b" || got[1].Usage[placement.VCPU] != 2 {
+		t.Errorf("InOrder(c,x,b) = %+v, want c then b with its usage", got)
+	}
+	if got := InOrder(read, []string{}); got == nil || len(got) != 0 {
+		t.Errorf("InOrder(empty) = %#v, want an empty slice", got)
 	}
 }
