@@ -82,6 +82,7 @@ func TestDurable(t *testing.T) {
 		Raw:        rawDB,
 		Migrations: len(ms),
 		TrimEvery:  func(s storetest.DurableStore) int64 { return s.(*Store).trimEvery },
+		Check:      checkUsageColumn,
 	})
 }
 
@@ -271,73 +272,6 @@ func TestChangeStreamOrder(t *testing.T) {
 	if len(seen) != writers*each || len(keys) != writers*each {
 		t.Errorf("reader saw %d changes (%d keys), want %d", len(seen), len(keys), writers*each)
 	}
-}
-
-// TestTwoStoresOneDatabase runs claims from two stores on the same
-// database, as two servers would: the row locks serialise them and no
-// provider is overcommitted.
-func TestTwoStoresOneDatabase(t *testing.T) {
-	ctx := context.Background()
-	a, url := openTemp(t, Options{})
-	b, err := Open(ctx, url)
-	if err != nil {
-		t.Fatalf("second Open: %v", err)
-	}
-	defer b.Close()
-	const capacity = 30
-	provs := []string{"p-1", "p-2"}
-	for i, p := range provs {
-		if _, err := a.CreateProvider(ctx, placement.Provider{UUID: p, Name: fmt.Sprintf("cmp-%d", i),
-			Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(capacity)}}); err != nil {
-			t.Fatalf("CreateProvider: %v", err)
-		}
-	}
-	var (
-		wg sync.WaitGroup
-		ok atomic.Int64
-	)
-	for g := 0; g < 8; g++ {
-		s := a
-		if g%2 == 1 {
-			s = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				for _, p := range provs {
-					_, err := s.WriteAllocations(ctx, placement.AllocationWrite{
-						ConsumerUUID: fmt.Sprintf("c-%d-%d", g, i),
-						Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
-					})
-					if err == nil {
-						ok.Add(1)
-						break
-					}
-					if !placement.IsCapacity(err) {
-						t.Errorf("claim: %v", err)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	sums, err := b.ProviderSummaries(ctx, nil)
-	if err != nil {
-		t.Fatalf("ProviderSummaries: %v", err)
-	}
-	var used int64
-	for _, ps := range sums {
-		if ps.Usage[placement.VCPU] > capacity {
-			t.Errorf("%s overcommitted: %d of %d", ps.UUID, ps.Usage[placement.VCPU], capacity)
-		}
-		used += ps.Usage[placement.VCPU]
-	}
-	if used != ok.Load() || used != 2*capacity {
-		t.Errorf("usage %d, successful claims %d, want both %d", used, ok.Load(), 2*capacity)
-	}
-	checkUsageColumn(t, url)
 }
 
 // TestCrossingMoves moves consumers back and forth between providers in

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"keel/internal/placement"
@@ -45,6 +44,7 @@ func TestDurable(t *testing.T) {
 		Raw:        rawDB,
 		Migrations: len(ms),
 		TrimEvery:  func(s storetest.DurableStore) int64 { return s.(*Store).trimEvery },
+		Check:      checkUsageColumn,
 	})
 }
 
@@ -144,76 +144,6 @@ func TestPragmas(t *testing.T) {
 	if _, err := OpenWith(context.Background(), filepath.Join(t.TempDir(), "x.db"), Options{Synchronous: "OFF"}); err == nil {
 		t.Error("synchronous OFF accepted")
 	}
-}
-
-// TestTwoStoresOneFile runs claims from two stores on the same file, as two
-// processes would: BEGIN IMMEDIATE and busy_timeout serialise them and no
-// provider is overcommitted.
-func TestTwoStoresOneFile(t *testing.T) {
-	ctx := context.Background()
-	a, path := openTemp(t, Options{})
-	b, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("second Open: %v", err)
-	}
-	defer b.Close()
-	const capacity = 30
-	provs := []string{"p-1", "p-2"}
-	for i, p := range provs {
-		if _, err := a.CreateProvider(ctx, placement.Provider{UUID: p, Name: fmt.Sprintf("cmp-%d", i),
-			Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(capacity)}}); err != nil {
-			t.Fatalf("CreateProvider: %v", err)
-		}
-	}
-	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
-		ok int64
-	)
-	for g := 0; g < 8; g++ {
-		s := a
-		if g%2 == 1 {
-			s = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				for _, p := range provs {
-					_, err := s.WriteAllocations(ctx, placement.AllocationWrite{
-						ConsumerUUID: fmt.Sprintf("c-%d-%d", g, i),
-						Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
-					})
-					if err == nil {
-						mu.Lock()
-						ok++
-						mu.Unlock()
-						break
-					}
-					if !placement.IsCapacity(err) {
-						t.Errorf("claim: %v", err)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	sums, err := b.ProviderSummaries(ctx, nil)
-	if err != nil {
-		t.Fatalf("ProviderSummaries: %v", err)
-	}
-	var used int64
-	for _, ps := range sums {
-		if ps.Usage[placement.VCPU] > capacity {
-			t.Errorf("%s overcommitted: %d of %d", ps.UUID, ps.Usage[placement.VCPU], capacity)
-		}
-		used += ps.Usage[placement.VCPU]
-	}
-	if used != ok || used != 2*capacity {
-		t.Errorf("usage %d, successful claims %d, want both %d", used, ok, 2*capacity)
-	}
-	checkUsageColumn(t, path)
 }
 
 // TestRecordsStoredAsJSONText checks records are kept as JSON text that

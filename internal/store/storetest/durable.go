@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"keel/internal/placement"
@@ -35,6 +37,10 @@ type Durable struct {
 	// TrimEvery is how many change-stream entries s may keep above its
 	// limit between two trims.
 	TrimEvery func(s DurableStore) int64
+	// Check, if set, checks the database's own invariants behind the
+	// store's back (the usage columns equal the allocations, no row
+	// without its parent).
+	Check func(t *testing.T, addr string)
 }
 
 // RunDurable runs the tests of what a durable store keeps across a close
@@ -45,6 +51,7 @@ func RunDurable(t *testing.T, d Durable) {
 	t.Run("ReopenKeepsState", func(t *testing.T) { testReopenKeepsState(t, d) })
 	t.Run("PlanSurvivesReopen", func(t *testing.T) { testPlanSurvivesReopen(t, d) })
 	t.Run("ChangesTrimmed", func(t *testing.T) { testChangesTrimmed(t, d) })
+	t.Run("TwoStoresOneDatabase", func(t *testing.T) { testTwoStoresOneDatabase(t, d) })
 }
 
 // open opens a store on addr for t, closed when t ends.
@@ -219,5 +226,71 @@ func testChangesTrimmed(t *testing.T, d Durable) {
 	}
 	if got, err := s.Changes(ctx, oldest-1, 0); err != nil || int64(len(got)) != kept {
 		t.Errorf("Changes(oldest-1, 0) = %d changes, %v; want %d", len(got), err, kept)
+	}
+}
+
+// testTwoStoresOneDatabase runs claims from two stores on the same
+// database, as two processes or servers would (SQLite: BEGIN IMMEDIATE and
+// busy_timeout; PostgreSQL: the row locks): no provider is overcommitted
+// and every successful claim is counted once.
+func testTwoStoresOneDatabase(t *testing.T, d Durable) {
+	ctx := context.Background()
+	addr := d.New(t)
+	a, b := d.open(t, addr, 0), d.open(t, addr, 0)
+	const capacity = 30
+	provs := []string{"p-1", "p-2"}
+	for i, p := range provs {
+		if _, err := a.CreateProvider(ctx, placement.Provider{UUID: p, Name: fmt.Sprintf("cmp-%d", i),
+			Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(capacity)}}); err != nil {
+			t.Fatalf("CreateProvider: %v", err)
+		}
+	}
+	var (
+		wg sync.WaitGroup
+		ok atomic.Int64
+	)
+	for g := 0; g < 8; g++ {
+		s := a
+		if g%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				for _, p := range provs {
+					_, err := s.WriteAllocations(ctx, placement.AllocationWrite{
+						ConsumerUUID: fmt.Sprintf("c-%d-%d", g, i),
+						Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
+					})
+					if err == nil {
+						ok.Add(1)
+						break
+					}
+					if !placement.IsCapacity(err) {
+						t.Errorf("claim: %v", err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sums, err := b.ProviderSummaries(ctx, nil)
+	if err != nil {
+		t.Fatalf("ProviderSummaries: %v", err)
+	}
+	var used int64
+	for _, ps := range sums {
+		if ps.Usage[placement.VCPU] > capacity {
+			t.Errorf("%s overcommitted: %d of %d", ps.UUID, ps.Usage[placement.VCPU], capacity)
+		}
+		used += ps.Usage[placement.VCPU]
+	}
+	if used != ok.Load() || used != 2*capacity {
+		t.Errorf("usage %d, successful claims %d, want both %d", used, ok.Load(), 2*capacity)
+	}
+	if d.Check != nil {
+		d.Check(t, addr)
 	}
 }
