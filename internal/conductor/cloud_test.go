@@ -70,6 +70,8 @@ type cloudOptions struct {
 	// perDest and total are the incoming and cloud-wide live-migration
 	// caps.
 	perDest, total int
+	// rebalanceEvery turns the periodic rebalance on.
+	rebalanceEvery time.Duration
 }
 
 type option func(*cloudOptions)
@@ -97,7 +99,8 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 		Hosts: o.hosts, Legacy: o.legacy, CPURatio: o.cpuRatio, NoProgress: o.progressEvery == 0, Scheduler: o.schedulerConfig,
 		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
 			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
-			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total},
+			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total,
+			RebalanceInterval: o.rebalanceEvery},
 		Store: func(m *memory.Store) store.Store { return endsSettled{m, t, down} },
 	})
 	return &cloud{Cloud: cc, t: t, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,

@@ -127,6 +127,13 @@ type Config struct {
 	// PlanTick is how often the plan executor looks at its plans when
 	// nothing woke it (0: 1 s).
 	PlanTick time.Duration
+	// RebalanceInterval turns the periodic rebalance on ([keel]
+	// rebalance_interval; 0: off): RunRebalance plans a rebalance this
+	// often and applies it. RebalanceThreshold and RebalanceMaxMoves are
+	// the planner's threshold (0: 0.10) and move cap (0: none).
+	RebalanceInterval  time.Duration
+	RebalanceThreshold float64
+	RebalanceMaxMoves  int
 	// ShelvedOffloadTime is [DEFAULT] shelved_offload_time: 0 offloads a
 	// shelved server at once, a negative value never, a positive one
 	// after that long (see lifecycle.go).

@@ -96,3 +96,53 @@ func (c *Conductor) lastMoves(ctx context.Context) (map[string]time.Time, error)
 	}
 	return out, nil
 }
+
+// RunRebalance runs the periodic rebalance until ctx ends, when
+// Config.RebalanceInterval turns it on (it is off by default):
+// PeriodicRebalance every interval on the conductor's clock.
+func (c *Conductor) RunRebalance(ctx context.Context) {
+	if c.cfg.RebalanceInterval <= 0 {
+		return
+	}
+	c.log.Info("periodic rebalance on", "interval", c.cfg.RebalanceInterval, "threshold", c.cfg.RebalanceThreshold,
+		"max_moves", c.cfg.RebalanceMaxMoves)
+	c.repeat(ctx, c.cfg.RebalanceInterval, func() {
+		if _, err := c.PeriodicRebalance(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("periodic rebalance", "err", err)
+		}
+	})
+}
+
+// PeriodicRebalance is one run of the periodic rebalance: unless a plan
+// is approved or running (a drain, an evacuation or the last rebalance:
+// nothing is planned on a cloud in motion), it runs the rebalance planner
+// as PlanRebalance does (RAM, the configured threshold and move cap) and
+// approves the plan it proposes, which the executor then runs under the
+// same caps as any plan. It returns that plan (ID 0: nothing to do).
+func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error) {
+	ctx = context.WithoutCancel(ctx)
+	plans, err := c.store.ListPlans(ctx, true)
+	if err != nil {
+		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
+	}
+	for _, p := range plans {
+		if p.State == records.PlanApproved || p.State == records.PlanRunning {
+			c.log.Debug("periodic rebalance skipped: a plan runs", "plan", p.ID, "purpose", p.Purpose)
+			return records.Plan{}, nil
+		}
+	}
+	p, rp, err := c.PlanRebalance(ctx, RebalanceRequest{Threshold: c.cfg.RebalanceThreshold, MaxMoves: c.cfg.RebalanceMaxMoves,
+		Seed: uint64(c.clock.Now().Unix())})
+	if err != nil {
+		return records.Plan{}, err
+	}
+	if p.ID == 0 {
+		c.log.Debug("periodic rebalance: nothing to do", "metric", rp.Metric, "cv", rp.Before, "stopped", rp.Stopped)
+		return p, nil
+	}
+	if p, err = c.ApprovePlan(ctx, p.ID); err != nil {
+		return p, fmt.Errorf("approving periodic rebalance plan %d: %w", p.ID, err)
+	}
+	c.log.Info("periodic rebalance planned", "plan", p.ID, "moves", len(p.Moves), "cv_before", rp.Before, "cv_after", rp.After)
+	return p, nil
+}

@@ -144,6 +144,13 @@ type KeelGroup struct {
 	// max_concurrent_live_migrations_total (0, unlimited): live migrations
 	// in the whole cloud at once (per server replica).
 	MaxConcurrentLiveMigrationsTotal int
+	// RebalanceInterval is rebalance_interval (0, off): how often the
+	// periodic rebalance runs the rebalance planner and applies its plan;
+	// RebalanceThreshold (0.10) and RebalanceMaxMoves (0, no cap) are its
+	// threshold and move cap (as keel rebalance plan's flags).
+	RebalanceInterval  time.Duration
+	RebalanceThreshold float64
+	RebalanceMaxMoves  int
 	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
 	VCPUs    int
 	MemoryMB int
@@ -198,6 +205,7 @@ func Default() Config {
 			NATSListen:            "127.0.0.1:0",
 			RPCTimeout:            30 * time.Second,
 			MigrationStallTimeout: 300 * time.Second,
+			RebalanceThreshold:    0.10,
 			Driver:                "fake",
 			QEMUBinary:            "qemu-system-x86_64",
 			VCPUs:                 32,

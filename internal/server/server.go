@@ -161,6 +161,9 @@ func (s *Server) start(ctx context.Context) error {
 		CopyStallTimeout:                    cfg.Keel.MigrationStallTimeout,
 		MaxConcurrentIncomingLiveMigrations: cfg.Keel.MaxConcurrentIncomingLiveMigrations,
 		MaxConcurrentLiveMigrationsTotal:    cfg.Keel.MaxConcurrentLiveMigrationsTotal,
+		RebalanceInterval:                   cfg.Keel.RebalanceInterval,
+		RebalanceThreshold:                  cfg.Keel.RebalanceThreshold,
+		RebalanceMaxMoves:                   cfg.Keel.RebalanceMaxMoves,
 		Quota:                               quota.Enforcer{Store: s.store},
 		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
@@ -179,6 +182,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.cond.RunOwnership(ownCtx)
 	s.cond.RunPlans(ownCtx)
 	go s.agents.run(ownCtx)
+	s.cond.RunRebalance(ownCtx)
 	go s.ui.run(ownCtx)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
