@@ -82,6 +82,9 @@ func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, 
 	// reads them), never in between.
 	c.planMu.Lock()
 	p, derr, err := c.drain(ctx, req)
+	if err == nil && derr == nil && !req.DryRun {
+		c.redirectInto(ctx, p)
+	}
 	c.planMu.Unlock()
 	if derr != nil {
 		_, cerr := c.CancelPlan(ctx, p.ID, false)
@@ -186,6 +189,41 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 		}
 	}
 	return p, derr, nil
+}
+
+// redirectInto re-checks the running moves of the other plans against the
+// new drain p: a live migration a plan started onto one of p's hosts
+// before p existed is aborted while it still can be and its move tried
+// again elsewhere (plan.Redirect), so the instance does not land on a
+// draining host only to be moved again. One too far along to abort lands
+// and p moves it on (p lists it as arriving). Called under planMu.
+func (c *Conductor) redirectInto(ctx context.Context, p records.Plan) {
+	plans, err := c.store.ListPlans(ctx, true)
+	if err != nil {
+		c.log.Warn("re-checking running moves against a new drain", "plan", p.ID, "err", err)
+		return
+	}
+	for _, o := range plans {
+		if o.ID == p.ID || o.State != records.PlanRunning {
+			continue
+		}
+		for i, mv := range o.Moves {
+			if mv.State != records.MoveRunning || mv.Migration == 0 || mv.Cold || mv.Redirect != "" {
+				continue
+			}
+			m, err := c.store.GetMigration(ctx, mv.Migration)
+			if err != nil || m.Type != records.MigrationTypeLive || records.MigrationTerminal(m.Status) || !slices.Contains(p.Hosts, m.DestHost) {
+				continue
+			}
+			why := fmt.Sprintf("destination %s is being drained by plan %d: tried again elsewhere", m.DestHost, p.ID)
+			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Redirect, Move: i, Reason: why}, nil); err != nil {
+				c.log.Warn("redirecting a move off a draining host", "plan", o.ID, "move", i, "err", err)
+				continue
+			}
+			c.log.Info("redirecting a move off a host being drained", "plan", o.ID, "move", i, "migration", m.ID,
+				"dest", m.DestHost, "drain", p.ID)
+		}
+	}
 }
 
 type arrival struct {

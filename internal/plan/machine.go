@@ -43,6 +43,12 @@ const (
 	// runs: it is arriving on a host being drained): the move is pending
 	// again, Reason says why, and no attempt is counted.
 	Deferred EventKind = "deferred"
+	// Redirect: the running move's destination is being drained now (a
+	// drain created after the move chose it): its migration is aborted
+	// (AbortMove) and, once it ends cancelled, the move is pending again
+	// with Reason saying why, no attempt counted. A migration that
+	// completes anyway (too late to abort) is done as usual.
+	Redirect EventKind = "redirect"
 )
 
 // Event is one input to the machine.
@@ -208,7 +214,8 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 	}
 	mv := &p.Moves[ev.Move]
 	want := map[EventKind]records.MoveState{Begin: records.MovePending, Started: records.MoveStarting, Refused: records.MoveStarting,
-		Lost: records.MoveStarting, Deferred: records.MoveStarting, Progress: records.MoveRunning, Ended: records.MoveRunning}[ev.Kind]
+		Lost: records.MoveStarting, Deferred: records.MoveStarting, Progress: records.MoveRunning, Ended: records.MoveRunning,
+		Redirect: records.MoveRunning}[ev.Kind]
 	if want == "" {
 		return nil, illegal(*p, ev, "unknown event")
 	}
@@ -238,6 +245,12 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 		}
 	case Progress:
 		mv.BytesCopied = max(mv.BytesCopied, ev.Bytes)
+	case Redirect:
+		if mv.Redirect != "" || p.CancelRequested {
+			return nil, nil // already asked, or the plan stops anyway
+		}
+		mv.Redirect = ev.Reason
+		return []Action{{Kind: AbortMove, Move: ev.Move, Migration: mv.Migration}}, nil
 	case Ended:
 		return m.ended(p, ev), nil
 	}
@@ -248,6 +261,14 @@ func (m Machine) moveEvent(p *records.Plan, ev Event) ([]Action, error) {
 func (m Machine) ended(p *records.Plan, ev Event) []Action {
 	mv := &p.Moves[ev.Move]
 	mv.BytesCopied = max(mv.BytesCopied, ev.Bytes)
+	redirect := mv.Redirect
+	mv.Redirect = ""
+	if redirect != "" && ev.Status == records.MigrationCancelled && !p.CancelRequested {
+		// Aborted to keep it off a host being drained: tried again,
+		// elsewhere (the draining host is avoided), for free.
+		mv.State, mv.Attempts, mv.Reason = records.MovePending, max(mv.Attempts-1, 0), redirect
+		return nil
+	}
 	switch ev.Status {
 	case records.MigrationCompleted, records.MigrationConfirmed, records.MigrationDone:
 		mv.State, mv.Result, mv.EndedAt, mv.Reason = records.MoveDone, ev.Host, ev.Now, ""

@@ -275,3 +275,42 @@ func TestOrderAndSummary(t *testing.T) {
 		t.Fatalf("rate %v eta %v", s.RateBytesPerSec, s.ETA)
 	}
 }
+
+// TestRedirectRetriesElsewhere: a running move redirected (its
+// destination is being drained) asks for its migration's abort once; the
+// cancelled migration puts the move back to pending with no attempt
+// counted, and it then runs to done; a redirected migration that
+// completes anyway is done.
+func TestRedirectRetriesElsewhere(t *testing.T) {
+	m := Machine{MaxAttempts: 2}
+	p, acts := run(t, m, drain(mv("a", "h01", 4096), mv("b", "h01", 2048)),
+		Event{Kind: Run},
+		Event{Kind: Begin, Move: 0}, Event{Kind: Started, Move: 0, Migration: 11},
+		Event{Kind: Begin, Move: 1}, Event{Kind: Started, Move: 1, Migration: 12},
+		Event{Kind: Redirect, Move: 0, Reason: "destination h02 is being drained"},
+		Event{Kind: Redirect, Move: 0, Reason: "again"},
+		Event{Kind: Redirect, Move: 1, Reason: "destination h02 is being drained"},
+		Event{Kind: Ended, Move: 0, Migration: 11, Status: records.MigrationCancelled},
+		Event{Kind: Ended, Move: 1, Migration: 12, Status: records.MigrationCompleted, Host: "h02"},
+	)
+	var aborts []int64
+	for _, a := range acts {
+		if a.Kind == AbortMove {
+			aborts = append(aborts, a.Migration)
+		}
+	}
+	if !reflect.DeepEqual(aborts, []int64{11, 12}) {
+		t.Errorf("aborts %v, want one for each redirected migration (11, 12)", aborts)
+	}
+	if mv := p.Moves[0]; mv.State != records.MovePending || mv.Attempts != 0 || mv.Reason != "destination h02 is being drained" || mv.Redirect != "" {
+		t.Fatalf("redirected and cancelled: %+v, want pending again, no attempt counted, the reason kept", mv)
+	}
+	if mv := p.Moves[1]; mv.State != records.MoveDone || mv.Result != "h02" || mv.Redirect != "" {
+		t.Fatalf("redirected but completed: %+v, want done on h02", mv)
+	}
+	p, _ = run(t, m, p, Event{Kind: Begin, Move: 0}, Event{Kind: Started, Move: 0, Migration: 13},
+		Event{Kind: Ended, Move: 0, Migration: 13, Status: records.MigrationCompleted, Host: "h03"})
+	if p.State != records.PlanDone || p.Moves[0].Result != "h03" || p.Moves[0].Attempts != 1 {
+		t.Fatalf("plan %s, move %+v: want done on h03 after one counted attempt", p.State, p.Moves[0])
+	}
+}

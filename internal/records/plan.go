@@ -82,6 +82,10 @@ type PlanMove struct {
 	Attempts  int   `json:"attempts,omitempty"`
 	// Cold is set once the move fell back to a cold migration.
 	Cold bool `json:"cold,omitempty"`
+	// Redirect, while set, says why the move's running migration is
+	// being aborted to be tried again elsewhere (its destination is being
+	// drained).
+	Redirect string `json:"redirect,omitempty"`
 	// Result is the host the instance ended on (done), Reason why the
 	// move failed or was skipped.
 	Result string `json:"result,omitempty"`
