@@ -2,7 +2,8 @@
 # Drives `keel dev --driver qemu --hosts 3` with openstackclient: a real
 # guest (keel's tiny boot sector under qemu-system-x86_64, TCG) is booted,
 # live-migrated by QEMU (the scheduler choosing the host), live-migrated
-# again while paused, and deleted; its QEMU process follows it from host to host. test.sh runs
+# again while paused, resized (a cold move: powered off, disk copied,
+# started with the new RAM), and deleted; its QEMU process follows it from host to host. test.sh runs
 # it after the Go tests. Needs Debian's qemu-system-x86 and
 # python3-openstackclient.
 set -euo pipefail
@@ -61,6 +62,28 @@ expect "PAUSED" "$status" "vm1 PAUSED after its paused live migration"
 echo "ok  server migrate --live-migration of a paused server: QEMU moved it $dst -> $pdst, PAUSED"
 os server unpause vm1
 dst=$pdst
+
+# A resize moves the guest cold: its QEMU powers off, its disk is copied,
+# a QEMU with the new flavor's RAM starts on the destination; confirm
+# drops the source's guest.
+os server resize --flavor m1.small --wait vm1 >/dev/null
+read -r rdst status <<<"$(os server show vm1 -f value -c status -c OS-EXT-SRV-ATTR:host | tr '\n' ' ')"
+expect "VERIFY_RESIZE" "$status" "vm1 VERIFY_RESIZE after server resize"
+[ "$rdst" != "$dst" ] || fail "the resize left vm1 on $dst"
+rpid=$(qemuof "$rdst" "$id")
+[ -n "$rpid" ] || fail "no QEMU runs the resized vm1 on $rdst"
+tr '\0' ' ' <"/proc/$rpid/cmdline" | grep -q -- "-m 2048 " || fail "the resized vm1's QEMU does not have m1.small's 2048 MiB: $(tr '\0' ' ' <"/proc/$rpid/cmdline")"
+[ -z "$(qemuof "$dst" "$id")" ] || fail "the source QEMU of vm1 still runs on $dst after the resize"
+os server resize confirm vm1
+for _ in $(seq 30); do
+  status=$(os server show vm1 -f value -c status)
+  [ "$status" = VERIFY_RESIZE ] || break
+  sleep 1
+done
+expect "ACTIVE" "$status" "vm1 ACTIVE after resize confirm"
+[ ! -d "$work/data/agents/$dst/qemu/$id" ] || fail "the confirmed resize left vm1's directory on $dst"
+echo "ok  server resize + confirm: QEMU moved vm1 cold $dst -> $rdst with 2048 MiB"
+dst=$rdst
 
 os server delete --wait vm1
 [ -z "$(qemuof "$dst" "$id")" ] || fail "vm1's QEMU still runs after server delete"

@@ -22,13 +22,15 @@ const (
 // the vm_state the guest is to end in: a stopped instance's guest is not
 // started (Nova's power_on=False; see MovedGuestState).
 type ColdMover interface {
-	// PrepResize checks this host (the destination) can take inst.
-	PrepResize(ctx context.Context, inst records.Instance) error
+	// PrepResize checks this host (the destination) can take inst and
+	// readies it for the disk; its migrate data (nil for none) tells the
+	// source where the disk goes.
+	PrepResize(ctx context.Context, inst records.Instance) (map[string]string, error)
 	// MigrateDiskAndPowerOff stops the guest here (the source; a stopped
 	// one stays stopped) and moves
 	// its disk to dest, then reports through done, never before it
 	// returns; the guest stays, stopped, until confirm or revert.
-	MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst records.Instance, dest string, done func(error))
+	MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string, done func(error))
 	// FinishMigration starts the moved guest here (the destination) with
 	// inst's flavor; on the source's own host it restarts the one guest.
 	FinishMigration(ctx context.Context, inst records.Instance) error
@@ -59,22 +61,23 @@ func (m *Manager) coldMover() (ColdMover, error) {
 
 // PrepResize is prep_resize on the destination: its checks, and a busy
 // mark that keeps the coming guest from the audit until the move ends.
-func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ string) error {
+func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ string) (map[string]string, error) {
 	cm, err := m.coldMover()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.res.Lock()
 	defer m.res.Unlock()
-	if err := cm.PrepResize(ctx, inst); err != nil {
-		return fmt.Errorf("prep_resize of %s on %s: %w", inst.UUID, m.host, err)
+	data, err := cm.PrepResize(ctx, inst)
+	if err != nil {
+		return nil, fmt.Errorf("prep_resize of %s on %s: %w", inst.UUID, m.host, err)
 	}
-	return nil
+	return data, nil
 }
 
 // ResizeInstance is resize_instance on the source: the guest stops and
 // its disk moves; the end is reported as the migration's copy.
-func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string) error {
+func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
 	cm, err := m.coldMover()
 	if err != nil {
 		return err
@@ -83,7 +86,7 @@ func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.
 	defer m.res.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	_, done := m.copyReports(ctx, migID, inst.UUID, "")
-	cm.MigrateDiskAndPowerOff(ctx, migID, inst, dest, done)
+	cm.MigrateDiskAndPowerOff(ctx, migID, inst, dest, data, done)
 	return nil
 }
 

@@ -41,10 +41,13 @@ type ComputeAPI interface {
 	// A cold migration's and resize's steps (Nova's names). inst carries
 	// the flavor the host is to hold: the new one at the destination, the
 	// old one for finish_revert_resize.
-	PrepResize(ctx context.Context, inst records.Instance, source string) error
+	// PrepResize answers with the destination's migrate data (where the
+	// disk is to go; nil when the driver needs none), which ResizeInstance
+	// hands the source.
+	PrepResize(ctx context.Context, inst records.Instance, source string) (map[string]string, error)
 	// ResizeInstance stops the guest and moves its disk to dest; the agent
 	// reports the end as a copy's (CopyDone of migID).
-	ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string) error
+	ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error
 	FinishResize(ctx context.Context, inst records.Instance) error
 	ConfirmResize(ctx context.Context, inst records.Instance) error
 	RevertResize(ctx context.Context, inst records.Instance) error

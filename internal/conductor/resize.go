@@ -152,14 +152,15 @@ func (c *Conductor) resizeOf(ctx context.Context, inst records.Instance) (record
 
 func (c *Conductor) actPrepResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst.Flavor = *m.NewFlavor
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PrepResize(ctx, inst, m.SourceHost) }); err != nil {
+	var data map[string]string
+	if err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PrepResize(ctx, inst, m.SourceHost); return err }); err != nil {
 		return failed(migration.PrepareFailed, err)
 	}
-	return answer(migration.Prepared)
+	return migration.Event{Kind: migration.Prepared, Data: data}, true, nil
 }
 
 func (c *Conductor) actResizeInstance(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, inst, m.DestHost) }); err != nil {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, inst, m.DestHost, a.Data) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil // the source reports the disk copy's end

@@ -170,9 +170,11 @@ func withReason(m records.Migration, ev Event) records.Migration {
 	return m
 }
 
-func coldPrepared(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+// coldPrepared: the destination is ready; its migrate data (where the
+// disk goes) is handed to the source.
+func coldPrepared(_ Machine, m records.Migration, ev Event) (records.Migration, []Action) {
 	m.Phase, m.Status = PhaseResizeSource, records.MigrationMigrating
-	return m, []Action{{Kind: ResizeInstance, Host: m.SourceHost}}
+	return m, []Action{{Kind: ResizeInstance, Host: m.SourceHost, Data: ev.Data}}
 }
 
 func coldCopied(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {

@@ -18,14 +18,16 @@ const (
 )
 
 // PrepResize implements conductor.ComputeAPI.
-func (a *Agent) PrepResize(ctx context.Context, inst records.Instance, source string) error {
-	return a.call(ctx, mPrepResize, computeArgs{Instance: inst, Host: source}, nil)
+func (a *Agent) PrepResize(ctx context.Context, inst records.Instance, source string) (map[string]string, error) {
+	var data map[string]string
+	err := a.call(ctx, mPrepResize, computeArgs{Instance: inst, Host: source}, &data)
+	return data, err
 }
 
 // ResizeInstance implements conductor.ComputeAPI: the agent accepts the
 // disk move and reports its end through the conductor's copy subjects.
-func (a *Agent) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string) error {
-	return a.call(ctx, mResizeInstance, computeArgs{MigrationID: migID, Instance: inst, Host: dest}, nil)
+func (a *Agent) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	return a.call(ctx, mResizeInstance, computeArgs{MigrationID: migID, Instance: inst, Host: dest, Data: data}, nil)
 }
 
 // FinishResize implements conductor.ComputeAPI.
@@ -52,10 +54,10 @@ func (a *Agent) FinishRevertResize(ctx context.Context, inst records.Instance) e
 func resizeHandlers(m *compute.Manager) map[string]func(ctx context.Context, a computeArgs) (any, error) {
 	return map[string]func(ctx context.Context, a computeArgs) (any, error){
 		mPrepResize: func(ctx context.Context, a computeArgs) (any, error) {
-			return nil, m.PrepResize(ctx, a.Instance, a.Host)
+			return m.PrepResize(ctx, a.Instance, a.Host)
 		},
 		mResizeInstance: func(ctx context.Context, a computeArgs) (any, error) {
-			return nil, m.ResizeInstance(ctx, a.MigrationID, a.Instance, a.Host)
+			return nil, m.ResizeInstance(ctx, a.MigrationID, a.Instance, a.Host, a.Data)
 		},
 		mFinishResize:  func(ctx context.Context, a computeArgs) (any, error) { return nil, m.FinishResize(ctx, a.Instance) },
 		mConfirmResize: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.ConfirmResize(ctx, a.Instance) },

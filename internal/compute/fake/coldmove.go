@@ -27,24 +27,24 @@ func (d *Driver) DiskTime(diskGB int64) time.Duration {
 // PrepResize implements compute.ColdMover: the destination's checks (an
 // injected fault, the hypervisor's memory for the new flavor), after
 // StepTime.
-func (d *Driver) PrepResize(ctx context.Context, inst records.Instance) error {
+func (d *Driver) PrepResize(ctx context.Context, inst records.Instance) (map[string]string, error) {
 	if err := d.takeTime(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(StepPrepResize, inst.UUID); err != nil {
-		return err
+		return nil, err
 	}
 	if g, ok := d.guests[inst.UUID]; ok && g.State != compute.GuestResized {
-		return fmt.Errorf("prep_resize of %s: a guest of this instance is already here (%s)", inst.UUID, g.State)
+		return nil, fmt.Errorf("prep_resize of %s: a guest of this instance is already here (%s)", inst.UUID, g.State)
 	}
-	return d.memoryFor(inst)
+	return nil, d.memoryFor(inst)
 }
 
 // MigrateDiskAndPowerOff implements compute.ColdMover: the guest stops,
 // and its disk takes DiskTime to move; done reports the end on the clock.
-func (d *Driver) MigrateDiskAndPowerOff(_ context.Context, migID int64, inst records.Instance, _ string, done func(error)) {
+func (d *Driver) MigrateDiskAndPowerOff(_ context.Context, migID int64, inst records.Instance, _ string, _ map[string]string, done func(error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fail := d.takeFault(StepResize, inst.UUID)

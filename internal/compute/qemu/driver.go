@@ -257,9 +257,16 @@ func (d *Driver) args(inst records.Instance, incoming bool) []string {
 	return append(a, d.cfg.ExtraArgs...)
 }
 
-// launch starts v's QEMU and waits until its monitor answers (or it dies,
-// then the error carries its stderr).
+// launch starts v's QEMU on a boot disk written afresh from the guest's
+// program and waits until its monitor answers (or it dies, then the error
+// carries its stderr).
 func (d *Driver) launch(ctx context.Context, v *vm, inst records.Instance, incoming bool) error {
+	return d.launchDisk(ctx, v, inst, incoming, false)
+}
+
+// launchDisk is launch; with keepDisk the disk already in v's directory
+// (one a cold move brought) is booted as it is.
+func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, incoming, keepDisk bool) error {
 	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
 	if err != nil {
 		return err
@@ -267,8 +274,10 @@ func (d *Driver) launch(ctx context.Context, v *vm, inst records.Instance, incom
 	if inst.Flavor.RAMMB < spec.MinRAMMB() {
 		return fmt.Errorf("%s=%s needs at least %d MiB of RAM, flavor %s has %d", guest.MetadataKey, spec, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
 	}
-	if err := os.WriteFile(filepath.Join(v.dir, fileDisk), spec.Image(), 0o644); err != nil {
-		return fmt.Errorf("writing the boot disk: %w", err)
+	if _, serr := os.Stat(filepath.Join(v.dir, fileDisk)); !keepDisk || serr != nil {
+		if err := os.WriteFile(filepath.Join(v.dir, fileDisk), spec.Image(), 0o644); err != nil {
+			return fmt.Errorf("writing the boot disk: %w", err)
+		}
 	}
 	for _, s := range []string{sockQMP, sockPeek, sockIncoming} {
 		_ = os.Remove(filepath.Join(v.dir, s))
@@ -429,6 +438,11 @@ func (d *Driver) Destroy(_ context.Context, uuid string) error {
 	}
 	d.mu.Unlock()
 	if v == nil {
+		// A cold move's disk may have arrived here for a guest that was
+		// never started (prep_resize made the directory): it goes too.
+		if err := os.RemoveAll(d.guestDir(uuid)); err != nil {
+			return fmt.Errorf("destroying %s: %w", uuid, err)
+		}
 		return nil
 	}
 	if job != nil {

@@ -236,5 +236,5 @@ func (d *Driver) resume(ctx context.Context, v *vm) error {
 // keepsNoProcess reports whether a guest in state s has no QEMU running
 // (a restarted agent keeps such a guest instead of forgetting it).
 func keepsNoProcess(s compute.GuestState) bool {
-	return s == compute.GuestStopped || s == compute.GuestSuspended
+	return s == compute.GuestStopped || s == compute.GuestSuspended || s == compute.GuestResizing || s == compute.GuestResized
 }
