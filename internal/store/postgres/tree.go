@@ -114,39 +114,6 @@ func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int
 	return out, nil
 }
 
-// CreateTrait implements store.Store.
-func (s *Store) CreateTrait(ctx context.Context, name string) (bool, error) {
-	if err := placement.ValidateCustomTrait(name); err != nil {
-		return false, err
-	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO custom_traits (name) VALUES ($1) ON CONFLICT DO NOTHING`, name)
-	if err != nil {
-		return false, fmt.Errorf("creating trait %s: %w", name, err)
-	}
-	return ct.RowsAffected() == 1, nil
-}
-
-// CustomTraits implements store.Store.
-func (s *Store) CustomTraits(ctx context.Context) ([]string, error) {
-	out, err := s.names(ctx, `SELECT name FROM custom_traits ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing traits: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) names(ctx context.Context, query string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if out == nil {
-		out = []string{}
-	}
-	return out, err
-}
-
 // deleteName deletes a created trait or class, then looks for a provider
 // still using it and rolls back if there is one. Deleting first locks the
 // row: a writer giving it to a provider (which locks it FOR SHARE) either
@@ -188,34 +155,6 @@ func (s *Store) DeleteTrait(ctx context.Context, name string) error {
 	return s.deleteName(ctx, "trait", name,
 		`DELETE FROM custom_traits WHERE name = $1 RETURNING name`,
 		`SELECT uuid FROM providers WHERE traits @> ARRAY[$1::text] ORDER BY uuid LIMIT 1`)
-}
-
-// CreateResourceClass implements store.Store.
-func (s *Store) CreateResourceClass(ctx context.Context, rc placement.ResourceClass) error {
-	if !rc.IsCustom() || rc.Validate() != nil {
-		return &placement.InvalidError{Msg: fmt.Sprintf("resource class %q: custom classes are CUSTOM_[A-Z0-9_]+", rc)}
-	}
-	ct, err := s.pool.Exec(ctx, `INSERT INTO custom_resource_classes (name) VALUES ($1) ON CONFLICT DO NOTHING`, string(rc))
-	if err == nil && ct.RowsAffected() == 0 {
-		err = store.ErrExists
-	}
-	if err != nil {
-		return fmt.Errorf("creating resource class %s: %w", rc, err)
-	}
-	return nil
-}
-
-// CustomResourceClasses implements store.Store.
-func (s *Store) CustomResourceClasses(ctx context.Context) ([]placement.ResourceClass, error) {
-	names, err := s.names(ctx, `SELECT name FROM custom_resource_classes ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing resource classes: %w", err)
-	}
-	out := make([]placement.ResourceClass, len(names))
-	for i, n := range names {
-		out[i] = placement.ResourceClass(n)
-	}
-	return out, nil
 }
 
 // DeleteResourceClass implements store.Store.

@@ -99,53 +99,6 @@ func (s *Store) SetProviderAggregates(ctx context.Context, uuid string, gen *int
 	return out, nil
 }
 
-// CreateTrait implements store.Store.
-func (s *Store) CreateTrait(ctx context.Context, name string) (bool, error) {
-	if err := placement.ValidateCustomTrait(name); err != nil {
-		return false, err
-	}
-	var created bool
-	err := s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qInsertTrait, name)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		created = n == 1
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("creating trait %s: %w", name, err)
-	}
-	return created, nil
-}
-
-// CustomTraits implements store.Store.
-func (s *Store) CustomTraits(ctx context.Context) ([]string, error) {
-	out, err := s.names(ctx, `SELECT name FROM custom_traits ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing traits: %w", err)
-	}
-	return out, nil
-}
-
-func (s *Store) names(ctx context.Context, query string) ([]string, error) {
-	rows, err := s.rquery(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []string{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
-}
-
 // deleteName deletes a created trait or class unless user finds a
 // provider that uses it.
 func (s *Store) deleteName(ctx context.Context, what, name, user, del string) error {
@@ -175,40 +128,6 @@ func (s *Store) deleteName(ctx context.Context, what, name, user, del string) er
 // DeleteTrait implements store.Store.
 func (s *Store) DeleteTrait(ctx context.Context, name string) error {
 	return s.deleteName(ctx, "trait", name, qTraitUser, qDeleteTrait)
-}
-
-// CreateResourceClass implements store.Store.
-func (s *Store) CreateResourceClass(ctx context.Context, rc placement.ResourceClass) error {
-	if !rc.IsCustom() || rc.Validate() != nil {
-		return &placement.InvalidError{Msg: fmt.Sprintf("resource class %q: custom classes are CUSTOM_[A-Z0-9_]+", rc)}
-	}
-	err := s.write(ctx, func(w *wtx) error {
-		res, err := w.exec(qInsertClass, string(rc))
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("resource class %s: %w", rc, store.ErrExists)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("creating resource class %s: %w", rc, err)
-	}
-	return nil
-}
-
-// CustomResourceClasses implements store.Store.
-func (s *Store) CustomResourceClasses(ctx context.Context) ([]placement.ResourceClass, error) {
-	names, err := s.names(ctx, `SELECT name FROM custom_resource_classes ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing resource classes: %w", err)
-	}
-	out := make([]placement.ResourceClass, len(names))
-	for i, n := range names {
-		out[i] = placement.ResourceClass(n)
-	}
-	return out, nil
 }
 
 // DeleteResourceClass implements store.Store.

@@ -19,7 +19,8 @@
 //     new state — generation checked, names normalised, traits known,
 //     parent checked, generation bumped — write it, note the change), and
 //     CreateProvider's and DeleteProvider's; the backend supplies the
-//     reads (ProviderTx) and the writes.
+//     reads (ProviderTx) and the writes; and creating and listing
+//     placement's custom traits and resource classes (names.go).
 //
 // A backend lends Records a DB: reads, a statement on its own, and write
 // transactions whose Tx runs statements and notes changes. The backend

@@ -21,6 +21,7 @@ type queries struct {
 	getQuota, mergeQuota, deleteQuota                                     string
 	getPlan, listPlans, listActivePlans, planVersion, insertPlan, setPlan string
 	updatePlan                                                            string
+	insertTrait, listTraits, insertClass, listClasses                     string
 	identity                                                              identityQueries
 }
 
@@ -112,5 +113,10 @@ func newQueries(d *Dialect) *queries {
 	q.insertPlan = w(`INSERT INTO plans (state, active, version, data) VALUES ($1, $2, $3, '{}') RETURNING id`)
 	q.setPlan = w(`UPDATE plans SET data = $2 WHERE id = $1`)
 	q.updatePlan = w(`UPDATE plans SET state = $1, active = $2, version = $3, data = $4 WHERE id = $5 AND version = $6`)
+
+	q.insertTrait = w(`INSERT INTO custom_traits (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`)
+	q.listTraits = r(`SELECT name FROM custom_traits ORDER BY name`)
+	q.insertClass = w(`INSERT INTO custom_resource_classes (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`)
+	q.listClasses = r(`SELECT name FROM custom_resource_classes ORDER BY name`)
 	return q
 }
