@@ -122,31 +122,9 @@ func TestConformance(t *testing.T) {
 // the newest change.
 func checkUsageColumn(t *testing.T, url string) {
 	t.Helper()
+	storetest.CheckUsageSums(t, rawDB(t, url))
 	conn := rawConn(t, url)
 	ctx := context.Background()
-	rows, err := conn.Query(ctx, `SELECT i.provider_uuid, i.resource_class, i.used, COALESCE(SUM(a.used), 0)::bigint
-		FROM inventories i LEFT JOIN allocations a
-			ON a.provider_uuid = i.provider_uuid AND a.resource_class = i.resource_class
-		GROUP BY i.provider_uuid, i.resource_class`)
-	if err != nil {
-		t.Fatalf("checking usage: %v", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			p, rc      string
-			used, summ int64
-		)
-		if err := rows.Scan(&p, &rc, &used, &summ); err != nil {
-			t.Fatalf("checking usage: %v", err)
-		}
-		if used != summ {
-			t.Errorf("provider %s %s: used column %d, allocations sum to %d", p, rc, used, summ)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("checking usage: %v", err)
-	}
 	var counter, newest int64
 	if err := conn.QueryRow(ctx, `SELECT (SELECT seq FROM change_counter), COALESCE((SELECT max(seq) FROM changes), 0)`).Scan(&counter, &newest); err != nil {
 		t.Fatalf("reading the change counter: %v", err)

@@ -65,29 +65,7 @@ func rawDB(t *testing.T, path string) *sql.DB {
 func checkUsageColumn(t *testing.T, path string) {
 	t.Helper()
 	db := rawDB(t, path)
-	rows, err := db.Query(`SELECT i.provider_uuid, i.resource_class, i.used, COALESCE(SUM(a.used), 0)
-		FROM inventories i LEFT JOIN allocations a
-			ON a.provider_uuid = i.provider_uuid AND a.resource_class = i.resource_class
-		GROUP BY i.provider_uuid, i.resource_class`)
-	if err != nil {
-		t.Fatalf("checking usage: %v", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			p, rc      string
-			used, summ int64
-		)
-		if err := rows.Scan(&p, &rc, &used, &summ); err != nil {
-			t.Fatalf("checking usage: %v", err)
-		}
-		if used != summ {
-			t.Errorf("provider %s %s: used column %d, allocations sum to %d", p, rc, used, summ)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("checking usage: %v", err)
-	}
+	storetest.CheckUsageSums(t, db)
 	var orphans int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_foreign_key_check`).Scan(&orphans); err != nil {
 		t.Fatalf("foreign key check: %v", err)
