@@ -1,0 +1,71 @@
+package computeapi
+
+import (
+	"net/http"
+
+	"keel/internal/records"
+)
+
+// serverAction handles POST /servers/{id}/action; keel implements
+// os-migrateLive. The server is looked up first, so an unknown server is
+// a 404 whatever the action.
+func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
+	var body map[string]jsonRaw
+	if err := decode(r, &body); err != nil {
+		return err
+	}
+	if err := oneAction(body); err != nil {
+		return err
+	}
+	in, err := a.instance(r, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if raw, ok := body["os-resetState"]; ok {
+		return a.resetState(w, r, in, raw)
+	}
+	if handled, err := a.moveAction(w, r, in, body); handled {
+		return err
+	}
+	for key, raw := range body {
+		if _, ok := lifecycleActions[key]; ok && len(body) == 1 {
+			return a.lifecycleAct(w, r, in, key, raw)
+		}
+	}
+	raw, ok := body["os-migrateLive"]
+	if !ok {
+		for k := range body {
+			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, migrate, resize, confirmResize, revertResize, os-resetState, os-stop, os-start, reboot, pause, unpause, suspend, resume, rescue, unrescue, rebuild, shelve, shelveOffload, unshelve, lock, unlock)")
+		}
+		return badRequest("Malformed request body: no action given")
+	}
+	if !caller(r).Admin {
+		return forbidden("os_compute_api:os-migrate-server:migrate_live")
+	}
+	args, err := liveMigrateArgs(raw, version(r))
+	if err != nil {
+		return err
+	}
+	host := ""
+	if args.Host != nil {
+		host = *args.Host
+		if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+			if isNotFound(err) {
+				return badRequest("Compute host " + host + " could not be found.")
+			}
+			return err
+		}
+	}
+	m, err := a.cfg.Conductor.LiveMigrate(r.Context(), in.UUID, host)
+	if err != nil {
+		return err
+	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "live-migration", MigrationID: m.ID})
+	// Before 2.34 the pre-checks were synchronous: a migration that ended
+	// in error at once is a 400 with its reason.
+	if !version(r).AtLeast(34) && m.Status == records.MigrationError {
+		return badRequest(m.Error)
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}

@@ -1,0 +1,203 @@
+package computeapi
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"keel/internal/records"
+)
+
+// listQuery is GET /servers' query, checked as Nova checks it.
+type listQuery struct {
+	all          bool
+	tenant       string // with all: only this project's servers
+	name         *regexp.Regexp
+	host, status string
+	flavor       string
+	image        string
+	changesSince time.Time
+	// changesBefore (2.66): only servers changed at or before it.
+	changesBefore time.Time
+	limit         int
+	marker        string
+	reservation   string
+	// 2.26 tag filters: comma-separated lists.
+	tags, tagsAny, notTags, notTagsAny []string
+}
+
+func parseListQuery(r *http.Request) (listQuery, error) {
+	q := r.URL.Query()
+	c := caller(r)
+	lq := listQuery{limit: -1}
+	lq.all = c.Admin && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true") || (q.Has("all_tenants") && q.Get("all_tenants") == ""))
+	if lq.all {
+		// As in Nova, tenant_id counts only with all_tenants.
+		lq.tenant = cmpOr(q.Get("tenant_id"), q.Get("project_id"))
+	}
+	if n := q.Get("name"); n != "" {
+		re, err := regexp.Compile(n)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameter name: not a valid regular expression")
+		}
+		lq.name = re
+	}
+	if c.Admin {
+		lq.host = q.Get("host")
+	}
+	lq.status = q.Get("status")
+	lq.flavor = q.Get("flavor")
+	lq.image = q.Get("image")
+	if s := q.Get("changes-since"); q.Has("changes-since") {
+		t, err := parseISOTime(s)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameters changes-since. Value: " + s + ". '" + s + "' is not a 'date-time'")
+		}
+		lq.changesSince = t
+	}
+	if s := q.Get("changes-before"); q.Has("changes-before") && version(r).AtLeast(66) {
+		t, err := parseISOTime(s)
+		if err != nil {
+			return lq, badRequest("Invalid input for query parameters changes-before. Value: " + s + ". '" + s + "' is not a 'date-time'")
+		}
+		if !lq.changesSince.IsZero() && t.Before(lq.changesSince) {
+			return lq, badRequest("The value of changes-since must be less than or equal to changes-before.")
+		}
+		lq.changesBefore = t
+	}
+	if err := checkListStatusAndSort(q, version(r)); err != nil {
+		return lq, err
+	}
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 0 {
+			return lq, badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+		}
+		lq.limit = min(n, 1000)
+	}
+	lq.marker = q.Get("marker")
+	lq.reservation = q.Get("reservation_id")
+	if version(r).AtLeast(26) {
+		split := func(k string) []string {
+			if v := q.Get(k); v != "" {
+				return strings.Split(v, ",")
+			}
+			return nil
+		}
+		lq.tags, lq.tagsAny, lq.notTags, lq.notTagsAny = split("tags"), split("tags-any"), split("not-tags"), split("not-tags-any")
+	}
+	return lq, nil
+}
+
+func hasAll(tags, want []string) bool {
+	for _, t := range want {
+		if !slices.Contains(tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasAny(tags, want []string) bool {
+	return slices.ContainsFunc(want, func(t string) bool { return slices.Contains(tags, t) })
+}
+
+// parseISOTime reads an ISO 8601 time as Nova's date-time checks accept
+// it: with or without fractional seconds and zone (UTC when absent).
+func parseISOTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05Z0700", "2006-01-02T15:04:05"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 time", s)
+}
+
+func (lq listQuery) match(c Caller, in records.Instance) bool {
+	switch {
+	case !lq.all && in.ProjectID != c.ProjectID,
+		lq.tenant != "" && in.ProjectID != lq.tenant,
+		lq.reservation != "" && in.ReservationID != lq.reservation,
+		lq.tags != nil && !hasAll(in.Tags, lq.tags),
+		lq.tagsAny != nil && !hasAny(in.Tags, lq.tagsAny),
+		lq.notTags != nil && hasAll(in.Tags, lq.notTags),
+		lq.notTagsAny != nil && hasAny(in.Tags, lq.notTagsAny),
+		lq.host != "" && in.Host != lq.host,
+		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
+		lq.name != nil && !lq.name.MatchString(in.Name),
+		lq.flavor != "" && in.Flavor.ID != lq.flavor,
+		lq.image != "" && in.ImageRef != lq.image[strings.LastIndex(lq.image, "/")+1:],
+		!lq.changesSince.IsZero() && in.UpdatedAt.Before(lq.changesSince),
+		!lq.changesBefore.IsZero() && in.UpdatedAt.After(lq.changesBefore):
+		return false
+	}
+	return true
+}
+
+func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		lq, err := parseListQuery(r)
+		if err != nil {
+			return err
+		}
+		ins, err := a.cfg.Store.ListInstances(r.Context(), "")
+		if err != nil {
+			return err
+		}
+		c := caller(r)
+		var sel []records.Instance
+		for _, in := range ins {
+			if lq.match(c, in) {
+				sel = append(sel, in)
+			}
+		}
+		// Nova's default order: newest first.
+		slices.SortFunc(sel, func(x, y records.Instance) int {
+			if d := y.CreatedAt.Compare(x.CreatedAt); d != 0 {
+				return d
+			}
+			return strings.Compare(y.UUID, x.UUID)
+		})
+		if lq.marker != "" {
+			i := slices.IndexFunc(sel, func(in records.Instance) bool { return in.UUID == lq.marker })
+			if i < 0 {
+				return badRequest("marker [" + lq.marker + "] not found")
+			}
+			sel = sel[i+1:]
+		}
+		out := map[string]any{}
+		if lq.limit >= 0 && len(sel) >= lq.limit {
+			if len(sel) > lq.limit && lq.limit > 0 {
+				out["servers_links"] = a.nextLink(r, "servers", sel[lq.limit-1].UUID)
+			}
+			sel = sel[:lq.limit]
+		}
+		kind := viewBrief
+		if detail {
+			kind = viewDetail
+			if err := a.fillZones(r, sel); err != nil {
+				return err
+			}
+		}
+		list := make([]any, 0, len(sel))
+		for _, in := range sel {
+			list = append(list, a.serverView(r, in, kind))
+		}
+		out["servers"] = list
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+}
+
+// nextLink is a collection's "next" link: the same query from after
+// marker.
+func (a *API) nextLink(r *http.Request, collection, marker string) []map[string]string {
+	q := r.URL.Query()
+	q.Set("marker", marker)
+	path := strings.TrimPrefix(r.URL.Path, "/compute")
+	return []map[string]string{{"rel": "next", "href": a.cfg.BaseURL + path + "?" + q.Encode()}}
+}
