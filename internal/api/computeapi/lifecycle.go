@@ -245,7 +245,7 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 	if err := sb.diskConfig(&tmp); err != nil {
 		return nil, err
 	}
-	if err := sb.description(r, &tmp); err != nil {
+	if err := sb.description(version(r), &tmp); err != nil {
 		return nil, err
 	}
 	// key_name (2.54): the caller's key pair replaces the server's, null

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -16,38 +15,42 @@ import (
 // schema, so any personality is a 400; before, it is a list of objects
 // with a string path and string contents in base64, nothing else. keel's
 // guests run no OS, so valid files are accepted and not written anywhere.
-func checkPersonality(r *http.Request, sb serverBody) error {
+func checkPersonality(mv Microversion, sb serverBody) ([]personalityFile, error) {
 	raw, ok := sb["personality"]
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	if version(r).AtLeast(57) {
-		return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('personality' was unexpected)")
+	if mv.AtLeast(57) {
+		return nil, badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('personality' was unexpected)")
 	}
 	var files []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &files); err != nil {
-		return badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
+		return nil, badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
 	}
 	for _, f := range files {
 		if f == nil {
-			return badRequest("Invalid input for field/attribute personality. Value: null. None is not of type 'object'")
+			return nil, badRequest("Invalid input for field/attribute personality. Value: null. None is not of type 'object'")
 		}
 		for k, v := range f {
 			var s string
 			switch k {
 			case "path", "contents":
 				if err := json.Unmarshal(v, &s); err != nil {
-					return badRequest("Invalid input for field/attribute " + k + ". Value: " + string(v) + ". " + string(v) + " is not of type 'string'")
+					return nil, badRequest("Invalid input for field/attribute " + k + ". Value: " + string(v) + ". " + string(v) + " is not of type 'string'")
 				}
 			default:
-				return badRequest("Invalid input for field/attribute personality. Additional properties are not allowed ('" + k + "' was unexpected)")
+				return nil, badRequest("Invalid input for field/attribute personality. Additional properties are not allowed ('" + k + "' was unexpected)")
 			}
 			if k == "contents" && !isBase64(s) {
-				return badRequest("Invalid input for field/attribute contents. Value: " + s + ". '" + s + "' is not a 'base64'")
+				return nil, badRequest("Invalid input for field/attribute contents. Value: " + s + ". '" + s + "' is not a 'base64'")
 			}
 		}
 	}
-	return nil
+	var out []personalityFile
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
+	}
+	return out, nil
 }
 
 // isBase64 decodes as Nova's format check does (Python's decodebytes):
@@ -65,19 +68,15 @@ func isBase64(s string) bool {
 	return err == nil
 }
 
+// personalityFile is one file of a create request's personality (checked
+// by checkPersonality).
+type personalityFile struct{ Path, Contents string }
+
 // checkPersonalityQuota applies the project's injected file limits to a
 // (valid) personality, with Nova's 403s: at most injected_files files,
 // each path at most injected_file_path_bytes long and each contents (as
 // sent, in base64) at most injected_file_content_bytes.
-func (a *API) checkPersonalityQuota(ctx context.Context, project string, sb serverBody) error {
-	raw, ok := sb["personality"]
-	if !ok {
-		return nil
-	}
-	var files []struct{ Path, Contents string }
-	if err := json.Unmarshal(raw, &files); err != nil {
-		return badRequest("Invalid input for field/attribute personality. Value: " + string(raw) + ". is not of type 'array'")
-	}
+func (a *API) checkPersonalityQuota(ctx context.Context, project string, files []personalityFile) error {
 	if len(files) == 0 {
 		return nil
 	}

@@ -182,11 +182,12 @@ func (a *API) createServerGroup(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// schedulerHints reads a server create's os:scheduler_hints (or the older
-// OS-SCH-HNT:scheduler_hints): group (a server group the caller may see),
-// same_host and different_host (an instance UUID or a list of them). Other
-// hints are accepted and ignored, as by a Nova without their filters.
-func (a *API) schedulerHints(r *http.Request, raw json.RawMessage) (*records.SchedulerHints, error) {
+// parseSchedulerHints reads a server create's os:scheduler_hints (or the
+// older OS-SCH-HNT:scheduler_hints): group (a server group's UUID, which
+// resolveGroup then looks up), same_host and different_host (an instance
+// UUID or a list of them). Other hints are accepted and ignored, as by a
+// Nova without their filters.
+func parseSchedulerHints(raw json.RawMessage) (*records.SchedulerHints, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -196,18 +197,9 @@ func (a *API) schedulerHints(r *http.Request, raw json.RawMessage) (*records.Sch
 	}
 	h := &records.SchedulerHints{}
 	if g, ok := body["group"]; ok {
-		var id string
-		if err := json.Unmarshal(g, &id); err != nil || uuid.Validate(id) != nil {
+		if err := json.Unmarshal(g, &h.Group); err != nil || uuid.Validate(h.Group) != nil {
 			return nil, badRequest(fmt.Sprintf("Invalid input for field/attribute group. Value: %s. It is not a valid UUID", g))
 		}
-		grp, err := a.serverGroup(r, id)
-		if err != nil {
-			if statusOf(err) == http.StatusNotFound {
-				return nil, badRequest(fmt.Sprintf("Invalid input: server group %s could not be found.", id))
-			}
-			return nil, err
-		}
-		h.Group = grp.UUID
 	}
 	for key, dst := range map[string]*[]string{"same_host": &h.SameHost, "different_host": &h.DifferentHost} {
 		v, ok := body[key]
@@ -232,6 +224,23 @@ func (a *API) schedulerHints(r *http.Request, raw json.RawMessage) (*records.Sch
 		return nil, nil
 	}
 	return h, nil
+}
+
+// resolveGroup replaces the hints' group by the server group the caller
+// may use (its UUID as stored); an unknown group is a 400.
+func (a *API) resolveGroup(r *http.Request, h *records.SchedulerHints) error {
+	if h == nil || h.Group == "" {
+		return nil
+	}
+	grp, err := a.serverGroup(r, h.Group)
+	if err != nil {
+		if statusOf(err) == http.StatusNotFound {
+			return badRequest(fmt.Sprintf("Invalid input: server group %s could not be found.", h.Group))
+		}
+		return err
+	}
+	h.Group = grp.UUID
+	return nil
 }
 
 // serverGroupsOf is a server's server_groups field (2.71): the group it

@@ -86,12 +86,12 @@ func (b serverBody) diskConfig(in *records.Instance) error {
 	return nil
 }
 
-func (b serverBody) description(r *http.Request, in *records.Instance) error {
+func (b serverBody) description(mv Microversion, in *records.Instance) error {
 	raw, ok := b["description"]
 	if !ok {
 		return nil
 	}
-	if !version(r).AtLeast(19) {
+	if !mv.AtLeast(19) {
 		return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('description' was unexpected)")
 	}
 	var d *string
@@ -171,7 +171,7 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 		if err := sb.diskConfig(in); err != nil {
 			return err
 		}
-		return sb.description(r, in)
+		return sb.description(version(r), in)
 	}
 	if err := apply(&in); err != nil {
 		return err
