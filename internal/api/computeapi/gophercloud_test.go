@@ -110,6 +110,19 @@ func TestGophercloudComputeLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting for the live migration: %v", err)
 		}
+		// The instance settles on its host just before its migration
+		// record says completed (the conductor saves the instance first,
+		// as Nova does): wait for the record too.
+		for {
+			live, err := cl.ServerMigrations(wctx, s.ID)
+			if err == nil && len(live) == 0 {
+				break
+			}
+			if wctx.Err() != nil {
+				t.Fatalf("the live migration's record did not end: %+v %v", live, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		return srv
 	}
 	src := srv.Host
