@@ -48,11 +48,12 @@ func (m *meeting) meet() {
 	}
 }
 
-func (s *meetStore) ListInstances(ctx context.Context, host string) ([]records.Instance, error) {
+// ListProjectInstances is the quota count's read.
+func (s *meetStore) ListProjectInstances(ctx context.Context, project string) ([]records.Instance, error) {
 	s.writes.mu.Lock()
 	written := s.writes.arrived >= 2
 	s.writes.mu.Unlock()
-	out, err := s.Store.ListInstances(ctx, host)
+	out, err := s.Store.ListProjectInstances(ctx, project)
 	if written {
 		s.counts.meet()
 	}

@@ -260,9 +260,10 @@ type Enforcer struct {
 	Store Store
 }
 
-// Usage counts project's instances in the store.
+// Usage counts project's instances in the store (only that project's are
+// read).
 func (e Enforcer) Usage(ctx context.Context, project string) (Usage, error) {
-	ins, err := e.Store.ListInstances(ctx, "")
+	ins, err := e.Store.ListProjectInstances(ctx, project)
 	if err != nil {
 		return Usage{}, fmt.Errorf("counting the instances of project %s: %w", project, err)
 	}

@@ -195,6 +195,9 @@ type Instances interface {
 	DeleteInstance(ctx context.Context, uuid string) error
 	// ListInstances lists instances, on one host if host is not empty.
 	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
+	// ListProjectInstances lists one project's instances (indexed in the
+	// SQL stores: a quota count reads only its project's).
+	ListProjectInstances(ctx context.Context, project string) ([]records.Instance, error)
 
 	// Instance actions (os-instance-actions): an append-only log per
 	// instance, kept after the instance is deleted.

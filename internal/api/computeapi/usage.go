@@ -1,6 +1,7 @@
 package computeapi
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"slices"
@@ -131,16 +132,22 @@ func (a *API) tenantUsages(ins []records.Instance, start, stop time.Time, detail
 	return out
 }
 
+// instancesOf lists project's instances, or every instance if project is
+// empty.
+func (a *API) instancesOf(ctx context.Context, project string) ([]records.Instance, error) {
+	if project == "" {
+		return a.cfg.Store.ListInstances(ctx, "")
+	}
+	return a.cfg.Store.ListProjectInstances(ctx, project)
+}
+
 // usageInstances lists the instances (of one project if project is not
 // empty) in UUID order, paged from 2.40 by limit and marker (an
 // instance's UUID); it reports the marker for the next page, if any.
 func (a *API) usageInstances(r *http.Request, project string) ([]records.Instance, string, error) {
-	ins, err := a.cfg.Store.ListInstances(r.Context(), "")
+	ins, err := a.instancesOf(r.Context(), project)
 	if err != nil {
 		return nil, "", err
-	}
-	if project != "" {
-		ins = slices.DeleteFunc(ins, func(in records.Instance) bool { return in.ProjectID != project })
 	}
 	slices.SortFunc(ins, func(x, y records.Instance) int { return strings.Compare(x.UUID, y.UUID) })
 	if !version(r).AtLeast(40) {

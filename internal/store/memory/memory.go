@@ -497,12 +497,34 @@ func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instanc
 			keys = append(keys, k)
 		}
 	}
+	return s.sortedInstances(keys), nil
+}
+
+// sortedInstances copies the instances keys names, in UUID order. Called
+// with mu held.
+func (s *Store) sortedInstances(keys []string) []records.Instance {
 	slices.Sort(keys)
 	out := make([]records.Instance, len(keys))
 	for i, k := range keys {
 		out[i] = cloneInstance(s.instances[k])
 	}
-	return out, nil
+	return out
+}
+
+// ListProjectInstances implements store.Instances.
+func (s *Store) ListProjectInstances(_ context.Context, project string) ([]records.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k, in := range s.instances {
+		if in.ProjectID == project {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return s.sortedInstances(keys), nil
 }
 
 // CreateMigration implements store.Store.

@@ -24,6 +24,9 @@ type Dialect struct {
 	// mergeJSON merges the row's JSON object (old) with the new one (new)
 	// in an upsert, the new one's keys winning.
 	mergeJSON func(old, new string) string
+	// jsonText is a text field of a row's JSON column, written as the
+	// expression indexes on it are (so the index serves the query).
+	jsonText func(column, key string) string
 
 	// schemaTable creates schema_version if it does not exist.
 	schemaTable string
@@ -49,6 +52,7 @@ var SQLite = newDialect(Dialect{
 	placeholder: "?",
 	active:      "active = 1",
 	mergeJSON:   func(old, new string) string { return "json_patch(" + old + ", " + new + ")" },
+	jsonText:    func(column, key string) string { return "json_extract(" + column + ", '$." + key + "')" },
 	schemaTable: `CREATE TABLE IF NOT EXISTS schema_version (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT NOT NULL,
@@ -64,6 +68,7 @@ var Postgres = newDialect(Dialect{
 	forUpdate:   " FOR UPDATE",
 	active:      "active",
 	mergeJSON:   func(old, new string) string { return old + " || " + new },
+	jsonText:    func(column, key string) string { return "(" + column + " ->> '" + key + "')" },
 	schemaTable: `CREATE TABLE IF NOT EXISTS schema_version (
 		version    integer     PRIMARY KEY,
 		name       text        NOT NULL,

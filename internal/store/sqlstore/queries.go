@@ -8,6 +8,7 @@ type queries struct {
 	getHostRecord, listHostRecords, putHostRecord                         string
 	getService, listServices, lockService, putService                     string
 	getInstance, listInstances, listInstancesOn, instanceVersion          string
+	listProjectInstances                                                  string
 	insertInstance, updateInstance, deleteInstance                        string
 	getMigration, migrationVersion, insertMigration, setMigrationData     string
 	updateMigration                                                       string
@@ -49,6 +50,8 @@ func newQueries(d *Dialect) *queries {
 	q.getInstance = r(`SELECT data FROM instances WHERE uuid = $1`)
 	q.listInstances = r(`SELECT data FROM instances ORDER BY uuid`)
 	q.listInstancesOn = r(`SELECT data FROM instances WHERE host = $1 ORDER BY uuid`)
+	// Served by the instances_by_project expression index (migration 13 in SQLite, 11 in PostgreSQL).
+	q.listProjectInstances = r(`SELECT data FROM instances WHERE ` + d.jsonText("data", "project_id") + ` = $1 ORDER BY uuid`)
 	q.instanceVersion = r(`SELECT version FROM instances WHERE uuid = $1`)
 	q.insertInstance = w(`INSERT INTO instances (uuid, host, version, data) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (uuid) DO NOTHING`)

@@ -158,6 +158,16 @@ func (r *Records) ListInstances(ctx context.Context, host string) ([]records.Ins
 	return out, nil
 }
 
+// ListProjectInstances implements store.Instances; instances come sorted
+// by UUID.
+func (r *Records) ListProjectInstances(ctx context.Context, project string) ([]records.Instance, error) {
+	out, err := listJSON[records.Instance](ctx, r, nil, r.q.listProjectInstances, project)
+	if err != nil {
+		return nil, fmt.Errorf("listing the instances of project %s: %w", project, err)
+	}
+	return out, nil
+}
+
 // CreateMigration implements store.Store. IDs come from the database (an
 // AUTOINCREMENT or identity column), so they increase and are never
 // reused; the JSON copy carries the ID too, for readers of the raw table.

@@ -18,6 +18,7 @@ var recordTests = []subtest{
 	{"HostRecords", testHostRecords},
 	{"Services", testServices},
 	{"Instances", testInstances},
+	{"ProjectInstances", testProjectInstances},
 	{"InstanceVersions", testInstanceVersions},
 	{"Migrations", testMigrations},
 	{"ListMigrations", testListMigrations},
@@ -135,6 +136,62 @@ func instance(n int, host string) records.Instance {
 		Host: host, Zone: "az1",
 		Flavor:  records.Flavor{ID: "m1.small", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20, ExtraSpecs: map[string]string{"hw:cpu_policy": "shared"}},
 		VMState: records.VMActive, CreatedAt: t0, UpdatedAt: t0,
+	}
+}
+
+// testProjectInstances: ListProjectInstances lists one project's
+// instances in UUID order, through updates and up to their deletion.
+func testProjectInstances(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	projects := []string{"p-a", "p-b", "p-a", "p-c", "p-a"}
+	want := map[string][]string{}
+	for i, p := range projects {
+		in := instance(20+i, "cmp-1")
+		in.ProjectID = p
+		if _, err := s.CreateInstance(ctx, in); err != nil {
+			t.Fatalf("CreateInstance %d: %v", i, err)
+		}
+		want[p] = append(want[p], in.UUID)
+	}
+	list := func(p string) []string {
+		t.Helper()
+		l, err := s.ListProjectInstances(ctx, p)
+		if err != nil {
+			t.Fatalf("ListProjectInstances(%s): %v", p, err)
+		}
+		var out []string
+		for _, in := range l {
+			if in.ProjectID != p {
+				t.Errorf("ListProjectInstances(%s) lists %s of project %s", p, in.UUID, in.ProjectID)
+			}
+			out = append(out, in.UUID)
+		}
+		return out
+	}
+	for _, p := range []string{"p-a", "p-b", "p-c"} {
+		if got := list(p); !equalStrings(got, sortedStrings(want[p])) {
+			t.Errorf("ListProjectInstances(%s) = %v, want %v (in UUID order)", p, got, sortedStrings(want[p]))
+		}
+	}
+	if got := list("p-none"); len(got) != 0 {
+		t.Errorf("ListProjectInstances(a project without instances) = %v, want none", got)
+	}
+	moved, err := s.GetInstance(ctx, want["p-b"][0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Host = "cmp-2"
+	if _, err := s.UpdateInstance(ctx, moved); err != nil {
+		t.Fatalf("UpdateInstance: %v", err)
+	}
+	if got := list("p-b"); !equalStrings(got, want["p-b"]) {
+		t.Errorf("ListProjectInstances(p-b) after a move = %v, want %v", got, want["p-b"])
+	}
+	if err := s.DeleteInstance(ctx, want["p-a"][1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := list("p-a"); !equalStrings(got, sortedStrings([]string{want["p-a"][0], want["p-a"][2]})) {
+		t.Errorf("ListProjectInstances(p-a) after a delete = %v", got)
 	}
 }
 
