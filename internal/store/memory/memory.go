@@ -243,13 +243,16 @@ func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement
 func (s *Store) ConsumerHeadersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]placement.Consumer, 0, len(s.byProvider[providerUUID]))
+	ids := make([]string, 0, len(s.byProvider[providerUUID]))
 	for id := range s.byProvider[providerUUID] {
-		c := s.consumers[id]
-		c.Allocations = nil
-		out = append(out, c)
+		ids = append(ids, id)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
+	slices.Sort(ids)
+	out := make([]placement.Consumer, len(ids))
+	for i, id := range ids {
+		out[i] = s.consumers[id]
+		out[i].Allocations = nil
+	}
 	return out, nil
 }
 
