@@ -344,8 +344,8 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // max(raw_j, 0) − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a
 // normalised value is at most 1). Hence total ≤ R·key + C.
 //
-// A host whose raw values are all those of the k-th best so far has its
-// weight to the last bit (weightOf adds the same terms), so it is better
+// A host whose live weighers' raw values are all those of the k-th best
+// so far has its weight to the last bit (weightOf adds the same terms), so it is better
 // only if it comes first in host order; met after it, as equal keys are
 // (compLess), it is passed over without a filter check. It reports false
 // after limit hosts checked.
@@ -369,7 +369,7 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 			if bound+1e-9*(math.Abs(bound)+1) < top[k-1].weight {
 				break
 			}
-			if last := top[k-1].idx; it.idx > last && rows[it.idx].raw == rows[last].raw {
+			if last := top[k-1].idx; it.idx > last && sameWeight(&rows[it.idx], &rows[last], live) {
 				continue // ties the k-th best, after it in host order: not better
 			}
 		}
@@ -383,6 +383,18 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 	}
 	ri.walked += visited
 	return top, len(top) > 0
+}
+
+// sameWeight reports whether two hosts have the same raw value for every
+// live weigher, and so the same weight to the last bit (weightOf reads
+// nothing else).
+func sameWeight(a, b *fitRow, live []boundWeigher) bool {
+	for j := range live {
+		if a.raw[live[j].raw] != b.raw[live[j].raw] {
+			return false
+		}
+	}
+	return true
 }
 
 // firstCandidate returns the value of the first candidate from the top
