@@ -339,31 +339,33 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	if err != nil {
 		return d, fmt.Errorf("audit of %s: listing guests: %w", t.cfg.Host, err)
 	}
-	here := map[string]Guest{}
+	here := make(map[string]Guest, len(guests))
 	for _, g := range guests {
 		here[g.UUID] = g
 	}
 
 	t.mu.Lock()
 	before := t.record
-	newTracked := map[string]records.Flavor{}
+	// The tracked instances become the guests here, with their flavors —
+	// but an incoming guest, not ours until
+	// post_live_migration_at_destination — and those with an operation in
+	// flight and no guest yet (a spawn in flight stays counted). Updated in
+	// place: an audit that finds nothing changed allocates nothing here.
+	for uuid := range t.tracked {
+		if g, ok := here[uuid]; (!ok || g.State == GuestIncoming) && t.busy[uuid] == 0 {
+			d.Vanished = append(d.Vanished, uuid)
+			delete(t.tracked, uuid)
+		}
+	}
 	for _, g := range guests {
 		if g.State == GuestIncoming {
-			continue // not ours until post_live_migration_at_destination
+			continue
 		}
-		newTracked[g.UUID] = g.Flavor
 		if _, ok := t.tracked[g.UUID]; !ok {
 			d.Untracked = append(d.Untracked, g.UUID)
 		}
+		t.tracked[g.UUID] = g.Flavor
 	}
-	for uuid := range t.tracked {
-		if _, ok := newTracked[uuid]; !ok && t.busy[uuid] == 0 {
-			d.Vanished = append(d.Vanished, uuid)
-		} else if !ok {
-			newTracked[uuid] = t.tracked[uuid] // a spawn in flight stays counted
-		}
-	}
-	t.tracked = newTracked
 	busy := make(map[string]bool, len(t.busy))
 	for u := range t.busy {
 		busy[u] = true
