@@ -138,17 +138,28 @@ func (lq listQuery) match(c Caller, in records.Instance) bool {
 	return true
 }
 
+// project is the one project whose servers the list can show ("" when
+// it may show any): the caller's own unless an admin asks for
+// all_tenants, then the project_id/tenant_id filter if given. match
+// applies the same rule; this lets the store read only that project.
+func (lq listQuery) project(c Caller) string {
+	if !lq.all {
+		return c.ProjectID
+	}
+	return lq.tenant
+}
+
 func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		lq, err := parseListQuery(r)
 		if err != nil {
 			return err
 		}
-		ins, err := a.cfg.Store.ListInstances(r.Context(), "")
+		c := caller(r)
+		ins, err := a.instancesOf(r.Context(), lq.project(c))
 		if err != nil {
 			return err
 		}
-		c := caller(r)
 		var sel []records.Instance
 		for _, in := range ins {
 			if lq.match(c, in) {
