@@ -62,8 +62,13 @@ type Manager struct {
 
 	// res serialises every step that changes what the host runs with the
 	// audit (Nova's COMPUTE_RESOURCE_SEMAPHORE): an audit never sees a step
-	// half done. It is never held while calling another agent or the
-	// conductor.
+	// half done. It is held across the driver's calls and the tracker's
+	// store reads and writes (a claim, the host record, the audit's own;
+	// over the bus those are calls to the keel server), but never while
+	// asking another agent (the live-migration checks, the destination
+	// check at a copy's end) or reporting a build's or a copy's end
+	// (Reporter), so a peer or a report that hangs does not stop the
+	// host's other steps.
 	res sync.Mutex
 
 	auditMu      sync.Mutex // guards onAudit, audit and auditStopped
@@ -301,8 +306,10 @@ func (m *Manager) ResumeCopies(ctx context.Context) int {
 	return len(gs)
 }
 
-// destinationOf is the host a resumed copy goes to, from the migration
-// record (the driver does not need to know it).
+// destinationOf is the host a resumed copy goes to, as the driver kept
+// it with the copy (a driver with DestinationOf, as QEMU's); "" when the
+// driver cannot tell, and the copy's end is then reported without asking
+// the destination for its guest.
 func (m *Manager) destinationOf(g Guest) string {
 	if dl, ok := m.driver.(interface{ DestinationOf(uuid string) string }); ok {
 		return dl.DestinationOf(g.UUID)

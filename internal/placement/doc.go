@@ -4,8 +4,10 @@
 // optimistic.
 //
 // It is pure: no I/O, no clock. The store packages persist these types and
-// call Check to decide whether a write fits; the scheduler uses the same
-// Capacity and Fits so that "fits" means one thing everywhere.
+// call PlanWrites, inside their transaction, to decide every allocation
+// write (generations, capacity through Fits, atomic moves); the scheduler
+// checks hosts with Inventory.Capacity and Admits, the one fit rule Fits
+// applies too, so that "fits" means one thing everywhere.
 //
 // Capacity of one inventory is (total − reserved) × allocation_ratio, rounded
 // down. An allocation of n units of a class fits a provider when the class is
