@@ -26,6 +26,7 @@ func scheduleExplainCommand() *cobra.Command {
 		flavor      string
 		ignoreHosts []string
 		host        string
+		pickSeed    uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "explain --flavor FLAVOR",
@@ -40,10 +41,17 @@ them, with its reason.
 The scheduler picks at random among the first host_subset_size candidates
 (marked *), so the top rank is not always the host chosen. --ignore-host
 excludes hosts as a live migration excludes its source; --host checks one
-host as a migration to it would.` + clientLong,
+host as a migration to it would.
+
+Each decision the server makes is logged as "scheduled" with its
+pick_seed; --pick-seed N names the host that seed picks among the
+candidates shown, so a past pick can be replayed on the cloud as it is
+(the same hosts, ranked as they were: the pick is only as reproducible
+as the ranking).` + clientLong,
 		Example: `  keel schedule explain --flavor m1.small
   keel schedule explain --flavor m1.large --ignore-host h01 --ignore-host h02
-  keel schedule explain --flavor 3 --host h04 --format json`,
+  keel schedule explain --flavor 3 --host h04 --format json
+  keel schedule explain --flavor m1.small --pick-seed 11400714819323198485`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flavor == "" {
@@ -53,7 +61,7 @@ host as a migration to it would.` + clientLong,
 			if err != nil {
 				return err
 			}
-			e, err := c.Explain(cmd.Context(), client.ExplainRequest{Flavor: flavor, IgnoreHosts: ignoreHosts, Host: host})
+			e, err := c.Explain(cmd.Context(), client.ExplainRequest{Flavor: flavor, IgnoreHosts: ignoreHosts, Host: host, PickSeed: pickSeed})
 			if err != nil {
 				return err
 			}
@@ -79,6 +87,9 @@ host as a migration to it would.` + clientLong,
 					len(cands), len(e.Hosts), e.HostSubsetSize)
 				if err := printCandidates(out, cands, e.HostSubsetSize); err != nil {
 					return err
+				}
+				if pickSeed != 0 && e.Picked != "" {
+					fmt.Fprintf(out, "pick seed %d picks %s\n", pickSeed, e.Picked)
 				}
 			}
 			if len(rejected) == 0 {
@@ -113,6 +124,7 @@ host as a migration to it would.` + clientLong,
 	fl.StringVar(&flavor, "flavor", "", "flavor id or name (required)")
 	fl.StringSliceVar(&ignoreHosts, "ignore-host", nil, "exclude this host (repeatable, or comma-separated)")
 	fl.StringVar(&host, "host", "", "check only this host (as a migration to it would)")
+	fl.Uint64Var(&pickSeed, "pick-seed", 0, "a past decision's pick_seed (its \"scheduled\" log line): name the host it picks")
 	return cmd
 }
 

@@ -119,6 +119,9 @@ func TestClientCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, "schedule", "explain", "--flavor", "2", "-f", "json")), &e); err != nil || len(e.Hosts) != 3 || e.Candidates != 3 {
 		t.Fatalf("explain --format json: %v %+v", err, e)
 	}
+	// host_subset_size 1: any seed picks the best candidate.
+	out = mustRun(t, "schedule", "explain", "--flavor", "m1.small", "--pick-seed", "7")
+	wantContains(t, out, "pick seed 7 picks "+e.Picked)
 
 	out = mustRun(t, "audit")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); lines[0] != "0 violations" || strings.Contains(out, "not checked: guests") {

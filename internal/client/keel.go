@@ -64,11 +64,14 @@ func (c *Client) ResetMigration(ctx context.Context, id int64) (Migration, error
 
 // ExplainRequest asks the scheduler about a boot of Flavor (id or name):
 // IgnoreHosts are excluded as a live migration excludes its source; Host,
-// if set, is the one host to check.
+// if set, is the one host to check. PickSeed, if not 0, is a past
+// decision's pick seed (the pick_seed of the server's "scheduled" log
+// line): Explanation.Picked is then the host that seed picks.
 type ExplainRequest struct {
 	Flavor      string   `json:"flavor"`
 	IgnoreHosts []string `json:"ignore_hosts"`
 	Host        string   `json:"host"`
+	PickSeed    uint64   `json:"pick_seed,omitempty"`
 }
 
 // WeigherScore and HostExplanation are the scheduler's own types, as the
@@ -86,6 +89,10 @@ type Explanation struct {
 	Hosts          []HostExplanation `json:"hosts"`
 	Candidates     int               `json:"candidates"`
 	HostSubsetSize int               `json:"host_subset_size"`
+	// Picked is the host the decision takes first: the best candidate
+	// when host_subset_size is 1, else the one ExplainRequest.PickSeed
+	// picks ("" without a seed).
+	Picked string `json:"picked,omitempty"`
 }
 
 // Explain asks keel's scheduler where a request would go, without
@@ -100,6 +107,7 @@ func (c *Client) Explain(ctx context.Context, req ExplainRequest) (Explanation, 
 			Hosts          []HostExplanation `json:"hosts"`
 			Candidates     int               `json:"candidates"`
 			HostSubsetSize int               `json:"host_subset_size"`
+			Picked         string            `json:"picked"`
 		} `json:"explanation"`
 	}
 	_, err := c.keel.Post(ctx, c.keel.ServiceURL("schedule", "explain"), req, &body, &gophercloud.RequestOpts{OkCodes: []int{200}})
@@ -107,5 +115,5 @@ func (c *Client) Explain(ctx context.Context, req ExplainRequest) (Explanation, 
 		return Explanation{}, fmt.Errorf("explaining a boot of flavor %s: %w", req.Flavor, describe(err))
 	}
 	e := body.Explanation
-	return Explanation{Flavor: body.Flavor, Hosts: e.Hosts, Candidates: e.Candidates, HostSubsetSize: e.HostSubsetSize}, nil
+	return Explanation{Flavor: body.Flavor, Hosts: e.Hosts, Candidates: e.Candidates, HostSubsetSize: e.HostSubsetSize, Picked: e.Picked}, nil
 }

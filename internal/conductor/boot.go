@@ -172,6 +172,20 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 	return cur, nil
 }
 
+// decided records a scheduling decision: a log line an operator can
+// replay the pick from (`keel schedule explain --pick-seed`, see
+// scheduler.Selection.PickSeed), then the Decision hook. kind is boot or
+// migration; args name the decision further (the migration).
+func (c *Conductor) decided(kind string, inst records.Instance, sel scheduler.Selection, err error, args ...any) {
+	if err == nil {
+		c.log.Info("scheduled", append([]any{"kind", kind, "instance", inst.UUID, "host", sel.Host,
+			"pick_seed", sel.PickSeed, "claims", sel.Claims}, args...)...)
+	}
+	if c.hooks.Decision != nil {
+		c.hooks.Decision(kind, inst, sel, err)
+	}
+}
+
 // bootEnded tells the hooks a boot ended (ACTIVE or ERROR).
 func (c *Conductor) bootEnded(inst records.Instance) {
 	c.lifecycleBootEnded(inst)
@@ -222,9 +236,7 @@ func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a b
 		})
 		return plan.Providers[cand.ProviderUUID], err
 	})
-	if c.hooks.Decision != nil {
-		c.hooks.Decision("boot", inst, sel, err)
-	}
+	c.decided("boot", inst, sel, err)
 	if err != nil {
 		if scheduler.IsNoValidHost(err) {
 			return boot.Event{Kind: boot.NoValidHost, Err: err.Error()}, true, nil

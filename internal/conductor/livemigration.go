@@ -484,9 +484,7 @@ func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, i
 		)
 		return plan.Providers[cand.ProviderUUID], err
 	})
-	if c.hooks.Decision != nil {
-		c.hooks.Decision("migration", inst, sel, err)
-	}
+	c.decided("migration", inst, sel, err, "migration", m.ID)
 	if err != nil {
 		return "", err
 	}

@@ -144,12 +144,15 @@ func isInvalidState(err error) bool {
 }
 
 // explainRequest names the flavor (id or name) and, optionally, hosts to
-// ignore or the one host to check.
+// ignore or the one host to check, and the seed of a past decision's
+// host_subset_size pick (its "scheduled" log line's pick_seed), so the
+// explanation names the host that seed picks.
 type explainRequest struct {
 	Flavor      string   `json:"flavor"`
 	IgnoreHosts []string `json:"ignore_hosts"`
 	Host        string   `json:"host"`
 	Zone        string   `json:"availability_zone"`
+	PickSeed    uint64   `json:"pick_seed"`
 }
 
 func (k *keelAPI) explain(w http.ResponseWriter, r *http.Request) {
@@ -169,6 +172,7 @@ func (k *keelAPI) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	exp, err := k.sched.Explain(r.Context(), &scheduler.Request{
 		Resources: f.Resources(), ExtraSpecs: f.ExtraSpecs, IgnoreHosts: req.IgnoreHosts, RequestedHost: req.Host, Zone: req.Zone,
+		PickSeed: req.PickSeed,
 	})
 	if err != nil {
 		computeapi.WriteError(w, http.StatusInternalServerError, err.Error())

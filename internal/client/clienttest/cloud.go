@@ -45,6 +45,9 @@ type Options struct {
 	// Config, if set, adjusts the configuration (config.Default() with the
 	// data dir and listen addresses already set) before the server starts.
 	Config func(*config.Config)
+	// Log, if set, receives the server's and agents' log (text, debug
+	// level) besides KEEL_TEST_LOG's stderr.
+	Log io.Writer
 }
 
 // Cloud is a running keel.
@@ -74,6 +77,9 @@ func Start(t testing.TB, opts Options) *Cloud {
 	var out io.Writer = io.Discard
 	if os.Getenv("KEEL_TEST_LOG") != "" {
 		out = os.Stderr
+	}
+	if opts.Log != nil {
+		out = io.MultiWriter(out, opts.Log)
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
