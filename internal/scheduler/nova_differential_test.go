@@ -90,15 +90,12 @@ var (
 		"IoOpsFilter", "AggregateInstanceExtraSpecsFilter"}
 	novaWeighers = []string{"RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "BuildFailureWeigher",
 		"ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher"}
-	// multiplier option of each weigher
-	weigherOption = map[string]string{
-		"RAMWeigher": "ram_weight_multiplier", "CPUWeigher": "cpu_weight_multiplier",
-		"DiskWeigher": "disk_weight_multiplier", "IoOpsWeigher": "io_ops_weight_multiplier",
-		"BuildFailureWeigher":                "build_failure_weight_multiplier",
-		"ServerGroupSoftAffinityWeigher":     "soft_affinity_weight_multiplier",
-		"ServerGroupSoftAntiAffinityWeigher": "soft_anti_affinity_weight_multiplier",
-	}
 )
+
+// weigherOption is a weigher's multiplier option, read from the registry.
+func weigherOption(name string) string {
+	return weigherTable[weigherSlot(name)].Multiplier.Name
+}
 
 // oracle is one python process serving every case.
 type oracle struct {
@@ -231,7 +228,7 @@ func randomCase(r *rand.Rand, i int) diffCase {
 			if strings.HasPrefix(w, "ServerGroupSoft") {
 				m = math.Abs(m) // nova.conf (and keel's) minimum is 0
 			}
-			c.Options[weigherOption[w]] = m
+			c.Options[weigherOption(w)] = m
 		}
 	}
 	c.Options["max_instances_per_host"] = float64(pick(r, 50, 5, 10))
@@ -265,7 +262,7 @@ func randomCase(r *rand.Rand, i int) diffCase {
 			if strings.HasPrefix(w, "ServerGroupSoft") && strings.HasPrefix(m, "-") {
 				m = "1.5"
 			}
-			a[weigherOption[w]] = m
+			a[weigherOption(w)] = m
 		}
 		aggs = append(aggs, a)
 	}
