@@ -61,6 +61,16 @@ func (f *Forest) Update(i int, inv Inventories, usage Resources) {
 	_, f.classes[i] = classStates(nil, inv, usage)
 }
 
+// Clone returns a copy of f that Update can change without changing f
+// (the providers' other fields, and the indexes made from them, are
+// shared: they never change).
+func (f *Forest) Clone() *Forest {
+	c := *f
+	c.Providers = slices.Clone(f.Providers)
+	c.classes = slices.Clone(f.classes)
+	return &c
+}
+
 // classStates appends the states of inv's classes with usage to out,
 // sorted by class, and returns out and the part it appended.
 func classStates(out []classState, inv Inventories, usage Resources) (all, appended []classState) {

@@ -117,47 +117,7 @@ func BenchmarkPutAllocations(b *testing.B) {
 func BenchmarkCandidatesTree1000(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			st := open()
-			ctx := context.Background()
-			vcpu := placement.NewInventory(32)
-			vcpu.AllocationRatio = 4
-			for s := range 10 {
-				agg := fmt.Sprintf("a66a66a6-0000-4000-8000-%012d", s)
-				if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("5ba5ed00-0000-4000-8000-%012d", s), Name: fmt.Sprintf("shared%02d", s),
-					Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100000)},
-					Traits:      []string{placement.SharesViaAggregate}, Aggregates: []string{agg}}); err != nil {
-					b.Fatal(err)
-				}
-				for i := s * 100; i < s*100+100; i++ {
-					root := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
-					if _, err := st.CreateProvider(ctx, placement.Provider{UUID: root, Name: fmt.Sprintf("cn%04d", i),
-						Inventories: placement.Inventories{}, Aggregates: []string{agg}}); err != nil {
-						b.Fatal(err)
-					}
-					for n := range 2 {
-						if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("%08x-0000-4000-8000-00000000000%d", i, n+1), Name: fmt.Sprintf("cn%04d-numa%d", i, n),
-							ParentUUID: root, Inventories: placement.Inventories{placement.VCPU: vcpu, placement.MemoryMB: placement.NewInventory(131072)}}); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-			}
-			srv := httptest.NewServer(placementapi.New(st, func(*http.Request) bool { return true }))
-			b.Cleanup(srv.Close)
-			req, _ := http.NewRequest("GET", srv.URL+"/placement/allocation_candidates?resources1=VCPU:2,MEMORY_MB:4096&resources2=DISK_GB:20&group_policy=none", nil)
-			req.Header.Set("OpenStack-API-Version", "placement 1.39")
-			size := benchDo(b, req, 200)
-			var ac struct {
-				AllocationRequests []any `json:"allocation_requests"`
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil || len(ac.AllocationRequests) != 2000 {
-				b.Fatalf("%d candidates (%v), want 2000", len(ac.AllocationRequests), err)
-			}
-			resp.Body.Close()
+			_, req, size := treeBench(b, open())
 			b.SetBytes(int64(size))
 			b.ResetTimer()
 			for b.Loop() {
@@ -165,6 +125,75 @@ func BenchmarkCandidatesTree1000(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCandidatesTree1000AfterClaim is BenchmarkCandidatesTree1000
+// with a claim (VCPU:1 on one NUMA cell, written to the store as the
+// scheduler writes it) before each request: the view follows the change
+// stream and searches a forest made again, so nothing of the previous
+// answer but the unchanged providers' summaries is reused.
+func BenchmarkCandidatesTree1000AfterClaim(b *testing.B) {
+	st := memory.New()
+	_, req, size := treeBench(b, st)
+	b.SetBytes(int64(size))
+	ctx := context.Background()
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		cell := fmt.Sprintf("%08x-0000-4000-8000-00000000000%d", i%1000, i%2+1)
+		if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: fmt.Sprintf("%08x-2222-4000-8000-000000000000", i), ProjectID: "p", UserID: "u",
+			Allocations: map[string]placement.Resources{cell: {placement.VCPU: 1}}}); err != nil {
+			b.Fatal(err)
+		}
+		benchDo(b, req, 200)
+		i++
+	}
+}
+
+// treeBench loads st with the nested case's providers and returns a
+// server over it, the request and its answer's size.
+func treeBench(b *testing.B, st store.Store) (*httptest.Server, *http.Request, int) {
+	ctx := context.Background()
+	vcpu := placement.NewInventory(32)
+	vcpu.AllocationRatio = 4
+	for s := range 10 {
+		agg := fmt.Sprintf("a66a66a6-0000-4000-8000-%012d", s)
+		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("5ba5ed00-0000-4000-8000-%012d", s), Name: fmt.Sprintf("shared%02d", s),
+			Inventories: placement.Inventories{placement.DiskGB: placement.NewInventory(100000)},
+			Traits:      []string{placement.SharesViaAggregate}, Aggregates: []string{agg}}); err != nil {
+			b.Fatal(err)
+		}
+		for i := s * 100; i < s*100+100; i++ {
+			root := fmt.Sprintf("%08x-0000-4000-8000-000000000000", i)
+			if _, err := st.CreateProvider(ctx, placement.Provider{UUID: root, Name: fmt.Sprintf("cn%04d", i),
+				Inventories: placement.Inventories{}, Aggregates: []string{agg}}); err != nil {
+				b.Fatal(err)
+			}
+			for n := range 2 {
+				if _, err := st.CreateProvider(ctx, placement.Provider{UUID: fmt.Sprintf("%08x-0000-4000-8000-00000000000%d", i, n+1), Name: fmt.Sprintf("cn%04d-numa%d", i, n),
+					ParentUUID: root, Inventories: placement.Inventories{placement.VCPU: vcpu, placement.MemoryMB: placement.NewInventory(131072)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	srv := httptest.NewServer(placementapi.New(st, func(*http.Request) bool { return true }))
+	b.Cleanup(srv.Close)
+	req, _ := http.NewRequest("GET", srv.URL+"/placement/allocation_candidates?resources1=VCPU:2,MEMORY_MB:4096&resources2=DISK_GB:20&group_policy=none", nil)
+	req.Header.Set("OpenStack-API-Version", "placement 1.39")
+	size := benchDo(b, req, 200)
+	var ac struct {
+		AllocationRequests []any `json:"allocation_requests"`
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil || len(ac.AllocationRequests) != 2000 {
+		b.Fatalf("%d candidates (%v), want 2000", len(ac.AllocationRequests), err)
+	}
+	resp.Body.Close()
+	return srv, req, size
 }
 
 // BenchmarkPlacement8CandidatesTree1000 is BenchmarkCandidatesTree1000's

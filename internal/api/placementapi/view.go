@@ -34,6 +34,15 @@ type view struct {
 type forestOnce struct {
 	once sync.Once
 	f    *placement.Forest
+	done atomic.Bool // f is made
+}
+
+// made returns the forest if it has been made, else nil.
+func (o *forestOnce) made() *placement.Forest {
+	if !o.done.Load() {
+		return nil
+	}
+	return o.f
 }
 
 // simple reports whether every provider is a tree of its own and none
@@ -58,6 +67,7 @@ func (v *view) forest() *placement.Forest {
 				Inventories: s.Inventories, Usage: s.Usage, Traits: s.Traits, Aggregates: s.Aggregates}
 		}
 		v.trees.f = placement.NewForest(ps)
+		v.trees.done.Store(true)
 	})
 	return v.trees.f
 }
@@ -200,6 +210,23 @@ func (v *view) replaced(seq int64, changed map[string]bool, sums []store.Provide
 	}
 	n := &view{seq: seq, sorted: slices.Clone(v.sorted), byUUID: maps.Clone(v.byUUID), pos: v.pos, roots: v.roots,
 		sharing: v.sharing, trees: &forestOnce{}}
+	// When only inventories and usage changed (a claim, an agent's
+	// report), the new view's forest is the old one with those providers
+	// updated, not one made afresh.
+	old := v.trees.made()
+	for i := range sums {
+		p := v.byUUID[sums[i].UUID]
+		if !slices.Equal(p.Traits, sums[i].Traits) || !slices.Equal(p.Aggregates, sums[i].Aggregates) {
+			old = nil
+		}
+	}
+	if old != nil {
+		f := old.Clone()
+		for i := range sums {
+			f.Update(v.pos[sums[i].UUID], sums[i].Inventories, sums[i].Usage)
+		}
+		n.trees.once.Do(func() { n.trees.f = f; n.trees.done.Store(true) })
+	}
 	for i := range sums {
 		e := newEntry(&sums[i])
 		if v.byUUID[e.UUID].shares() {
