@@ -2,7 +2,9 @@
 // placement's: host records (Nova's compute_nodes rows), services,
 // instances, flavors and migration records. They are plain data; the
 // packages that own their behaviour (compute, migration, conductor) act on
-// them.
+// them. Every state is a named string type with its constants (VMState,
+// TaskState, MigrationStatus, MigrationPhase, BuildPhase, ActionPhase,
+// PlanState, MoveState), so a state spelt wrong does not compile.
 package records
 
 import (

@@ -4,6 +4,14 @@
 // services, with Nova's JSON shapes, its microversion headers and its
 // error bodies ({"badRequest": {"code": 400, "message": …}}).
 //
+// The servers' handlers are split by concern: serverview.go renders a
+// server for the request's microversion, servercreate.go is POST /servers
+// (parseCreate checks the body as Nova's schema does into a plain
+// createRequest without reading the store; resolveCreate looks up what it
+// names and checks the quotas; bootServers boots), serverlist.go is
+// GET /servers, serveraction.go dispatches the server actions (moves.go,
+// lifecycle.go and resetstate.go hold their own), servers.go the rest.
+//
 // The handlers hold no state: they read and write through a Backend (the
 // server's store and conductor), so several keel servers can serve the same
 // cloud.
