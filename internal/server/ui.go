@@ -516,8 +516,8 @@ func instancesOf(ins []records.Instance, vhs []viewHost) []uiInstance {
 		}
 		if h, ok := byHost[in.Host]; ok {
 			for rc, n := range in.Flavor.Resources() {
-				if inv, ok := h.Provider.Inventories[rc]; ok && inv.Capacity() > 0 {
-					ui.Share = max(ui.Share, float64(n)/float64(inv.Capacity()))
+				if c := h.Capacity[rc]; c > 0 {
+					ui.Share = max(ui.Share, float64(n)/float64(c))
 				}
 			}
 		}
@@ -585,9 +585,14 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 				uh.Drained, uh.DrainPlan = true, id
 			}
 		}
-		for rc, inv := range h.Provider.Inventories {
-			uh.Resources[rc] = uiResource{Total: inv.Total, Reserved: inv.Reserved, AllocationRatio: inv.AllocationRatio,
-				Capacity: inv.Capacity(), Used: h.Provider.Usage[rc]}
+		for rc, c := range h.Capacity {
+			if inv, own := h.Provider.Inventories[rc]; own && !h.Nested[rc] {
+				uh.Resources[rc] = uiResource{Total: inv.Total, Reserved: inv.Reserved, AllocationRatio: inv.AllocationRatio,
+					Capacity: c, Used: h.Used[rc]}
+				continue
+			}
+			// Held (also) by its children: the tree's sums, as capacity.
+			uh.Resources[rc] = uiResource{Total: c, AllocationRatio: 1, Capacity: c, Used: h.Used[rc]}
 		}
 		for _, rc := range stdClasses {
 			if f, ok := fill(h, rc); ok && (f > uh.Fill || uh.FillClass == "") {
@@ -600,7 +605,7 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 		enabled = append(enabled, h)
 		imb.EnabledHosts++
-		if usageZero(h.Provider.Usage) {
+		if usageZero(h.Used) {
 			imb.EmptyHosts++
 		}
 		if imb.MostLoaded == nil || uh.Fill > imb.MostLoaded.Fill {

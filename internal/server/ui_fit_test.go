@@ -119,4 +119,20 @@ func TestLargestFreeSlotOnTrees(t *testing.T) {
 	if im := s.Imbalance; im.LargestFlavor != "" || im.FitsOn != 0 {
 		t.Errorf("with h1's children full: largest free slot %q on %d hosts, want none", im.LargestFlavor, im.FitsOn)
 	}
+	// h1's cell is coloured by its tree: the memory claimed in its NUMA
+	// children is the host's (24576 of 32768 MiB), above its own vCPUs
+	// and disk (nothing claimed).
+	for _, h := range s.Hosts {
+		if h.Name != "h1" {
+			continue
+		}
+		mem := h.Resources[placement.MemoryMB]
+		if h.FillClass != placement.MemoryMB || h.Fill != 0.75 || mem.Capacity != 32768 || mem.Used != 24576 {
+			t.Errorf("h1's cell: fill %v of %s, memory %d of %d; want 0.75 of MEMORY_MB, 24576 of 32768 (its NUMA children's)",
+				h.Fill, h.FillClass, mem.Used, mem.Capacity)
+		}
+		if d := h.Resources[placement.DiskGB]; d.Capacity != 100 || d.Total != 100 {
+			t.Errorf("h1's own disk: %+v, want its own inventory (100 GB)", d)
+		}
+	}
 }

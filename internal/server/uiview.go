@@ -51,6 +51,12 @@ type viewHost struct {
 	HasService bool
 	Zone       string
 	Aggregates []string // names, sorted
+	// Capacity and Used are per class over the host's whole tree: its
+	// root provider and every descendant (NUMA cells, PFs), not the pools
+	// it shares. Capacity is (total − reserved) × allocation_ratio.
+	Capacity, Used map[placement.ResourceClass]int64
+	// Nested lists the classes some descendant contributes to.
+	Nested map[placement.ResourceClass]bool
 }
 
 // viewChanges says what a refresh changed.
@@ -214,12 +220,20 @@ func (v *hostView) hosts() []viewHost {
 			}
 		}
 	}
+	children := map[string][]string{}
+	for _, p := range v.provs {
+		if p.ParentUUID != "" {
+			children[p.ParentUUID] = append(children[p.ParentUUID], p.UUID)
+		}
+	}
 	out := make([]viewHost, 0, len(v.provs))
 	for _, p := range v.provs {
 		if _, pool := slices.BinarySearch(p.Traits, placement.SharesViaAggregate); p.ParentUUID != "" || pool {
 			continue // children and sharing pools are not hosts
 		}
-		h := viewHost{Name: p.Name, Provider: p}
+		h := viewHost{Name: p.Name, Provider: p, Capacity: map[placement.ResourceClass]int64{},
+			Used: map[placement.ResourceClass]int64{}, Nested: map[placement.ResourceClass]bool{}}
+		v.foldTree(&h, p, children, true)
 		h.Record, h.HasRecord = v.recs[p.Name]
 		h.Service, h.HasService = v.svcs[p.Name]
 		h.Zone = zoneOf[p.Name]
@@ -237,21 +251,38 @@ func (v *hostView) hosts() []viewHost {
 	return out
 }
 
+// foldTree adds p's inventories and usage, and its descendants', into h's
+// tree sums. Called with mu held.
+func (v *hostView) foldTree(h *viewHost, p store.ProviderSummary, children map[string][]string, root bool) {
+	for rc, inv := range p.Inventories {
+		h.Capacity[rc] += inv.Capacity()
+		h.Used[rc] += p.Usage[rc]
+		if !root {
+			h.Nested[rc] = true
+		}
+	}
+	for _, c := range children[p.UUID] {
+		if cp, ok := v.provs[c]; ok {
+			v.foldTree(h, cp, children, false)
+		}
+	}
+}
+
 // stdClasses are the classes the view colours hosts by.
 var stdClasses = []placement.ResourceClass{placement.VCPU, placement.MemoryMB, placement.DiskGB}
 
 // fill is used over capacity ((total − reserved) × allocation_ratio) of
-// one class; ok is false when the host has no such inventory.
+// one class over the host's tree (its NUMA cells' memory is the host's);
+// ok is false when the host has no such inventory.
 func fill(h viewHost, rc placement.ResourceClass) (f float64, ok bool) {
-	inv, ok := h.Provider.Inventories[rc]
+	c, ok := h.Capacity[rc]
 	if !ok {
 		return 0, false
 	}
-	c := inv.Capacity()
 	if c <= 0 {
 		return 1, true
 	}
-	return float64(h.Provider.Usage[rc]) / float64(c), true
+	return float64(h.Used[rc]) / float64(c), true
 }
 
 // up says whether a host's service is up (not forced down, heard from
