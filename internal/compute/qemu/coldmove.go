@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"keel/internal/compute"
 	"keel/internal/compute/qemu/guest"
@@ -80,6 +81,11 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		report(fmt.Errorf("resize_instance of %s: the destination gave no disk path", inst.UUID))
 		return
 	}
+	if err := checkDiskTarget(to, inst.UUID); err != nil {
+		d.mu.Unlock()
+		report(fmt.Errorf("resize_instance of %s: refusing the destination's disk path: %w", inst.UUID, err))
+		return
+	}
 	// The state first: an agent restarted meanwhile keeps the guest (no
 	// process expected) for the revert that starts it again.
 	v.st.Guest.State, v.st.Guest.MigrationID = compute.GuestResizing, migID
@@ -88,14 +94,22 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 	bg := context.WithoutCancel(ctx)
 	go func() {
 		err := d.powerDown(bg, v)
+		poweredDown := err == nil
 		if err == nil {
 			err = copyFile(filepath.Join(v.dir, fileDisk), to)
 		}
 		d.mu.Lock()
-		if d.vms[inst.UUID] != v {
+		switch {
+		case d.vms[inst.UUID] != v:
 			err = fmt.Errorf("the guest was destroyed while its disk moved")
-		} else {
+		case poweredDown:
+			// Stopped here, its disk intact whether or not the copy
+			// worked: the revert (or a failed move's rollback) starts it.
 			v.st.Guest.State = compute.GuestResized
+			d.saveLocked(v)
+		default:
+			// Still running: as before the move.
+			v.st.Guest.State, v.st.Guest.MigrationID = state, 0
 			d.saveLocked(v)
 		}
 		d.mu.Unlock()
@@ -109,19 +123,45 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 	}()
 }
 
-// copyFile copies from to to, through a file beside it that is synced
-// and then renamed, so to is whole or absent.
-func copyFile(from, to string) error {
+// checkDiskTarget refuses a disk path the destination's prep_resize
+// answer gives unless it is where a driver keeps this instance's disk
+// (an absolute, clean DIR/<instance UUID>/disk whose directory is a real
+// one, and which is a regular file if it exists): the source writes
+// there, so one host must not be able to make another overwrite any
+// other file.
+func checkDiskTarget(to, uuid string) error {
+	if !filepath.IsAbs(to) || filepath.Clean(to) != to || filepath.Base(to) != fileDisk || filepath.Base(filepath.Dir(to)) != uuid {
+		return fmt.Errorf("%q is not a driver directory's %s/%s", to, uuid, fileDisk)
+	}
+	if fi, err := os.Lstat(filepath.Dir(to)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%q: its directory is not a directory (%v)", to, err)
+	}
+	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%q exists and is not a regular file", to)
+	}
+	return nil
+}
+
+// copyFile copies from to to, through a file beside it (made anew, never
+// through a link) that is synced and then renamed, so to is whole or
+// absent; a failed copy leaves no part file.
+func copyFile(from, to string) (err error) {
 	in, err := os.Open(from)
 	if err != nil {
 		return fmt.Errorf("reading the disk: %w", err)
 	}
 	defer in.Close()
 	tmp := to + ".part"
-	out, err := os.Create(tmp)
+	_ = os.Remove(tmp) // an earlier attempt's (a link is removed, not followed)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("writing the disk at the destination: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
 		return fmt.Errorf("copying the disk: %w", err)
