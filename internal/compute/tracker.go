@@ -339,9 +339,9 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	if err != nil {
 		return d, fmt.Errorf("audit of %s: listing guests: %w", t.cfg.Host, err)
 	}
-	here := make(map[string]Guest, len(guests))
-	for _, g := range guests {
-		here[g.UUID] = g
+	here := make(map[string]*Guest, len(guests)) // into guests: a guest is a large record
+	for i := range guests {
+		here[guests[i].UUID] = &guests[i]
 	}
 
 	t.mu.Lock()
@@ -492,7 +492,7 @@ func (t *Tracker) migrationsInFlight(ctx context.Context) (map[string]bool, erro
 // elsewhere, finished migrations) lose their allocation here; guests of
 // instances recorded here with no allocation here get one. headers: the
 // consumers were listed without their allocations (consumersOn).
-func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Consumer, headers bool, here map[string]Guest, inFlight, busy map[string]bool, d *Drift) error {
+func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Consumer, headers bool, here map[string]*Guest, inFlight, busy map[string]bool, d *Drift) error {
 	rp := t.cfg.ProviderUUID
 	held := map[string]bool{}
 	for _, c := range consumers {
@@ -534,7 +534,8 @@ func (t *Tracker) auditAllocations(ctx context.Context, consumers []placement.Co
 		}
 		d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
 	}
-	for uuid, g := range here {
+	for uuid, gp := range here {
+		g := *gp
 		// An incoming guest is protected by its migration being in
 		// flight, not by a busy mark: a pre_live_migration that ran after
 		// its migration had given up (and rolled back) leaves one.
