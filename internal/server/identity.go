@@ -27,6 +27,14 @@ const IdentityFile = "identity.json"
 // migratedSuffix names an identity file whose content is in the store.
 const migratedSuffix = ".migrated"
 
+// DevSeedFile holds keel dev's members made after the data dir's identity
+// was moved into the store: merged in at the next start (what the store
+// lacks is added), then renamed DevSeedFile+".migrated". Unlike an old identity.json, which is
+// merged only into a store that has no directory yet, so that a user
+// deleted through one replica is never brought back by another replica's
+// old file.
+const DevSeedFile = "identity-seed.json"
+
 // EnsureIdentity makes sure the data dir has an identity: on first start
 // (neither DATA_DIR/identity.json nor its migrated copy) it writes
 // identity.json with the admin user (role admin on project admin) and
@@ -68,13 +76,18 @@ func EnsureIdentity(dataDir string) (string, error) {
 
 // shareIdentity makes the store hold the identity directory every
 // replica serves from. DATA_DIR/identity.json, if there is one (an older
-// keel's users and projects, keel dev's members, or a new cloud's admin),
-// is merged in: what the store lacks is added, nothing there is changed;
-// then the file is renamed identity.json.migrated. A store without a
-// directory gets the migrated copy back if there is one, else a new
-// admin (EnsureIdentity). A file that does not load stops the start.
+// keel's users and projects, or a new cloud's admin), is moved into a
+// store that has no directory yet, whole; into a store that has one it is
+// not merged (its users may have been deleted there since: an old file
+// must not bring them back), only named in a warning; either way it is
+// then renamed identity.json.migrated. keel dev's later members
+// (DevSeedFile) are merged: what the store lacks is added, nothing there
+// is changed. A store without a directory gets the migrated copy back if
+// there is one, else a new admin (EnsureIdentity). A file that does not
+// load stops the start.
 func shareIdentity(ctx context.Context, st store.IdentityStore, dataDir string, log *slog.Logger) error {
 	seed := filepath.Join(dataDir, IdentityFile)
+	devSeed := filepath.Join(dataDir, DevSeedFile)
 	for try := 0; ; try++ {
 		doc, version, err := st.GetIdentity(ctx, 0)
 		var cur *identity.Directory
@@ -88,10 +101,33 @@ func shareIdentity(ctx context.Context, st store.IdentityStore, dataDir string, 
 			}
 		}
 		from := seed
-		if _, err := os.Stat(seed); errors.Is(err, fs.ErrNotExist) {
-			if cur != nil {
-				return nil
+		_, err = os.Stat(seed)
+		haveSeed := err == nil
+		_, err = os.Stat(devSeed)
+		haveDevSeed := err == nil
+		switch {
+		case cur != nil && haveSeed:
+			d, err := identity.LoadDirectory(seed)
+			if err != nil {
+				return fmt.Errorf("loading users and projects: %w", err)
 			}
+			// What the file has and the store lacks, named (merged into
+			// a throw-away copy of the store's directory, never saved).
+			if scratch, err := identity.DecodeDirectory(doc); err == nil {
+				if lacking, _ := scratch.Merge(d); len(lacking) > 0 {
+					log.Warn("users or projects of an old identity file not brought into the store: the store's directory is the truth (they may have been deleted there); create them again if they are wanted",
+						"from", seed, "not_added", strings.Join(lacking, ", "))
+				}
+			}
+			if err := os.Rename(seed, seed+migratedSuffix); err != nil {
+				return fmt.Errorf("setting %s aside: %w", seed, err)
+			}
+			continue // then the dev seed, if any
+		case cur != nil && haveDevSeed:
+			from = devSeed
+		case cur != nil:
+			return nil
+		case !haveSeed:
 			if _, err := os.Stat(seed + migratedSuffix); err == nil {
 				from = seed + migratedSuffix
 			} else if _, err := EnsureIdentity(dataDir); err != nil {
@@ -121,8 +157,13 @@ func shareIdentity(ctx context.Context, st store.IdentityStore, dataDir string, 
 				return fmt.Errorf("moving %s into the store: %w", from, err)
 			}
 		}
-		if from == seed {
+		switch from {
+		case seed:
 			if err := os.Rename(seed, seed+migratedSuffix); err != nil {
+				return fmt.Errorf("moving %s into the store: %w", from, err)
+			}
+		case devSeed:
+			if err := os.Rename(devSeed, devSeed+migratedSuffix); err != nil {
 				return fmt.Errorf("moving %s into the store: %w", from, err)
 			}
 		}
@@ -186,10 +227,23 @@ func EnsureDevUsers(dataDir string) (map[string]string, error) {
 	case err == nil:
 		known = seed
 	case errors.Is(err, fs.ErrNotExist):
+		// Moved into the store already: new members go to the dev seed,
+		// which the next start merges in.
 		if known, err = identity.LoadDirectory(dirFile + migratedSuffix); err != nil {
 			return nil, err
 		}
-		seed = &identity.Directory{}
+		dirFile = filepath.Join(dataDir, DevSeedFile)
+		if seed, err = identity.LoadDirectory(dirFile); errors.Is(err, fs.ErrNotExist) {
+			seed = &identity.Directory{}
+		} else if err != nil {
+			return nil, err
+		}
+		known.Users = append(known.Users, seed.Users...)
+		if moved, err := identity.LoadDirectory(dirFile + migratedSuffix); err == nil {
+			known.Users = append(known.Users, moved.Users...)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	default:
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,9 +30,9 @@ func storedDirectory(t *testing.T, st store.IdentityStore) (*identity.Directory,
 
 // TestShareIdentityMigratesFiles: an existing identity.json moves into the
 // store whole (users, roles, revocations) and is renamed; another
-// replica's file adds only what the store lacks; a corrupt file stops the
-// start and changes nothing; keel dev's members added after the move
-// reach the store at the next start.
+// replica's old file is set aside, not merged (a user deleted meanwhile
+// stays deleted); a corrupt file stops the start and changes nothing; keel
+// dev's members added after the move reach the store at the next start.
 func TestShareIdentityMigratesFiles(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -80,16 +81,43 @@ func TestShareIdentityMigratesFiles(t *testing.T) {
 	if err := other.Save(filepath.Join(b, IdentityFile)); err != nil {
 		t.Fatal(err)
 	}
+	// The store's directory is the truth once there is one: B's file is
+	// set aside, not merged (its users may have been deleted through A —
+	// here olduser is, before B starts — and must not come back).
+	d, v = storedDirectory(t, st)
+	if !d.RemoveUser(identity.UserID("default", "olduser")) {
+		t.Fatal("olduser not in the store")
+	}
+	doc, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIdentity(ctx, doc, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.AddUser("olduser", "old-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Save(filepath.Join(b, IdentityFile)); err != nil {
+		t.Fatal(err)
+	}
+	_, v = storedDirectory(t, st)
 	if err := shareIdentity(ctx, st, b, log); err != nil {
 		t.Fatal(err)
 	}
-	d, _ = storedDirectory(t, st)
-	if _, ok := d.UserByName("default", "bob"); !ok || len(d.Users) != 5 {
-		t.Fatalf("bob not merged in: %d users", len(d.Users))
+	d, v2 := storedDirectory(t, st)
+	if _, ok := d.UserByName("default", "olduser"); ok {
+		t.Fatal("B's old file brought back a user deleted through A")
+	}
+	if _, ok := d.UserByName("default", "bob"); ok || v2 != v {
+		t.Fatalf("B's old file was merged into the store (bob there: %v; version %d → %d)", ok, v, v2)
+	}
+	if _, err := os.Stat(filepath.Join(b, IdentityFile+migratedSuffix)); err != nil {
+		t.Fatalf("B's file was not set aside: %v", err)
 	}
 	admin, _ := d.UserByName("default", "admin")
 	if good, _ := identity.CheckPassword(admin.PasswordHash, "pw"); !good {
-		t.Fatal("merging B's file changed the admin's password")
+		t.Fatal("B's file changed the admin's password")
 	}
 
 	// Corrupt files are refused, the store unchanged.
