@@ -90,10 +90,10 @@ func providerOfSender(ctx context.Context, st store.Store, uuid string) error {
 	return nil
 }
 
-// movesWith reports whether an active migration of instance uuid has host
-// for its source or destination.
-func movesWith(ctx context.Context, st store.Store, uuid, host string) (bool, error) {
-	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: host, ActiveOnly: true})
+// movesWith reports whether a migration of instance uuid (an active one
+// only, if activeOnly) has host for its source or destination.
+func movesWith(ctx context.Context, st store.Store, uuid, host string, activeOnly bool) (bool, error) {
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: host, ActiveOnly: activeOnly})
 	if err != nil {
 		return false, fmt.Errorf("checking the migrations of %s: %w", uuid, err)
 	}
@@ -101,14 +101,23 @@ func movesWith(ctx context.Context, st store.Store, uuid, host string) (bool, er
 }
 
 // instanceConcerns reports whether inst concerns host: it runs there, an
-// active migration moves it to or from there, or it holds an allocation in
-// host's tree (a boot scheduled there).
+// active migration moves it to or from there, it holds an allocation in
+// host's tree (a boot scheduled there), or, while a task is still at work
+// on it, any migration of it (ended or not) had host for an end — the
+// record may say the move ended before the instance is settled, and the
+// host's audit leaves a guest alone while its instance has a task, so it
+// must be able to read it.
 func instanceConcerns(ctx context.Context, st store.Store, t *hostTree, inst records.Instance) (bool, error) {
 	if inst.Host == t.host {
 		return true, nil
 	}
-	if ok, err := movesWith(ctx, st, inst.UUID, t.host); err != nil || ok {
+	if ok, err := movesWith(ctx, st, inst.UUID, t.host, true); err != nil || ok {
 		return ok, err
+	}
+	if inst.TaskState != records.TaskNone || inst.VMState == records.VMBuilding {
+		if ok, err := movesWith(ctx, st, inst.UUID, t.host, false); err != nil || ok {
+			return ok, err
+		}
 	}
 	c, err := st.GetConsumer(ctx, inst.UUID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -198,6 +198,33 @@ func TestServersRefuseReadsForAnotherHost(t *testing.T) {
 	if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "mig-b-to-a", AnyConsumerGeneration: true}); err != nil {
 		t.Fatal(err)
 	}
+	// While a task is still at work on it (the record ended before the
+	// instance settled), A may read it: its audit leaves the guest alone
+	// then instead of taking it for a stray.
+	busy, err := st.GetInstance(ctx, "b-to-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy.TaskState = records.TaskMigrating
+	if busy, err = st.UpdateInstance(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.GetInstance(ctx, "b-to-a")
+	allowed("A reads an instance with a task whose migration to it ended", err)
+	other, err := st.GetInstance(ctx, "b-to-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.TaskState = records.TaskMigrating
+	if _, err := st.UpdateInstance(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.GetInstance(ctx, "b-to-c")
+	refused("A reads an instance moving from B to C (a task, no migration of A's)", err)
+	busy.TaskState = records.TaskNone
+	if _, err := st.UpdateInstance(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
 	_, err = a.GetInstance(ctx, "b-to-a")
 	refused("A reads an instance whose migration to it ended", err)
 }
