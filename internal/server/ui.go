@@ -511,7 +511,7 @@ func instancesOf(ins []records.Instance, vhs []viewHost) []uiInstance {
 	for _, in := range ins {
 		ui := uiInstance{
 			UUID: in.UUID, Name: in.Name, ProjectID: in.ProjectID, Host: in.Host,
-			Status: uiStatus(in), TaskState: string(in.TaskState), Flavor: in.Flavor.Name,
+			Status: computeapi.ServerStatus(in), TaskState: string(in.TaskState), Flavor: in.Flavor.Name,
 			VCPUs: in.Flavor.VCPUs, RAMMB: in.Flavor.RAMMB, DiskGB: in.Flavor.DiskGB,
 		}
 		if h, ok := byHost[in.Host]; ok {
@@ -909,22 +909,6 @@ func acceptsGzip(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// uiStatus is the compute API's server status for an instance.
-func uiStatus(in records.Instance) string {
-	switch in.VMState {
-	case records.VMBuilding:
-		return "BUILD"
-	case records.VMError:
-		return "ERROR"
-	case records.VMDeleted:
-		return "DELETED"
-	}
-	if in.TaskState == records.TaskMigrating {
-		return "MIGRATING"
-	}
-	return "ACTIVE"
 }
 
 func usageZero(r placement.Resources) bool {

@@ -127,7 +127,7 @@ func (lq listQuery) match(c Caller, in records.Instance) bool {
 		lq.notTags != nil && hasAll(in.Tags, lq.notTags),
 		lq.notTagsAny != nil && hasAny(in.Tags, lq.notTagsAny),
 		lq.host != "" && in.Host != lq.host,
-		lq.status != "" && !strings.EqualFold(lq.status, serverStatus(in)),
+		lq.status != "" && !strings.EqualFold(lq.status, ServerStatus(in)),
 		lq.name != nil && !lq.name.MatchString(in.Name),
 		lq.flavor != "" && in.Flavor.ID != lq.flavor,
 		lq.image != "" && in.ImageRef != lq.image[strings.LastIndex(lq.image, "/")+1:],

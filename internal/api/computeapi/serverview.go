@@ -11,8 +11,9 @@ import (
 	"keel/internal/records"
 )
 
-// serverStatus is Nova's status for a vm_state and task_state.
-func serverStatus(in records.Instance) string {
+// ServerStatus is Nova's status of a server for its vm_state and
+// task_state (the web view shows the same).
+func ServerStatus(in records.Instance) string {
 	if s, ok := lifecycleStatus(in); ok {
 		return s
 	}
@@ -69,7 +70,7 @@ func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKi
 	if kind == viewUpdate && ver.AtLeast(75) {
 		kind = viewShow // 2.75: PUT answers with the whole server
 	}
-	v["status"] = serverStatus(in)
+	v["status"] = ServerStatus(in)
 	v["tenant_id"], v["user_id"] = in.ProjectID, in.UserID
 	meta := in.Metadata
 	if meta == nil {
