@@ -3,6 +3,7 @@ package conductor
 import (
 	"context"
 	"fmt"
+	"keel/internal/plan"
 	"time"
 
 	"keel/internal/rebalance"
@@ -114,22 +115,23 @@ func (c *Conductor) RunRebalance(ctx context.Context) {
 }
 
 // PeriodicRebalance is one run of the periodic rebalance: unless a plan
-// is approved or running (a drain, an evacuation or the last rebalance:
-// nothing is planned on a cloud in motion), it runs the rebalance planner
-// as PlanRebalance does (RAM, the configured threshold and move cap) and
+// has not ended (a drain, an evacuation, the last rebalance, or one an
+// operator has yet to approve: nothing is planned on a cloud in motion,
+// nor over an operator's pending plan), it runs the rebalance planner as
+// PlanRebalance does (RAM, the configured threshold and move cap) and
 // approves the plan it proposes, which the executor then runs under the
-// same caps as any plan. It returns that plan (ID 0: nothing to do).
+// same caps as any plan. Every replica runs it: of plans made at once the
+// first recorded (the lowest ID) is the one approved, the others are
+// superseded at once. It returns that plan (ID 0: nothing to do).
 func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
 	plans, err := c.store.ListPlans(ctx, true)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
 	}
-	for _, p := range plans {
-		if p.State == records.PlanApproved || p.State == records.PlanRunning {
-			c.log.Debug("periodic rebalance skipped: a plan runs", "plan", p.ID, "purpose", p.Purpose)
-			return records.Plan{}, nil
-		}
+	if len(plans) > 0 {
+		c.log.Debug("periodic rebalance skipped: a plan has not ended", "plan", plans[0].ID, "purpose", plans[0].Purpose, "state", plans[0].State)
+		return records.Plan{}, nil
 	}
 	p, rp, err := c.PlanRebalance(ctx, RebalanceRequest{Threshold: c.cfg.RebalanceThreshold, MaxMoves: c.cfg.RebalanceMaxMoves,
 		Seed: uint64(c.clock.Now().Unix())})
@@ -139,6 +141,20 @@ func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error)
 	if p.ID == 0 {
 		c.log.Debug("periodic rebalance: nothing to do", "metric", rp.Metric, "cv", rp.Before, "stopped", rp.Stopped)
 		return p, nil
+	}
+	// Another replica may have planned at the same time: whichever plan
+	// was recorded later sees the earlier one here, and yields.
+	if plans, err = c.store.ListPlans(ctx, true); err != nil {
+		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
+	}
+	for _, o := range plans {
+		if o.ID < p.ID {
+			if _, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("plan %d came first", o.ID)}, nil); err != nil {
+				return records.Plan{}, fmt.Errorf("yielding periodic rebalance plan %d to plan %d: %w", p.ID, o.ID, err)
+			}
+			c.log.Info("periodic rebalance yields to a plan recorded first", "plan", p.ID, "first", o.ID)
+			return records.Plan{}, nil
+		}
 	}
 	if p, err = c.ApprovePlan(ctx, p.ID); err != nil {
 		return p, fmt.Errorf("approving periodic rebalance plan %d: %w", p.ID, err)
