@@ -9,11 +9,12 @@ import (
 )
 
 // DefaultMemoryLimit is the soft heap limit TuneGC sets (900 MiB). The
-// 10,000-host day keeps about 320 MiB live (more in its final check).
-// Measured on that day (policy claim, 2 shared cores, load 6–9): no limit
-// 73 s CPU and 2.4 GiB peak RSS; 900 MiB 85 s and 1.08 GiB; 760 MiB 126 s
-// and 0.95 GiB (the collector runs nearly non-stop near the end). 900 MiB
-// halves the memory for a sixth more CPU; GOMEMLIMIT overrides it.
+// 10,000-host day keeps about 450 MB live (the world: instance records,
+// allocations, guests), more in its final check. Measured on that day
+// after issue 15's speed work (policy claim, 2 shared cores, load 3–6): no
+// limit 27 s CPU and 2.25 GiB peak RSS; 900 MiB 41–44 s and 916 MiB (29
+// collections, about 20 s of the CPU); 960 MiB 44 s and 976 MiB (no
+// gain). 900 MiB keeps the day under 1 GiB; GOMEMLIMIT overrides it.
 const DefaultMemoryLimit = 900 << 20
 
 // TuneGC sets the collector for a long run and returns a function that
