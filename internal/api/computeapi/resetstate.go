@@ -72,7 +72,9 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 				return fmt.Errorf("putting the allocations of %s right: %w", in.UUID, err)
 			}
 		}
-		cur.VMState, cur.TaskState, cur.UpdatedAt = state, records.TaskNone, a.cfg.Clock.Now()
+		// No move is open (refused above): a resize's new flavor, counted
+		// by quotas while one is, goes too.
+		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, a.cfg.Clock.Now()
 		if _, err = a.cfg.Store.UpdateInstance(ctx, cur); err == nil {
 			msg := "state " + args.State
 			if len(fixed) > 0 {

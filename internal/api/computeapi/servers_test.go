@@ -223,6 +223,24 @@ func TestResetState(t *testing.T) {
 	if got := reset("admin", "active"); got != 202 || status() != "ACTIVE active" {
 		t.Fatalf("reset to active: %d, then %s", got, status())
 	}
+	// A resize's new flavor left on the record with no move open (quotas
+	// count it) goes with the reset.
+	cur, err := e.st.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := cur.Flavor
+	big.ID, big.VCPUs = "big", 8
+	cur.ResizeFlavor = &big
+	if _, err := e.st.UpdateInstance(context.Background(), cur); err != nil {
+		t.Fatal(err)
+	}
+	if got := reset("admin", "active"); got != 202 {
+		t.Fatalf("reset with a stale resize flavor: %d", got)
+	}
+	if cur, _ = e.st.GetInstance(context.Background(), id); cur.ResizeFlavor != nil {
+		t.Fatalf("the reset left resize flavor %s, which quotas count", cur.ResizeFlavor.ID)
+	}
 	if r := e.call("POST", "/compute/v2.1/servers/"+id+"/action", "admin", "2.30", map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil); r.StatusCode != 202 {
 		t.Fatalf("live migration: %d", r.StatusCode)
 	}
