@@ -324,25 +324,13 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 		return c.startEvacuation(ctx, p, i, u)
 	}
 	mv := p.Moves[i]
-	skip := func(format string, args ...any) plan.Event {
-		return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
-	}
 	fail := func(format string, args ...any) plan.Event {
 		return plan.Event{Kind: plan.Refused, Reason: fmt.Sprintf(format, args...)}
 	}
-	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	inst, ev, ok := c.recheckMove(ctx, p, i)
 	switch {
-	case isNotFound(err):
-		return skip("instance %s is gone", mv.Instance)
-	case err != nil:
-		return c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err))
-	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
-		// Another move of the instance runs (one that started before the
-		// plan: it may be arriving on a host being drained): the move
-		// waits for it to end, then applies or is skipped.
-		return plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}
-	case inst.Host != mv.Source:
-		return skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source)
+	case !ok:
+		return ev
 	case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
 		return fail("instance %s is %s (task %s): only an active instance with no task moves", mv.Instance, inst.VMState, orNone(inst.TaskState))
 	}
@@ -446,24 +434,43 @@ func (c *Conductor) avoidHosts(draining []string, u *plan.Usage) []string {
 	return slices.Compact(avoid)
 }
 
+// skip refuses a move that no longer applies (it is skipped, the plan
+// goes on).
+func skip(format string, args ...any) plan.Event {
+	return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
+}
+
+// recheckMove re-reads move i's instance just before it starts, as
+// every kind of move does: gone, or no longer on the planned source, the
+// move is skipped; moved by another migration (one that started before
+// the plan: it may be arriving on a host being drained), it waits for it
+// to end. ok is false with the event to answer when the move does not
+// start now.
+func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (inst records.Instance, ev plan.Event, ok bool) {
+	mv := p.Moves[i]
+	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	switch {
+	case isNotFound(err):
+		return inst, skip("instance %s is gone", mv.Instance), false
+	case err != nil:
+		return inst, c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err)), false
+	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
+		return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}, false
+	case inst.Host != mv.Source:
+		return inst, skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source), false
+	}
+	return inst, plan.Event{}, true
+}
+
 // startEvacuation re-checks move i of an evacuate-all plan — the instance
 // still on the planned source, which is still down — and starts its
 // evacuation (never onto a draining host).
 func (c *Conductor) startEvacuation(ctx context.Context, p records.Plan, i int, u *plan.Usage) plan.Event {
 	mv := p.Moves[i]
-	skip := func(format string, args ...any) plan.Event {
-		return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
-	}
-	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	inst, ev, ok := c.recheckMove(ctx, p, i)
 	switch {
-	case isNotFound(err):
-		return skip("instance %s is gone", mv.Instance)
-	case err != nil:
-		return c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err))
-	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
-		return plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}
-	case inst.Host != mv.Source:
-		return skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source)
+	case !ok:
+		return ev
 	case inst.VMState == records.VMDeleted || inst.TaskState == records.TaskDeleting:
 		return skip("instance %s is being deleted", mv.Instance)
 	}
