@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
 
@@ -150,7 +151,8 @@ func (m *Manager) FinishRevertResize(ctx context.Context, inst records.Instance)
 }
 
 // RebuildInstance is rebuild_instance for an evacuation, on the
-// destination: claim in the tracker and spawn the guest from its image;
+// destination: claim in the tracker and spawn the guest from its image
+// (then power it off, for an instance evacuated stopped);
 // the end is reported as the migration's copy (a failed spawn releases
 // the tracker's claim and removes what it left).
 func (m *Manager) RebuildInstance(ctx context.Context, migID int64, inst records.Instance) error {
@@ -164,14 +166,29 @@ func (m *Manager) RebuildInstance(ctx context.Context, migID int64, inst records
 	_, done := m.copyReports(ctx, migID, inst.UUID, "")
 	m.driver.Spawn(ctx, inst, func(err error) {
 		bg := context.WithoutCancel(ctx)
-		m.res.Lock()
-		if err != nil {
-			m.buildFailedLocked(bg, inst.UUID)
-		} else if werr := m.tracker.BuildSucceeded(bg); werr != nil {
-			m.log.Warn("writing host record after a rebuild", "instance", inst.UUID, "err", werr)
+		if err == nil && inst.VMState == records.VMStopped {
+			// Evacuated stopped: rebuilt, then powered off (Nova's).
+			ld, ok := m.driver.(LifecycleDriver)
+			if !ok {
+				err = fmt.Errorf("rebuilding stopped %s on %s: the virt driver cannot power a guest off", inst.UUID, m.host)
+			} else if err = ld.Lifecycle(bg, inst, lifecycle.OpStop); err != nil {
+				err = fmt.Errorf("powering off rebuilt %s on %s: %w", inst.UUID, m.host, err)
+			}
 		}
-		m.res.Unlock()
-		done(err)
+		m.rebuilt(bg, inst, err, done)
 	})
 	return nil
+}
+
+// rebuilt ends an evacuation's rebuild here: a failure destroys what the
+// spawn made, success counts the guest; done reports it.
+func (m *Manager) rebuilt(bg context.Context, inst records.Instance, err error, done func(error)) {
+	m.res.Lock()
+	if err != nil {
+		m.buildFailedLocked(bg, inst.UUID)
+	} else if werr := m.tracker.BuildSucceeded(bg); werr != nil {
+		m.log.Warn("writing host record after a rebuild", "instance", inst.UUID, "err", werr)
+	}
+	m.res.Unlock()
+	done(err)
 }

@@ -10,7 +10,8 @@ import (
 
 // Evacuate rebuilds the instance of a host that is down on another host
 // (Nova's evacuate): on requestedHost, or where the scheduler puts it from
-// the claim-time view. The source's service must be down — forced down
+// the claim-time view. An ACTIVE or ERROR instance ends ACTIVE; a stopped
+// one is rebuilt and powered off, and ends stopped, as Nova's. The source's service must be down — forced down
 // (os-services forced_down, the fence) or silent past service_down_time —
 // or it is refused with Nova's error. It answers once the migration is
 // recorded and scheduled; the rebuild goes on.
@@ -26,7 +27,8 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("evacuating %s: %w", instanceUUID, err)
 	}
-	if (inst.VMState != records.VMActive && inst.VMState != records.VMError) || inst.TaskState != records.TaskNone || inst.Host == "" {
+	if (inst.VMState != records.VMActive && inst.VMState != records.VMStopped && inst.VMState != records.VMError) ||
+		inst.TaskState != records.TaskNone || inst.Host == "" {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
 			"Cannot 'evacuate' instance %s while it is in vm_state %s, task_state %s", instanceUUID, inst.VMState, orNone(inst.TaskState))}
 	}
@@ -52,7 +54,7 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	m, err := c.store.CreateMigration(ctx, records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: records.MigrationTypeEvac, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner, OldFlavor: &f, NewFlavor: &f,
-		PlanMove: o.ref, AvoidHosts: o.avoid,
+		PlanMove: o.ref, AvoidHosts: o.avoid, OldVMState: inst.VMState,
 	})
 	if err != nil {
 		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {

@@ -68,9 +68,16 @@ var evacuateTransitions = map[transitionKey]transition{
 
 // evacRebuilt: the instance runs on its destination; the source side
 // waits for the source to come back.
+// evacRebuilt: the guest runs on the destination (or, for an instance
+// evacuated stopped, was rebuilt and powered off there): the instance
+// settles there in its state.
 func evacRebuilt(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
 	m.Phase, m.Status = PhaseAwaitSource, records.MigrationDone
-	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, VMState: records.VMActive}}
+	vm := records.VMActive
+	if StartedStopped(m) {
+		vm = records.VMStopped
+	}
+	return m, []Action{{Kind: SettleInstance, Host: m.DestHost, VMState: vm}}
 }
 
 // evacFailed: the rebuild failed; the allocations go back to the source,
