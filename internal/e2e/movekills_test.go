@@ -220,3 +220,46 @@ func runMoveKill(t *testing.T, k moveKill) {
 	mid, status := c.coldMigration(id)
 	t.Logf("migration %d ended %s; server on %s", mid, status, want)
 }
+
+// TestMovesHangUps: clients hang up right after sending each cold move's
+// action (resize, confirmResize, migrate, revertResize, and an evacuate of
+// a fenced host's server); every one runs to its end as if they had
+// waited, and the cloud is settled.
+func TestMovesHangUps(t *testing.T) {
+	t.Parallel()
+	c := faultCloud(t, 3, "DEFAULT.allow_resize_to_same_host=false")
+	c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": map[string]any{"name": "m1.tiny2", "ram": 1024, "vcpus": 2, "disk": 1, "id": "3"}}, nil)
+	a := c.bootAt("a", "1", "h1")
+	b := c.bootAt("b", "1", "h3")
+	hangUp := func(id string, body map[string]any) {
+		t.Helper()
+		if err := c.hangUp("POST", "/compute/v2.1/servers/"+id+"/action", body, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hangUp(a, map[string]any{"resize": map[string]any{"flavorRef": "3"}})
+	c.waitServer(a, "VERIFY_RESIZE", 30*time.Second)
+	hangUp(a, map[string]any{"confirmResize": nil})
+	c.waitServer(a, "ACTIVE", 30*time.Second)
+	if s := c.server_(a); c.hostOf(a) == "h1" || s["flavor"].(map[string]any)["id"] != "3" && s["flavor"].(map[string]any)["original_name"] != "m1.tiny2" {
+		t.Fatalf("after the hung-up resize and confirm: on %s with %v", c.hostOf(a), s["flavor"])
+	}
+	from := c.hostOf(a)
+	hangUp(a, map[string]any{"migrate": nil})
+	c.waitServer(a, "VERIFY_RESIZE", 30*time.Second)
+	hangUp(a, map[string]any{"revertResize": nil})
+	c.waitFor("a back on "+from, 30*time.Second, func() bool { return c.server_(a)["status"] == "ACTIVE" && c.hostOf(a) == from })
+	c.waitMoves(30 * time.Second)
+
+	c.agents["h3"].kill()
+	c.forceDown("h3", true)
+	hangUp(b, map[string]any{"evacuate": map[string]any{}})
+	c.waitFor("b evacuated", 30*time.Second, func() bool {
+		s := c.server_(b)
+		return s["status"] == "ACTIVE" && s["OS-EXT-STS:task_state"] == nil && c.hostOf(b) != "h3"
+	})
+	c.forceDown("h3", false)
+	c.startAgent("h3")
+	c.waitMoves(40 * time.Second)
+	c.settledAll("h1", "h2", "h3")
+}
