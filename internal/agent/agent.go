@@ -160,6 +160,9 @@ func (a *Agent) start(ctx context.Context) error {
 	for _, g := range interrupter.Interrupted() {
 		switch g.State {
 		case compute.GuestBuilding:
+			if a.rebuildingHere(ctx, st, g.UUID) {
+				continue // an evacuation's rebuild: Reconcile reports it below
+			}
 			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
 			if err := a.outbox.BuildDone(ctx, g.UUID, opts.Host, nil); err != nil {
 				a.log.Error("build report not kept", "instance", g.UUID, "err", err)
@@ -200,6 +203,23 @@ func (a *Agent) start(ctx context.Context) error {
 	})
 	a.log.Info("agent started", "provider", uuid, "guests", len(guests))
 	return nil
+}
+
+// rebuildingHere reports whether instance uuid is being evacuated to this
+// host (its guest here is the rebuild's, not a boot's). A store that does
+// not answer counts as no.
+func (a *Agent) rebuildingHere(ctx context.Context, st *rpc.Store, uuid string) bool {
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: a.opts.Host, ActiveOnly: true})
+	if err != nil {
+		a.log.Warn("reading the migrations of an interrupted build", "instance", uuid, "err", err)
+		return false
+	}
+	for _, m := range ms {
+		if m.Type == records.MigrationTypeEvac && m.DestHost == a.opts.Host {
+			return true
+		}
+	}
+	return false
 }
 
 // destroyEvacuated removes, before the agent serves anything, the guests

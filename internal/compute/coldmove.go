@@ -158,6 +158,18 @@ func (m *Manager) FinishRevertResize(ctx context.Context, inst records.Instance)
 func (m *Manager) RebuildInstance(ctx context.Context, migID int64, inst records.Instance) error {
 	m.res.Lock()
 	defer m.res.Unlock()
+	if m.tracker.isBusy(inst.UUID) {
+		return nil // a repeat while the rebuild runs: it reports its end
+	}
+	if g, ok, err := m.guest(ctx, inst.UUID); err != nil {
+		return fmt.Errorf("rebuilding %s on %s: %w", inst.UUID, m.host, err)
+	} else if ok && g.State == MovedGuestState(inst) {
+		// A repeat after the rebuild ended (its report lost with a
+		// server that restarted): answered from the guest here.
+		_, done := m.copyReports(ctx, migID, inst.UUID, "")
+		go done(nil)
+		return nil
+	}
 	m.tracker.Busy(inst.UUID, true)
 	if err := m.tracker.InstanceClaim(ctx, inst); err != nil {
 		m.tracker.Busy(inst.UUID, false)

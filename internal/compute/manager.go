@@ -10,6 +10,7 @@ import (
 
 	"keel/internal/boot"
 	"keel/internal/clock"
+	"keel/internal/lifecycle"
 	"keel/internal/migration"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -593,6 +594,25 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 			continue // the cast may still reach us; the conductor settles its own phase
 		}
 	}
+	// Evacuations rebuilding here whose end no one will report: the
+	// spawn a restart cut short (the guest runs, as an interrupted build
+	// does) or lost (no guest).
+	type rebuild struct {
+		mig records.Migration
+		err error
+	}
+	var rebuilds []rebuild
+	for _, mg := range migs {
+		if mg.Type != records.MigrationTypeEvac || mg.DestHost != m.host || mg.Phase != migration.PhaseRebuild ||
+			m.tracker.isBusy(mg.InstanceUUID) || (pending != nil && pending.HasCopy(mg.ID)) {
+			continue
+		}
+		if _, ok := here[mg.InstanceUUID]; ok {
+			rebuilds = append(rebuilds, rebuild{mig: mg})
+		} else {
+			rebuilds = append(rebuilds, rebuild{mg, fmt.Errorf("no guest on %s when its agent restarted: the rebuild was lost", m.host)})
+		}
+	}
 	var copies []records.Migration
 	m.copiesMu.Lock()
 	for _, mg := range migs {
@@ -621,6 +641,23 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 		}
 		n++
 	}
+	for _, r := range rebuilds {
+		err := r.err
+		if err == nil && migration.StartedStopped(r.mig) {
+			// Evacuated stopped: powered off, as the rebuild would have.
+			if ld, ok := m.driver.(LifecycleDriver); ok {
+				if serr := ld.Lifecycle(ctx, records.Instance{UUID: r.mig.InstanceUUID, Flavor: flavorOf(r.mig)}, lifecycle.OpStop); serr != nil {
+					err = fmt.Errorf("powering off rebuilt %s on %s: %w", r.mig.InstanceUUID, m.host, serr)
+				}
+			}
+		}
+		m.log.Info("reporting an evacuation's rebuild the restart cut short", "migration", r.mig.ID, "instance", r.mig.InstanceUUID, "failed", err != nil)
+		if rerr := m.reporter.CopyDone(ctx, r.mig.ID, err); rerr != nil {
+			m.log.Error("rebuild report not taken", "migration", r.mig.ID, "err", rerr)
+			continue
+		}
+		n++
+	}
 	for _, mg := range copies {
 		m.log.Info("reporting a copy the store still shows in flight but this host does not run", "migration", mg.ID, "instance", mg.InstanceUUID)
 		err := fmt.Errorf("memory copy interrupted: the source %s restarted and runs no copy for this migration", m.host)
@@ -631,6 +668,14 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// flavorOf is the flavor a migration moves (its new one).
+func flavorOf(mg records.Migration) records.Flavor {
+	if mg.NewFlavor != nil {
+		return *mg.NewFlavor
+	}
+	return records.Flavor{}
 }
 
 // Audit runs the periodic audit now.

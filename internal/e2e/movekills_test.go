@@ -263,3 +263,60 @@ func TestMovesHangUps(t *testing.T) {
 	c.waitMoves(40 * time.Second)
 	c.settledAll("h1", "h2", "h3")
 }
+
+// TestEvacuationKilledAtEachStep: a fenced host's server is evacuated and
+// the server process or the destination agent is killed (kill -9) while
+// the rebuild runs (pre-migrating), or the server while the evacuation
+// waits for its source to come back (done); restarted at once, then the
+// source's agent comes back. Every row ends with the server ACTIVE on
+// another host, the evacuation completed or ended in error with the
+// server back on its allocation, and the cloud settled.
+func TestEvacuationKilledAtEachStep(t *testing.T) {
+	t.Parallel()
+	rows := []struct{ at, who string }{{"pre-migrating", "dest"}, {"done", "server"}}
+	if faultRounds > 1 {
+		rows = []struct{ at, who string }{{"pre-migrating", "server"}, {"pre-migrating", "dest"}, {"done", "server"}, {"done", "dest"}}
+	}
+	for _, r := range rows {
+		t.Run(r.at+"/"+r.who, func(t *testing.T) {
+			t.Parallel()
+			c := faultCloud(t, 2, "keel.fake_spawn_seconds=2", "DEFAULT.service_down_time=5")
+			id := c.bootAt("vm", "1", "h1")
+			c.agents["h1"].kill()
+			c.forceDown("h1", true)
+			sent := c.actionAsync(id, map[string]any{"evacuate": map[string]any{}}, "compute 2.30", 200)
+			c.waitFor("the evacuation "+r.at, 30*time.Second, func() bool {
+				var out struct {
+					Migrations []struct {
+						Instance string `json:"instance_uuid"`
+						Status   string `json:"status"`
+					} `json:"migrations"`
+				}
+				c.rawCall("GET", "/compute/v2.1/os-migrations", "compute 2.59", nil, &out)
+				for _, m := range out.Migrations {
+					if m.Instance == id && m.Status == r.at {
+						return true
+					}
+				}
+				return false
+			})
+			if r.who == "server" {
+				c.restart("server")
+			} else {
+				c.restart("h2")
+			}
+			if err := <-sent; err != nil && r.who != "server" {
+				t.Fatal(err)
+			}
+			c.forceDown("h1", false)
+			c.startAgent("h1")
+			c.waitMoves(60 * time.Second)
+			c.waitFor("the server ACTIVE with no task", 60*time.Second, func() bool {
+				s := c.server_(id)
+				return s["status"] == "ACTIVE" && s["OS-EXT-STS:task_state"] == nil
+			})
+			c.settledAll("h1", "h2")
+			t.Logf("ended on %s", c.hostOf(id))
+		})
+	}
+}

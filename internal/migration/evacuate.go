@@ -53,7 +53,7 @@ var evacuateTransitions = map[transitionKey]transition{
 	{PhaseFinish, Finished}:          evacCompleted,
 	{PhaseRevert, Reverted}:          evacReverted,
 	{PhaseSchedule, Resume}:          resumeBeforeCopy,
-	{PhaseRebuild, Resume}:           wait, // the destination reports the rebuild
+	{PhaseRebuild, Resume}:           repeat(RebuildAtDest, destOf), // the cast may not have reached it; a repeat is answered from the guest there
 	{PhaseAwaitSource, Resume}:       wait,
 	{PhaseCleanupSource, Resume}:     repeat(CleanupSource, sourceOf),
 	{PhaseFinish, Resume}:            repeat(FinishAllocations, func(records.Migration) string { return "" }),
