@@ -349,7 +349,7 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 	}
 	if mv.Dest != "" {
 		if slices.Contains(draining, mv.Dest) {
-			return skip("destination %s is being drained", mv.Dest)
+			return skipMove("destination %s is being drained", mv.Dest)
 		}
 		req, err := c.request(ctx, inst)
 		if err != nil {
@@ -360,7 +360,7 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 			return c.lostOr(ctx, p, i, err)
 		}
 		if !ok {
-			return skip("destination %s no longer passes the scheduler's filters (%s)", mv.Dest, filter)
+			return skipMove("destination %s no longer passes the scheduler's filters (%s)", mv.Dest, filter)
 		}
 	}
 	o := moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: avoid}
@@ -434,9 +434,9 @@ func (c *Conductor) avoidHosts(draining []string, u *plan.Usage) []string {
 	return slices.Compact(avoid)
 }
 
-// skip refuses a move that no longer applies (it is skipped, the plan
+// skipMove refuses a move that no longer applies (it is skipped, the plan
 // goes on).
-func skip(format string, args ...any) plan.Event {
+func skipMove(format string, args ...any) plan.Event {
 	return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -451,13 +451,13 @@ func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (ins
 	inst, err := c.store.GetInstance(ctx, mv.Instance)
 	switch {
 	case isNotFound(err):
-		return inst, skip("instance %s is gone", mv.Instance), false
+		return inst, skipMove("instance %s is gone", mv.Instance), false
 	case err != nil:
 		return inst, c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err)), false
 	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
 		return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}, false
 	case inst.Host != mv.Source:
-		return inst, skip("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source), false
+		return inst, skipMove("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source), false
 	}
 	return inst, plan.Event{}, true
 }
@@ -472,21 +472,21 @@ func (c *Conductor) startEvacuation(ctx context.Context, p records.Plan, i int, 
 	case !ok:
 		return ev
 	case inst.VMState == records.VMDeleted || inst.TaskState == records.TaskDeleting:
-		return skip("instance %s is being deleted", mv.Instance)
+		return skipMove("instance %s is being deleted", mv.Instance)
 	}
 	down, err := c.serviceDown(ctx, mv.Source)
 	if err != nil {
 		return c.lostOr(ctx, p, i, err)
 	}
 	if !down {
-		return skip("%s is up again: instance %s stays on it", mv.Source, mv.Instance)
+		return skipMove("%s is up again: instance %s stays on it", mv.Source, mv.Instance)
 	}
 	draining, err := c.drainingHosts(ctx)
 	if err != nil {
 		return c.lostOr(ctx, p, i, err)
 	}
 	if mv.Dest != "" && slices.Contains(draining, mv.Dest) {
-		return skip("destination %s is being drained", mv.Dest)
+		return skipMove("destination %s is being drained", mv.Dest)
 	}
 	m, err := c.evacuate(ctx, inst.UUID, mv.Dest, moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: c.avoidHosts(draining, u)})
 	var invalid *InvalidStateError

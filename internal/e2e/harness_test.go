@@ -112,7 +112,13 @@ type cloud struct {
 // tests never race for a port; a restart reuses the same ports (agents
 // reconnect to the bus URL they were given).
 func newCloud(t *testing.T, sets ...string) *cloud {
-	c := &cloud{t: t, dataDir: t.TempDir(), sets: sets, agents: map[string]*proc{}, busHost: "127.0.0.1"}
+	return newCloudOn(t, "127.0.0.1", nil, sets...)
+}
+
+// newCloudOn is newCloud with the bus on busHost and the agents of the
+// hosts netns names run in those namespaces (netns_test.go).
+func newCloudOn(t *testing.T, busHost string, netns map[string]*netns, sets ...string) *cloud {
+	c := &cloud{t: t, dataDir: t.TempDir(), sets: sets, agents: map[string]*proc{}, busHost: busHost, netns: netns}
 	c.startServer()
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -91,6 +92,12 @@ func TestMovesKilledAtEachStep(t *testing.T) {
 // coldMigration returns the status of the instance's newest migration
 // of a cold-move type, and its id (0 if none).
 func (c *cloud) coldMigration(id string) (int64, string) {
+	return c.instanceMigration(id, "resize", "migration")
+}
+
+// instanceMigration returns the id and status of the instance's newest
+// migration of one of the types (0 and "" if none).
+func (c *cloud) instanceMigration(id string, types ...string) (int64, string) {
 	var out struct {
 		Migrations []struct {
 			ID       int64  `json:"id"`
@@ -103,7 +110,7 @@ func (c *cloud) coldMigration(id string) (int64, string) {
 	var mid int64
 	var status string
 	for _, m := range out.Migrations {
-		if m.Instance == id && (m.Type == "resize" || m.Type == "migration") && m.ID > mid {
+		if m.Instance == id && slices.Contains(types, m.Type) && m.ID > mid {
 			mid, status = m.ID, m.Status
 		}
 	}
@@ -286,19 +293,8 @@ func TestEvacuationKilledAtEachStep(t *testing.T) {
 			c.forceDown("h1", true)
 			sent := c.actionAsync(id, map[string]any{"evacuate": map[string]any{}}, "compute 2.30", 200)
 			c.waitFor("the evacuation "+r.at, 30*time.Second, func() bool {
-				var out struct {
-					Migrations []struct {
-						Instance string `json:"instance_uuid"`
-						Status   string `json:"status"`
-					} `json:"migrations"`
-				}
-				c.rawCall("GET", "/compute/v2.1/os-migrations", "compute 2.59", nil, &out)
-				for _, m := range out.Migrations {
-					if m.Instance == id && m.Status == r.at {
-						return true
-					}
-				}
-				return false
+				_, st := c.instanceMigration(id, "evacuation")
+				return st == r.at
 			})
 			if r.who == "server" {
 				c.restart("server")

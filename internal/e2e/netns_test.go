@@ -83,9 +83,7 @@ func (ns *netns) partition(t *testing.T, cut bool) {
 func partitionCloud(t *testing.T, hosts int, inNS string, extra ...string) (*cloud, *netns) {
 	t.Helper()
 	ns := newNetns(t)
-	c := &cloud{t: t, dataDir: t.TempDir(), sets: faultSets(extra), agents: map[string]*proc{}, busHost: ns.hostIP,
-		netns: map[string]*netns{inNS: ns}}
-	c.startServer()
+	c := newCloudOn(t, ns.hostIP, map[string]*netns{inNS: ns}, faultSets(extra)...)
 	c.startFaultHosts(hosts)
 	return c, ns
 }

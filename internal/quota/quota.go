@@ -270,20 +270,28 @@ func (e Enforcer) Usage(ctx context.Context, project string) (Usage, error) {
 	return Count(ins, project), nil
 }
 
+// countedUsage reads project's limits and, when they limit anything
+// counted (Limits.Counted), its usage; counted is false (and nothing is
+// read) otherwise.
+func (e Enforcer) countedUsage(ctx context.Context, project string) (Limits, Usage, bool, error) {
+	lim, err := ProjectLimits(ctx, e.Store, project)
+	if err != nil {
+		return nil, Usage{}, false, fmt.Errorf("reading the quotas of project %s: %w", project, err)
+	}
+	if !lim.Counted() {
+		return lim, Usage{}, false, nil
+	}
+	total, err := e.Usage(ctx, project)
+	return lim, total, err == nil, err
+}
+
 // AdmitBoot is the race-safe check of a boot: call it once inst's record
 // is in the store and before anything is claimed for it; on an error
 // (wrapping ErrExceeded when over quota) delete the record and fail the
 // boot. The count includes inst itself.
 func (e Enforcer) AdmitBoot(ctx context.Context, inst records.Instance) error {
-	lim, err := ProjectLimits(ctx, e.Store, inst.ProjectID)
-	if err != nil {
-		return fmt.Errorf("reading the quotas of project %s: %w", inst.ProjectID, err)
-	}
-	if !lim.Counted() {
-		return nil
-	}
-	total, err := e.Usage(ctx, inst.ProjectID)
-	if err != nil {
+	lim, total, counted, err := e.countedUsage(ctx, inst.ProjectID)
+	if err != nil || !counted {
 		return err
 	}
 	req := Of(inst)
@@ -305,15 +313,8 @@ func (e Enforcer) AdmitResize(ctx context.Context, inst records.Instance) error 
 	if add.Cores == 0 && add.RAM == 0 {
 		return nil
 	}
-	lim, err := ProjectLimits(ctx, e.Store, inst.ProjectID)
-	if err != nil {
-		return fmt.Errorf("reading the quotas of project %s: %w", inst.ProjectID, err)
-	}
-	if !lim.Counted() {
-		return nil
-	}
-	total, err := e.Usage(ctx, inst.ProjectID)
-	if err != nil {
+	lim, total, counted, err := e.countedUsage(ctx, inst.ProjectID)
+	if err != nil || !counted {
 		return err
 	}
 	used := Usage{Cores: total.Cores - add.Cores, RAM: total.RAM - add.RAM}

@@ -111,13 +111,9 @@ func instanceConcerns(ctx context.Context, st store.Store, t *hostTree, inst rec
 	if inst.Host == t.host {
 		return true, nil
 	}
-	if ok, err := movesWith(ctx, st, inst.UUID, t.host, true); err != nil || ok {
+	busy := inst.TaskState != records.TaskNone || inst.VMState == records.VMBuilding
+	if ok, err := movesWith(ctx, st, inst.UUID, t.host, !busy); err != nil || ok {
 		return ok, err
-	}
-	if inst.TaskState != records.TaskNone || inst.VMState == records.VMBuilding {
-		if ok, err := movesWith(ctx, st, inst.UUID, t.host, false); err != nil || ok {
-			return ok, err
-		}
 	}
 	c, err := st.GetConsumer(ctx, inst.UUID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -26,20 +26,8 @@ import (
 func TestServersRefuseReadsForAnotherHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	servers := bus.Credentials{User: "keel-servers", Password: "a-long-random-password-for-this-test", DeriveAgents: true}
-	srv, err := bus.StartServer(ctx, bus.ServerOptions{Creds: servers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	conn := func(creds bus.Credentials) *bus.Conn {
-		c, err := bus.Connect(ctx, srv.URL(), creds, creds.User, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	servers, conn := startBus(ctx, t)
+	var err error
 	st := memory.New()
 	uuids := []string{"00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b", "00000000-0000-0000-0000-00000000000c"}
 	n := 0

@@ -19,20 +19,8 @@ import (
 func TestServersRefuseRevokedAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	servers := bus.Credentials{User: "keel-servers", Password: "a-long-random-password-for-this-test", DeriveAgents: true}
-	srv, err := bus.StartServer(ctx, bus.ServerOptions{Creds: servers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	conn := func(creds bus.Credentials) *bus.Conn {
-		c, err := bus.Connect(ctx, srv.URL(), creds, creds.User, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	servers, conn := startBus(ctx, t)
+	var err error
 	st := memory.New()
 	subs, err := rpc.ServeConductor(conn(servers), rpc.ConductorHandlers{Store: st, Reporter: &builds{},
 		NewProviderUUID: func() string { return "00000000-0000-0000-0000-0000000000b1" },

@@ -41,20 +41,19 @@ func (b *builds) CopyDone(_ context.Context, id int64, _ error) error {
 	return nil
 }
 
-// TestServersRefuseCallsForAnotherHost: an agent whose bus identity is
-// host A sends, under its own subjects (the only ones the bus lets it
-// use), reports and store calls that concern host B. The servers refuse
-// each, and nothing of B's changes; A's own calls pass.
-func TestServersRefuseCallsForAnotherHost(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+// startBus starts an embedded NATS server with per-agent identities for
+// the test and returns the servers' credentials and a way to connect with
+// any credentials (closed when the test ends).
+func startBus(ctx context.Context, t *testing.T) (bus.Credentials, func(bus.Credentials) *bus.Conn) {
+	t.Helper()
 	servers := bus.Credentials{User: "keel-servers", Password: "a-long-random-password-for-this-test", DeriveAgents: true}
 	srv, err := bus.StartServer(ctx, bus.ServerOptions{Creds: servers})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	conn := func(creds bus.Credentials) *bus.Conn {
+	return servers, func(creds bus.Credentials) *bus.Conn {
+		t.Helper()
 		c, err := bus.Connect(ctx, srv.URL(), creds, creds.User, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -62,6 +61,17 @@ func TestServersRefuseCallsForAnotherHost(t *testing.T) {
 		t.Cleanup(c.Close)
 		return c
 	}
+}
+
+// TestServersRefuseCallsForAnotherHost: an agent whose bus identity is
+// host A sends, under its own subjects (the only ones the bus lets it
+// use), reports and store calls that concern host B. The servers refuse
+// each, and nothing of B's changes; A's own calls pass.
+func TestServersRefuseCallsForAnotherHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	servers, conn := startBus(ctx, t)
+	var err error
 	st := memory.New()
 	rep := &builds{}
 	n := 0

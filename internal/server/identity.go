@@ -122,7 +122,10 @@ func shareIdentity(ctx context.Context, st store.IdentityStore, dataDir string, 
 			if err := os.Rename(seed, seed+migratedSuffix); err != nil {
 				return fmt.Errorf("setting %s aside: %w", seed, err)
 			}
-			continue // then the dev seed, if any
+			if !haveDevSeed {
+				return nil
+			}
+			from = devSeed // then the dev seed
 		case cur != nil && haveDevSeed:
 			from = devSeed
 		case cur != nil:

@@ -220,15 +220,22 @@ func (s *Store) GetConsumer(_ context.Context, uuid string) (placement.Consumer,
 	return c.Clone(), nil
 }
 
-// ConsumersOn implements store.Store.
-func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// consumerIDsOn lists, sorted, the consumers holding allocations on a
+// provider. Called with mu held.
+func (s *Store) consumerIDsOn(providerUUID string) []string {
 	ids := make([]string, 0, len(s.byProvider[providerUUID]))
 	for id := range s.byProvider[providerUUID] {
 		ids = append(ids, id)
 	}
-	sort.Strings(ids)
+	slices.Sort(ids)
+	return ids
+}
+
+// ConsumersOn implements store.Store.
+func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := s.consumerIDsOn(providerUUID)
 	out := make([]placement.Consumer, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, s.consumers[id].Clone())
@@ -243,11 +250,7 @@ func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement
 func (s *Store) ConsumerHeadersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]string, 0, len(s.byProvider[providerUUID]))
-	for id := range s.byProvider[providerUUID] {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := s.consumerIDsOn(providerUUID)
 	out := make([]placement.Consumer, len(ids))
 	for i, id := range ids {
 		out[i] = s.consumers[id]
