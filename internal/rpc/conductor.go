@@ -264,7 +264,7 @@ func (s *Store) Heartbeat(ctx context.Context, host string, at time.Time) error 
 
 // ConductorHandlers is what the server plugs into ServeConductor.
 type ConductorHandlers struct {
-	Store    store.Store
+	Store    ServedStore
 	Reporter compute.Reporter // the conductor
 	// NewProviderUUID makes the UUID of a newly registered host's provider.
 	NewProviderUUID func() string
@@ -465,7 +465,7 @@ func decoded[A any](fn func(ctx context.Context, a A) (any, error)) bus.Handler 
 
 // registerHost checks the agent's host name (a bus subject token) and
 // registers the host (compute.RegisterHost).
-func registerHost(ctx context.Context, st store.Store, cfg compute.HostConfig, zone string, newUUID func() string) (string, error) {
+func registerHost(ctx context.Context, st ServedStore, cfg compute.HostConfig, zone string, newUUID func() string) (string, error) {
 	if err := bus.ValidHostName(cfg.Host); err != nil {
 		return "", &placement.InvalidError{Msg: err.Error()}
 	}

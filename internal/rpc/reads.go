@@ -20,12 +20,12 @@ import (
 // hostTree tells whether providers are in a host's provider tree, caching
 // the answers of one call.
 type hostTree struct {
-	st   store.Store
+	st   ServedStore
 	host string
 	own  map[string]bool
 }
 
-func newHostTree(st store.Store, host string) *hostTree {
+func newHostTree(st ServedStore, host string) *hostTree {
 	return &hostTree{st: st, host: host, own: map[string]bool{}}
 }
 
@@ -75,7 +75,7 @@ func senderOrForbidden(ctx context.Context, what string) (string, error) {
 
 // providerOfSender refuses consumers_on for a provider outside the
 // sender's tree.
-func providerOfSender(ctx context.Context, st store.Store, uuid string) error {
+func providerOfSender(ctx context.Context, st ServedStore, uuid string) error {
 	from, err := senderOrForbidden(ctx, "consumers_on")
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func providerOfSender(ctx context.Context, st store.Store, uuid string) error {
 
 // movesWith reports whether a migration of instance uuid (an active one
 // only, if activeOnly) has host for its source or destination.
-func movesWith(ctx context.Context, st store.Store, uuid, host string, activeOnly bool) (bool, error) {
+func movesWith(ctx context.Context, st ServedStore, uuid, host string, activeOnly bool) (bool, error) {
 	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: host, ActiveOnly: activeOnly})
 	if err != nil {
 		return false, fmt.Errorf("checking the migrations of %s: %w", uuid, err)
@@ -107,7 +107,7 @@ func movesWith(ctx context.Context, st store.Store, uuid, host string, activeOnl
 // record may say the move ended before the instance is settled, and the
 // host's audit leaves a guest alone while its instance has a task, so it
 // must be able to read it.
-func instanceConcerns(ctx context.Context, st store.Store, t *hostTree, inst records.Instance) (bool, error) {
+func instanceConcerns(ctx context.Context, st ServedStore, t *hostTree, inst records.Instance) (bool, error) {
 	if inst.Host == t.host {
 		return true, nil
 	}
@@ -127,7 +127,7 @@ func instanceConcerns(ctx context.Context, st store.Store, t *hostTree, inst rec
 
 // instanceForSender is get_instance for an agent: the instance if it
 // concerns the sender's host.
-func instanceForSender(ctx context.Context, st store.Store, uuid string) (records.Instance, error) {
+func instanceForSender(ctx context.Context, st ServedStore, uuid string) (records.Instance, error) {
 	from, err := senderOrForbidden(ctx, "get_instance")
 	if err != nil {
 		return records.Instance{}, err
@@ -149,7 +149,7 @@ func instanceForSender(ctx context.Context, st store.Store, uuid string) (record
 // consumerForSender is get_consumer for an agent: the consumer if it
 // allocates in the sender's tree, or is an instance that concerns the
 // sender, or a migration to or from it.
-func consumerForSender(ctx context.Context, st store.Store, uuid string) (placement.Consumer, error) {
+func consumerForSender(ctx context.Context, st ServedStore, uuid string) (placement.Consumer, error) {
 	from, err := senderOrForbidden(ctx, "get_consumer")
 	if err != nil {
 		return placement.Consumer{}, err
@@ -201,7 +201,7 @@ func migrationFilterOfSender(ctx context.Context, f store.MigrationFilter) (stor
 
 // migrationForSender is get_migration for an agent: the migration if the
 // sender is its source or destination.
-func migrationForSender(ctx context.Context, st store.Store, id int64) (records.Migration, error) {
+func migrationForSender(ctx context.Context, st ServedStore, id int64) (records.Migration, error) {
 	from, err := senderOrForbidden(ctx, "get_migration")
 	if err != nil {
 		return records.Migration{}, err

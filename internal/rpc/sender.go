@@ -16,6 +16,17 @@ import (
 // arrived on (keel.conductor.<host>.<method>), which the bus lets each
 // agent identity publish with its own host only.
 
+// ServedStore is what the servers read and write on the agents' behalf
+// (ServeConductor): providers and allocations, host records and services,
+// instances and migrations — never flavors, groups, quotas, plans or the
+// identity directory, which no agent has a call for.
+type ServedStore interface {
+	store.Placement
+	store.Hosts
+	store.Instances
+	store.Migrations
+}
+
 // forbidden is the error of a call about another host than its sender's.
 func forbidden(format string, args ...any) error {
 	return bus.WithCode(bus.CodeForbidden, fmt.Errorf(format, args...))
@@ -36,7 +47,7 @@ func sentBy(ctx context.Context, host string) error {
 // that does the migration's work: its source (a live copy, a cold move's
 // disk), or for an evacuation its destination (the rebuild runs there; the
 // source is down).
-func migrationOfSender(ctx context.Context, st store.Store, id int64) error {
+func migrationOfSender(ctx context.Context, st ServedStore, id int64) error {
 	m, err := st.GetMigration(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // the conductor answers a report of an unknown migration
@@ -60,7 +71,7 @@ func migrationOfSender(ctx context.Context, st store.Store, id int64) error {
 // holds elsewhere. Each write must name the consumer generation the check
 // read (or a new consumer), so the check and the write see the same
 // allocations.
-func writesOfSender(ctx context.Context, st store.Store, writes []placement.AllocationWrite) error {
+func writesOfSender(ctx context.Context, st ServedStore, writes []placement.AllocationWrite) error {
 	from := sender(ctx)
 	if from == "" {
 		return forbidden("allocation writes from an unknown sender")

@@ -186,7 +186,7 @@ const adminQuotaPending = "admin-quota-pending"
 // unlimited quotas (-1 for every quota), once: the operator's project
 // boots what tests and benchmarks need, while every other project has
 // Nova's defaults. `openstack quota set … admin` changes them.
-func settleAdminQuota(ctx context.Context, st store.Store, dataDir string) error {
+func settleAdminQuota(ctx context.Context, st store.Quotas, dataDir string) error {
 	marker := filepath.Join(dataDir, adminQuotaPending)
 	if _, err := os.Stat(marker); err != nil {
 		return nil

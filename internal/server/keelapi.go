@@ -23,6 +23,16 @@ import (
 	"keel/internal/store"
 )
 
+// keelStore is what keel's own API reads and writes directly: migrations
+// (reset) and their instance actions, flavors (explain), plans, and what a
+// cloud snapshot reads (GET /keel/v1/cloud).
+type keelStore interface {
+	snapshotStore
+	store.Migrations
+	store.Flavors
+	store.Plans
+}
+
 // keelAPI serves keel's own admin endpoints under /keel/v1 (behind the
 // same tokens as the compute API):
 //
@@ -32,7 +42,7 @@ import (
 //	… /keel/v1/plans                    move plans and drains (plansapi.go)
 //	GET  /keel/v1/cloud                 the cloud, for keel sim export
 type keelAPI struct {
-	st    store.Store
+	st    keelStore
 	sched *scheduler.Scheduler
 	// audit is where GET /keel/v1/audit reads (its Store is st), opt its
 	// deadlines and now its clock.
@@ -181,7 +191,7 @@ func (k *keelAPI) explain(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"flavor": f, "explanation": exp})
 }
 
-func findFlavor(r *http.Request, st store.Store, ref string) (records.Flavor, error) {
+func findFlavor(r *http.Request, st store.Flavors, ref string) (records.Flavor, error) {
 	if f, err := st.GetFlavor(r.Context(), ref); err == nil {
 		return f, nil
 	}

@@ -48,8 +48,17 @@ func snapshotCompute(cfg config.Config) scenario.SnapshotCompute {
 	}
 }
 
+// snapshotStore is what a cloud snapshot reads: providers with their
+// usage, services, instances, aggregates and server groups.
+type snapshotStore interface {
+	store.Providers
+	store.Hosts
+	store.Instances
+	store.Groups
+}
+
 // cloudSnapshot reads the cloud from the store.
-func cloudSnapshot(ctx context.Context, st store.Store, sc scheduler.Config, cp scenario.SnapshotCompute) (scenario.Snapshot, error) {
+func cloudSnapshot(ctx context.Context, st snapshotStore, sc scheduler.Config, cp scenario.SnapshotCompute) (scenario.Snapshot, error) {
 	snap := scenario.Snapshot{Compute: cp, Scheduler: scenario.SnapshotScheduler{
 		EnabledFilters: sc.EnabledFilters, Weighers: sc.Weighers, HostSubsetSize: sc.HostSubsetSize,
 		ShuffleBestSameWeighedHosts: sc.ShuffleBestSameWeighedHosts, MaxAttempts: sc.MaxAttempts,

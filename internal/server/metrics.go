@@ -97,7 +97,7 @@ func (m *Metrics) hooks() conductor.Hooks {
 
 // agentsCollector reports agents up and down at scrape time.
 type agentsCollector struct {
-	st       store.Store
+	st       store.Hosts
 	downTime time.Duration
 	desc     *prometheus.Desc
 }
@@ -125,7 +125,7 @@ func (c *agentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(down), "down")
 }
 
-func (m *Metrics) handler(st store.Store, downTime time.Duration) http.Handler {
+func (m *Metrics) handler(st store.Hosts, downTime time.Duration) http.Handler {
 	m.reg.MustRegister(&agentsCollector{st: st, downTime: downTime,
 		desc: prometheus.NewDesc("keel_agents", "Compute agents by liveness (service_down_time).", []string{"state"}, nil)})
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

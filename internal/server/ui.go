@@ -52,6 +52,15 @@ const (
 	uiRecentPlans = 5
 )
 
+// uiStore is what the web view reads besides the host view: instances,
+// migrations, flavors and plans.
+type uiStore interface {
+	store.Instances
+	store.Migrations
+	store.Flavors
+	store.Plans
+}
+
 // uiHub feeds the web view (/keel/ui/): it follows the store's change
 // stream (the host view) and the conductor's events, rebuilds the part of
 // the cloud's state that changed (hosts, instances, moves), and pushes
@@ -59,7 +68,7 @@ const (
 // (/keel/v1/ui/events). While no page is open it does nothing; /metrics
 // refreshes the host view itself.
 type uiHub struct {
-	st       store.Store
+	st       uiStore
 	view     *hostView
 	log      *slog.Logger
 	now      func() time.Time
@@ -102,7 +111,7 @@ type finishedMove struct {
 	at time.Time
 }
 
-func newUIHub(st store.Store, view *hostView, downTime time.Duration, log *slog.Logger) *uiHub {
+func newUIHub(st uiStore, view *hostView, downTime time.Duration, log *slog.Logger) *uiHub {
 	return &uiHub{
 		st: st, view: view, log: log, now: time.Now, downTime: downTime,
 		changed: make(chan struct{}),

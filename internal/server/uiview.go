@@ -17,13 +17,22 @@ import (
 	"keel/internal/store"
 )
 
+// hostViewStore is what the host view follows: providers, host records
+// and services, aggregates, and the change stream.
+type hostViewStore interface {
+	store.Providers
+	store.Hosts
+	store.Groups
+	store.Changes
+}
+
 // hostView is the web view's and the per-host metrics' picture of every
 // host: providers (inventories and usage from allocations, i.e. claims),
 // host records, services and aggregates, kept current by following the
 // store's change stream, as the scheduler's view does (that view has no
 // listing of its own to read).
 type hostView struct {
-	st store.Store
+	st hostViewStore
 
 	mu    sync.Mutex
 	seq   int64
@@ -37,7 +46,7 @@ type hostView struct {
 	forest *providerForest
 }
 
-func newHostView(st store.Store) *hostView {
+func newHostView(st hostViewStore) *hostView {
 	return &hostView{st: st}
 }
 
