@@ -1,9 +1,11 @@
-// Package cloudtest is keel's control plane in one process, on a virtual
-// clock: a memory store, hosts h1…hN with fake drivers, trackers and
-// agent managers, a claim-policy scheduler and the conductor, wired as a
-// keel server wires them but with in-process calls for the bus. The
-// conductor's tests build their scenarios on it, and its script tests
-// (testdata/*.txt, see Run) drive it line by line.
+// Package cloudtest puts a test's face on keel's in-process cloud
+// (internal/inproc): New(t, Options) builds hosts h1…hN of one shape
+// (HostConfig) on a virtual clock and fails the test on errors; Seed,
+// Allocations, Usage and Guest read and write it the same way; Violations
+// lists what breaks the invariants every scenario ends with; and
+// RunScripts runs the script tests (testdata/*.txt) line by line on it.
+// The conductor's tests and the compute API's tests build their clouds
+// here; the simulator builds its worlds on inproc directly.
 //
 // Time moves only when a test advances the clock: a copy of 8 s is 8 s of
 // virtual time, run in microseconds.
@@ -14,17 +16,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"keel/internal/bus"
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
 	"keel/internal/conductor"
+	"keel/internal/inproc"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
@@ -84,48 +84,28 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Cloud is the in-process control plane.
+// Cloud is the in-process control plane (inproc's), on a virtual clock.
 type Cloud struct {
+	*inproc.Cloud
 	Opts  Options
 	Clock *clock.Virtual
-	Store *memory.Store
-	// Backing is the store everything uses: Store, or Options.On.
-	Backing  store.Store
-	Cond     *conductor.Conductor
-	Agents   Agents
-	Drivers  map[string]*fake.Driver
-	Trackers map[string]*compute.Tracker
-	Hosts    []string
 
 	// Done and Builds are what the conductor's MigrationDone and BuildDone
 	// hooks saw, in order.
 	Done   []records.Migration
 	Builds []records.Instance
 
-	reports Routed
-	cut     sync.Map // host → true: the conductor's calls to it find no agent
-	ids     int
-	t       testing.TB
+	t testing.TB
 }
 
 // New builds a cloud at clock.Epoch: its hosts registered (provider rp-hN,
-// service up), their records written, and the conductor listening to
-// their agents' reports.
+// service up in zone nova), their records written, and the conductor
+// listening to their agents' reports.
 func New(t testing.TB, o Options) *Cloud {
 	t.Helper()
 	if o.Hosts == 0 {
 		o.Hosts = 3
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	c := &Cloud{t: t, Opts: o, Clock: clock.NewVirtual(clock.Epoch), Store: memory.New(), Agents: Agents{},
-		Drivers: map[string]*fake.Driver{}, Trackers: map[string]*compute.Tracker{}}
-	c.Backing = c.Store
-	if o.On != nil {
-		c.Backing = o.On
-	}
-	ctx := context.Background()
 	progress := time.Second
 	if o.NoProgress {
 		progress = 0
@@ -133,37 +113,50 @@ func New(t testing.TB, o Options) *Cloud {
 	if o.SpawnTime == 0 {
 		o.SpawnTime = SpawnTime
 	}
+	c := &Cloud{t: t, Opts: o, Clock: clock.NewVirtual(clock.Epoch)}
+	sp := inproc.Spec{
+		Scheduler:      c.schedulerConfig(),
+		SchedulerSeeds: [2]uint64{1, 2},
+		Conductor:      o.Conductor,
+		Hooks:          c.recorders(),
+		Clock:          c.Clock,
+		Log:            o.Log,
+		Store:          o.On,
+		ConductorStore: o.Store,
+	}
 	for i := 1; i <= o.Hosts; i++ {
-		h := fmt.Sprintf("h%d", i)
-		c.Hosts = append(c.Hosts, h)
-		cfg := HostConfig(h)
+		cfg := HostConfig(fmt.Sprintf("h%d", i))
 		cfg.WriteDestRecord = !o.Legacy
 		if o.CPURatio > 0 {
 			cfg.CPUAllocationRatio = o.CPURatio
 		}
-		svc := records.Service{Zone: "nova", LastSeenUp: c.Clock.Now()}
-		if _, err := compute.RegisterHost(ctx, c.Backing, cfg, svc, func() string { return cfg.ProviderUUID }); err != nil {
-			t.Fatal(err)
-		}
-		drv, err := fake.New(fake.Config{Clock: c.Clock, SpawnTime: o.SpawnTime, ProgressEvery: progress})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Drivers[h] = drv
-		c.Trackers[h] = compute.NewTracker(cfg, c.Backing, drv, c.Clock)
-		if err := c.Trackers[h].WriteRecord(ctx); err != nil {
-			t.Fatal(err)
-		}
+		sp.Hosts = append(sp.Hosts, inproc.Host{Config: cfg, Service: records.Service{Zone: "nova"},
+			Driver: fake.Config{SpawnTime: o.SpawnTime, ProgressEvery: progress}})
 	}
-	c.Cond = c.NewConductor(o.Conductor, 1, conductor.Hooks{
-		MigrationDone: func(m records.Migration) { c.Done = append(c.Done, m) },
-		BuildDone:     func(in records.Instance) { c.Builds = append(c.Builds, in) },
-	})
-	c.reports.Route(c.Cond)
-	for _, h := range c.Hosts {
-		c.Agents[h] = compute.NewManager(h, c.Drivers[h], c.Trackers[h], c.Agents, &c.reports, c.Clock, o.Log)
+	var err error
+	if c.Cloud, err = inproc.New(context.Background(), sp); err != nil {
+		t.Fatal(err)
 	}
 	return c
+}
+
+// schedulerConfig is Nova's defaults with the liveness check off
+// (heartbeats are not simulated), adjusted by Options.Scheduler.
+func (c *Cloud) schedulerConfig() *scheduler.Config {
+	scfg := scheduler.DefaultConfig()
+	scfg.ServiceDownTime = 0
+	if c.Opts.Scheduler != nil {
+		c.Opts.Scheduler(&scfg)
+	}
+	return &scfg
+}
+
+// recorders are the hooks that fill Done and Builds.
+func (c *Cloud) recorders() conductor.Hooks {
+	return conductor.Hooks{
+		MigrationDone: func(m records.Migration) { c.Done = append(c.Done, m) },
+		BuildDone:     func(in records.Instance) { c.Builds = append(c.Builds, in) },
+	}
 }
 
 // HostConfig is host h's configuration: 16 vCPUs, 32 GiB (512 MiB
@@ -178,92 +171,33 @@ func HostConfig(h string) compute.HostConfig {
 // last chose.
 func (c *Cloud) NewConductor(cfg conductor.Config, seed uint64, hooks conductor.Hooks) *conductor.Conductor {
 	c.t.Helper()
-	if cfg.NewID == nil {
-		cfg.NewID = c.NewID
+	cond, err := c.Cloud.NewConductor(context.Background(), cfg, [2]uint64{seed, seed + 1}, hooks)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	st := c.Backing
-	if c.Opts.Store != nil {
-		st = c.Opts.Store(c.Store)
-	}
-	return conductor.New(cfg, st, c.NewScheduler(seed), reachable{c}, c.Clock, c.Opts.Log, hooks)
-}
-
-// Cut makes host's agent unreachable to the conductors (their calls fail
-// as the bus fails when no agent answers: bus.ErrUnavailable), or
-// reachable again; the agent itself runs on and still reports, as one
-// behind a one-way partition or restarting would.
-func (c *Cloud) Cut(host string, cut bool) {
-	if cut {
-		c.cut.Store(host, true)
-	} else {
-		c.cut.Delete(host)
-	}
-}
-
-// reachable is the conductors' view of the agents: Agents, less the ones
-// Cut.
-type reachable struct{ c *Cloud }
-
-// Compute implements conductor.Computes.
-func (r reachable) Compute(host string) (conductor.ComputeAPI, error) {
-	if _, cut := r.c.cut.Load(host); cut {
-		return nil, fmt.Errorf("agent %s cut off: %w", host, bus.ErrUnavailable)
-	}
-	return r.c.Agents.Compute(host)
+	return cond
 }
 
 // NewScheduler is a scheduler with its own view of the cloud's store (as
 // each keel server has), configured by the cloud's options.
 func (c *Cloud) NewScheduler(seed uint64) *scheduler.Scheduler {
 	c.t.Helper()
-	scfg := scheduler.DefaultConfig()
-	scfg.ServiceDownTime = 0 // heartbeats are not simulated
-	if c.Opts.Scheduler != nil {
-		c.Opts.Scheduler(&scfg)
-	}
-	view, err := scheduler.NewView(context.Background(), c.Backing, scheduler.PolicyClaim)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	sched, err := scheduler.New(scfg, view, c.Clock, rand.New(rand.NewPCG(seed, seed+1)))
+	sched, err := c.Cloud.NewScheduler(context.Background(), [2]uint64{seed, seed + 1})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	return sched
 }
 
-// Route sends the agents' reports that follow to rep (the bus's queue
-// group: whichever replica takes them).
-func (c *Cloud) Route(rep compute.Reporter) { c.reports.Route(rep) }
-
-// NewID is the next instance UUID: 00000000-0000-4000-8000-000000000001,
-// …, so creation order is UUID order.
-func (c *Cloud) NewID() string {
-	c.ids++
-	return fmt.Sprintf("00000000-0000-4000-8000-%012d", c.ids)
-}
-
 // Seed puts an ACTIVE instance on host directly, as if it had been booted
 // and audited: record, exact allocation, running guest, tracked usage.
 func (c *Cloud) Seed(host, name string, f records.Flavor) records.Instance {
 	c.t.Helper()
-	ctx := context.Background()
-	now := c.Clock.Now()
-	in, err := c.Store.CreateInstance(ctx, records.Instance{UUID: c.NewID(), Name: name, Host: host, Zone: "nova", Flavor: f,
-		VMState: records.VMActive, CreatedAt: now, UpdatedAt: now})
-	if err != nil {
+	in := []records.Instance{{UUID: c.NewID(), Name: name, Zone: "nova", Flavor: f}}
+	if err := c.Cloud.Seed(context.Background(), host, in); err != nil {
 		c.t.Fatal(err)
 	}
-	if _, err := c.Store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: in.UUID, Type: placement.ConsumerInstance,
-		Allocations: map[string]placement.Resources{"rp-" + host: f.Resources()}}); err != nil {
-		c.t.Fatal(err)
-	}
-	c.Drivers[host].AddGuest(compute.Guest{UUID: in.UUID, Name: name, Flavor: f, State: compute.GuestRunning})
-	c.Trackers[host].Track(in.UUID, f)
-	if err := c.Trackers[host].WriteRecord(ctx); err != nil {
-		c.t.Fatal(err)
-	}
-	return in
+	return in[0]
 }
 
 // Advance moves the virtual clock on by d, running what falls due.
@@ -275,7 +209,7 @@ func (c *Cloud) Settle() { c.Clock.RunUntil(c.Clock.Now()) }
 
 // Allocations of a consumer (nil when it holds none).
 func (c *Cloud) Allocations(consumer string) map[string]placement.Resources {
-	cons, err := c.Store.GetConsumer(context.Background(), consumer)
+	cons, err := c.Backing.GetConsumer(context.Background(), consumer)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -288,7 +222,7 @@ func (c *Cloud) Allocations(consumer string) map[string]placement.Resources {
 // Usage is what host's provider has allocated.
 func (c *Cloud) Usage(host string) placement.Resources {
 	c.t.Helper()
-	sums, err := c.Store.ProviderSummaries(context.Background(), []string{"rp-" + host})
+	sums, err := c.Backing.ProviderSummaries(context.Background(), []string{"rp-" + host})
 	if err != nil || len(sums) != 1 {
 		c.t.Fatalf("usage of %s: %v", host, err)
 	}
@@ -329,59 +263,8 @@ func SameAllocations(a, b map[string]placement.Resources) bool {
 	return true
 }
 
-// Agents is the in-process bus: it implements conductor.Computes and
-// compute.Peers over the managers.
-type Agents map[string]*compute.Manager
-
-// Compute implements conductor.Computes.
-func (a Agents) Compute(host string) (conductor.ComputeAPI, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for host %q", host)
-}
-
-// Peer implements compute.Peers.
-func (a Agents) Peer(host string) (compute.Peer, error) {
-	if m, ok := a[host]; ok {
-		return m, nil
-	}
-	return nil, fmt.Errorf("no agent for host %q", host)
-}
-
-// Routed hands the agents' reports to one conductor, which Route changes.
-type Routed struct {
-	mu sync.Mutex
-	to compute.Reporter
-}
-
-func (r *Routed) target() compute.Reporter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.to
-}
-
-// Route sends the reports that follow to rep.
-func (r *Routed) Route(rep compute.Reporter) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.to = rep
-}
-
-// BuildDone implements compute.Reporter.
-func (r *Routed) BuildDone(ctx context.Context, instanceUUID, host string, err error) error {
-	return r.target().BuildDone(ctx, instanceUUID, host, err)
-}
-
-// CopyProgress implements compute.Reporter.
-func (r *Routed) CopyProgress(ctx context.Context, migrationID int64, total, processed, remaining int64) {
-	r.target().CopyProgress(ctx, migrationID, total, processed, remaining)
-}
-
-// CopyDone implements compute.Reporter.
-func (r *Routed) CopyDone(ctx context.Context, migrationID int64, err error) error {
-	return r.target().CopyDone(ctx, migrationID, err)
-}
+// Agents is the in-process bus (inproc's).
+type Agents = inproc.Agents
 
 // sortedKeys lists a map's keys in order.
 func sortedKeys[K ~string, V any](m map[K]V) []K {

@@ -19,8 +19,8 @@ type RegistrationStore interface {
 
 // RegisterHost creates or updates a host's resource provider (named for
 // the host, with cfg's inventories) and its nova-compute service record:
-// the one registration an agent's start (over the bus), the simulator and
-// the in-process test cloud all go through. svc is the service record to
+// the one registration an agent's start (over the bus) and the in-process
+// cloud (internal/inproc: the simulator's and the tests') go through. svc is the service record to
 // create when there is none (Host and Binary are filled in; an empty Zone
 // is nova); an existing record only takes its zone. newUUID names a new
 // provider. It returns the provider's UUID.

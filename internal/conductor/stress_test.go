@@ -3,7 +3,6 @@ package conductor_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -14,13 +13,11 @@ import (
 	"keel/internal/audit"
 	"keel/internal/clock"
 	"keel/internal/cloudtest"
-	"keel/internal/compute"
 	"keel/internal/compute/fake"
 	"keel/internal/conductor"
+	"keel/internal/inproc"
 	"keel/internal/records"
-	"keel/internal/scheduler"
 	"keel/internal/store"
-	"keel/internal/store/memory"
 )
 
 // TestWallClockStress runs boots, deletes, live migrations and periodic
@@ -32,42 +29,18 @@ func TestWallClockStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("wall-clock stress test skipped in -short mode")
 	}
-	st := memory.New()
-	clk := clock.Real{}
-	quiet := slog.New(slog.DiscardHandler)
-	ag := cloudtest.Agents{}
-	drivers := map[string]*fake.Driver{}
-	trackers := map[string]*compute.Tracker{}
-	var hosts []string
+	// The in-process cloud on the wall clock: four hosts, claim policy.
+	spec := inproc.Spec{SchedulerSeeds: [2]uint64{3, 4}, Conductor: conductor.Config{MaxConcurrentLiveMigrations: 2}, Clock: clock.Real{}}
 	for i := 1; i <= 4; i++ {
-		h := fmt.Sprintf("h%d", i)
-		hosts = append(hosts, h)
-		cfg := cloudtest.HostConfig(h)
+		cfg := cloudtest.HostConfig(fmt.Sprintf("h%d", i))
 		cfg.WriteDestRecord = true
-		if _, err := compute.RegisterHost(ctx, st, cfg, records.Service{LastSeenUp: time.Now()}, func() string { return cfg.ProviderUUID }); err != nil {
-			t.Fatal(err)
-		}
-		drv, err := fake.New(fake.Config{Clock: clk, SpawnTime: time.Millisecond, BandwidthMiBps: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		drivers[h] = drv
-		trackers[h] = compute.NewTracker(cfg, st, drv, clk)
+		spec.Hosts = append(spec.Hosts, inproc.Host{Config: cfg, Driver: fake.Config{SpawnTime: time.Millisecond, BandwidthMiBps: 1 << 20}})
 	}
-	scfg := scheduler.DefaultConfig()
-	scfg.ServiceDownTime = 0
-	view, err := scheduler.NewView(ctx, st, scheduler.PolicyClaim)
+	c, err := inproc.New(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := scheduler.New(scfg, view, clk, rand.New(rand.NewPCG(3, 4)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cond := conductor.New(conductor.Config{MaxConcurrentLiveMigrations: 2}, st, sched, ag, clk, quiet, conductor.Hooks{})
-	for _, h := range hosts {
-		ag[h] = compute.NewManager(h, drivers[h], trackers[h], ag, cond, clk, quiet)
-	}
+	st, cond, ag, drivers, hosts := c.Store, c.Cond, c.Agents, c.Drivers, c.Hosts
 	runCtx, stop := context.WithCancel(ctx)
 	for _, h := range hosts {
 		ag[h].StartPeriodicAudit(runCtx, 3*time.Millisecond, time.Millisecond, nil)

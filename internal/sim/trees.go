@@ -2,31 +2,25 @@ package sim
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"slices"
 
+	"keel/internal/inproc"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 )
 
-// buildTrees creates the scenario's custom classes and traits, each
-// host's child providers (rp-HOST-NAME, named HOST_NAME) and the sharing
-// providers (rp-shared-NAME, with MISC_SHARES_VIA_AGGREGATE, in aggregate
-// agg-NAME with the roots of the hosts of the groups they name).
-func (w *world) buildTrees(ctx context.Context) error {
+// treeSpec adds the scenario's trees to the cloud's spec: its custom
+// classes and traits, each host's child providers (rp-HOST-NAME, named
+// HOST_NAME) and the sharing providers (rp-shared-NAME, with
+// MISC_SHARES_VIA_AGGREGATE, in aggregate agg-NAME with the roots of the
+// hosts of the groups they name).
+func (w *world) treeSpec(sp *inproc.Spec) {
 	classes, traits := w.sc.Custom()
 	for _, rc := range classes {
-		if err := w.store.CreateResourceClass(ctx, placement.ResourceClass(rc)); err != nil {
-			return fmt.Errorf("creating resource class %s: %w", rc, err)
-		}
+		sp.ResourceClasses = append(sp.ResourceClasses, placement.ResourceClass(rc))
 	}
-	for _, t := range traits {
-		if _, err := w.store.CreateTrait(ctx, t); err != nil {
-			return fmt.Errorf("creating trait %s: %w", t, err)
-		}
-	}
+	sp.Traits = traits
 	inventories := func(res map[string]int64) placement.Inventories {
 		out := placement.Inventories{}
 		for k, n := range res {
@@ -34,37 +28,25 @@ func (w *world) buildTrees(ctx context.Context) error {
 		}
 		return out
 	}
-	aggs := map[string][]string{} // host → aggregates
 	for _, sh := range w.sc.Shared {
 		agg := "agg-" + sh.Name
 		tr := append(slices.Clone(sh.Traits), placement.SharesViaAggregate)
-		if _, err := w.store.CreateProvider(ctx, placement.Provider{UUID: "rp-shared-" + sh.Name, Name: sh.Name,
-			Inventories: inventories(sh.Resources), Traits: placement.NormalizeNames(tr)}); err != nil {
-			return fmt.Errorf("creating shared provider %s: %w", sh.Name, err)
-		}
-		if _, err := w.store.SetProviderAggregates(ctx, "rp-shared-"+sh.Name, nil, []string{agg}); err != nil {
-			return fmt.Errorf("aggregate of shared provider %s: %w", sh.Name, err)
-		}
-		for _, h := range w.hosts {
+		sp.Shared = append(sp.Shared, inproc.Shared{
+			Provider:   placement.Provider{UUID: "rp-shared-" + sh.Name, Name: sh.Name, Inventories: inventories(sh.Resources), Traits: placement.NormalizeNames(tr)},
+			Aggregates: []string{agg},
+		})
+		for i, h := range w.hosts {
 			if slices.Contains(sh.Groups, w.sc.HostGroups[h.Group].Prefix) {
-				aggs[h.Name] = append(aggs[h.Name], agg)
+				sp.Hosts[i].Aggregates = append(sp.Hosts[i].Aggregates, agg)
 			}
 		}
 	}
-	for _, h := range w.hosts {
+	for i, h := range w.hosts {
 		for _, ch := range h.Children {
-			if _, err := w.store.CreateProvider(ctx, placement.Provider{UUID: "rp-" + h.Name + "-" + ch.Name, Name: h.Name + "_" + ch.Name,
-				ParentUUID: "rp-" + h.Name, Inventories: inventories(ch.Resources), Traits: placement.NormalizeNames(slices.Clone(ch.Traits))}); err != nil {
-				return fmt.Errorf("creating child %s of %s: %w", ch.Name, h.Name, err)
-			}
+			sp.Hosts[i].Children = append(sp.Hosts[i].Children, placement.Provider{UUID: "rp-" + h.Name + "-" + ch.Name, Name: h.Name + "_" + ch.Name,
+				Inventories: inventories(ch.Resources), Traits: placement.NormalizeNames(slices.Clone(ch.Traits))})
 		}
 	}
-	for _, h := range slices.Sorted(maps.Keys(aggs)) {
-		if _, err := w.store.SetProviderAggregates(ctx, "rp-"+h, nil, aggs[h]); err != nil {
-			return fmt.Errorf("aggregates of %s: %w", h, err)
-		}
-	}
-	return nil
 }
 
 // treeOf lists the providers of the chosen host's tree (its own and its
