@@ -5,6 +5,24 @@
 // Manager that answers every agent-side step of a boot or a live
 // migration.
 //
+// The periodic audit (Tracker.Audit, Nova's update_available_resource)
+// is split as the move machines are: audit.go reads — the allocations on
+// the host's provider, the migrations in flight, the driver's guests, then
+// the instance and migration records of the consumers and guests whose
+// fate depends on them — into an AuditInputs; PlanAudit (auditplan.go,
+// pure, tested on plain data) decides an AuditPlan: allocations to
+// release at the generation they were listed at, claims, incoming guests
+// to adopt, stray guests to remove, lost instances to put in ERROR; the
+// tracker applies it. Every allocation write names the generation read,
+// so a race loses safely: the write is a conflict, and the audit leaves
+// that consumer to its owner.
+//
+// What a store, a driver or a reporter may offer beyond the interfaces
+// the package requires (ConsumerLister, ProviderLister, InstanceFaulter,
+// GuestRemover, ArrivalFinisher, CopyDestination, ReportKeeper, and the
+// driver's Interrupter, Resumer, …) is a named interface whose doc names
+// its implementers, each of which asserts it at compile time.
+//
 // Long driver operations (spawn, the memory copy) are asynchronous: they
 // report through a callback, so the same code runs on the wall clock in
 // `keel agent` and on the simulator's virtual clock.

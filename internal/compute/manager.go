@@ -90,10 +90,16 @@ type MigrationReader interface {
 }
 
 // InstanceLister lists the instances recorded on a host (a restarted
-// agent's reconciliation).
+// agent's reconciliation): rpc.Store over the bus; store.Store in one
+// process.
 type InstanceLister interface {
 	ListInstances(ctx context.Context, host string) ([]records.Instance, error)
 }
+
+var (
+	_ MigrationReader = store.Store(nil)
+	_ InstanceLister  = store.Store(nil)
+)
 
 // NewManager wires an agent.
 func NewManager(host string, driver Driver, tracker *Tracker, peers Peers, reporter Reporter, clk clock.Clock, log *slog.Logger) *Manager {
@@ -308,11 +314,11 @@ func (m *Manager) ResumeCopies(ctx context.Context) int {
 }
 
 // destinationOf is the host a resumed copy goes to, as the driver kept
-// it with the copy (a driver with DestinationOf, as QEMU's); "" when the
+// it with the copy (a CopyDestination, as QEMU's); "" when the
 // driver cannot tell, and the copy's end is then reported without asking
 // the destination for its guest.
 func (m *Manager) destinationOf(g Guest) string {
-	if dl, ok := m.driver.(interface{ DestinationOf(uuid string) string }); ok {
+	if dl, ok := m.driver.(CopyDestination); ok {
 		return dl.DestinationOf(g.UUID)
 	}
 	return ""
@@ -454,7 +460,7 @@ func (m *Manager) AbortLiveMigration(ctx context.Context, uuid string) error {
 	// Only through a reporter that keeps reports (an Outbox) and delivers
 	// them later: the conductor waits for this call while holding the
 	// migration, so a report made synchronously from here would wait for it.
-	pending, ok := m.reporter.(interface{ HasCopy(migID int64) bool })
+	pending, ok := m.reporter.(ReportKeeper)
 	if !ok {
 		return m.driver.AbortLiveMigration(ctx, uuid)
 	}
@@ -556,10 +562,7 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reconciling %s: listing its migrations: %w", m.host, err)
 	}
-	pending, _ := m.reporter.(interface {
-		HasBuild(instanceUUID string) bool
-		HasCopy(migID int64) bool
-	})
+	pending, _ := m.reporter.(ReportKeeper)
 	m.res.Lock()
 	guests, err := m.driver.Guests(ctx)
 	if err != nil {

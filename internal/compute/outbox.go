@@ -102,7 +102,10 @@ func safeName(s string) string {
 	return "h" + hex.EncodeToString(h[:12])
 }
 
-var _ Reporter = (*Outbox)(nil)
+var (
+	_ Reporter     = (*Outbox)(nil)
+	_ ReportKeeper = (*Outbox)(nil)
+)
 
 // ErrReportNotKept is wrapped by a Reporter's error when a report could
 // not be kept durably (the agent's disk is full): the agent then fails

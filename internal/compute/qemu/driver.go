@@ -88,6 +88,7 @@ var (
 	_ compute.IncomingChecker = (*Driver)(nil)
 	_ compute.Resumer         = (*Driver)(nil)
 	_ compute.CopyReverter    = (*Driver)(nil)
+	_ compute.CopyDestination = (*Driver)(nil)
 )
 
 // ErrNoQEMU says the QEMU binary is missing, and which package has it.

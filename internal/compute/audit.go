@@ -1,0 +1,424 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// The periodic audit as the tracker runs it: gather the inputs, let
+// PlanAudit (auditplan.go) decide, apply the plan.
+
+// Drift is what one audit found different and healed.
+type Drift struct {
+	Host string    `json:"host"`
+	At   time.Time `json:"at"`
+	// Record lists host-record fields that differed from the hypervisor's
+	// truth ("vcpus_used 28→30").
+	Record []string `json:"record,omitempty"`
+	// Untracked are guests running here that the tracker did not count
+	// (e.g. arrivals under the legacy policy); Vanished the reverse.
+	Untracked []string `json:"untracked,omitempty"`
+	Vanished  []string `json:"vanished,omitempty"`
+	// MissingAllocations: guests running here with no allocation for them
+	// on this host (an allocation was written). OrphanAllocations:
+	// allocations here with no guest and no operation in flight (removed).
+	MissingAllocations []string `json:"missing_allocations,omitempty"`
+	OrphanAllocations  []string `json:"orphan_allocations,omitempty"`
+	// Stray are guests that belong to no instance on this host: an
+	// incoming guest no migration is bringing any more, a copy left on the
+	// source, or the guest of a deleted instance. The instance and
+	// migration records are the truth: the audit removes them (never
+	// giving them an allocation, which would take the instance's own).
+	Stray []string `json:"stray,omitempty"`
+	// Lost are instances recorded on this host, active, whose guest is not
+	// here. With a store that can (InstanceFaulter) the audit puts each in
+	// ERROR with a fault saying so (Faulted lists those), as Nova's
+	// power-state sync shows a guest the hypervisor no longer has; the next
+	// audit then releases the allocation of the ERROR instance.
+	Lost []string `json:"lost,omitempty"`
+	// Faulted are the Lost instances this audit put in ERROR (not counted
+	// again by Count).
+	Faulted []string `json:"faulted,omitempty"`
+}
+
+// Count is the number of differences found.
+func (d Drift) Count() int {
+	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray) + len(d.Lost)
+}
+
+func (d Drift) String() string {
+	if d.Count() == 0 {
+		return d.Host + ": no drift"
+	}
+	var parts []string
+	add := func(name string, xs []string) {
+		if len(xs) > 0 {
+			parts = append(parts, fmt.Sprintf("%s [%s]", name, strings.Join(xs, ", ")))
+		}
+	}
+	add("record", d.Record)
+	add("untracked", d.Untracked)
+	add("vanished", d.Vanished)
+	add("missing allocations", d.MissingAllocations)
+	add("orphan allocations", d.OrphanAllocations)
+	add("stray guests", d.Stray)
+	add("lost guests", d.Lost)
+	add("put in ERROR", d.Faulted)
+	return d.Host + ": " + strings.Join(parts, "; ")
+}
+
+// Audit is the periodic update_available_resource: it compares the
+// driver's guests with the tracked instances, the allocations and the host
+// record, heals what it safely can, and returns what it found.
+//
+// It reads the allocations first, then the migrations in flight, then the
+// guests, counts the guests (PlanCount), then reads the records of the
+// consumers and guests PlanAudit asks for, and applies PlanAudit's plan: a
+// claim that commits after the first read is never seen (so never taken
+// for an orphan), and a migration's record exists before its claim. Every
+// allocation write names the consumer generation it read, so anything that
+// changed meanwhile makes the write a conflict, which the audit skips. It
+// never removes the allocation of an instance recorded on this host, and
+// never allocates for a guest without an instance recorded here: those it
+// reports (Lost, Stray) for an operator.
+func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
+	d := Drift{Host: t.cfg.Host, At: t.clock.Now()}
+	in, headers, err := t.gather(ctx)
+	if err != nil {
+		return d, err
+	}
+	t.mu.Lock()
+	before := t.record
+	t.countLocked(in.Guests, &d)
+	in.Busy = make(map[string]bool, len(t.busy))
+	for u := range t.busy {
+		in.Busy[u] = true
+	}
+	t.mu.Unlock()
+
+	p := PlanAudit(in)
+	if !p.Reads.Empty() {
+		if err := t.readRecords(ctx, &in, p.Reads); err != nil {
+			return d, err
+		}
+		p = PlanAudit(in)
+	}
+	if err := t.apply(ctx, p, headers, &d); err != nil {
+		return d, err
+	}
+	if err := t.WriteRecord(ctx); err != nil {
+		return d, err
+	}
+	after := t.Record()
+	if before.Host != "" {
+		d.Record = recordDiff(before, after)
+	}
+	sort.Strings(d.Untracked)
+	sort.Strings(d.Vanished)
+	return d, nil
+}
+
+// gather reads the allocations on this host's provider, the migrations
+// in flight and the guests, in that order; headers reports that the
+// consumers came without their allocations (ConsumerLister).
+func (t *Tracker) gather(ctx context.Context) (in AuditInputs, headers bool, err error) {
+	in.Host = t.cfg.Host
+	if l, ok := t.store.(ConsumerLister); ok {
+		in.Consumers, err = l.ConsumerHeadersOn(ctx, t.cfg.ProviderUUID)
+		headers = true
+	} else {
+		in.Consumers, err = t.store.ConsumersOn(ctx, t.cfg.ProviderUUID)
+	}
+	if err != nil {
+		return in, headers, fmt.Errorf("audit of %s: listing allocations: %w", t.cfg.Host, err)
+	}
+	migs, err := t.store.ListMigrations(ctx, store.MigrationFilter{Host: t.cfg.Host, ActiveOnly: true})
+	if err != nil {
+		return in, headers, fmt.Errorf("audit of %s: listing migrations: %w", t.cfg.Host, err)
+	}
+	in.InFlight = make(map[string]bool, 2*len(migs))
+	for _, m := range migs {
+		in.InFlight[m.InstanceUUID] = true
+		in.InFlight[m.UUID] = true
+	}
+	if in.Guests, err = t.driver.Guests(ctx); err != nil {
+		return in, headers, fmt.Errorf("audit of %s: listing guests: %w", t.cfg.Host, err)
+	}
+	return in, headers, nil
+}
+
+// countLocked applies PlanCount to the tracked set, updated in place: an
+// audit that finds nothing changed allocates nothing here.
+func (t *Tracker) countLocked(guests []Guest, d *Drift) {
+	d.Vanished, d.Untracked = PlanCount(t.tracked, t.busy, guests)
+	for _, uuid := range d.Vanished {
+		delete(t.tracked, uuid)
+	}
+	for i := range guests {
+		if Counted(guests[i]) {
+			t.tracked[guests[i].UUID] = guests[i].Flavor
+		}
+	}
+}
+
+// readRecords reads the records a plan asked for into in.
+func (t *Tracker) readRecords(ctx context.Context, in *AuditInputs, reads AuditReads) error {
+	if in.Instances == nil {
+		in.Instances = make(map[string]InstanceRead, len(reads.Instances)+len(reads.GuestInstances))
+	}
+	for _, uuid := range reads.Instances {
+		inst, err := t.store.GetInstance(ctx, uuid)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			in.Instances[uuid] = InstanceRead{Missing: true}
+		case err != nil:
+			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
+		default:
+			in.Instances[uuid] = InstanceRead{Instance: inst}
+		}
+	}
+	for _, uuid := range reads.GuestInstances {
+		inst, err := t.store.GetInstance(ctx, uuid)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			in.Instances[uuid] = InstanceRead{Missing: true}
+		case errors.Is(err, store.ErrForbidden):
+			in.Instances[uuid] = InstanceRead{Foreign: true}
+		case err != nil:
+			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
+		default:
+			in.Instances[uuid] = InstanceRead{Instance: inst}
+		}
+	}
+	if len(reads.Migrations) > 0 && in.Migrations == nil {
+		in.Migrations = make(map[string]MigrationRead, len(reads.Migrations))
+	}
+	for _, uuid := range reads.Migrations {
+		ms, err := t.store.ListMigrations(ctx, store.MigrationFilter{UUID: uuid, Host: t.cfg.Host})
+		if err != nil {
+			return fmt.Errorf("audit of %s: reading migration %s: %w", t.cfg.Host, uuid, err)
+		}
+		if len(ms) == 0 {
+			in.Migrations[uuid] = MigrationRead{Missing: true}
+		} else {
+			in.Migrations[uuid] = MigrationRead{Status: ms[0].Status}
+		}
+	}
+	return nil
+}
+
+// apply carries out a plan and records in d what it did.
+func (t *Tracker) apply(ctx context.Context, p AuditPlan, headers bool, d *Drift) error {
+	for _, c := range p.Release {
+		if err := t.release(ctx, c, headers, d); err != nil {
+			return err
+		}
+	}
+	for _, g := range p.Stray {
+		t.removeStray(ctx, g, d)
+	}
+	claims := p.Claim
+	for _, a := range p.Adopt {
+		if t.adopt(ctx, a.Instance, d) && a.Claim {
+			claims = append(claims, AuditClaim{Instance: a.Instance, Guest: a.Guest})
+		}
+	}
+	for _, c := range claims {
+		if err := t.claim(ctx, c, d); err != nil {
+			return err
+		}
+	}
+	d.Lost = p.Lost
+	sort.Strings(d.OrphanAllocations)
+	sort.Strings(d.MissingAllocations)
+	sort.Strings(d.Stray)
+	sort.Strings(d.Lost)
+	t.faultLost(ctx, d)
+	return nil
+}
+
+// release removes the allocation here of c, an orphan as listed: only if
+// c is still at the listed generation. A consumer listed without its
+// allocations (headers) is read again first, and left alone if it changed
+// since (or is gone) — what the write naming that generation would find.
+func (t *Tracker) release(ctx context.Context, c placement.Consumer, headers bool, d *Drift) error {
+	gen := c.Generation
+	if headers {
+		cur, err := t.store.GetConsumer(ctx, c.UUID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, c.UUID, err)
+		case cur.Generation != gen:
+			return nil // it changed since we listed it: leave it to its owner
+		}
+		c = cur
+	}
+	_, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: c.UUID, ConsumerGeneration: &gen,
+		Allocations: ReleaseHere(c, t.cfg.ProviderUUID), Type: c.Type})
+	switch {
+	case placement.IsConflict(err):
+		return nil // it changed since we read it: leave it to its owner
+	case err != nil:
+		return fmt.Errorf("audit of %s: removing orphan allocation of %s: %w", t.cfg.Host, c.UUID, err)
+	}
+	d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
+	return nil
+}
+
+// claim writes the allocation of an instance running here with nothing
+// allocated here, replacing whatever it holds elsewhere by mistake —
+// unless that changed since it was read (the write names the generation),
+// or it now holds something on this host's tree. The consumer and the
+// tree are read here, right before the write: the plan's releases and
+// earlier claims change the tree's usage.
+func (t *Tracker) claim(ctx context.Context, c AuditClaim, d *Drift) error {
+	uuid := c.Instance.UUID
+	var (
+		gen  *int64
+		held map[string]placement.Resources
+	)
+	ps, trees := t.store.(ProviderLister)
+	if cur, err := t.store.GetConsumer(ctx, uuid); err == nil {
+		gen, held = &cur.Generation, cur.Allocations
+		if trees && len(held) > 0 && HeldInTree(t.cfg.ProviderUUID, held, t.parents(ctx, ps, held)) {
+			return nil // its claim is on this host's provider tree
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, uuid, err)
+	}
+	var (
+		q         *placement.CandidateQuery
+		providers []placement.TreeProvider
+	)
+	if trees {
+		if fq, err := placement.FlavorQuery(c.Instance.Flavor.Resources(), c.Instance.Flavor.ExtraSpecs); err == nil && len(fq.Groups) > 0 {
+			if sums, err := ps.ProviderSummaries(ctx, nil); err == nil {
+				q, providers = &fq, store.TreeProviders(sums)
+			}
+		}
+	}
+	_, err := t.store.WriteAllocations(ctx, placement.AllocationWrite{
+		ConsumerUUID: uuid, ConsumerGeneration: gen, Type: placement.ConsumerInstance,
+		ProjectID: c.Instance.ProjectID, UserID: c.Instance.UserID,
+		Allocations: ClaimAllocation(t.cfg.ProviderUUID, c.Guest, q, providers, held),
+	})
+	switch {
+	case placement.IsConflict(err):
+		return nil
+	case err != nil && !placement.IsCapacity(err):
+		return fmt.Errorf("audit of %s: writing missing allocation of %s: %w", t.cfg.Host, uuid, err)
+	}
+	d.MissingAllocations = append(d.MissingAllocations, uuid)
+	return nil
+}
+
+// parents reads the parents of the providers allocations name, walking
+// up each as far as this host's provider (HeldInTree's input). A
+// provider it cannot read ends its walk.
+func (t *Tracker) parents(ctx context.Context, ps ProviderLister, allocations map[string]placement.Resources) map[string]string {
+	out := map[string]string{}
+	for p := range allocations {
+		for cur, depth := p, 0; cur != "" && cur != t.cfg.ProviderUUID && depth < maxTreeDepth; depth++ {
+			next, ok := out[cur]
+			if !ok {
+				sums, err := ps.ProviderSummaries(ctx, []string{cur})
+				if err != nil || len(sums) == 0 {
+					break
+				}
+				next = sums[0].ParentUUID
+				out[cur] = next
+			}
+			cur = next
+		}
+	}
+	return out
+}
+
+// adopt finishes the arrival of an incoming guest whose instance is
+// recorded here, and counts it.
+func (t *Tracker) adopt(ctx context.Context, inst records.Instance, d *Drift) bool {
+	finisher, ok := t.driver.(ArrivalFinisher)
+	if !ok {
+		return false
+	}
+	if err := finisher.PostLiveMigrationAtDestination(ctx, inst); err != nil {
+		return false
+	}
+	t.mu.Lock()
+	t.tracked[inst.UUID] = inst.Flavor
+	t.mu.Unlock()
+	d.Untracked = append(d.Untracked, inst.UUID)
+	return true
+}
+
+// removeStray removes a guest that belongs to no instance on this host —
+// the instance and migration records are the truth — and reports it.
+func (t *Tracker) removeStray(ctx context.Context, g Guest, d *Drift) {
+	d.Stray = append(d.Stray, g.UUID)
+	cleaner, ok := t.driver.(GuestRemover)
+	if !ok {
+		return
+	}
+	var err error
+	if g.State == GuestIncoming {
+		err = cleaner.RollbackLiveMigrationAtDestination(ctx, g.UUID)
+	} else {
+		err = cleaner.Destroy(ctx, g.UUID)
+	}
+	if err != nil {
+		d.Stray[len(d.Stray)-1] += " (removal failed: " + err.Error() + ")"
+		return
+	}
+	t.mu.Lock()
+	delete(t.tracked, g.UUID)
+	delete(t.busy, g.UUID) // what marked it busy is over
+	t.mu.Unlock()
+}
+
+// faultLost puts the lost instances in ERROR, if the store can.
+func (t *Tracker) faultLost(ctx context.Context, d *Drift) {
+	f, ok := t.store.(InstanceFaulter)
+	if !ok {
+		return
+	}
+	for _, uuid := range d.Lost {
+		done, err := f.FaultLostInstance(ctx, uuid, t.cfg.Host, LostFault(t.cfg.Host, d.At))
+		if err != nil {
+			// The next audit finds it again.
+			continue
+		}
+		if done {
+			d.Faulted = append(d.Faulted, uuid)
+		}
+	}
+}
+
+// LostFault is the fault an audit of host at at puts on a lost instance.
+func LostFault(host string, at time.Time) string {
+	return fmt.Sprintf("the guest of this instance is gone from its host %s (found by the host's periodic audit at %s); "+
+		"its allocation is released — delete the instance, or rebuild it", host, at.UTC().Format(time.RFC3339))
+}
+
+func recordDiff(a, b records.HostRecord) []string {
+	var out []string
+	cmp := func(name string, x, y int64) {
+		if x != y {
+			out = append(out, fmt.Sprintf("%s %d→%d", name, x, y))
+		}
+	}
+	cmp("vcpus_used", a.VCPUsUsed, b.VCPUsUsed)
+	cmp("memory_mb_used", a.MemoryMBUsed, b.MemoryMBUsed)
+	cmp("local_gb_used", a.LocalGBUsed, b.LocalGBUsed)
+	cmp("running_vms", a.RunningVMs, b.RunningVMs)
+	return out
+}

@@ -1,0 +1,134 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"keel/internal/clock"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// Optional capabilities: what the tracker and the manager use when the
+// store, the driver or the reporter they were given has it, and do without
+// otherwise. Each names its implementers, which assert it at compile time
+// (`var _ compute.X = (*T)(nil)`). The driver's own optional capabilities
+// (Interrupter, IncomingChecker, Resumer, CopyReverter, ColdMover,
+// LifecycleDriver) are in driver.go, coldmove.go and lifecycle.go;
+// MigrationReader and InstanceLister in manager.go.
+
+// ConsumerLister is implemented by stores that can list the consumers
+// holding allocations on a provider without copying their allocations:
+// memory.Store (where those copies were most of an audit's cost). The
+// audit then reads each consumer's UUID, type and generation, and fetches
+// the allocations only of one it is about to release, going on only if
+// its generation is still the one listed — what a write naming that
+// generation would check — so it decides exactly as with ConsumersOn.
+type ConsumerLister interface {
+	// ConsumerHeadersOn is ConsumersOn without the allocations: the
+	// consumers holding allocations on providerUUID, sorted by UUID, each
+	// with a nil Allocations.
+	ConsumerHeadersOn(ctx context.Context, providerUUID string) ([]placement.Consumer, error)
+}
+
+// ProviderLister is implemented by stores that list providers with their
+// tree and usage: every store.Store (memory, sqlite, postgres), not the
+// agents' rpc.Store (over the bus there are no trees to heal against).
+// The audit reads a provider's parents to tell whether a consumer already
+// holds its claim on this host's tree (HeldInTree), and the whole tree to
+// shape a claim it writes (ClaimAllocation).
+type ProviderLister interface {
+	ProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+}
+
+var _ ProviderLister = store.Store(nil)
+
+// InstanceFaulter is implemented by stores that can put an instance whose
+// guest is lost in ERROR: FaultLostInstance does it only if the instance
+// is still ACTIVE on host with no task (a versioned update), and reports
+// whether it did. Implementers: rpc.Store (over the bus; the server
+// applies it with StoreFaulter) and StoreFaulter (in one process: a test's
+// store or the simulator's).
+type InstanceFaulter interface {
+	FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error)
+}
+
+var _ InstanceFaulter = StoreFaulter{}
+
+// StoreFaulter implements InstanceFaulter on a store that updates
+// instances (the server's, for the agents' calls over the bus; a test's or
+// the simulator's in one process).
+type StoreFaulter struct {
+	Store interface {
+		GetInstance(ctx context.Context, uuid string) (records.Instance, error)
+		UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error)
+	}
+	Clock clock.Clock
+}
+
+// FaultLostInstance implements InstanceFaulter: a versioned update, judged
+// again from what is there when another writer got in first (a move or a
+// delete that started meanwhile wins).
+func (f StoreFaulter) FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		inst, err := f.Store.GetInstance(ctx, uuid)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+		}
+		if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone || inst.Host != host {
+			return false, nil
+		}
+		inst.VMState, inst.Fault, inst.UpdatedAt = records.VMError, fault, f.Clock.Now()
+		_, err = f.Store.UpdateInstance(ctx, inst)
+		switch {
+		case placement.IsConflict(err) && attempt < 3:
+			continue
+		case err != nil:
+			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+		}
+		return true, nil
+	}
+}
+
+// GuestRemover is what the audit needs of its driver (a GuestLister) to
+// remove a stray guest: every Driver (fake.Driver, qemu.Driver) has it;
+// with a driver that only lists guests the audit reports strays and
+// leaves them.
+type GuestRemover interface {
+	Destroy(ctx context.Context, uuid string) error
+	RollbackLiveMigrationAtDestination(ctx context.Context, uuid string) error
+}
+
+// ArrivalFinisher is what the audit needs of its driver to adopt an
+// incoming guest whose instance the records settled here: every Driver
+// (fake.Driver, qemu.Driver) has it.
+type ArrivalFinisher interface {
+	PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error
+}
+
+var (
+	_ GuestRemover    = Driver(nil)
+	_ ArrivalFinisher = Driver(nil)
+)
+
+// CopyDestination is implemented by drivers that keep a memory copy's
+// destination host with the copy (qemu.Driver), so that a copy resumed
+// after a restart reports its end having asked the destination for its
+// guest.
+type CopyDestination interface {
+	DestinationOf(uuid string) string
+}
+
+// ReportKeeper is implemented by reporters that keep reports durably and
+// deliver them later (Outbox): they tell which reports they still hold,
+// so a restarted agent does not report a build or a copy twice, and an
+// abort of a copy whose end is already kept does not end it again.
+type ReportKeeper interface {
+	HasBuild(instanceUUID string) bool
+	HasCopy(migID int64) bool
+}
