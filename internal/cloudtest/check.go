@@ -33,24 +33,24 @@ func (c *Cloud) Violations() []string {
 	ctx := context.Background()
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	rep, err := audit.Run(ctx, audit.Sources{Store: c.Store, Agents: guestLister(c.Drivers), Slots: c.Cond}, c.Clock.Now(), audit.Options{})
+	rep, err := audit.Run(ctx, audit.Sources{Store: c.Backing, Agents: guestLister(c.Drivers), Slots: c.Cond}, c.Clock.Now(), audit.Options{})
 	if err != nil {
 		return append(out, err.Error())
 	}
 	for _, f := range rep.Findings {
 		bad("audit: %s", f.Text)
 	}
-	active, err := c.Store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	active, err := c.Backing.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
 	if err != nil {
 		return append(out, err.Error())
 	}
-	sums, err := c.Store.ProviderSummaries(ctx, nil)
+	sums, err := c.Backing.ProviderSummaries(ctx, nil)
 	if err != nil {
 		return append(out, err.Error())
 	}
 	consumers := map[string]placement.Consumer{}
 	for _, s := range sums {
-		cs, err := c.Store.ConsumersOn(ctx, s.UUID)
+		cs, err := c.Backing.ConsumersOn(ctx, s.UUID)
 		if err != nil {
 			return append(out, err.Error())
 		}
@@ -79,7 +79,7 @@ func (c *Cloud) Violations() []string {
 	if locks, queued, slots := c.Cond.Remembered(); locks+queued+slots != 0 {
 		bad("no migration is active, yet the conductor keeps %d locks, %d queued migrations, %d slots", locks, queued, slots)
 	}
-	insts, err := c.Store.ListInstances(ctx, "")
+	insts, err := c.Backing.ListInstances(ctx, "")
 	if err != nil {
 		return append(out, err.Error())
 	}
@@ -120,7 +120,7 @@ func (c *Cloud) Violations() []string {
 		if used := rec.Used(ReservedHostMemoryMB, 0); !used.Equal(c.Usage(h)) {
 			bad("host record of %s says %v used, allocations say %v", h, used, c.Usage(h))
 		}
-		stored, err := c.Store.GetHostRecord(ctx, h)
+		stored, err := c.Backing.GetHostRecord(ctx, h)
 		if err != nil {
 			bad("host record of %s: %v", h, err)
 		} else if stored.RunningVMs != rec.RunningVMs || stored.VCPUsUsed != rec.VCPUsUsed {

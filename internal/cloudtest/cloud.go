@@ -77,7 +77,7 @@ type Options struct {
 	Store func(*memory.Store) store.Store
 	// On, if set, is the store the hosts are registered in and the
 	// trackers, schedulers and conductors use instead of the memory store
-	// (the API fuzz targets on PostgreSQL). Cloud.Store is then empty:
+	// (the API fuzz targets on PostgreSQL). Cloud.Store is then nil:
 	// read through Cloud.Backing.
 	On store.Store
 	// Log receives every component's log (default: discarded).

@@ -251,7 +251,7 @@ func (s *script) act(t *testing.T, d *datadriven.TestData) error {
 }
 
 func (s *script) abort(t *testing.T, d *datadriven.TestData) error {
-	ms, err := s.c.Store.ListMigrations(context.Background(), store.MigrationFilter{InstanceUUID: s.uuid(t, d), ActiveOnly: true})
+	ms, err := s.c.Backing.ListMigrations(context.Background(), store.MigrationFilter{InstanceUUID: s.uuid(t, d), ActiveOnly: true})
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func (s *script) fail(t *testing.T, d *datadriven.TestData) {
 }
 
 func (s *script) forceDown(host string, down bool) error {
-	_, err := s.c.Store.UpdateService(context.Background(), host, func(svc *records.Service) error { svc.ForcedDown = down; return nil })
+	_, err := s.c.Backing.UpdateService(context.Background(), host, func(svc *records.Service) error { svc.ForcedDown = down; return nil })
 	return err
 }
 
@@ -350,7 +350,7 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 		ctx := context.Background()
 		for _, name := range sortedKeys(s.names) {
 			fmt.Fprintf(&b, "%s: %s\n", name, allocations(s.c.Allocations(s.names[name])))
-			ms, err := s.c.Store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: s.names[name], ActiveOnly: true})
+			ms, err := s.c.Backing.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: s.names[name], ActiveOnly: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -405,7 +405,7 @@ func (s *script) changes() string {
 func (s *script) snap() snapshot {
 	ctx := context.Background()
 	out := snapshot{instances: map[string]string{}, migrations: map[int64]migrationLine{}}
-	insts, err := s.c.Store.ListInstances(ctx, "")
+	insts, err := s.c.Backing.ListInstances(ctx, "")
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func (s *script) snap() snapshot {
 	for _, in := range insts {
 		out.instances[in.Name] = describe(in)
 	}
-	ms, err := s.c.Store.ListMigrations(ctx, store.MigrationFilter{})
+	ms, err := s.c.Backing.ListMigrations(ctx, store.MigrationFilter{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
