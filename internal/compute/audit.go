@@ -175,27 +175,13 @@ func (t *Tracker) readRecords(ctx context.Context, in *AuditInputs, reads AuditR
 		in.Instances = make(map[string]InstanceRead, len(reads.Instances)+len(reads.GuestInstances))
 	}
 	for _, uuid := range reads.Instances {
-		inst, err := t.store.GetInstance(ctx, uuid)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			in.Instances[uuid] = InstanceRead{Missing: true}
-		case err != nil:
-			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
-		default:
-			in.Instances[uuid] = InstanceRead{Instance: inst}
+		if err := t.readInstance(ctx, in, uuid, false); err != nil {
+			return err
 		}
 	}
 	for _, uuid := range reads.GuestInstances {
-		inst, err := t.store.GetInstance(ctx, uuid)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			in.Instances[uuid] = InstanceRead{Missing: true}
-		case errors.Is(err, store.ErrForbidden):
-			in.Instances[uuid] = InstanceRead{Foreign: true}
-		case err != nil:
-			return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
-		default:
-			in.Instances[uuid] = InstanceRead{Instance: inst}
+		if err := t.readInstance(ctx, in, uuid, true); err != nil {
+			return err
 		}
 	}
 	if len(reads.Migrations) > 0 && in.Migrations == nil {
@@ -206,11 +192,29 @@ func (t *Tracker) readRecords(ctx context.Context, in *AuditInputs, reads AuditR
 		if err != nil {
 			return fmt.Errorf("audit of %s: reading migration %s: %w", t.cfg.Host, uuid, err)
 		}
-		if len(ms) == 0 {
-			in.Migrations[uuid] = MigrationRead{Missing: true}
-		} else {
-			in.Migrations[uuid] = MigrationRead{Status: ms[0].Status}
+		m := MigrationRead{Missing: len(ms) == 0}
+		if len(ms) > 0 {
+			m.Status = ms[0].Status
 		}
+		in.Migrations[uuid] = m
+	}
+	return nil
+}
+
+// readInstance reads one instance into in; foreignOK: a refusal to show
+// it to this host is an answer (a guest's instance), not an error (a
+// consumer's, which holds allocations here).
+func (t *Tracker) readInstance(ctx context.Context, in *AuditInputs, uuid string, foreignOK bool) error {
+	inst, err := t.store.GetInstance(ctx, uuid)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		in.Instances[uuid] = InstanceRead{Missing: true}
+	case foreignOK && errors.Is(err, store.ErrForbidden):
+		in.Instances[uuid] = InstanceRead{Foreign: true}
+	case err != nil:
+		return fmt.Errorf("audit of %s: reading instance %s: %w", t.cfg.Host, uuid, err)
+	default:
+		in.Instances[uuid] = InstanceRead{Instance: inst}
 	}
 	return nil
 }

@@ -132,6 +132,19 @@ func Counted(g Guest) bool { return g.State != GuestIncoming }
 // tracker calls it and applies it under its lock, in one step, so a claim
 // made meanwhile is never lost.
 func PlanCount(tracked map[string]records.Flavor, busy map[string]int, guests []Guest) (vanished, untracked []string) {
+	kept := 0 // tracked instances with a counted guest
+	for i := range guests {
+		if g := &guests[i]; Counted(*g) {
+			if _, ok := tracked[g.UUID]; ok {
+				kept++
+			} else {
+				untracked = append(untracked, g.UUID)
+			}
+		}
+	}
+	if kept == len(tracked) {
+		return nil, untracked // every tracked instance has its guest (the common audit: no index built)
+	}
 	here := make(map[string]bool, len(guests))
 	for i := range guests {
 		if Counted(guests[i]) {
@@ -141,13 +154,6 @@ func PlanCount(tracked map[string]records.Flavor, busy map[string]int, guests []
 	for uuid := range tracked {
 		if !here[uuid] && busy[uuid] == 0 {
 			vanished = append(vanished, uuid)
-		}
-	}
-	for i := range guests {
-		if g := &guests[i]; Counted(*g) {
-			if _, ok := tracked[g.UUID]; !ok {
-				untracked = append(untracked, g.UUID)
-			}
 		}
 	}
 	return vanished, untracked
@@ -179,15 +185,17 @@ func PlanCount(tracked map[string]records.Flavor, busy map[string]int, guests []
 // never claims for a guest without an instance recorded here.
 func PlanAudit(in AuditInputs) AuditPlan {
 	var p AuditPlan
-	here := make(map[string]bool, len(in.Guests))
+	// One index of both lists: which UUIDs have a guest here, which hold
+	// allocations here.
+	const guestHere, heldHere = 1, 2
+	idx := make(map[string]uint8, len(in.Guests)+len(in.Consumers)/4)
 	for i := range in.Guests {
-		here[in.Guests[i].UUID] = true
+		idx[in.Guests[i].UUID] |= guestHere
 	}
-	held := make(map[string]bool, len(in.Consumers))
 	for i := range in.Consumers {
 		c := &in.Consumers[i]
-		held[c.UUID] = true
-		if here[c.UUID] || in.InFlight[c.UUID] || in.Busy[c.UUID] {
+		idx[c.UUID] |= heldHere
+		if idx[c.UUID]&guestHere != 0 || in.InFlight[c.UUID] || in.Busy[c.UUID] {
 			continue
 		}
 		switch in.consumerFate(c, &p.Reads) {
@@ -199,7 +207,8 @@ func PlanAudit(in AuditInputs) AuditPlan {
 	}
 	for i := range in.Guests {
 		g := &in.Guests[i]
-		if (held[g.UUID] && g.State != GuestIncoming) || in.InFlight[g.UUID] || (in.Busy[g.UUID] && g.State != GuestIncoming) {
+		held := idx[g.UUID]&heldHere != 0
+		if (held && g.State != GuestIncoming) || in.InFlight[g.UUID] || (in.Busy[g.UUID] && g.State != GuestIncoming) {
 			continue
 		}
 		r, ok := in.Instances[g.UUID]
@@ -221,7 +230,7 @@ func PlanAudit(in AuditInputs) AuditPlan {
 		case g.State == GuestIncoming:
 			// The migration settled the instance here but its last step
 			// (post_live_migration_at_destination) never ran: finish it.
-			p.Adopt = append(p.Adopt, Adoption{Instance: inst, Guest: *g, Claim: !held[g.UUID]})
+			p.Adopt = append(p.Adopt, Adoption{Instance: inst, Guest: *g, Claim: !held})
 		case inst.VMState == records.VMActive:
 			p.Claim = append(p.Claim, AuditClaim{Instance: inst, Guest: *g})
 		}

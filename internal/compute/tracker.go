@@ -65,10 +65,15 @@ type TrackerStore interface {
 	ListMigrations(ctx context.Context, f store.MigrationFilter) ([]records.Migration, error)
 }
 
-// GuestLister is the part of the driver the audit reads.
+// GuestLister is the part of the driver the audit reads: every Driver
+// (fake.Driver, qemu.Driver). The audit also removes stray guests with a
+// GuestRemover and adopts incoming ones with an ArrivalFinisher, when the
+// driver it was given is one.
 type GuestLister interface {
 	Guests(ctx context.Context) ([]Guest, error)
 }
+
+var _ GuestLister = Driver(nil)
 
 // Tracker is one host's resource tracker.
 type Tracker struct {
