@@ -26,8 +26,9 @@ type Store struct {
 	providers  map[string]*placement.Provider
 	names      map[string]string // name → uuid
 	usage      map[string]placement.Resources
-	consumers  map[string]placement.Consumer
-	byProvider map[string]map[string]bool // provider → consumer set
+	consumers  map[string]consumerRec // consumers.go
+	byProvider map[string][]string    // provider → its consumers, sorted
+	ids        ids                    // numbers for consumerRec
 	hosts      map[string]records.HostRecord
 	services   map[string]records.Service
 	instances  map[string]records.Instance
@@ -76,8 +77,8 @@ func New() *Store {
 		providers:  map[string]*placement.Provider{},
 		names:      map[string]string{},
 		usage:      map[string]placement.Resources{},
-		consumers:  map[string]placement.Consumer{},
-		byProvider: map[string]map[string]bool{},
+		consumers:  map[string]consumerRec{},
+		byProvider: map[string][]string{},
 		hosts:      map[string]records.HostRecord{},
 		services:   map[string]records.Service{},
 		instances:  map[string]records.Instance{},
@@ -217,28 +218,18 @@ func (s *Store) GetConsumer(_ context.Context, uuid string) (placement.Consumer,
 	if !ok {
 		return placement.Consumer{}, fmt.Errorf("consumer %s: %w", uuid, store.ErrNotFound)
 	}
-	return c.Clone(), nil
-}
-
-// consumerIDsOn lists, sorted, the consumers holding allocations on a
-// provider. Called with mu held.
-func (s *Store) consumerIDsOn(providerUUID string) []string {
-	ids := make([]string, 0, len(s.byProvider[providerUUID]))
-	for id := range s.byProvider[providerUUID] {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return s.ids.consumer(uuid, &c), nil
 }
 
 // ConsumersOn implements store.Store.
 func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := s.consumerIDsOn(providerUUID)
-	out := make([]placement.Consumer, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, s.consumers[id].Clone())
+	ids := s.byProvider[providerUUID]
+	out := make([]placement.Consumer, len(ids))
+	for i, id := range ids {
+		c := s.consumers[id]
+		out[i] = s.ids.consumer(id, &c)
 	}
 	return out, nil
 }
@@ -250,11 +241,11 @@ func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement
 func (s *Store) ConsumerHeadersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := s.consumerIDsOn(providerUUID)
+	ids := s.byProvider[providerUUID]
 	out := make([]placement.Consumer, len(ids))
 	for i, id := range ids {
-		out[i] = s.consumers[id]
-		out[i].Allocations = nil
+		c := s.consumers[id]
+		out[i] = c.header(id)
 	}
 	return out, nil
 }
@@ -266,7 +257,7 @@ func (s *Store) WriteAllocations(_ context.Context, writes ...placement.Allocati
 	st := placement.WriteState{Providers: map[string]placement.ProviderState{}, Consumers: map[string]placement.Consumer{}}
 	for _, w := range writes {
 		if c, ok := s.consumers[w.ConsumerUUID]; ok {
-			st.Consumers[w.ConsumerUUID] = c
+			st.Consumers[w.ConsumerUUID] = s.ids.consumer(w.ConsumerUUID, &c)
 		}
 		for p := range w.ProviderGenerations {
 			s.addProviderState(st, p)
@@ -287,28 +278,53 @@ func (s *Store) WriteAllocations(_ context.Context, writes ...placement.Allocati
 func (s *Store) apply(plan placement.WritePlan) {
 	for _, ch := range plan.Consumers {
 		if old, ok := s.consumers[ch.UUID]; ok {
-			for p, r := range old.Allocations {
-				s.usage[p] = s.usage[p].Sub(r)
-				delete(s.byProvider[p], ch.UUID)
-			}
+			old.eachProvider(func(pi int32, es []allocEntry) {
+				p := s.ids.provs[pi]
+				u := s.usageOf(p)
+				for _, e := range es {
+					if e.class != noClass {
+						rc := s.ids.classes[e.class]
+						if u[rc] -= e.n; u[rc] == 0 {
+							delete(u, rc)
+						}
+					}
+				}
+				s.dropConsumerOn(p, ch.UUID)
+			})
 			delete(s.consumers, ch.UUID)
 		}
 		if ch.New == nil {
 			continue
 		}
-		s.consumers[ch.UUID] = ch.New.Clone()
-		for p, r := range ch.New.Allocations {
-			s.usage[p] = s.usage[p].Add(r)
-			if s.byProvider[p] == nil {
-				s.byProvider[p] = map[string]bool{}
+		rec := s.ids.pack(ch.New)
+		s.consumers[ch.UUID] = rec
+		rec.eachProvider(func(pi int32, es []allocEntry) {
+			p := s.ids.provs[pi]
+			u := s.usageOf(p)
+			for _, e := range es {
+				if e.class != noClass {
+					rc := s.ids.classes[e.class]
+					u[rc] = placement.AddAmounts(u[rc], e.n)
+				}
 			}
-			s.byProvider[p][ch.UUID] = true
-		}
+			s.addConsumerOn(p, ch.UUID)
+		})
 	}
 	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
 		s.providers[p].Generation = plan.Providers[p]
 		s.note(store.ChangeProvider, p)
 	}
+}
+
+// usageOf is provider p's usage, made if it has none yet (as
+// Resources.Add and Sub make it). Called with mu held.
+func (s *Store) usageOf(p string) placement.Resources {
+	u := s.usage[p]
+	if u == nil {
+		u = placement.Resources{}
+		s.usage[p] = u
+	}
+	return u
 }
 
 // Reshape implements store.Store.
@@ -318,7 +334,7 @@ func (s *Store) Reshape(_ context.Context, invs []placement.InventoryWrite, writ
 	st := placement.WriteState{Providers: map[string]placement.ProviderState{}, Consumers: map[string]placement.Consumer{}}
 	for _, w := range writes {
 		if c, ok := s.consumers[w.ConsumerUUID]; ok {
-			st.Consumers[w.ConsumerUUID] = c
+			st.Consumers[w.ConsumerUUID] = s.ids.consumer(w.ConsumerUUID, &c)
 		}
 	}
 	for _, iw := range invs {
