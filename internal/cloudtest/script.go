@@ -2,20 +2,28 @@ package cloudtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
 
+	"keel/internal/clock"
+	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/lifecycle"
 	"keel/internal/placement"
+	"keel/internal/quota"
 	"keel/internal/records"
+	"keel/internal/scheduler"
 	"keel/internal/store"
+	"keel/internal/store/memory"
 )
 
 // RunScripts runs every script in dir/*.txt, each as a subtest on a cloud
@@ -27,41 +35,81 @@ import (
 // A command that changes the cloud prints what changed by the time it
 // returned (the steps it queued at that instant run first): each
 // instance whose state moved, each migration that was created or moved
-// on. The commands (NAME is an instance's name; D a duration such as 8s):
+// on; a refusal prints "error: …" ("error (invalid state): …" when the
+// conductor refused for the instance's or migration's state). The
+// commands (NAME is an instance's name; D a duration such as 8s; G a
+// server group's name; M a migration: its ID, as migration=N, or NAME for
+// the instance's active one; a NAME no command created stands for an
+// instance that does not exist):
 //
-//	cloud [hosts=N] [legacy] [max-concurrent=N] [cpu-ratio=F] [sweeps]
-//	      [build-timeout=D] [copy-stall=D] [stall-after=D] [confirm-window=D]
+//	cloud [hosts=N] [legacy] [max-concurrent=N] [max-attempts=N]
+//	      [cpu-ratio=F] [subset=N] [gpus] [sweeps] [build-timeout=D]
+//	      [copy-stall=D] [stall-after=D] [confirm-window=D]
 //	                                   a new cloud (the first command; sweeps
-//	                                   runs the conductor's periodic sweeps)
+//	                                   runs the conductor's periodic sweeps;
+//	                                   gpus gives each host hN a child
+//	                                   provider rp-hN-gpu with one VGPU;
+//	                                   subset is host_subset_size)
 //	seed NAME host=H flavor=F          an ACTIVE instance put there directly
-//	boot NAME flavor=F [on=H]          a boot (on: the admin's forced host)
-//	live-migrate NAME [to=H]           os-migrateLive
+//	boot NAME flavor=F [on=H] [group=G] [hang-up]
+//	                                   a boot (on: the admin's forced host;
+//	                                   hang-up: asked on a context the client
+//	                                   already cancelled)
+//	live-migrate NAME [to=H] [hang-up] os-migrateLive
 //	migrate NAME [to=H]                a cold migration
 //	resize NAME flavor=F
 //	confirm NAME | revert NAME         the open resize
 //	evacuate NAME [to=H]
-//	abort NAME                         the instance's running live migration
+//	abort M | force-complete M | reset M
+//	                                   the live migration's abort, force
+//	                                   complete, or the operator's reset
 //	delete NAME
-//	act NAME ACTION                    a server action (stop, start, pause,
-//	                                   unpause, suspend, resume, reboot, …),
-//	                                   waited for
+//	act NAME ACTION [type=HARD]        a server action (stop, start, pause,
+//	                                   unpause, suspend, resume, reboot,
+//	                                   rescue, shelve, …), waited for
+//	group G policy=P [max=N]           a server group (max_server_per_host)
 //	fail STEP host=H [instance=NAME] [msg=(TEXT)]
 //	                                   the next STEP (spawn, pre_live_migration,
-//	                                   live_migration, …) on H fails
+//	                                   live_migration, pause_instance, …) on H
+//	                                   fails
 //	force-down H | force-up H          the host's service forced down (or up)
 //	cut H | mend H                     the conductor's calls to H's agent find
 //	                                   no agent (bus.ErrUnavailable), or do
 //	                                   again; the agent runs on and reports
+//	reports lost | reports delivered   the agents' reports (build done, copy
+//	                                   progress and end) are dropped on the
+//	                                   way, or reach the conductor again
+//	disk full | disk ok                the conductor's store writes fail as a
+//	                                   full disk fails them, or succeed again
+//	agent-audit H                      H's agent runs its audit now; prints
+//	                                   what it found and healed
+//	terminate NAME host=H              H's agent removes the guest (an
+//	                                   operator's clean-up)
 //	advance D                          the virtual clock moves on
 //	restart                            the server restarts: a new conductor
 //	                                   over the same store and agents recovers
 //	audit                              the invariants (Violations), or ok
-//	show instances|migrations|usage|allocations|guests
+//	show instances|migrations|usage|allocations|guests|records|quota|hooks
 //	                                   the state, whole (allocations: each
 //	                                   instance's, and its migration's;
-//	                                   guests: the hypervisors')
+//	                                   guests: the hypervisors'; records: the
+//	                                   hosts' stored records; quota: the
+//	                                   cores, RAM and instances counted;
+//	                                   hooks: what the conductor's
+//	                                   MigrationDone and BuildDone hooks saw)
+//	show migration N                   one migration's record in full (tried
+//	                                   hosts, attempts, times since the
+//	                                   epoch, memory copied, owner)
+//	show group G                       the group's members
 //
-// Flavors are small, medium, large and huge (Flavors).
+// Flavors are small, medium, large and huge (Flavors), tiny (1 vCPU, 512
+// MiB, 1 GB) and, for gpus clouds, gsmall and gmedium (small and medium
+// with one VGPU in a granular group, which only the child providers
+// hold).
+//
+// Every script also checks, at each migration record the conductor saves
+// with a final status, that its instance has already settled (no task, on
+// the destination once completed), failing the test if not.
 func RunScripts(t *testing.T, dir string) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.txt"))
 	if err != nil || len(files) == 0 {
@@ -69,7 +117,7 @@ func RunScripts(t *testing.T, dir string) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			s := &script{t: t, names: map[string]string{}}
+			s := &script{t: t, names: map[string]string{}, groups: map[string]string{}}
 			datadriven.RunTest(t, f, s.run)
 		})
 	}
@@ -79,8 +127,19 @@ type script struct {
 	t      *testing.T
 	c      *Cloud
 	names  map[string]string // instance name → UUID
+	groups map[string]string // server group name → UUID
 	before snapshot
 	stop   context.CancelFunc // the sweeps of the current conductor
+	gpus   bool               // the hosts have VGPU children
+	// diskFull makes the conductor's store writes fail.
+	diskFull atomic.Bool
+}
+
+// scriptFlavors are the flavors scripts name beyond Flavors.
+var scriptFlavors = map[string]records.Flavor{
+	"tiny":    {ID: "tiny", Name: "tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1},
+	"gsmall":  {ID: "gsmall", Name: "gsmall", VCPUs: 1, RAMMB: 2048, DiskGB: 20, ExtraSpecs: map[string]string{"resources1:VGPU": "1"}},
+	"gmedium": {ID: "gmedium", Name: "gmedium", VCPUs: 4, RAMMB: 8192, DiskGB: 40, ExtraSpecs: map[string]string{"resources1:VGPU": "1"}},
 }
 
 // snapshot is what a command's output compares: instances and
@@ -118,18 +177,28 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		err = s.c.Cond.ConfirmResize(context.Background(), s.uuid(t, d))
 	case "revert":
 		err = s.c.Cond.RevertResize(context.Background(), s.uuid(t, d))
-	case "abort":
-		err = s.abort(t, d)
+	case "abort", "force-complete", "reset":
+		err = s.onMigration(t, d)
 	case "delete":
 		err = s.c.Cond.Delete(context.Background(), s.uuid(t, d))
 	case "act":
 		err = s.act(t, d)
+	case "group":
+		err = s.group(t, d)
 	case "fail":
 		s.fail(t, d)
 	case "cut", "mend":
 		s.c.Cut(d.CmdArgs[0].Key, d.Cmd == "cut")
 	case "force-down", "force-up":
 		err = s.forceDown(d.CmdArgs[0].Key, d.Cmd == "force-down")
+	case "reports":
+		s.reports(t, d)
+	case "disk":
+		s.disk(t, d)
+	case "agent-audit":
+		return s.agentAudit(t, d)
+	case "terminate":
+		err = s.agent(t, s.str(t, d, "host")).TerminateInstance(context.Background(), s.uuid(t, d))
 	case "advance":
 		var dur time.Duration
 		if dur, err = time.ParseDuration(d.CmdArgs[0].Key); err == nil {
@@ -148,15 +217,25 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
 	if err != nil {
-		out = "error: " + err.Error() + "\n"
+		out = refusal(err) + "\n"
 	}
 	s.c.Settle()
 	return out + s.changes()
 }
 
+// refusal is an error as a script prints it.
+func refusal(err error) string {
+	var inv *conductor.InvalidStateError
+	if errors.As(err, &inv) {
+		return "error (invalid state): " + err.Error()
+	}
+	return "error: " + err.Error()
+}
+
 func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
-	o := Options{}
-	var sweeps bool
+	o := Options{Store: func(m *memory.Store) store.Store { return scriptStore{Store: m, s: s} }}
+	var sweeps, gpus bool
+	var subset int
 	for _, a := range d.CmdArgs {
 		switch a.Key {
 		case "hosts":
@@ -165,8 +244,15 @@ func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
 			o.Legacy = true
 		case "max-concurrent":
 			a.Scan(t, 0, &o.Conductor.MaxConcurrentLiveMigrations)
+		case "max-attempts":
+			a.Scan(t, 0, &o.Conductor.MaxAttempts)
 		case "cpu-ratio":
 			a.Scan(t, 0, &o.CPURatio)
+		case "subset":
+			a.Scan(t, 0, &subset)
+			o.Scheduler = func(c *scheduler.Config) { c.HostSubsetSize = subset }
+		case "gpus":
+			gpus = true
 		case "sweeps":
 			sweeps = true
 		case "build-timeout", "copy-stall", "stall-after", "confirm-window":
@@ -181,6 +267,15 @@ func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	s.c = New(t, o)
+	s.names, s.groups, s.gpus = map[string]string{}, map[string]string{}, gpus
+	if gpus {
+		for _, h := range s.c.Hosts {
+			if _, err := s.c.Backing.CreateProvider(context.Background(), placement.Provider{UUID: "rp-" + h + "-gpu", Name: h + "_pgpu0",
+				ParentUUID: "rp-" + h, Inventories: placement.Inventories{"VGPU": placement.NewInventory(1)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if sweeps {
 		s.runSweeps()
 	}
@@ -200,14 +295,33 @@ func (s *script) runSweeps() {
 
 func (s *script) boot(t *testing.T, d *datadriven.TestData) error {
 	in := records.Instance{UUID: s.c.NewID(), Name: s.name(t, d), Flavor: s.flavor(t, d), Zone: "nova"}
+	if a, ok := d.Arg("group"); ok {
+		g, ok := s.groups[a.SingleVal(t)]
+		if !ok {
+			d.Fatalf(t, "boot: no group %q", a.SingleVal(t))
+		}
+		in.Hints = &records.SchedulerHints{Group: g}
+	}
 	s.names[in.Name] = in.UUID
+	ctx := s.ctx(d)
 	var err error
 	if host, ok := d.Arg("on"); ok {
-		_, err = s.c.Cond.BootOn(context.Background(), in, host.SingleVal(t))
+		_, err = s.c.Cond.BootOn(ctx, in, host.SingleVal(t))
 	} else {
-		_, err = s.c.Cond.Boot(context.Background(), in)
+		_, err = s.c.Cond.Boot(ctx, in)
 	}
 	return err
+}
+
+// ctx is the context a request is asked on: one already cancelled with
+// hang-up (the client hung up right after sending).
+func (s *script) ctx(d *datadriven.TestData) context.Context {
+	if !d.HasArg("hang-up") {
+		return context.Background()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }
 
 func (s *script) move(t *testing.T, d *datadriven.TestData) error {
@@ -218,7 +332,7 @@ func (s *script) move(t *testing.T, d *datadriven.TestData) error {
 	var err error
 	switch d.Cmd {
 	case "live-migrate":
-		_, err = s.c.Cond.LiveMigrate(context.Background(), uuid, to)
+		_, err = s.c.Cond.LiveMigrate(s.ctx(d), uuid, to)
 	case "migrate":
 		_, err = s.c.Cond.ColdMigrate(context.Background(), uuid, to)
 	case "evacuate":
@@ -228,12 +342,15 @@ func (s *script) move(t *testing.T, d *datadriven.TestData) error {
 }
 
 func (s *script) act(t *testing.T, d *datadriven.TestData) error {
-	if len(d.CmdArgs) != 2 {
-		d.Fatalf(t, "act NAME ACTION")
+	if len(d.CmdArgs) < 2 {
+		d.Fatalf(t, "act NAME ACTION [type=HARD]")
 	}
 	req := lifecycle.Request{Action: d.CmdArgs[1].Key, Admin: true}
 	if req.Action == lifecycle.Reboot {
 		req.RebootType = "SOFT"
+		if a, ok := d.Arg("type"); ok {
+			req.RebootType = a.SingleVal(t)
+		}
 	}
 	_, done, err := s.c.Cond.Act(context.Background(), s.uuid(t, d), req)
 	if err != nil {
@@ -250,15 +367,95 @@ func (s *script) act(t *testing.T, d *datadriven.TestData) error {
 	}
 }
 
-func (s *script) abort(t *testing.T, d *datadriven.TestData) error {
-	ms, err := s.c.Backing.ListMigrations(context.Background(), store.MigrationFilter{InstanceUUID: s.uuid(t, d), ActiveOnly: true})
-	if err != nil {
+// onMigration aborts, force-completes or resets a migration: the one
+// named by migration=N, or the instance's active one.
+func (s *script) onMigration(t *testing.T, d *datadriven.TestData) error {
+	ctx := context.Background()
+	var id int64
+	if a, ok := d.Arg("migration"); ok {
+		a.Scan(t, 0, &id)
+	} else {
+		ms, err := s.c.Backing.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: s.uuid(t, d), ActiveOnly: true})
+		if err != nil {
+			return err
+		}
+		if len(ms) == 0 {
+			return fmt.Errorf("instance %s has no active migration", d.CmdArgs[0].Key)
+		}
+		id = ms[0].ID
+	}
+	switch d.Cmd {
+	case "abort":
+		return s.c.Cond.Abort(ctx, id)
+	case "force-complete":
+		return s.c.Cond.ForceComplete(ctx, id)
+	default:
+		_, err := s.c.Cond.ResetMigration(ctx, id)
 		return err
 	}
-	if len(ms) == 0 {
-		return fmt.Errorf("instance %s has no active migration", d.CmdArgs[0].Key)
+}
+
+func (s *script) group(t *testing.T, d *datadriven.TestData) error {
+	g := records.ServerGroup{UUID: s.c.NewID(), Name: s.name(t, d), Policy: s.str(t, d, "policy")}
+	if d.HasArg("max") {
+		d.ScanArgs(t, "max", &g.MaxServerPerHost)
 	}
-	return s.c.Cond.Abort(context.Background(), ms[0].ID)
+	g, err := s.c.Backing.CreateServerGroup(context.Background(), g)
+	if err == nil {
+		s.groups[g.Name] = g.UUID
+	}
+	return err
+}
+
+// lostReports takes every report and drops it: a source cut off from the
+// servers, or a report held only in the memory of an agent that died.
+type lostReports struct{}
+
+func (lostReports) BuildDone(context.Context, string, string, error) error   { return nil }
+func (lostReports) CopyProgress(context.Context, int64, int64, int64, int64) {}
+func (lostReports) CopyDone(context.Context, int64, error) error             { return nil }
+
+func (s *script) reports(t *testing.T, d *datadriven.TestData) {
+	switch d.CmdArgs[0].Key {
+	case "lost":
+		s.c.Route(lostReports{})
+	case "delivered":
+		s.c.Route(s.c.Cond)
+	default:
+		d.Fatalf(t, "reports lost|delivered")
+	}
+}
+
+func (s *script) disk(t *testing.T, d *datadriven.TestData) {
+	switch d.CmdArgs[0].Key {
+	case "full":
+		s.diskFull.Store(true)
+	case "ok":
+		s.diskFull.Store(false)
+	default:
+		d.Fatalf(t, "disk full|ok")
+	}
+}
+
+func (s *script) agent(t *testing.T, host string) *compute.Manager {
+	m, ok := s.c.Agents[host]
+	if !ok {
+		t.Fatalf("no agent on host %q", host)
+	}
+	return m
+}
+
+// agentAudit runs a host's audit, naming the instances it found.
+func (s *script) agentAudit(t *testing.T, d *datadriven.TestData) string {
+	drift, err := s.agent(t, d.CmdArgs[0].Key).Audit(context.Background())
+	if err != nil {
+		return refusal(err) + "\n"
+	}
+	out := drift.String()
+	for uuid, name := range s.byUUID() {
+		out = strings.ReplaceAll(out, uuid, name)
+	}
+	return out + "\n" + s.changes()
 }
 
 func (s *script) fail(t *testing.T, d *datadriven.TestData) {
@@ -343,6 +540,9 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 	case "usage":
 		for _, h := range s.c.Hosts {
 			fmt.Fprintf(&b, "%s: %s\n", h, resources(s.c.Usage(h)))
+			if s.gpus {
+				fmt.Fprintf(&b, "%s-gpu: %s\n", h, resources(s.c.Usage(h+"-gpu")))
+			}
 		}
 	case "allocations":
 		// Each instance's consumer, and each active migration's, by
@@ -358,10 +558,87 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 				fmt.Fprintf(&b, "  migration %d: %s\n", m.ID, allocations(s.c.Allocations(m.UUID)))
 			}
 		}
+	case "records":
+		for _, h := range s.c.Hosts {
+			r, err := s.c.Backing.GetHostRecord(context.Background(), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s: running_vms=%d vcpus_used=%d memory_mb_used=%d local_gb_used=%d failed_builds=%d\n",
+				h, r.RunningVMs, r.VCPUsUsed, r.MemoryMBUsed, r.LocalGBUsed, r.FailedBuilds)
+		}
+	case "quota":
+		insts, err := s.c.Backing.ListInstances(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := quota.Count(insts, "")
+		fmt.Fprintf(&b, "instances=%d cores=%d ram=%d\n", u.Instances, u.Cores, u.RAM)
+	case "hooks":
+		names := s.byUUID()
+		var done, builds []string
+		for _, m := range s.c.Done {
+			done = append(done, fmt.Sprintf("%d %s", m.ID, m.Status))
+		}
+		for _, in := range s.c.Builds {
+			builds = append(builds, names[in.UUID]+" "+string(in.VMState))
+		}
+		fmt.Fprintf(&b, "migrations done: %s\nbuilds done: %s\n", orNothing(done), orNothing(builds))
+	case "migration":
+		s.showMigration(t, d, &b)
+	case "group":
+		g, err := s.c.Backing.GetServerGroup(context.Background(), s.groups[d.CmdArgs[1].Key])
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := s.byUUID()
+		var ms []string
+		for _, m := range g.Members {
+			ms = append(ms, names[m])
+		}
+		fmt.Fprintf(&b, "%s (%s): %s\n", g.Name, g.Policy, orNothing(ms))
 	default:
-		d.Fatalf(t, "show %s: want instances, migrations, usage, allocations or guests", what)
+		d.Fatalf(t, "show %s: want instances, migrations, usage, allocations, guests, records, quota, hooks, migration N or group G", what)
 	}
 	return b.String()
+}
+
+// showMigration prints one migration's record in full.
+func (s *script) showMigration(t *testing.T, d *datadriven.TestData, b *strings.Builder) {
+	if len(d.CmdArgs) != 2 {
+		d.Fatalf(t, "show migration N")
+	}
+	id, err := strconv.ParseInt(d.CmdArgs[1].Key, 10, 64)
+	if err != nil {
+		d.Fatalf(t, "show migration N: %v", err)
+	}
+	m, err := s.c.Backing.GetMigration(context.Background(), id)
+	if err != nil {
+		fmt.Fprintf(b, "%s\n", refusal(err))
+		return
+	}
+	since := func(at time.Time) string { return "+" + at.Sub(clock.Epoch).String() }
+	fmt.Fprintf(b, "migration %d: %s\n", m.ID, s.snap().migrations[m.ID])
+	phase := string(m.Phase)
+	if phase == "" {
+		phase = "-"
+	}
+	fmt.Fprintf(b, "  phase: %s; tried: %s; attempts: %d\n", phase, orNothing(m.TriedHosts), m.Attempts)
+	fmt.Fprintf(b, "  created %s, updated %s\n", since(m.CreatedAt), since(m.UpdatedAt))
+	if m.MemoryTotalBytes > 0 {
+		fmt.Fprintf(b, "  memory: %d of %d bytes copied, %d remaining\n", m.MemoryProcessedBytes, m.MemoryTotalBytes, m.MemoryRemainingBytes)
+	}
+	if m.Owner != "" {
+		fmt.Fprintf(b, "  owner: %s\n", m.Owner)
+	}
+}
+
+// orNothing joins a list, "nothing" when empty.
+func orNothing(xs []string) string {
+	if len(xs) == 0 {
+		return "nothing"
+	}
+	return strings.Join(xs, ", ")
 }
 
 // changes is what moved since the last command, in name and ID order.
@@ -442,6 +719,9 @@ func describe(in records.Instance) string {
 	if in.Fault != "" {
 		d += fmt.Sprintf(" fault=%q", in.Fault)
 	}
+	if in.ActionError != "" {
+		d += fmt.Sprintf(" action_error=%q", in.ActionError)
+	}
 	return d
 }
 
@@ -462,13 +742,14 @@ func (s *script) name(t *testing.T, d *datadriven.TestData) string {
 	return d.CmdArgs[0].Key
 }
 
+// uuid is the UUID of the instance the command names; a name no command
+// created stands for an instance that does not exist.
 func (s *script) uuid(t *testing.T, d *datadriven.TestData) string {
 	name := s.name(t, d)
-	uuid, ok := s.names[name]
-	if !ok {
-		d.Fatalf(t, "%s: no instance named %q", d.Cmd, name)
+	if uuid, ok := s.names[name]; ok {
+		return uuid
 	}
-	return uuid
+	return "no-such-instance-" + name
 }
 
 func (s *script) str(t *testing.T, d *datadriven.TestData, key string) string {
@@ -481,7 +762,9 @@ func (s *script) flavor(t *testing.T, d *datadriven.TestData) records.Flavor {
 	name := s.str(t, d, "flavor")
 	f, ok := Flavors[name]
 	if !ok {
-		d.Fatalf(t, "no flavor %q (small, medium, large, huge)", name)
+		if f, ok = scriptFlavors[name]; !ok {
+			d.Fatalf(t, "no flavor %q (small, medium, large, huge, tiny, gsmall, gmedium)", name)
+		}
 	}
 	return f
 }
@@ -504,4 +787,44 @@ func allocations(a map[string]placement.Resources) string {
 		parts = append(parts, p+" "+a[p].String())
 	}
 	return strings.Join(parts, "; ")
+}
+
+// scriptStore is the store the scripts' conductors write through: it
+// checks at each migration record saved with a final status that the
+// instance has already settled (no task, and on the destination once
+// completed: no reader sees a migration ended before its instance
+// settled), and fails writes while the script says the disk is full.
+type scriptStore struct {
+	*memory.Store
+	s *script
+}
+
+var errDiskFull = errors.New("database or disk is full")
+
+func (st scriptStore) UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
+	if st.s.diskFull.Load() {
+		return records.Instance{}, fmt.Errorf("updating instance %s: %w", in.UUID, errDiskFull)
+	}
+	return st.Store.UpdateInstance(ctx, in)
+}
+
+func (st scriptStore) WriteAllocations(ctx context.Context, ws ...placement.AllocationWrite) (placement.WritePlan, error) {
+	if st.s.diskFull.Load() {
+		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", errDiskFull)
+	}
+	return st.Store.WriteAllocations(ctx, ws...)
+}
+
+func (st scriptStore) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
+	if st.s.diskFull.Load() {
+		return records.Migration{}, fmt.Errorf("updating migration %d: %w", m.ID, errDiskFull)
+	}
+	if records.MigrationTerminal(m.Status) {
+		in, err := st.GetInstance(ctx, m.InstanceUUID)
+		onFinalHost := in.Host == m.DestHost || (m.Status != records.MigrationCompleted && in.Host == m.SourceHost)
+		if err == nil && (!onFinalHost || in.TaskState != records.TaskNone) {
+			st.s.t.Errorf("migration %d (%s→%s) saved %s while its instance is on %q with task %q", m.ID, m.SourceHost, m.DestHost, m.Status, in.Host, in.TaskState)
+		}
+	}
+	return st.Store.UpdateMigration(ctx, m)
 }

@@ -2,11 +2,6 @@ package conductor_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sort"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +23,6 @@ var ctx = context.Background()
 var (
 	small  = cloudtest.Small
 	medium = cloudtest.Medium
-	huge   = cloudtest.Huge
 )
 
 const (
@@ -48,9 +42,6 @@ type cloud struct {
 	drivers  map[string]*fake.Driver
 	trackers map[string]*compute.Tracker
 	hosts    []string
-
-	// storeDown makes the conductor's store writes fail (a full disk).
-	storeDown *atomic.Bool
 }
 
 type cloudOptions struct {
@@ -94,17 +85,16 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 	for _, f := range opts {
 		f(&o)
 	}
-	down := &atomic.Bool{}
 	cc := cloudtest.New(t, cloudtest.Options{
 		Hosts: o.hosts, Legacy: o.legacy, CPURatio: o.cpuRatio, NoProgress: o.progressEvery == 0, Scheduler: o.schedulerConfig,
 		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
 			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
 			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total,
 			RebalanceInterval: o.rebalanceEvery},
-		Store: func(m *memory.Store) store.Store { return endsSettled{m, t, down} },
+		Store: func(m *memory.Store) store.Store { return endsSettled{m, t} },
 	})
 	return &cloud{Cloud: cc, t: t, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,
-		drivers: cc.Drivers, trackers: cc.Trackers, hosts: cc.Hosts, storeDown: down}
+		drivers: cc.Drivers, trackers: cc.Trackers, hosts: cc.Hosts}
 }
 
 // newScheduler is a scheduler with its own view of the cloud's store (as
@@ -155,25 +145,6 @@ func (c *cloud) allocations(consumer string) map[string]placement.Resources {
 	return c.Allocations(consumer)
 }
 
-func (c *cloud) usage(host string) placement.Resources { return c.Usage(host) }
-
-func (c *cloud) usages() map[string]placement.Resources {
-	out := map[string]placement.Resources{}
-	for _, h := range c.hosts {
-		out[h] = c.usage(h).Clone()
-	}
-	return out
-}
-
-func (c *cloud) hostRecord(host string) records.HostRecord {
-	c.t.Helper()
-	r, err := c.st.GetHostRecord(ctx, host)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return r
-}
-
 // guest returns the state of a guest on a host ("" if absent).
 func (c *cloud) guest(host, uuid string) compute.GuestState { return c.Guest(host, uuid) }
 
@@ -194,64 +165,16 @@ func (c *cloud) checkInvariants() {
 	}
 }
 
-// doneStatuses lists the MigrationDone hook's reports as "id:status".
-func (c *cloud) doneStatuses() []string {
-	var out []string
-	for _, m := range c.Done {
-		out = append(out, fmt.Sprintf("%d:%s", m.ID, m.Status))
-	}
-	sort.Strings(out)
-	return out
-}
-
-func wantErrorContaining(t *testing.T, got, want string) {
-	t.Helper()
-	if !strings.Contains(got, want) {
-		t.Fatalf("error %q does not mention %q", got, want)
-	}
-}
-
-// normUsages renders usages for comparison (nil and empty alike).
-func normUsages(u map[string]placement.Resources) map[string]string {
-	out := map[string]string{}
-	for h, r := range u {
-		out[h] = r.String()
-	}
-	return out
-}
-
 // endsSettled is the store, checking at each migration record saved with
 // a final status that the instance has already settled: no task, and on
 // the destination once completed: no reader can see a migration ended
 // before its instance settled.
-//
-// While down is set, its writes fail as a full disk makes them.
 type endsSettled struct {
 	*memory.Store
-	t    *testing.T
-	down *atomic.Bool
-}
-
-var errDiskFull = errors.New("database or disk is full")
-
-func (s endsSettled) UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
-	if s.down.Load() {
-		return records.Instance{}, fmt.Errorf("updating instance %s: %w", in.UUID, errDiskFull)
-	}
-	return s.Store.UpdateInstance(ctx, in)
-}
-
-func (s endsSettled) WriteAllocations(ctx context.Context, ws ...placement.AllocationWrite) (placement.WritePlan, error) {
-	if s.down.Load() {
-		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", errDiskFull)
-	}
-	return s.Store.WriteAllocations(ctx, ws...)
+	t *testing.T
 }
 
 func (s endsSettled) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
-	if s.down.Load() {
-		return records.Migration{}, fmt.Errorf("updating migration %d: %w", m.ID, errDiskFull)
-	}
 	if records.MigrationTerminal(m.Status) {
 		in, err := s.GetInstance(ctx, m.InstanceUUID)
 		onFinalHost := in.Host == m.DestHost || (m.Status != records.MigrationCompleted && in.Host == m.SourceHost)

@@ -1,10 +1,7 @@
 package conductor_test
 
 import (
-	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"testing"
 
 	"keel/internal/conductor"
@@ -28,108 +25,6 @@ func (c *cloud) bootIn(g records.ServerGroup) records.Instance {
 		c.t.Fatal(err)
 	}
 	return in
-}
-
-func (c *cloud) members(g records.ServerGroup) []string {
-	c.t.Helper()
-	got, err := c.st.GetServerGroup(ctx, g.UUID)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return got.Members
-}
-
-func TestServerGroupPolicies(t *testing.T) {
-	t.Run("anti-affinity spreads, then no valid host; the failed server leaves the group", func(t *testing.T) {
-		c := newCloud(t, hosts(3))
-		g := c.group(records.PolicyAntiAffinity, 0)
-		var placed []string
-		for i := 0; i < 3; i++ {
-			placed = append(placed, c.bootIn(g).Host)
-		}
-		slices.Sort(placed)
-		if fmt.Sprint(placed) != "[h1 h2 h3]" {
-			t.Fatalf("anti-affinity placed on %v, want one per host", placed)
-		}
-		failed := c.bootIn(g)
-		if failed.VMState != records.VMError || !strings.Contains(failed.Fault, "No valid host") || !strings.Contains(failed.Fault, "ServerGroupAntiAffinityFilter") {
-			t.Fatalf("a 4th member: state %s, fault %q; want ERROR with No valid host naming the filter", failed.VMState, failed.Fault)
-		}
-		if m := c.members(g); len(m) != 3 || slices.Contains(m, failed.UUID) {
-			t.Fatalf("members %v: the failed server must have left, the 3 others stay", m)
-		}
-	})
-	t.Run("max_server_per_host 2 allows two per host", func(t *testing.T) {
-		c := newCloud(t, hosts(2))
-		g := c.group(records.PolicyAntiAffinity, 2)
-		count := map[string]int{}
-		for i := 0; i < 4; i++ {
-			in := c.bootIn(g)
-			if in.VMState == records.VMError {
-				t.Fatalf("member %d failed: %s", i, in.Fault)
-			}
-			count[in.Host]++
-		}
-		if count["h1"] != 2 || count["h2"] != 2 {
-			t.Fatalf("per host %v, want 2 and 2", count)
-		}
-		if in := c.bootIn(g); in.VMState != records.VMError {
-			t.Fatalf("a 5th member landed on %s", in.Host)
-		}
-	})
-	t.Run("affinity packs where claims alone would spread", func(t *testing.T) {
-		c := newCloud(t, hosts(3))
-		g := c.group(records.PolicyAffinity, 0)
-		first := c.bootIn(g)
-		for i := 0; i < 3; i++ {
-			if in := c.bootIn(g); in.Host != first.Host {
-				t.Fatalf("member %d on %s, the first on %s", i+2, in.Host, first.Host)
-			}
-		}
-	})
-	t.Run("soft-anti-affinity spreads and then still places", func(t *testing.T) {
-		c := newCloud(t, hosts(2))
-		g := c.group(records.PolicySoftAntiAffinity, 0)
-		count := map[string]int{}
-		for i := 0; i < 4; i++ {
-			in := c.bootIn(g)
-			if in.VMState == records.VMError {
-				t.Fatalf("member %d failed: %s", i, in.Fault)
-			}
-			count[in.Host]++
-		}
-		if count["h1"] != 2 || count["h2"] != 2 {
-			t.Fatalf("per host %v, want 2 and 2", count)
-		}
-	})
-	t.Run("soft-affinity packs while the host has room", func(t *testing.T) {
-		// Builds finish between boots: a build in flight is an I/O
-		// operation, and IoOpsWeigher (-1.0) would outweigh the group.
-		c := newCloud(t, hosts(3))
-		g := c.group(records.PolicySoftAffinity, 0)
-		first := c.bootIn(g)
-		for i := 0; i < 3; i++ {
-			c.advance(spawnTime)
-			if in := c.bootIn(g); in.Host != first.Host {
-				t.Fatalf("member %d on %s, the first on %s", i+2, in.Host, first.Host)
-			}
-		}
-	})
-	t.Run("a deleted server leaves the group and frees its host", func(t *testing.T) {
-		c := newCloud(t, hosts(2))
-		g := c.group(records.PolicyAntiAffinity, 0)
-		a, b := c.bootIn(g), c.bootIn(g)
-		c.advance(spawnTime)
-		if err := c.cond.Delete(ctx, a.UUID); err != nil {
-			t.Fatal(err)
-		}
-		if m := c.members(g); fmt.Sprint(m) != fmt.Sprint([]string{b.UUID}) {
-			t.Fatalf("members after deleting %s: %v", a.UUID, m)
-		}
-		if in := c.bootIn(g); in.VMState == records.VMError || in.Host != a.Host {
-			t.Fatalf("a new member: %s on %q (%s); want it on %s, freed by the delete", in.VMState, in.Host, in.Fault, a.Host)
-		}
-	})
 }
 
 // TestServerGroupLateCheckAcrossServers: two keel servers (two conductors,

@@ -2,14 +2,11 @@ package conductor_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"keel/internal/compute"
-	"keel/internal/conductor"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
@@ -27,84 +24,6 @@ func (c *cloud) act(uuid string, req lifecycle.Request) (records.Instance, error
 		c.t.Fatalf("%s of %s did not stop", req.Action, uuid)
 	}
 	return c.instance(uuid), err
-}
-
-// TestLifecycleOnTheFakeDriver: the guest follows each action; a stop
-// keeps the claim, a shelve (offloaded at once) gives it back, and an
-// unshelve claims a host again through the scheduler; the instance and
-// allocations stay exact throughout.
-func TestLifecycleOnTheFakeDriver(t *testing.T) {
-	c := newCloud(t)
-	in := c.seed("h1", "a", medium)
-	for _, s := range []struct {
-		req   lifecycle.Request
-		vm    records.VMState
-		guest compute.GuestState
-	}{
-		{lifecycle.Request{Action: lifecycle.Stop}, records.VMStopped, compute.GuestStopped},
-		{lifecycle.Request{Action: lifecycle.Start}, records.VMActive, compute.GuestRunning},
-		{lifecycle.Request{Action: lifecycle.Pause}, records.VMPaused, compute.GuestPaused},
-		{lifecycle.Request{Action: lifecycle.Reboot, RebootType: "HARD"}, records.VMActive, compute.GuestRunning},
-		{lifecycle.Request{Action: lifecycle.Suspend}, records.VMSuspended, compute.GuestSuspended},
-		{lifecycle.Request{Action: lifecycle.Resume}, records.VMActive, compute.GuestRunning},
-		{lifecycle.Request{Action: lifecycle.Rescue}, records.VMRescued, compute.GuestRescued},
-		{lifecycle.Request{Action: lifecycle.Unrescue}, records.VMActive, compute.GuestRunning},
-	} {
-		got, err := c.act(in.UUID, s.req)
-		if err != nil || got.VMState != s.vm || got.TaskState != "" || got.Action != "" {
-			t.Fatalf("%s: %s/%s action %q (%v), want %s", s.req.Action, got.VMState, got.TaskState, got.Action, err, s.vm)
-		}
-		if g := c.guest("h1", in.UUID); g != s.guest {
-			t.Fatalf("%s: guest %s, want %s", s.req.Action, g, s.guest)
-		}
-		if a := c.allocations(in.UUID); !sameAllocations(a, only("h1", medium)) {
-			t.Fatalf("%s: allocations %v, want h1's only", s.req.Action, a)
-		}
-	}
-	got, err := c.act(in.UUID, lifecycle.Request{Action: lifecycle.Shelve})
-	if err != nil || got.VMState != records.VMShelvedOffloaded || got.Host != "" || c.guest("h1", in.UUID) != "" || len(c.allocations(in.UUID)) != 0 {
-		t.Fatalf("shelve: %s on %q guest %q allocations %v (%v)", got.VMState, got.Host, c.guest("h1", in.UUID), c.allocations(in.UUID), err)
-	}
-	if used := c.hostRecord("h1").MemoryMBUsed; used != 512 {
-		t.Errorf("h1's record after the offload: memory_mb_used %d, want 512 (reserved only)", used)
-	}
-	if _, err := c.act(in.UUID, lifecycle.Request{Action: lifecycle.Unshelve}); err != nil {
-		t.Fatal(err)
-	}
-	c.advance(spawnTime + time.Second)
-	got = c.instance(in.UUID)
-	if got.VMState != records.VMActive || got.Host == "" || got.Action != "" || c.guest(got.Host, in.UUID) != compute.GuestRunning {
-		t.Fatalf("unshelve: %s/%s on %q action %q", got.VMState, got.TaskState, got.Host, got.Action)
-	}
-	if a := c.allocations(in.UUID); !sameAllocations(a, only(got.Host, medium)) {
-		t.Fatalf("unshelved allocations %v, want %s's only", a, got.Host)
-	}
-	c.checkInvariants()
-}
-
-// TestLifecycleFaultKeepsState: an operation the driver fails ends the
-// action with the server as it was; a rebuild that fails ends in ERROR.
-func TestLifecycleFaultKeepsState(t *testing.T) {
-	c := newCloud(t)
-	in := c.seed("h1", "a", small)
-	c.drivers["h1"].FailNext(lifecycle.OpPause, in.UUID, "the hypervisor refused")
-	got, err := c.act(in.UUID, lifecycle.Request{Action: lifecycle.Pause})
-	if err != nil || got.VMState != records.VMActive || got.TaskState != "" || !strings.Contains(got.ActionError, "the hypervisor refused") {
-		t.Fatalf("failed pause: %s/%s %q (%v)", got.VMState, got.TaskState, got.ActionError, err)
-	}
-	if g := c.guest("h1", in.UUID); g != compute.GuestRunning {
-		t.Fatalf("guest after the failed pause: %s", g)
-	}
-	c.drivers["h1"].FailNext(lifecycle.OpRebuild, in.UUID, "disk gone")
-	got, _ = c.act(in.UUID, lifecycle.Request{Action: lifecycle.Rebuild})
-	if got.VMState != records.VMError || !strings.Contains(got.Fault, "disk gone") {
-		t.Fatalf("failed rebuild: %s %q", got.VMState, got.Fault)
-	}
-	var ise *conductor.InvalidStateError
-	if _, _, err := c.cond.Act(ctx, in.UUID, lifecycle.Request{Action: lifecycle.Pause}); !errors.As(err, &ise) ||
-		err.Error() != fmt.Sprintf("Cannot 'pause' instance %s while it is in vm_state error", in.UUID) {
-		t.Fatalf("pause of an errored server: %v", err)
-	}
 }
 
 // TestLifecycleAgentAwayIsSweptAndTimedOut: an action whose agent cannot
