@@ -122,7 +122,7 @@ processes outlive keel dev (it adopts them when started again on the same
 	return cmd
 }
 
-func ensureFlavors(ctx context.Context, st store.Store) error {
+func ensureFlavors(ctx context.Context, st store.Flavors) error {
 	for _, f := range devFlavors {
 		if _, err := st.CreateFlavor(ctx, f); err != nil && !errors.Is(err, store.ErrExists) {
 			return fmt.Errorf("creating flavor %s: %w", f.Name, err)
