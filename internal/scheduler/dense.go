@@ -7,8 +7,8 @@ import "keel/internal/placement"
 type fitRow struct {
 	free     [numStd]int64 // capacity − used (may be negative)
 	maxUnit  [numStd]int64
-	minUnit  [numStd]int32
-	step     [numStd]int32
+	minUnit  [numStd]int64
+	step     [numStd]int64 // ≥ 1
 	lastSeen int64 // service's last heartbeat, Unix nanoseconds
 	hasInv   [numStd]bool
 	eligible bool // ComputeFilter's static part: has a service, enabled, not forced down
@@ -52,8 +52,8 @@ func (d *dense) sync(h *HostState) {
 		r.hasInv[c] = h.hasInv[c]
 		r.free[c] = h.capacity[c] - h.used[c]
 		r.maxUnit[c] = inv.MaxUnit
-		r.minUnit[c] = int32(min(inv.MinUnit, 1<<30))
-		r.step[c] = int32(max(min(inv.StepSize, 1<<30), 1))
+		r.minUnit[c] = inv.MinUnit
+		r.step[c] = max(inv.StepSize, 1)
 	}
 	old := r.raw
 	// The fixed-min weighers' values are clamped at 0, as Nova clamps them
@@ -87,7 +87,7 @@ func (d *dense) sync(h *HostState) {
 // placement's rule on the packed amounts.
 func (r *fitRow) fits(req *Request) bool {
 	for c := 0; c < numStd; c++ {
-		if req.hasStd[c] && !(r.hasInv[c] && placement.Admits(req.std[c], r.free[c], int64(r.minUnit[c]), r.maxUnit[c], int64(r.step[c]))) {
+		if req.hasStd[c] && !(r.hasInv[c] && placement.Admits(req.std[c], r.free[c], r.minUnit[c], r.maxUnit[c], r.step[c])) {
 			return false
 		}
 	}

@@ -42,6 +42,10 @@ func randomView(r *rand.Rand, n int) *View {
 			placement.VCPU:     {Total: 32, MinUnit: 1, MaxUnit: int64(pick(r, 32, 8)), StepSize: 1, AllocationRatio: 4},
 			placement.MemoryMB: {Total: 131072, Reserved: 512, MinUnit: int64(pick(r, 1, 1024)), MaxUnit: 131072, StepSize: int64(pick(r, 1, 1, 512)), AllocationRatio: 1},
 		}
+		if r.IntN(10) == 0 { // units past 2^30: the dense rows keep them exact
+			invs[placement.VCPU] = placement.Inventory{Total: 1 << 33, MinUnit: int64(pick(r, 1, 1<<31-1)), MaxUnit: 1 << 33,
+				StepSize: int64(pick(r, 1, 1<<31)), AllocationRatio: 1}
+		}
 		if r.IntN(8) > 0 {
 			invs[placement.DiskGB] = placement.Inventory{Total: 2000, MinUnit: 1, MaxUnit: 2000, StepSize: 1, AllocationRatio: 1}
 		}
@@ -86,6 +90,9 @@ func randomView(r *rand.Rand, n int) *View {
 func randomRequest(r *rand.Rand, hosts []string) *Request {
 	req := &Request{Resources: placement.Resources{placement.VCPU: int64(1 + r.IntN(12)), placement.MemoryMB: int64(256 * (1 + r.IntN(80)))},
 		ExtraSpecs: map[string]string{}, ImageProps: map[string]string{}}
+	if r.IntN(8) == 0 {
+		req.Resources[placement.VCPU] = int64(pick(r, 1<<30, 3<<30, 1<<31))
+	}
 	if r.IntN(2) == 0 {
 		req.Resources[placement.DiskGB] = int64(r.IntN(400))
 	}
