@@ -2,8 +2,10 @@
 // resource tracker (the host record Nova keeps, written on spawn, after a
 // live migration on the source, on the destination unless the policy is
 // legacy, and by the periodic audit), the virt driver interface, and the
-// Manager that answers every agent-side step of a boot or a live
-// migration.
+// Manager that answers every agent-side step the conductor asks for: a
+// boot, a live migration (manager.go), a cold migration or resize and an
+// evacuation's rebuild (coldmove.go), and the lifecycle actions
+// (lifecycle.go).
 //
 // The periodic audit (Tracker.Audit, Nova's update_available_resource)
 // is split as the move machines are: audit.go reads — the allocations on
