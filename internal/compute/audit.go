@@ -89,6 +89,17 @@ func (d Drift) String() string {
 // never removes the allocation of an instance recorded on this host, and
 // never allocates for a guest without an instance recorded here: those it
 // reports (Lost, Stray) for an operator.
+//
+// The plan is made in two phases: the first PlanAudit names the instance
+// and migration records it needs (only for consumers without a guest here
+// and guests holding nothing here, so an audit with nothing to heal reads
+// none), the tracker reads them — all after the guests and before any
+// write, so no decision depends on the audit's own writes — and the second
+// decides. Two reads stay with the writes they guard: a release of a
+// consumer listed without its allocations reads it again and goes on only
+// at the listed generation, and a claim reads the consumer and the
+// provider tree it is shaped from right before it is written (the plan's
+// releases and earlier claims change the tree's usage).
 func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	d := Drift{Host: t.cfg.Host, At: t.clock.Now()}
 	in, headers, err := t.gather(ctx)
