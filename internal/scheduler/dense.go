@@ -9,7 +9,7 @@ type fitRow struct {
 	maxUnit  [numStd]int64
 	minUnit  [numStd]int64
 	step     [numStd]int64 // ≥ 1
-	lastSeen int64 // service's last heartbeat, Unix nanoseconds
+	lastSeen int64         // service's last heartbeat, Unix nanoseconds
 	hasInv   [numStd]bool
 	eligible bool // ComputeFilter's static part: has a service, enabled, not forced down
 	// raw holds the host-only weighers' raw values (WeigherSpec.Host,
