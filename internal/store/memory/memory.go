@@ -31,24 +31,27 @@ type Store struct {
 	ids        ids                    // numbers for consumerRec
 	hosts      map[string]records.HostRecord
 	services   map[string]records.Service
-	instances  map[string]records.Instance
-	migrations map[int64]records.Migration
-	flavors    map[string]records.Flavor
-	quotas     map[string]map[string]int64
-	keyPairs   map[[2]string]records.KeyPair // by (user, name)
-	nextKeyID  int64
-	traits     map[string]bool                  // created (custom) traits
-	classes    map[placement.ResourceClass]bool // created (custom) resource classes
-	activeMigs map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
-	aggregates map[int64]records.Aggregate
-	nextAggID  int64
-	groups     map[string]records.ServerGroup
-	actions    map[string][]records.InstanceAction // by instance UUID, oldest first
-	nextMigID  int64
-	changes    []store.Change
-	seq        int64
-	plans      planTable
-	ident      identityTable
+	instances  map[string]instRec // instances.go
+	// plainFlavors are the instances' flavors without extra specs or
+	// projects, one copy each (instFlavor).
+	plainFlavors map[flavorKey]*records.Flavor
+	migrations   map[int64]records.Migration
+	flavors      map[string]records.Flavor
+	quotas       map[string]map[string]int64
+	keyPairs     map[[2]string]records.KeyPair // by (user, name)
+	nextKeyID    int64
+	traits       map[string]bool                  // created (custom) traits
+	classes      map[placement.ResourceClass]bool // created (custom) resource classes
+	activeMigs   map[int64]bool                   // not in a terminal status: ListMigrations(ActiveOnly) reads only these
+	aggregates   map[int64]records.Aggregate
+	nextAggID    int64
+	groups       map[string]records.ServerGroup
+	actions      map[string][]records.InstanceAction // by instance UUID, oldest first
+	nextMigID    int64
+	changes      []store.Change
+	seq          int64
+	plans        planTable
+	ident        identityTable
 }
 
 // The store's roles, each asserted, so that a reader of a role finds its
@@ -74,24 +77,25 @@ var (
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		providers:  map[string]*placement.Provider{},
-		names:      map[string]string{},
-		usage:      map[string]placement.Resources{},
-		consumers:  map[string]consumerRec{},
-		byProvider: map[string][]string{},
-		hosts:      map[string]records.HostRecord{},
-		services:   map[string]records.Service{},
-		instances:  map[string]records.Instance{},
-		migrations: map[int64]records.Migration{},
-		flavors:    map[string]records.Flavor{},
-		quotas:     map[string]map[string]int64{},
-		keyPairs:   map[[2]string]records.KeyPair{},
-		traits:     map[string]bool{},
-		classes:    map[placement.ResourceClass]bool{},
-		actions:    map[string][]records.InstanceAction{},
-		activeMigs: map[int64]bool{},
-		aggregates: map[int64]records.Aggregate{},
-		groups:     map[string]records.ServerGroup{},
+		providers:    map[string]*placement.Provider{},
+		names:        map[string]string{},
+		usage:        map[string]placement.Resources{},
+		consumers:    map[string]consumerRec{},
+		byProvider:   map[string][]string{},
+		hosts:        map[string]records.HostRecord{},
+		services:     map[string]records.Service{},
+		instances:    map[string]instRec{},
+		plainFlavors: map[flavorKey]*records.Flavor{},
+		migrations:   map[int64]records.Migration{},
+		flavors:      map[string]records.Flavor{},
+		quotas:       map[string]map[string]int64{},
+		keyPairs:     map[[2]string]records.KeyPair{},
+		traits:       map[string]bool{},
+		classes:      map[placement.ResourceClass]bool{},
+		actions:      map[string][]records.InstanceAction{},
+		activeMigs:   map[int64]bool{},
+		aggregates:   map[int64]records.Aggregate{},
+		groups:       map[string]records.ServerGroup{},
 	}
 }
 
@@ -452,7 +456,7 @@ func (s *Store) CreateInstance(_ context.Context, in records.Instance) (records.
 		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrExists)
 	}
 	in.Version = 1
-	s.instances[in.UUID] = cloneInstance(in)
+	s.instances[in.UUID] = s.packInstance(in)
 	return in, nil
 }
 
@@ -460,11 +464,11 @@ func (s *Store) CreateInstance(_ context.Context, in records.Instance) (records.
 func (s *Store) GetInstance(_ context.Context, uuid string) (records.Instance, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in, ok := s.instances[uuid]
+	r, ok := s.instances[uuid]
 	if !ok {
-		return in, fmt.Errorf("instance %s: %w", uuid, store.ErrNotFound)
+		return records.Instance{}, fmt.Errorf("instance %s: %w", uuid, store.ErrNotFound)
 	}
-	return cloneInstance(in), nil
+	return unpackInstance(uuid, &r), nil
 }
 
 // UpdateInstance implements store.Store.
@@ -475,11 +479,11 @@ func (s *Store) UpdateInstance(_ context.Context, in records.Instance) (records.
 	if !ok {
 		return records.Instance{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
 	}
-	if cur.Version != in.Version {
-		return records.Instance{}, store.VersionConflict(placement.InstanceVersion, in.UUID, in.Version, cur.Version)
+	if cur.version != in.Version {
+		return records.Instance{}, store.VersionConflict(placement.InstanceVersion, in.UUID, in.Version, cur.version)
 	}
 	in.Version++
-	s.instances[in.UUID] = cloneInstance(in)
+	s.instances[in.UUID] = s.packInstance(in)
 	return in, nil
 }
 
@@ -504,8 +508,8 @@ func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instanc
 	n := len(s.instances)
 	if host != "" {
 		n = 0
-		for _, in := range s.instances {
-			if in.Host == host {
+		for _, r := range s.instances {
+			if r.host == host {
 				n++
 			}
 		}
@@ -514,8 +518,8 @@ func (s *Store) ListInstances(_ context.Context, host string) ([]records.Instanc
 		return nil, nil
 	}
 	keys := make([]string, 0, n)
-	for k, in := range s.instances {
-		if host == "" || in.Host == host {
+	for k, r := range s.instances {
+		if host == "" || r.host == host {
 			keys = append(keys, k)
 		}
 	}
@@ -528,7 +532,8 @@ func (s *Store) sortedInstances(keys []string) []records.Instance {
 	slices.Sort(keys)
 	out := make([]records.Instance, len(keys))
 	for i, k := range keys {
-		out[i] = cloneInstance(s.instances[k])
+		r := s.instances[k]
+		out[i] = unpackInstance(k, &r)
 	}
 	return out
 }
@@ -538,8 +543,8 @@ func (s *Store) ListProjectInstances(_ context.Context, project string) ([]recor
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []string
-	for k, in := range s.instances {
-		if in.ProjectID == project {
+	for k, r := range s.instances {
+		if r.projectID == project {
 			keys = append(keys, k)
 		}
 	}
@@ -770,5 +775,6 @@ func cloneFlavor(f records.Flavor) records.Flavor {
 		}
 		f.ExtraSpecs = specs
 	}
+	f.Projects = slices.Clone(f.Projects)
 	return f
 }

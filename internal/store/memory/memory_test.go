@@ -4,8 +4,10 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"keel/internal/placement"
+	"keel/internal/records"
 	"keel/internal/store"
 	"keel/internal/store/memory"
 	"keel/internal/store/storetest"
@@ -62,6 +64,131 @@ func TestConsumerHeadersOnIsConsumersOnWithoutAllocations(t *testing.T) {
 		}
 		if p == "rp-1" && (len(heads) != 2 || heads[0].UUID != "a" || heads[0].Generation != full[0].Generation || heads[0].Type != placement.ConsumerMigration) {
 			t.Errorf("rp-1: headers %+v, want a (migration, its generation) then c", heads)
+		}
+	}
+}
+
+// Every field of an instance comes back as it was written, each set
+// alone (the store keeps most of them apart from the few every instance
+// has): a field added to records.Instance that the store drops fails here.
+func TestInstanceFieldsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	n := 0
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		for i := 0; i < v.NumField(); i++ {
+			f, sf := v.Field(i), v.Type().Field(i)
+			name := path + sf.Name
+			if name == "UUID" || name == "Version" {
+				continue
+			}
+			if f.Kind() == reflect.Struct && f.Type() != reflect.TypeOf(time.Time{}) {
+				walk(name+".", f)
+				continue
+			}
+			setSample(t, name, f)
+			n++
+			in := instanceWith(t, name)
+			s := memory.New()
+			created, err := s.CreateInstance(ctx, in)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			in.Version = 1
+			got, err := s.GetInstance(ctx, in.UUID)
+			if err != nil || !reflect.DeepEqual(got, in) || !reflect.DeepEqual(created, in) {
+				t.Errorf("%s: not kept (read back: %v, returned by create as written: %v)", name, err == nil && reflect.DeepEqual(got, in), reflect.DeepEqual(created, in))
+			}
+			// An update that clears it, then one that sets it again.
+			blank := records.Instance{UUID: in.UUID, Version: 1}
+			if _, err := s.UpdateInstance(ctx, blank); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got, _ := s.GetInstance(ctx, in.UUID); !reflect.DeepEqual(got, records.Instance{UUID: in.UUID, Version: 2}) {
+				t.Errorf("%s: still there after an update that cleared it", name)
+			}
+			in.Version = 2
+			if _, err := s.UpdateInstance(ctx, in); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			in.Version = 3
+			list, err := s.ListInstances(ctx, "")
+			if err != nil || len(list) != 1 || !reflect.DeepEqual(list[0], in) {
+				t.Errorf("%s: not kept by an update, or not listed (%d listed, %v)", name, len(list), err)
+			}
+			f.SetZero()
+		}
+	}
+	walk("", reflect.ValueOf(&sampleInstance).Elem())
+	if n < 40 {
+		t.Fatalf("only %d fields walked", n)
+	}
+}
+
+// sampleInstance is the instance TestInstanceFieldsRoundTrip sets one
+// field of at a time.
+var sampleInstance records.Instance
+
+// instanceWith is sampleInstance (with the one field set) under a UUID.
+func instanceWith(t *testing.T, field string) records.Instance {
+	t.Helper()
+	in := sampleInstance
+	in.UUID = "inst-" + field
+	return in
+}
+
+// setSample gives f a value other than its zero.
+func setSample(t *testing.T, name string, f reflect.Value) {
+	t.Helper()
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString("x")
+	case reflect.Int, reflect.Int64:
+		f.SetInt(7)
+	case reflect.Bool:
+		f.SetBool(true)
+	case reflect.Struct: // time.Time
+		f.Set(reflect.ValueOf(time.Unix(1700000000, 5).UTC()))
+	case reflect.Pointer:
+		f.Set(reflect.New(f.Type().Elem()))
+	case reflect.Map:
+		m := reflect.MakeMap(f.Type())
+		m.SetMapIndex(reflect.ValueOf("k").Convert(f.Type().Key()), reflect.ValueOf("v").Convert(f.Type().Elem()))
+		f.Set(m)
+	case reflect.Slice:
+		f.Set(reflect.Append(reflect.MakeSlice(f.Type(), 0, 1), reflect.ValueOf("a").Convert(f.Type().Elem())))
+	default:
+		t.Fatalf("field %s: no sample value for a %s", name, f.Type())
+	}
+}
+
+// Instances of one flavor read back as they were written, each with a
+// flavor of its own to change: changing one read's flavor changes no other
+// instance's, nor the store's; a flavor with extra specs or projects is
+// copied too.
+func TestInstanceFlavorsAreCopies(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	plain := records.Flavor{ID: "f1", Name: "small", VCPUs: 1, RAMMB: 512, DiskGB: 1}
+	special := records.Flavor{ID: "f2", Name: "special", VCPUs: 2, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}, Projects: []string{"p1"}}
+	for _, c := range []struct {
+		uuid string
+		f    records.Flavor
+	}{{"a", plain}, {"b", plain}, {"c", special}} {
+		if _, err := s.CreateInstance(ctx, records.Instance{UUID: c.uuid, Flavor: c.f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	special.ExtraSpecs["hw:cpu_policy"], special.Projects[0] = "changed", "changed" // the caller's copy, after the write
+	a, _ := s.GetInstance(ctx, "a")
+	a.Flavor.Name, a.Flavor.VCPUs = "changed", 99
+	c, _ := s.GetInstance(ctx, "c")
+	c.Flavor.ExtraSpecs["hw:cpu_policy"], c.Flavor.Projects[0] = "changed again", "changed again"
+	for uuid, want := range map[string]records.Flavor{"a": plain, "b": plain,
+		"c": {ID: "f2", Name: "special", VCPUs: 2, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}, Projects: []string{"p1"}}} {
+		got, err := s.GetInstance(ctx, uuid)
+		if err != nil || !reflect.DeepEqual(got.Flavor, want) {
+			t.Errorf("%s: flavor %+v (%v), want %+v", uuid, got.Flavor, err, want)
 		}
 	}
 }
