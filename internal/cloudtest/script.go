@@ -36,21 +36,31 @@ import (
 // returned (the steps it queued at that instant run first): each
 // instance whose state moved, each migration that was created or moved
 // on; a refusal prints "error: …" ("error (invalid state): …" when the
-// conductor refused for the instance's or migration's state). The
+// conductor refused for the instance's or migration's state, "error (bad
+// request)" or "error (capacity)" for those refusals). The
 // commands (NAME is an instance's name; D a duration such as 8s; G a
 // server group's name; M a migration: its ID, as migration=N, or NAME for
 // the instance's active one; a NAME no command created stands for an
 // instance that does not exist):
 //
 //	cloud [hosts=N] [legacy] [max-concurrent=N] [max-attempts=N]
-//	      [cpu-ratio=F] [subset=N] [gpus] [sweeps] [build-timeout=D]
-//	      [copy-stall=D] [stall-after=D] [confirm-window=D]
-//	                                   a new cloud (the first command; sweeps
-//	                                   runs the conductor's periodic sweeps;
-//	                                   gpus gives each host hN a child
-//	                                   provider rp-hN-gpu with one VGPU;
-//	                                   subset is host_subset_size)
-//	seed NAME host=H flavor=F          an ACTIVE instance put there directly
+//	      [per-dest=N] [total=N] [cpu-ratio=F] [subset=N] [gpus] [sweeps]
+//	      [build-timeout=D] [copy-stall=D] [stall-after=D]
+//	      [confirm-window=D] [owner=NAME] [down-time=D] [rebalance-every=D]
+//	                                   a new cloud (the first command; a
+//	                                   script may start several, one after
+//	                                   the other; sweeps runs the conductor's
+//	                                   periodic sweeps, and with owner its
+//	                                   heartbeats as replica NAME; per-dest
+//	                                   and total cap incoming and cloud-wide
+//	                                   live migrations; rebalance-every runs
+//	                                   the periodic rebalance; gpus gives each
+//	                                   host hN a child provider rp-hN-gpu
+//	                                   with one VGPU; subset is
+//	                                   host_subset_size)
+//	seed NAME host=H flavor=F [count=N]
+//	                                   an ACTIVE instance put there directly
+//	                                   (count: N of them, NAME1…NAMEN)
 //	boot NAME flavor=F [on=H] [group=G] [hang-up]
 //	                                   a boot (on: the admin's forced host;
 //	                                   hang-up: asked on a context the client
@@ -59,7 +69,8 @@ import (
 //	migrate NAME [to=H]                a cold migration
 //	resize NAME flavor=F
 //	confirm NAME | revert NAME         the open resize
-//	evacuate NAME [to=H]
+//	evacuate NAME [to=H]               (NAME*: each instance whose name
+//	                                   starts with NAME, in creation order)
 //	abort M | force-complete M | reset M
 //	                                   the live migration's abort, force
 //	                                   complete, or the operator's reset
@@ -85,9 +96,33 @@ import (
 //	                                   what it found and healed
 //	terminate NAME host=H              H's agent removes the guest (an
 //	                                   operator's clean-up)
+//	drain H… [parallel=N] [dry-run]    a drain plan of the hosts (dry-run:
+//	                                   the moves it would make)
+//	evacuate-all H                     an evacuate-all plan of a dead host
+//	rebalance [seed=N]                 the planner's rebalance plan, stored
+//	                                   recommended (or nothing to do)
+//	plan PURPOSE NAME=H…               a plan of those moves, recommended
+//	approve N | cancel N [abort]       plan N approved, or cancelled (abort:
+//	                                   its running moves aborted too)
+//	tick                               one round of the plan executor
+//	run-plans                          the executor and the clock, a tick
+//	                                   then a second, until every plan ended;
+//	                                   prints the time it took and the most
+//	                                   moves in flight at once (in all, out of
+//	                                   one host, into one host)
+//	disable H | enable H               the host's service disabled (enabled)
+//	replica NAME                       another keel server (Owner NAME) over
+//	                                   the same store and agents: it
+//	                                   recovers, then heartbeats and sweeps
+//	kill NAME                          that replica (or the cloud's own
+//	                                   conductor, by its owner name) stops
+//	                                   heartbeating and sweeping: it died
+//	route NAME | use NAME              the agents' reports go to that replica
+//	                                   (use: and so do the script's commands)
 //	advance D                          the virtual clock moves on
 //	restart                            the server restarts: a new conductor
-//	                                   over the same store and agents recovers
+//	                                   over the same store and agents
+//	                                   recovers (prints how many flows)
 //	audit                              the invariants (Violations), or ok
 //	show instances|migrations|usage|allocations|guests|records|quota|hooks
 //	                                   the state, whole (allocations: each
@@ -97,9 +132,13 @@ import (
 //	                                   cores, RAM and instances counted;
 //	                                   hooks: what the conductor's
 //	                                   MigrationDone and BuildDone hooks saw)
+//	show plans|services|moved          the plans with their moves; each
+//	                                   host's service (disabled, forced
+//	                                   down); each instance's completed
+//	                                   migrations
 //	show migration N                   one migration's record in full (tried
 //	                                   hosts, attempts, times since the
-//	                                   epoch, memory copied, owner)
+//	                                   epoch, memory copied, owner, plan)
 //	show group G                       the group's members
 //
 // Flavors are small, medium, large and huge (Flavors), tiny (1 vCPU, 512
@@ -131,6 +170,9 @@ type script struct {
 	before snapshot
 	stop   context.CancelFunc // the sweeps of the current conductor
 	gpus   bool               // the hosts have VGPU children
+	// replicas are the keel servers the script started besides the
+	// cloud's own conductor, by name.
+	replicas map[string]*replica
 	// diskFull makes the conductor's store writes fail.
 	diskFull atomic.Bool
 }
@@ -165,12 +207,13 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 	case "cloud":
 		return s.newCloud(t, d)
 	case "seed":
-		in := s.c.Seed(s.str(t, d, "host"), s.name(t, d), s.flavor(t, d))
-		s.names[in.Name] = in.UUID
+		s.seed(t, d)
 	case "boot":
 		err = s.boot(t, d)
-	case "live-migrate", "migrate", "evacuate":
+	case "live-migrate", "migrate":
 		err = s.move(t, d)
+	case "evacuate":
+		out, err = s.evacuate(t, d)
 	case "resize":
 		_, err = s.c.Cond.Resize(context.Background(), s.uuid(t, d), s.flavor(t, d))
 	case "confirm":
@@ -205,7 +248,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 			s.c.Advance(dur)
 		}
 	case "restart":
-		s.restart(t)
+		out = s.restart(t)
 	case "audit":
 		if v := s.c.Violations(); len(v) > 0 {
 			return strings.Join(v, "\n") + "\n"
@@ -214,10 +257,13 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 	case "show":
 		return s.show(t, d)
 	default:
-		d.Fatalf(t, "unknown command %q", d.Cmd)
+		var ok bool
+		if out, err, ok = s.planCommand(t, d); !ok {
+			d.Fatalf(t, "unknown command %q", d.Cmd)
+		}
 	}
 	if err != nil {
-		out = refusal(err) + "\n"
+		out += refusal(err) + "\n"
 	}
 	s.c.Settle()
 	return out + s.changes()
@@ -226,8 +272,15 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 // refusal is an error as a script prints it.
 func refusal(err error) string {
 	var inv *conductor.InvalidStateError
-	if errors.As(err, &inv) {
+	var bad *conductor.BadRequestError
+	var capacity *conductor.CapacityError
+	switch {
+	case errors.As(err, &inv):
 		return "error (invalid state): " + err.Error()
+	case errors.As(err, &bad):
+		return "error (bad request): " + err.Error()
+	case errors.As(err, &capacity):
+		return "error (capacity): " + err.Error()
 	}
 	return "error: " + err.Error()
 }
@@ -253,21 +306,28 @@ func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
 			o.Scheduler = func(c *scheduler.Config) { c.HostSubsetSize = subset }
 		case "gpus":
 			gpus = true
+		case "owner":
+			o.Conductor.Owner = a.SingleVal(t)
+		case "per-dest":
+			a.Scan(t, 0, &o.Conductor.MaxConcurrentIncomingLiveMigrations)
+		case "total":
+			a.Scan(t, 0, &o.Conductor.MaxConcurrentLiveMigrationsTotal)
 		case "sweeps":
 			sweeps = true
-		case "build-timeout", "copy-stall", "stall-after", "confirm-window":
+		case "build-timeout", "copy-stall", "stall-after", "confirm-window", "down-time", "rebalance-every":
 			dur, err := time.ParseDuration(a.SingleVal(t))
 			if err != nil {
 				d.Fatalf(t, "%s: %v", a.Key, err)
 			}
 			*map[string]*time.Duration{"build-timeout": &o.Conductor.BuildTimeout, "copy-stall": &o.Conductor.CopyStallTimeout,
-				"stall-after": &o.Conductor.StallAfter, "confirm-window": &o.Conductor.ResizeConfirmWindow}[a.Key] = dur
+				"stall-after": &o.Conductor.StallAfter, "confirm-window": &o.Conductor.ResizeConfirmWindow,
+				"down-time": &o.Conductor.ServiceDownTime, "rebalance-every": &o.Conductor.RebalanceInterval}[a.Key] = dur
 		default:
 			d.Fatalf(t, "cloud: unknown option %q", a.Key)
 		}
 	}
 	s.c = New(t, o)
-	s.names, s.groups, s.gpus = map[string]string{}, map[string]string{}, gpus
+	s.names, s.groups, s.gpus, s.replicas = map[string]string{}, map[string]string{}, gpus, map[string]*replica{}
 	if gpus {
 		for _, h := range s.c.Hosts {
 			if _, err := s.c.Backing.CreateProvider(context.Background(), placement.Provider{UUID: "rp-" + h + "-gpu", Name: h + "_pgpu0",
@@ -276,8 +336,19 @@ func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 	}
+	if o.Conductor.Owner != "" {
+		// A replica's start: it heartbeats as it recovers (nothing yet).
+		if _, err := s.c.Cond.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if sweeps {
 		s.runSweeps()
+	}
+	if o.Conductor.RebalanceInterval > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		s.c.Cond.RunRebalance(ctx)
 	}
 	s.before = s.snap()
 	return fmt.Sprintf("%d hosts: %s\n", len(s.c.Hosts), strings.Join(s.c.Hosts, " "))
@@ -291,6 +362,45 @@ func (s *script) runSweeps() {
 	s.t.Cleanup(cancel)
 	s.stop = cancel
 	s.c.Cond.RunOwnership(ctx)
+}
+
+// seed puts one instance on a host, or count of them named NAME1…NAMEn.
+func (s *script) seed(t *testing.T, d *datadriven.TestData) {
+	host, name, f := s.str(t, d, "host"), s.name(t, d), s.flavor(t, d)
+	if !d.HasArg("count") {
+		s.names[name] = s.c.Seed(host, name, f).UUID
+		return
+	}
+	var n int
+	d.ScanArgs(t, "count", &n)
+	for i := 1; i <= n; i++ {
+		in := s.c.Seed(host, fmt.Sprintf("%s%d", name, i), f)
+		s.names[in.Name] = in.UUID
+	}
+}
+
+// evacuate evacuates one instance, or with NAME* each instance whose name
+// starts with NAME, in the order they were created (the errors printed).
+func (s *script) evacuate(t *testing.T, d *datadriven.TestData) (string, error) {
+	name := s.name(t, d)
+	prefix, ok := strings.CutSuffix(name, "*")
+	if !ok {
+		return "", s.move(t, d)
+	}
+	var uuids []string
+	for n, uuid := range s.names {
+		if strings.HasPrefix(n, prefix) {
+			uuids = append(uuids, uuid)
+		}
+	}
+	slices.Sort(uuids) // NewID's order is creation order
+	var out string
+	for _, uuid := range uuids {
+		if _, err := s.c.Cond.Evacuate(context.Background(), uuid, ""); err != nil {
+			out += refusal(err) + "\n"
+		}
+	}
+	return out, nil
 }
 
 func (s *script) boot(t *testing.T, d *datadriven.TestData) error {
@@ -484,7 +594,7 @@ func (s *script) forceDown(host string, down bool) error {
 // the agents report to it from now on. (The old one's timers on the
 // virtual clock still fire, as a process half-dead would; the tests with
 // real processes in internal/e2e kill them for good.)
-func (s *script) restart(t *testing.T) {
+func (s *script) restart(t *testing.T) string {
 	if s.stop != nil {
 		s.stop()
 	}
@@ -495,12 +605,14 @@ func (s *script) restart(t *testing.T) {
 	})
 	s.c.Cond = c
 	s.c.Route(c)
-	if _, err := c.Recover(context.Background()); err != nil {
+	n, err := c.Recover(context.Background())
+	if err != nil {
 		t.Fatalf("recovery after the restart: %v", err)
 	}
 	if s.stop != nil {
 		s.runSweeps()
 	}
+	return fmt.Sprintf("recovered %d\n", n)
 }
 
 func (s *script) show(t *testing.T, d *datadriven.TestData) string {
@@ -586,6 +698,12 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 		fmt.Fprintf(&b, "migrations done: %s\nbuilds done: %s\n", orNothing(done), orNothing(builds))
 	case "migration":
 		s.showMigration(t, d, &b)
+	case "plans":
+		s.showPlans(t, &b)
+	case "services":
+		s.showServices(t, &b)
+	case "moved":
+		s.showMoved(t, &b)
 	case "group":
 		g, err := s.c.Backing.GetServerGroup(context.Background(), s.groups[d.CmdArgs[1].Key])
 		if err != nil {
@@ -598,7 +716,7 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 		}
 		fmt.Fprintf(&b, "%s (%s): %s\n", g.Name, g.Policy, orNothing(ms))
 	default:
-		d.Fatalf(t, "show %s: want instances, migrations, usage, allocations, guests, records, quota, hooks, migration N or group G", what)
+		d.Fatalf(t, "show %s: want instances, migrations, usage, allocations, guests, records, quota, hooks, plans, services, moved, migration N or group G", what)
 	}
 	return b.String()
 }
@@ -630,6 +748,9 @@ func (s *script) showMigration(t *testing.T, d *datadriven.TestData, b *strings.
 	}
 	if m.Owner != "" {
 		fmt.Fprintf(b, "  owner: %s\n", m.Owner)
+	}
+	if m.PlanMove != nil {
+		fmt.Fprintf(b, "  plan %d, move %d\n", m.PlanMove.Plan, m.PlanMove.Move)
 	}
 }
 

@@ -25,10 +25,7 @@ var (
 	medium = cloudtest.Medium
 )
 
-const (
-	spawnTime = cloudtest.SpawnTime
-	copyTime  = cloudtest.CopyTime // medium
-)
+const spawnTime = cloudtest.SpawnTime
 
 // cloud is cloudtest's in-process control plane, with the short names
 // this package's tests use.
@@ -46,32 +43,21 @@ type cloud struct {
 
 type cloudOptions struct {
 	hosts           int
-	legacy          bool // WriteDestRecord=false
 	maxConcurrent   int
 	maxAttempts     int
-	progressEvery   time.Duration
 	schedulerConfig func(*scheduler.Config)
 	owner           string        // conductor.Config.Owner
 	downTime        time.Duration // conductor.Config.ServiceDownTime
 	// buildTimeout, copyStall and stallAfter are the conductor's
 	// BuildTimeout, CopyStallTimeout and StallAfter.
 	buildTimeout, copyStall, stallAfter time.Duration
-	confirmWindow                       time.Duration // ResizeConfirmWindow
-	cpuRatio                            float64       // the hosts' cpu_allocation_ratio (default 1)
-	// perDest and total are the incoming and cloud-wide live-migration
-	// caps.
-	perDest, total int
-	// rebalanceEvery turns the periodic rebalance on.
-	rebalanceEvery time.Duration
 }
 
 type option func(*cloudOptions)
 
 func hosts(n int) option         { return func(o *cloudOptions) { o.hosts = n } }
-func legacyHosts() option        { return func(o *cloudOptions) { o.legacy = true } }
 func maxConcurrent(n int) option { return func(o *cloudOptions) { o.maxConcurrent = n } }
 func maxAttempts(n int) option   { return func(o *cloudOptions) { o.maxAttempts = n } }
-func noProgressReports() option  { return func(o *cloudOptions) { o.progressEvery = 0 } }
 
 // owned makes the cloud's conductor the replica name, judging replicas
 // dead after downTime.
@@ -81,16 +67,14 @@ func owned(name string, downTime time.Duration) option {
 
 func newCloud(t *testing.T, opts ...option) *cloud {
 	t.Helper()
-	o := cloudOptions{hosts: 3, progressEvery: time.Second}
+	o := cloudOptions{hosts: 3}
 	for _, f := range opts {
 		f(&o)
 	}
 	cc := cloudtest.New(t, cloudtest.Options{
-		Hosts: o.hosts, Legacy: o.legacy, CPURatio: o.cpuRatio, NoProgress: o.progressEvery == 0, Scheduler: o.schedulerConfig,
+		Hosts: o.hosts, Scheduler: o.schedulerConfig,
 		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
-			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter,
-			ResizeConfirmWindow: o.confirmWindow, MaxConcurrentIncomingLiveMigrations: o.perDest, MaxConcurrentLiveMigrationsTotal: o.total,
-			RebalanceInterval: o.rebalanceEvery},
+			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter},
 		Store: func(m *memory.Store) store.Store { return endsSettled{m, t} },
 	})
 	return &cloud{Cloud: cc, t: t, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,

@@ -1,7 +1,6 @@
 package conductor_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -61,30 +60,6 @@ func TestLifecycleAgentAwayIsSweptAndTimedOut(t *testing.T) {
 		t.Fatalf("timed-out pause: %s/%s action %q error %q", got.VMState, got.TaskState, got.Action, got.ActionError)
 	}
 	c.agents["h1"] = m
-}
-
-// TestRecoverResumesALifecycleAction: a server restarted while an agent
-// operation was in flight asks it again (the agent answers from the
-// guest it has) and the action ends.
-func TestRecoverResumesALifecycleAction(t *testing.T) {
-	c := newCloud(t)
-	in := c.seed("h2", "a", small)
-	// What a crash right after the first save leaves.
-	cur := c.instance(in.UUID)
-	cur.TaskState, cur.Action, cur.ActionPhase, cur.ActionOps, cur.ActionFrom, cur.ActionStarted =
-		records.TaskSuspending, lifecycle.Suspend, lifecycle.PhaseAgent, []string{lifecycle.OpSuspend}, records.VMActive, c.clk.Now()
-	if _, err := c.st.UpdateInstance(context.Background(), cur); err != nil {
-		t.Fatal(err)
-	}
-	fresh := c.replica("", c.st)
-	n, err := fresh.Recover(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("Recover resumed %d (%v), want 1", n, err)
-	}
-	got := c.instance(in.UUID)
-	if got.VMState != records.VMSuspended || got.TaskState != "" || c.guest("h2", in.UUID) != compute.GuestSuspended {
-		t.Fatalf("after recovery: %s/%s guest %s", got.VMState, got.TaskState, c.guest("h2", in.UUID))
-	}
 }
 
 func waitFor(t *testing.T, cond func() bool, what string) {

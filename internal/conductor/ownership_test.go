@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,69 +64,6 @@ func twoMigrations(t *testing.T, c *cloud) (copying, queued records.Migration, b
 		t.Fatalf("second migration %s owned by %q, want queued, owned by a", m.Status, m.Owner)
 	}
 	return copying, queued, b
-}
-
-// TestReplicaLeavesALiveOwnersMigrations: a second replica starting (and
-// sweeping) while the first heartbeats leaves the first's migrations
-// alone, even the queued one its Recover would otherwise roll back; the
-// first finishes both. Reports the agents send to the second replica are
-// applied there.
-func TestReplicaLeavesALiveOwnersMigrations(t *testing.T) {
-	c := newCloud(t, maxConcurrent(1), owned("a", downTime))
-	c.start(c.cond)
-	copying, queued, _ := twoMigrations(t, c)
-
-	second := c.replica("b", c.st)
-	if n, _ := c.start(second); n != 0 {
-		t.Fatalf("the second replica resumed %d migrations at start, want 0", n)
-	}
-	if m := c.migration(queued.ID); m.Status != records.MigrationQueued || m.Owner != "a" {
-		t.Fatalf("queued migration after the second replica started: %s owned by %q, want queued, owned by a", m.Status, m.Owner)
-	}
-	c.Route(second) // the bus hands the copy's reports to b
-	c.advance(3 * downTime)
-	for _, id := range []int64{copying.ID, queued.ID} {
-		if m := c.migration(id); m.Status != records.MigrationCompleted || m.Owner != "a" {
-			t.Fatalf("migration %d ended %s (%q) owned by %q, want completed, still owned by a", id, m.Status, m.Error, m.Owner)
-		}
-	}
-	c.checkInvariants()
-}
-
-// TestReplicaTakesOverADeadOwnersMigrations: once the first replica stops
-// heartbeating, the second applies the agents' reports (the copying
-// migration completes) and, service_down_time later, its sweep takes the
-// queued migration over and rolls it back, as a restart would.
-func TestReplicaTakesOverADeadOwnersMigrations(t *testing.T) {
-	c := newCloud(t, maxConcurrent(1), owned("a", downTime))
-	_, stopA := c.start(c.cond)
-	copying, queued, b := twoMigrations(t, c)
-
-	second := c.replica("b", c.st)
-	c.start(second)
-	stopA() // a dies: no more heartbeats, and the bus hands reports to b
-	c.Route(second)
-
-	c.advance(downTime / 2)
-	if m := c.migration(copying.ID); m.Status != records.MigrationCompleted {
-		t.Fatalf("copying migration %s (%q), want completed by b from the agent's report", m.Status, m.Error)
-	}
-	if m := c.migration(queued.ID); m.Status != records.MigrationQueued || m.Owner != "a" {
-		t.Fatalf("queued migration before service_down_time: %s owned by %q, want still queued, owned by a", m.Status, m.Owner)
-	}
-	c.advance(downTime + downTime/2)
-	got := c.migration(queued.ID)
-	if got.Status != records.MigrationError || got.Owner != "b" || !strings.Contains(got.Error, "interrupted by a restart") {
-		t.Fatalf("queued migration after a died: %s (%q) owned by %q, want error, interrupted, owned by b", got.Status, got.Error, got.Owner)
-	}
-	if in := c.instance(b.UUID); in.Host != "h1" || in.TaskState != records.TaskNone {
-		t.Fatalf("instance b on %q task %q, want back on h1 with no task", in.Host, in.TaskState)
-	}
-	if alloc := c.allocations(b.UUID); len(alloc) != 1 || alloc["rp-h1"] == nil {
-		t.Fatalf("instance b holds %v, want its allocation on h1 only", alloc)
-	}
-	c.cond = second // a's memory died with it
-	c.checkInvariants()
 }
 
 // TestTwoReplicasTakingOverAtOnceOneWins: two replicas that both read the
