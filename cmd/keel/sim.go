@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -69,6 +70,12 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Flags are checked before the scenario is read or run: a bad
+			// one is refused (exit 1), never ignored nor reported only
+			// inside the report.
+			if err := checkSimFlags(cmd, len(args) == 1, samples, svgPath != ""); err != nil {
+				return err
+			}
 			var sc *scenario.Scenario
 			if len(args) == 1 {
 				var err error
@@ -97,29 +104,29 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 			}
 			opts := sim.Options{Parallel: parallel, Progress: os.Stderr}
 			if rebal {
-				m, err := rebalance.ParseMetric(metric)
-				if err != nil {
-					return fmt.Errorf("--metric: %w", err)
-				}
+				m, _ := rebalance.ParseMetric(metric) // checked by checkSimFlags
 				opts.Rebalance = &sim.RebalanceOptions{InFlight: inFlight,
 					Planner: rebalance.Options{Metric: m, Threshold: thresh, MaxMoves: maxMoves, Seed: uint64(sc.Seed)}}
 			}
 			if policy != "" {
 				opts.Policies = strings.Split(policy, ",")
 				for i, p := range opts.Policies {
+					p = strings.TrimSpace(p)
+					opts.Policies[i] = p
+					if p == "" {
+						return fmt.Errorf("--policy %q has an empty name (known: %s)", policy, strings.Join(scenario.KnownPolicies, ", "))
+					}
 					if j := slices.Index(opts.Policies, p); j < i {
 						return fmt.Errorf("--policy lists %q twice", p)
 					}
 				}
 			}
 			if svgPath != "" {
-				if samples < 1 {
-					return fmt.Errorf("--svg needs --samples of at least 1, got %d", samples)
+				if hosts := len(sc.Hosts()); samples*hosts > maxSampleValues {
+					return fmt.Errorf("--samples %d × %d hosts is %d RAM values a policy, more than --svg keeps (%d): lower --samples to at most %d",
+						samples, hosts, samples*hosts, maxSampleValues, max(1, maxSampleValues/hosts))
 				}
 				opts.Samples = samples
-			}
-			if format != "table" && format != "json" {
-				return fmt.Errorf("--format must be table or json, not %q", format)
 			}
 			// Fewer collections, under a soft memory limit (sim.TuneGC).
 			defer sim.TuneGC()()
@@ -167,6 +174,63 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 	return cmd
 }
 
+// Bounds on the flags: --samples per host, and the RAM values --svg keeps
+// per policy (samples × hosts; 8 bytes each, 200 MB a policy at most).
+const (
+	maxSamples      = 10_000
+	maxSampleValues = 25_000_000
+)
+
+// checkSimFlags refuses flag values keel sim cannot use, and flags that
+// would be ignored, before anything runs. file says a scenario file is
+// given, svg that --svg is.
+func checkSimFlags(cmd *cobra.Command, file bool, samples int, svg bool) error {
+	f := cmd.Flags()
+	changed := func(name string) bool { return f.Changed(name) }
+	getInt := func(name string) int { v, _ := f.GetInt(name); return v }
+	switch {
+	case file && changed("generate"):
+		return fmt.Errorf("--generate runs a generated scenario instead of a file: give a scenario file or --generate, not both")
+	case !changed("generate") && changed("hours"):
+		return fmt.Errorf("--hours is --generate's length: it needs --generate HOSTS")
+	case svg && (samples < 1 || samples > maxSamples):
+		return fmt.Errorf("--svg needs --samples between 1 and %d, got %d", maxSamples, samples)
+	case !svg && changed("samples"):
+		return fmt.Errorf("--samples is for --svg's chart: it needs --svg FILE")
+	}
+	format, _ := f.GetString("format")
+	if format != "table" && format != "json" {
+		return fmt.Errorf("--format must be table or json, not %q", format)
+	}
+	drain, _ := f.GetString("drain")
+	rebal, _ := f.GetBool("rebalance")
+	if n := getInt("in-flight"); (drain != "" || rebal) && (n < 1 || n > scenario.MaxConcurrent) {
+		return fmt.Errorf("--in-flight must be between 1 and %d, got %d", scenario.MaxConcurrent, n)
+	}
+	if changed("in-flight") && drain == "" && !rebal {
+		return fmt.Errorf("--in-flight is for --drain and --rebalance: it needs one of them")
+	}
+	for _, name := range []string{"metric", "threshold", "max-moves"} {
+		if changed(name) && !rebal {
+			return fmt.Errorf("--%s is for --rebalance: it needs --rebalance", name)
+		}
+	}
+	if !rebal {
+		return nil
+	}
+	metric, _ := f.GetString("metric")
+	if _, err := rebalance.ParseMetric(metric); err != nil {
+		return fmt.Errorf("--metric: %w", err)
+	}
+	if t, _ := f.GetFloat64("threshold"); math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
+		return fmt.Errorf("--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means %v), got %v", rebalance.DefaultThreshold, t)
+	}
+	if n := getInt("max-moves"); n < 0 {
+		return fmt.Errorf("--max-moves must be ≥ 0 (0: no cap), got %d", n)
+	}
+	return nil
+}
+
 // whatIf applies --set and --drain to a scenario and checks the result.
 func whatIf(sc *scenario.Scenario, sets []string, drains string, inFlight int) error {
 	for _, kv := range sets {
@@ -179,9 +243,6 @@ func whatIf(sc *scenario.Scenario, sets []string, drains string, inFlight int) e
 		}
 	}
 	if drains != "" {
-		if inFlight < 1 || inFlight > scenario.MaxConcurrent {
-			return fmt.Errorf("--in-flight must be between 1 and %d, got %d", scenario.MaxConcurrent, inFlight)
-		}
 		yes := true
 		sc.Drains = append(sc.Drains, scenario.Drain{InFlight: inFlight, Hosts: strings.Split(drains, ","), Disable: &yes})
 	}

@@ -91,10 +91,70 @@ func TestSimCommandRefusesRepeatsAndAChartWithoutSamples(t *testing.T) {
 		t.Errorf("--policy legacy,claim,legacy: error %v, want one naming the repeat", err)
 	}
 	svg := filepath.Join(t.TempDir(), "x.svg")
-	if _, err := run(t, "sim", seed, "--svg", svg, "--samples", "0"); err == nil || !strings.Contains(err.Error(), "--svg needs --samples of at least 1") {
+	if _, err := run(t, "sim", seed, "--svg", svg, "--samples", "0"); err == nil || !strings.Contains(err.Error(), "--svg needs --samples between 1 and 10000, got 0") {
 		t.Errorf("--svg with --samples 0: error %v", err)
 	}
 	if _, err := os.Stat(svg); !os.IsNotExist(err) {
 		t.Errorf("--svg with --samples 0 left %s behind (stat: %v)", svg, err)
+	}
+}
+
+// TestSimCommandRefusesBadFlagsUpFront: every flag keel sim cannot use,
+// and every flag it would ignore, is refused with exit 1 before anything
+// runs (accept6 D2, D7 and the ignored --generate), and no chart is left
+// behind.
+func TestSimCommandRefusesBadFlagsUpFront(t *testing.T) {
+	seed := filepath.Join("..", "..", "scenarios", "seed-hour.toml")
+	svg := filepath.Join(t.TempDir(), "x.svg")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{seed, "--rebalance", "--threshold", "NaN"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got NaN"},
+		{[]string{seed, "--rebalance", "--threshold", "-1"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got -1"},
+		{[]string{seed, "--rebalance", "--threshold", "Inf"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got +Inf"},
+		{[]string{seed, "--rebalance", "--max-moves", "-1"}, "--max-moves must be ≥ 0 (0: no cap), got -1"},
+		{[]string{seed, "--rebalance", "--in-flight", "0"}, "--in-flight must be between 1 and 10000, got 0"},
+		{[]string{seed, "--threshold", "0.2"}, "--threshold is for --rebalance: it needs --rebalance"},
+		{[]string{seed, "--max-moves", "3"}, "--max-moves is for --rebalance: it needs --rebalance"},
+		{[]string{seed, "--metric", "vcpu"}, "--metric is for --rebalance: it needs --rebalance"},
+		{[]string{seed, "--in-flight", "4"}, "--in-flight is for --drain and --rebalance: it needs one of them"},
+		{[]string{seed, "--svg", svg, "--samples", "1000000000"}, "--svg needs --samples between 1 and 10000, got 1000000000"},
+		{[]string{seed, "--samples", "10"}, "--samples is for --svg's chart: it needs --svg FILE"},
+		{[]string{"--generate", "100000", "--svg", svg, "--samples", "10000"}, "--samples 10000 × 100000 hosts is 1000000000 RAM values a policy, more than --svg keeps (25000000): lower --samples to at most 250"},
+		{[]string{seed, "--generate", "10"}, "--generate runs a generated scenario instead of a file: give a scenario file or --generate, not both"},
+		{[]string{seed, "--hours", "2"}, "--hours is --generate's length: it needs --generate HOSTS"},
+		{[]string{seed, "--policy", ","}, `--policy "," has an empty name (known: legacy, dest-update, claim)`},
+	}
+	for _, tc := range cases {
+		_, err := run(t, append([]string{"sim"}, tc.args...)...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("keel sim %v:\n got %v\nwant %s", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(svg); !os.IsNotExist(err) {
+		t.Errorf("a refused flag left %s behind (stat: %v)", svg, err)
+	}
+	// Spaces around a policy name are not part of it.
+	out, err := run(t, "sim", seed, "--policy", "legacy, claim", "--format", "json")
+	if err != nil || !strings.Contains(out, `"policy": "claim"`) {
+		t.Errorf("--policy 'legacy, claim': %v\n%s", err, out)
+	}
+}
+
+// TestSimTableSaysNoHostWasBest: with no host passing the filters at t=0
+// the table says so instead of an empty list.
+func TestSimTableSaysNoHostWasBest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "off.toml")
+	data := "duration = 10\npolicies = [\"claim\"]\n[[hosts]]\nprefix = \"h\"\ncount = 1\nvcpus = 1\nmemory_mb = 1024\ndisk_gb = 1\ndisabled = true\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "sim", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "claim: initially best none (no host passed the filters for the first flavor at t=0); destinations none"; !strings.Contains(out, want) {
+		t.Errorf("table lacks %q:\n%s", want, out)
 	}
 }

@@ -32,7 +32,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	for _, p := range r.Policies {
-		fmt.Fprintf(w, "\n%s: initially best %s; destinations %s\n", p.Policy, strings.Join(p.InitiallyBest, ","), topDestinations(p.Destinations, 12))
+		best := strings.Join(p.InitiallyBest, ",")
+		if best == "" {
+			best = "none (no host passed the filters for the first flavor at t=0)"
+		}
+		fmt.Fprintf(w, "\n%s: initially best %s; destinations %s\n", p.Policy, best, topDestinations(p.Destinations, 12))
 		if p.Rebalance != nil {
 			fmt.Fprintf(w, "  %s\n", p.Rebalance)
 		}

@@ -55,6 +55,15 @@ func Load(path string) (*Scenario, error) {
 func Parse(name string, data []byte) (*Scenario, error) {
 	text := string(data)
 
+	// 0. Encoding. The TOML decoder skips a UTF-16 byte-order mark and
+	// reads on as UTF-8, so a file holding only the mark would read as an
+	// empty file ("duration: missing"): say what it is instead.
+	for _, bom := range []string{"\xff\xfe", "\xfe\xff"} {
+		if strings.HasPrefix(text, bom) {
+			return nil, &Error{File: name, Msg: fmt.Sprintf("the file starts with a UTF-16 byte-order mark (% X): a scenario file is UTF-8 text; save it as UTF-8", bom)}
+		}
+	}
+
 	// 1. Syntax, into a generic tree.
 	var raw map[string]any
 	if _, err := toml.Decode(text, &raw); err != nil {

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -67,7 +68,83 @@ func (s *Scenario) validateTrees(c *checker) {
 		for j, g := range sh.Groups {
 			if !prefixes[g] {
 				c.errf(elem(p+".groups", j), "no [[hosts]] group has prefix %q", g)
+			} else if k := slices.Index(sh.Groups, g); k < j {
+				c.errf(elem(p+".groups", j), "group %q is listed twice", g)
 			}
+		}
+	}
+	if c.err == nil {
+		s.checkProviderNames(c)
+	}
+}
+
+// The simulator's providers: a host's is named as the host, with the id
+// rp-HOST; its child NAME is named HOST_NAME, with the id rp-HOST-NAME; a
+// sharing provider is named as written, with the id rp-shared-NAME
+// (internal/sim's world and trees build them so).
+
+// HostProviderID is the id of host's own provider.
+func HostProviderID(host string) string { return "rp-" + host }
+
+// ChildProviderName is the name of child's provider under host.
+func ChildProviderName(host, child string) string { return host + "_" + child }
+
+// ChildProviderID is the id of child's provider under host.
+func ChildProviderID(host, child string) string { return "rp-" + host + "-" + child }
+
+// SharedProviderID is the id of a sharing provider.
+func SharedProviderID(name string) string { return "rp-shared-" + name }
+
+// checkProviderNames refuses two providers with one name or one id — a
+// child HOST_NAME that is also a host's name, a sharing provider named as
+// a host, a child id rp-HOST-NAME that is also another host's rp-HOST —
+// which Placement would refuse when the run builds them. Hosts come first
+// (their names are unique already), then the children group by group, then
+// the sharing providers; the later one is blamed.
+func (s *Scenario) checkProviderNames(c *checker) {
+	if len(s.Shared) == 0 && !slices.ContainsFunc(s.HostGroups, func(g HostGroup) bool { return len(g.Children) > 0 }) {
+		return // hosts alone: unique names, unique ids
+	}
+	type owner struct{ who, where string }
+	names, ids := map[string]owner{}, map[string]owner{}
+	groupNames := make([][]string, len(s.HostGroups))
+	for i, g := range s.HostGroups {
+		groupNames[i] = g.HostNames()
+		where := fmt.Sprintf("hosts[%d], line %d", i, c.ix.line(elem("hosts", i)))
+		for _, h := range groupNames[i] {
+			o := owner{"host " + h, where}
+			names[h] = o
+			ids[HostProviderID(h)] = o
+		}
+	}
+	claim := func(path, who, name, id, where string) bool {
+		if o, taken := names[name]; taken {
+			c.errf(path, "provider name %q (%s) is taken by %s (%s); rename one of them", name, who, o.who, o.where)
+			return false
+		}
+		if o, taken := ids[id]; taken {
+			c.errf(path, "provider id %q (%s) is taken by %s (%s); rename one of them", id, who, o.who, o.where)
+			return false
+		}
+		names[name] = owner{who, where}
+		ids[id] = owner{who, where}
+		return true
+	}
+	for i, g := range s.HostGroups {
+		for j, ch := range g.Children {
+			cp := elem(elem("hosts", i)+".child", j)
+			where := fmt.Sprintf("%s, line %d", cp, c.ix.line(cp))
+			for _, h := range groupNames[i] {
+				if !claim(cp+".name", fmt.Sprintf("child %q of host %s", ch.Name, h), ChildProviderName(h, ch.Name), ChildProviderID(h, ch.Name), where) {
+					return
+				}
+			}
+		}
+	}
+	for i, sh := range s.Shared {
+		p := elem("shared", i)
+		if !claim(p+".name", fmt.Sprintf("shared provider %q", sh.Name), sh.Name, SharedProviderID(sh.Name), fmt.Sprintf("%s, line %d", p, c.ix.line(p))) {
+			return
 		}
 	}
 }
