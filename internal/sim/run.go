@@ -342,8 +342,13 @@ func (w *world) scheduleDrains(ctx context.Context) {
 	}
 }
 
-// drainNext starts the next migration of a drain if a slot is free.
+// drainNext starts the next migration of a drain if a slot is free. A
+// paced drain (interval > 0) starts one a tick, and a migration that fails
+// at once (refused, or no valid host) is that tick's: the next instance
+// waits for the next tick, when a host may have come back. Instances
+// deleted, busy or moved meanwhile are skipped without using the tick.
 func (w *world) drainNext(ctx context.Context, dr *drainRun) {
+	paced := dr.d.spec.Interval > 0
 	for len(dr.d.queue) > 0 && dr.d.inFlight < max(dr.d.spec.InFlight, 1) {
 		u := dr.d.queue[0]
 		dr.d.queue = dr.d.queue[1:]
@@ -355,20 +360,19 @@ func (w *world) drainNext(ctx context.Context, dr *drainRun) {
 		w.stats.migrations++
 		w.active.remove(u)
 		m, err := w.cond.LiveMigrate(ctx, u, dr.d.targets[u])
-		if err != nil {
+		switch {
+		case err != nil:
 			dr.d.inFlight--
 			w.active.add(u)
 			w.stats.failedMigrations++
-			continue
-		}
-		if records.MigrationTerminal(m.Status) {
+		case records.MigrationTerminal(m.Status):
 			// Ended at once (no valid host): MigrationDone already ran
 			// before we could own it.
 			dr.d.inFlight--
-			continue
+		default:
+			dr.owns[m.ID] = true
 		}
-		dr.owns[m.ID] = true
-		if dr.d.spec.Interval > 0 {
+		if paced {
 			return
 		}
 	}

@@ -199,7 +199,9 @@ type Event struct {
 // Drain empties hosts by live migration, Nova style: starting at Start,
 // every Interval seconds it starts the next instance's migration (hosts in
 // the order listed, instances in creation order) as long as fewer than
-// InFlight are running; Interval 0 means "as soon as a slot frees". The
+// InFlight are running (one that fails at once, with no valid host, uses
+// its tick: the next waits for the next tick); Interval 0 means "as soon
+// as a slot frees". The
 // scheduler picks each destination unless a target host is named.
 type Drain struct {
 	Start    float64  `toml:"start"`
