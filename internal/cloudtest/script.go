@@ -139,6 +139,9 @@ import (
 //	show migration N                   one migration's record in full (tried
 //	                                   hosts, attempts, times since the
 //	                                   epoch, memory copied, owner, plan)
+//	show instance NAME                 one instance's record: its state,
+//	                                   and its resize flavor, build phase,
+//	                                   action and action phase when set
 //	show group G                       the group's members
 //
 // Flavors are small, medium, large and huge (Flavors), tiny (1 vCPU, 512
@@ -704,6 +707,8 @@ func (s *script) show(t *testing.T, d *datadriven.TestData) string {
 		s.showServices(t, &b)
 	case "moved":
 		s.showMoved(t, &b)
+	case "instance":
+		s.showInstance(t, d, &b)
 	case "group":
 		g, err := s.c.Backing.GetServerGroup(context.Background(), s.groups[d.CmdArgs[1].Key])
 		if err != nil {
@@ -752,6 +757,32 @@ func (s *script) showMigration(t *testing.T, d *datadriven.TestData, b *strings.
 	if m.PlanMove != nil {
 		fmt.Fprintf(b, "  plan %d, move %d\n", m.PlanMove.Plan, m.PlanMove.Move)
 	}
+}
+
+// showInstance prints one instance's record: its state and, when set,
+// the fields of the flows in progress.
+func (s *script) showInstance(t *testing.T, d *datadriven.TestData, b *strings.Builder) {
+	if len(d.CmdArgs) != 2 {
+		d.Fatalf(t, "show instance NAME")
+	}
+	in, err := s.c.Backing.GetInstance(context.Background(), s.uuidOf(d.CmdArgs[1].Key))
+	if err != nil {
+		fmt.Fprintf(b, "%s\n", refusal(err))
+		return
+	}
+	fmt.Fprintf(b, "%s: %s\n", in.Name, describe(in))
+	field := func(name, v string) {
+		if v != "" {
+			fmt.Fprintf(b, "  %s: %s\n", name, v)
+		}
+	}
+	if in.ResizeFlavor != nil {
+		field("resize flavor", in.ResizeFlavor.Name)
+	}
+	field("build phase", string(in.BuildPhase))
+	field("action", in.Action)
+	field("action phase", string(in.ActionPhase))
+	field("owner", in.Owner)
 }
 
 // orNothing joins a list, "nothing" when empty.

@@ -48,9 +48,6 @@ type cloudOptions struct {
 	schedulerConfig func(*scheduler.Config)
 	owner           string        // conductor.Config.Owner
 	downTime        time.Duration // conductor.Config.ServiceDownTime
-	// buildTimeout, copyStall and stallAfter are the conductor's
-	// BuildTimeout, CopyStallTimeout and StallAfter.
-	buildTimeout, copyStall, stallAfter time.Duration
 }
 
 type option func(*cloudOptions)
@@ -74,7 +71,7 @@ func newCloud(t *testing.T, opts ...option) *cloud {
 	cc := cloudtest.New(t, cloudtest.Options{
 		Hosts: o.hosts, Scheduler: o.schedulerConfig,
 		Conductor: conductor.Config{MaxConcurrentLiveMigrations: o.maxConcurrent, MaxAttempts: o.maxAttempts,
-			Owner: o.owner, ServiceDownTime: o.downTime, BuildTimeout: o.buildTimeout, CopyStallTimeout: o.copyStall, StallAfter: o.stallAfter},
+			Owner: o.owner, ServiceDownTime: o.downTime},
 		Store: func(m *memory.Store) store.Store { return endsSettled{m, t} },
 	})
 	return &cloud{Cloud: cc, t: t, clk: cc.Clock, st: cc.Store, cond: cc.Cond, agents: cc.Agents,

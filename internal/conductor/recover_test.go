@@ -1,7 +1,6 @@
 package conductor_test
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -11,15 +10,6 @@ import (
 	"keel/internal/placement"
 	"keel/internal/records"
 )
-
-func sweeps(buildTimeout, copyStall, stallAfter time.Duration) option {
-	return func(o *cloudOptions) { o.buildTimeout, o.copyStall, o.stallAfter = buildTimeout, copyStall, stallAfter }
-}
-func (c *cloud) runSweeps(t *testing.T) {
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	c.cond.RunOwnership(ctx)
-}
 
 // TestRecoverResumesInterruptedBoots: a server killed mid-boot leaves
 // records in each phase; a new server's Recover ends every one: a boot
