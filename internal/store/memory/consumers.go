@@ -138,27 +138,31 @@ func (r *consumerRec) eachProvider(fn func(prov int32, es []allocEntry)) {
 	}
 }
 
-// addConsumerOn files consumer uuid under provider p (sorted). Called
-// with mu held.
-func (s *Store) addConsumerOn(p, uuid string) {
-	ids := s.byProvider[p]
-	i, found := slices.BinarySearch(ids, uuid)
-	if !found {
-		s.byProvider[p] = slices.Insert(ids, i, uuid)
+// addConsumerOn files consumer c's header (Allocations nil) under
+// provider p, in UUID order. Called with mu held.
+func (s *Store) addConsumerOn(p string, c placement.Consumer) {
+	heads := s.byProvider[p]
+	i, found := slices.BinarySearchFunc(heads, c.UUID, byUUID)
+	if found {
+		heads[i] = c
+		return
 	}
+	s.byProvider[p] = slices.Insert(heads, i, c)
 }
 
 // dropConsumerOn takes consumer uuid off provider p's list. Called with
 // mu held.
 func (s *Store) dropConsumerOn(p, uuid string) {
-	ids := s.byProvider[p]
-	i, found := slices.BinarySearch(ids, uuid)
+	heads := s.byProvider[p]
+	i, found := slices.BinarySearchFunc(heads, uuid, byUUID)
 	if !found {
 		return
 	}
-	if len(ids) == 1 {
+	if len(heads) == 1 {
 		delete(s.byProvider, p)
 		return
 	}
-	s.byProvider[p] = slices.Delete(ids, i, i+1)
+	s.byProvider[p] = slices.Delete(heads, i, i+1)
 }
+
+func byUUID(c placement.Consumer, uuid string) int { return cmp.Compare(c.UUID, uuid) }

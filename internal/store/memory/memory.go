@@ -26,9 +26,9 @@ type Store struct {
 	providers  map[string]*placement.Provider
 	names      map[string]string // name → uuid
 	usage      map[string]placement.Resources
-	consumers  map[string]consumerRec // consumers.go
-	byProvider map[string][]string    // provider → its consumers, sorted
-	ids        ids                    // numbers for consumerRec
+	consumers  map[string]consumerRec          // consumers.go
+	byProvider map[string][]placement.Consumer // provider → its consumers' headers (no allocations), by UUID
+	ids        ids                             // numbers for consumerRec
 	hosts      map[string]records.HostRecord
 	services   map[string]records.Service
 	instances  map[string]instRec // instances.go
@@ -81,7 +81,7 @@ func New() *Store {
 		names:        map[string]string{},
 		usage:        map[string]placement.Resources{},
 		consumers:    map[string]consumerRec{},
-		byProvider:   map[string][]string{},
+		byProvider:   map[string][]placement.Consumer{},
 		hosts:        map[string]records.HostRecord{},
 		services:     map[string]records.Service{},
 		instances:    map[string]instRec{},
@@ -229,11 +229,11 @@ func (s *Store) GetConsumer(_ context.Context, uuid string) (placement.Consumer,
 func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := s.byProvider[providerUUID]
-	out := make([]placement.Consumer, len(ids))
-	for i, id := range ids {
-		c := s.consumers[id]
-		out[i] = s.ids.consumer(id, &c)
+	heads := s.byProvider[providerUUID]
+	out := make([]placement.Consumer, len(heads))
+	for i, h := range heads {
+		c := s.consumers[h.UUID]
+		out[i] = s.ids.consumer(h.UUID, &c)
 	}
 	return out, nil
 }
@@ -245,12 +245,9 @@ func (s *Store) ConsumersOn(_ context.Context, providerUUID string) ([]placement
 func (s *Store) ConsumerHeadersOn(_ context.Context, providerUUID string) ([]placement.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := s.byProvider[providerUUID]
-	out := make([]placement.Consumer, len(ids))
-	for i, id := range ids {
-		c := s.consumers[id]
-		out[i] = c.header(id)
-	}
+	heads := s.byProvider[providerUUID]
+	out := make([]placement.Consumer, len(heads))
+	copy(out, heads)
 	return out, nil
 }
 
@@ -302,6 +299,7 @@ func (s *Store) apply(plan placement.WritePlan) {
 		}
 		rec := s.ids.pack(ch.New)
 		s.consumers[ch.UUID] = rec
+		head := rec.header(ch.UUID)
 		rec.eachProvider(func(pi int32, es []allocEntry) {
 			p := s.ids.provs[pi]
 			u := s.usageOf(p)
@@ -311,7 +309,7 @@ func (s *Store) apply(plan placement.WritePlan) {
 					u[rc] = placement.AddAmounts(u[rc], e.n)
 				}
 			}
-			s.addConsumerOn(p, ch.UUID)
+			s.addConsumerOn(p, head)
 		})
 	}
 	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
