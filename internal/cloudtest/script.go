@@ -96,6 +96,8 @@ import (
 //	                                   what it found and healed
 //	terminate NAME host=H              H's agent removes the guest (an
 //	                                   operator's clean-up)
+//	report-build NAME                  the agent's report that the spawn
+//	                                   ended well, sent again (a redelivery)
 //	drain H… [parallel=N] [dry-run]    a drain plan of the hosts (dry-run:
 //	                                   the moves it would make)
 //	evacuate-all H                     an evacuate-all plan of a dead host
@@ -139,9 +141,10 @@ import (
 //	show migration N                   one migration's record in full (tried
 //	                                   hosts, attempts, times since the
 //	                                   epoch, memory copied, owner, plan)
-//	show instance NAME                 one instance's record: its state,
-//	                                   and its resize flavor, build phase,
-//	                                   action and action phase when set
+//	show instance NAME                 one instance's record: its state and
+//	                                   version, and its resize flavor, build
+//	                                   phase, action and action phase when
+//	                                   set
 //	show group G                       the group's members
 //
 // Flavors are small, medium, large and huge (Flavors), tiny (1 vCPU, 512
@@ -243,6 +246,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		s.disk(t, d)
 	case "agent-audit":
 		return s.agentAudit(t, d)
+	case "report-build":
+		err = s.reportBuild(t, d)
 	case "terminate":
 		err = s.agent(t, s.str(t, d, "host")).TerminateInstance(context.Background(), s.uuid(t, d))
 	case "advance":
@@ -558,6 +563,17 @@ func (s *script) agent(t *testing.T, host string) *compute.Manager {
 	return m
 }
 
+// reportBuild sends the conductor the agent's report that the
+// instance's spawn ended well, again (as the bus redelivers a report whose
+// first answer was lost).
+func (s *script) reportBuild(t *testing.T, d *datadriven.TestData) error {
+	in, err := s.c.Backing.GetInstance(context.Background(), s.uuid(t, d))
+	if err != nil {
+		return err
+	}
+	return s.c.Cond.BuildDone(context.Background(), in.UUID, in.Host, nil)
+}
+
 // agentAudit runs a host's audit, naming the instances it found.
 func (s *script) agentAudit(t *testing.T, d *datadriven.TestData) string {
 	drift, err := s.agent(t, d.CmdArgs[0].Key).Audit(context.Background())
@@ -770,7 +786,7 @@ func (s *script) showInstance(t *testing.T, d *datadriven.TestData, b *strings.B
 		fmt.Fprintf(b, "%s\n", refusal(err))
 		return
 	}
-	fmt.Fprintf(b, "%s: %s\n", in.Name, describe(in))
+	fmt.Fprintf(b, "%s: %s\n  version: %d\n", in.Name, describe(in), in.Version)
 	field := func(name, v string) {
 		if v != "" {
 			fmt.Fprintf(b, "  %s: %s\n", name, v)
