@@ -87,13 +87,16 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 				if _, err := fmt.Sscan(generate, &hosts); err != nil || hosts < 1 {
 					return fmt.Errorf("--generate wants a host count, got %q", generate)
 				}
+				if hosts > scenario.MaxHosts {
+					return fmt.Errorf("--generate: the simulator runs at most %d hosts, got %d", scenario.MaxHosts, hosts)
+				}
 				hours, _ := cmd.Flags().GetFloat64("hours")
 				if !(hours > 0) || hours*3600 > scenario.MaxDuration {
 					return fmt.Errorf("--hours must be more than 0 and at most %v, got %v", scenario.MaxDuration/3600, hours)
 				}
 				sc = scenario.Generate(hosts, hours, 1)
 				if err := sc.Validate(); err != nil {
-					return fmt.Errorf("generated scenario: %w", err)
+					return fmt.Errorf("--generate %d --hours %v is beyond the simulator's limits (lower --hours or --generate): %w", hosts, hours, err)
 				}
 			}
 			if cmd.Flags().Changed("seed") {

@@ -121,9 +121,11 @@ func TestSimCommandRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{seed, "--in-flight", "4"}, "--in-flight is for --drain and --rebalance: it needs one of them"},
 		{[]string{seed, "--svg", svg, "--samples", "1000000000"}, "--svg needs --samples between 1 and 10000, got 1000000000"},
 		{[]string{seed, "--samples", "10"}, "--samples is for --svg's chart: it needs --svg FILE"},
-		{[]string{"--generate", "100000", "--svg", svg, "--samples", "10000"}, "--samples 10000 × 100000 hosts is 1000000000 RAM values a policy, more than --svg keeps (25000000): lower --samples to at most 250"},
+		{[]string{"--generate", "50000", "--svg", svg, "--samples", "10000"}, "--samples 10000 × 50000 hosts is 500000000 RAM values a policy, more than --svg keeps (25000000): lower --samples to at most 500"},
 		{[]string{seed, "--generate", "10"}, "--generate runs a generated scenario instead of a file: give a scenario file or --generate, not both"},
 		{[]string{seed, "--hours", "2"}, "--hours is --generate's length: it needs --generate HOSTS"},
+		{[]string{"--generate", "100001"}, "--generate: the simulator runs at most 100000 hosts, got 100001"},
+		{[]string{"--generate", "10000", "--hours", "100"}, "--generate 10000 --hours 100 is beyond the simulator's limits (lower --hours or --generate): generated-10000-hosts-100h: workload[2].rate: the workloads ask for 1.08e+06 operations (rate × (end − start), summed) with this one, more than the simulator runs (1000000); lower a rate or shorten a workload"},
 		{[]string{seed, "--policy", ","}, `--policy "," has an empty name (known: legacy, dest-update, claim)`},
 	}
 	for _, tc := range cases {

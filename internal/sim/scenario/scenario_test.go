@@ -58,7 +58,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate policy", lines(`duration = 3600`, `policies = ["claim", "legacy", "claim"]`), 2, `policies[2]: policy "claim" is listed twice`},
 
 		// Scheduler.
-		{"negative subset", file(`[scheduler]`, `host_subset_size = -1`), 14, "scheduler.host_subset_size: must be between 0 and 1000000 (0 means 1), got -1"},
+		{"negative subset", file(`[scheduler]`, `host_subset_size = -1`), 14, "scheduler.host_subset_size: must be between 0 and 100000 (0 means 1), got -1"},
 		{"dotted key", lines(`duration = 3600`, `scheduler.max_attempts = -2`), 2, "scheduler.max_attempts: must be between 0 and 1000 (0 means 3), got -2"},
 		{"unknown filter", file(`[scheduler]`, `enabled_filters = [`, `  "ComputeFilter",`, `  "RamFilter",`, `]`), 16, `scheduler.enabled_filters[1]: unknown filter "RamFilter"`},
 		{"duplicate filter", file(`[scheduler]`, `enabled_filters = ["ComputeFilter", "ComputeFilter"]`), 14, "listed twice"},
@@ -481,5 +481,28 @@ func TestLineIndex(t *testing.T) {
 	}
 	if ix.line("nothing") != 0 {
 		t.Error("unknown path has a line")
+	}
+}
+
+// TestLimitsLetTheShippedScenariosRun: the limits on what a run costs
+// (MaxOperations, MaxAuditWork, …) refuse none of the shipped scenarios
+// nor the generated 10,000-host day, and the day has room to spare.
+func TestLimitsLetTheShippedScenariosRun(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "scenarios", "*.toml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("shipped scenarios: %v, %v", files, err)
+	}
+	for _, f := range files {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for _, g := range []struct {
+		hosts int
+		hours float64
+	}{{10000, 24}, {10000, 72}, {60000, 24}} {
+		if err := Generate(g.hosts, g.hours, 1).Validate(); err != nil {
+			t.Errorf("--generate %d --hours %v: %v", g.hosts, g.hours, err)
+		}
 	}
 }

@@ -74,6 +74,9 @@ func (s *Scenario) validateTrees(c *checker) {
 		}
 	}
 	if c.err == nil {
+		s.checkProviderCount(c)
+	}
+	if c.err == nil {
 		s.checkProviderNames(c)
 	}
 }

@@ -12,12 +12,36 @@ import (
 )
 
 // Bounds on what a scenario may ask for. They keep every product and sum
-// the simulator computes inside int64 and every time inside time.Duration.
+// the simulator computes inside int64 and every time inside time.Duration,
+// and they bound what an accepted scenario costs: each of the size limits
+// (hosts, providers, instances, operations) is at most a few GB of memory
+// for one policy's run, and each of the work limits (audits, heartbeats)
+// minutes of CPU. Each is 4 to 40 times what the generated 10,000-host day
+// (keel sim --generate 10000 --hours 24) needs. scenarios/README.md lists
+// them ("Limits").
 const (
-	// MaxHosts bounds a scenario's host count (all groups together).
-	MaxHosts = 1_000_000
-	// MaxInstances bounds the initial instances of all hosts together.
-	MaxInstances = 10_000_000
+	// MaxHosts bounds a scenario's host count (all groups together), about
+	// 10 KB each.
+	MaxHosts = 100_000
+	// MaxProviders bounds the resource providers: the hosts', their
+	// children (count × children of every group) and the sharing pools.
+	MaxProviders = 200_000
+	// MaxInstances bounds the initial instances of all hosts together,
+	// about 3 KB each.
+	MaxInstances = 1_000_000
+	// MaxOperations bounds the workloads' operations over the run, the sum
+	// of rate × (end − start): every boot is kept (an instance, ACTIVE or
+	// ERROR), about 3 KB each.
+	MaxOperations = 1_000_000
+	// MaxAuditWork bounds the periodic audits' work over the run: each
+	// host's audits (duration ÷ update_resources_interval) times the hosts
+	// and the instances they may hold (initial ones and boots).
+	MaxAuditWork = 200_000_000
+	// MaxHeartbeats bounds the heartbeat writes over the run: hosts ×
+	// duration ÷ the write interval (report_interval × ⌊service_down_time ÷
+	// report_interval⌋, at least report_interval; none with
+	// service_down_time 0).
+	MaxHeartbeats = 200_000_000
 	// MaxSize bounds a host's inventory totals and a flavor's sizes (VCPU,
 	// MiB, GiB): Placement's largest inventory total, 2^31 - 1.
 	MaxSize = math.MaxInt32
@@ -100,7 +124,90 @@ func (s *Scenario) validate(file string, ix *lineIndex) *Error {
 	}
 	s.validateEvents(c, names)
 	s.validateWorkloads(c)
+	if c.err != nil {
+		return c.err
+	}
+	s.validateCost(c)
 	return c.err
+}
+
+// groupSize is a group's host count: 1 for a named host.
+func groupSize(g HostGroup) int {
+	if g.Name != "" {
+		return 1
+	}
+	return g.Count
+}
+
+// checkProviderCount refuses more than MaxProviders providers (hosts,
+// their children, the pools), blaming the group that crosses the limit.
+func (s *Scenario) checkProviderCount(c *checker) {
+	providers := len(s.Shared)
+	for i, g := range s.HostGroups {
+		providers += groupSize(g) * (1 + len(g.Children))
+		if providers > MaxProviders {
+			c.errf(elem("hosts", i)+".child", "too many providers: hosts, their children and the shared pools come to %d with this group, and the simulator allows %d; fewer hosts or children", providers, MaxProviders)
+			return
+		}
+	}
+}
+
+// validateCost bounds what the run costs as a whole (MaxOperations, MaxAuditWork, MaxHeartbeats), once every value is valid
+// on its own. Each message names the limit and what to change.
+func (s *Scenario) validateCost(c *checker) {
+	hosts, instances := 0, len(s.Instances)
+	for _, g := range s.HostGroups {
+		n := groupSize(g)
+		hosts += n
+		for _, k := range g.Instances {
+			instances += n * k
+		}
+	}
+	ops, boots := 0.0, 0.0
+	for i, w := range s.Workloads {
+		end := w.End
+		if end == 0 {
+			end = s.Duration
+		}
+		n := w.Rate * (end - w.Start)
+		ops += n
+		if w.Kind == KindBoot {
+			boots += n
+		}
+		if ops > MaxOperations {
+			c.errf(elem("workload", i)+".rate", "the workloads ask for %.4g operations (rate × (end − start), summed) with this one, more than the simulator runs (%d); lower a rate or shorten a workload", ops, MaxOperations)
+			return
+		}
+	}
+	if interval := s.Compute.UpdateResourcesInterval; interval >= 0 {
+		if interval == 0 {
+			interval = DefaultUpdateResourcesInterval
+		}
+		audits := math.Floor(s.Duration / float64(interval))
+		work := audits * (float64(hosts) + float64(instances) + boots)
+		if work > MaxAuditWork {
+			least := math.Ceil(s.Duration * (float64(hosts) + float64(instances) + boots) / MaxAuditWork)
+			c.errf("compute.update_resources_interval", "audits every %d s for %v s audit each of %d hosts %.0f times, with up to %.0f instances (initial and booted): %.4g host and instance audits, more than the simulator runs (%d); raise update_resources_interval to at least %.0f s, shorten duration, or set it below 0 (no audits)",
+				interval, s.Duration, hosts, audits, float64(instances)+boots, work, MaxAuditWork, least)
+			return
+		}
+	}
+	report := DefaultReportInterval
+	if v := s.Compute.ReportInterval; v != nil {
+		report = *v
+	}
+	down := DefaultServiceDownTime
+	if v := s.Scheduler.ServiceDownTime; v != nil {
+		down = *v
+	}
+	if down > 0 && report > 0 {
+		every := report * math.Max(1, math.Floor(down/report))
+		writes := float64(hosts) * math.Floor(s.Duration/every)
+		if writes > MaxHeartbeats {
+			c.errf("scheduler.service_down_time", "%d hosts' heartbeats, written every %v s (report_interval %v s, service_down_time %v s) for %v s, are %.4g writes, more than the simulator runs (%d); raise service_down_time (and report_interval) to at least %.0f s, shorten duration, or set service_down_time = 0 (no liveness check)",
+				hosts, every, report, down, s.Duration, writes, MaxHeartbeats, math.Ceil(float64(hosts)*s.Duration/MaxHeartbeats))
+		}
+	}
 }
 
 func (s *Scenario) validateScheduler(c *checker) {
