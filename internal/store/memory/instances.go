@@ -45,7 +45,8 @@ func (s *Store) instFlavor(f records.Flavor) *records.Flavor {
 	if p, ok := s.plainFlavors[k]; ok {
 		return p
 	}
-	p := &f
+	p := new(records.Flavor) // not &f, which would put every f on the heap
+	*p = f
 	s.plainFlavors[k] = p
 	return p
 }

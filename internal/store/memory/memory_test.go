@@ -2,7 +2,9 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -189,6 +191,38 @@ func TestInstanceFlavorsAreCopies(t *testing.T) {
 		got, err := s.GetInstance(ctx, uuid)
 		if err != nil || !reflect.DeepEqual(got.Flavor, want) {
 			t.Errorf("%s: flavor %+v (%v), want %+v", uuid, got.Flavor, err, want)
+		}
+	}
+}
+
+// Past the change stream's length (1<<18 entries) the oldest half is
+// dropped: a reader that far behind is told to reload, one close behind
+// reads each change after its own, in order.
+func TestChangesTrimmed(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	const n = 1<<18 + 1<<17 + 5 // trimmed twice
+	for i := 1; i <= n; i++ {
+		if err := s.PutHostRecord(ctx, records.HostRecord{Host: "h" + strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last, err := s.LastChange(ctx); err != nil || last != n {
+		t.Fatalf("LastChange = %d, %v; want %d", last, err, n)
+	}
+	if _, err := s.Changes(ctx, 0, 10); !errors.Is(err, store.ErrChangesTrimmed) {
+		t.Errorf("Changes from 0: %v, want ErrChangesTrimmed", err)
+	}
+	for _, since := range []int64{n - 1<<17, n - 1000, n - 1} {
+		chs, err := s.Changes(ctx, since, 0)
+		if err != nil || int64(len(chs)) != n-since {
+			t.Fatalf("Changes since %d: %d changes, %v; want %d", since, len(chs), err, n-since)
+		}
+		for i, c := range chs {
+			seq := since + 1 + int64(i)
+			if c.Seq != seq || c.Kind != store.ChangeHost || c.Key != "h"+strconv.Itoa(int(seq)) {
+				t.Fatalf("Changes since %d: #%d is %+v, want seq %d of h%d", since, i, c, seq, seq)
+			}
 		}
 	}
 }
