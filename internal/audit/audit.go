@@ -128,7 +128,7 @@ func Plan(in Inputs, opt Options) []Finding {
 	}
 	rpOf := map[string]string{}   // host name → provider UUID
 	nameOf := map[string]string{} // provider UUID → provider name
-	hostOf := providerHosts(in.Providers)
+	hostOf := ProviderHosts(in.Providers)
 	for _, s := range in.Providers {
 		if s.ParentUUID == "" {
 			rpOf[s.Name] = s.UUID
@@ -261,10 +261,10 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 	}
 }
 
-// providerHosts maps every provider to its host: the name of its tree's
+// ProviderHosts maps every provider to its host: the name of its tree's
 // root ("" for a provider that shares its inventory,
 // MISC_SHARES_VIA_AGGREGATE, or a tree whose root does).
-func providerHosts(ps []store.ProviderSummary) map[string]string {
+func ProviderHosts(ps []store.ProviderSummary) map[string]string {
 	byUUID := make(map[string]*store.ProviderSummary, len(ps))
 	for i := range ps {
 		byUUID[ps[i].UUID] = &ps[i]
@@ -302,6 +302,32 @@ func onHost(allocs map[string]placement.Resources, hostOf map[string]string, hos
 		}
 	}
 	return true
+}
+
+// HoldsFlavor reports whether allocs is what an instance of flavor f on
+// host must hold when it is not moving: f's request in all (its extra
+// specs' groups included), on host's provider tree and providers sharing
+// with it only. hostOf is ProviderHosts of every provider.
+func HoldsFlavor(allocs map[string]placement.Resources, hostOf map[string]string, host string, f records.Flavor) bool {
+	return len(allocs) > 0 && onHost(allocs, hostOf, host) && sumEquals(allocs, wantOf(f, map[flavorSize]placement.Resources{}))
+}
+
+// Hosts lists, sorted, the hosts whose provider trees allocs holds
+// something on (a provider sharing its inventory is no host's); a
+// provider hostOf does not know counts as a host of its own UUID.
+func Hosts(allocs map[string]placement.Resources, hostOf map[string]string) []string {
+	var out []string
+	for p := range allocs {
+		h, known := hostOf[p]
+		if !known {
+			h = p
+		}
+		if h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // flavorSize is what a flavor without extra specs claims from.

@@ -165,7 +165,7 @@ func readGuests(ctx context.Context, src Sources, now time.Time, in *Inputs, rep
 		miss []string
 	)
 	in.Guests = map[string][]compute.Guest{}
-	hostOf := providerHosts(in.Providers)
+	hostOf := ProviderHosts(in.Providers)
 	for _, p := range in.Providers {
 		h := p.Name
 		if p.ParentUUID != "" || hostOf[p.UUID] == "" {
