@@ -27,6 +27,24 @@ type Source interface {
 	ListAggregates(ctx context.Context) ([]records.Aggregate, error)
 }
 
+// SharingSource is a Source that can list providers whose inventories,
+// traits and aggregates it shares with the caller instead of copying
+// them: memory.Store, which replaces those of a provider as a whole and
+// never changes them in place. The view only reads them (a claim it
+// assumes copies the usage first), so it takes them shared when it can
+// — two maps and two slices less per changed provider and refresh.
+type SharingSource interface {
+	SharedProviderSummaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error)
+}
+
+// summaries reads providers from the source, shared when it can.
+func (v *View) summaries(ctx context.Context, uuids []string) ([]store.ProviderSummary, error) {
+	if ss, ok := v.src.(SharingSource); ok {
+		return ss.SharedProviderSummaries(ctx, uuids)
+	}
+	return v.src.ProviderSummaries(ctx, uuids)
+}
+
 // changeBatch is how many change-stream entries one read takes.
 const changeBatch = 4096
 
@@ -105,7 +123,7 @@ func (v *View) reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading host view: %w", err)
 	}
-	sums, err := v.src.ProviderSummaries(ctx, nil)
+	sums, err := v.summaries(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("loading host view providers: %w", err)
 	}
@@ -237,7 +255,7 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 			uuids = append(uuids, u)
 		}
 		sort.Strings(uuids)
-		sums, err := v.src.ProviderSummaries(ctx, uuids)
+		sums, err := v.summaries(ctx, uuids)
 		if err != nil {
 			return fmt.Errorf("refreshing host view providers: %w", err)
 		}

@@ -158,6 +158,19 @@ func (s *Store) GetProvider(_ context.Context, uuid string) (placement.Provider,
 
 // ProviderSummaries implements store.Store.
 func (s *Store) ProviderSummaries(_ context.Context, uuids []string) ([]store.ProviderSummary, error) {
+	return s.summaries(uuids, clone), nil
+}
+
+// SharedProviderSummaries is ProviderSummaries with each provider's
+// inventories, traits and aggregates shared with the store, not copied
+// (its usage is copied): the caller must not change them. The store never
+// changes them in place — it replaces them whole — so they stay as they
+// were read (scheduler.SharingSource).
+func (s *Store) SharedProviderSummaries(_ context.Context, uuids []string) ([]store.ProviderSummary, error) {
+	return s.summaries(uuids, func(p placement.Provider) placement.Provider { return p }), nil
+}
+
+func (s *Store) summaries(uuids []string, copyOf func(placement.Provider) placement.Provider) []store.ProviderSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if uuids == nil {
@@ -172,9 +185,9 @@ func (s *Store) ProviderSummaries(_ context.Context, uuids []string) ([]store.Pr
 		if !ok {
 			continue
 		}
-		out = append(out, store.ProviderSummary{Provider: clone(*p), Usage: s.usage[u].Clone()})
+		out = append(out, store.ProviderSummary{Provider: copyOf(*p), Usage: s.usage[u].Clone()})
 	}
-	return out, nil
+	return out
 }
 
 // SetInventories implements store.Store.

@@ -10,6 +10,7 @@ import (
 
 	"keel/internal/placement"
 	"keel/internal/records"
+	"keel/internal/scheduler"
 	"keel/internal/store"
 	"keel/internal/store/memory"
 	"keel/internal/store/storetest"
@@ -224,5 +225,48 @@ func TestChangesTrimmed(t *testing.T) {
 				t.Fatalf("Changes since %d: #%d is %+v, want seq %d of h%d", since, i, c, seq, seq)
 			}
 		}
+	}
+}
+
+// The scheduler's view takes the memory store's summaries shared.
+var _ scheduler.SharingSource = (*memory.Store)(nil)
+
+// Shared summaries are the summaries, and what they share stays as it was
+// read when the store changes the provider's inventories, traits or
+// aggregates.
+func TestSharedProviderSummaries(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	p, err := s.CreateProvider(ctx, placement.Provider{UUID: "rp-1", Name: "h1", Inventories: placement.Inventories{placement.VCPU: placement.NewInventory(8)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "c", Allocations: map[string]placement.Resources{"rp-1": {placement.VCPU: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, uuids := range [][]string{nil, {"rp-1", "rp-none"}} {
+		shared, err1 := s.SharedProviderSummaries(ctx, uuids)
+		copied, err2 := s.ProviderSummaries(ctx, uuids)
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(shared, copied) || len(shared) != 1 {
+			t.Fatalf("%v: shared %+v (%v), copied %+v (%v)", uuids, shared, err1, copied, err2)
+		}
+	}
+	before, _ := s.SharedProviderSummaries(ctx, nil)
+	want, _ := s.ProviderSummaries(ctx, nil)
+	if _, err := s.SetInventories(ctx, "rp-1", before[0].Generation, placement.Inventories{placement.VCPU: placement.NewInventory(16), placement.MemoryMB: placement.NewInventory(1024)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetProviderTraits(ctx, "rp-1", p.Generation+2, []string{"HW_CPU_X86_AVX2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "c2", Allocations: map[string]placement.Resources{"rp-1": {placement.VCPU: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, want) {
+		t.Errorf("a shared summary changed with the store: %+v, read as %+v", before, want)
+	}
+	after, _ := s.SharedProviderSummaries(ctx, nil)
+	if after[0].Inventories[placement.VCPU].Total != 16 || len(after[0].Traits) != 1 || after[0].Usage[placement.VCPU] != 5 {
+		t.Errorf("after the changes: %+v", after[0])
 	}
 }
