@@ -9,12 +9,15 @@ import (
 )
 
 // DefaultMemoryLimit is the soft heap limit TuneGC sets (900 MiB). The
-// 10,000-host day keeps about 450 MB live (the world: instance records,
-// allocations, guests), more in its final check. Measured on that day
-// after issue 15's speed work (policy claim, 2 shared cores, load 3–6): no
-// limit 27 s CPU and 2.25 GiB peak RSS; 900 MiB 41–44 s and 916 MiB (29
-// collections, about 20 s of the CPU); 960 MiB 44 s and 976 MiB (no
-// gain). 900 MiB keeps the day under 1 GiB; GOMEMLIMIT overrides it.
+// 10,000-host day keeps about 310 MB live (the world: instance records
+// and allocations in the memory store, trackers, guests), more in its
+// final check. Measured on that day (policy claim, 2 shared cores, load
+// 3–4) once the memory store kept instances and allocations compactly:
+// 900 MiB 24.5 s CPU and 917 MiB peak RSS (18 collections); no limit
+// 22.6 s and 1.63 GiB. Before that (~450 MB live): 900 MiB 41–44 s (29
+// collections, about 20 s of the CPU), 960 MiB 44 s and 976 MiB, no limit
+// 27 s and 2.25 GiB. 900 MiB keeps the day under 1 GiB; GOMEMLIMIT
+// overrides it.
 const DefaultMemoryLimit = 900 << 20
 
 // TuneGC sets the collector for a long run and returns a function that
