@@ -128,7 +128,7 @@ func Plan(in Inputs, opt Options) []Finding {
 	}
 	rpOf := map[string]string{}   // host name → provider UUID
 	nameOf := map[string]string{} // provider UUID → provider name
-	hostOf := ProviderHosts(in.Providers)
+	where := Locate(in.Providers)
 	for _, s := range in.Providers {
 		if s.ParentUUID == "" {
 			rpOf[s.Name] = s.UUID
@@ -176,7 +176,7 @@ func Plan(in Inputs, opt Options) []Finding {
 		case inst.VMState == records.VMError || inst.VMState == records.VMDeleted:
 			add(KindFailedHolds, c, "instance %s is %s but still holds %s", c, inst.VMState, describe(allocs, nameOf))
 		default:
-			heldTwice(*inst, allocs, moves[c], held, hostOf, nameOf, add)
+			heldTwice(*inst, allocs, moves[c], held, where, nameOf, add)
 		}
 	}
 	wants := map[flavorSize]placement.Resources{} // a flavor's total without extra specs, computed once
@@ -193,7 +193,7 @@ func Plan(in Inputs, opt Options) []Finding {
 			add(KindNoProvider, i.UUID, "instance %s runs on %q, which has no resource provider", i.UUID, i.Host)
 		case len(allocs) == 0:
 			add(KindAllocation, i.UUID, "instance %s on %s holds no allocation (want %s)", i.UUID, i.Host, want)
-		case !onHost(allocs, hostOf, i.Host) || !sumEquals(allocs, want):
+		case !where.OnHost(allocs, i.Host) || !sumEquals(allocs, want):
 			add(KindAllocation, i.UUID, "instance %s on %s holds %s, want %s on %s's provider tree (and providers sharing with it) only", i.UUID, i.Host, describe(allocs, nameOf), want, i.Host)
 		}
 	}
@@ -210,7 +210,7 @@ func Plan(in Inputs, opt Options) []Finding {
 // destination is not recorded yet (the claim and the record are two
 // writes) allows one other host.
 func heldTwice(inst records.Instance, allocs map[string]placement.Resources, moving []records.Migration,
-	held map[string]map[string]placement.Resources, hostOf, nameOf map[string]string, add func(kind, subject, format string, args ...any)) {
+	held map[string]map[string]placement.Resources, where Where, nameOf map[string]string, add func(kind, subject, format string, args ...any)) {
 	allowed := map[string]bool{inst.Host: true}
 	unrecorded := false
 	for _, m := range moving {
@@ -223,7 +223,7 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 	elsewhereHosts := map[string]bool{}
 	onOwn := 0 // providers held that are not shared
 	for _, p := range slices.Sorted(maps.Keys(allocs)) {
-		h, known := hostOf[p]
+		h, known := where.Host(p)
 		if known && h == "" {
 			continue // a sharing provider: any host of its aggregates uses it
 		}
@@ -251,7 +251,7 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 			continue // a resize on its own host holds both flavors there until confirm
 		}
 		for p := range held[m.UUID] {
-			if h, known := hostOf[p]; known && h == "" {
+			if h, known := where.Host(p); known && h == "" {
 				continue // a shared pool is held by both sides of a move, as in Placement
 			}
 			if _, both := allocs[p]; both {
@@ -261,10 +261,20 @@ func heldTwice(inst records.Instance, allocs map[string]placement.Resources, mov
 	}
 }
 
-// ProviderHosts maps every provider to its host: the name of its tree's
-// root ("" for a provider that shares its inventory,
-// MISC_SHARES_VIA_AGGREGATE, or a tree whose root does).
-func ProviderHosts(ps []store.ProviderSummary) map[string]string {
+// Where tells where providers are: each provider's host (the name of its
+// tree's root; "" for a provider that shares its inventory,
+// MISC_SHARES_VIA_AGGREGATE, or a tree whose root does), and which hosts
+// a sharing provider shares with (as Placement anchors it: any provider
+// of the host's tree in one of its aggregates).
+type Where struct {
+	hostOf   map[string]string   // provider UUID → host
+	aggs     map[string][]string // sharing provider UUID → its aggregates
+	hostAggs map[string][]string // host → its tree's aggregates (hosts in none are absent)
+}
+
+// Locate indexes every provider (ps: all of them, with their parents,
+// traits and aggregates).
+func Locate(ps []store.ProviderSummary) Where {
 	byUUID := make(map[string]*store.ProviderSummary, len(ps))
 	for i := range ps {
 		byUUID[ps[i].UUID] = &ps[i]
@@ -273,7 +283,7 @@ func ProviderHosts(ps []store.ProviderSummary) map[string]string {
 		_, ok := slices.BinarySearch(p.Traits, placement.SharesViaAggregate)
 		return ok
 	}
-	out := make(map[string]string, len(ps))
+	w := Where{hostOf: make(map[string]string, len(ps)), aggs: map[string][]string{}, hostAggs: map[string][]string{}}
 	for i := range ps {
 		p := &ps[i]
 		root := p
@@ -284,20 +294,46 @@ func ProviderHosts(ps []store.ProviderSummary) map[string]string {
 			}
 			root = up
 		}
-		if shares(p) || shares(root) {
-			out[p.UUID] = ""
-		} else {
-			out[p.UUID] = root.Name
+		switch {
+		case shares(p) || shares(root):
+			w.hostOf[p.UUID] = ""
+			if len(p.Aggregates) > 0 {
+				w.aggs[p.UUID] = p.Aggregates
+			}
+		default:
+			w.hostOf[p.UUID] = root.Name
+			if len(p.Aggregates) > 0 {
+				w.hostAggs[root.Name] = append(w.hostAggs[root.Name], p.Aggregates...)
+			}
 		}
 	}
-	return out
+	return w
 }
 
-// onHost reports whether every provider allocs names is in host's tree
-// or shares its inventory.
-func onHost(allocs map[string]placement.Resources, hostOf map[string]string, host string) bool {
+// Host is provider p's host ("" for a sharing provider) and whether p is
+// known at all.
+func (w Where) Host(p string) (string, bool) {
+	h, ok := w.hostOf[p]
+	return h, ok
+}
+
+// sharesWith reports whether sharing provider p shares with host.
+func (w Where) sharesWith(p, host string) bool {
+	for _, a := range w.aggs[p] {
+		if slices.Contains(w.hostAggs[host], a) {
+			return true
+		}
+	}
+	return false
+}
+
+// OnHost reports whether every provider allocs names is in host's tree
+// or a provider sharing with it; a provider Locate did not see is on no
+// host.
+func (w Where) OnHost(allocs map[string]placement.Resources, host string) bool {
 	for p := range allocs {
-		if h := hostOf[p]; h != "" && h != host {
+		h, known := w.hostOf[p]
+		if !known || (h == "" && !w.sharesWith(p, host)) || (h != "" && h != host) {
 			return false
 		}
 	}
@@ -307,18 +343,18 @@ func onHost(allocs map[string]placement.Resources, hostOf map[string]string, hos
 // HoldsFlavor reports whether allocs is what an instance of flavor f on
 // host must hold when it is not moving: f's request in all (its extra
 // specs' groups included), on host's provider tree and providers sharing
-// with it only. hostOf is ProviderHosts of every provider.
-func HoldsFlavor(allocs map[string]placement.Resources, hostOf map[string]string, host string, f records.Flavor) bool {
-	return len(allocs) > 0 && onHost(allocs, hostOf, host) && sumEquals(allocs, wantOf(f, map[flavorSize]placement.Resources{}))
+// with it only.
+func (w Where) HoldsFlavor(allocs map[string]placement.Resources, host string, f records.Flavor) bool {
+	return len(allocs) > 0 && w.OnHost(allocs, host) && sumEquals(allocs, wantOf(f, map[flavorSize]placement.Resources{}))
 }
 
 // Hosts lists, sorted, the hosts whose provider trees allocs holds
-// something on (a provider sharing its inventory is no host's); a
-// provider hostOf does not know counts as a host of its own UUID.
-func Hosts(allocs map[string]placement.Resources, hostOf map[string]string) []string {
+// something on (a sharing provider is no host's); a provider Locate did
+// not see counts as a host of its own UUID.
+func (w Where) Hosts(allocs map[string]placement.Resources) []string {
 	var out []string
 	for p := range allocs {
-		h, known := hostOf[p]
+		h, known := w.hostOf[p]
 		if !known {
 			h = p
 		}

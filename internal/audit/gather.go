@@ -165,10 +165,10 @@ func readGuests(ctx context.Context, src Sources, now time.Time, in *Inputs, rep
 		miss []string
 	)
 	in.Guests = map[string][]compute.Guest{}
-	hostOf := ProviderHosts(in.Providers)
+	where := Locate(in.Providers)
 	for _, p := range in.Providers {
 		h := p.Name
-		if p.ParentUUID != "" || hostOf[p.UUID] == "" {
+		if h, _ := where.Host(p.UUID); p.ParentUUID != "" || h == "" {
 			continue // a provider tree's child, or a sharing provider: no agent of its own
 		}
 		if !up[h] {

@@ -18,12 +18,12 @@ import (
 //     within capacity;
 //   - no consumer holds allocations on two hosts' provider trees unless a
 //     migration is active (a host's children and the providers sharing
-//     with it are its own: package audit's ProviderHosts);
+//     with it are its own: audit.Where);
 //
 // and, once no migration is active:
 //   - no migration consumer is left, and every settled instance holds
 //     exactly its flavor's request on its host's provider tree (and
-//     providers sharing with it: audit.HoldsFlavor);
+//     providers sharing with it: Where.HoldsFlavor);
 //   - every guest on a hypervisor is running and belongs to an instance
 //     recorded on that host;
 //   - the host records (unless legacy) say what the allocations say;
@@ -50,7 +50,7 @@ func (c *Cloud) Violations() []string {
 	if err != nil {
 		return append(out, err.Error())
 	}
-	hostOf := audit.ProviderHosts(sums)
+	where := audit.Locate(sums)
 	consumers := map[string]placement.Consumer{}
 	for _, s := range sums {
 		cs, err := c.Backing.ConsumersOn(ctx, s.UUID)
@@ -72,8 +72,8 @@ func (c *Cloud) Violations() []string {
 		}
 	}
 	for _, uuid := range sortedKeys(consumers) {
-		if cons := consumers[uuid]; len(active) == 0 && len(audit.Hosts(cons.Allocations, hostOf)) > 1 {
-			bad("consumer %s holds allocations on %v (hosts %v) with no migration active", cons.UUID, cons.Providers(), audit.Hosts(cons.Allocations, hostOf))
+		if cons := consumers[uuid]; len(active) == 0 && len(where.Hosts(cons.Allocations)) > 1 {
+			bad("consumer %s holds allocations on %v (hosts %v) with no migration active", cons.UUID, cons.Providers(), where.Hosts(cons.Allocations))
 		}
 	}
 	if len(active) > 0 {
@@ -94,7 +94,7 @@ func (c *Cloud) Violations() []string {
 			bad("instance %s (%s) keeps task %q with no migration active", in.Name, in.VMState, in.TaskState)
 		}
 		if holdsClaim(in.VMState) || building {
-			if got := c.Allocations(in.UUID); !audit.HoldsFlavor(got, hostOf, in.Host, in.Flavor) {
+			if got := c.Allocations(in.UUID); !where.HoldsFlavor(got, in.Host, in.Flavor) {
 				bad("instance %s (%s) on %s holds %v", in.Name, in.VMState, in.Host, got)
 			}
 		}
