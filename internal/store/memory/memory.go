@@ -687,8 +687,13 @@ func cloneInstance(in records.Instance) records.Instance {
 		h.SameHost, h.DifferentHost = slices.Clone(h.SameHost), slices.Clone(h.DifferentHost)
 		in.Hints = &h
 	}
+	if in.ResizeFlavor != nil {
+		f := cloneFlavor(*in.ResizeFlavor)
+		in.ResizeFlavor = &f
+	}
 	in.Metadata = maps.Clone(in.Metadata)
 	in.Tags = slices.Clone(in.Tags)
+	in.ActionOps = slices.Clone(in.ActionOps)
 	return in
 }
 

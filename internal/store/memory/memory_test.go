@@ -270,3 +270,74 @@ func TestSharedProviderSummaries(t *testing.T) {
 		t.Errorf("after the changes: %+v", after[0])
 	}
 }
+
+// An instance the store returned, or was given, is the caller's: changing
+// anything it refers to (maps, slices, pointed-to records) changes nothing
+// in the store. A reference field added to records.Instance that this
+// test does not change fails it, so the list stays whole.
+func TestInstanceRecordsAreCopies(t *testing.T) {
+	ctx := context.Background()
+	mutate := map[string]func(in *records.Instance){
+		"Flavor.ExtraSpecs":   func(in *records.Instance) { in.Flavor.ExtraSpecs["k"] = "changed" },
+		"Flavor.Projects":     func(in *records.Instance) { in.Flavor.Projects[0] = "changed" },
+		"ResizeFlavor":        func(in *records.Instance) { in.ResizeFlavor.VCPUs = 99; in.ResizeFlavor.ExtraSpecs["k"] = "changed" },
+		"Hints":               func(in *records.Instance) { in.Hints.SameHost[0] = "changed"; in.Hints.Group = "changed" },
+		"Metadata":            func(in *records.Instance) { in.Metadata["k"] = "changed" },
+		"Tags":                func(in *records.Instance) { in.Tags[0] = "changed" },
+		"Lifecycle.ActionOps": func(in *records.Instance) { in.ActionOps[0] = "changed" },
+	}
+	var refs []string
+	var walk func(path string, typ reflect.Type)
+	walk = func(path string, typ reflect.Type) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			switch f.Type.Kind() {
+			case reflect.Struct:
+				if f.Type != reflect.TypeOf(time.Time{}) {
+					walk(path+f.Name+".", f.Type)
+				}
+			case reflect.Map, reflect.Slice, reflect.Pointer:
+				refs = append(refs, path+f.Name)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(records.Instance{}))
+	for _, r := range refs {
+		if mutate[r] == nil {
+			t.Errorf("records.Instance.%s refers to shared memory: add it to this test (and copy it in cloneInstance)", r)
+		}
+	}
+	sample := func() records.Instance {
+		f := records.Flavor{ID: "f", VCPUs: 1, ExtraSpecs: map[string]string{"k": "v"}, Projects: []string{"p"}}
+		rf := records.Flavor{ID: "g", VCPUs: 2, ExtraSpecs: map[string]string{"k": "v"}}
+		in := records.Instance{UUID: "i1", Flavor: f, ResizeFlavor: &rf, Hints: &records.SchedulerHints{SameHost: []string{"a"}, Group: "g"},
+			Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}
+		in.ActionOps = []string{"stop"}
+		return in
+	}
+	for name, change := range mutate {
+		s := memory.New()
+		given := sample()
+		created, err := s.CreateInstance(ctx, given)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(&given)
+		change(&created)
+		got, err := s.GetInstance(ctx, "i1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sample()
+		want.Version = got.Version
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: changing what create was given or returned changed the store: %+v", name, got)
+		}
+		change(&got)
+		again, _ := s.GetInstance(ctx, "i1")
+		list, _ := s.ListInstances(ctx, "")
+		if !reflect.DeepEqual(again, want) || len(list) != 1 || !reflect.DeepEqual(list[0], want) {
+			t.Errorf("%s: changing what a read returned changed the store", name)
+		}
+	}
+}
