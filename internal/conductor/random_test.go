@@ -15,7 +15,7 @@ import (
 
 // randomFaults are the steps the random run injects failures into. The
 // post-at-source step is left out: it leaves a stale guest on the source
-// by design (see TestPostAtSourceFailure), which an operator must remove.
+// by design (see testdata/post_migration_failures.txt), which an operator must remove.
 var randomFaults = []string{
 	compute.StepSpawn, compute.StepCheckDestination, compute.StepCheckSource,
 	compute.StepPreLiveMigration, compute.StepLiveMigration, compute.StepPostAtDestination,

@@ -23,6 +23,7 @@ package inproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -93,7 +94,8 @@ type Spec struct {
 	// store (Cloud.Store is then nil: read through Cloud.Backing).
 	Store store.Store
 	// ConductorStore, if set, wraps the store the conductors write through
-	// (a test that checks or fails their writes); it is given Cloud.Store.
+	// (a test that checks or fails their writes); it is given Cloud.Store,
+	// so it cannot be set with Store.
 	ConductorStore func(*memory.Store) store.Store
 }
 
@@ -162,6 +164,9 @@ func New(ctx context.Context, sp Spec) (*Cloud, error) {
 	}
 	if sp.Policy == "" {
 		sp.Policy = scheduler.PolicyClaim
+	}
+	if sp.Store != nil && sp.ConductorStore != nil {
+		return nil, errors.New("inproc: ConductorStore wraps the memory store, and Store replaces it: give one or the other")
 	}
 	c := &Cloud{spec: sp, Clock: sp.Clock, Agents: make(Agents, len(sp.Hosts)),
 		Drivers: make(map[string]*fake.Driver, len(sp.Hosts)), Trackers: make(map[string]*compute.Tracker, len(sp.Hosts)),

@@ -12,6 +12,8 @@ import (
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
+	"keel/internal/store"
+	"keel/internal/store/memory"
 )
 
 func host(name string) inproc.Host {
@@ -129,5 +131,15 @@ func TestUUID(t *testing.T) {
 		if got := inproc.UUID(n); got != want {
 			t.Errorf("UUID(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+// A conductor store wrapper is given the memory store, so a Spec that
+// replaces the memory store cannot have one.
+func TestConductorStoreNeedsTheMemoryStore(t *testing.T) {
+	_, err := inproc.New(context.Background(), inproc.Spec{Store: memory.New(),
+		ConductorStore: func(m *memory.Store) store.Store { return m }})
+	if err == nil || !strings.Contains(err.Error(), "one or the other") {
+		t.Fatalf("New with both Store and ConductorStore: %v, want a refusal", err)
 	}
 }
