@@ -131,7 +131,11 @@ var badInputs = []struct {
 		`bad.toml:14: compute.update_resources_interval: audits every 1 s for 3600 s audit each of 3 hosts 3600 times, with up to 972000 instances (initial and booted): 3.499e+09 host and instance audits, more than the simulator runs (200000000); raise update_resources_interval to at least 18 s, shorten duration, or set it below 0 (no audits)`},
 	{"heartbeats over the limit", lines(`duration = 3600`, `[scheduler]`, `service_down_time = 1`, `[compute]`, `report_interval = 1`, `update_resources_interval = -1`,
 		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`),
-		`bad.toml:3: scheduler.service_down_time: 100000 hosts' heartbeats, written every 1 s (report_interval 1 s, service_down_time 1 s) for 3600 s, are 3.6e+08 writes, more than the simulator runs (200000000); raise service_down_time (and report_interval) to at least 2 s, shorten duration, or set service_down_time = 0 (no liveness check)`},
+		`bad.toml:3: scheduler.service_down_time: 100000 hosts' heartbeats, written every 1 s (report_interval 1 s, service_down_time 1 s) for 3600 s, are 3.6e+08 writes, more than the simulator runs (200000000); raise service_down_time to at least 2 s (heartbeats are written every whole number of report intervals it holds), shorten duration, or set service_down_time = 0 (no liveness check)`},
+	// 25 s would still write every 20 s: the hint names a whole number of report intervals.
+	{"heartbeats over the limit, the hint a multiple of report_interval", lines(`duration = 50000`, `[scheduler]`, `service_down_time = 10`, `[compute]`, `report_interval = 10`, `update_resources_interval = -1`,
+		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`),
+		`bad.toml:3: scheduler.service_down_time: 100000 hosts' heartbeats, written every 10 s (report_interval 10 s, service_down_time 10 s) for 50000 s, are 5e+08 writes, more than the simulator runs (200000000); raise service_down_time to at least 30 s (heartbeats are written every whole number of report intervals it holds), shorten duration, or set service_down_time = 0 (no liveness check)`},
 
 	// Events, drains, workloads.
 	{"event heartbeat host unknown", file(`[[event]]`, `stop_heartbeats = ["h09"]`), `bad.toml:14: event[0].stop_heartbeats[0]: no host is named "h09"`},

@@ -204,8 +204,8 @@ func (s *Scenario) validateCost(c *checker) {
 		every := report * math.Max(1, math.Floor(down/report))
 		writes := float64(hosts) * math.Floor(s.Duration/every)
 		if writes > MaxHeartbeats {
-			c.errf("scheduler.service_down_time", "%d hosts' heartbeats, written every %v s (report_interval %v s, service_down_time %v s) for %v s, are %.4g writes, more than the simulator runs (%d); raise service_down_time (and report_interval) to at least %.0f s, shorten duration, or set service_down_time = 0 (no liveness check)",
-				hosts, every, report, down, s.Duration, writes, MaxHeartbeats, math.Ceil(float64(hosts)*s.Duration/MaxHeartbeats))
+			c.errf("scheduler.service_down_time", "%d hosts' heartbeats, written every %v s (report_interval %v s, service_down_time %v s) for %v s, are %.4g writes, more than the simulator runs (%d); raise service_down_time to at least %.0f s (heartbeats are written every whole number of report intervals it holds), shorten duration, or set service_down_time = 0 (no liveness check)",
+				hosts, every, report, down, s.Duration, writes, MaxHeartbeats, math.Ceil(math.Ceil(float64(hosts)*s.Duration/MaxHeartbeats)/report)*report)
 		}
 	}
 }
