@@ -70,6 +70,8 @@ type TrackerStore interface {
 // GuestRemover and adopts incoming ones with an ArrivalFinisher, when the
 // driver it was given is one.
 type GuestLister interface {
+	// Guests lists the host's guests, each once (a UUID names one guest
+	// on a host: PlanCount and PlanAudit count on it).
 	Guests(ctx context.Context) ([]Guest, error)
 }
 
