@@ -157,17 +157,27 @@ func TestAgentIdentitiesEmbedded(t *testing.T) {
 // TestAgentIdentitiesExternalNATS runs the same attacks against Debian's
 // nats-server, configured with AuthorizationConfig.
 func TestAgentIdentitiesExternalNATS(t *testing.T) {
+	servers := testCreds(t)
+	auth, err := bus.AuthorizationConfig(servers, []string{"A", "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _, _ := externalNATS(t, func(port int) []byte { return fmt.Appendf(nil, "listen: 127.0.0.1:%d\n%s", port, auth) })
+	checkAgentIdentities(t, url, servers)
+}
+
+// externalNATS starts Debian's nats-server on a free loopback port with
+// the configuration conf(port) (written to the file it returns: write it
+// again and send the process SIGHUP to reload), stopped at the test's end
+// with its log shown if the test failed.
+func externalNATS(t *testing.T, conf func(port int) []byte) (url, confPath string, proc *os.Process) {
+	t.Helper()
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		bin = "/usr/sbin/nats-server"
 		if _, err := os.Stat(bin); err != nil {
 			t.Fatal("nats-server not found: install Debian's nats-server package")
 		}
-	}
-	servers := testCreds(t)
-	auth, err := bus.AuthorizationConfig(servers, []string{"A", "B"})
-	if err != nil {
-		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -176,15 +186,15 @@ func TestAgentIdentitiesExternalNATS(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d\n%s", port, auth), 0o600); err != nil {
+	confPath = filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(confPath, conf(port), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(filepath.Join(dir, "nats.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-c", conf)
+	cmd := exec.Command(bin, "-c", confPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -199,7 +209,7 @@ func TestAgentIdentitiesExternalNATS(t *testing.T) {
 			t.Logf("nats-server log:\n%s", b)
 		}
 	})
-	checkAgentIdentities(t, fmt.Sprintf("nats://127.0.0.1:%d", port), servers)
+	return fmt.Sprintf("nats://127.0.0.1:%d", port), confPath, cmd.Process
 }
 
 func TestCredentialsForAgent(t *testing.T) {

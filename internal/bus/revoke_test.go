@@ -3,10 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -136,58 +133,29 @@ func TestAgentIdentityRotateAndRevoke(t *testing.T) {
 // host's open connection and refuses it from then on, and leaves the
 // other host connected (Debian's nats-server).
 func TestAgentRevokedOnExternalNATS(t *testing.T) {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		bin = "/usr/sbin/nats-server"
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatal("nats-server not found: install Debian's nats-server package")
-		}
-	}
 	servers := testCreds(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	writeConf := func(hosts map[string]int64) {
+	authAt := func(port int, hosts map[string]int64) []byte {
 		t.Helper()
 		auth, err := bus.AuthorizationConfigAt(servers, hosts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d\n%s", port, auth), 0o600); err != nil {
+		return fmt.Appendf(nil, "listen: 127.0.0.1:%d\n%s", port, auth)
+	}
+	var port int
+	url, conf, proc := externalNATS(t, func(p int) []byte { port = p; return authAt(p, map[string]int64{"A": 2, "B": 0}) })
+	writeConf := func(hosts map[string]int64) {
+		t.Helper()
+		if err := os.WriteFile(conf, authAt(port, hosts), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	writeConf(map[string]int64{"A": 2, "B": 0})
-	logf, err := os.Create(filepath.Join(dir, "nats.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", conf)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("nats-server log:\n%s", b)
-		}
-	})
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	a2, _ := bus.AgentCredentialsAt(servers, "A", 2)
 	a0, _ := bus.AgentCredentials(servers, "A")
 	b0, _ := bus.AgentCredentials(servers, "B")
 	var ca *nats.Conn
 	var aClosed chan struct{}
+	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if ca, aClosed, err = dial(url, a2); err == nil {
@@ -210,7 +178,7 @@ func TestAgentRevokedOnExternalNATS(t *testing.T) {
 	defer cb.Close()
 
 	writeConf(map[string]int64{"B": 0}) // keel agent revoke A --nats-conf FILE
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitClosed(t, "A's connection after nats-server reloaded without A", aClosed)
