@@ -9,10 +9,19 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 need "$OPENSTACK" python3-openstackclient python3-osc-placement
 workspace
-start_keel_dev --hosts 3
+# A service of its own in the catalog, as Watcher's would be (nothing
+# listens there: only the catalog is read).
+start_keel_dev --hosts 3 --set keel.catalog_services=infra-optim:watcher=http://127.0.0.1:9/
 expect "keel dev: 3 hosts (fake driver)" "${keel_banner%%,*}" "keel dev started"
 
 expect "keel-fake" "$(os image list -f value -c Name)" "image list"
+
+# The catalog: each service with a public, an internal and an admin
+# endpoint (keystonemiddleware looks for internal), Watcher's included.
+expect "glance keystone nova placement watcher" "$(os catalog list -f value -c Name | sort | xargs)" "catalog list"
+expect "$(for t in compute identity image infra-optim placement; do printf '%s admin\n%s internal\n%s public\n' $t $t $t; done)" \
+  "$(os endpoint list -f value -c 'Service Type' -c Interface | sort)" "endpoint list"
+expect "http://127.0.0.1:9" "$(os endpoint list --service infra-optim --interface internal -f value -c URL)" "endpoint list --service infra-optim"
 
 os server create --flavor m1.small --image keel-fake --nic none --wait vm1 >/dev/null
 expect "ACTIVE" "$(os server show vm1 -f value -c status)" "server create --nic none --wait"

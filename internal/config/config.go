@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/identity"
 	"keel/internal/scheduler"
 )
 
@@ -158,6 +159,13 @@ type KeelGroup struct {
 	// Policy is policy: what the weighers read (claim, the default;
 	// dest-update; legacy).
 	Policy scheduler.Policy
+	// InternalURL and AdminURL are internal_url and admin_url: the base
+	// URLs the catalog lists as keel's internal and admin endpoints
+	// (empty: the public one). CatalogServices is catalog_services: other
+	// services the catalog lists, as TYPE:NAME=URL (see CatalogOptions).
+	InternalURL     string
+	AdminURL        string
+	CatalogServices []string
 }
 
 // APIGroup is the [api] group's options keel reads.
@@ -212,6 +220,7 @@ func Default() Config {
 			MemoryMB:              131072,
 			DiskGB:                2000,
 			Policy:                scheduler.PolicyClaim,
+			CatalogServices:       []string{},
 		},
 		API: APIGroup{TokenTTL: 3600 * time.Second},
 	}
@@ -223,6 +232,19 @@ const (
 	defaultDiskAllocationRatio = 1.0
 	defaultUpdateResources     = 60 * time.Second
 )
+
+// CatalogOptions is what [keel] internal_url, admin_url and
+// catalog_services add to the token catalog.
+func (k KeelGroup) CatalogOptions() identity.CatalogOptions {
+	opt := identity.CatalogOptions{InternalURL: k.InternalURL, AdminURL: k.AdminURL}
+	for _, raw := range k.CatalogServices {
+		// Set checked each one.
+		if s, err := identity.ParseService(raw); err == nil {
+			opt.Services = append(opt.Services, s)
+		}
+	}
+	return opt
+}
 
 // UpdateResourcesPeriod is the resource tracker's audit period that
 // update_resources_interval asks for: 60 s for 0, and 0 — no audit — for a

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"keel/internal/identity"
 	"keel/internal/scheduler"
 )
 
@@ -267,6 +268,25 @@ func checkHost(raw string) error {
 	return nil
 }
 
+func checkBaseURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	if _, err := identity.ParseService("x:x=" + raw); err != nil {
+		return fmt.Errorf("invalid URL %q: want http(s)://host:port", raw)
+	}
+	return nil
+}
+
+func resolveServices(items []string) ([]string, error) {
+	for _, it := range items {
+		if _, err := identity.ParseService(it); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
 func resolveFilters(names []string) ([]string, error) {
 	for _, n := range names {
 		if !slices.Contains(scheduler.KnownFilters, n) {
@@ -430,6 +450,13 @@ var options = slices.Concat([]*option{
 		func(p scheduler.Policy) string { return string(p) }, nil,
 		"What the weighers read: claim — allocations, exact the moment a claim commits (keel's default); dest-update — host records, with a migration's destination writing its record as soon as the instance lands; legacy — host records as Nova writes them (the destination's only at its next spawn or audit).").
 		oneOf(policyNames()...),
+
+	strOpt("keel", "internal_url", func(c *Config) *string { return &c.Keel.InternalURL },
+		"Base URL (http://host:port) the token catalog lists as the internal endpoint of keel's services (identity, compute, placement, image); empty lists the public one, the URL keel listens at.").checked(checkBaseURL),
+	strOpt("keel", "admin_url", func(c *Config) *string { return &c.Keel.AdminURL },
+		"Base URL the token catalog lists as the admin endpoint of keel's services; empty lists the public one.").checked(checkBaseURL),
+	listOpt("keel", "catalog_services", func(c *Config) *[]string { return &c.Keel.CatalogServices }, resolveServices,
+		"Other services the token catalog lists, comma-separated, each TYPE:NAME=URL with its URL as its public, internal and admin endpoint: infra-optim:watcher=http://127.0.0.1:9322 lets `openstack optimize …` find Watcher through keel."),
 
 	// [libvirt]
 	intOpt("libvirt", "live_migration_bandwidth", func(c *Config) *int { return &c.Libvirt.LiveMigrationBandwidth },

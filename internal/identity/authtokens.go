@@ -283,7 +283,7 @@ func (h *handler) tokenBody(r *http.Request, p Principal, noCatalog bool) map[st
 		"is_domain":  false,
 	}
 	if !noCatalog {
-		t["catalog"] = Catalog(baseURL(h.base, r))
+		t["catalog"] = h.catalog(r)
 	}
 	return t
 }

@@ -30,6 +30,8 @@ const (
 //	POST /identity/v3/auth/tokens            log in (password method): 201, X-Subject-Token
 //	GET  /identity/v3/auth/tokens            validate X-Subject-Token (also HEAD); ?nocatalog
 //	GET  /identity/v3/auth/catalog           the catalog
+//	GET  /identity/v3/services[/{id}]        the catalog's services (admin; ?type=, ?name=)
+//	GET  /identity/v3/endpoints[/{id}]       their endpoints (admin; ?service_id=, ?interface=, ?region_id=)
 //	GET  /identity/v3/auth/projects          projects the caller has roles on
 //	GET  /identity/v3/projects[/{id}]        list (admin; ?name=, ?domain_id=) or show
 //	GET  /identity/v3/users[/{id}]           list (admin; ?name=, ?domain_id=) or show
@@ -64,6 +66,10 @@ func (i *Issuer) Handler(base string) http.Handler {
 	mux.HandleFunc("GET /identity/v3/auth/tokens", h.validateToken)
 	mux.Handle("GET /identity/v3/auth/catalog", auth(h.authCatalog))
 	mux.Handle("GET /identity/v3/auth/projects", auth(h.authProjects))
+	mux.Handle("GET /identity/v3/services", auth(h.listServices))
+	mux.Handle("GET /identity/v3/services/{id}", auth(h.showService))
+	mux.Handle("GET /identity/v3/endpoints", auth(h.listEndpoints))
+	mux.Handle("GET /identity/v3/endpoints/{id}", auth(h.showEndpoint))
 	mux.Handle("GET /identity/v3/projects", auth(h.listProjects))
 	mux.Handle("GET /identity/v3/projects/{id}", auth(h.showProject))
 	mux.Handle("GET /identity/v3/users", auth(h.listUsers))

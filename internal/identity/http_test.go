@@ -209,15 +209,20 @@ func TestCatalog(t *testing.T) {
 	if len(cat) != len(want) {
 		t.Fatalf("catalog has %d entries, want %d: %s", len(cat), len(want), raw)
 	}
+	ids := map[string]bool{}
 	for _, e := range cat {
 		w, ok := want[e.Type]
-		if !ok || e.Name != w[0] || !hex32.MatchString(e.ID) || len(e.Endpoints) != 1 {
+		if !ok || e.Name != w[0] || !hex32.MatchString(e.ID) || len(e.Endpoints) != 3 {
 			t.Errorf("entry %+v", e)
 			continue
 		}
-		ep := e.Endpoints[0]
-		if ep.URL != w[1] || ep.Interface != "public" || ep.Region != "RegionOne" || ep.RegionID != "RegionOne" || !hex32.MatchString(ep.ID) {
-			t.Errorf("%s endpoint %+v, want url %s", e.Type, ep, w[1])
+		// public, internal and admin, all at the one URL (keystonemiddleware
+		// looks for internal; clients of admin APIs for admin).
+		for k, ep := range e.Endpoints {
+			if ep.URL != w[1] || ep.Interface != Interfaces[k] || ep.Region != "RegionOne" || ep.RegionID != "RegionOne" || !hex32.MatchString(ep.ID) || ids[ep.ID] {
+				t.Errorf("%s endpoint %+v, want %s at %s", e.Type, ep, Interfaces[k], w[1])
+			}
+			ids[ep.ID] = true
 		}
 	}
 	// Every field Tempest reads is there under its own name.
@@ -230,6 +235,87 @@ func TestCatalog(t *testing.T) {
 	r := ts.do(t, "POST", "/identity/v3/auth/tokens?nocatalog", passwordAuth(demoByName, testPassword, ""))
 	if _, has := r.json(t)["token"].(map[string]any)["catalog"]; r.status != 201 || has {
 		t.Errorf("nocatalog: %d, catalog present %v", r.status, has)
+	}
+}
+
+// TestCatalogOptions: configured internal and admin bases move keel's
+// endpoints of those interfaces, and another service (Watcher) is listed
+// at its URL on all three; /v3/services and /v3/endpoints show the same
+// to the admin only.
+func TestCatalogOptions(t *testing.T) {
+	ts := newTestServer(t)
+	ts.iss.Catalog = CatalogOptions{InternalURL: "http://10.0.0.5:8080/", AdminURL: "http://10.0.0.6:8080",
+		Services: []Service{{Type: "infra-optim", Name: "watcher", URL: "http://127.0.0.1:9322"}}}
+	_, body := ts.login(t, adminByName, projectScope("admin"))
+	raw, _ := json.Marshal(body["catalog"])
+	var cat []CatalogEntry
+	if err := json.Unmarshal(raw, &cat); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range cat {
+		for _, ep := range e.Endpoints {
+			got[e.Type+"/"+e.Name+"/"+ep.Interface] = ep.URL
+		}
+	}
+	for key, url := range map[string]string{
+		"compute/nova/public":          ts.URL + "/compute/v2.1",
+		"compute/nova/internal":        "http://10.0.0.5:8080/compute/v2.1",
+		"compute/nova/admin":           "http://10.0.0.6:8080/compute/v2.1",
+		"identity/keystone/internal":   "http://10.0.0.5:8080/identity/v3",
+		"infra-optim/watcher/public":   "http://127.0.0.1:9322",
+		"infra-optim/watcher/internal": "http://127.0.0.1:9322",
+		"infra-optim/watcher/admin":    "http://127.0.0.1:9322",
+	} {
+		if got[key] != url {
+			t.Errorf("%s: %q, want %q", key, got[key], url)
+		}
+	}
+	if len(got) != 15 {
+		t.Errorf("catalog has %d endpoints, want 15: %s", len(got), raw)
+	}
+
+	admin, _ := ts.login(t, adminByName, projectScope("admin"))
+	demo, _ := ts.login(t, demoByName, "")
+	r := ts.do(t, "GET", "/identity/v3/services?type=infra-optim", "", "X-Auth-Token", admin)
+	svcs, _ := r.json(t)["services"].([]any)
+	if r.status != 200 || len(svcs) != 1 || svcs[0].(map[string]any)["name"] != "watcher" {
+		t.Fatalf("services?type=infra-optim: %d %s", r.status, r.body)
+	}
+	sid := svcs[0].(map[string]any)["id"].(string)
+	r = ts.do(t, "GET", "/identity/v3/endpoints?service_id="+sid, "", "X-Auth-Token", admin)
+	eps, _ := r.json(t)["endpoints"].([]any)
+	if r.status != 200 || len(eps) != 3 {
+		t.Fatalf("endpoints?service_id: %d %s", r.status, r.body)
+	}
+	ep := eps[1].(map[string]any)
+	if ep["interface"] != "internal" || ep["url"] != "http://127.0.0.1:9322" || ep["service_id"] != sid || ep["region_id"] != "RegionOne" {
+		t.Errorf("endpoint %v", ep)
+	}
+	if r := ts.do(t, "GET", "/identity/v3/endpoints/"+ep["id"].(string), "", "X-Auth-Token", admin); r.status != 200 {
+		t.Errorf("show endpoint: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "GET", "/identity/v3/services/"+sid, "", "X-Auth-Token", admin); r.status != 200 {
+		t.Errorf("show service: %d %s", r.status, r.body)
+	}
+	if r := ts.do(t, "GET", "/identity/v3/services/nope", "", "X-Auth-Token", admin); r.status != 404 {
+		t.Errorf("show unknown service: %d", r.status)
+	}
+	for _, path := range []string{"/identity/v3/services", "/identity/v3/endpoints"} {
+		if r := ts.do(t, "GET", path, "", "X-Auth-Token", demo); r.status != 403 {
+			t.Errorf("%s as demo: %d, want 403", path, r.status)
+		}
+	}
+}
+
+func TestParseService(t *testing.T) {
+	if s, err := ParseService(" infra-optim:watcher = http://127.0.0.1:9322/ "); err != nil || s != (Service{"infra-optim", "watcher", "http://127.0.0.1:9322"}) {
+		t.Errorf("got %+v, %v", s, err)
+	}
+	for _, bad := range []string{"", "infra-optim=http://x", ":watcher=http://x", "a:b", "a:b=ftp://x", "a:b=http://"} {
+		if _, err := ParseService(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 
@@ -375,7 +461,7 @@ func TestValidateTokenEndpoint(t *testing.T) {
 
 func TestRequire(t *testing.T) {
 	ts := newTestServer(t)
-	admin, _ := ts.login(t, adminByName, "")
+	admin, _ := ts.login(t, adminByName, projectScope("admin"))
 	demo, _ := ts.login(t, demoByName, "")
 	tampered := retoken(t, demo, func(b []byte) []byte { b[len(b)-5] ^= 0x40; return b })
 
@@ -424,7 +510,7 @@ func TestRequireDefaults(t *testing.T) {
 
 func TestResources(t *testing.T) {
 	ts := newTestServer(t)
-	admin, _ := ts.login(t, adminByName, "")
+	admin, _ := ts.login(t, adminByName, projectScope("admin"))
 	demo, _ := ts.login(t, demoByName, "")
 	count := func(r response, key string) int { return len(r.json(t)[key].([]any)) }
 

@@ -37,6 +37,9 @@ for label, auth in [
         "placement": s.get_endpoint(service_type="placement", interface="public"),
         "image": s.get_endpoint(service_type="image"),
         "identity": s.get_endpoint(service_type="identity", interface="public"),
+        "identity_internal": s.get_endpoint(service_type="identity", interface="internal"),
+        "compute_admin": s.get_endpoint(service_type="compute", interface="admin"),
+        "watcher": s.get_endpoint(service_type="infra-optim", interface="internal"),
     }
 print(json.dumps(out))
 `
@@ -49,6 +52,7 @@ func TestKeystoneauth1(t *testing.T) {
 		t.Fatal("keystoneauth1 not importable by /usr/bin/python3 (apt-get install python3-keystoneauth1; .ci/run does):", err)
 	}
 	ts := newTestServer(t)
+	ts.iss.Catalog = CatalogOptions{Services: []Service{{Type: "infra-optim", Name: "watcher", URL: "http://127.0.0.1:9322"}}}
 	// keystoneauth1 re-authenticates when a token is about to expire by
 	// the wall clock, so issue tokens by it here.
 	ts.clk.Set(time.Now())
@@ -69,6 +73,11 @@ func TestKeystoneauth1(t *testing.T) {
 		Placement string   `json:"placement"`
 		Image     string   `json:"image"`
 		Identity  string   `json:"identity"`
+		// The internal and admin interfaces (keystonemiddleware asks for
+		// internal) and a configured service.
+		IdentityInternal string `json:"identity_internal"`
+		ComputeAdmin     string `json:"compute_admin"`
+		Watcher          string `json:"watcher"`
 	}
 	if err := json.Unmarshal(outb, &out); err != nil {
 		t.Fatalf("keystoneauth1 output %q: %v", outb, err)
@@ -93,7 +102,8 @@ func TestKeystoneauth1(t *testing.T) {
 			t.Errorf("%s: expires %q", label, got.Expires)
 		}
 		if got.Compute != ts.URL+"/compute/v2.1" || got.Placement != ts.URL+"/placement" ||
-			got.Image != ts.URL+"/image" || got.Identity != ts.URL+"/identity/v3" {
+			got.Image != ts.URL+"/image" || got.Identity != ts.URL+"/identity/v3" ||
+			got.IdentityInternal != ts.URL+"/identity/v3" || got.ComputeAdmin != ts.URL+"/compute/v2.1" || got.Watcher != "http://127.0.0.1:9322" {
 			t.Errorf("%s: endpoints %+v", label, got)
 		}
 		if len(got.Roles) == 0 {

@@ -79,7 +79,7 @@ func (h *handler) hasRoleOn(userID string) func(Project) bool {
 }
 
 func (h *handler) authCatalog(w http.ResponseWriter, r *http.Request, _ Principal) {
-	writeJSON(w, http.StatusOK, map[string]any{"catalog": Catalog(baseURL(h.base, r)), "links": h.collectionLinks(r)})
+	writeJSON(w, http.StatusOK, map[string]any{"catalog": h.catalog(r), "links": h.collectionLinks(r)})
 }
 
 func (h *handler) authProjects(w http.ResponseWriter, r *http.Request, me Principal) {

@@ -94,6 +94,9 @@ type Issuer struct {
 	// revoked token) takes to hold here: DefaultRefresh if zero.
 	Refresh time.Duration
 	Rand    io.Reader // source of audit IDs; crypto/rand if nil
+	// Catalog is what the token catalog lists besides keel's own public
+	// endpoints: their internal and admin URLs, other services.
+	Catalog CatalogOptions
 
 	live liveDir
 }
