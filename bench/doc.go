@@ -2,7 +2,7 @@
 // benchmarks.
 //
 // The harness (Run, and the command bench/cmd/keelbench) measures, in one
-// run, every figure the README's Performance table shows, each with its
+// run, every figure docs/performance.md's table shows, each with its
 // conditions: scheduler decision latency at 1,000 / 10,000 / 100,000
 // hosts; decide + durable claim at 10,000 hosts on SQLite and on
 // PostgreSQL (a throw-away cluster); boots and live migrations per second

@@ -300,7 +300,7 @@ func loadAverage() float64 {
 	return l
 }
 
-// WriteMarkdown prints the report as a Markdown table (the README's).
+// WriteMarkdown prints the report as a Markdown table (docs/performance.md's).
 func (rep *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "keel benchmark, %s, on %s%s; whole run %.0f s wall; %s.\n\n", rep.Started.UTC().Format("2006-01-02 15:04 MST"), machine(), quickNote(rep.Quick), rep.Wall.Seconds(), rep.sectionNote())
 	fmt.Fprintln(w, "| # | measure | result | conditions |")

@@ -17,7 +17,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keelbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print the figures as one JSON object instead of a table")
-	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown (the README's)")
+	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown (docs/performance.md's)")
 	quick := fs.Bool("quick", false, "shrink every size: runs in seconds, checks the harness works; the figures mean little")
 	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(Sections, ", "))
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")

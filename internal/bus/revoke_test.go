@@ -127,7 +127,7 @@ func TestAgentIdentityRotateAndRevoke(t *testing.T) {
 	}
 }
 
-// TestAgentRevokedOnExternalNATS: what the README tells an operator with
+// TestAgentRevokedOnExternalNATS: what docs/security.md tells an operator with
 // an external nats-server to do — write the authorization block again
 // without the revoked host and reload nats-server (SIGHUP) — drops that
 // host's open connection and refuses it from then on, and leaves the

@@ -748,8 +748,8 @@ policy = legacy
 	}
 }
 
-// TestCommittedSampleIsCurrent keeps etc/keel.conf.sample, which the README
-// links, equal to what WriteSample prints. Regenerate it with
+// TestCommittedSampleIsCurrent keeps etc/keel.conf.sample, which
+// docs/configuration.md links, equal to what WriteSample prints. Regenerate it with
 // `go run ./cmd/keel config sample > etc/keel.conf.sample`.
 func TestCommittedSampleIsCurrent(t *testing.T) {
 	committed, err := os.ReadFile(filepath.Join("..", "..", "etc", "keel.conf.sample"))

@@ -11,7 +11,7 @@
 // checks a form that reads the dense rows), its sign and range. The
 // decision's fast path, Explain, Config's defaults and checks, the
 // configuration file's options (internal/config), the simulator's
-// scenario keys (internal/sim/scenario) and the README's table (WriteTable)
+// scenario keys (internal/sim/scenario) and docs/configuration.md's table (WriteTable)
 // are all derived from those rows: adding a weigher is its spec and one
 // row.
 //

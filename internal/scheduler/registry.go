@@ -12,7 +12,7 @@ import (
 // row slot a weigher fills, how a filter reads a row), Explain, the
 // defaults and checks of Config, the configuration file's options
 // (internal/config), the simulator's scenario keys (internal/sim) and the
-// README's table of filters and weighers (WriteTable).
+// table of filters and weighers in docs/configuration.md (WriteTable).
 //
 // Adding a weigher is its WeigherSpec (a file of its own, or next to its
 // peers in weighers.go) and one row here; adding a filter, its FilterSpec
@@ -226,7 +226,7 @@ func init() {
 	}
 }
 
-// WriteTable writes the registry as the README's Markdown table: every
+// WriteTable writes the registry as docs/configuration.md's Markdown table: every
 // filter and weigher with its option, default and what it reads.
 func WriteTable(w io.Writer) error {
 	var b strings.Builder

@@ -342,31 +342,31 @@ func TestRegistryDerivations(t *testing.T) {
 	}
 }
 
-var updateTable = flag.Bool("update-table", false, "rewrite the README's table of filters and weighers")
+var updateTable = flag.Bool("update-table", false, "rewrite docs/configuration.md's table of filters and weighers")
 
-// TestREADMETableIsCurrent keeps the README's table of filters and
-// weighers equal to WriteTable's. Regenerate it with
-// `go test ./internal/scheduler -run TestREADMETableIsCurrent -update-table`.
-func TestREADMETableIsCurrent(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
-	readme, err := os.ReadFile(path)
+// TestDocsTableIsCurrent keeps the table of filters and weighers in
+// docs/configuration.md equal to WriteTable's. Regenerate it with
+// `go test ./internal/scheduler -run TestDocsTableIsCurrent -update-table`.
+func TestDocsTableIsCurrent(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "configuration.md")
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const begin, end = "<!-- scheduler registry: begin -->\n", "<!-- scheduler registry: end -->\n"
-	i, j := bytes.Index(readme, []byte(begin)), bytes.Index(readme, []byte(end))
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %q … %q markers", strings.TrimSpace(begin), strings.TrimSpace(end))
+		t.Fatalf("docs/configuration.md lacks the %q … %q markers", strings.TrimSpace(begin), strings.TrimSpace(end))
 	}
 	var b bytes.Buffer
 	if err := WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	if got := readme[i+len(begin) : j]; !bytes.Equal(got, b.Bytes()) {
+	if got := doc[i+len(begin) : j]; !bytes.Equal(got, b.Bytes()) {
 		if !*updateTable {
-			t.Fatal("README.md's table of filters and weighers is out of date: run `go test ./internal/scheduler -run TestREADMETableIsCurrent -update-table`")
+			t.Fatal("docs/configuration.md's table of filters and weighers is out of date: run `go test ./internal/scheduler -run TestDocsTableIsCurrent -update-table`")
 		}
-		out := append(append(append([]byte(nil), readme[:i+len(begin)]...), b.Bytes()...), readme[j:]...)
+		out := append(append(append([]byte(nil), doc[:i+len(begin)]...), b.Bytes()...), doc[j:]...)
 		if err := os.WriteFile(path, out, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ import (
 	"keel/internal/records"
 )
 
-// updateScreenshot rewrites the README's screenshot (docs/webview.png)
+// updateScreenshot rewrites the docs' screenshot (docs/webview.png)
 // from the browser test: KEEL_UPDATE_SCREENSHOT=1 go test ./internal/server/ -run TestWebView
 var updateScreenshot = os.Getenv("KEEL_UPDATE_SCREENSHOT") != ""
 
@@ -447,7 +447,7 @@ func TestWebView(t *testing.T) {
 // checkDrainPanel drains host (n instances) with one move at a time
 // through the plans API and follows the plan in the browser's Plans
 // panel until it is done; it returns the plan's ID. On the way: the
-// README's screenshot (a move of the drain in flight), and /metrics'
+// docs' screenshot (a move of the drain in flight), and /metrics'
 // plan gauges while it runs.
 func checkDrainPanel(t *testing.T, ctx context.Context, admin *api, base, host string, n int) int64 {
 	t.Helper()
