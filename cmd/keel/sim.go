@@ -14,23 +14,26 @@ import (
 	"keel/internal/sim/scenario"
 )
 
+// simFlags are keel sim's flags.
+type simFlags struct {
+	policy   string
+	format   string
+	svgPath  string
+	seed     int64
+	samples  int
+	parallel bool
+	generate string
+	sets     []string
+	drains   string
+	inFlight int
+	rebal    bool
+	metric   string
+	thresh   float64
+	maxMoves int
+}
+
 func simCommand() *cobra.Command {
-	var (
-		policy   string
-		format   string
-		svgPath  string
-		seed     int64
-		samples  int
-		parallel bool
-		generate string
-		sets     []string
-		drains   string
-		inFlight int
-		rebal    bool
-		metric   string
-		thresh   float64
-		maxMoves int
-	)
+	var fl simFlags
 	cmd := &cobra.Command{
 		Use:   "sim SCENARIO.toml",
 		Short: "Run a scenario on a virtual clock under each host-view policy and compare",
@@ -61,7 +64,7 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
   keel sim export > cloud.toml
   keel sim cloud.toml --set filter_scheduler.host_subset_size=1 --drain h01,h02 --in-flight 4 --rebalance --svg whatif.svg`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if generate != "" && len(args) == 0 {
+			if fl.generate != "" && len(args) == 0 {
 				return nil
 			}
 			if len(args) != 1 {
@@ -69,112 +72,138 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			// Flags are checked before the scenario is read or run: a bad
-			// one is refused (exit 1), never ignored nor reported only
-			// inside the report.
-			if err := checkSimFlags(cmd, len(args) == 1, samples, svgPath != ""); err != nil {
-				return err
-			}
-			var sc *scenario.Scenario
-			if len(args) == 1 {
-				var err error
-				if sc, err = scenario.Load(args[0]); err != nil {
-					return err
-				}
-			} else {
-				var hosts int
-				if _, err := fmt.Sscan(generate, &hosts); err != nil || hosts < 1 {
-					return fmt.Errorf("--generate wants a host count, got %q", generate)
-				}
-				if hosts > scenario.MaxHosts {
-					return fmt.Errorf("--generate: the simulator runs at most %d hosts, got %d", scenario.MaxHosts, hosts)
-				}
-				hours, _ := cmd.Flags().GetFloat64("hours")
-				if !(hours > 0) || hours*3600 > scenario.MaxDuration {
-					return fmt.Errorf("--hours must be more than 0 and at most %v, got %v", scenario.MaxDuration/3600, hours)
-				}
-				sc = scenario.Generate(hosts, hours, 1)
-				if err := sc.Validate(); err != nil {
-					return fmt.Errorf("--generate %d --hours %v is beyond the simulator's limits (lower --hours or --generate): %w", hosts, hours, err)
-				}
-			}
-			if cmd.Flags().Changed("seed") {
-				sc.Seed = seed
-			}
-			if err := whatIf(sc, sets, drains, inFlight); err != nil {
-				return err
-			}
-			opts := sim.Options{Parallel: parallel, Progress: os.Stderr}
-			if rebal {
-				m, _ := rebalance.ParseMetric(metric) // checked by checkSimFlags
-				opts.Rebalance = &sim.RebalanceOptions{InFlight: inFlight,
-					Planner: rebalance.Options{Metric: m, Threshold: thresh, MaxMoves: maxMoves, Seed: uint64(sc.Seed)}}
-			}
-			if policy != "" {
-				opts.Policies = strings.Split(policy, ",")
-				for i, p := range opts.Policies {
-					p = strings.TrimSpace(p)
-					opts.Policies[i] = p
-					if p == "" {
-						return fmt.Errorf("--policy %q has an empty name (known: %s)", policy, strings.Join(scenario.KnownPolicies, ", "))
-					}
-					if j := slices.Index(opts.Policies, p); j < i {
-						return fmt.Errorf("--policy lists %q twice", p)
-					}
-				}
-			}
-			if svgPath != "" {
-				if hosts := len(sc.Hosts()); samples*hosts > maxSampleValues {
-					return fmt.Errorf("--samples %d × %d hosts is %d RAM values a policy, more than --svg keeps (%d): lower --samples to at most %d",
-						samples, hosts, samples*hosts, maxSampleValues, max(1, maxSampleValues/hosts))
-				}
-				opts.Samples = samples
-			}
-			// Fewer collections, under a soft memory limit (sim.TuneGC).
-			defer sim.TuneGC()()
-			rep, err := sim.Run(cmd.Context(), sc, opts)
-			if err != nil {
-				return err
-			}
-			if svgPath != "" {
-				f, err := os.Create(svgPath)
-				if err != nil {
-					return fmt.Errorf("writing chart: %w", err)
-				}
-				if err := rep.WriteSVG(f); err != nil {
-					f.Close()
-					return fmt.Errorf("writing chart %s: %w", svgPath, err)
-				}
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("writing chart %s: %w", svgPath, err)
-				}
-				fmt.Fprintf(os.Stderr, "chart written to %s\n", svgPath)
-			}
-			if format == "json" {
-				return rep.WriteJSON(cmd.OutOrStdout())
-			}
-			return rep.WriteTable(cmd.OutOrStdout())
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runSim(cmd, args, fl) },
 	}
 	cmd.AddCommand(simExportCommand())
 	f := cmd.Flags()
-	f.StringVar(&policy, "policy", "", "run only these policies (comma-separated: legacy, dest-update, claim); default: the scenario's")
-	f.StringVar(&format, "format", "table", "output format: table or json")
-	f.StringVar(&svgPath, "svg", "", "write a chart of each host's RAM use over time, one panel per policy, to this file")
-	f.IntVar(&samples, "samples", 360, "RAM samples per host for --svg")
-	f.Int64Var(&seed, "seed", 0, "override the scenario's seed")
-	f.BoolVar(&parallel, "parallel", true, "run the policies concurrently")
-	f.StringVar(&generate, "generate", "", "instead of a file, run a generated scenario with this many hosts (see --hours)")
+	f.StringVar(&fl.policy, "policy", "", "run only these policies (comma-separated: legacy, dest-update, claim); default: the scenario's")
+	f.StringVar(&fl.format, "format", "table", "output format: table or json")
+	f.StringVar(&fl.svgPath, "svg", "", "write a chart of each host's RAM use over time, one panel per policy, to this file")
+	f.IntVar(&fl.samples, "samples", 360, "RAM samples per host for --svg")
+	f.Int64Var(&fl.seed, "seed", 0, "override the scenario's seed")
+	f.BoolVar(&fl.parallel, "parallel", true, "run the policies concurrently")
+	f.StringVar(&fl.generate, "generate", "", "instead of a file, run a generated scenario with this many hosts (see --hours)")
 	f.Float64("hours", 24, "simulated hours for --generate")
-	f.StringArrayVar(&sets, "set", nil, "change an option, by its nova.conf name: --set filter_scheduler.host_subset_size=1 (repeatable)")
-	f.StringVar(&drains, "drain", "", "drain these hosts (comma-separated) from t=0, the scheduler choosing each destination")
-	f.IntVar(&inFlight, "in-flight", 1, "moves in flight at once for --drain and --rebalance (a drain's in_flight)")
-	f.BoolVar(&rebal, "rebalance", false, "once the drains are done (at t=0 without any), plan a rebalance and run its moves")
-	f.StringVar(&metric, "metric", "ram", "--rebalance's metric: ram, vcpu, disk or max")
-	f.Float64Var(&thresh, "threshold", rebalance.DefaultThreshold, "--rebalance acts above this CV and stops below half of it")
-	f.IntVar(&maxMoves, "max-moves", 0, "--rebalance's most moves (0: no cap)")
+	f.StringArrayVar(&fl.sets, "set", nil, "change an option, by its nova.conf name: --set filter_scheduler.host_subset_size=1 (repeatable)")
+	f.StringVar(&fl.drains, "drain", "", "drain these hosts (comma-separated) from t=0, the scheduler choosing each destination")
+	f.IntVar(&fl.inFlight, "in-flight", 1, "moves in flight at once for --drain and --rebalance (a drain's in_flight)")
+	f.BoolVar(&fl.rebal, "rebalance", false, "once the drains are done (at t=0 without any), plan a rebalance and run its moves")
+	f.StringVar(&fl.metric, "metric", "ram", "--rebalance's metric: ram, vcpu, disk or max")
+	f.Float64Var(&fl.thresh, "threshold", rebalance.DefaultThreshold, "--rebalance acts above this CV and stops below half of it")
+	f.IntVar(&fl.maxMoves, "max-moves", 0, "--rebalance's most moves (0: no cap)")
 	return cmd
+}
+
+// runSim is keel sim: check the flags, read (or generate) the scenario,
+// apply the what-if flags, run it under each policy and print the report.
+func runSim(cmd *cobra.Command, args []string, fl simFlags) error {
+	// Flags are checked before the scenario is read or run: a bad one is
+	// refused (exit 1), never ignored nor reported only inside the report.
+	if err := checkSimFlags(cmd, len(args) == 1, fl.samples, fl.svgPath != ""); err != nil {
+		return err
+	}
+	sc, err := simScenario(cmd, args, fl.generate)
+	if err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("seed") {
+		sc.Seed = fl.seed
+	}
+	if err := whatIf(sc, fl.sets, fl.drains, fl.inFlight); err != nil {
+		return err
+	}
+	opts, err := simOptions(sc, fl)
+	if err != nil {
+		return err
+	}
+	// Fewer collections, under a soft memory limit (sim.TuneGC).
+	defer sim.TuneGC()()
+	rep, err := sim.Run(cmd.Context(), sc, opts)
+	if err != nil {
+		return err
+	}
+	if fl.svgPath != "" {
+		if err := writeSimChart(rep, fl.svgPath); err != nil {
+			return err
+		}
+	}
+	if fl.format == "json" {
+		return rep.WriteJSON(cmd.OutOrStdout())
+	}
+	return rep.WriteTable(cmd.OutOrStdout())
+}
+
+// simScenario reads the scenario file args names, or generates one of
+// --generate hosts over --hours.
+func simScenario(cmd *cobra.Command, args []string, generate string) (*scenario.Scenario, error) {
+	if len(args) == 1 {
+		return scenario.Load(args[0])
+	}
+	var hosts int
+	if _, err := fmt.Sscan(generate, &hosts); err != nil || hosts < 1 {
+		return nil, fmt.Errorf("--generate wants a host count, got %q", generate)
+	}
+	if hosts > scenario.MaxHosts {
+		return nil, fmt.Errorf("--generate: the simulator runs at most %d hosts, got %d", scenario.MaxHosts, hosts)
+	}
+	hours, _ := cmd.Flags().GetFloat64("hours")
+	if !(hours > 0) || hours*3600 > scenario.MaxDuration {
+		return nil, fmt.Errorf("--hours must be more than 0 and at most %v, got %v", scenario.MaxDuration/3600, hours)
+	}
+	sc := scenario.Generate(hosts, hours, 1)
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("--generate %d --hours %v is beyond the simulator's limits (lower --hours or --generate): %w", hosts, hours, err)
+	}
+	return sc, nil
+}
+
+// simOptions turns the flags into the run's options: the rebalance, the
+// policies (each named once) and the chart's samples.
+func simOptions(sc *scenario.Scenario, fl simFlags) (sim.Options, error) {
+	opts := sim.Options{Parallel: fl.parallel, Progress: os.Stderr}
+	if fl.rebal {
+		m, _ := rebalance.ParseMetric(fl.metric) // checked by checkSimFlags
+		opts.Rebalance = &sim.RebalanceOptions{InFlight: fl.inFlight,
+			Planner: rebalance.Options{Metric: m, Threshold: fl.thresh, MaxMoves: fl.maxMoves, Seed: uint64(sc.Seed)}}
+	}
+	if fl.policy != "" {
+		opts.Policies = strings.Split(fl.policy, ",")
+		for i, p := range opts.Policies {
+			p = strings.TrimSpace(p)
+			opts.Policies[i] = p
+			if p == "" {
+				return opts, fmt.Errorf("--policy %q has an empty name (known: %s)", fl.policy, strings.Join(scenario.KnownPolicies, ", "))
+			}
+			if j := slices.Index(opts.Policies, p); j < i {
+				return opts, fmt.Errorf("--policy lists %q twice", p)
+			}
+		}
+	}
+	if fl.svgPath != "" {
+		if hosts := len(sc.Hosts()); fl.samples*hosts > maxSampleValues {
+			return opts, fmt.Errorf("--samples %d × %d hosts is %d RAM values a policy, more than --svg keeps (%d): lower --samples to at most %d",
+				fl.samples, hosts, fl.samples*hosts, maxSampleValues, max(1, maxSampleValues/hosts))
+		}
+		opts.Samples = fl.samples
+	}
+	return opts, nil
+}
+
+// writeSimChart writes the report's chart to path.
+func writeSimChart(rep *sim.Report, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing chart: %w", err)
+	}
+	if err := rep.WriteSVG(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing chart %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing chart %s: %w", path, err)
+	}
+	fmt.Fprintf(os.Stderr, "chart written to %s\n", path)
+	return nil
 }
 
 // Bounds on the flags: --samples per host, and the RAM values --svg keeps

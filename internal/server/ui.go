@@ -384,45 +384,14 @@ func (u *uiHub) build(ctx context.Context) error {
 	var migs []records.Migration
 	var ended []finishedMove
 	if readMoves {
-		if migs, err = u.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true}); err != nil {
-			return fmt.Errorf("listing migrations in flight: %w", err)
-		}
-		nowActive := make(map[int64]bool, len(migs))
-		for _, m := range migs {
-			nowActive[m.ID] = true
-		}
-		for id, old := range prevActive {
-			if nowActive[id] {
-				continue
-			}
-			m, err := u.st.GetMigration(ctx, id)
-			if err != nil {
-				m = old
-				m.Status = records.MigrationError
-			}
-			ended = append(ended, finishedMove{m: m, at: now})
+		if migs, ended, err = u.readMoves(ctx, now, prevActive); err != nil {
+			return err
 		}
 	}
 	var plans []records.Plan
 	if readPlans {
-		// Every plan once (the ended ones too), then those not ended, and
-		// each that ended since (read alone).
-		if plans, err = u.st.ListPlans(ctx, !first); err != nil {
-			return fmt.Errorf("listing plans: %w", err)
-		}
-		still := make(map[int64]bool, len(plans))
-		for _, p := range plans {
-			still[p.ID] = true
-		}
-		for id := range prevPlans {
-			if still[id] {
-				continue
-			}
-			p, err := u.st.GetPlan(ctx, id)
-			if err != nil {
-				return fmt.Errorf("reading plan %d: %w", id, err)
-			}
-			plans = append(plans, p)
+		if plans, err = u.readPlans(ctx, first, prevPlans); err != nil {
+			return err
 		}
 	}
 	vhs := u.view.hosts()
@@ -462,6 +431,69 @@ func (u *uiHub) build(ctx context.Context) error {
 	u.lastHosts = now
 	next.Hosts, next.Imbalance = u.hostsOf(now, vhs, next.Instances, next.Moves, flavors)
 
+	if !u.encodeChanged(next, now, readInstances, readMoves, readPlans) {
+		return nil
+	}
+	u.state = next
+	close(u.changed)
+	u.changed = make(chan struct{})
+	return nil
+}
+
+// readMoves reads the migrations in flight, and how each of prevActive
+// that is no longer in flight ended (error if it cannot be read).
+func (u *uiHub) readMoves(ctx context.Context, now time.Time, prevActive map[int64]records.Migration) ([]records.Migration, []finishedMove, error) {
+	migs, err := u.st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing migrations in flight: %w", err)
+	}
+	nowActive := make(map[int64]bool, len(migs))
+	for _, m := range migs {
+		nowActive[m.ID] = true
+	}
+	var ended []finishedMove
+	for id, old := range prevActive {
+		if nowActive[id] {
+			continue
+		}
+		m, err := u.st.GetMigration(ctx, id)
+		if err != nil {
+			m = old
+			m.Status = records.MigrationError
+		}
+		ended = append(ended, finishedMove{m: m, at: now})
+	}
+	return migs, ended, nil
+}
+
+// readPlans reads every plan the first time (the ended ones too), then
+// those not ended, and each of prevPlans that ended since (read alone).
+func (u *uiHub) readPlans(ctx context.Context, first bool, prevPlans map[int64]records.Plan) ([]records.Plan, error) {
+	plans, err := u.st.ListPlans(ctx, !first)
+	if err != nil {
+		return nil, fmt.Errorf("listing plans: %w", err)
+	}
+	still := make(map[int64]bool, len(plans))
+	for _, p := range plans {
+		still[p.ID] = true
+	}
+	for id := range prevPlans {
+		if still[id] {
+			continue
+		}
+		p, err := u.st.GetPlan(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("reading plan %d: %w", id, err)
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// encodeChanged encodes next's parts that were read (the hosts always) and
+// gives each that differs from the published state, its time aside, a new
+// version; it reports whether any did.
+func (u *uiHub) encodeChanged(next *uiState, now time.Time, readInstances, readMoves, readPlans bool) bool {
 	changed := false
 	if b := mustMarshal(uiHostsPart{Time: now, Hosts: next.Hosts, Imbalance: next.Imbalance}); u.state == nil || !equalButTime(b, u.state.hostsJSON) {
 		next.hostsJSON, next.hostsVer, changed = b, next.hostsVer+1, true
@@ -481,13 +513,7 @@ func (u *uiHub) build(ctx context.Context) error {
 			next.plansJSON, next.plansVer, changed = b, next.plansVer+1, true
 		}
 	}
-	if !changed {
-		return nil
-	}
-	u.state = next
-	close(u.changed)
-	u.changed = make(chan struct{})
-	return nil
+	return changed
 }
 
 func mustMarshal(v any) []byte {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,9 +114,61 @@ func groupKey(k string, minor int) (param, suffix string, ok bool) {
 
 // parseCandidates reads GET /allocation_candidates' query as Placement's
 // schema and request-group parsing do at minor, in the same order, with
-// the same status and error codes.
+// the same status and error codes: each step below is one of Placement's
+// checks, and the first to fail answers.
 func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQuery, error) {
 	q := r.URL.Query()
+	if err := checkCandidateKeys(q, minor); err != nil {
+		return nil, err
+	}
+	cq := &placement.CandidateQuery{NestedAware: minor >= 29}
+	policy, err := parseLimitAndPolicy(q, cq)
+	if err != nil {
+		return nil, err
+	}
+	if vals := q["root_required"]; len(vals) > 0 {
+		if cq.RootTraits, err = a.parseRootRequired(r, vals, minor); err != nil {
+			return nil, err
+		}
+	}
+	inSubtree, err := parseSameSubtree(q, cq)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := a.parseRequestGroups(r, q, minor)
+	if err != nil {
+		return nil, err
+	}
+	sfxs := slices.Sorted(maps.Keys(groups))
+	if minor >= 36 {
+		err = checkResourcelessGroups(groups, sfxs, inSubtree)
+	} else {
+		err = checkGroupsHaveResources(groups, sfxs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if minor >= 22 {
+		if err := checkTraitConflicts(groups, sfxs); err != nil {
+			return nil, err
+		}
+	}
+	if policy == "" && len(groups)-btoi(groups[""] != nil) > 1 {
+		return nil, errorf(http.StatusBadRequest, "The \"group_policy\" parameter is required when specifying more than one \"resources{N}\" parameter.")
+	}
+	for _, sfx := range sfxs {
+		g := groups[sfx]
+		if err := a.knownClasses(r, g.Resources); err != nil {
+			return nil, err
+		}
+		cq.Groups = append(cq.Groups, *g)
+	}
+	return cq, nil
+}
+
+// checkCandidateKeys refuses a query parameter the schema of minor does not
+// have, and a query before 1.25 without resources.
+func checkCandidateKeys(q url.Values, minor int) error {
 	for k := range q {
 		switch {
 		case k == "limit" && minor >= 16, k == "group_policy" && minor >= 25,
@@ -123,21 +176,27 @@ func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQ
 		case minor < 25 && (k == "resources" || k == "required" && minor >= 17 || k == "member_of" && minor >= 21):
 		case minor >= 25:
 			if _, _, ok := groupKey(k, minor); !ok {
-				return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
+				return errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
 			}
 		default:
-			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
+			return errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
 		}
 	}
 	if minor < 25 && !q.Has("resources") {
-		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: 'resources' is a required property")
+		return errorf(http.StatusBadRequest, "Invalid query string parameters: 'resources' is a required property")
 	}
-	cq := &placement.CandidateQuery{NestedAware: minor >= 29}
+	return nil
+}
+
+// parseLimitAndPolicy sets cq's limit and isolation from limit and
+// group_policy (the last of each wins) and returns the policy asked for
+// ("" if none).
+func parseLimitAndPolicy(q url.Values, cq *placement.CandidateQuery) (string, error) {
 	if q.Has("limit") {
 		l := q["limit"][len(q["limit"])-1]
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || l[0] == '0' || strings.TrimLeft(l, "0123456789") != "" {
-			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: %q does not match '^[1-9][0-9]*$'", l)
+			return "", errorf(http.StatusBadRequest, "Invalid query string parameters: %q does not match '^[1-9][0-9]*$'", l)
 		}
 		cq.Limit = n
 	}
@@ -145,34 +204,43 @@ func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQ
 	if q.Has("group_policy") {
 		policy = q["group_policy"][len(q["group_policy"])-1]
 		if policy != "none" && policy != "isolate" {
-			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: '%s' is not one of ['none', 'isolate']", policy)
+			return "", errorf(http.StatusBadRequest, "Invalid query string parameters: '%s' is not one of ['none', 'isolate']", policy)
 		}
 		cq.Isolate = policy == "isolate"
 	}
-	if vals := q["root_required"]; len(vals) > 0 {
-		if len(vals) > 1 {
-			return nil, &httpError{status: http.StatusBadRequest, code: codeDuplicateKey,
-				msg: "Query parameter 'root_required' may be specified only once."}
-		}
-		if strings.HasPrefix(vals[0], "in:") {
-			return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39. Got: %s", vals[0])
-		}
-		rt, err := a.parseRequired(r, vals, "root_required", minor)
-		if err != nil {
-			return nil, err
-		}
-		var conflicts []string
-		for _, t := range rt.Required {
-			if slices.Contains(rt.Forbidden, t[0]) {
-				conflicts = append(conflicts, t[0])
-			}
-		}
-		if len(conflicts) > 0 {
-			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
-				msg: "Conflicting required and forbidden traits found in root_required: " + strings.Join(conflicts, ", ")}
-		}
-		cq.RootTraits = rt
+	return policy, nil
+}
+
+// parseRootRequired reads root_required (1.35): given once, without in:
+// before 1.39, and no trait both required and forbidden.
+func (a *API) parseRootRequired(r *http.Request, vals []string, minor int) (placement.TraitQuery, error) {
+	if len(vals) > 1 {
+		return placement.TraitQuery{}, &httpError{status: http.StatusBadRequest, code: codeDuplicateKey,
+			msg: "Query parameter 'root_required' may be specified only once."}
 	}
+	if strings.HasPrefix(vals[0], "in:") {
+		return placement.TraitQuery{}, errorf(http.StatusBadRequest, "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39. Got: %s", vals[0])
+	}
+	rt, err := a.parseRequired(r, vals, "root_required", minor)
+	if err != nil {
+		return placement.TraitQuery{}, err
+	}
+	var conflicts []string
+	for _, t := range rt.Required {
+		if slices.Contains(rt.Forbidden, t[0]) {
+			conflicts = append(conflicts, t[0])
+		}
+	}
+	if len(conflicts) > 0 {
+		return placement.TraitQuery{}, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+			msg: "Conflicting required and forbidden traits found in root_required: " + strings.Join(conflicts, ", ")}
+	}
+	return rt, nil
+}
+
+// parseSameSubtree sets cq's same_subtree sets (1.36) and returns every
+// suffix they name.
+func parseSameSubtree(q url.Values, cq *placement.CandidateQuery) (map[string]bool, error) {
 	inSubtree := map[string]bool{}
 	for _, v := range q["same_subtree"] {
 		var set []string
@@ -189,23 +257,25 @@ func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQ
 		}
 		cq.SameSubtree = append(cq.SameSubtree, set)
 	}
+	return inSubtree, nil
+}
 
+// parseRequestGroups reads the request groups' parameters (resources,
+// required, member_of, in_tree, each with its suffix), in the order of
+// their keys, into one group per suffix.
+func (a *API) parseRequestGroups(r *http.Request, q url.Values, minor int) (map[string]*placement.RequestGroup, error) {
 	groups := map[string]*placement.RequestGroup{}
-	group := func(sfx string) *placement.RequestGroup {
-		g := groups[sfx]
-		if g == nil {
-			g = &placement.RequestGroup{Suffix: sfx}
-			groups[sfx] = g
-		}
-		return g
-	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		param, sfx, ok := groupKey(k, minor)
 		if !ok {
 			continue
 		}
 		vals := q[k]
-		g := group(sfx)
+		g := groups[sfx]
+		if g == nil {
+			g = &placement.RequestGroup{Suffix: sfx}
+			groups[sfx] = g
+		}
 		switch param {
 		case "resources":
 			for _, v := range vals {
@@ -237,90 +307,94 @@ func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQ
 			}
 		}
 	}
-	sfxs := slices.Sorted(maps.Keys(groups))
-	if minor >= 36 {
-		var resourceless []string
-		for _, sfx := range sfxs {
-			if len(groups[sfx].Resources) == 0 {
-				resourceless = append(resourceless, sfx)
-			}
-		}
-		if len(resourceless) == len(groups) {
-			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryMissingValue,
-				msg: "There must be at least one resources or resources[$S] parameter."}
-		}
-		var bad []string
-		for _, sfx := range resourceless {
-			if !inSubtree[sfx] {
-				bad = append(bad, sfx)
-			}
-		}
-		if len(bad) > 0 {
-			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
-				msg: fmt.Sprintf("Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %q.", bad)}
-		}
-		for _, sfx := range slices.Sorted(maps.Keys(inSubtree)) {
-			if groups[sfx] == nil {
-				bad = append(bad, sfx)
-			}
-		}
-		if len(bad) > 0 {
-			return nil, &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
-				msg: fmt.Sprintf("Real suffixes should be specified in `same_subtree`: %q not found in %q.", bad, sfxs)}
-		}
-	} else {
-		var orphans []string
-		for _, sfx := range sfxs {
-			if g := groups[sfx]; len(g.Traits.Required) > 0 && len(g.Resources) == 0 {
-				orphans = append(orphans, "required"+sfx)
-			}
-		}
-		if len(orphans) > 0 {
-			return nil, errorf(http.StatusBadRequest, "All traits parameters must be associated with resources.  Found the following orphaned traits keys: %s", strings.Join(orphans, ", "))
-		}
-		for _, sfx := range sfxs {
-			if g := groups[sfx]; !g.MemberOf.Empty() && len(g.Resources) == 0 {
-				orphans = append(orphans, "member_of"+sfx)
-			}
-		}
-		if len(orphans) > 0 {
-			return nil, errorf(http.StatusBadRequest, "All member_of parameters must be associated with resources. Found the following orphaned member_of keys: %s", strings.Join(orphans, ", "))
-		}
-		for _, sfx := range sfxs {
-			if len(groups[sfx].Resources) == 0 {
-				return nil, errorf(http.StatusBadRequest, "All request groups must specify resources.")
-			}
-		}
-		if len(groups) == 0 {
-			return nil, errorf(http.StatusBadRequest, "At least one request group (`resources` or `resources{$S}`) is required.")
+	return groups, nil
+}
+
+// checkResourcelessGroups is 1.36's rule: some group asks for resources,
+// every resourceless group is in a same_subtree set, and every suffix a
+// set names is a group.
+func checkResourcelessGroups(groups map[string]*placement.RequestGroup, sfxs []string, inSubtree map[string]bool) error {
+	var resourceless []string
+	for _, sfx := range sfxs {
+		if len(groups[sfx].Resources) == 0 {
+			resourceless = append(resourceless, sfx)
 		}
 	}
-	if minor >= 22 {
-		var conflicts []string
-		for _, sfx := range sfxs {
-			g := groups[sfx]
-			for _, anyOf := range g.Traits.Required {
-				if !slices.ContainsFunc(anyOf, func(t string) bool { return !slices.Contains(g.Traits.Forbidden, t) }) {
-					conflicts = append(conflicts, fmt.Sprintf("required%s: (%s)", sfx, strings.Join(slices.Sorted(slices.Values(anyOf)), ", ")))
-				}
-			}
-		}
-		if len(conflicts) > 0 {
-			slices.Sort(conflicts)
-			return nil, errorf(http.StatusBadRequest, "Conflicting required and forbidden traits found in the following traits keys: %s", strings.Join(conflicts, ", "))
+	if len(resourceless) == len(groups) {
+		return &httpError{status: http.StatusBadRequest, code: codeQueryMissingValue,
+			msg: "There must be at least one resources or resources[$S] parameter."}
+	}
+	var bad []string
+	for _, sfx := range resourceless {
+		if !inSubtree[sfx] {
+			bad = append(bad, sfx)
 		}
 	}
-	if policy == "" && len(groups)-btoi(groups[""] != nil) > 1 {
-		return nil, errorf(http.StatusBadRequest, "The \"group_policy\" parameter is required when specifying more than one \"resources{N}\" parameter.")
+	if len(bad) > 0 {
+		return &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+			msg: fmt.Sprintf("Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %q.", bad)}
+	}
+	for _, sfx := range slices.Sorted(maps.Keys(inSubtree)) {
+		if groups[sfx] == nil {
+			bad = append(bad, sfx)
+		}
+	}
+	if len(bad) > 0 {
+		return &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
+			msg: fmt.Sprintf("Real suffixes should be specified in `same_subtree`: %q not found in %q.", bad, sfxs)}
+	}
+	return nil
+}
+
+// checkGroupsHaveResources is the rule before 1.36: no traits or member_of
+// without resources in their group, every group asks for resources, and
+// there is a group.
+func checkGroupsHaveResources(groups map[string]*placement.RequestGroup, sfxs []string) error {
+	var orphans []string
+	for _, sfx := range sfxs {
+		if g := groups[sfx]; len(g.Traits.Required) > 0 && len(g.Resources) == 0 {
+			orphans = append(orphans, "required"+sfx)
+		}
+	}
+	if len(orphans) > 0 {
+		return errorf(http.StatusBadRequest, "All traits parameters must be associated with resources.  Found the following orphaned traits keys: %s", strings.Join(orphans, ", "))
 	}
 	for _, sfx := range sfxs {
-		g := groups[sfx]
-		if err := a.knownClasses(r, g.Resources); err != nil {
-			return nil, err
+		if g := groups[sfx]; !g.MemberOf.Empty() && len(g.Resources) == 0 {
+			orphans = append(orphans, "member_of"+sfx)
 		}
-		cq.Groups = append(cq.Groups, *g)
 	}
-	return cq, nil
+	if len(orphans) > 0 {
+		return errorf(http.StatusBadRequest, "All member_of parameters must be associated with resources. Found the following orphaned member_of keys: %s", strings.Join(orphans, ", "))
+	}
+	for _, sfx := range sfxs {
+		if len(groups[sfx].Resources) == 0 {
+			return errorf(http.StatusBadRequest, "All request groups must specify resources.")
+		}
+	}
+	if len(groups) == 0 {
+		return errorf(http.StatusBadRequest, "At least one request group (`resources` or `resources{$S}`) is required.")
+	}
+	return nil
+}
+
+// checkTraitConflicts refuses (from 1.22) a group whose required any-of
+// set holds only forbidden traits.
+func checkTraitConflicts(groups map[string]*placement.RequestGroup, sfxs []string) error {
+	var conflicts []string
+	for _, sfx := range sfxs {
+		g := groups[sfx]
+		for _, anyOf := range g.Traits.Required {
+			if !slices.ContainsFunc(anyOf, func(t string) bool { return !slices.Contains(g.Traits.Forbidden, t) }) {
+				conflicts = append(conflicts, fmt.Sprintf("required%s: (%s)", sfx, strings.Join(slices.Sorted(slices.Values(anyOf)), ", ")))
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		slices.Sort(conflicts)
+		return errorf(http.StatusBadRequest, "Conflicting required and forbidden traits found in the following traits keys: %s", strings.Join(conflicts, ", "))
+	}
+	return nil
 }
 
 func btoi(b bool) int {

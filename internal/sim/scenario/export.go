@@ -235,166 +235,188 @@ func mostCommon(m map[int64]int) int64 {
 // same scenario: every key that differs from its default (the scheduler's
 // options all, as the cloud runs them), with a few comments.
 func (s *Scenario) WriteTOML(w io.Writer, header ...string) error {
-	var b strings.Builder
+	if len(s.Events)+len(s.Drains)+len(s.Workloads) > 0 {
+		return fmt.Errorf("writing scenario %s: events, drains and workloads are not written (an export has none)", s.Name)
+	}
+	var b tomlWriter
 	for _, h := range header {
 		for _, line := range strings.Split(h, "\n") {
 			b.WriteString("# " + line + "\n")
 		}
 	}
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s = %s\n", k, tomlValue(v)) }
-	kv("name", s.Name)
-	kv("seed", s.Seed)
-	kv("duration", s.Duration)
+	b.kv("name", s.Name)
+	b.kv("seed", s.Seed)
+	b.kv("duration", s.Duration)
 	if len(s.Policies) > 0 {
-		kv("policies", s.Policies)
+		b.kv("policies", s.Policies)
 	}
-
-	b.WriteString("\n[scheduler]\n")
-	sc := s.Scheduler
-	if sc.EnabledFilters != nil {
-		kv("enabled_filters", sc.EnabledFilters)
-	}
-	if sc.Weighers != nil {
-		kv("weighers", sc.Weighers)
-	}
-	if sc.HostSubsetSize != 0 {
-		kv("host_subset_size", sc.HostSubsetSize)
-	}
-	kv("shuffle_best_same_weighed_hosts", sc.ShuffleBestSameWeighedHosts)
-	if sc.MaxAttempts != 0 {
-		kv("max_attempts", sc.MaxAttempts)
-	}
-	if sc.ServiceDownTime != nil {
-		kv("service_down_time", *sc.ServiceDownTime)
-	}
-	for _, k := range slices.Sorted(maps.Keys(sc.Options)) {
-		if o, ok := scheduler.LookupOption(k); ok && o.Integer {
-			kv(k, int64(sc.Options[k]))
-		} else {
-			kv(k, sc.Options[k])
-		}
-	}
-
-	b.WriteString("\n[compute]\n")
-	cp := s.Compute
-	if cp.UpdateResourcesInterval != 0 {
-		kv("update_resources_interval", cp.UpdateResourcesInterval)
-	}
-	if cp.ReservedHostMemoryMB != nil {
-		kv("reserved_host_memory_mb", *cp.ReservedHostMemoryMB)
-	}
-	if cp.ReservedHostDiskMB != 0 {
-		kv("reserved_host_disk_mb", cp.ReservedHostDiskMB)
-	}
-	if cp.MigrationBandwidthMiBps != 0 {
-		kv("migration_bandwidth_mib_s", cp.MigrationBandwidthMiBps)
-	}
-	if cp.SpawnSeconds != 0 {
-		kv("spawn_seconds", cp.SpawnSeconds)
-	}
-	if cp.MaxConcurrentLiveMigrations != 0 {
-		kv("max_concurrent_live_migrations", cp.MaxConcurrentLiveMigrations)
-	}
-	if cp.ReportInterval != nil {
-		kv("report_interval", *cp.ReportInterval)
-	}
-
+	b.writeScheduler(s.Scheduler)
+	b.writeCompute(s.Compute)
 	for _, f := range s.Flavors {
 		b.WriteString("\n[[flavor]]\n")
-		kv("name", f.Name)
-		kv("vcpus", f.VCPUs)
-		kv("ram", f.RAMMB)
-		kv("disk", f.DiskGB)
+		b.kv("name", f.Name)
+		b.kv("vcpus", f.VCPUs)
+		b.kv("ram", f.RAMMB)
+		b.kv("disk", f.DiskGB)
 		if len(f.ExtraSpecs) > 0 {
-			kv("extra_specs", f.ExtraSpecs)
+			b.kv("extra_specs", f.ExtraSpecs)
 		}
 	}
 	for _, g := range s.HostGroups {
-		b.WriteString("\n[[hosts]]\n")
-		if g.Name != "" {
-			kv("name", g.Name)
+		b.writeHostGroup(g)
+	}
+	b.writeGroupsAndInstances(s)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// tomlWriter builds a scenario file, one key = value line at a time.
+type tomlWriter struct{ strings.Builder }
+
+func (b *tomlWriter) kv(k string, v any) { fmt.Fprintf(b, "%s = %s\n", k, tomlValue(v)) }
+
+// writeScheduler writes [scheduler]: the options set, and every per-weigher
+// and per-filter option the cloud runs with.
+func (b *tomlWriter) writeScheduler(sc Scheduler) {
+	b.WriteString("\n[scheduler]\n")
+	if sc.EnabledFilters != nil {
+		b.kv("enabled_filters", sc.EnabledFilters)
+	}
+	if sc.Weighers != nil {
+		b.kv("weighers", sc.Weighers)
+	}
+	if sc.HostSubsetSize != 0 {
+		b.kv("host_subset_size", sc.HostSubsetSize)
+	}
+	b.kv("shuffle_best_same_weighed_hosts", sc.ShuffleBestSameWeighedHosts)
+	if sc.MaxAttempts != 0 {
+		b.kv("max_attempts", sc.MaxAttempts)
+	}
+	if sc.ServiceDownTime != nil {
+		b.kv("service_down_time", *sc.ServiceDownTime)
+	}
+	for _, k := range slices.Sorted(maps.Keys(sc.Options)) {
+		if o, ok := scheduler.LookupOption(k); ok && o.Integer {
+			b.kv(k, int64(sc.Options[k]))
 		} else {
-			kv("prefix", g.Prefix)
-			kv("count", g.Count)
-			if g.First != 0 {
-				kv("first", g.First)
-			}
-			if g.Digits != 0 {
-				kv("digits", g.Digits)
-			}
-		}
-		kv("vcpus", g.VCPUs)
-		if g.CPUAllocationRatio != 0 {
-			kv("cpu_allocation_ratio", g.CPUAllocationRatio)
-		}
-		kv("memory_mb", g.MemoryMB)
-		if g.RAMAllocationRatio != 0 {
-			kv("ram_allocation_ratio", g.RAMAllocationRatio)
-		}
-		kv("disk_gb", g.DiskGB)
-		if g.DiskAllocationRatio != 0 {
-			kv("disk_allocation_ratio", g.DiskAllocationRatio)
-		}
-		if g.Zone != "" {
-			kv("zone", g.Zone)
-		}
-		if g.ReservedHostMemoryMB != nil {
-			kv("reserved_host_memory_mb", *g.ReservedHostMemoryMB)
-		}
-		if g.ReservedHostDiskMB != nil {
-			kv("reserved_host_disk_mb", *g.ReservedHostDiskMB)
-		}
-		if len(g.Traits) > 0 {
-			kv("traits", g.Traits)
-		}
-		if len(g.Instances) > 0 {
-			kv("instances", g.Instances)
-		}
-		if g.AuditPhase != 0 {
-			kv("audit_phase", g.AuditPhase)
-		}
-		if g.AuditSpread {
-			kv("audit_spread", true)
-		}
-		if g.Disabled {
-			kv("disabled", true)
+			b.kv(k, sc.Options[k])
 		}
 	}
+}
+
+// writeCompute writes [compute]: the options that differ from their
+// defaults.
+func (b *tomlWriter) writeCompute(cp Compute) {
+	b.WriteString("\n[compute]\n")
+	if cp.UpdateResourcesInterval != 0 {
+		b.kv("update_resources_interval", cp.UpdateResourcesInterval)
+	}
+	if cp.ReservedHostMemoryMB != nil {
+		b.kv("reserved_host_memory_mb", *cp.ReservedHostMemoryMB)
+	}
+	if cp.ReservedHostDiskMB != 0 {
+		b.kv("reserved_host_disk_mb", cp.ReservedHostDiskMB)
+	}
+	if cp.MigrationBandwidthMiBps != 0 {
+		b.kv("migration_bandwidth_mib_s", cp.MigrationBandwidthMiBps)
+	}
+	if cp.SpawnSeconds != 0 {
+		b.kv("spawn_seconds", cp.SpawnSeconds)
+	}
+	if cp.MaxConcurrentLiveMigrations != 0 {
+		b.kv("max_concurrent_live_migrations", cp.MaxConcurrentLiveMigrations)
+	}
+	if cp.ReportInterval != nil {
+		b.kv("report_interval", *cp.ReportInterval)
+	}
+}
+
+// writeHostGroup writes one [[hosts]] group.
+func (b *tomlWriter) writeHostGroup(g HostGroup) {
+	b.WriteString("\n[[hosts]]\n")
+	if g.Name != "" {
+		b.kv("name", g.Name)
+	} else {
+		b.kv("prefix", g.Prefix)
+		b.kv("count", g.Count)
+		if g.First != 0 {
+			b.kv("first", g.First)
+		}
+		if g.Digits != 0 {
+			b.kv("digits", g.Digits)
+		}
+	}
+	b.kv("vcpus", g.VCPUs)
+	if g.CPUAllocationRatio != 0 {
+		b.kv("cpu_allocation_ratio", g.CPUAllocationRatio)
+	}
+	b.kv("memory_mb", g.MemoryMB)
+	if g.RAMAllocationRatio != 0 {
+		b.kv("ram_allocation_ratio", g.RAMAllocationRatio)
+	}
+	b.kv("disk_gb", g.DiskGB)
+	if g.DiskAllocationRatio != 0 {
+		b.kv("disk_allocation_ratio", g.DiskAllocationRatio)
+	}
+	if g.Zone != "" {
+		b.kv("zone", g.Zone)
+	}
+	if g.ReservedHostMemoryMB != nil {
+		b.kv("reserved_host_memory_mb", *g.ReservedHostMemoryMB)
+	}
+	if g.ReservedHostDiskMB != nil {
+		b.kv("reserved_host_disk_mb", *g.ReservedHostDiskMB)
+	}
+	if len(g.Traits) > 0 {
+		b.kv("traits", g.Traits)
+	}
+	if len(g.Instances) > 0 {
+		b.kv("instances", g.Instances)
+	}
+	if g.AuditPhase != 0 {
+		b.kv("audit_phase", g.AuditPhase)
+	}
+	if g.AuditSpread {
+		b.kv("audit_spread", true)
+	}
+	if g.Disabled {
+		b.kv("disabled", true)
+	}
+}
+
+// writeGroupsAndInstances writes the server groups, the aggregates and the
+// initial instances placed by name.
+func (b *tomlWriter) writeGroupsAndInstances(s *Scenario) {
 	for _, g := range s.ServerGroups {
 		b.WriteString("\n[[server_group]]\n")
-		kv("name", g.Name)
-		kv("policy", g.Policy)
+		b.kv("name", g.Name)
+		b.kv("policy", g.Policy)
 		if g.MaxServerPerHost != 0 {
-			kv("max_server_per_host", g.MaxServerPerHost)
+			b.kv("max_server_per_host", g.MaxServerPerHost)
 		}
 	}
 	for _, a := range s.Aggregates {
 		b.WriteString("\n[[aggregate]]\n")
-		kv("name", a.Name)
-		kv("hosts", a.Hosts)
+		b.kv("name", a.Name)
+		b.kv("hosts", a.Hosts)
 		if len(a.Metadata) > 0 {
-			kv("metadata", a.Metadata)
+			b.kv("metadata", a.Metadata)
 		}
 	}
 	for _, in := range s.Instances {
 		b.WriteString("\n[[instance]]\n")
 		if in.Name != "" {
-			kv("name", in.Name)
+			b.kv("name", in.Name)
 		}
-		kv("host", in.Host)
-		kv("flavor", in.Flavor)
+		b.kv("host", in.Host)
+		b.kv("flavor", in.Flavor)
 		if in.Group != "" {
-			kv("group", in.Group)
+			b.kv("group", in.Group)
 		}
 		if in.Zone != "" {
-			kv("zone", in.Zone)
+			b.kv("zone", in.Zone)
 		}
 	}
-	if len(s.Events)+len(s.Drains)+len(s.Workloads) > 0 {
-		return fmt.Errorf("writing scenario %s: events, drains and workloads are not written (an export has none)", s.Name)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // tomlValue writes a value in TOML.

@@ -319,19 +319,17 @@ func (c *checker) size(path string, v, min int64, unit string) {
 }
 
 // validateHosts checks the groups and returns the set of host names.
+// Each group is checked in steps, in this order: its naming and traits,
+// its reservations, its shape (count, numbering, sizes, ratios, zone,
+// audit), its initial instances and whether they fit, and its names
+// against the other groups'. The checker keeps the first error; a step
+// that would multiply what an earlier one refused is not reached.
 func (s *Scenario) validateHosts(c *checker) map[string]bool {
 	if len(s.HostGroups) == 0 {
 		c.errf("hosts", "missing: at least one [[hosts]] group is required")
 		return nil
 	}
-	reservedMB := int64(DefaultReservedHostMemoryMB)
-	if v := s.Compute.ReservedHostMemoryMB; v != nil {
-		reservedMB = *v
-	}
-	reservedGB := s.Compute.ReservedHostDiskMB / 1024 // rounded up, without overflow
-	if s.Compute.ReservedHostDiskMB%1024 > 0 {
-		reservedGB++
-	}
+	reservedMB, reservedGB := s.computeReserves()
 	interval := s.Compute.UpdateResourcesInterval
 	if interval == 0 {
 		interval = DefaultUpdateResourcesInterval
@@ -346,123 +344,16 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 		if c.err != nil {
 			return names
 		}
-		named := g.Name != "" || c.given(p+".name")
-		switch {
-		case named && g.Name == "":
-			c.errf(p+".name", "must not be empty")
-		case named && (g.Prefix != "" || c.given(p+".prefix")):
-			c.errf(p+".prefix", "name and prefix exclude each other (name is one host, prefix a numbered group)")
-		case named && (g.First != 0 || g.Digits != 0):
-			c.errf(p+".name", "a named host takes no first or digits")
-		case named && g.Count > 1:
-			c.errf(p+".count", "a named host is one host, got count %d", g.Count)
-		case named:
-			g.Count = 1
-		case g.Prefix == "" && !c.given(p+".prefix"):
-			c.errf(p+".prefix", "missing: host names are prefix + number, e.g. prefix = \"h\" (or name = \"…\" for one host)")
-		case g.Prefix == "":
-			c.errf(p+".prefix", "must not be empty")
-		}
-		for j, tr := range g.Traits {
-			if tr == "" {
-				c.errf(elem(p+".traits", j), "must not be empty")
-			} else if err := placement.ValidateCustomTrait(tr); err != nil && !placement.IsStandardTrait(tr) {
-				c.errf(elem(p+".traits", j), "%q is neither a standard trait nor a CUSTOM_ one", tr)
-			} else if k := slices.Index(g.Traits, tr); k < j {
-				c.errf(elem(p+".traits", j), "trait %q is listed twice", tr)
-			}
-		}
-		gReservedMB, gReservedGB := reservedMB, reservedGB
-		if v := g.ReservedHostMemoryMB; v != nil {
-			if *v < 0 {
-				c.errf(p+".reserved_host_memory_mb", "must be >= 0, got %d", *v)
-			}
-			gReservedMB = *v
-		}
-		if v := g.ReservedHostDiskMB; v != nil {
-			if *v < 0 {
-				c.errf(p+".reserved_host_disk_mb", "must be >= 0, got %d", *v)
-			}
-			gReservedGB = *v / 1024
-			if *v%1024 > 0 {
-				gReservedGB++
-			}
-		}
-		switch {
-		case g.Count == 0 && !c.given(p+".count"):
-			c.errf(p+".count", "missing: how many hosts the group has (>= 1)")
-		case g.Count < 1:
-			c.errf(p+".count", "must be >= 1, got %d", g.Count)
-		case g.Count > MaxHosts || total+g.Count > MaxHosts:
-			c.errf(p+".count", "too many hosts: the scenario may have at most %d", MaxHosts)
-		}
+		named := checkHostNaming(c, p, &g)
+		gReservedMB, gReservedGB := groupReserves(c, p, g, reservedMB, reservedGB)
+		checkHostShape(c, p, g, total, interval)
 		total += max(g.Count, 0)
-		if g.First < 0 || g.First == 0 && c.given(p+".first") || g.First > MaxFirst {
-			c.errf(p+".first", "must be between 1 and %d, got %d", MaxFirst, g.First)
-		}
-		if g.Digits < 0 || g.Digits > 18 {
-			c.errf(p+".digits", "must be between 1 and 18 (0 means as wide as needed, at least 2), got %d", g.Digits)
-		}
-		c.size(p+".vcpus", g.VCPUs, 1, "VCPU")
-		c.size(p+".memory_mb", g.MemoryMB, 1, "MiB")
-		c.size(p+".disk_gb", g.DiskGB, 1, "GiB")
-		for _, r := range []struct {
-			key string
-			v   float64
-		}{
-			{"cpu_allocation_ratio", g.CPUAllocationRatio},
-			{"ram_allocation_ratio", g.RAMAllocationRatio},
-			{"disk_allocation_ratio", g.DiskAllocationRatio},
-		} {
-			if r.v < 0 || r.v == 0 && c.given(p+"."+r.key) || r.v > MaxRatio {
-				c.errf(p+"."+r.key, "must be > 0 and at most %v, got %v", MaxRatio, r.v)
-			}
-		}
-		if g.Zone == "" && c.given(p+".zone") {
-			c.errf(p+".zone", "must not be empty (the default is %q)", DefaultZone)
-		}
-		if g.AuditPhase < 0 {
-			c.errf(p+".audit_phase", "must be >= 0, got %v", g.AuditPhase)
-		} else if interval > 0 && g.AuditPhase >= float64(interval) {
-			c.errf(p+".audit_phase", "must be below compute.update_resources_interval (%d), got %v", interval, g.AuditPhase)
-		}
-		if g.AuditSpread && (g.AuditPhase != 0 || c.given(p+".audit_phase")) {
-			c.errf(p+".audit_spread", "audit_spread and audit_phase exclude each other")
-		}
 		if c.err != nil {
 			return names
 		}
-
-		// Initial instances: known flavors, counts >= 0, each one within a
-		// host's totals (Placement's max_unit), not too many, and they fit.
-		// Counts and sizes are bounded before they are multiplied.
-		var vcpus, ram, disk int64
-		perHost := 0
-		for _, fname := range slices.Sorted(maps.Keys(g.Instances)) {
-			n := g.Instances[fname]
-			ip := joinKey(p+".instances", fname)
-			f, ok := s.FlavorByName(fname)
-			switch {
-			case !ok:
-				c.errf(ip, "unknown flavor %q%s", fname, s.flavorList())
-			case n < 0:
-				c.errf(ip, "instance count must be >= 0, got %d", n)
-			case n > MaxInstances || perHost+n > MaxInstances:
-				c.errf(ip, "too many instances: a host may start with at most %d", MaxInstances)
-			case n > 0 && f.VCPUs > g.VCPUs:
-				c.errf(ip, "flavor %q needs %d VCPU but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.VCPUs, g.VCPUs)
-			case n > 0 && f.RAMMB > g.MemoryMB:
-				c.errf(ip, "flavor %q needs %d MiB of RAM but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.RAMMB, g.MemoryMB)
-			case n > 0 && f.DiskGB > g.DiskGB:
-				c.errf(ip, "flavor %q needs %d GiB of disk but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.DiskGB, g.DiskGB)
-			}
-			if c.err != nil {
-				return names
-			}
-			perHost += n
-			vcpus += int64(n) * f.VCPUs
-			ram += int64(n) * f.RAMMB
-			disk += int64(n) * f.DiskGB
+		need, perHost := s.initialInstances(c, p, g)
+		if c.err != nil {
+			return names
 		}
 		if perHost > 0 && (int64(perHost)*int64(g.Count) > MaxInstances || instances+perHost*g.Count > MaxInstances) {
 			c.errf(p+".instances", "too many instances: %d hosts of %d each, and the scenario may start with at most %d", g.Count, perHost, MaxInstances)
@@ -470,37 +361,7 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 		}
 		instances += perHost * g.Count
 		gd := g.withDefaults()
-		if gReservedMB >= g.MemoryMB {
-			key := "compute.reserved_host_memory_mb"
-			if g.ReservedHostMemoryMB != nil {
-				key = p + ".reserved_host_memory_mb"
-			}
-			c.errf(p+".memory_mb", "%d MiB leaves nothing after %s = %d", g.MemoryMB, key, gReservedMB)
-		}
-		if gReservedGB >= g.DiskGB {
-			if g.ReservedHostDiskMB != nil {
-				c.errf(p+".disk_gb", "%d GiB leaves nothing after %s.reserved_host_disk_mb = %d", g.DiskGB, p, *g.ReservedHostDiskMB)
-			} else {
-				c.errf(p+".disk_gb", "%d GiB leaves nothing after compute.reserved_host_disk_mb = %d", g.DiskGB, s.Compute.ReservedHostDiskMB)
-			}
-		}
-		for _, r := range []struct {
-			what        string
-			need, total int64
-			reserved    int64
-			ratio       float64
-			unit        string
-		}{
-			{what: "VCPU", need: vcpus, total: g.VCPUs, ratio: gd.CPUAllocationRatio, unit: "VCPU"},
-			{what: "RAM", need: ram, total: g.MemoryMB, reserved: gReservedMB, ratio: gd.RAMAllocationRatio, unit: "MiB of RAM"},
-			{what: "disk", need: disk, total: g.DiskGB, reserved: gReservedGB, ratio: gd.DiskAllocationRatio, unit: "GiB of disk"},
-		} {
-			capacity := int64(math.Floor(float64(r.total-r.reserved) * r.ratio))
-			if r.need > capacity {
-				c.errf(p+".instances", "initial instances need %d %s per host but a host offers %d ((%d - %d reserved) x %v)",
-					r.need, r.unit, capacity, r.total, r.reserved, r.ratio)
-			}
-		}
+		s.checkInitialFit(c, p, g, gd, gReservedMB, gReservedGB, need)
 
 		// Names, unique across groups.
 		for _, n := range gd.HostNames() {
@@ -517,6 +378,193 @@ func (s *Scenario) validateHosts(c *checker) map[string]bool {
 		}
 	}
 	return names
+}
+
+// computeReserves is [compute]'s reserved host memory (MiB) and disk
+// (GiB, rounded up, without overflow), the defaults of every group.
+func (s *Scenario) computeReserves() (mb, gb int64) {
+	mb = int64(DefaultReservedHostMemoryMB)
+	if v := s.Compute.ReservedHostMemoryMB; v != nil {
+		mb = *v
+	}
+	gb = s.Compute.ReservedHostDiskMB / 1024
+	if s.Compute.ReservedHostDiskMB%1024 > 0 {
+		gb++
+	}
+	return mb, gb
+}
+
+// checkHostNaming checks that a group is one named host or a prefix, and
+// its traits; a named host's count becomes 1. It reports whether the
+// group is named.
+func checkHostNaming(c *checker, p string, g *HostGroup) (named bool) {
+	named = g.Name != "" || c.given(p+".name")
+	switch {
+	case named && g.Name == "":
+		c.errf(p+".name", "must not be empty")
+	case named && (g.Prefix != "" || c.given(p+".prefix")):
+		c.errf(p+".prefix", "name and prefix exclude each other (name is one host, prefix a numbered group)")
+	case named && (g.First != 0 || g.Digits != 0):
+		c.errf(p+".name", "a named host takes no first or digits")
+	case named && g.Count > 1:
+		c.errf(p+".count", "a named host is one host, got count %d", g.Count)
+	case named:
+		g.Count = 1
+	case g.Prefix == "" && !c.given(p+".prefix"):
+		c.errf(p+".prefix", "missing: host names are prefix + number, e.g. prefix = \"h\" (or name = \"…\" for one host)")
+	case g.Prefix == "":
+		c.errf(p+".prefix", "must not be empty")
+	}
+	for j, tr := range g.Traits {
+		if tr == "" {
+			c.errf(elem(p+".traits", j), "must not be empty")
+		} else if err := placement.ValidateCustomTrait(tr); err != nil && !placement.IsStandardTrait(tr) {
+			c.errf(elem(p+".traits", j), "%q is neither a standard trait nor a CUSTOM_ one", tr)
+		} else if k := slices.Index(g.Traits, tr); k < j {
+			c.errf(elem(p+".traits", j), "trait %q is listed twice", tr)
+		}
+	}
+	return named
+}
+
+// groupReserves is a group's reserved memory (MiB) and disk (GiB, rounded
+// up): its own if set (and >= 0), else [compute]'s.
+func groupReserves(c *checker, p string, g HostGroup, reservedMB, reservedGB int64) (mb, gb int64) {
+	mb, gb = reservedMB, reservedGB
+	if v := g.ReservedHostMemoryMB; v != nil {
+		if *v < 0 {
+			c.errf(p+".reserved_host_memory_mb", "must be >= 0, got %d", *v)
+		}
+		mb = *v
+	}
+	if v := g.ReservedHostDiskMB; v != nil {
+		if *v < 0 {
+			c.errf(p+".reserved_host_disk_mb", "must be >= 0, got %d", *v)
+		}
+		gb = *v / 1024
+		if *v%1024 > 0 {
+			gb++
+		}
+	}
+	return mb, gb
+}
+
+// checkHostShape checks a group's count (total is the hosts of the groups
+// before it), numbering, sizes, allocation ratios, zone and audit timing.
+func checkHostShape(c *checker, p string, g HostGroup, total, interval int) {
+	switch {
+	case g.Count == 0 && !c.given(p+".count"):
+		c.errf(p+".count", "missing: how many hosts the group has (>= 1)")
+	case g.Count < 1:
+		c.errf(p+".count", "must be >= 1, got %d", g.Count)
+	case g.Count > MaxHosts || total+g.Count > MaxHosts:
+		c.errf(p+".count", "too many hosts: the scenario may have at most %d", MaxHosts)
+	}
+	if g.First < 0 || g.First == 0 && c.given(p+".first") || g.First > MaxFirst {
+		c.errf(p+".first", "must be between 1 and %d, got %d", MaxFirst, g.First)
+	}
+	if g.Digits < 0 || g.Digits > 18 {
+		c.errf(p+".digits", "must be between 1 and 18 (0 means as wide as needed, at least 2), got %d", g.Digits)
+	}
+	c.size(p+".vcpus", g.VCPUs, 1, "VCPU")
+	c.size(p+".memory_mb", g.MemoryMB, 1, "MiB")
+	c.size(p+".disk_gb", g.DiskGB, 1, "GiB")
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{
+		{"cpu_allocation_ratio", g.CPUAllocationRatio},
+		{"ram_allocation_ratio", g.RAMAllocationRatio},
+		{"disk_allocation_ratio", g.DiskAllocationRatio},
+	} {
+		if r.v < 0 || r.v == 0 && c.given(p+"."+r.key) || r.v > MaxRatio {
+			c.errf(p+"."+r.key, "must be > 0 and at most %v, got %v", MaxRatio, r.v)
+		}
+	}
+	if g.Zone == "" && c.given(p+".zone") {
+		c.errf(p+".zone", "must not be empty (the default is %q)", DefaultZone)
+	}
+	if g.AuditPhase < 0 {
+		c.errf(p+".audit_phase", "must be >= 0, got %v", g.AuditPhase)
+	} else if interval > 0 && g.AuditPhase >= float64(interval) {
+		c.errf(p+".audit_phase", "must be below compute.update_resources_interval (%d), got %v", interval, g.AuditPhase)
+	}
+	if g.AuditSpread && (g.AuditPhase != 0 || c.given(p+".audit_phase")) {
+		c.errf(p+".audit_spread", "audit_spread and audit_phase exclude each other")
+	}
+}
+
+// hostNeed is what a group's initial instances take on each host.
+type hostNeed struct{ vcpus, ram, disk int64 }
+
+// initialInstances checks a group's initial instances — known flavors,
+// counts >= 0, each one within a host's totals (Placement's max_unit), not
+// too many — and returns what they take per host and how many there are
+// per host. Counts and sizes are bounded before they are multiplied.
+func (s *Scenario) initialInstances(c *checker, p string, g HostGroup) (need hostNeed, perHost int) {
+	for _, fname := range slices.Sorted(maps.Keys(g.Instances)) {
+		n := g.Instances[fname]
+		ip := joinKey(p+".instances", fname)
+		f, ok := s.FlavorByName(fname)
+		switch {
+		case !ok:
+			c.errf(ip, "unknown flavor %q%s", fname, s.flavorList())
+		case n < 0:
+			c.errf(ip, "instance count must be >= 0, got %d", n)
+		case n > MaxInstances || perHost+n > MaxInstances:
+			c.errf(ip, "too many instances: a host may start with at most %d", MaxInstances)
+		case n > 0 && f.VCPUs > g.VCPUs:
+			c.errf(ip, "flavor %q needs %d VCPU but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.VCPUs, g.VCPUs)
+		case n > 0 && f.RAMMB > g.MemoryMB:
+			c.errf(ip, "flavor %q needs %d MiB of RAM but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.RAMMB, g.MemoryMB)
+		case n > 0 && f.DiskGB > g.DiskGB:
+			c.errf(ip, "flavor %q needs %d GiB of disk but a host has %d (one allocation may not exceed the host's total, Placement's max_unit)", fname, f.DiskGB, g.DiskGB)
+		}
+		if c.err != nil {
+			return need, perHost
+		}
+		perHost += n
+		need.vcpus += int64(n) * f.VCPUs
+		need.ram += int64(n) * f.RAMMB
+		need.disk += int64(n) * f.DiskGB
+	}
+	return need, perHost
+}
+
+// checkInitialFit checks that the reservations leave room on a host and
+// that the initial instances fit in what its allocation ratios offer.
+func (s *Scenario) checkInitialFit(c *checker, p string, g, gd HostGroup, reservedMB, reservedGB int64, need hostNeed) {
+	if reservedMB >= g.MemoryMB {
+		key := "compute.reserved_host_memory_mb"
+		if g.ReservedHostMemoryMB != nil {
+			key = p + ".reserved_host_memory_mb"
+		}
+		c.errf(p+".memory_mb", "%d MiB leaves nothing after %s = %d", g.MemoryMB, key, reservedMB)
+	}
+	if reservedGB >= g.DiskGB {
+		if g.ReservedHostDiskMB != nil {
+			c.errf(p+".disk_gb", "%d GiB leaves nothing after %s.reserved_host_disk_mb = %d", g.DiskGB, p, *g.ReservedHostDiskMB)
+		} else {
+			c.errf(p+".disk_gb", "%d GiB leaves nothing after compute.reserved_host_disk_mb = %d", g.DiskGB, s.Compute.ReservedHostDiskMB)
+		}
+	}
+	for _, r := range []struct {
+		what        string
+		need, total int64
+		reserved    int64
+		ratio       float64
+		unit        string
+	}{
+		{what: "VCPU", need: need.vcpus, total: g.VCPUs, ratio: gd.CPUAllocationRatio, unit: "VCPU"},
+		{what: "RAM", need: need.ram, total: g.MemoryMB, reserved: reservedMB, ratio: gd.RAMAllocationRatio, unit: "MiB of RAM"},
+		{what: "disk", need: need.disk, total: g.DiskGB, reserved: reservedGB, ratio: gd.DiskAllocationRatio, unit: "GiB of disk"},
+	} {
+		capacity := int64(math.Floor(float64(r.total-r.reserved) * r.ratio))
+		if r.need > capacity {
+			c.errf(p+".instances", "initial instances need %d %s per host but a host offers %d ((%d - %d reserved) x %v)",
+				r.need, r.unit, capacity, r.total, r.reserved, r.ratio)
+		}
+	}
 }
 
 // flavorList is ", known: a, b" for error messages.

@@ -34,100 +34,23 @@ const (
 func testConcurrentClaims(t *testing.T, s store.Store, useGens bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var provs []string
+	r := &claimRace{t: t, s: s, useGens: useGens}
 	for i := 0; i < claimProviders; i++ {
-		provs = append(provs, mustCreateProvider(t, s, i, placement.Inventories{placement.VCPU: placement.NewInventory(claimCapacity)}).UUID)
+		r.provs = append(r.provs, mustCreateProvider(t, s, i, placement.Inventories{placement.VCPU: placement.NewInventory(claimCapacity)}).UUID)
 	}
 	since, err := s.LastChange(ctx)
 	if err != nil {
 		t.Fatalf("LastChange: %v", err)
 	}
 
-	var (
-		successes, conflicts, refusals atomic.Int64
-		won                            sync.Map // consumer → provider
-		writers                        sync.WaitGroup
-		done                           = make(chan struct{})
-		readerDone                     = make(chan struct{})
-	)
-	// A reader watches the summaries while the writers run: no snapshot may
-	// show a provider over capacity.
-	go func() {
-		defer close(readerDone)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			sums, err := s.ProviderSummaries(ctx, provs)
-			if err != nil {
-				t.Errorf("ProviderSummaries during claims: %v", err)
-				return
-			}
-			for _, ps := range sums {
-				if ps.Usage[placement.VCPU] > claimCapacity {
-					t.Errorf("provider %s seen at %d VCPU of %d", ps.UUID, ps.Usage[placement.VCPU], claimCapacity)
-				}
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
-
+	done := make(chan struct{})
+	readerDone := r.watchCapacity(ctx, done)
+	var writers sync.WaitGroup
 	for w := 0; w < claimWorkers; w++ {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			full := map[string]bool{} // usage only grows here, so full stays full
-			for i := 0; i < claimsPer; i++ {
-				consumer := uuidFor(kindConsumer, w*claimsPer+i)
-				placed := false
-				for k := 0; k < claimProviders && !placed; k++ {
-					p := provs[(w+i+k)%claimProviders]
-					if full[p] {
-						continue
-					}
-					for attempt := 0; ; attempt++ {
-						if ctx.Err() != nil || attempt > 10000 {
-							t.Errorf("claim %s on %s: gave up after %d attempts (%v)", consumer, p, attempt, ctx.Err())
-							return
-						}
-						wr := placement.AllocationWrite{
-							ConsumerUUID: consumer,
-							Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
-						}
-						if useGens {
-							pr, err := s.GetProvider(ctx, p)
-							if err != nil {
-								t.Errorf("GetProvider: %v", err)
-								return
-							}
-							wr.ProviderGenerations = map[string]int64{p: pr.Generation}
-						}
-						_, err := s.WriteAllocations(ctx, wr)
-						if err == nil {
-							successes.Add(1)
-							won.Store(consumer, p)
-							placed = true
-							break
-						}
-						if placement.IsCapacity(err) {
-							refusals.Add(1)
-							full[p] = true
-							break
-						}
-						if useGens && placement.IsConflict(err) {
-							if ce := wantConflict(t, "concurrent claim", err, placement.ProviderGeneration, p); ce == nil || ce.Kind != placement.ProviderGeneration {
-								return
-							}
-							conflicts.Add(1)
-							continue
-						}
-						t.Errorf("claim %s on %s: unexpected error %v", consumer, p, err)
-						return
-					}
-				}
-			}
+			r.worker(ctx, w)
 		}()
 	}
 	writers.Wait()
@@ -136,9 +59,125 @@ func testConcurrentClaims(t *testing.T, s store.Store, useGens bool) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d claims succeeded, %d capacity refusals, %d generation conflicts retried", successes.Load(), refusals.Load(), conflicts.Load())
+	t.Logf("%d claims succeeded, %d capacity refusals, %d generation conflicts retried", r.successes.Load(), r.refusals.Load(), r.conflicts.Load())
+	sums := r.checkSettled(ctx)
+	r.checkChanges(ctx, since, sums)
+}
 
-	sums, err := s.ProviderSummaries(ctx, provs)
+// claimRace is one run of testConcurrentClaims: the providers, and what
+// the writers counted and won.
+type claimRace struct {
+	t       *testing.T
+	s       store.Store
+	useGens bool
+	provs   []string
+
+	successes, conflicts, refusals atomic.Int64
+	won                            sync.Map // consumer → provider
+}
+
+// watchCapacity reads the summaries until done while the writers run: no
+// snapshot may show a provider over capacity. The channel it returns
+// closes when it has stopped.
+func (r *claimRace) watchCapacity(ctx context.Context, done <-chan struct{}) <-chan struct{} {
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			sums, err := r.s.ProviderSummaries(ctx, r.provs)
+			if err != nil {
+				r.t.Errorf("ProviderSummaries during claims: %v", err)
+				return
+			}
+			for _, ps := range sums {
+				if ps.Usage[placement.VCPU] > claimCapacity {
+					r.t.Errorf("provider %s seen at %d VCPU of %d", ps.UUID, ps.Usage[placement.VCPU], claimCapacity)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return readerDone
+}
+
+// worker is writer w: claimsPer claims, each tried on the providers in
+// turn from its own starting point until one takes it.
+func (r *claimRace) worker(ctx context.Context, w int) {
+	full := map[string]bool{} // usage only grows here, so full stays full
+	for i := 0; i < claimsPer; i++ {
+		consumer := uuidFor(kindConsumer, w*claimsPer+i)
+		for k := 0; k < claimProviders; k++ {
+			p := r.provs[(w+i+k)%claimProviders]
+			if full[p] {
+				continue
+			}
+			placed, ok := r.claim(ctx, consumer, p)
+			if !ok {
+				return
+			}
+			if placed {
+				break
+			}
+			full[p] = true
+		}
+	}
+}
+
+// claim claims one VCPU on p for consumer, retrying generation conflicts:
+// placed if it committed, not placed if p is full; !ok after a failure the
+// test reported.
+func (r *claimRace) claim(ctx context.Context, consumer, p string) (placed, ok bool) {
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil || attempt > 10000 {
+			r.t.Errorf("claim %s on %s: gave up after %d attempts (%v)", consumer, p, attempt, ctx.Err())
+			return false, false
+		}
+		wr := placement.AllocationWrite{
+			ConsumerUUID: consumer,
+			Allocations:  map[string]placement.Resources{p: {placement.VCPU: 1}},
+		}
+		if r.useGens {
+			pr, err := r.s.GetProvider(ctx, p)
+			if err != nil {
+				r.t.Errorf("GetProvider: %v", err)
+				return false, false
+			}
+			wr.ProviderGenerations = map[string]int64{p: pr.Generation}
+		}
+		_, err := r.s.WriteAllocations(ctx, wr)
+		if err == nil {
+			r.successes.Add(1)
+			r.won.Store(consumer, p)
+			return true, true
+		}
+		if placement.IsCapacity(err) {
+			r.refusals.Add(1)
+			return false, true
+		}
+		if r.useGens && placement.IsConflict(err) {
+			if ce := wantConflict(r.t, "concurrent claim", err, placement.ProviderGeneration, p); ce == nil || ce.Kind != placement.ProviderGeneration {
+				return false, false
+			}
+			r.conflicts.Add(1)
+			continue
+		}
+		r.t.Errorf("claim %s on %s: unexpected error %v", consumer, p, err)
+		return false, false
+	}
+}
+
+// checkSettled checks the providers after the race: none over capacity,
+// a generation bump per claim, every unit taken, the usage equal to the
+// successful claims and to the allocations, and each winner holding its
+// one VCPU. It returns the providers' summaries.
+func (r *claimRace) checkSettled(ctx context.Context) []store.ProviderSummary {
+	t, s := r.t, r.s
+	sums, err := s.ProviderSummaries(ctx, r.provs)
 	if err != nil {
 		t.Fatalf("ProviderSummaries: %v", err)
 	}
@@ -154,8 +193,8 @@ func testConcurrentClaims(t *testing.T, s store.Store, useGens bool) {
 			t.Errorf("provider %s at generation %d after %d claims, want %d", ps.UUID, ps.Generation, u, 1+u)
 		}
 	}
-	if used != successes.Load() {
-		t.Errorf("summed usage %d, but %d claims succeeded", used, successes.Load())
+	if used != r.successes.Load() {
+		t.Errorf("summed usage %d, but %d claims succeeded", used, r.successes.Load())
 	}
 	// 800 claims for 160 units: every unit must end up taken, since a claim
 	// only gives up after each provider refused it for capacity.
@@ -163,7 +202,7 @@ func testConcurrentClaims(t *testing.T, s store.Store, useGens bool) {
 		t.Errorf("summed usage %d, want all %d units taken", used, want)
 	}
 	checkUsageMatchesAllocations(t, s)
-	won.Range(func(k, v any) bool {
+	r.won.Range(func(k, v any) bool {
 		c, err := s.GetConsumer(ctx, k.(string))
 		if err != nil {
 			t.Errorf("GetConsumer of a successful claim: %v", err)
@@ -175,8 +214,14 @@ func testConcurrentClaims(t *testing.T, s store.Store, useGens bool) {
 		}
 		return true
 	})
+	return sums
+}
 
-	changes, err := s.Changes(ctx, since, noLimit)
+// checkChanges checks the change stream since the race began: increasing
+// sequence numbers, provider changes only, one per claim on each provider.
+func (r *claimRace) checkChanges(ctx context.Context, since int64, sums []store.ProviderSummary) {
+	t := r.t
+	changes, err := r.s.Changes(ctx, since, noLimit)
 	if err != nil {
 		t.Fatalf("Changes: %v", err)
 	}
