@@ -13,6 +13,7 @@ import (
 
 	"keel/internal/agent"
 	"keel/internal/bus"
+	"keel/internal/compute/libvirt"
 	"keel/internal/compute/qemu"
 	"keel/internal/config"
 )
@@ -35,6 +36,13 @@ func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Cre
 			CompletionTimeout: cfg.Libvirt.LiveMigrationCompletionTimeout, PermitPostCopy: cfg.Libvirt.LiveMigrationPermitPostCopy,
 			TimeoutAction: cfg.Libvirt.LiveMigrationTimeoutAction,
 		},
+		Libvirt: libvirt.Config{
+			URI: cfg.Libvirt.ConnectionURI, VirtType: cfg.Libvirt.VirtType,
+			Scheme: cfg.Libvirt.LiveMigrationScheme, InboundAddr: cfg.Libvirt.LiveMigrationInboundAddr,
+			BandwidthMiBps: int64(cfg.Libvirt.LiveMigrationBandwidth), Downtime: cfg.Libvirt.LiveMigrationDowntime,
+			CompletionTimeout: cfg.Libvirt.LiveMigrationCompletionTimeout, PermitPostCopy: cfg.Libvirt.LiveMigrationPermitPostCopy,
+			PermitAutoConverge: cfg.Libvirt.LiveMigrationPermitAutoConverge, TimeoutAction: cfg.Libvirt.LiveMigrationTimeoutAction,
+		},
 	}
 }
 
@@ -48,7 +56,7 @@ func agentCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "Run one hypervisor host's compute agent (fake or QEMU driver)",
+		Short: "Run one hypervisor host's compute agent (fake, QEMU or libvirt driver)",
 		Long: `agent runs the compute service of one host: it registers the host's
 resource provider and inventory with the servers, heartbeats, runs the
 periodic audit every [DEFAULT] update_resources_interval, and performs every
@@ -59,9 +67,14 @@ operations the kill cut short are reported so the conductor finishes or
 rolls them back. The qemu driver runs each guest as a qemu-system-x86_64
 process (TCG) with keel's own tiny guest, in DATA_DIR/qemu/UUID; its
 processes outlive the agent, which adopts them (and any migration still
-copying) when it starts again. Its migrations follow [libvirt]
-live_migration_bandwidth, _downtime, _completion_timeout,
-_permit_post_copy and _timeout_action.
+copying) when it starts again. The libvirt driver runs each guest as a
+domain of the libvirtd at [libvirt] connection_uri ({host} in it is the
+host's name), in DATA_DIR/libvirt/UUID, and migrates it with libvirt's
+peer to peer migration to qemu+tcp://DEST/system (live_migration_scheme,
+live_migration_inbound_addr); a copy outlives the agent in libvirtd. Their
+migrations follow [libvirt] live_migration_bandwidth, _downtime,
+_completion_timeout, _permit_post_copy, _permit_auto_converge (libvirt)
+and _timeout_action.
 
 Every build and copy report waits in DATA_DIR/reports until a server has
 committed it, and is sent again after a restart; a restarted agent also
@@ -75,7 +88,9 @@ reserved_host_memory_mb.`,
 		Example: `  keel agent --host h01 --nats-url nats://127.0.0.1:4222 \
       --nats-credentials /var/lib/keel/bus-credentials.json --data-dir /var/lib/keel-agent/h01
   keel agent --driver qemu --host h02 --nats-url nats://n1:4222,nats://n2:4222 \
-      --nats-credentials /etc/keel/bus.json --data-dir /var/lib/keel-agent/h02`,
+      --nats-credentials /etc/keel/bus.json --data-dir /var/lib/keel-agent/h02
+  keel agent --driver libvirt --host h03 --set libvirt.connection_uri=qemu:///system \
+      --nats-url nats://n1:4222 --nats-credentials /etc/keel/bus.json --data-dir /var/lib/keel-agent/h03`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := cf.logger()

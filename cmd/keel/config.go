@@ -44,7 +44,7 @@ func addConfigFlags(cmd *cobra.Command, only ...string) *configFlags {
 	help := map[string]string{
 		"data-dir":         "directory for the database, bus credentials, users and tokens ([keel] data_dir)",
 		"listen":           "HTTP listen address ([keel] listen)",
-		"driver":           "agents' virt driver: fake or qemu ([keel] driver)",
+		"driver":           "agents' virt driver: fake, qemu or libvirt ([keel] driver)",
 		"nats-url":         "external NATS URL(s), comma-separated; empty runs an embedded server ([keel] nats_url)",
 		"nats-credentials": "bus credentials file, JSON user and password ([keel] nats_credentials; default DATA_DIR/bus-credentials.json)",
 		"policy":           "what the scheduler's weighers read: claim, dest-update or legacy ([keel] policy)",

@@ -31,7 +31,7 @@ func devCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a whole cloud in one process: a server and N agents (fake or QEMU driver)",
+		Short: "Run a whole cloud in one process: a server and N agents (fake, QEMU or libvirt driver)",
 		Long: `dev runs a keel server and N compute agents (hosts h01, h02, …) in one
 process, on the embedded store and bus, in --data-dir (default ./.keel; an
 existing one is reused, with its instances). On first start it creates the
@@ -48,7 +48,12 @@ copy its memory for real. Boot with --property keel_guest=fill-N or
 keel_guest=dirty-N (N MiB, under the flavor's RAM) for a guest that fills
 or keeps dirtying its memory; without it the guest idles. The QEMU
 processes outlive keel dev (it adopts them when started again on the same
---data-dir); delete the servers to stop them.`,
+--data-dir); delete the servers to stop them.
+
+With --driver libvirt every guest is a domain of a libvirtd (the same
+guest), one libvirtd per host: [libvirt] connection_uri with {host} for
+the host's name, e.g. --set 'libvirt.connection_uri=qemu+unix:///system?socket=/srv/lv/{host}/run/libvirt-sock';
+a host's libvirtd reaches another's as qemu+tcp://HOST/system.`,
 		Example: `  keel dev
   keel dev --hosts 12 --data-dir /tmp/keel
   keel dev --set DEFAULT.update_resources_interval=3600 --set filter_scheduler.host_subset_size=3

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
+	"keel/internal/compute/libvirt"
 	"keel/internal/compute/qemu"
 	"keel/internal/records"
 	"keel/internal/rpc"
@@ -54,12 +56,15 @@ type Options struct {
 	SpawnTime      time.Duration
 	StepTime       time.Duration
 	BandwidthMiBps float64
-	// Driver is the virt driver: "fake" (default) or "qemu", configured by
-	// QEMU (its Dir defaults to DataDir/qemu; its Log to the agent's).
-	Driver string
-	QEMU   qemu.Config
-	Clock  clock.Clock
-	Log    *slog.Logger
+	// Driver is the virt driver: "fake" (default), "qemu", configured by
+	// QEMU (its Dir defaults to DataDir/qemu; its Log to the agent's), or
+	// "libvirt", configured by Libvirt (its Dir defaults to
+	// DataDir/libvirt, its Host to Host, "{host}" in its URI to Host).
+	Driver  string
+	QEMU    qemu.Config
+	Libvirt libvirt.Config
+	Clock   clock.Clock
+	Log     *slog.Logger
 }
 
 // Agent is a running agent.
@@ -265,8 +270,25 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 			return nil, nil, fmt.Errorf("agent %s: %w", opts.Host, err)
 		}
 		return drv, drv, nil
+	case "libvirt":
+		lc := opts.Libvirt
+		if lc.Dir == "" {
+			lc.Dir = filepath.Join(opts.DataDir, "libvirt")
+		}
+		if lc.Host == "" {
+			lc.Host = opts.Host
+		}
+		lc.URI = strings.ReplaceAll(lc.URI, "{host}", opts.Host)
+		if lc.Log == nil {
+			lc.Log = a.log
+		}
+		drv, err := libvirt.New(context.Background(), lc)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent %s: %w", opts.Host, err)
+		}
+		return drv, drv, nil
 	}
-	return nil, nil, fmt.Errorf("agent %s: unknown virt driver %q (fake or qemu)", opts.Host, opts.Driver)
+	return nil, nil, fmt.Errorf("agent %s: unknown virt driver %q (fake, qemu or libvirt)", opts.Host, opts.Driver)
 }
 
 // register retries until a server answers (the agent may start first).

@@ -98,6 +98,24 @@ type LibvirtGroup struct {
 	LiveMigrationCompletionTimeout time.Duration
 	LiveMigrationPermitPostCopy    bool   // live_migration_permit_post_copy (false)
 	LiveMigrationTimeoutAction     string // live_migration_timeout_action: abort (default) or force_complete
+	// LiveMigrationPermitAutoConverge is
+	// live_migration_permit_auto_converge (false): the libvirt driver
+	// throttles a guest whose copy does not converge (when post-copy is
+	// not used).
+	LiveMigrationPermitAutoConverge bool
+	// ConnectionURI is connection_uri (qemu:///system): the libvirt
+	// driver's libvirtd; "{host}" in it stands for the agent's host name
+	// (keel dev runs several agents on one configuration).
+	ConnectionURI string
+	// VirtType is virt_type (qemu): the libvirt driver's domain type,
+	// qemu (TCG) or kvm.
+	VirtType string
+	// LiveMigrationScheme is live_migration_scheme (tcp) and
+	// LiveMigrationInboundAddr live_migration_inbound_addr (empty: the
+	// host's name): a source's libvirtd reaches this host's at
+	// qemu+SCHEME://ADDR/system.
+	LiveMigrationScheme      string
+	LiveMigrationInboundAddr string
 }
 
 // KeelGroup is the [keel] group: keel's own settings.
@@ -116,7 +134,8 @@ type KeelGroup struct {
 	// DB is db: a postgres:// URL, or a SQLite path; empty means keel.db in
 	// DataDir.
 	DB string
-	// Driver is driver: the agent's virt driver, fake (default) or qemu.
+	// Driver is driver: the agent's virt driver, fake (default), qemu or
+	// libvirt.
 	Driver string
 	// QEMUBinary is qemu_binary (qemu-system-x86_64) and QEMUArgs
 	// qemu_args (none): the qemu driver's QEMU and extra arguments.
@@ -206,6 +225,9 @@ func Default() Config {
 			LiveMigrationDowntime:          500 * time.Millisecond,
 			LiveMigrationCompletionTimeout: 800 * time.Second,
 			LiveMigrationTimeoutAction:     "abort",
+			ConnectionURI:                  "qemu:///system",
+			VirtType:                       "qemu",
+			LiveMigrationScheme:            "tcp",
 		},
 		Keel: KeelGroup{
 			Listen:                "127.0.0.1:8080",

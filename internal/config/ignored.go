@@ -105,15 +105,14 @@ var ignoredOptions = map[string]map[string]string{
 		"query_placement_for_availability_zone": "keel checks availability zones with AvailabilityZoneFilter",
 	}),
 	"libvirt": notes(`
-		virt_type connection_uri cpu_mode cpu_models cpu_model_extra_flags
+		cpu_mode cpu_models cpu_model_extra_flags
 		images_type images_volume_group images_rbd_pool
 		images_rbd_ceph_conf images_rbd_glance_store_name
 		images_rbd_glance_copy_poll_interval images_rbd_glance_copy_timeout
 		rbd_user rbd_secret_uuid rbd_connect_timeout inject_password
-		inject_key inject_partition live_migration_scheme
-		live_migration_inbound_addr live_migration_uri
+		inject_key inject_partition live_migration_uri
 		live_migration_tunnelled live_migration_with_native_tls
-		live_migration_permit_auto_converge live_migration_downtime_steps
+		live_migration_downtime_steps
 		live_migration_downtime_delay live_migration_progress_timeout
 		disk_cachemodes
 		hw_machine_type hw_disk_discard num_pcie_ports

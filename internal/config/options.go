@@ -414,8 +414,8 @@ var options = slices.Concat([]*option{
 	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },
 		"Database: a postgres:// URL for PostgreSQL, or a SQLite file path; empty means keel.db in data_dir."),
 	strOpt("keel", "driver", func(c *Config) *string { return &c.Keel.Driver },
-		"The agent's virt driver: fake (simulated guests in a state file) or qemu (each guest a qemu-system-x86_64 process under TCG, running keel's own tiny guest; needs Debian's qemu-system-x86).").
-		oneOf("fake", "qemu"),
+		"The agent's virt driver: fake (simulated guests in a state file), qemu (each guest a qemu-system-x86_64 process under TCG, running keel's own tiny guest; needs Debian's qemu-system-x86) or libvirt (each guest a domain of the host's libvirtd at [libvirt] connection_uri, running the same guest; needs libvirtd with its QEMU driver).").
+		oneOf("fake", "qemu", "libvirt"),
 	strOpt("keel", "qemu_binary", func(c *Config) *string { return &c.Keel.QEMUBinary },
 		"The QEMU the qemu driver runs: a path, or a name looked up on PATH."),
 	strOpt("keel", "qemu_args", func(c *Config) *string { return &c.Keel.QEMUArgs },
@@ -470,6 +470,18 @@ var options = slices.Concat([]*option{
 	strOpt("libvirt", "live_migration_timeout_action", func(c *Config) *string { return &c.Libvirt.LiveMigrationTimeoutAction },
 		"What to do when live_migration_completion_timeout expires: abort the migration, or force_complete it (post-copy if permitted, otherwise pause the guest).").
 		oneOf("abort", "force_complete"),
+	boolOpt("libvirt", "live_migration_permit_auto_converge", func(c *Config) *bool { return &c.Libvirt.LiveMigrationPermitAutoConverge },
+		"Let the libvirt driver throttle the guest's vCPUs when a live migration does not converge (only when post-copy is not used)."),
+	strOpt("libvirt", "connection_uri", func(c *Config) *string { return &c.Libvirt.ConnectionURI },
+		"The libvirtd the libvirt driver manages, e.g. qemu:///system or qemu+unix:///system?socket=/run/libvirt/libvirt-sock; {host} in it is replaced with the agent's host name (keel dev runs several agents on one configuration).").checked(nonEmpty),
+	strOpt("libvirt", "virt_type", func(c *Config) *string { return &c.Libvirt.VirtType },
+		"The libvirt driver's domain type: qemu (TCG, no /dev/kvm needed) or kvm.").
+		oneOf("qemu", "kvm"),
+	strOpt("libvirt", "live_migration_scheme", func(c *Config) *string { return &c.Libvirt.LiveMigrationScheme },
+		"Transport a source's libvirtd uses to reach this host's for a live migration: qemu+SCHEME://ADDR/system.").
+		oneOf("tcp", "tls", "ssh"),
+	strOpt("libvirt", "live_migration_inbound_addr", func(c *Config) *string { return &c.Libvirt.LiveMigrationInboundAddr },
+		"Address (IP or name) other hosts' libvirtd reach this host's at for live migrations, also used for QEMU's migration stream; empty means the host's name."),
 
 	// [scheduler]
 	intOpt("scheduler", "max_attempts", func(c *Config) *int { return &c.Scheduler.MaxAttempts },

@@ -3,12 +3,11 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"keel/internal/compute"
+	"keel/internal/compute/guestdisk"
 	"keel/internal/compute/qemu/guest"
 	"keel/internal/records"
 )
@@ -36,7 +35,7 @@ var _ compute.ColdMover = (*Driver)(nil)
 // is refused at prep_resize.
 
 // migrateDataDisk is the migrate data key naming where the disk goes.
-const migrateDataDisk = "disk_path"
+const migrateDataDisk = guestdisk.MigrateDataKey
 
 // PrepResize implements compute.ColdMover.
 func (d *Driver) PrepResize(_ context.Context, inst records.Instance) (map[string]string, error) {
@@ -81,7 +80,7 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		report(fmt.Errorf("resize_instance of %s: the destination gave no disk path", inst.UUID))
 		return
 	}
-	if err := checkDiskTarget(to, inst.UUID); err != nil {
+	if err := guestdisk.CheckTarget(to, inst.UUID); err != nil {
 		d.mu.Unlock()
 		report(fmt.Errorf("resize_instance of %s: refusing the destination's disk path: %w", inst.UUID, err))
 		return
@@ -96,7 +95,7 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		err := d.powerDown(bg, v)
 		poweredDown := err == nil
 		if err == nil {
-			err = copyFile(filepath.Join(v.dir, fileDisk), to)
+			err = guestdisk.Copy(filepath.Join(v.dir, fileDisk), to)
 		}
 		d.mu.Lock()
 		switch {
@@ -121,59 +120,6 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		<-returned
 		done(err)
 	}()
-}
-
-// checkDiskTarget refuses a disk path the destination's prep_resize
-// answer gives unless it is where a driver keeps this instance's disk
-// (an absolute, clean DIR/<instance UUID>/disk whose directory is a real
-// one, and which is a regular file if it exists): the source writes
-// there, so one host must not be able to make another overwrite any
-// other file.
-func checkDiskTarget(to, uuid string) error {
-	if !filepath.IsAbs(to) || filepath.Clean(to) != to || filepath.Base(to) != fileDisk || filepath.Base(filepath.Dir(to)) != uuid {
-		return fmt.Errorf("%q is not a driver directory's %s/%s", to, uuid, fileDisk)
-	}
-	if fi, err := os.Lstat(filepath.Dir(to)); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%q: its directory is not a directory (%v)", to, err)
-	}
-	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%q exists and is not a regular file", to)
-	}
-	return nil
-}
-
-// copyFile copies from to to, through a file beside it (made anew, never
-// through a link) that is synced and then renamed, so to is whole or
-// absent; a failed copy leaves no part file.
-func copyFile(from, to string) (err error) {
-	in, err := os.Open(from)
-	if err != nil {
-		return fmt.Errorf("reading the disk: %w", err)
-	}
-	defer in.Close()
-	tmp := to + ".part"
-	_ = os.Remove(tmp) // an earlier attempt's (a link is removed, not followed)
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("writing the disk at the destination: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copying the disk: %w", err)
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return fmt.Errorf("copying the disk: %w", err)
-	}
-	if err := out.Close(); err != nil {
-		return fmt.Errorf("copying the disk: %w", err)
-	}
-	return os.Rename(tmp, to)
 }
 
 // FinishMigration implements compute.ColdMover.

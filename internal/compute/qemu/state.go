@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/compute/guestdisk"
 )
 
 // vmState is what guest.json keeps about one guest.
@@ -31,7 +32,7 @@ const (
 	fileState    = "guest.json"
 	filePID      = "qemu.pid"
 	fileLog      = "qemu.log"
-	fileDisk     = "disk.img"
+	fileDisk     = guestdisk.File
 	sockQMP      = "qmp.sock"
 	sockPeek     = "peek.sock"
 	sockIncoming = "incoming.sock"

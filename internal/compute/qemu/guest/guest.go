@@ -105,3 +105,35 @@ func (s Spec) Image() []byte {
 	binary.LittleEndian.PutUint16(b[mibOffset:], uint16(s.MiB))
 	return b
 }
+
+// HeartbeatCommand is the human-monitor command (HMP, which QMP's
+// human-monitor-command and libvirt's qemu-monitor-command --hmp both
+// carry) that reads the heartbeat and the magic word: two 32-bit words of
+// guest physical memory at HeartbeatAddr.
+var HeartbeatCommand = fmt.Sprintf("xp /2wx %#x", HeartbeatAddr)
+
+// ParseHeartbeat reads HeartbeatCommand's output: the heartbeat, once the
+// magic word proves the memory is a keel guest's.
+func ParseHeartbeat(out string) (uint32, error) {
+	var words []uint32
+	for _, line := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			w, err := strconv.ParseUint(strings.TrimPrefix(f, "0x"), 16, 32)
+			if err != nil {
+				return 0, fmt.Errorf("reading guest memory: unexpected %q", line)
+			}
+			words = append(words, uint32(w))
+		}
+	}
+	if len(words) != 2 {
+		return 0, fmt.Errorf("reading guest memory at %#x: got %d words, want 2 (%q)", HeartbeatAddr, len(words), out)
+	}
+	if words[1] != Magic {
+		return 0, fmt.Errorf("no keel guest in this memory (magic %#x, want %#x)", words[1], Magic)
+	}
+	return words[0], nil
+}

@@ -66,3 +66,23 @@ func TestImage(t *testing.T) {
 		}
 	}
 }
+
+// TestParseHeartbeat reads xp's output as QEMU prints it, and refuses
+// memory without the magic word or with the wrong word count.
+func TestParseHeartbeat(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want uint32
+		ok   bool
+	}{
+		{"0000000000001000: 0x000000d9 0x4c45454b\r\n", 0xd9, true},
+		{"0000000000001000: 0x000000d9 0x00000000\r\n", 0, false},
+		{"0000000000001000: 0x000000d9\r\n", 0, false},
+		{"", 0, false},
+	} {
+		got, err := ParseHeartbeat(tc.out)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseHeartbeat(%q) = %d, %v; want %d, ok=%v", tc.out, got, err, tc.want, tc.ok)
+		}
+	}
+}

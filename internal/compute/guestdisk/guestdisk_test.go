@@ -1,4 +1,4 @@
-package qemu
+package guestdisk
 
 import (
 	"os"
@@ -31,29 +31,29 @@ func TestCheckDiskTarget(t *testing.T) {
 	if err := os.MkdirAll(withLink, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(other, "victim"), filepath.Join(withLink, fileDisk)); err != nil {
+	if err := os.Symlink(filepath.Join(other, "victim"), filepath.Join(withLink, File)); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		to string
 		ok bool
 	}{
-		{filepath.Join(good, fileDisk), true},
-		{uuid + "/" + fileDisk, false},                         // relative
-		{good + "/../" + uuid + "/" + fileDisk, false},         // not clean
-		{filepath.Join(good, "keel.db"), false},                // not the disk
-		{filepath.Join(other, fileDisk), false},                // another instance's (or none's) directory
-		{"/etc/" + fileDisk, false},                            // a system file
-		{filepath.Join(linked, uuid, fileDisk), false},         // its directory is a link
-		{filepath.Join(withLink, fileDisk), false},             // the disk is a link
-		{filepath.Join(dir, "missing", uuid, fileDisk), false}, // no such directory
+		{filepath.Join(good, File), true},
+		{uuid + "/" + File, false},                         // relative
+		{good + "/../" + uuid + "/" + File, false},         // not clean
+		{filepath.Join(good, "keel.db"), false},            // not the disk
+		{filepath.Join(other, File), false},                // another instance's (or none's) directory
+		{"/etc/" + File, false},                            // a system file
+		{filepath.Join(linked, uuid, File), false},         // its directory is a link
+		{filepath.Join(withLink, File), false},             // the disk is a link
+		{filepath.Join(dir, "missing", uuid, File), false}, // no such directory
 	} {
-		err := checkDiskTarget(tc.to, uuid)
+		err := CheckTarget(tc.to, uuid)
 		if (err == nil) != tc.ok {
-			t.Errorf("checkDiskTarget(%q) = %v, want ok=%v", tc.to, err, tc.ok)
+			t.Errorf("CheckTarget(%q) = %v, want ok=%v", tc.to, err, tc.ok)
 		}
 	}
-	// copyFile never follows a link left where its part file goes.
+	// Copy never follows a link left where its part file goes.
 	victim := filepath.Join(other, "victim2")
 	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
@@ -62,15 +62,15 @@ func TestCheckDiskTarget(t *testing.T) {
 	if err := os.WriteFile(src, []byte("disk bytes"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	to := filepath.Join(good, fileDisk)
+	to := filepath.Join(good, File)
 	if err := os.Symlink(victim, to+".part"); err != nil {
 		t.Fatal(err)
 	}
-	if err := copyFile(src, to); err != nil {
-		t.Fatalf("copyFile: %v", err)
+	if err := Copy(src, to); err != nil {
+		t.Fatalf("Copy: %v", err)
 	}
 	if got, _ := os.ReadFile(victim); string(got) != "keep" {
-		t.Fatalf("copyFile wrote through a link: the victim reads %q", got)
+		t.Fatalf("Copy wrote through a link: the victim reads %q", got)
 	}
 	if got, _ := os.ReadFile(to); string(got) != "disk bytes" {
 		t.Fatalf("copied disk reads %q", got)

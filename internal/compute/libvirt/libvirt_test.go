@@ -1,0 +1,267 @@
+package libvirt
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"keel/internal/compute"
+	"keel/internal/compute/libvirt/lvhost"
+	"keel/internal/lifecycle"
+	"keel/internal/records"
+)
+
+// The tests share one cluster of two libvirt daemons (h01, h02) per
+// package run: starting them costs seconds.
+var (
+	clusterOnce sync.Once
+	cluster     *lvhost.Cluster
+	clusterErr  error
+)
+
+// hosts returns the package's cluster, started on first use; a missing
+// prerequisite (root, libvirtd, QEMU, ip, unshare) fails the test naming
+// it.
+func hosts(t *testing.T) *lvhost.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		if clusterErr = lvhost.Check(); clusterErr != nil {
+			return
+		}
+		dir, err := tempDir()
+		if err != nil {
+			clusterErr = err
+			return
+		}
+		cluster, clusterErr = lvhost.Start(context.Background(), lvhost.Options{Dir: dir, Hosts: []string{"h01", "h02"}})
+	})
+	if clusterErr != nil {
+		t.Fatal(clusterErr)
+	}
+	return cluster
+}
+
+// newDriver returns a driver for host on the cluster with a directory of
+// the test's; every guest it leaves is destroyed when the test ends.
+func newDriver(t *testing.T, host string, cfg Config) *Driver {
+	t.Helper()
+	h := hosts(t).Host(host)
+	cfg.URI, cfg.Host = h.URI(), host
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(t.TempDir(), host)
+	}
+	d, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		gs, _ := d.Guests(context.Background())
+		for _, g := range gs {
+			_ = d.Destroy(context.Background(), g.UUID)
+		}
+		_ = d.Close()
+	})
+	return d
+}
+
+func waitDone(t *testing.T, ch <-chan error, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(within):
+		t.Fatalf("no outcome within %s", within)
+		return nil
+	}
+}
+
+// waitRising waits until the guest's heartbeat passes from.
+func waitRising(t *testing.T, d *Driver, uuid string, from uint32) uint32 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hb, err := d.Heartbeat(context.Background(), uuid)
+		if err == nil && hb > from {
+			return hb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heartbeat of %s: stuck at %d (%v)", uuid, hb, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func spawn(t *testing.T, d *Driver, inst records.Instance) {
+	t.Helper()
+	ch := make(chan error, 1)
+	d.Spawn(context.Background(), inst, func(err error) { ch <- err })
+	if err := waitDone(t, ch, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stateOf(t *testing.T, d *Driver, uuid string) compute.GuestState {
+	t.Helper()
+	gs, err := d.Guests(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		if g.UUID == uuid {
+			return g.State
+		}
+	}
+	return ""
+}
+
+func instance(uuid, program string) records.Instance {
+	return records.Instance{UUID: uuid, Name: "vm-" + uuid[len(uuid)-2:], Metadata: map[string]string{"keel_guest": program},
+		Flavor: records.Flavor{ID: "q64", Name: "q64", VCPUs: 1, RAMMB: 64}}
+}
+
+// migrate runs a live migration from src to dst the way the manager does
+// and returns the copy's error and its progress reports.
+func migrate(t *testing.T, src, dst *Driver, migID int64, inst records.Instance, during func()) (error, int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := dst.CheckCanLiveMigrateDestination(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.CheckCanLiveMigrateSource(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	data, err := dst.PreLiveMigration(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(t, dst, inst.UUID); s != compute.GuestIncoming {
+		t.Fatalf("prepared guest on the destination is %q, want incoming", s)
+	}
+	copied := make(chan error, 1)
+	var mu sync.Mutex
+	reports := 0
+	src.LiveMigration(ctx, migID, inst, dst.cfg.Host, data, func(total, processed, remaining int64) {
+		mu.Lock()
+		reports++
+		mu.Unlock()
+	}, func(err error) { copied <- err })
+	if during != nil {
+		during()
+	}
+	err = waitDone(t, copied, 120*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	return err, reports
+}
+
+// TestSpawnMigrateFindOwn boots a guest on h01, migrates it live to h02
+// (libvirt peer to peer) and checks the heartbeat went on there from where
+// it was and the source has nothing left; then a driver restarted on h02
+// finds the guest, and a second agent's driver on the same daemon (another
+// host name) finds none of it.
+func TestSpawnMigrateFindOwn(t *testing.T) {
+	ctx := context.Background()
+	src := newDriver(t, "h01", Config{})
+	dst := newDriver(t, "h02", Config{})
+	inst := instance("5a1f0c6e-0000-4000-8000-000000000001", "fill-8")
+	spawn(t, src, inst)
+	if s := stateOf(t, src, inst.UUID); s != compute.GuestRunning {
+		t.Fatalf("spawned guest is %q", s)
+	}
+	hb := waitRising(t, src, inst.UUID, 0)
+
+	start := time.Now()
+	err, reports := migrate(t, src, dst, 7, inst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("migrated in %s, %d progress reports", time.Since(start).Round(time.Millisecond), reports)
+	if s := stateOf(t, src, inst.UUID); s != compute.GuestMigrating {
+		t.Fatalf("source guest after the copy is %q, want migrating (shut off until post_live_migration_at_source)", s)
+	}
+	if err := dst.CheckIncoming(ctx, inst.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.PostLiveMigrationAtDestination(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.PostLiveMigrationAtSource(ctx, inst.UUID); err != nil {
+		t.Fatal(err)
+	}
+	after := waitRising(t, dst, inst.UUID, hb)
+	t.Logf("heartbeat %d on h01, %d on h02", hb, after)
+	if gs, _ := src.Guests(ctx); len(gs) != 0 {
+		t.Fatalf("source still lists %+v", gs)
+	}
+	if s := stateOf(t, dst, inst.UUID); s != compute.GuestRunning {
+		t.Fatalf("arrived guest is %q", s)
+	}
+
+	again, err := New(ctx, Config{URI: dst.cfg.URI, Host: "h02", Dir: dst.cfg.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if gs, _ := again.Guests(ctx); len(gs) != 1 || gs[0].UUID != inst.UUID || gs[0].State != compute.GuestRunning || gs[0].Flavor.RAMMB != 64 {
+		t.Fatalf("restarted driver finds %+v", gs)
+	}
+	other, err := New(ctx, Config{URI: dst.cfg.URI, Host: "h02-other", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if gs, _ := other.Guests(ctx); len(gs) != 0 {
+		t.Fatalf("another agent on the same libvirtd finds %+v", gs)
+	}
+	if err := other.Destroy(ctx, inst.UUID); err != nil {
+		t.Fatal(err)
+	}
+	waitRising(t, dst, inst.UUID, after) // the other agent's destroy left it alone
+}
+
+// TestLifecycle runs every lifecycle operation on a libvirt guest and
+// reads its heartbeat: pause holds it, suspend (managed save) and resume
+// keep it, stop then start boot it again.
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	d := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond})
+	inst := instance("5a1f0c6e-0000-4000-8000-000000000002", "idle")
+	spawn(t, d, inst)
+	hb := waitRising(t, d, inst.UUID, 0)
+	op := func(name string, want compute.GuestState) {
+		t.Helper()
+		start := time.Now()
+		if err := d.Lifecycle(ctx, inst, name); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s := stateOf(t, d, inst.UUID); s != want {
+			t.Fatalf("%s: guest %s, want %s", name, s, want)
+		}
+		t.Logf("%s: %s", name, time.Since(start).Round(time.Millisecond))
+	}
+	op(lifecycle.OpPause, compute.GuestPaused)
+	a, _ := d.Heartbeat(ctx, inst.UUID)
+	time.Sleep(300 * time.Millisecond)
+	if b, _ := d.Heartbeat(ctx, inst.UUID); b != a {
+		t.Fatalf("paused guest's heartbeat moved %d → %d", a, b)
+	}
+	op(lifecycle.OpUnpause, compute.GuestRunning)
+	hb = waitRising(t, d, inst.UUID, a)
+	op(lifecycle.OpSuspend, compute.GuestSuspended)
+	op(lifecycle.OpResume, compute.GuestRunning)
+	if r, err := d.Heartbeat(ctx, inst.UUID); err != nil || r < hb {
+		t.Fatalf("resumed guest's heartbeat %d (%v), want at least %d", r, err, hb)
+	}
+	op(lifecycle.OpReboot, compute.GuestRunning)
+	op(lifecycle.OpRescue, compute.GuestRescued)
+	op(lifecycle.OpUnrescue, compute.GuestRunning)
+	op(lifecycle.OpStop, compute.GuestStopped)
+	op(lifecycle.OpStop, compute.GuestStopped) // idempotent
+	op(lifecycle.OpStart, compute.GuestRunning)
+	waitRising(t, d, inst.UUID, 0)
+	op(lifecycle.OpRebootHard, compute.GuestRunning)
+	op(lifecycle.OpRebuild, compute.GuestRunning)
+	waitRising(t, d, inst.UUID, 0)
+}
