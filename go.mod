@@ -16,6 +16,8 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/tidwall/btree v1.8.2
 	golang.org/x/sync v0.24.0
+	gopkg.in/yaml.v2 v2.4.0
+	libvirt.org/go/libvirtxml v1.12008.0
 	modernc.org/sqlite v1.62.0
 )
 
@@ -50,8 +52,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	gopkg.in/yaml.v2 v2.4.0 // indirect
-	libvirt.org/go/libvirtxml v1.12008.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect

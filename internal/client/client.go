@@ -75,6 +75,10 @@ type Client struct {
 	cloud   string
 	compute *gophercloud.ServiceClient
 	keel    *gophercloud.ServiceClient
+	// placement is the placement API (nil when the cloud has none in its
+	// catalog and no placement_endpoint_override); placementErr says why.
+	placement    *gophercloud.ServiceClient
+	placementErr error
 }
 
 // Connect reads clouds.yaml, logs in and finds the compute endpoint.
@@ -90,6 +94,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("%w at %s (OS_CLIENT_CONFIG_FILE): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, file)
 		}
 		parse = append(parse, clouds.WithLocations(file))
+	}
+	extras, _, err := readExtras(cloudsYAMLPath(file), cloud)
+	if err != nil {
+		return nil, err
+	}
+	if extras.tokenAuth() {
+		return connectToken(cloud, extras, opts)
 	}
 	ao, eo, tlsConfig, err := clouds.Parse(parse...)
 	if err != nil {
@@ -119,6 +130,49 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cloud %q: finding the compute endpoint in the catalog: %w", cloud, err)
 	}
+	if extras.ComputeOverride != "" {
+		sc.Endpoint = slashed(extras.ComputeOverride)
+	}
+	var placement *gophercloud.ServiceClient
+	var placementErr error
+	if extras.PlacementOverride != "" {
+		placement = &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: slashed(extras.PlacementOverride), Type: "placement"}
+	} else if placement, placementErr = openstack.NewPlacementV1(pc, eo); placementErr != nil {
+		placement = nil
+		placementErr = fmt.Errorf("cloud %q: finding the placement endpoint in the catalog: %w (or set placement_endpoint_override in clouds.yaml)", cloud, placementErr)
+	}
+	return newClient(cloud, pc, sc, placement, placementErr, opts)
+}
+
+// connectToken connects with a token given in clouds.yaml (auth_type
+// admin_token: auth.token, sent as is) and the endpoints it names: no
+// identity service is asked.
+func connectToken(cloud string, e cloudExtras, opts Options) (*Client, error) {
+	compute := e.ComputeOverride
+	if compute == "" {
+		compute = e.Auth.Endpoint
+	}
+	if compute == "" {
+		return nil, fmt.Errorf("cloud %q has auth_type %s but neither compute_endpoint_override nor auth.endpoint: add compute_endpoint_override: http://HOST:8774/v2.1", cloud, e.AuthType)
+	}
+	if e.Auth.Token == "" && e.AuthType == "admin_token" {
+		return nil, fmt.Errorf("cloud %q has auth_type admin_token but no auth.token", cloud)
+	}
+	pc := &gophercloud.ProviderClient{}
+	pc.UseTokenLock()
+	pc.SetToken(e.Auth.Token)
+	sc := &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: slashed(compute), Type: "compute"}
+	var placement *gophercloud.ServiceClient
+	var placementErr error
+	if e.PlacementOverride != "" {
+		placement = &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: slashed(e.PlacementOverride), Type: "placement"}
+	} else {
+		placementErr = fmt.Errorf("cloud %q has no placement_endpoint_override (auth_type %s has no catalog to find placement in): add placement_endpoint_override: http://HOST:8778", cloud, e.AuthType)
+	}
+	return newClient(cloud, pc, sc, placement, placementErr, opts)
+}
+
+func newClient(cloud string, pc *gophercloud.ProviderClient, sc, placement *gophercloud.ServiceClient, placementErr error, opts Options) (*Client, error) {
 	sc.Microversion = opts.Microversion
 	if sc.Microversion == "" {
 		sc.Microversion = DefaultMicroversion
@@ -128,8 +182,12 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		return nil, err
 	}
 	keel := &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: base + "/keel/v1/", Type: "keel"}
-	return &Client{cloud: cloud, compute: sc, keel: keel}, nil
+	return &Client{cloud: cloud, compute: sc, keel: keel, placement: placement, placementErr: placementErr}, nil
 }
+
+// slashed ends an endpoint URL with one slash, as gophercloud's
+// ServiceURL expects.
+func slashed(u string) string { return strings.TrimRight(u, "/") + "/" }
 
 // keelBase is the compute endpoint's scheme and host: keel serves its own
 // endpoints next to /compute.

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"keel/internal/api/computeapi"
-	"keel/internal/config"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/sim/scenario"
@@ -30,24 +29,6 @@ func (k *keelAPI) cloud(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, snap)
 }
 
-// snapshotCompute is the compute options of the server's configuration in
-// the simulator's terms (0 concurrent live migrations, unlimited in Nova,
-// is the simulator's largest).
-func snapshotCompute(cfg config.Config) scenario.SnapshotCompute {
-	d := cfg.Default
-	conc := d.MaxConcurrentLiveMigrations
-	if conc <= 0 {
-		conc = scenario.MaxConcurrent
-	}
-	return scenario.SnapshotCompute{
-		UpdateResourcesInterval:     d.UpdateResourcesInterval,
-		MigrationBandwidthMiBps:     float64(cfg.Libvirt.LiveMigrationBandwidth),
-		MaxConcurrentLiveMigrations: conc,
-		ReportInterval:              d.ReportInterval.Seconds(),
-		SpawnSeconds:                cfg.Keel.FakeSpawnTime.Seconds(),
-	}
-}
-
 // snapshotStore is what a cloud snapshot reads: providers with their
 // usage, services, instances, aggregates and server groups.
 type snapshotStore interface {
@@ -59,10 +40,7 @@ type snapshotStore interface {
 
 // cloudSnapshot reads the cloud from the store.
 func cloudSnapshot(ctx context.Context, st snapshotStore, sc scheduler.Config, cp scenario.SnapshotCompute) (scenario.Snapshot, error) {
-	snap := scenario.Snapshot{Compute: cp, Scheduler: scenario.SnapshotScheduler{
-		EnabledFilters: sc.EnabledFilters, Weighers: sc.Weighers, HostSubsetSize: sc.HostSubsetSize,
-		ShuffleBestSameWeighedHosts: sc.ShuffleBestSameWeighedHosts, MaxAttempts: sc.MaxAttempts,
-		Options: sc.Options, ServiceDownTime: sc.ServiceDownTime.Seconds()}}
+	snap := scenario.Snapshot{Compute: cp, Scheduler: scenario.SchedulerSnapshot(sc)}
 	sums, err := st.ProviderSummaries(ctx, nil)
 	if err != nil {
 		return snap, fmt.Errorf("reading resource providers: %w", err)

@@ -407,7 +407,7 @@ func (s *Server) keelAPI() *keelAPI {
 		},
 		plans:       s.cond,
 		resetter:    s.cond,
-		computeOpts: snapshotCompute(cfg),
+		computeOpts: cfg.SnapshotCompute(),
 		log:         s.log,
 	}
 }

@@ -38,6 +38,13 @@ type SnapshotScheduler struct {
 	ServiceDownTime             float64            `json:"service_down_time"` // seconds
 }
 
+// SchedulerSnapshot is a scheduler configuration as a snapshot holds it.
+func SchedulerSnapshot(sc scheduler.Config) SnapshotScheduler {
+	return SnapshotScheduler{EnabledFilters: sc.EnabledFilters, Weighers: sc.Weighers, HostSubsetSize: sc.HostSubsetSize,
+		ShuffleBestSameWeighedHosts: sc.ShuffleBestSameWeighedHosts, MaxAttempts: sc.MaxAttempts,
+		Options: sc.Options, ServiceDownTime: sc.ServiceDownTime.Seconds()}
+}
+
 // SnapshotCompute is the compute options the server knows (its own
 // configuration: the agents run with theirs, normally the same file).
 type SnapshotCompute struct {
