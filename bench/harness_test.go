@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // TestQuickHarness runs keelbench --quick --json end to end — every
@@ -15,6 +17,7 @@ import (
 // checks the JSON holds every required figure as a positive number. It
 // asserts nothing about speed: quick mode shrinks every size.
 func TestQuickHarness(t *testing.T) {
+	testenv.External(t, "PostgreSQL, Placement 8.0 under gunicorn and Nova 26 (Debian's postgresql, python3-placement, gunicorn, python3-nova)")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"keel/internal/bus"
+	"keel/internal/testenv"
 )
 
 // counter is a handler that counts its calls and answers with its name.
@@ -172,6 +173,7 @@ func TestAgentIdentitiesExternalNATS(t *testing.T) {
 // with its log shown if the test failed.
 func externalNATS(t *testing.T, conf func(port int) []byte) (url, confPath string, proc *os.Process) {
 	t.Helper()
+	testenv.External(t, "nats-server (Debian's nats-server)")
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
 		bin = "/usr/sbin/nats-server"

@@ -8,12 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // keel runs a keel command to its end and returns its output; it must
 // succeed.
 func keel(t *testing.T, args ...string) string {
 	t.Helper()
+	testenv.External(t, keelProcesses)
 	out, err := exec.Command(keelBin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("keel %s: %v\n%s", strings.Join(args, " "), err, out)

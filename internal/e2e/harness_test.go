@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,11 +15,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 var keelBin string
 
+// keelProcesses is what every test here needs: the fast loop (-short)
+// leaves them out, and does not build the binary.
+const keelProcesses = "keel server and agent processes (the binary built from this tree)"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // every test skips, saying why (testenv.External)
+	}
 	dir, err := os.MkdirTemp("", "keel-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,6 +65,7 @@ func start(t *testing.T, name string, args ...string) *proc {
 // (`ip netns exec NS`, which execs it in place: the process is keel's).
 func startIn(t *testing.T, name string, prefix []string, args ...string) *proc {
 	t.Helper()
+	testenv.External(t, keelProcesses)
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {

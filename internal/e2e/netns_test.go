@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"keel/internal/testenv"
 )
 
 // A network namespace of the test's own, for partitions: one host's agent
@@ -27,6 +29,7 @@ var netnsCount atomic.Int32
 // newNetns makes a namespace and its veth pair, removed when t ends.
 func newNetns(t *testing.T) *netns {
 	t.Helper()
+	testenv.External(t, "root, ip netns and iptables (Debian's iproute2, iptables)")
 	if os.Geteuid() != 0 {
 		t.Fatal("the partition rows need root (a network namespace and iptables); run ./test.sh as root, as CI does")
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // planState is what the tests read of GET /keel/v1/plans/{id}.
@@ -208,6 +210,7 @@ func (c *cloud) keel(args ...string) string {
 }
 
 func (c *cloud) keelErr(args ...string) (string, error) {
+	testenv.External(c.t, keelProcesses)
 	cmd := exec.Command(keelBin, args...)
 	cmd.Env = append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+filepath.Join(c.dataDir, "clouds.yaml"), "OS_CLOUD=keel")
 	var b bytes.Buffer

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"keel/internal/store/postgres/pgtest"
+	"keel/internal/testenv"
 )
 
 // TestServicesOnPostgres runs the server on PostgreSQL ([keel] db) — a
 // throw-away cluster this test starts — with two agents: boots, a live
 // migration, both hosts exact at once, a clean audit.
 func TestServicesOnPostgres(t *testing.T) {
+	testenv.External(t, "PostgreSQL (Debian's postgresql)")
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

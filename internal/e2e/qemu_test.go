@@ -13,6 +13,7 @@ import (
 
 	"keel/internal/compute/qemu"
 	"keel/internal/store/sqlite"
+	"keel/internal/testenv"
 )
 
 // The QEMU tests run real guests (keel's 512-byte guest under TCG) on
@@ -25,6 +26,7 @@ import (
 // fails (never skips) without qemu-system-x86_64.
 func qemuCloud(t *testing.T, sets ...string) *cloud {
 	t.Helper()
+	testenv.External(t, "QEMU (Debian's qemu-system-x86)")
 	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
 		t.Fatalf("%v", qemu.ErrNoQEMU)
 	}

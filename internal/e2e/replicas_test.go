@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"keel/internal/store/postgres/pgtest"
+	"keel/internal/testenv"
 )
 
 // scaleCloud is several keel server replicas on one PostgreSQL database and
@@ -30,6 +31,7 @@ type scaleCloud struct {
 // options given to every process.
 func startScaleCloud(t *testing.T, n, agentProcs, hostsPerProc int, sets ...string) *scaleCloud {
 	t.Helper()
+	testenv.External(t, "PostgreSQL and nats-server (Debian's postgresql, nats-server)")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pg, err := pgtest.Start(ctx)

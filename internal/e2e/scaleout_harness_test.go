@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // natsInstallHint says what to install when Debian's nats-server is
@@ -21,6 +23,7 @@ const natsInstallHint = "install Debian's nats-server package: apt-get install -
 // natsServerBin finds the nats-server binary (Debian puts it in /usr/sbin).
 func natsServerBin(t *testing.T) string {
 	t.Helper()
+	testenv.External(t, "nats-server (Debian's nats-server)")
 	if p, err := exec.LookPath("nats-server"); err == nil {
 		return p
 	}

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // keystoneauthScript logs in with keystoneauth1 twice: with the v3
@@ -47,6 +49,7 @@ print(json.dumps(out))
 // TestKeystoneauth1 checks that a real keystoneauth1 (Debian's
 // python3-keystoneauth1) logs in and finds keel's endpoints.
 func TestKeystoneauth1(t *testing.T) {
+	testenv.External(t, "keystoneauth1 (Debian's python3-keystoneauth1)")
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import keystoneauth1").Run(); err != nil {
 		t.Fatal("keystoneauth1 not importable by /usr/bin/python3 (apt-get install python3-keystoneauth1; .ci/run does):", err)

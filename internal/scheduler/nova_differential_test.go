@@ -20,6 +20,7 @@ import (
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
+	"keel/internal/testenv"
 )
 
 // The differential test runs Nova 26's own filters and weighers (Debian's
@@ -106,6 +107,7 @@ type oracle struct {
 
 func startOracle(t *testing.T) *oracle {
 	t.Helper()
+	testenv.External(t, "Nova 26's scheduler (Debian's python3-nova)")
 	const python = "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s is missing: install Debian's python3 and python3-nova (apt-get install python3-nova)", python)

@@ -25,6 +25,7 @@ import (
 	"keel/internal/config"
 	"keel/internal/placement"
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // updateScreenshot rewrites the docs' screenshot (docs/webview.png)
@@ -132,6 +133,7 @@ func colour(fill float64) string {
 // returns a browser context.
 func chromium(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Helper()
+	testenv.External(t, "Chromium (Debian's chromium)")
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("the web view test needs a browser: apt-get install chromium (.ci/run does): %v", err)
@@ -192,6 +194,7 @@ func browserLogin(t *testing.T, ctx context.Context, url, user, password string)
 // names (and the server sends them none). Then /metrics: the per-host
 // gauges under openstack-exporter's names.
 func TestWebView(t *testing.T) {
+	testenv.External(t, "Chromium (Debian's chromium)")
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 4, Flavors: append(append([]records.Flavor(nil), clienttest.Flavors...), bigFlavor)})
 	base := cloud.Server.URL()
 	admin := login(t, base, "admin", cloud.Password)

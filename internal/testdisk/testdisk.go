@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"keel/internal/testenv"
 )
 
 // Disk is a mounted tmpfs.
@@ -25,6 +27,7 @@ type Disk struct {
 // unmounts it when the test ends.
 func Mount(t testing.TB, sizeKB int) *Disk {
 	t.Helper()
+	testenv.External(t, "root and mount(8), for a small tmpfs")
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root: it mounts a small tmpfs to fill a real filesystem (run the tests as root)")
 	}

@@ -17,6 +17,7 @@ import (
 	"keel/internal/api/placementapi"
 	"keel/internal/placementpeer"
 	"keel/internal/store/memory"
+	"keel/internal/testenv"
 )
 
 // side is one of the two placements a conformance test talks to.
@@ -84,6 +85,7 @@ type conformance struct {
 
 func startConformance(t *testing.T) *conformance {
 	t.Helper()
+	testenv.External(t, "OpenStack Placement 8.0 under gunicorn (Debian's python3-placement, gunicorn)")
 	if err := placementpeer.Available(); err != nil {
 		t.Fatalf("the conformance tests run OpenStack Placement 8.0: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"keel/internal/placement"
 	"keel/internal/placementpeer"
 	"keel/internal/store/memory"
+	"keel/internal/testenv"
 )
 
 // TestNovaReportClient drives keel's Placement with Nova 26's own report
@@ -23,6 +24,7 @@ import (
 // builds them, a claim of the first candidate with its mappings, and
 // what keel's store then holds.
 func TestNovaReportClient(t *testing.T) {
+	testenv.External(t, "Nova 26's report client and Placement 8.0 (Debian's python3-nova, python3-placement, gunicorn)")
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import nova.scheduler.client.report").CombinedOutput(); err != nil {
 		t.Fatalf("Nova 26's report client (Debian's python3-nova) is needed: %v: %s", err, out)
 	}

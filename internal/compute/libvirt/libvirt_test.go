@@ -11,6 +11,7 @@ import (
 	"keel/internal/compute/libvirt/lvhost"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // The tests share one cluster of two libvirt daemons (h01, h02) per
@@ -26,6 +27,7 @@ var (
 // it.
 func hosts(t *testing.T) *lvhost.Cluster {
 	t.Helper()
+	testenv.External(t, "libvirt daemons in namespaces of their own (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	clusterOnce.Do(func() {
 		if clusterErr = lvhost.Check(); clusterErr != nil {
 			return

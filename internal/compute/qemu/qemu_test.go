@@ -9,11 +9,13 @@ import (
 
 	"keel/internal/compute"
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // newDriver returns a driver on a fresh directory; every QEMU it started
 // is killed when the test ends. Missing QEMU fails the test.
 func newDriver(t *testing.T, cfg Config) *Driver {
+	testenv.External(t, "QEMU (Debian's qemu-system-x86)")
 	t.Helper()
 	cfg.Dir = t.TempDir()
 	d, err := New(cfg)

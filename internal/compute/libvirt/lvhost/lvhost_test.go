@@ -8,6 +8,8 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"keel/internal/testenv"
 )
 
 // TestTwoHosts starts two daemons and checks each is a host of its own:
@@ -16,6 +18,7 @@ import (
 // (the destination a migration names). Stop leaves no daemon and no
 // namespace.
 func TestTwoHosts(t *testing.T) {
+	testenv.External(t, "libvirt daemons in namespaces of their own (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	if err := Check(); err != nil {
 		t.Fatal(err)
 	}

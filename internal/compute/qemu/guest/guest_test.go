@@ -7,11 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"keel/internal/testenv"
 )
 
 // TestEmbeddedSectorIsCurrent assembles guest.S again and compares: the
 // embedded guest.bin must be what its documented source builds.
 func TestEmbeddedSectorIsCurrent(t *testing.T) {
+	testenv.External(t, "as and objcopy (Debian's binutils)")
 	for _, tool := range []string{"as", "objcopy"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not found: install Debian's binutils (apt-get install binutils) to check guest.bin against guest.S", tool)

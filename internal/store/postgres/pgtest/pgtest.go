@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"keel/internal/testenv"
 )
 
 // InstallHint says what to do when the binaries are missing.
@@ -399,6 +401,7 @@ func Main(m *testing.M) {
 // if Main is not running the tests.
 func Shared(tb testing.TB) *Cluster {
 	tb.Helper()
+	testenv.External(tb, "PostgreSQL (Debian's postgresql)")
 	shared.Lock()
 	defer shared.Unlock()
 	if !shared.main {
