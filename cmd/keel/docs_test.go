@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -151,5 +152,49 @@ func TestDocsShellBlocks(t *testing.T) {
 				t.Fatalf("%s: no keel command in the block", b.where)
 			}
 		})
+	}
+}
+
+// TestReadmeFigureIsCurrent runs the command the README's figure shows
+// (the first "$ go run ./cmd/keel …" line of a plain block) and checks
+// that every line of the figure begins a line of what it prints now,
+// spacing aside; a line ending in "…" is cut there.
+func TestReadmeFigureIsCurrent(t *testing.T) {
+	root := filepath.Join("..", "..")
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prompt = "$ go run ./cmd/keel "
+	_, rest, ok := strings.Cut(string(data), "```\n"+prompt)
+	if !ok {
+		t.Fatal("README.md has no figure block starting with " + prompt)
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	lines := strings.Split(block, "\n")
+	args := strings.Fields(lines[0])
+	t.Chdir(root)
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatalf("keel %s: %v", lines[0], err)
+	}
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		got = append(got, norm(l))
+	}
+	checked := 0
+	for _, l := range lines[1:] {
+		want := norm(strings.TrimSuffix(strings.TrimSpace(l), "…"))
+		if want == "" {
+			continue
+		}
+		checked++
+		if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, want) }) {
+			t.Errorf("README's figure line %q is not what keel %s prints now:\n%s", want, lines[0], out)
+		}
+	}
+	if checked < 3 {
+		t.Errorf("the figure has %d lines; expected the policies' rows", checked)
 	}
 }
