@@ -21,6 +21,9 @@ type Config struct {
 	Libvirt         LibvirtGroup
 	Keel            KeelGroup
 	API             APIGroup
+	// Notifications holds [oslo_messaging_notifications] and
+	// [notifications]: where keel's versioned notifications go.
+	Notifications NotificationsGroup
 
 	// origins records where each value that is not a default came from,
 	// by canonical group and option. Set copies it before writing, so
@@ -64,6 +67,10 @@ type DefaultGroup struct {
 	// ShelvedOffloadTime is shelved_offload_time (0: a shelved server is
 	// offloaded at once; negative: never).
 	ShelvedOffloadTime time.Duration
+	// TransportURL is transport_url: the message bus of Nova's RPC, which
+	// keel does not use; notifications go to it unless
+	// [oslo_messaging_notifications] transport_url names another.
+	TransportURL string
 }
 
 // FilterSchedulerGroup is nova.conf's [filter_scheduler] group.
@@ -194,6 +201,40 @@ type APIGroup struct {
 	TokenTTL time.Duration
 }
 
+// NotificationsGroup is nova.conf's [oslo_messaging_notifications]
+// driver and transport_url and [notifications] notification_format and
+// versioned_notifications_topics.
+type NotificationsGroup struct {
+	// Driver is driver: messagingv2 sends Nova's versioned notifications
+	// to RabbitMQ; noop or empty (the default, as Nova's) sends none
+	// there (keel's own bus always carries them).
+	Driver string
+	// TransportURL is [oslo_messaging_notifications] transport_url
+	// (rabbit://user:password@host:5672/); empty means [DEFAULT]
+	// transport_url.
+	TransportURL string
+	// Format is notification_format: versioned (keel's default; Nova's is
+	// unversioned, which keel does not send) or both; unversioned sends
+	// nothing to RabbitMQ.
+	Format string
+	// Topics is versioned_notifications_topics (versioned_notifications).
+	Topics []string
+}
+
+// RabbitURL is where notifications go: [oslo_messaging_notifications]
+// transport_url, else [DEFAULT]'s; empty when the driver or format sends
+// none to RabbitMQ.
+func (c Config) RabbitURL() string {
+	n := c.Notifications
+	if n.Driver != "messagingv2" || n.Format == "unversioned" {
+		return ""
+	}
+	if n.TransportURL != "" {
+		return n.TransportURL
+	}
+	return c.Default.TransportURL
+}
+
 // Default returns the defaults: Nova's for Nova's options.
 func Default() Config {
 	s := scheduler.DefaultConfig()
@@ -244,7 +285,8 @@ func Default() Config {
 			Policy:                scheduler.PolicyClaim,
 			CatalogServices:       []string{},
 		},
-		API: APIGroup{TokenTTL: 3600 * time.Second},
+		API:           APIGroup{TokenTTL: 3600 * time.Second},
+		Notifications: NotificationsGroup{Format: "versioned", Topics: []string{"versioned_notifications"}},
 	}
 }
 

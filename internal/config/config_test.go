@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -340,7 +341,7 @@ func TestEveryErrorReported(t *testing.T) {
 func TestWarnings(t *testing.T) {
 	text := `[DEFAULT]
 debug = true
-transport_url = rabbit://guest:guest@localhost:5672/
+control_exchange = openstack
 no_such_option = 1
 initial_cpu_allocation_ratio = 8.0
 host_subset_size = 2
@@ -377,7 +378,7 @@ host = c
 		msg           string
 	}{
 		{2, "DEFAULT", "debug", "recognised Nova option, not used by keel"},
-		{3, "DEFAULT", "transport_url", "recognised Nova option, not used by keel"},
+		{3, "DEFAULT", "control_exchange", "recognised Nova option, not used by keel"},
 		{4, "DEFAULT", "no_such_option", "unknown option, ignored"},
 		{5, "DEFAULT", "initial_cpu_allocation_ratio", "recognised Nova option, not used by keel; keel applies cpu_allocation_ratio"},
 		{6, "DEFAULT", "host_subset_size", "unknown option, ignored; keel reads host_subset_size in [filter_scheduler]"},
@@ -762,5 +763,39 @@ func TestCommittedSampleIsCurrent(t *testing.T) {
 	}
 	if !bytes.Equal(committed, b.Bytes()) {
 		t.Fatal("etc/keel.conf.sample is out of date: run `go run ./cmd/keel config sample > etc/keel.conf.sample`")
+	}
+}
+
+// TestNotificationOptions: Nova's options route notifications to
+// RabbitMQ; [DEFAULT] transport_url serves when the group names none, and
+// a driver or URL keel cannot use is refused.
+func TestNotificationOptions(t *testing.T) {
+	if url := Default().RabbitURL(); url != "" {
+		t.Errorf("default sends to %q, want nowhere (Nova's default driver sends none)", url)
+	}
+	cfg, warns := mustParse(t, `[DEFAULT]
+transport_url = rabbit://guest:guest@10.0.0.1:5672/
+[oslo_messaging_notifications]
+driver = messagingv2
+retry = -1
+[notifications]
+versioned_notifications_topics = versioned_notifications,audit
+notify_on_state_change = vm_and_task_state
+`)
+	if cfg.RabbitURL() != "rabbit://guest:guest@10.0.0.1:5672/" || fmt.Sprint(cfg.Notifications.Topics) != "[versioned_notifications audit]" || len(warns) != 2 {
+		t.Errorf("RabbitURL %q topics %v warnings %v", cfg.RabbitURL(), cfg.Notifications.Topics, warns)
+	}
+	cfg, _ = mustParse(t, "[oslo_messaging_notifications]\ndriver = messagingv2\ntransport_url = rabbit://u:p@mq:5673/nova\n[notifications]\nnotification_format = unversioned\n")
+	if cfg.RabbitURL() != "" {
+		t.Errorf("unversioned sends to %q", cfg.RabbitURL())
+	}
+	for _, bad := range []string{
+		"[oslo_messaging_notifications]\ndriver = messaging\n",
+		"[oslo_messaging_notifications]\ntransport_url = kafka://k:9092/\n",
+		"[notifications]\nversioned_notifications_topics =\n",
+	} {
+		if _, _, err := Parse("keel.conf", []byte(bad)); err == nil {
+			t.Errorf("accepted:\n%s", bad)
+		}
 	}
 }

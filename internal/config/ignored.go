@@ -8,9 +8,9 @@ var ignoredGroups = set(`
 	api_database barbican cache cells cinder compute conductor consoleauth
 	cyborg database devices ephemeral_storage_encryption glance guestfs
 	hyperv image_cache ironic key_manager keystone keystone_authtoken
-	metrics mks neutron notifications os_vif_linux_bridge os_vif_ovs
+	metrics mks neutron os_vif_linux_bridge os_vif_ovs
 	oslo_concurrency oslo_limit oslo_messaging_amqp oslo_messaging_kafka
-	oslo_messaging_notifications oslo_messaging_rabbit oslo_middleware
+	oslo_messaging_rabbit oslo_middleware
 	oslo_policy oslo_reports pci placement powervm privsep profiler quota
 	rdp remote_debug serial_console service_user spice upgrade_levels vault
 	vendordata_dynamic_auth vmware vnc workarounds wsgi zvm`)
@@ -26,7 +26,7 @@ var ignoredOptions = map[string]map[string]string{
 		logging_exception_prefix logging_user_identity_format
 		publish_errors instance_format instance_uuid_format
 		fatal_deprecations rate_limit_interval rate_limit_burst
-		transport_url control_exchange rpc_response_timeout
+		control_exchange rpc_response_timeout
 		executor_thread_pool_size long_rpc_timeout my_ip
 		my_block_storage_ip compute_driver instances_path enabled_apis
 		enabled_ssl_apis osapi_compute_listen osapi_compute_listen_port
@@ -103,6 +103,14 @@ var ignoredOptions = map[string]map[string]string{
 		enable_isolated_aggregate_filtering
 		image_metadata_prefilter`, map[string]string{
 		"query_placement_for_availability_zone": "keel checks availability zones with AvailabilityZoneFilter",
+	}),
+	"notifications": notes(`
+		notify_on_api_faults default_level include_share_mapping`, map[string]string{
+		"notify_on_state_change": "keel sends instance.update on every change of vm_state, task_state, host or name",
+		"bdms_in_notifications":  "keel has no block devices: block_devices is always null",
+	}),
+	"oslo_messaging_notifications": notes(`retry`, map[string]string{
+		"topics": "these are the legacy (unversioned) notifications' topics; keel sends versioned ones, to [notifications] versioned_notifications_topics",
 	}),
 	"libvirt": notes(`
 		cpu_mode cpu_models cpu_model_extra_flags

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"keel/internal/identity"
+	"keel/internal/notify"
 	"keel/internal/scheduler"
 )
 
@@ -268,6 +269,21 @@ func checkHost(raw string) error {
 	return nil
 }
 
+func checkTransportURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	_, err := notify.ParseTransportURL(raw)
+	return err
+}
+
+func nonEmptyList(items []string) ([]string, error) {
+	if len(items) == 0 {
+		return nil, errors.New("must name at least one topic")
+	}
+	return items, nil
+}
+
 func checkBaseURL(raw string) error {
 	if raw == "" {
 		return nil
@@ -340,7 +356,7 @@ func policyNames() []string {
 
 // groupOrder is the order of groups in the sample file: DEFAULT, then
 // alphabetical, as Nova's sample.
-var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "scheduler"}
+var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "notifications", "oslo_messaging_notifications", "scheduler"}
 
 // options is the table of every option keel reads. The filters' and
 // weighers' own options come from the scheduler's registry.
@@ -377,6 +393,9 @@ var options = slices.Concat([]*option{
 		"Seconds a boot may take, from the request to the agent's report, before it ends in ERROR (its guest removed, its claim given back). Nova's default 0 turns it off; keel's is 900.").atLeast(0),
 	secondsOpt("DEFAULT", "shelved_offload_time", func(c *Config) *time.Duration { return &c.Default.ShelvedOffloadTime },
 		"Seconds a shelved server keeps its host before it is offloaded (its guest removed, its claim given back); 0 offloads it at once, -1 never.").atLeast(-1),
+
+	strOpt("DEFAULT", "transport_url", func(c *Config) *string { return &c.Default.TransportURL },
+		"The message bus URL (rabbit://user:password@host:5672/). keel's own RPC runs over NATS; notifications go here unless [oslo_messaging_notifications] transport_url names another bus.").checked(checkTransportURL),
 
 	// [api]
 	secondsOpt("api", "token_ttl", func(c *Config) *time.Duration { return &c.API.TokenTTL },
@@ -482,6 +501,20 @@ var options = slices.Concat([]*option{
 		oneOf("tcp", "tls", "ssh"),
 	strOpt("libvirt", "live_migration_inbound_addr", func(c *Config) *string { return &c.Libvirt.LiveMigrationInboundAddr },
 		"Address (IP or name) other hosts' libvirtd reach this host's at for live migrations, also used for QEMU's migration stream; empty means the host's name."),
+
+	// [notifications]
+	strOpt("notifications", "notification_format", func(c *Config) *string { return &c.Notifications.Format },
+		"Which notifications to send: versioned (Nova's versioned notifications, keel's default), both (the same: keel has no legacy ones), or unversioned (Nova's default, which keel does not send: nothing goes to RabbitMQ).").
+		oneOf("versioned", "both", "unversioned"),
+	listOpt("notifications", "versioned_notifications_topics", func(c *Config) *[]string { return &c.Notifications.Topics }, nonEmptyList,
+		"Topics versioned notifications go to, each as topic.priority on the nova exchange (versioned_notifications.info, .error)."),
+
+	// [oslo_messaging_notifications]
+	strOpt("oslo_messaging_notifications", "driver", func(c *Config) *string { return &c.Notifications.Driver },
+		"messagingv2 sends Nova's versioned notifications to RabbitMQ at transport_url, in oslo.messaging's v2 envelope; noop (or unset, Nova's default) sends none there. keel's own bus (keel.notify.<event_type>) carries them either way.").
+		oneOf("", "messagingv2", "noop"),
+	strOpt("oslo_messaging_notifications", "transport_url", func(c *Config) *string { return &c.Notifications.TransportURL },
+		"The RabbitMQ notifications go to (rabbit://user:password@host:5672/vhost; several hosts comma-separated are tried in turn); empty means [DEFAULT] transport_url.").checked(checkTransportURL),
 
 	// [scheduler]
 	intOpt("scheduler", "max_attempts", func(c *Config) *int { return &c.Scheduler.MaxAttempts },

@@ -443,6 +443,7 @@ func abortCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Ac
 }
 
 func forceComplete(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.ForceComplete = true
 	return m, []Action{{Kind: ForceCopy, Host: m.SourceHost}}
 }
 

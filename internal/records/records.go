@@ -277,6 +277,9 @@ type Migration struct {
 	// AbortRequested is set by an abort that arrives while a step is in
 	// flight; the machine honours it at the next step.
 	AbortRequested bool `json:"abort_requested,omitempty"`
+	// ForceComplete is set by a force complete of the copy (it is done by
+	// the source's driver; the record says it was asked).
+	ForceComplete bool `json:"force_complete,omitempty"`
 	// OldFlavor and NewFlavor are a cold migration's or resize's flavors
 	// (the same for a cold migration): the source side holds the old one,
 	// the destination the new one, until confirm or revert.

@@ -32,6 +32,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/config"
 	"keel/internal/identity"
+	"keel/internal/notify"
 	"keel/internal/quota"
 	"keel/internal/rpc"
 	"keel/internal/scheduler"
@@ -58,6 +59,7 @@ type Server struct {
 	metrics  *Metrics
 	ui       *uiHub
 	agents   *agentRegistry
+	notifier *notify.Notifier
 	// stopOwnership ends the replica's heartbeats and sweeps.
 	stopOwnership context.CancelFunc
 }
@@ -127,6 +129,9 @@ func (s *Server) start(ctx context.Context) error {
 		s.busURL = s.busSrv.URL()
 	}
 	if s.conn, err = bus.Connect(ctx, s.busURL, s.creds, "keel-server", s.log); err != nil {
+		return err
+	}
+	if err := s.startNotifications(); err != nil {
 		return err
 	}
 
@@ -234,7 +239,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	imageRoutes(images)
 	openDocs(mux, imageVersions(s.baseURL), "/image")
 	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
-	s.metrics.reg.MustRegister(newCloudCollector(s.ui))
+	s.metrics.reg.MustRegister(newCloudCollector(s.ui), notificationCollector{s.notifier})
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
 	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, computeapi.WriteError))
@@ -309,6 +314,7 @@ func (s *Server) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
+	s.notifier.Close()
 	if s.conn != nil {
 		s.conn.Close()
 	}

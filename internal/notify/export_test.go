@@ -1,0 +1,4 @@
+package notify
+
+// DecodeWithNova is decodeWithNova for the external tests.
+var DecodeWithNova = decodeWithNova

@@ -1,0 +1,136 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"keel/internal/identity"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// Store is a store whose committed writes of instance, migration and
+// service records are notified: it reads the record before each write,
+// and once the write commits emits what the change means
+// (InstanceChange, MigrationChange, ServiceChange). Writes that concern
+// one instance (its record, its migrations') or one service are
+// serialised here, so their events leave in commit order.
+type Store struct {
+	store.Store
+	n       *Notifier
+	now     func() time.Time
+	apiHost string
+	locks   [64]sync.Mutex
+}
+
+// Wrap returns st notifying n; now is the clock of the events' times and
+// apiHost this server's host name ([DEFAULT] host: the publisher of what
+// nova-api would send).
+func Wrap(st store.Store, n *Notifier, now func() time.Time, apiHost string) *Store {
+	return &Store{Store: st, n: n, now: now, apiHost: apiHost}
+}
+
+func (s *Store) lock(key string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	l := &s.locks[h.Sum32()%uint32(len(s.locks))]
+	l.Lock()
+	return l.Unlock
+}
+
+// source is who asked (the API caller, when ctx is a request's) and when.
+func (s *Store) source(ctx context.Context) Source {
+	src := Source{Now: s.now(), APIHost: s.apiHost}
+	if p, ok := identity.PrincipalFrom(ctx); ok {
+		src.Who = Initiator{UserID: p.UserID, ProjectID: p.ProjectID}
+	}
+	return src
+}
+
+// UpdateInstance implements store.Instances.
+func (s *Store) UpdateInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
+	defer s.lock(in.UUID)()
+	old, oldErr := s.Store.GetInstance(ctx, in.UUID)
+	out, err := s.Store.UpdateInstance(ctx, in)
+	if err == nil && oldErr == nil {
+		s.n.Emit(InstanceChange(s.source(ctx), &old, &out)...)
+	}
+	return out, err
+}
+
+// DeleteInstance implements store.Instances.
+func (s *Store) DeleteInstance(ctx context.Context, uuid string) error {
+	defer s.lock(uuid)()
+	old, oldErr := s.Store.GetInstance(ctx, uuid)
+	err := s.Store.DeleteInstance(ctx, uuid)
+	if err == nil && oldErr == nil {
+		s.n.Emit(InstanceChange(s.source(ctx), &old, nil)...)
+	}
+	return err
+}
+
+// CreateMigration implements store.Migrations.
+func (s *Store) CreateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
+	defer s.lock(m.InstanceUUID)()
+	out, err := s.Store.CreateMigration(ctx, m)
+	if err == nil {
+		s.migrationChanged(ctx, nil, out)
+	}
+	return out, err
+}
+
+// UpdateMigration implements store.Migrations.
+func (s *Store) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
+	defer s.lock(m.InstanceUUID)()
+	old, oldErr := s.Store.GetMigration(ctx, m.ID)
+	out, err := s.Store.UpdateMigration(ctx, m)
+	if err == nil && oldErr == nil {
+		s.migrationChanged(ctx, &old, out)
+	}
+	return out, err
+}
+
+func (s *Store) migrationChanged(ctx context.Context, old *records.Migration, m records.Migration) {
+	if old != nil && old.Status == m.Status && old.Phase == m.Phase && old.AbortRequested == m.AbortRequested &&
+		old.ForceComplete == m.ForceComplete && old.Outcome == m.Outcome {
+		return // progress of the copy: nothing to say
+	}
+	in, err := s.Store.GetInstance(ctx, m.InstanceUUID)
+	if err != nil {
+		return // deleted meanwhile: its delete said so
+	}
+	s.n.Emit(MigrationChange(s.source(ctx), old, m, in)...)
+}
+
+// PutService implements store.Hosts.
+func (s *Store) PutService(ctx context.Context, svc records.Service) error {
+	defer s.lock("service:" + svc.Host)()
+	old, oldErr := s.Store.GetService(ctx, svc.Host)
+	if err := s.Store.PutService(ctx, svc); err != nil {
+		return err
+	}
+	switch {
+	case errors.Is(oldErr, store.ErrNotFound):
+		s.n.Emit(ServiceChange(s.source(ctx), nil, svc)...)
+	case oldErr == nil:
+		s.n.Emit(ServiceChange(s.source(ctx), &old, svc)...)
+	}
+	return nil
+}
+
+// UpdateService implements store.Hosts.
+func (s *Store) UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
+	defer s.lock("service:" + host)()
+	var before records.Service
+	out, err := s.Store.UpdateService(ctx, host, func(svc *records.Service) error {
+		before = *svc
+		return fn(svc)
+	})
+	if err == nil {
+		s.n.Emit(ServiceChange(s.source(ctx), &before, out)...)
+	}
+	return out, err
+}
