@@ -13,8 +13,10 @@
 # After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
 # openstackclient (python3-openstackclient),
 # tests/tempest.sh runs a selection of Tempest's compute API tests (tempest),
-# tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME), and
-# after the QEMU step tests/nova.sh drains the seed on a real Nova 26.
+# tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME),
+# tests/qemu.sh and tests/libvirt.sh (--full for its whole set) run real
+# guests under QEMU and libvirt, and tests/nova.sh drains the seed on a real
+# Nova 26.
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
@@ -61,6 +63,9 @@ FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
 
 echo "== real guests with QEMU: keel dev --driver qemu and openstackclient"
 tests/qemu.sh
+
+echo "== libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice"
+tests/libvirt.sh
 
 echo "== a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch"
 # --skip-keel until keel host drain --os-cloud lands (issue 23): then the

@@ -570,9 +570,15 @@ func (d *Driver) Heartbeat(_ context.Context, uuid string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	out, err := l.QEMUDomainMonitorCommand(x.d, guest.HeartbeatCommand, 1) // VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP
+	return heartbeat(l, x.d)
+}
+
+// heartbeat reads a domain's guest heartbeat with the human monitor
+// command (VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP).
+func heartbeat(l *golibvirt.Libvirt, ld golibvirt.Domain) (uint32, error) {
+	out, err := l.QEMUDomainMonitorCommand(ld, guest.HeartbeatCommand, 1)
 	if err != nil {
-		return 0, fmt.Errorf("reading the memory of %s: %w", x.d.Name, err)
+		return 0, fmt.Errorf("reading the memory of %s: %w", ld.Name, err)
 	}
 	return guest.ParseHeartbeat(out)
 }
@@ -580,4 +586,25 @@ func (d *Driver) Heartbeat(_ context.Context, uuid string) (uint32, error) {
 func isCode(err error, code golibvirt.ErrorNumber) bool {
 	var e golibvirt.Error
 	return errors.As(err, &e) && e.Code == uint32(code)
+}
+
+// ReadHeartbeat reads the heartbeat of instance uuid's guest on the
+// libvirtd at uri, whoever's agent it belongs to (tests and operators
+// watching a guest: what `virsh qemu-monitor-command keel-UUID --hmp
+// 'xp /2wx 0x1000'` shows).
+func ReadHeartbeat(uri, uuid string) (uint32, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return 0, err
+	}
+	l, err := golibvirt.ConnectToURI(u)
+	if err != nil {
+		return 0, err
+	}
+	defer l.Disconnect()
+	ld, err := l.DomainLookupByName(DomainName(uuid))
+	if err != nil {
+		return 0, err
+	}
+	return heartbeat(l, ld)
 }
