@@ -33,6 +33,7 @@ func describe(err error) error {
 		why = "libvirt refused the migration as unsafe for the guest's disk"
 	case strings.Contains(lower, "unable to connect to server") || strings.Contains(lower, "connection refused") ||
 		strings.Contains(lower, "name or service not known") || strings.Contains(lower, "no route to host") ||
+		strings.Contains(lower, "unable to resolve address") || strings.Contains(lower, "name resolution") ||
 		code == golibvirt.ErrNoConnect || code == golibvirt.ErrRPC:
 		why = "the source's libvirtd could not reach the destination's: check that libvirtd there listens on TCP (listen_tcp, --listen) and that the destination's name or live_migration_inbound_addr resolves from the source"
 	case code == golibvirt.ErrAuthFailed || code == golibvirt.ErrAuthCancelled:

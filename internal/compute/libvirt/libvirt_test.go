@@ -2,8 +2,13 @@ package libvirt
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,4 +271,123 @@ func TestLifecycle(t *testing.T) {
 	op(lifecycle.OpRebootHard, compute.GuestRunning)
 	op(lifecycle.OpRebuild, compute.GuestRunning)
 	waitRising(t, d, inst.UUID, 0)
+}
+
+// TestReattachAfterAgentLoss starts a slow copy (2 MiB/s), drops the
+// source driver (its connection closes, as when the agent is killed),
+// and a new driver on the same host finds the copy still running in
+// libvirtd, follows it to its end and reports it completed.
+func TestReattachAfterAgentLoss(t *testing.T) {
+	ctx := context.Background()
+	src := newDriver(t, "h01", Config{BandwidthMiBps: 2})
+	dst := newDriver(t, "h02", Config{})
+	inst := instance("5a1f0c6e-0000-4000-8000-000000000003", "fill-16")
+	spawn(t, src, inst)
+	hb := waitRising(t, src, inst.UUID, 0)
+	data, err := dst.PreLiveMigration(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progressed := make(chan struct{}, 100)
+	src.LiveMigration(ctx, 9, inst, "h02", data, func(total, processed, remaining int64) { progressed <- struct{}{} },
+		func(err error) { t.Errorf("the lost driver reported %v", err) })
+	select {
+	case <-progressed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no progress within 60 s")
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(ctx, Config{URI: src.cfg.URI, Host: "h01", Dir: src.cfg.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	rs := again.Resumable()
+	if len(rs) != 1 || rs[0].UUID != inst.UUID || rs[0].MigrationID != 9 {
+		t.Fatalf("resumable after the restart: %+v (interrupted %+v)", rs, again.Interrupted())
+	}
+	if again.DestinationOf(inst.UUID) != "h02" {
+		t.Fatalf("destination %q", again.DestinationOf(inst.UUID))
+	}
+	done := make(chan error, 1)
+	again.Reattach(ctx, inst.UUID, nil, func(err error) { done <- err })
+	if err := waitDone(t, done, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.PostLiveMigrationAtDestination(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.PostLiveMigrationAtSource(ctx, inst.UUID); err != nil {
+		t.Fatal(err)
+	}
+	waitRising(t, dst, inst.UUID, hb)
+}
+
+// TestFailedCopiesStayOnTheSource: a destination libvirtd that cannot be
+// reached, and a destination QEMU killed mid-copy, each fail the copy
+// with words an operator understands; the guest runs on at its source,
+// settled, and nothing is left on the destination once rolled back.
+func TestFailedCopiesStayOnTheSource(t *testing.T) {
+	ctx := context.Background()
+	src := newDriver(t, "h01", Config{BandwidthMiBps: 2})
+	dst := newDriver(t, "h02", Config{})
+	inst := instance("5a1f0c6e-0000-4000-8000-000000000004", "fill-16")
+	spawn(t, src, inst)
+	hb := waitRising(t, src, inst.UUID, 0)
+
+	data, err := dst.PreLiveMigration(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]string{}
+	for k, v := range data {
+		bad[k] = v
+	}
+	bad["dconnuri"] = "qemu+tcp://no-such-host.invalid/system"
+	done := make(chan error, 1)
+	src.LiveMigration(ctx, 11, inst, "h02", bad, nil, func(err error) { done <- err })
+	err = waitDone(t, done, 60*time.Second)
+	t.Logf("unreachable destination: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "could not reach the destination's") {
+		t.Fatalf("unreachable destination: %v", err)
+	}
+	if s := stateOf(t, src, inst.UUID); s != compute.GuestRunning {
+		t.Fatalf("source guest after the failure is %q", s)
+	}
+
+	// The destination's QEMU killed once memory flows.
+	pidFile := filepath.Join(hosts(t).Host("h02").Dir, "run", "qemu", DomainName(inst.UUID)+".pid")
+	progressed := make(chan struct{}, 100)
+	src.LiveMigration(ctx, 12, inst, "h02", data, func(total, processed, remaining int64) { progressed <- struct{}{} },
+		func(err error) { done <- err })
+	select {
+	case <-progressed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no progress within 60 s")
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = waitDone(t, done, 60*time.Second)
+	t.Logf("destination QEMU killed: %v", err)
+	if err == nil || errors.Is(err, compute.ErrCopyCancelled) {
+		t.Fatalf("a killed destination QEMU: %v", err)
+	}
+	if err := dst.RollbackLiveMigrationAtDestination(ctx, inst.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if gs, _ := dst.Guests(ctx); len(gs) != 0 {
+		t.Fatalf("the destination keeps %+v", gs)
+	}
+	if s := stateOf(t, src, inst.UUID); s != compute.GuestRunning {
+		t.Fatalf("source guest after the failure is %q", s)
+	}
+	waitRising(t, src, inst.UUID, hb)
 }

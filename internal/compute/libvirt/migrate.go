@@ -383,7 +383,11 @@ func (d *Driver) watch(ctx context.Context, x dom, job *copyJob, performed <-cha
 		}
 		typ, params, err := l.DomainGetJobStats(x.d, 0)
 		if isCode(err, golibvirt.ErrOperationInvalid) {
-			continue // the domain has just stopped here: the copy is ending
+			// The domain has stopped here: the copy completed.
+			if performed == nil {
+				return d.outcome(x, job, nil)
+			}
+			continue // Perform's return says how
 		}
 		if err != nil {
 			d.log.Warn("reading the migration's job", "instance", x.uuid, "err", err)
