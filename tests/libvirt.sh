@@ -44,7 +44,7 @@ start_keel_dev --driver libvirt --hosts 2 --set "libvirt.connection_uri=$(uri '{
 expect "keel dev: 2 hosts (libvirt driver)" "${keel_banner%%,*}" "keel dev started"
 audit() { "$work/keel" audit --os-cloud keel >"$work/audit.out" 2>&1 || fail "keel audit after $1: $(cat "$work/audit.out")"; echo "ok  keel audit after $1: $(head -1 "$work/audit.out")"; }
 state() { virsh -c "$(uri "$1")" domstate "keel-$2" 2>/dev/null | head -1 || true; }
-heartbeat() { virsh -c "$(uri "$1")" qemu-monitor-command "keel-$2" --hmp 'xp /2wx 0x1000' | awk '{print $2, $3}'; }
+heartbeat() { virsh -c "$(uri "$1")" qemu-monitor-command "keel-$2" --hmp 'xp /2wx 0x1000' | tr -d '\r' | awk 'NF {print $2, $3}'; }
 
 read -r src id status <<<"$(os server create --flavor m1.tiny --image keel-fake --property keel_guest=fill-16 --nic none --wait \
   -f value -c id -c status -c OS-EXT-SRV-ATTR:host vm1 | tr '\n' ' ')"

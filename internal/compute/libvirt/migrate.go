@@ -105,6 +105,9 @@ type copyJob struct {
 	paused   bool          // the source was paused to force completion
 	timedOut time.Duration // the completion timeout that cancelled it
 	last     Job
+	// started is when Perform was called; copying when memory first
+	// flowed (the destination's QEMU had started: libvirt's Prepare).
+	started, copying time.Time
 }
 
 func (j *copyJob) stop() { j.stopOnce.Do(func() { close(j.stopCh) }) }
@@ -283,6 +286,9 @@ func (d *Driver) LiveMigration(ctx context.Context, migID int64, inst records.In
 	go func() {
 		performed := make(chan error, 1)
 		start := time.Now()
+		job.mu.Lock()
+		job.started = start
+		job.mu.Unlock()
 		go func() { performed <- d.perform(x, dxml, data, job) }()
 		err := d.watch(bg, x, job, performed, progress)
 		if errors.Is(err, errDetached) {
@@ -402,6 +408,9 @@ func (d *Driver) watch(ctx context.Context, x dom, job *copyJob, performed <-cha
 		}
 		job.mu.Lock()
 		job.last = j
+		if job.copying.IsZero() && j.MemProcessed > 0 {
+			job.copying = time.Now()
+		}
 		job.mu.Unlock()
 		if !downtimeSet && j.MemTotal > 0 {
 			downtimeSet = true
@@ -497,9 +506,13 @@ func (d *Driver) abortJob(x dom) error {
 func (d *Driver) finish(x dom, job *copyJob, err error, wall time.Duration) {
 	job.mu.Lock()
 	paused, last := job.paused, job.last
+	prepare := int64(-1)
+	if !job.started.IsZero() && !job.copying.IsZero() {
+		prepare = job.copying.Sub(job.started).Milliseconds()
+	}
 	job.mu.Unlock()
 	d.dropJob(x.uuid, job)
-	attrs := []any{"instance", x.uuid, "migration", job.migID, "wall_ms", wall.Milliseconds(),
+	attrs := []any{"instance", x.uuid, "migration", job.migID, "wall_ms", wall.Milliseconds(), "prepare_ms", prepare,
 		"memory_processed", last.MemProcessed, "memory_total", last.MemTotal, "iterations", last.Iteration}
 	if err == nil {
 		if l, lerr := d.lv(); lerr == nil {

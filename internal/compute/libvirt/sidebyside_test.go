@@ -90,7 +90,7 @@ func TestSideBySide(t *testing.T) {
 	waitRising(t, lv[0], inst.UUID, 0)
 	time.Sleep(time.Second) // both guests fill their 32 MiB
 
-	var qWall, qDown, lWall, lDown, lJob, lSetup []float64
+	var qWall, qDown, qStart, lWall, lDown, lJob, lPrep []float64
 	for i := range n {
 		from, to := i%2, (i+1)%2
 		// qemu: pre_live_migration starts the destination QEMU, then the copy.
@@ -113,6 +113,7 @@ func TestSideBySide(t *testing.T) {
 		}
 		q := fig.get("qemu migration completed")
 		qWall, qDown = append(qWall, ms(wall)), append(qDown, float64(q["downtime_ms"]))
+		qStart = append(qStart, float64(fig.get("incoming qemu ready")["start_ms"]))
 		t.Logf("qemu    %d: wall %5.0f ms (dest QEMU start %d ms, QEMU total %d ms), downtime %d ms", i, ms(wall), fig.get("incoming qemu ready")["start_ms"], q["total_ms"], q["downtime_ms"])
 
 		// libvirt: pre_live_migration writes the disk; libvirt does the rest.
@@ -129,12 +130,13 @@ func TestSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := fig.get("libvirt migration completed")
-		lWall, lDown, lJob, lSetup = append(lWall, ms(wall)), append(lDown, float64(l["downtime_ms"])), append(lJob, float64(l["total_ms"])), append(lSetup, float64(l["setup_ms"]))
-		t.Logf("libvirt %d: wall %5.0f ms (libvirt job %d ms, of which setup %d ms), downtime %d ms", i, ms(wall), l["total_ms"], l["setup_ms"], l["downtime_ms"])
+		lWall, lDown, lJob = append(lWall, ms(wall)), append(lDown, float64(l["downtime_ms"])), append(lJob, float64(l["total_ms"]))
+		lPrep = append(lPrep, float64(l["prepare_ms"]))
+		t.Logf("libvirt %d: wall %5.0f ms (until memory flowed, Prepare: %d ms; libvirt job %d ms), downtime %d ms", i, ms(wall), l["prepare_ms"], l["total_ms"], l["downtime_ms"])
 	}
 	waitRising(t, lv[n%2], inst.UUID, 0)
-	fmt.Printf("side by side, 64 MiB guest (fill-32), %d migrations each, medians: qemu %.2f s downtime %.0f ms | libvirt %.2f s downtime %.0f ms (libvirt job %.2f s)\n",
-		n, med(qWall)/1000, med(qDown), med(lWall)/1000, med(lDown), med(lJob)/1000)
+	fmt.Printf("side by side, 64 MiB guest (fill-32), %d migrations each, medians: qemu %.2f s downtime %.0f ms (dest QEMU start %.0f ms) | libvirt %.2f s downtime %.0f ms (Prepare %.2f s, libvirt job %.2f s)\n",
+		n, med(qWall)/1000, med(qDown), med(qStart), med(lWall)/1000, med(lDown), med(lPrep)/1000, med(lJob)/1000)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
