@@ -32,6 +32,7 @@ var (
 // it.
 func hosts(t *testing.T) *lvhost.Cluster {
 	t.Helper()
+	testenv.External(t, "libvirtd in namespaces (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	testenv.External(t, "libvirt daemons in namespaces of their own (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	clusterOnce.Do(func() {
 		if clusterErr = lvhost.Check(); clusterErr != nil {

@@ -18,6 +18,7 @@ import (
 // (the destination a migration names). Stop leaves no daemon and no
 // namespace.
 func TestTwoHosts(t *testing.T) {
+	testenv.External(t, "libvirtd in namespaces (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	testenv.External(t, "libvirt daemons in namespaces of their own (root; Debian's libvirt-daemon-system, qemu-system-x86, iproute2)")
 	if err := Check(); err != nil {
 		t.Fatal(err)
