@@ -85,6 +85,9 @@ class Runtime:
             'TMPDIR': self.path('tmp'),
             'LANG': 'C.UTF-8',
             'PYTHONPATH': ':'.join(p for p in (pythonpath, PYDIR) if p),
+            # No bytecode written next to tests/nova/py (the system's and
+            # the patched copy's are compiled already).
+            'PYTHONDONTWRITEBYTECODE': '1',
         }
         return e
 
@@ -593,7 +596,10 @@ def _up(R, ports, computes, timeout, t0):
                       RABBITMQ_ENABLED_PLUGINS_FILE=R.path('rabbitmq', 'enabled_plugins'),
                       RABBITMQ_MNESIA_BASE=R.path('rabbitmq', 'mnesia'),
                       RABBITMQ_LOG_BASE=R.path('log', 'rabbitmq'),
-                      RABBITMQ_PID_FILE=R.path('rabbitmq', 'rabbitmq.pid'))
+                      RABBITMQ_PID_FILE=R.path('rabbitmq', 'rabbitmq.pid'),
+                      # Erlang distribution on loopback too (it binds every
+                      # address otherwise); epmd is on ERL_EPMD_ADDRESS.
+                      RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS='-kernel inet_dist_use_interface {127,0,0,1}')
     write(R.path('rabbitmq', 'rabbitmq-env.conf'), '')
     write(R.path('rabbitmq', 'rabbitmq.conf'), 'listeners.tcp.default = 127.0.0.1:%d\n' % ports['rabbitmq'])
     write(R.path('rabbitmq', 'advanced.config'), '[].\n')

@@ -1,20 +1,21 @@
 #!/usr/bin/python3
 """The seed's drain on a real Nova, three ways, side by side.
 
-  scenario.py RT [--keel BIN] [--patch FILE] [--skip-keel] [--work DIR]
+  scenario.py RT [--keel BIN] [--skip-keel-drain] [--patch FILE] [--work DIR]
 
 RT is a Nova the harness brought up (tests/nova/up.sh RT), empty, with
 the flavors. Runs, in this order (the table prints them as the issue
 orders them):
 
   A  Nova's own drain: 12 servers booted on each of h01 and h02 (forced,
-     as admin), both disabled, then each server live-migrated with no host
+     as admin), both disabled; with --keel, keel sim export of that cloud
+     (checked against Placement) and keel sim's prediction of the drain
+     (legacy, dest-update, claim); then each server live-migrated with no host
      (os-migrateLive host null), one at a time, waiting for the migration
      to complete; right after each move the destination's os-hypervisors
      row (2.79) is compared with Placement's usage of that host.
-  C  keel's drain on the same Nova (when --keel is given and not
-     --skip-keel): the same seed, then keel sim export and keel sim's
-     prediction (checked against Placement and against run A), then
+  C  keel's drain on the same Nova (with --keel, without
+     --skip-keel-drain): the same seed, then
      `keel host drain --os-cloud nova h01 h02 --wait`.
   B  Nova with the patch of contrib/nova/ (FILE) applied to a copy of the
      nova package that the restarted computes get first on PYTHONPATH.
@@ -38,6 +39,7 @@ import sys
 import time
 import tomllib
 
+sys.dont_write_bytecode = True  # nothing written into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Cloud, HarnessError, Waiter, log  # noqa: E402
@@ -257,7 +259,7 @@ def run_keel(keel, args, env, what, capture=True):
     t0 = time.monotonic()
     p = subprocess.run([keel] + args, env=env, capture_output=True, text=True)
     for line in p.stderr.splitlines():
-        log('%s: %s' % (what, line))
+        log(line if line.startswith(what) else '%s: %s' % (what, line))
     if p.returncode != 0:
         raise HarnessError('%s exited %d: %s' % (' '.join(['keel'] + args), p.returncode,
                                                  (p.stdout[-2000:] + p.stderr[-2000:]).strip()))
@@ -288,13 +290,21 @@ def check_export(nova, text):
     return len(doc.get('instance', []))
 
 
-def keel_drain(nova, keel, rt, work, env_file):
+def keel_env(rt):
+    """The environment keel runs in: ours plus RT/env (OS_CLIENT_CONFIG_FILE, NOVA_CONF)."""
     env = dict(os.environ)
-    with open(env_file) as f:
+    with open(os.path.join(rt, 'env')) as f:
         for line in f:
             k, _, v = line.strip().partition('=')
             if k:
                 env[k] = v
+    return env
+
+
+def keel_predict(nova, keel, rt, work):
+    """keel sim export of the seeded cloud, checked against Placement, and
+    keel sim's prediction of the drain under legacy, dest-update and claim."""
+    env = keel_env(rt)
     cloud_toml = os.path.join(work, 'cloud.toml')
     out, took = run_keel(keel, ['sim', 'export', '--os-cloud', 'nova', '--nova-conf', env['NOVA_CONF']],
                          env, 'keel sim export')
@@ -311,13 +321,18 @@ def keel_drain(nova, keel, rt, work, env_file):
         pred[p['policy']] = {'share_top3': sum(sorted(d.values(), reverse=True)[:3]) / total if total else 0.0,
                              'cv': p['final']['ram_cv'], 'hosts': len(d), 'destinations': d}
     for name, f in pred.items():
-        log('keel sim prediction %-6s share_top3=%.2f cv=%.2f hosts=%d %s'
+        log('keel sim prediction %-11s share_top3=%.2f cv=%.2f hosts=%d %s'
             % (name, f['share_top3'], f['cv'], f['hosts'], f['destinations']))
+    return pred
+
+
+def keel_drain(keel, rt, work):
+    """keel host drain --os-cloud nova h01 h02 --wait: (its output lines, wall seconds)."""
     data_dir = os.path.join(work, 'keel-data')
     t0 = time.monotonic()
     p = subprocess.Popen([keel, 'host', 'drain', '--os-cloud', 'nova', '--data-dir', data_dir,
-                          *SOURCES, '--wait'], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+                          *SOURCES, '--wait'], env=keel_env(rt), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in p.stdout:
         lines.append(line.rstrip('\n'))
@@ -326,12 +341,12 @@ def keel_drain(nova, keel, rt, work, env_file):
     wall = time.monotonic() - t0
     if rc != 0:
         raise HarnessError('keel host drain exited %d' % rc)
-    return pred, lines, wall
+    return lines, wall
 
 
 def parse_keel_moves(lines, order):
     """Per-move seconds and keel's refusal count, when keel printed them
-    (see /work/notes/nova-contract.md); None when it did not."""
+    (keel host drain's lines); None when it printed none."""
     secs = {}
     refused = None
     for line in lines:
@@ -364,8 +379,9 @@ def fmt(v, spec):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('rt')
-    ap.add_argument('--keel', help="keel's binary (run C)")
-    ap.add_argument('--skip-keel', action='store_true', help='runs A and B only')
+    ap.add_argument('--keel', help="keel's binary: keel sim export and keel sim's prediction, and run C")
+    ap.add_argument('--skip-keel-drain', action='store_true',
+                    help="no run C (keel host drain); the export and prediction still run with --keel")
     ap.add_argument('--patch', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
                                                     'contrib', 'nova', 'nova-26-dest-update.patch'))
     ap.add_argument('--work', help='where keel keeps cloud.toml and its data (default RT/keel)')
@@ -373,9 +389,9 @@ def main():
     rt = os.path.abspath(a.rt)
     work = a.work or os.path.join(rt, 'keel')
     os.makedirs(work, exist_ok=True)
-    run_c = bool(a.keel) and not a.skip_keel
+    run_c = bool(a.keel) and not a.skip_keel_drain
     t_start = time.monotonic()
-    results, errors, notes = {}, [], []
+    results, errors, prediction = {}, [], None
     try:
         patched = patched_copy(rt, a.patch)
         nova = Nova(Cloud.of(rt))
@@ -385,6 +401,8 @@ def main():
         # A: Nova's own drain.
         order, boots = boot_seed(nova)
         log('A: seed booted (boot median %.2f s); h01 h02 disabled' % statistics.median(boots))
+        if a.keel:
+            prediction = keel_predict(nova, a.keel, rt, work)
         results['nova'] = figures(nova, nova_drain(nova, order, 'A nova'))
         stale = reset(nova, rt, 'A')
         if stale:
@@ -395,13 +413,12 @@ def main():
         if run_c:
             order, _ = boot_seed(nova)
             log('C: seed booted; h01 h02 disabled')
-            pred, lines, wall = keel_drain(nova, a.keel, rt, work, os.path.join(rt, 'env'))
+            lines, wall = keel_drain(a.keel, rt, work)
             secs, refused = parse_keel_moves(lines, order)
             f = figures(nova, keel_moves(nova, order, secs))
             f['refused'] = refused if refused is not None else sum(
                 1 for sid in order if (migration_of(nova, sid) or {}).get('status') in ('error', 'failed'))
             f['wall_s'] = wall
-            f['prediction'] = pred
             results['keel'] = f
             left = [s['name'] for s in nova.servers() if s['OS-EXT-SRV-ATTR:host'] in SOURCES]
             if left:
@@ -418,6 +435,12 @@ def main():
 
     # The verdict.
     A, B, C = results.get('nova'), results.get('nova+patch'), results.get('keel')
+    if prediction:
+        legacy, claim = prediction.get('legacy'), prediction.get('claim')
+        if not legacy or legacy['share_top3'] < 0.9:
+            errors.append('keel sim\'s legacy prediction does not show the pile-up: %s' % legacy)
+        if not claim or claim['hosts'] < 8:
+            errors.append('keel sim\'s claim prediction does not spread: %s' % claim)
     if A:
         if A['share_top3'] < 0.9:
             errors.append('Nova no longer piles the drain onto 3 hosts (share_top3 %.2f < 0.9)' % A['share_top3'])
@@ -434,27 +457,22 @@ def main():
             errors.append('%d hosts over capacity after keel\'s drain' % C['overcap'])
         if C['refused']:
             errors.append('%d moves refused for capacity in keel\'s drain' % C['refused'])
-        legacy, claim = C['prediction'].get('legacy'), C['prediction'].get('claim')
-        if not legacy or legacy['share_top3'] < 0.9:
-            errors.append('keel sim\'s legacy prediction does not show the pile-up: %s' % legacy)
-        if not claim or claim['hosts'] < 8:
-            errors.append('keel sim\'s claim prediction does not spread: %s' % claim)
 
     print()
-    print('%-12s %10s %8s %7s %6s %9s %8s  %s' % ('run', 'share_top3', 'ram_cv', 'stale', 'hosts',
+    print('%-15s %10s %8s %7s %6s %9s %8s  %s' % ('run', 'share_top3', 'ram_cv', 'stale', 'hosts',
                                                  'median_s', 'overcap', 'destinations'))
     for name in ('nova', 'nova+patch', 'keel'):
         f = results.get(name)
         if not f:
-            print('%-12s %s' % (name, 'not run' if name != 'keel' or not run_c else 'failed'))
+            print('%-15s %s' % (name, 'not run' if name != 'keel' or not run_c else 'failed'))
             continue
-        print('%-12s %10.2f %8.3f %7s %6d %9s %8d  %s' % (
+        print('%-15s %10.2f %8.3f %7s %6d %9s %8d  %s' % (
             name, f['share_top3'], f['cv'], '%d/%d' % (f['stale'], f['moves']) if name != 'keel' else '-',
             f['hosts'], fmt(f['median_s'], '.2f'), f['overcap'],
             ' '.join('%s=%d' % kv for kv in f['destinations'].items())))
-    if C:
-        for name, p in C['prediction'].items():
-            print('%-12s %10.2f %8.3f %7s %6d %9s %8s  %s' % ('sim ' + name, p['share_top3'], p['cv'], '-',
+    if prediction:
+        for name, p in prediction.items():
+            print('%-15s %10.2f %8.3f %7s %6d %9s %8s  %s' % ('sim ' + name, p['share_top3'], p['cv'], '-',
                                                              p['hosts'], '-', '-',
                                                              ' '.join('%s=%d' % kv for kv in sorted(p['destinations'].items()))))
     print('(RAM CV over the 10 enabled hosts from Placement; stale = destination rows (os-hypervisors 2.79) '
@@ -468,7 +486,7 @@ def main():
         parts.append('keel share_top3=%.2f cv=%.2f hosts=%d overcap=%d refused=%d'
                      % (C['share_top3'], C['cv'], C['hosts'], C['overcap'], C['refused']))
     elif not run_c:
-        parts.append('keel not run')
+        parts.append('keel drain not run')
     print(' | '.join(parts))
     with open(os.path.join(rt, 'results.json'), 'w') as f:
         json.dump({'results': results, 'errors': errors}, f, indent=1, default=str)
