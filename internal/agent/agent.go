@@ -255,7 +255,7 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 	switch opts.Driver {
 	case "", "fake":
 		drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
-			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc)})
+			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc), Log: a.log})
 		return drv, drv, err
 	case "qemu":
 		qc := opts.QEMU

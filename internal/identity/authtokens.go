@@ -54,9 +54,9 @@ type authRequest struct {
 type authFailure struct {
 	status int
 	msg    string
-	// badPassword: an unknown user or a wrong password (what the login
-	// throttle counts).
-	badPassword bool
+	// retryAfter: the login throttle refused the attempt (429) for this
+	// long.
+	retryAfter time.Duration
 }
 
 func badRequest(msg string) *authFailure {
@@ -64,8 +64,7 @@ func badRequest(msg string) *authFailure {
 }
 
 var (
-	unauthorized  = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired}
-	wrongPassword = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired, badPassword: true}
+	unauthorized = &authFailure{status: http.StatusUnauthorized, msg: msgAuthRequired}
 )
 
 // issueToken is POST /v3/auth/tokens.
@@ -79,18 +78,10 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body: "+err.Error())
 		return
 	}
-	key := ""
-	if a := req.Auth; a != nil && a.Identity != nil && a.Identity.Password != nil && a.Identity.Password.User != nil {
-		u := a.Identity.Password.User
-		key = throttleKey(r, u.ID+"\x00"+u.Name)
-		if wait := h.throttle.wait(key, h.iss.now()); wait > 0 {
-			tooMany(w, wait)
-			return
-		}
-	}
-	userID, projectID, fail := h.authenticate(&req)
-	if fail != nil && fail.badPassword && key != "" {
-		h.throttle.failed(key, h.iss.now())
+	userID, projectID, fail := h.authenticate(r, &req)
+	if fail != nil && fail.retryAfter > 0 {
+		tooMany(w, fail.retryAfter)
+		return
 	}
 	if fail != nil {
 		if fail.status == http.StatusUnauthorized {
@@ -108,8 +99,12 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"token": h.tokenBody(r, p, r.URL.Query().Has("nocatalog"))})
 }
 
-// authenticate checks a login request and picks its scope.
-func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail *authFailure) {
+// authenticate checks a login request and picks its scope. The password
+// check is the login throttle's to allow: the attempt is counted for the
+// user the request names (resolved, whatever the spelling) and the
+// client's address before the password is hashed, and given back if the
+// password is right.
+func (h *handler) authenticate(r *http.Request, req *authRequest) (userID, projectID string, fail *authFailure) {
 	a := req.Auth
 	if a == nil || a.Identity == nil {
 		return "", "", badRequest("Expecting to find auth.identity in the request body.")
@@ -140,15 +135,31 @@ func (h *handler) authenticate(req *authRequest) (userID, projectID string, fail
 
 	d := h.iss.dir()
 	u, ok := h.lookupUser(pw.User.ref)
+	who := "user " + u.ID
+	if !ok {
+		// Nobody by that name or id: the spelling is the key.
+		who = "unknown " + pw.User.ID + "\x00" + pw.User.Name
+		if dom := pw.User.Domain; dom != nil {
+			who += "\x00" + dom.ID + "\x00" + dom.Name
+		}
+	}
+	try, wait := h.throttle.reserve(throttleKey(r, who), h.iss.now())
+	if wait > 0 {
+		return "", "", &authFailure{status: http.StatusTooManyRequests, retryAfter: wait}
+	}
 	if !ok {
 		h.iss.burnPasswordCheck(*pw.User.Password) // same time as a wrong password
-		return "", "", wrongPassword
+		return "", "", unauthorized
 	}
 	if good, err := h.iss.checkPassword(u.PasswordHash, *pw.User.Password); err != nil {
+		h.throttle.release(try) // not a guess
 		return "", "", &authFailure{status: http.StatusInternalServerError, msg: msgServerFail}
 	} else if !good {
-		return "", "", wrongPassword
+		return "", "", unauthorized
 	}
+	// Right: the attempt was not a guess (what follows, a scope the user
+	// has no role on, is not one either).
+	h.throttle.release(try)
 	var p Project
 	if project == nil {
 		if p, ok = d.defaultProject(u); !ok {

@@ -54,6 +54,8 @@ type Config struct {
 	// LifecycleTime is how long a lifecycle operation (stop, pause,
 	// reboot, …) takes (default: StepTime).
 	LifecycleTime time.Duration
+	// Log receives the driver's warnings (default: slog.Default()).
+	Log *slog.Logger
 }
 
 // Driver is the fake driver.
@@ -96,6 +98,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.BandwidthMiBps <= 0 {
 		cfg.BandwidthMiBps = 1024
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
 	d := &Driver{cfg: cfg, guests: map[string]*compute.Guest{}, copies: map[string]*copyJob{}, faults: map[string][]fault{}}
 	if cfg.StateFile != "" {
@@ -386,7 +391,7 @@ func (d *Driver) finishLocked(uuid string, job *copyJob, err error) bool {
 		if serr := d.saveLocked(); serr != nil {
 			// The file still says migrating: a restart reports the copy
 			// interrupted and the guest running, as it is.
-			slog.Warn("fake driver: could not save the end of a failed copy", "instance", uuid, "err", serr)
+			d.cfg.Log.Warn("fake driver: could not save the end of a failed copy", "instance", uuid, "err", serr)
 		}
 	}
 	return true
@@ -545,7 +550,7 @@ func (d *Driver) AddGuest(g compute.Guest) {
 	cp := g
 	d.guests[g.UUID] = &cp
 	if err := d.saveLocked(); err != nil {
-		slog.Warn("fake driver: could not save an added guest", "instance", g.UUID, "err", err)
+		d.cfg.Log.Warn("fake driver: could not save an added guest", "instance", g.UUID, "err", err)
 	}
 }
 
@@ -560,6 +565,9 @@ func (d *Driver) load() error {
 	}
 	if err != nil {
 		return fmt.Errorf("reading fake driver state %s: %w", d.cfg.StateFile, err)
+	}
+	if err := ownerOnly(d.cfg.StateFile, d.cfg.Log); err != nil {
+		return err
 	}
 	st, err := parseState(data)
 	if err != nil {
@@ -589,7 +597,7 @@ func (d *Driver) load() error {
 		// The file says what memory now says; if it cannot, the next load
 		// reads the same interrupted operations the same way.
 		if err := d.saveLocked(); err != nil {
-			slog.Warn("fake driver: could not save the guests a restart found interrupted", "file", d.cfg.StateFile, "err", err)
+			d.cfg.Log.Warn("fake driver: could not save the guests a restart found interrupted", "file", d.cfg.StateFile, "err", err)
 		}
 	}
 	return nil
@@ -684,12 +692,31 @@ func (d *Driver) saveLocked() error {
 	return nil
 }
 
+// ownerOnly makes the state file (it names every guest of the host)
+// readable and writable by its owner only, with a log line if an older
+// agent left it readable by others.
+func ownerOnly(path string, log *slog.Logger) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("checking the permissions of %s: %w", path, err)
+	}
+	if st.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(path, st.Mode().Perm()&0o700); err != nil {
+		return fmt.Errorf("making %s readable by its owner only: %w", path, err)
+	}
+	log.Warn("guest state file was readable by others; made it the owner's only", "file", path, "was", st.Mode().Perm().String(), "now", (st.Mode().Perm() & 0o700).String())
+	return nil
+}
+
+// writeFileAtomic replaces path with data (0600) through a rename.
 func writeFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

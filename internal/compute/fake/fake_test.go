@@ -1,8 +1,10 @@
 package fake_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -672,5 +674,41 @@ func TestHypervisorMemoryLimitsSpawnsAndIncomingGuests(t *testing.T) {
 	// Preparing the same incoming guest again is idempotent.
 	if _, err := d.PreLiveMigration(ctx, instance("c", 4000)); err != nil {
 		t.Fatalf("second pre_live_migration of the same guest: %v", err)
+	}
+}
+
+// TestStateFileIsOwnerOnly: the guest state file is written 0600, and one
+// an older agent left readable by others is made 0600 when the driver
+// loads it, with a log line naming it.
+func TestStateFileIsOwnerOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent", "guests.json")
+	d1, err := fake.New(fake.Config{Clock: clock.NewVirtual(clock.Epoch), StateFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(d1, "running", 1024)
+	mode := func() os.FileMode {
+		t.Helper()
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode().Perm()
+	}
+	if m := mode(); m != 0o600 {
+		t.Errorf("written state file: %v, want 0600", m)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := fake.New(fake.Config{Clock: clock.NewVirtual(clock.Epoch), StateFile: path, Log: slog.New(slog.NewTextHandler(&buf, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(); m != 0o600 {
+		t.Errorf("state file an older agent left 0644, once loaded: %v, want 0600", m)
+	}
+	if !strings.Contains(buf.String(), path) {
+		t.Errorf("no log line names %s: %q", path, buf.String())
 	}
 }

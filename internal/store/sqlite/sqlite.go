@@ -60,7 +60,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +88,9 @@ type Options struct {
 	// KeepChanges is how many change-stream entries are kept; default
 	// 200,000.
 	KeepChanges int
+	// Log receives a line for each store file whose permissions Open
+	// narrowed to the owner's (default: slog.Default()).
+	Log *slog.Logger
 }
 
 // Defaults.
@@ -112,6 +117,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.KeepChanges <= 0 {
 		o.KeepChanges = DefaultKeepChanges
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
 	return o, nil
 }
@@ -165,6 +173,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
+	}
+	if err := ownerOnly(path, opts.Log); err != nil {
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
 	s := &Store{opts: opts}
@@ -221,6 +232,37 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: opening %s for reading: %w", path, err)
 	}
 	return s, nil
+}
+
+// ownerOnly makes the database file (created empty if missing) and its
+// -wal and -shm, if there, readable and writable by their owner only:
+// they hold the password hashes and every tenant's records. SQLite
+// creates the -wal and -shm with the database file's permissions, so a
+// database created 0600 keeps them 0600; files an older keel left 0644
+// are narrowed, each with a log line.
+func ownerOnly(path string, log *slog.Logger) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating the database file: %w", err)
+	}
+	f.Close()
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("checking the permissions of %s: %w", name, err)
+		}
+		if st.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(name, st.Mode().Perm()&0o700); err != nil {
+			return fmt.Errorf("making %s readable by its owner only: %w", name, err)
+		}
+		log.Warn("store file was readable by others; made it the owner's only", "file", name, "was", st.Mode().Perm().String(), "now", (st.Mode().Perm() & 0o700).String())
+	}
+	return nil
 }
 
 // Close closes the store's connections. It is safe to call more than once.
