@@ -277,41 +277,92 @@ type ConductorHandlers struct {
 	// (keel agent revoke): every report and store call it sends is
 	// refused, whatever bus it came through.
 	Revoked func(ctx context.Context, host string) bool
+	// Log receives a warning for every report or call refused because it
+	// is about another host (default: slog.Default()).
+	Log *slog.Logger
 }
 
 // ServeConductor answers the agents' reports and store calls on conn, in
-// the queue group shared by every server.
+// the queue group shared by every server. Every report, and every call
+// that names a host, passes concernsSender first (see checked); the store
+// reads pass their own checks (reads.go), the allocation writes
+// writesOfSender.
 func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, error) {
 	st := h.Store
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	clk := h.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	copyOf := func(a reportArgs) about { return about{Migration: a.MigrationID} }
+	ofHost := func(a storeArgs) about { return onHost(a.Host) }
 	handlers := map[string]bus.Handler{
-		mBuildDone: report(func(ctx context.Context, a reportArgs) error {
-			if err := sentBy(ctx, a.Host); err != nil {
-				return err
-			}
+		mBuildDone: checked(st, log, mBuildDone, func(a reportArgs) about { return onHost(a.Host).withInstance(a.InstanceUUID) }, report(func(ctx context.Context, a reportArgs) error {
 			return h.Reporter.BuildDone(ctx, a.InstanceUUID, a.Host, errOf(a.Error))
-		}),
-		mCopyProgress: report(func(ctx context.Context, a reportArgs) error {
-			if err := migrationOfSender(ctx, st, a.MigrationID); err != nil {
-				return err
-			}
+		})),
+		mCopyProgress: checked(st, log, mCopyProgress, copyOf, report(func(ctx context.Context, a reportArgs) error {
 			h.Reporter.CopyProgress(ctx, a.MigrationID, a.Total, a.Processed, a.Remaining)
 			return nil
-		}),
-		mCopyDone: report(func(ctx context.Context, a reportArgs) error {
-			if err := migrationOfSender(ctx, st, a.MigrationID); err != nil {
-				return err
-			}
+		})),
+		mCopyDone: checked(st, log, mCopyDone, copyOf, report(func(ctx context.Context, a reportArgs) error {
 			return h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error))
-		}),
-		mPutHostRecord: decoded(func(ctx context.Context, a storeArgs) (any, error) {
+		})),
+		mAuditDrift: checked(st, log, mAuditDrift, func(d compute.Drift) about { return onHost(d.Host) },
+			func(_ context.Context, d compute.Drift) (any, error) {
+				if h.OnDrift != nil {
+					h.OnDrift(d)
+				}
+				return nil, nil
+			}),
+		mFaultLost: checked(st, log, mFaultLost, func(a storeArgs) about { return onHost(a.Host).withInstance(a.UUID) },
+			func(ctx context.Context, a storeArgs) (any, error) {
+				if a.UUID == "" || a.Host == "" || a.Fault == "" {
+					return nil, &placement.InvalidError{Msg: "fault_lost_instance needs uuid, host and fault"}
+				}
+				return compute.StoreFaulter{Store: st, Clock: clk}.FaultLostInstance(ctx, a.UUID, a.Host, a.Fault)
+			}),
+		mPutHostRecord: checked(st, log, mPutHostRecord, func(a storeArgs) about {
+			if a.Record == nil {
+				return onHost("")
+			}
+			return onHost(a.Record.Host)
+		}, func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Record == nil {
 				return nil, &placement.InvalidError{Msg: "no host record given"}
 			}
-			if err := sentBy(ctx, a.Record.Host); err != nil {
-				return nil, err
-			}
 			return nil, st.PutHostRecord(ctx, *a.Record)
 		}),
+		mListInstances: checked(st, log, mListInstances, ofHost, func(ctx context.Context, a storeArgs) (any, error) {
+			if a.Host == "" {
+				return nil, &placement.InvalidError{Msg: "no host given"}
+			}
+			return st.ListInstances(ctx, a.Host)
+		}),
+		mRegisterHost: checked(st, log, mRegisterHost, func(a storeArgs) about {
+			if a.HostConfig == nil {
+				return onHost("")
+			}
+			return onHost(a.HostConfig.Host)
+		}, func(ctx context.Context, a storeArgs) (any, error) {
+			if a.HostConfig == nil {
+				return nil, &placement.InvalidError{Msg: "no host configuration given"}
+			}
+			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
+		}),
+		mHeartbeat: checked(st, log, mHeartbeat, ofHost,
+			func(ctx context.Context, a storeArgs) (any, error) {
+				_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
+					if a.At.After(s.LastSeenUp) {
+						s.LastSeenUp = a.At
+					}
+					s.UpdatedAt = a.At
+					return nil
+				})
+				return nil, err
+			}),
 		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if err := providerOfSender(ctx, st, a.UUID); err != nil {
 				return nil, err
@@ -333,64 +384,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			}
 			return st.ListMigrations(ctx, f)
 		}),
-		mListInstances: decoded(func(ctx context.Context, a storeArgs) (any, error) {
-			if a.Host == "" {
-				return nil, &placement.InvalidError{Msg: "no host given"}
-			}
-			if err := sentBy(ctx, a.Host); err != nil {
-				return nil, err
-			}
-			return st.ListInstances(ctx, a.Host)
-		}),
 		mGetMigration: decoded(func(ctx context.Context, a storeArgs) (any, error) { return migrationForSender(ctx, st, a.ID) }),
-		mFaultLost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
-			clk := h.Clock
-			if clk == nil {
-				clk = clock.Real{}
-			}
-			if a.UUID == "" || a.Host == "" || a.Fault == "" {
-				return nil, &placement.InvalidError{Msg: "fault_lost_instance needs uuid, host and fault"}
-			}
-			if err := sentBy(ctx, a.Host); err != nil {
-				return nil, err
-			}
-			return compute.StoreFaulter{Store: st, Clock: clk}.FaultLostInstance(ctx, a.UUID, a.Host, a.Fault)
-		}),
-		mRegisterHost: decoded(func(ctx context.Context, a storeArgs) (any, error) {
-			if a.HostConfig == nil {
-				return nil, &placement.InvalidError{Msg: "no host configuration given"}
-			}
-			if err := sentBy(ctx, a.HostConfig.Host); err != nil {
-				return nil, err
-			}
-			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
-		}),
-		mAuditDrift: func(ctx context.Context, data json.RawMessage) (any, error) {
-			var d compute.Drift
-			if err := bus.Decode(data, &d); err != nil {
-				return nil, err
-			}
-			if err := sentBy(ctx, d.Host); err != nil {
-				return nil, err
-			}
-			if h.OnDrift != nil {
-				h.OnDrift(d)
-			}
-			return nil, nil
-		},
-		mHeartbeat: decoded(func(ctx context.Context, a storeArgs) (any, error) {
-			if err := sentBy(ctx, a.Host); err != nil {
-				return nil, err
-			}
-			_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
-				if a.At.After(s.LastSeenUp) {
-					s.LastSeenUp = a.At
-				}
-				s.UpdatedAt = a.At
-				return nil
-			})
-			return nil, err
-		}),
 	}
 	if h.Revoked != nil {
 		for m, hd := range handlers {
@@ -398,6 +392,22 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		}
 	}
 	return serveAll(conn, func(method string) string { return bus.AgentConductorSubject("*", method) }, conductorQueue, handlers)
+}
+
+// checked is the handler of a report from an agent, or of a call naming
+// its host: it decodes the arguments, refuses a call whose subject (what
+// names) is not the sender's (concernsSender: forbidden, and a warning in
+// the log), and hands the rest to fn.
+func checked[A any](st ServedStore, log *slog.Logger, method string, what func(A) about, fn func(ctx context.Context, a A) (any, error)) bus.Handler {
+	return decoded(func(ctx context.Context, a A) (any, error) {
+		if err := concernsSender(ctx, st, what(a)); err != nil {
+			if bus.IsCode(err, bus.CodeForbidden) {
+				log.Warn("refused an agent's report or call about what is not its host's", "method", method, "from", sender(ctx), "err", err)
+			}
+			return nil, err
+		}
+		return fn(ctx, a)
+	})
 }
 
 // unlessRevoked refuses (forbidden) every call from a host whose identity
@@ -440,14 +450,14 @@ type remoteFailure string
 
 func (e remoteFailure) Error() string { return string(e) }
 
-// report is the handler of a report from an agent: fn runs to the end
-// even if the agent stops waiting, and the agent's call is answered only
-// after fn returns, with fn's error when the report was not committed (the
-// agent then sends it again).
-func report(fn func(ctx context.Context, a reportArgs) error) bus.Handler {
-	return decoded(func(ctx context.Context, a reportArgs) (any, error) {
+// report is the body of a report's handler: fn runs to the end even if
+// the agent stops waiting, and the agent's call is answered only after fn
+// returns, with fn's error when the report was not committed (the agent
+// then sends it again).
+func report(fn func(ctx context.Context, a reportArgs) error) func(context.Context, reportArgs) (any, error) {
+	return func(ctx context.Context, a reportArgs) (any, error) {
 		return nil, fn(context.WithoutCancel(ctx), a)
-	})
+	}
 }
 
 // decoded is a bus handler that decodes its arguments into an A, calls fn

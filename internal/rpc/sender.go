@@ -35,22 +35,71 @@ func forbidden(format string, args ...any) error {
 // sender is the host that sent the call being handled.
 func sender(ctx context.Context) string { return bus.ConductorSender(bus.MessageSubject(ctx)) }
 
-// sentBy refuses the call unless host is its sender.
-func sentBy(ctx context.Context, host string) error {
-	if from := sender(ctx); from == "" || from != host {
-		return forbidden("host %q may not report or act for host %q", from, host)
+// about is what a report or call from an agent names: a host, an
+// instance (or a consumer named as one), a migration. A call of a kind
+// that names a host or an instance names one even when it gives an empty
+// string (which then is no host or instance of the sender's).
+type about struct {
+	Host, Instance           string
+	namesHost, namesInstance bool
+	Migration                int64 // 0: none named
+}
+
+// onHost is about host.
+func onHost(host string) about { return about{Host: host, namesHost: true} }
+
+// withInstance is a also about instance uuid.
+func (a about) withInstance(uuid string) about {
+	a.Instance, a.namesInstance = uuid, true
+	return a
+}
+
+// concernsSender is the one check every report from an agent, and every
+// call naming a host, passes before it is handled: everything it names
+// must be what the store places on the sender's host.
+//   - A host must be the sender.
+//   - A migration must exist and be the sender's to carry out: its source
+//     (a live copy, a cold move's disk), or for an evacuation its
+//     destination (the rebuild runs there; the source is down).
+//   - An instance that exists must concern the sender (instanceConcerns:
+//     it runs there, moves to or from there, or holds an allocation
+//     there). One that does not exist may be named only while no consumer
+//     of its UUID holds anything outside the sender's tree, and not as a
+//     migration's consumer: a report of a build whose instance was
+//     deleted meanwhile releases what is left of it, which must be the
+//     sender's own.
+//
+// Anything else is refused with code forbidden, so a report cannot free
+// or change another host's allocations, instances or migrations.
+func concernsSender(ctx context.Context, st ServedStore, a about) error {
+	from := sender(ctx)
+	if from == "" {
+		return forbidden("a call from an unknown sender")
+	}
+	if a.namesHost && a.Host != from {
+		return forbidden("host %q may not report or act for host %q", from, a.Host)
+	}
+	if a.Migration != 0 {
+		if err := migrationOfSender(ctx, st, from, a.Migration); err != nil {
+			return err
+		}
+	}
+	if a.namesInstance {
+		if a.Instance == "" {
+			return forbidden("host %q: the call names no instance", from)
+		}
+		if err := instanceOfSender(ctx, st, from, a.Instance); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// migrationOfSender refuses a copy report unless the sender is the host
-// that does the migration's work: its source (a live copy, a cold move's
-// disk), or for an evacuation its destination (the rebuild runs there; the
-// source is down).
-func migrationOfSender(ctx context.Context, st ServedStore, id int64) error {
+// migrationOfSender refuses a migration the sender does not carry out.
+func migrationOfSender(ctx context.Context, st ServedStore, from string, id int64) error {
 	m, err := st.GetMigration(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil // the conductor answers a report of an unknown migration
+		return forbidden("host %q may not report on migration %d: there is no such migration", from, id)
 	}
 	if err != nil {
 		return fmt.Errorf("checking the sender of a report of migration %d: %w", id, err)
@@ -59,8 +108,52 @@ func migrationOfSender(ctx context.Context, st ServedStore, id int64) error {
 	if m.Type == records.MigrationTypeEvac {
 		worker = m.DestHost
 	}
-	if from := sender(ctx); from == "" || from != worker {
+	if from != worker {
 		return forbidden("host %q may not report on %s %d, which %q carries out", from, m.Type, id, worker)
+	}
+	return nil
+}
+
+// instanceOfSender refuses an instance (or a consumer named as one) that
+// the store does not place on the sender's host.
+func instanceOfSender(ctx context.Context, st ServedStore, from, uuid string) error {
+	tree := newHostTree(st, from)
+	inst, err := st.GetInstance(ctx, uuid)
+	switch {
+	case err == nil:
+		ok, err := instanceConcerns(ctx, st, tree, inst)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return forbidden("host %q may not report on instance %s (it neither runs, moves nor is allocated there)", from, uuid)
+		}
+		return nil
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("checking the sender of a report of instance %s: %w", uuid, err)
+	}
+	c, err := st.GetConsumer(ctx, uuid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // nothing of it anywhere: only the sender's own guest is at stake
+	}
+	if err != nil {
+		return fmt.Errorf("checking the sender of a report of instance %s: %w", uuid, err)
+	}
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{UUID: uuid})
+	if err != nil {
+		return fmt.Errorf("checking the sender of a report of instance %s: %w", uuid, err)
+	}
+	if c.Type == placement.ConsumerMigration || len(ms) > 0 {
+		return forbidden("host %q may not report on %s as an instance: it is a migration's consumer", from, uuid)
+	}
+	for p := range c.Allocations {
+		mine, err := tree.has(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			return forbidden("host %q may not report on %s: no such instance, and its consumer holds resources on provider %s, outside the host's tree", from, uuid, p)
+		}
 	}
 	return nil
 }
