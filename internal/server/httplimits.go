@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"keel/internal/api/computeapi"
@@ -19,11 +17,11 @@ import (
 // The HTTP server's limits. A request's headers must arrive within
 // readHeaderTimeout and its whole body within readTimeout (a slow body on
 // the unauthenticated login route is cut); an idle keep-alive connection
-// is closed after idleTimeout; at most maxConns connections are open at
-// once (the rest wait in the kernel's backlog), so idle clients cannot
-// use up the file descriptors the bus and the store share. There is no
-// write timeout: the web view's event stream stays open for as long as
-// its token is valid.
+// is closed after idleTimeout, or sooner near the cap; at most maxConns
+// connections are open at once, and fewer per client (connLimits), so
+// idle clients cannot use up the file descriptors the bus and the store
+// share, nor lock other clients out. There is no write timeout: the web
+// view's event stream stays open for as long as its token is valid.
 var (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 60 * time.Second
@@ -62,7 +60,17 @@ func limitRequest(next http.Handler) http.Handler {
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &nulGuard{ReadCloser: r.Body}
+			g := &nulGuard{ReadCloser: r.Body}
+			r.Body = g
+			u := &unreadBodyCloser{ResponseWriter: w, body: g}
+			next.ServeHTTP(u, r)
+			if !g.end {
+				// Go's server reads up to 256 KiB of what is left before
+				// it closes the connection; nothing will read it, so that
+				// read ends at once.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -77,38 +85,6 @@ func adminOnly(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// limitListener accepts at most n connections at once.
-func limitListener(ln net.Listener, n int) net.Listener {
-	return &capListener{Listener: ln, slots: make(chan struct{}, n)}
-}
-
-type capListener struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func (l *capListener) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &capConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-type capConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *capConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }
 
 // errorWriterFor is the error shape of the API serving path.
@@ -127,14 +103,18 @@ func errorWriterFor(path string) identity.ErrorWriter {
 var errNULInBody = errors.New("the body holds a NUL character (\\u0000)")
 
 // nulGuard fails the read of a body that holds the JSON escape \u0000,
-// also across reads.
+// also across reads, and notes whether the body was read to its end.
 type nulGuard struct {
 	io.ReadCloser
 	tail []byte // the last bytes read, for an escape split between reads
+	end  bool   // the body was read to its end (io.EOF)
 }
 
 func (g *nulGuard) Read(p []byte) (int, error) {
 	n, err := g.ReadCloser.Read(p)
+	if err == io.EOF {
+		g.end = true
+	}
 	if n > 0 {
 		buf := append(g.tail, p[:n]...)
 		if bytes.Contains(buf, []byte(`\u0000`)) {
@@ -147,6 +127,40 @@ func (g *nulGuard) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// unreadBodyCloser closes the connection after a response written before
+// its request's body was read to the end: a refusal (401, 403, 404, 413,
+// …) answered without reading the body. Go's server would otherwise read
+// up to 256 KiB of that body before answering, to keep the connection —
+// waiting, for a client that declared a body and did not send it (a
+// 1 GiB upload refused by its Content-Length, a request held back for
+// "Expect: 100-continue"), until the read timeout. With "Connection:
+// close" the answer goes at once and the connection ends after it.
+type unreadBodyCloser struct {
+	http.ResponseWriter
+	body        *nulGuard
+	wroteHeader bool
+}
+
+func (u *unreadBodyCloser) WriteHeader(code int) {
+	if !u.wroteHeader {
+		u.wroteHeader = true
+		if !u.body.end {
+			u.Header().Set("Connection", "close")
+		}
+	}
+	u.ResponseWriter.WriteHeader(code)
+}
+
+func (u *unreadBodyCloser) Write(p []byte) (int, error) {
+	if !u.wroteHeader {
+		u.WriteHeader(http.StatusOK)
+	}
+	return u.ResponseWriter.Write(p)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (u *unreadBodyCloser) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 
 // jsonMisses answers a request no route of mux takes with 404 (or 405 and
 // Allow) in the compute API's JSON shape, not Go's plain text.

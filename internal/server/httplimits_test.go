@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// serveLimited runs newHTTPServer over limitListener on loopback with
-// short timeouts; the handler reads the whole body.
+// serveLimited runs newHTTPServer over serveConns (a total of conns, no
+// per-client bound) on loopback with short timeouts; the handler reads
+// the whole body.
 func serveLimited(t *testing.T, conns int, timeout time.Duration) string {
 	t.Helper()
 	oldRead, oldIdle := readTimeout, idleTimeout
@@ -30,7 +31,7 @@ func serveLimited(t *testing.T, conns int, timeout time.Duration) string {
 		}
 		fmt.Fprint(w, "ok")
 	})))
-	go srv.Serve(limitListener(ln, conns))
+	go serveConns(srv, ln, connLimits{Total: conns, PerClient: conns + 1, FewConns: conns + 1}) // the total alone
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }

@@ -248,7 +248,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	}
 	s.http = newHTTPServer(s.metrics.instrument(limitRequest(jsonMisses(mux)), s.log))
 	go func() {
-		if err := s.http.Serve(limitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveConns(s.http, ln, defaultConnLimits); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
