@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -171,6 +172,10 @@ func (c *Client) GetServer(ctx context.Context, id string) (Server, error) {
 // is an admin), sorted by name then id, with their flavors' names.
 func (c *Client) Servers(ctx context.Context, allProjects bool) ([]Server, error) {
 	pages, err := servers.List(c.compute, servers.ListOpts{AllTenants: allProjects}).AllPages(ctx)
+	if allProjects && gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
+		// Not an admin: the caller's own project is all it may list.
+		pages, err = servers.List(c.compute, servers.ListOpts{}).AllPages(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing servers: %w", describe(err))
 	}

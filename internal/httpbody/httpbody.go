@@ -166,6 +166,11 @@ func DecodeJSONStrict(r *http.Request, limit int64, v any) error {
 	if len(body) == 0 {
 		return &MalformedError{Err: errors.New("the request body is empty")}
 	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		// A closed schema is an object's, and json would take null for an
+		// empty one (the words are Nova's and Placement's).
+		return &MalformedError{Err: errors.New("None is not of type 'object'")}
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

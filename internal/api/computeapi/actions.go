@@ -117,6 +117,11 @@ func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents
 // listInstanceActions is GET /servers/{id}/os-instance-actions, newest
 // first.
 func (a *API) listInstanceActions(w http.ResponseWriter, r *http.Request) error {
+	// 2.58 changes-since, 2.66 changes-before: checked as Nova checks
+	// them (keel lists every action of a server: a handful).
+	if _, _, err := changesWindow(r, 58, 66); err != nil {
+		return err
+	}
 	acts, err := a.instanceActions(r)
 	if err != nil {
 		return err

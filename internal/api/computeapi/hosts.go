@@ -404,6 +404,15 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 	host := body.Host
 	disable := false
 	switch action {
+	case "enable", "disable", "disable-log-reason":
+		// Nova's schema before 2.53: the body names the service.
+		for _, f := range []struct{ name, v string }{{"host", body.Host}, {"binary", body.Binary}} {
+			if f.v == "" {
+				return badRequest("Invalid input for the request body: '" + f.name + "' is a required property")
+			}
+		}
+	}
+	switch action {
 	case "enable":
 	case "disable", "disable-log-reason":
 		disable = true

@@ -74,18 +74,9 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 			}
 			limit = min(n, 1000)
 		}
-		for _, p := range []struct {
-			name string
-			dst  *time.Time
-			from int
-		}{{"changes-since", &since, 59}, {"changes-before", &before, 66}} {
-			if s := q.Get(p.name); s != "" && version(r).AtLeast(p.from) {
-				t, err := parseISOTime(s)
-				if err != nil {
-					return badRequest("Invalid input for query parameters " + p.name + ". Value: " + s + ". not a 'date-time'")
-				}
-				*p.dst = t
-			}
+		var err error
+		if since, before, err = changesWindow(r, 59, 66); err != nil {
+			return err
 		}
 	}
 	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{
@@ -226,8 +217,11 @@ func (a *API) serverMigrationAction(w http.ResponseWriter, r *http.Request) erro
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if _, ok := body["force_complete"]; !ok || !version(r).AtLeast(22) {
-		return badRequest("only force_complete is supported (microversion 2.22 or later)")
+	if err := knownAction(body, map[string]bool{"force_complete": true}); err != nil {
+		return err
+	}
+	if !version(r).AtLeast(22) {
+		return badRequest("force_complete needs microversion 2.22 or later")
 	}
 	m, err := a.serverMigration(r)
 	if err != nil {

@@ -29,6 +29,11 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 			if err := unmarshalRaw(raw, &args); err != nil {
 				return true, badRequest("Invalid input for migrate: " + err.Error())
 			}
+			if version(r).AtLeast(56) {
+				if err := strictArgs(raw, &args, "migrate"); err != nil {
+					return true, err
+				}
+			}
 		}
 		host := ""
 		if args.Host != nil {

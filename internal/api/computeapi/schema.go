@@ -229,6 +229,20 @@ func oneAction(body map[string]jsonRaw) error {
 	return badRequest("Malformed request body: too many body keys (an action body names exactly one action)")
 }
 
+// knownAction refuses an action body that does not name exactly one
+// action, or names one that is not in known, with Nova's answers.
+func knownAction(body map[string]jsonRaw, known map[string]bool) error {
+	if err := oneAction(body); err != nil {
+		return err
+	}
+	for k := range body {
+		if !known[k] {
+			return badRequest("There is no such action: " + k)
+		}
+	}
+	return nil
+}
+
 // novaBooleans are the values Nova's boolean parameter type takes.
 var novaBooleans = map[string]bool{
 	"true": true, "True": true, "TRUE": true, "1": true, "on": true, "On": true, "ON": true, "yes": true, "Yes": true, "YES": true,

@@ -6,15 +6,26 @@ import (
 	"keel/internal/records"
 )
 
-// serverAction handles POST /servers/{id}/action; keel implements
-// os-migrateLive. The server is looked up first, so an unknown server is
-// a 404 whatever the action.
+// serverActions are the server actions keel implements; Nova's others
+// (createImage, addSecurityGroup, …) are refused as unknown.
+var serverActions = func() map[string]bool {
+	m := map[string]bool{"os-migrateLive": true, "migrate": true, "resize": true, "confirmResize": true,
+		"revertResize": true, "evacuate": true, "os-resetState": true}
+	for k := range lifecycleActions {
+		m[k] = true
+	}
+	return m
+}()
+
+// serverAction handles POST /servers/{id}/action. As in Nova's dispatch,
+// an action keel does not know is a 400 before the server is looked up;
+// a known action on an unknown server is a 404.
 func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]jsonRaw
 	if err := decode(r, &body); err != nil {
 		return err
 	}
-	if err := oneAction(body); err != nil {
+	if err := knownAction(body, serverActions); err != nil {
 		return err
 	}
 	in, err := a.instance(r, r.PathValue("id"))
@@ -32,13 +43,7 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 			return a.lifecycleAct(w, r, in, key, raw)
 		}
 	}
-	raw, ok := body["os-migrateLive"]
-	if !ok {
-		for k := range body {
-			return badRequest("Action " + k + " is not supported by keel (supported: os-migrateLive, migrate, resize, confirmResize, revertResize, os-resetState, os-stop, os-start, reboot, pause, unpause, suspend, resume, rescue, unrescue, rebuild, shelve, shelveOffload, unshelve, lock, unlock)")
-		}
-		return badRequest("Malformed request body: no action given")
-	}
+	raw := body["os-migrateLive"]
 	if !caller(r).Admin {
 		return forbidden("os_compute_api:os-migrate-server:migrate_live")
 	}

@@ -34,7 +34,11 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	q := r.URL.Query()
 	c := caller(r)
 	lq := listQuery{limit: -1}
-	lq.all = c.Admin && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true") || (q.Has("all_tenants") && q.Get("all_tenants") == ""))
+	all, err := allTenants(r)
+	if err != nil {
+		return lq, err
+	}
+	lq.all = all
 	if lq.all {
 		// As in Nova, tenant_id counts only with all_tenants.
 		lq.tenant = cmpOr(q.Get("tenant_id"), q.Get("project_id"))
@@ -52,22 +56,8 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	lq.status = q.Get("status")
 	lq.flavor = q.Get("flavor")
 	lq.image = q.Get("image")
-	if s := q.Get("changes-since"); q.Has("changes-since") {
-		t, err := parseISOTime(s)
-		if err != nil {
-			return lq, badRequest("Invalid input for query parameters changes-since. Value: " + s + ". '" + s + "' is not a 'date-time'")
-		}
-		lq.changesSince = t
-	}
-	if s := q.Get("changes-before"); q.Has("changes-before") && version(r).AtLeast(66) {
-		t, err := parseISOTime(s)
-		if err != nil {
-			return lq, badRequest("Invalid input for query parameters changes-before. Value: " + s + ". '" + s + "' is not a 'date-time'")
-		}
-		if !lq.changesSince.IsZero() && t.Before(lq.changesSince) {
-			return lq, badRequest("The value of changes-since must be less than or equal to changes-before.")
-		}
-		lq.changesBefore = t
+	if lq.changesSince, lq.changesBefore, err = changesWindow(r, 1, 66); err != nil {
+		return lq, err
 	}
 	if err := checkListStatusAndSort(q, version(r)); err != nil {
 		return lq, err
@@ -91,6 +81,62 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 		lq.tags, lq.tagsAny, lq.notTags, lq.notTagsAny = split("tags"), split("tags-any"), split("not-tags"), split("not-tags-any")
 	}
 	return lq, nil
+}
+
+// allTenants reads all_tenants as Nova does: present and empty, or a
+// true value of oslo's bool_from_string, asks for every project's
+// servers, which only an admin may (403 with the index or detail policy
+// otherwise); a value that is neither true nor false is a 400.
+func allTenants(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has("all_tenants") {
+		return false, nil
+	}
+	all := true
+	if s := q.Get("all_tenants"); s != "" {
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "1", "t", "true", "on", "y", "yes":
+		case "0", "f", "false", "off", "n", "no":
+			all = false
+		default:
+			return false, badRequest("Invalid input received: Unrecognized value '" + s + "', acceptable values are: '0', '1', 'f', 'false', 'n', 'no', 'off', 'on', 't', 'true', 'y', 'yes'")
+		}
+	}
+	if all && !caller(r).Admin {
+		policy := "os_compute_api:servers:index:get_all_tenants"
+		if strings.HasSuffix(r.URL.Path, "/detail") {
+			policy = "os_compute_api:servers:detail:get_all_tenants"
+		}
+		return false, forbidden(policy)
+	}
+	return all, nil
+}
+
+// changesWindow reads a list's changes-since (from microversion 2.since)
+// and changes-before (from 2.before): each a date-time, and the window may
+// not end before it starts (400, as Nova answers). A zero time is a bound
+// not given.
+func changesWindow(r *http.Request, since, before int) (from, to time.Time, err error) {
+	q := r.URL.Query()
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+		from int
+	}{{"changes-since", &from, since}, {"changes-before", &to, before}} {
+		if !q.Has(p.name) || !version(r).AtLeast(p.from) {
+			continue
+		}
+		s := q.Get(p.name)
+		t, err := parseISOTime(s)
+		if err != nil {
+			return from, to, badRequest("Invalid input for query parameters " + p.name + ". Value: " + s + ". '" + s + "' is not a 'date-time'")
+		}
+		*p.dst = t
+	}
+	if !from.IsZero() && !to.IsZero() && to.Before(from) {
+		return from, to, badRequest("The value of changes-since must be less than or equal to changes-before.")
+	}
+	return from, to, nil
 }
 
 func hasAll(tags, want []string) bool {

@@ -51,14 +51,20 @@ func parseVersion(h http.Header) (Microversion, error) {
 		return MaxVersion, nil
 	}
 	major, minor, ok := strings.Cut(raw, ".")
+	if !ok || !canonicalNumber(major) || !canonicalNumber(minor) || major == "0" {
+		return Microversion{}, &malformedVersion{fmt.Sprintf("API Version String %s is of invalid format. Must be of format MajorNum.MinorNum.", raw)}
+	}
+	unsupported := fmt.Errorf("Version %s is not supported by the API. Minimum is %s and maximum is %s.", raw, MinVersion, MaxVersion)
+	// Well formed, but a number past int's range is past the maximum too
+	// (Nova's integers have no bound: 406, not 400).
 	ma, err1 := strconv.Atoi(major)
 	mi, err2 := strconv.Atoi(minor)
-	if !ok || err1 != nil || err2 != nil || !canonicalNumber(major) || !canonicalNumber(minor) || ma == 0 {
-		return Microversion{}, &malformedVersion{fmt.Sprintf("API Version String %s is of invalid format. Must be of format MajorNum.MinorNum.", raw)}
+	if err1 != nil || err2 != nil {
+		return Microversion{}, unsupported
 	}
 	v := Microversion{ma, mi}
 	if v.less(MinVersion) || MaxVersion.less(v) {
-		return Microversion{}, fmt.Errorf("version %s is not supported by the API: minimum is %s and maximum is %s", v, MinVersion, MaxVersion)
+		return Microversion{}, unsupported
 	}
 	return v, nil
 }
