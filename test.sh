@@ -11,7 +11,8 @@
 #                        that need a Debian package (testenv.External)
 #
 # After the Go tests, tests/openstackclient.sh drives keel dev with Debian's
-# openstackclient (python3-openstackclient),
+# openstackclient (python3-openstackclient), tests/watcher.sh runs
+# OpenStack Watcher's audits against it (watcher-*, rabbitmq-server),
 # tests/tempest.sh runs a selection of Tempest's compute API tests (tempest),
 # tests/fuzz.sh runs every fuzz target for a few seconds (FUZZTIME),
 # tests/qemu.sh and tests/libvirt.sh (--full for its whole set) run real
@@ -54,6 +55,9 @@ go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
 
 echo "== openstackclient against keel dev"
 tests/openstackclient.sh
+
+echo "== OpenStack Watcher 9.0 against keel dev (catalog, Nova notifications over RabbitMQ, three audits)"
+tests/watcher.sh
 
 echo "== Tempest (compute API selection) against keel dev"
 tests/tempest.sh
