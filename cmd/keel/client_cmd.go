@@ -111,8 +111,8 @@ func bar(used, total float64) string {
 	if total <= 0 {
 		return "▕" + strings.Repeat("░", width) + "▏    -"
 	}
-	share := min(max(used/total, 0), 1)
-	full := int(share*width + 0.5)
+	share := max(used/total, 0)
+	full := int(min(share, 1)*width + 0.5) // the bar stops at full; the share does not
 	if used > 0 && full == 0 {
 		full = 1 // something is used: show it
 	}

@@ -109,6 +109,18 @@ prints a line per move.` + clientLong,
 	return cmd
 }
 
+// hostUse is a host's VCPU, MEMORY_MB and DISK_GB used and capacity as
+// Placement counts them; from the hypervisor record's raw figures when
+// the server did not say (a class the host lacks is 0 of 0).
+func hostUse(h client.Host) (cpu, ram, disk client.HostResource) {
+	if h.Placement != nil {
+		return h.Placement["VCPU"], h.Placement["MEMORY_MB"], h.Placement["DISK_GB"]
+	}
+	return client.HostResource{Used: int64(h.VCPUsUsed), Capacity: int64(h.VCPUs)},
+		client.HostResource{Used: int64(h.MemoryMBUsed), Capacity: int64(h.MemoryMB)},
+		client.HostResource{Used: int64(h.LocalGBUsed), Capacity: int64(h.LocalGB)}
+}
+
 // evacuatePlan is keel host evacuate --plan.
 func evacuatePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o client.EvacuateOptions, wait bool) error {
 	p, err := c.EvacuateAll(cmd.Context(), o)
@@ -139,12 +151,16 @@ func hostListCommand() *cobra.Command {
 		Use:   "list",
 		Short: "List hosts with their state and how full they are",
 		Long: `list shows one row per hypervisor (os-hypervisors/detail, admin): its
-service state (up/down) and status (enabled/disabled), vCPUs, RAM (GiB) and
-disk (GB) used of total with a bar each, and its running instances.
+service state (up/down) and status (enabled/disabled), and vCPUs, RAM (GiB)
+and disk (GB) used of capacity with a bar each, and its running instances.
 
-The numbers are the host records the resource trackers keep (what Nova's
-hypervisor API shows; RAM used includes reserved_host_memory_mb). keel's
-scheduler reads claims instead, which ` + "`keel schedule explain`" + ` shows.` + clientLong,
+Capacity is Placement's: (total − reserved) × allocation_ratio over the
+host's provider tree, so 32 cores with cpu_allocation_ratio 4 hold 128
+vCPUs; used is what the instances' allocations hold. These are the numbers
+the scheduler and the web view use (` + "`keel schedule explain`" + ` shows the
+scheduler's per host); --format json gives them under "placement", beside
+the resource tracker's raw figures Nova's hypervisor API reports
+(vcpus, memory_mb_used, …).` + clientLong,
 		Example: `  keel host list
   keel host list --format json
   OS_CLOUD=keel keel host list`,
@@ -169,10 +185,11 @@ scheduler reads claims instead, which ` + "`keel schedule explain`" + ` shows.` 
 			t := newTable(out)
 			t.rowRaw("HOST", "STATE", "STATUS", "VCPUS", "", "RAM GiB", "", "DISK GB", "", "VMS")
 			for _, h := range hs {
+				cpu, ram, disk := hostUse(h)
 				t.rowRaw(h.Name, h.State, h.Status,
-					fmt.Sprintf("%d/%d", h.VCPUsUsed, h.VCPUs), "VCPU "+bar(float64(h.VCPUsUsed), float64(h.VCPUs)),
-					fmt.Sprintf("%.1f/%.1f", float64(h.MemoryMBUsed)/1024, float64(h.MemoryMB)/1024), "RAM "+bar(float64(h.MemoryMBUsed), float64(h.MemoryMB)),
-					fmt.Sprintf("%d/%d", h.LocalGBUsed, h.LocalGB), "DISK "+bar(float64(h.LocalGBUsed), float64(h.LocalGB)),
+					fmt.Sprintf("%d/%d", cpu.Used, cpu.Capacity), "VCPU "+bar(float64(cpu.Used), float64(cpu.Capacity)),
+					fmt.Sprintf("%.1f/%.1f", float64(ram.Used)/1024, float64(ram.Capacity)/1024), "RAM "+bar(float64(ram.Used), float64(ram.Capacity)),
+					fmt.Sprintf("%d/%d", disk.Used, disk.Capacity), "DISK "+bar(float64(disk.Used), float64(disk.Capacity)),
 					fmt.Sprint(h.RunningVMs))
 			}
 			return t.flush()

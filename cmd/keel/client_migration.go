@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"keel/internal/client"
+	"keel/internal/records"
 )
 
 func migrationCommand() *cobra.Command {
@@ -31,12 +34,17 @@ server, source and destination hosts, status, type and when the record last
 changed (UTC). --host matches the source or the destination.
 
 Statuses: accepted, queued, preparing, running, then completed, or failed,
-error, cancelled.` + clientLong,
+error, cancelled (a cold migration's or resize's: pre-migrating, migrating,
+post-migrating, finished, confirming, confirmed, reverting, reverted; an
+evacuation's: done). Another --status is refused.` + clientLong,
 		Example: `  keel migration list
   keel migration list --host h01 --status completed
   keel migration list --server web1 --format json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkMigrationStatus(status); err != nil {
+				return err
+			}
 			c, err := cf.connect(cmd)
 			if err != nil {
 				return err
@@ -126,6 +134,19 @@ prints the final record; a migration already final is refused (409).` + clientLo
 	}
 	cf = addClientFlags(cmd)
 	return cmd
+}
+
+// checkMigrationStatus refuses a --status no migration can have (the
+// compute API, as Nova's, would answer an empty list).
+func checkMigrationStatus(status string) error {
+	if status == "" || slices.Contains(records.MigrationStatuses, records.MigrationStatus(status)) {
+		return nil
+	}
+	names := make([]string, len(records.MigrationStatuses))
+	for i, s := range records.MigrationStatuses {
+		names[i] = string(s)
+	}
+	return fmt.Errorf("--status %q is no migration status; the statuses are %s", status, strings.Join(names, ", "))
 }
 
 func orDash(s string) string {

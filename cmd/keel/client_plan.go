@@ -199,14 +199,25 @@ state, hosts, moves done/running/left/failed, and the owner replica.` + clientLo
 }
 
 func planShowCommand() *cobra.Command {
-	var cf *clientFlags
+	var (
+		cf   *clientFlags
+		wait bool
+	)
 	cmd := &cobra.Command{
 		Use:   "show PLAN",
-		Short: "Show a plan's moves, their states and results, and its progress",
+		Short: "Show a plan's moves, their states and results, and its progress; --wait follows it",
 		Long: `show prints a plan (GET /keel/v1/plans/PLAN, admin): its state, progress
 (moves done, running and left, bytes copied, the measured copy rate and the
 ETA it gives), and one row per move with its state, migration, destination
-and reason.` + clientLong,
+(a running move's: its migration's) and reason.
+
+--wait then follows the plan until it ends: a line per move as it ends and,
+every few seconds, a line per running copy. The plan is the server's: it
+goes on whether anyone follows it. A server that restarts meanwhile is
+retried (the wait says so) and followed again once back; Ctrl-C stops the
+following, not the plan.` + clientLong,
+		Example: `  keel plan show 3
+  keel plan show 3 --wait`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, id, err := connectPlan(cmd, cf, args[0])
@@ -214,39 +225,86 @@ and reason.` + clientLong,
 				return err
 			}
 			p, err := c.GetPlan(cmd.Context(), id)
-			if err != nil {
+			switch {
+			case err != nil && wait && client.IsUnreachable(err):
+				// The server went away since the login: waitPlan retries.
+			case err != nil:
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if cf.json() {
+			if cf.json() && !wait {
 				return writeJSON(out, p)
 			}
-			fmt.Fprintln(out, planHeadline(p))
-			if p.Reason != "" {
-				fmt.Fprintf(out, "reason: %s\n", p.Reason)
-			}
 			names := serverNames(cmd.Context(), c)
-			t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "STATE", "MIGRATION", "ATTEMPTS", "REASON")
-			for i, mv := range p.Moves {
-				to := mv.Result
-				if to == "" {
-					to = mv.Dest
+			if !cf.json() && err == nil {
+				if err := printPlan(cmd.Context(), c, out, p, names); err != nil {
+					return err
 				}
-				mig := ""
-				if mv.Migration != 0 {
-					mig = strconv.FormatInt(mv.Migration, 10)
-				}
-				if mv.Cold {
-					mig += " (cold)"
-				}
-				t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, to, string(mv.State), mig,
-					strconv.Itoa(mv.Attempts), mv.Reason)
 			}
-			return t.flush()
+			if !wait || (err == nil && records.PlanTerminal(p.State)) {
+				return nil
+			}
+			final, err := waitPlan(cmd.Context(), c, id, out, names)
+			if err != nil {
+				return err
+			}
+			if cf.json() {
+				return writeJSON(out, final)
+			}
+			return planOutcome(final)
 		},
 	}
 	cf = addClientFlags(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the plan until it ends (a line per move as it ends, per running copy every few seconds)")
 	return cmd
+}
+
+// printPlan prints a plan's headline, reason and moves.
+func printPlan(ctx context.Context, c *client.Client, out io.Writer, p client.Plan, names serverNameMap) error {
+	fmt.Fprintln(out, planHeadline(p))
+	if p.Reason != "" {
+		fmt.Fprintf(out, "reason: %s\n", p.Reason)
+	}
+	var dests map[int64]string // a running move's destination, from its migration
+	t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "STATE", "MIGRATION", "ATTEMPTS", "REASON")
+	for i, mv := range p.Moves {
+		to := mv.Result
+		if to == "" {
+			to = mv.Dest
+		}
+		if to == "" && mv.State == records.MoveRunning && mv.Migration != 0 {
+			if dests == nil {
+				dests = runningDests(ctx, c)
+			}
+			to = dests[mv.Migration]
+		}
+		mig := ""
+		if mv.Migration != 0 {
+			mig = strconv.FormatInt(mv.Migration, 10)
+		}
+		if mv.Cold {
+			mig += " (cold)"
+		}
+		t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, to, string(mv.State), mig,
+			strconv.Itoa(mv.Attempts), mv.Reason)
+	}
+	return t.flush()
+}
+
+// runningDests maps each unfinished migration to its destination (best
+// effort: empty if the list fails).
+func runningDests(ctx context.Context, c *client.Client) map[int64]string {
+	out := map[int64]string{}
+	ms, err := c.Migrations(ctx, client.MigrationFilter{})
+	if err != nil {
+		return out
+	}
+	for _, m := range ms {
+		if !client.Terminal(m.Status) {
+			out[m.ID] = m.Dest
+		}
+	}
+	return out
 }
 
 func planCancelCommand() *cobra.Command {
@@ -345,15 +403,42 @@ func bytesText(b int64) string {
 	return fmt.Sprintf("%d MiB", b>>20)
 }
 
-// waitPlan prints a line per move as it ends, until the plan ends, and
-// returns the final plan.
+// planRetry is how often a wait whose server is away tries again, and
+// planProgress how often it prints a line per running copy.
+const (
+	planRetry    = 2 * time.Second
+	planProgress = 2 * time.Second
+)
+
+// waitPlan prints a line per move as it ends, and every planProgress a
+// line per running copy, until the plan ends, and returns the final plan.
+// A server that is away (restarting) is retried every planRetry, saying
+// so; the plan goes on on the server either way, and a wait stopped
+// (Ctrl-C) says how to follow it again.
 func waitPlan(ctx context.Context, c *client.Client, id int64, out io.Writer, names serverNameMap) (client.Plan, error) {
 	seen := map[int]bool{}
 	ended := 0
+	away := false
+	var lastProgress time.Time
 	for {
 		p, err := c.GetPlan(ctx, id)
-		if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return p, stoppedFollowing(id, ctx.Err())
+		case err != nil && client.IsUnreachable(err):
+			if !away {
+				fmt.Fprintf(out, "lost the server (%v); retrying every %s: the plan goes on there (Ctrl-C stops following it, not the plan)\n", err, planRetry)
+			}
+			away = true
+			if err := sleepCtx(ctx, planRetry); err != nil {
+				return p, stoppedFollowing(id, err)
+			}
+			continue
+		case err != nil:
 			return p, err
+		case away:
+			fmt.Fprintf(out, "the server is back; following plan %d again\n", id)
+			away = false
 		}
 		for i, mv := range p.Moves {
 			if seen[i] || !records.MoveTerminal(mv.State) {
@@ -361,27 +446,93 @@ func waitPlan(ctx context.Context, c *client.Client, id int64, out io.Writer, na
 			}
 			seen[i] = true
 			ended++
-			line := fmt.Sprintf("[%d/%d] %s %s → %s: %s", ended, len(p.Moves), names.of(mv.Instance), mv.Source, orDefault(mv.Result, "-"), mv.State)
-			if mv.State == records.MoveDone && !mv.StartedAt.IsZero() {
-				line += fmt.Sprintf(" (%d MiB in %s)", mv.RAMMB, mv.EndedAt.Sub(mv.StartedAt).Round(100*time.Millisecond))
-			}
-			if mv.Cold {
-				line += " (cold)"
-			}
-			if mv.Reason != "" && mv.State != records.MoveDone {
-				line += ": " + mv.Reason
-			}
-			fmt.Fprintln(out, line)
+			fmt.Fprintln(out, moveLine(ended, len(p.Moves), mv, names))
 		}
 		if records.PlanTerminal(p.State) {
 			fmt.Fprintln(out, planHeadline(p))
 			return p, nil
 		}
-		select {
-		case <-ctx.Done():
-			return p, ctx.Err()
-		case <-time.After(planPoll):
+		if time.Since(lastProgress) >= planProgress {
+			lastProgress = time.Now()
+			printCopies(ctx, c, out, p, names)
 		}
+		if err := sleepCtx(ctx, planPoll); err != nil {
+			return p, stoppedFollowing(id, err)
+		}
+	}
+}
+
+// moveLine is a move's line as it ends: "[3/8] vm9 (6e0c…) h01 → h02: done
+// (8192 MiB copied in 4.2s)".
+func moveLine(n, of int, mv records.PlanMove, names serverNameMap) string {
+	line := fmt.Sprintf("[%d/%d] %s %s → %s: %s", n, of, names.of(mv.Instance), mv.Source, orDefault(mv.Result, "-"), mv.State)
+	if mv.State == records.MoveDone && !mv.StartedAt.IsZero() {
+		took := mv.EndedAt.Sub(mv.StartedAt).Round(100 * time.Millisecond)
+		if mv.BytesCopied > 0 {
+			line += fmt.Sprintf(" (%s copied in %s)", bytesText(mv.BytesCopied), took)
+		} else {
+			line += fmt.Sprintf(" (%d MiB instance, in %s; no memory copied)", mv.RAMMB, took)
+		}
+	}
+	if mv.Cold {
+		line += " (cold)"
+	}
+	if mv.Reason != "" && mv.State != records.MoveDone {
+		line += ": " + mv.Reason
+	}
+	return line
+}
+
+// printCopies prints a line per running move of p: its route and, from
+// its migration record, how much of its memory the copy has processed.
+func printCopies(ctx context.Context, c *client.Client, out io.Writer, p client.Plan, names serverNameMap) {
+	var running []records.PlanMove
+	for _, mv := range p.Moves {
+		if mv.State == records.MoveRunning {
+			running = append(running, mv)
+		}
+	}
+	if len(running) == 0 {
+		return
+	}
+	migs := map[int64]client.Migration{}
+	if ms, err := c.Migrations(ctx, client.MigrationFilter{Status: client.MigrationRunning}); err == nil {
+		for _, m := range ms {
+			migs[m.ID] = m
+		}
+	}
+	for _, mv := range running {
+		m, ok := migs[mv.Migration]
+		dest := orDefault(mv.Dest, "?")
+		if ok && m.Dest != "" {
+			dest = m.Dest
+		}
+		line := fmt.Sprintf("  copying %s %s → %s", names.of(mv.Instance), mv.Source, dest)
+		if ok && m.MemoryTotalBytes > 0 {
+			line += fmt.Sprintf(": memory %d%% of %s", m.MemoryPercent(), mib(m.MemoryTotalBytes))
+		}
+		if !mv.StartedAt.IsZero() {
+			line += fmt.Sprintf(" (%s so far)", time.Since(mv.StartedAt).Round(time.Second))
+		}
+		fmt.Fprintln(out, line)
+	}
+}
+
+// stoppedFollowing is a wait's error once its context ended: the plan is
+// the server's and goes on.
+func stoppedFollowing(id int64, err error) error {
+	return fmt.Errorf("stopped following plan %d (%v); the plan goes on: keel plan show %d --wait follows it again", id, err, id)
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

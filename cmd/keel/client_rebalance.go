@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
 	"keel/internal/client"
+	"keel/internal/rebalance"
 )
 
 func rebalanceCommand() *cobra.Command {
@@ -38,6 +40,9 @@ re-checked just before it starts).` + clientLong,
   keel rebalance plan --metric max --threshold 0.05 --max-moves 20`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkThreshold(o.Threshold); err != nil {
+				return err
+			}
 			c, err := cf.connect(cmd)
 			if err != nil {
 				return err
@@ -69,11 +74,22 @@ re-checked just before it starts).` + clientLong,
 	cf = addClientFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.Metric, "metric", "ram", "what to even out: ram, vcpu, disk or max (the worst of the three per host)")
-	f.Float64Var(&o.Threshold, "threshold", 0.10, "act only above this CV; stop below half of it")
+	f.Float64Var(&o.Threshold, "threshold", rebalance.DefaultThreshold, "act only above this CV (> 0); stop below half of it")
 	f.IntVar(&o.MaxMoves, "max-moves", 0, "at most this many moves (0: no cap)")
 	f.Uint64Var(&o.Seed, "seed", 1, "breaks ties between equally good moves (same seed and cloud, same plan)")
 	f.IntVar(&o.Parallel, "parallel", 0, "the plan's moves in flight at once when applied (0: the caps alone)")
 	return cmd
+}
+
+// checkThreshold refuses a --threshold the planner cannot take as given:
+// not a number, negative, or 0 — which the planner reads as "the default"
+// and which, taken literally, would never stop (it stops below half the
+// threshold).
+func checkThreshold(t float64) error {
+	if math.IsNaN(t) || math.IsInf(t, 0) || t <= 0 {
+		return fmt.Errorf("--threshold must be a coefficient of variation above 0 (the planner acts above it and stops below half of it, so 0 would never stop; try 0.01 for a tight balance, or leave it out for %v), got %v", rebalance.DefaultThreshold, t)
+	}
+	return nil
 }
 
 func rebalanceApplyCommand() *cobra.Command {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -254,8 +253,8 @@ func checkSimFlags(cmd *cobra.Command, file bool, samples int, svg bool) error {
 	if _, err := rebalance.ParseMetric(metric); err != nil {
 		return fmt.Errorf("--metric: %w", err)
 	}
-	if t, _ := f.GetFloat64("threshold"); math.IsNaN(t) || math.IsInf(t, 0) || t < 0 {
-		return fmt.Errorf("--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means %v), got %v", rebalance.DefaultThreshold, t)
+	if t, _ := f.GetFloat64("threshold"); checkThreshold(t) != nil {
+		return checkThreshold(t)
 	}
 	if n := getInt("max-moves"); n < 0 {
 		return fmt.Errorf("--max-moves must be ≥ 0 (0: no cap), got %d", n)

@@ -110,9 +110,11 @@ func TestSimCommandRefusesBadFlagsUpFront(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{seed, "--rebalance", "--threshold", "NaN"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got NaN"},
-		{[]string{seed, "--rebalance", "--threshold", "-1"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got -1"},
-		{[]string{seed, "--rebalance", "--threshold", "Inf"}, "--threshold must be a finite number ≥ 0 (a coefficient of variation; 0 means 0.1), got +Inf"},
+		{[]string{seed, "--rebalance", "--threshold", "NaN"}, "--threshold must be a coefficient of variation above 0 (the planner acts above it and stops below half of it, so 0 would never stop; try 0.01 for a tight balance, or leave it out for 0.1), got NaN"},
+		{[]string{seed, "--rebalance", "--threshold", "-1"}, "--threshold must be a coefficient of variation above 0 (the planner acts above it and stops below half of it, so 0 would never stop; try 0.01 for a tight balance, or leave it out for 0.1), got -1"},
+		{[]string{seed, "--rebalance", "--threshold", "Inf"}, "--threshold must be a coefficient of variation above 0 (the planner acts above it and stops below half of it, so 0 would never stop; try 0.01 for a tight balance, or leave it out for 0.1), got +Inf"},
+		// 0 was read as the default 0.1 (issue 24).
+		{[]string{seed, "--rebalance", "--threshold", "0"}, "--threshold must be a coefficient of variation above 0 (the planner acts above it and stops below half of it, so 0 would never stop; try 0.01 for a tight balance, or leave it out for 0.1), got 0"},
 		{[]string{seed, "--rebalance", "--max-moves", "-1"}, "--max-moves must be ≥ 0 (0: no cap), got -1"},
 		{[]string{seed, "--rebalance", "--in-flight", "0"}, "--in-flight must be between 1 and 10000, got 0"},
 		{[]string{seed, "--threshold", "0.2"}, "--threshold is for --rebalance: it needs --rebalance"},

@@ -1,6 +1,7 @@
 // Package client talks to a keel cloud the way openstackclient does: it
 // reads clouds.yaml (OS_CLIENT_CONFIG_FILE, or ./clouds.yaml,
-// ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml), logs in
+// ./.keel/clouds.yaml — keel dev's —, ~/.config/openstack/clouds.yaml,
+// /etc/openstack/clouds.yaml), logs in
 // with the cloud's password through the identity v3 API, finds the compute
 // endpoint in the token's catalog and calls it with a chosen microversion
 // (gophercloud v2 underneath). It also calls keel's own admin endpoints
@@ -16,15 +17,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	osconfig "github.com/gophercloud/gophercloud/v2/openstack/config"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+	"gopkg.in/yaml.v2"
 )
 
 // DefaultCloud is the cloud name used when neither --os-cloud nor OS_CLOUD
@@ -70,6 +77,46 @@ func CloudName(flag string) string {
 	return DefaultCloud
 }
 
+// cloudsYAMLPlaces are where a clouds.yaml is looked for when neither
+// --os-config-file nor OS_CLIENT_CONFIG_FILE names one, in order:
+// openstackclient's places, with keel dev's default data dir after the
+// working directory.
+var cloudsYAMLPlaces = []string{"./clouds.yaml", "./.keel/clouds.yaml", "~/.config/openstack/clouds.yaml", "/etc/openstack/clouds.yaml"}
+
+// findCloudsYAML returns the first of cloudsYAMLPlaces that exists, or "".
+func findCloudsYAML() string {
+	for _, p := range cloudsYAMLPlaces {
+		if rest, ok := strings.CutPrefix(p, "~/"); ok {
+			dir := os.Getenv("XDG_CONFIG_HOME")
+			if home, err := os.UserHomeDir(); dir == "" && err == nil {
+				dir = filepath.Join(home, ".config")
+			}
+			if dir == "" {
+				continue
+			}
+			p = filepath.Join(dir, strings.TrimPrefix(rest, ".config/"))
+		}
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return ""
+}
+
+// cloudNames lists the clouds a clouds.yaml holds, sorted (nil if it
+// cannot be read).
+func cloudNames(file string) []string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	var cs clouds.Clouds
+	if yaml.Unmarshal(data, &cs) != nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(cs.Clouds))
+}
+
 // Client is a logged-in connection to one cloud.
 type Client struct {
 	cloud   string
@@ -93,7 +140,11 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		if _, err := os.Stat(file); err != nil {
 			return nil, fmt.Errorf("%w at %s (OS_CLIENT_CONFIG_FILE): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, file)
 		}
-		parse = append(parse, clouds.WithLocations(file))
+	} else {
+		file = findCloudsYAML()
+		if file == "" {
+			return nil, fmt.Errorf("%w (looked in %s): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, strings.Join(cloudsYAMLPlaces, ", "))
+		}
 	}
 	extras, _, err := readExtras(cloudsYAMLPath(file), cloud)
 	if err != nil {
@@ -102,20 +153,14 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if extras.tokenAuth() {
 		return connectToken(cloud, extras, opts)
 	}
+	parse = append(parse, clouds.WithLocations(file))
 	ao, eo, tlsConfig, err := clouds.Parse(parse...)
 	if err != nil {
-		var nf clouds.ErrFileNotFound
-		if errors.As(err, &nf) {
-			return nil, fmt.Errorf("%w (looked in ./, ~/.config/openstack/ and /etc/openstack/): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML)
-		}
 		if strings.Contains(err.Error(), "not found in clouds.yaml") {
-			where := "clouds.yaml"
-			if file != "" {
-				where = file
-			}
-			return nil, fmt.Errorf("cloud %q is not in %s: pass --os-cloud NAME or set OS_CLOUD (keel dev writes a cloud named %q)", cloud, where, DefaultCloud)
+			return nil, fmt.Errorf("cloud %q is not in %s (its clouds: %s): pass --os-cloud NAME or set OS_CLOUD (keel dev writes a cloud named %q)",
+				cloud, file, orNone(cloudNames(file)), DefaultCloud)
 		}
-		return nil, fmt.Errorf("reading clouds.yaml for cloud %q: %w", cloud, err)
+		return nil, fmt.Errorf("reading %s for cloud %q: %w", file, cloud, err)
 	}
 	if ao.IdentityEndpoint == "" {
 		return nil, fmt.Errorf("cloud %q in clouds.yaml has no auth.auth_url", cloud)
@@ -235,6 +280,14 @@ func describe(err error) error {
 		return fmt.Errorf("%w (is keel running? `keel dev` starts one)", err)
 	}
 	return err
+}
+
+// IsUnreachable reports whether err is the server being away — refused
+// or dropped connections, as while it restarts — rather than an answer.
+func IsUnreachable(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // APIError is an error response from the API.

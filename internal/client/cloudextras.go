@@ -3,7 +3,6 @@ package client
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"gopkg.in/yaml.v2"
 )
@@ -30,26 +29,13 @@ func (e cloudExtras) tokenAuth() bool {
 }
 
 // cloudsYAMLPath is the clouds.yaml openstackclient reads: file, else
-// ./clouds.yaml, ~/.config/openstack/clouds.yaml,
-// /etc/openstack/clouds.yaml (the first that exists).
+// cloudsYAMLPlaces (./clouds.yaml, ./.keel/clouds.yaml, ~/.config/openstack/clouds.yaml,
+// /etc/openstack/clouds.yaml: the first that exists).
 func cloudsYAMLPath(file string) string {
 	if file != "" {
 		return file
 	}
-	var paths []string
-	if wd, err := os.Getwd(); err == nil {
-		paths = append(paths, filepath.Join(wd, "clouds.yaml"))
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		paths = append(paths, filepath.Join(home, ".config", "openstack", "clouds.yaml"))
-	}
-	paths = append(paths, "/etc/openstack/clouds.yaml")
-	for _, p := range paths {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
+	return findCloudsYAML()
 }
 
 // readExtras reads cloud's extra keys from the clouds.yaml at path.

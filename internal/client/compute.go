@@ -12,9 +12,12 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/hypervisors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
+	"keel/internal/natural"
 )
 
-// Host is one hypervisor as os-hypervisors/detail reports it.
+// Host is one hypervisor as os-hypervisors/detail reports it, with its
+// capacity as Placement computes it.
 type Host struct {
 	Name         string `json:"host"`
 	State        string `json:"state"`  // up or down
@@ -26,9 +29,28 @@ type Host struct {
 	LocalGB      int    `json:"local_gb"`
 	LocalGBUsed  int    `json:"local_gb_used"`
 	RunningVMs   int    `json:"running_vms"`
+	// Placement is the host's resources as Placement counts them, by
+	// class (VCPU, MEMORY_MB, DISK_GB, …), over its provider tree: the
+	// numbers the web view and the scheduler use. Capacity is
+	// (total − reserved) × allocation_ratio, so a VCPU inventory of 32
+	// with cpu_allocation_ratio 4 holds 128. Nil when the server does not
+	// serve keel's state endpoint (the raw fields above are then all
+	// there is).
+	Placement map[string]HostResource `json:"placement,omitempty"`
 }
 
-// Hosts lists every hypervisor, sorted by name (admin only).
+// HostResource is one resource class of a host as Placement counts it.
+type HostResource struct {
+	Total           int64   `json:"total"`
+	Reserved        int64   `json:"reserved"`
+	AllocationRatio float64 `json:"allocation_ratio"`
+	Capacity        int64   `json:"capacity"`
+	Used            int64   `json:"used"`
+}
+
+// Hosts lists every hypervisor, sorted by name (admin only), each with
+// its Placement resources (GET /keel/v1/ui/state, the web view's own
+// figures).
 func (c *Client) Hosts(ctx context.Context) ([]Host, error) {
 	pages, err := hypervisors.List(c.compute, nil).AllPages(ctx)
 	if err != nil {
@@ -38,15 +60,39 @@ func (c *Client) Hosts(ctx context.Context) ([]Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the hypervisor list: %w", err)
 	}
+	res, err := c.hostResources(ctx)
+	if err != nil && !isNotFound(err) {
+		return nil, err
+	}
 	out := make([]Host, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, Host{
 			Name: h.HypervisorHostname, State: h.State, Status: h.Status,
 			VCPUs: h.VCPUs, VCPUsUsed: h.VCPUsUsed, MemoryMB: h.MemoryMB, MemoryMBUsed: h.MemoryMBUsed,
 			LocalGB: h.LocalGB, LocalGBUsed: h.LocalGBUsed, RunningVMs: h.RunningVMs,
+			Placement: res[h.HypervisorHostname],
 		})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return natural.Less(out[i].Name, out[j].Name) })
+	return out, nil
+}
+
+// hostResources reads every host's Placement resources from keel's state
+// endpoint, by host name.
+func (c *Client) hostResources(ctx context.Context) (map[string]map[string]HostResource, error) {
+	var body struct {
+		Hosts []struct {
+			Name      string                  `json:"name"`
+			Resources map[string]HostResource `json:"resources"`
+		} `json:"hosts"`
+	}
+	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("ui", "state"), &body, nil); err != nil {
+		return nil, fmt.Errorf("reading the hosts' capacities: %w", describe(err))
+	}
+	out := make(map[string]map[string]HostResource, len(body.Hosts))
+	for _, h := range body.Hosts {
+		out[h.Name] = h.Resources
+	}
 	return out, nil
 }
 
@@ -169,7 +215,8 @@ func (c *Client) GetServer(ctx context.Context, id string) (Server, error) {
 }
 
 // Servers lists servers (every project's when allProjects and the caller
-// is an admin), sorted by name then id, with their flavors' names.
+// is an admin), sorted by name (naturally: vm2 before vm10) then id, with
+// their flavors' names.
 func (c *Client) Servers(ctx context.Context, allProjects bool) ([]Server, error) {
 	pages, err := servers.List(c.compute, servers.ListOpts{AllTenants: allProjects}).AllPages(ctx)
 	if allProjects && gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
@@ -190,7 +237,7 @@ func (c *Client) Servers(ctx context.Context, allProjects bool) ([]Server, error
 	c.nameFlavors(ctx, out)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
+			return natural.Less(out[i].Name, out[j].Name)
 		}
 		return out[i].ID < out[j].ID
 	})

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -57,7 +59,15 @@ func (c *Client) ResetMigration(ctx context.Context, id int64) (Migration, error
 	}
 	_, err := c.keel.Post(ctx, c.keel.ServiceURL("migrations", strconv.FormatInt(id, 10), "reset"), map[string]any{}, &body, &gophercloud.RequestOpts{OkCodes: []int{200}})
 	if err != nil {
-		return Migration{}, fmt.Errorf("resetting migration %d: %w", id, describe(err))
+		err = describe(err)
+		var ae *APIError
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return Migration{}, fmt.Errorf("migration %d: %w (keel migration list shows them)", id, ErrNotFound)
+		case errors.As(err, &ae) && ae.Status == http.StatusConflict:
+			return Migration{}, err // the server's message names the migration
+		}
+		return Migration{}, fmt.Errorf("resetting migration %d: %w", id, err)
 	}
 	return newestFirst([]rawMigration{body.Migration})[0], nil
 }

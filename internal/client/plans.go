@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/gophercloud/gophercloud/v2"
 
@@ -46,7 +48,7 @@ func (c *Client) GetPlan(ctx context.Context, id int64) (Plan, error) {
 		Plan Plan `json:"plan"`
 	}
 	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("plans", strconv.FormatInt(id, 10)), &body, nil); err != nil {
-		return Plan{}, fmt.Errorf("plan %d: %w", id, describe(err))
+		return Plan{}, planError(id, "reading", err)
 	}
 	return body.Plan, nil
 }
@@ -61,7 +63,7 @@ func (c *Client) Drain(ctx context.Context, o DrainOptions) (Plan, error) {
 	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans"), map[string]any{"drain": o}, &body,
 		&gophercloud.RequestOpts{OkCodes: []int{200, 202}})
 	if err != nil {
-		return Plan{}, fmt.Errorf("draining %v: %w", o.Hosts, describe(err))
+		return Plan{}, fmt.Errorf("draining %s: %w", strings.Join(o.Hosts, ", "), describe(err))
 	}
 	return body.Plan, nil
 }
@@ -147,9 +149,19 @@ func (c *Client) planAction(ctx context.Context, id int64, action string, req ma
 	_, err := c.keel.Post(ctx, c.keel.ServiceURL("plans", strconv.FormatInt(id, 10), action), req, &body,
 		&gophercloud.RequestOpts{OkCodes: []int{200}})
 	if err != nil {
-		return Plan{}, fmt.Errorf("%s plan %d: %w", action, id, describe(err))
+		return Plan{}, planError(id, map[string]string{"approve": "approving", "cancel": "cancelling"}[action], err)
 	}
 	return body.Plan, nil
+}
+
+// planError is a plan request's error: "plan N: not found" with where to
+// look, or what was being done and the server's reason.
+func planError(id int64, doing string, err error) error {
+	err = describe(err)
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("plan %d: %w (keel plan list shows the plans)", id, ErrNotFound)
+	}
+	return fmt.Errorf("%s plan %d: %w", doing, id, err)
 }
 
 // Undrain enables a drained host again; with moveBack it also starts a

@@ -235,7 +235,7 @@ func (e *InvalidStateError) Error() string { return e.Msg }
 
 // requestFor builds the scheduler request for an instance.
 func requestFor(inst records.Instance) *scheduler.Request {
-	return &scheduler.Request{InstanceUUID: inst.UUID, Resources: inst.Flavor.Resources(), ExtraSpecs: inst.Flavor.ExtraSpecs}
+	return &scheduler.Request{InstanceUUID: inst.UUID, Flavor: inst.Flavor.Name, Resources: inst.Flavor.Resources(), ExtraSpecs: inst.Flavor.ExtraSpecs}
 }
 
 // retryConflicts runs f up to 5 times while it fails with a generation

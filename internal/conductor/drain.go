@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"keel/internal/natural"
 	"keel/internal/placement"
 	"keel/internal/plan"
 	"keel/internal/records"
@@ -116,7 +117,7 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 	for _, h := range hosts {
 		if _, err := c.store.GetService(ctx, h); err != nil {
 			if isNotFound(err) {
-				return records.Plan{}, nil, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", h)}
+				return records.Plan{}, nil, c.unknownHost(ctx, h)
 			}
 			return records.Plan{}, nil, fmt.Errorf("reading the service of %s: %w", h, err)
 		}
@@ -312,7 +313,7 @@ func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[stri
 			if len(cerr.Unplaced) == 0 {
 				cerr.Why = err.Error()
 			}
-			cerr.Unplaced = append(cerr.Unplaced, fmt.Sprintf("%s (%s on %s)", inst.UUID, inst.Flavor.Name, mv.Source))
+			cerr.Unplaced = append(cerr.Unplaced, instanceRef(inst, fmt.Sprintf("%s on %s", inst.Flavor.Name, mv.Source)))
 			continue
 		}
 		dests[i] = sel.Host
@@ -349,7 +350,7 @@ func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (re
 		return nil
 	}); err != nil {
 		if isNotFound(err) {
-			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", host)}
+			return records.Plan{}, c.unknownHost(ctx, host)
 		}
 		return records.Plan{}, fmt.Errorf("enabling %s: %w", host, err)
 	}
@@ -442,10 +443,51 @@ func (c *Conductor) userPlanEvent(ctx context.Context, id int64, ev plan.Event) 
 	defer c.planMu.Unlock()
 	cur, err := c.store.GetPlan(ctx, id)
 	if err != nil {
-		return records.Plan{}, fmt.Errorf("plan %d: %w", id, err)
+		return records.Plan{}, err // the store's error names the plan
 	}
 	if _, _, err := planMachine.Step(cur, ev); err != nil {
 		return cur, &InvalidStateError{Msg: err.Error()}
 	}
 	return c.stepPlan(ctx, id, ev, nil)
+}
+
+// UnknownHostError is a request naming a host with no compute service; it
+// lists the hosts there are. It matches store.ErrNotFound.
+type UnknownHostError struct {
+	Host  string
+	Hosts []string // every compute host, sorted
+}
+
+func (e *UnknownHostError) Error() string {
+	if len(e.Hosts) == 0 {
+		return fmt.Sprintf("no compute host %s (there are no compute hosts yet)", e.Host)
+	}
+	return fmt.Sprintf("no compute host %s (hosts: %s)", e.Host, strings.Join(e.Hosts, ", "))
+}
+
+// Is makes the error match store.ErrNotFound.
+func (e *UnknownHostError) Is(target error) bool { return target == store.ErrNotFound }
+
+// unknownHost is the error for a host with no compute service.
+func (c *Conductor) unknownHost(ctx context.Context, host string) error {
+	e := &UnknownHostError{Host: host}
+	if svcs, err := c.store.ListServices(ctx); err == nil {
+		for _, s := range svcs {
+			if s.Binary == "" || s.Binary == "nova-compute" {
+				e.Hosts = append(e.Hosts, s.Host)
+			}
+		}
+	}
+	slices.SortFunc(e.Hosts, natural.Compare)
+	return e
+}
+
+// instanceRef names an instance as its user named it, then its UUID and
+// what more there is to say: "vm9 (6e0cb098-…, m1.large on h01)"; an
+// unnamed one by its UUID: "6e0cb098-… (m1.large on h01)".
+func instanceRef(inst records.Instance, more string) string {
+	if inst.Name == "" {
+		return fmt.Sprintf("%s (%s)", inst.UUID, more)
+	}
+	return fmt.Sprintf("%s (%s, %s)", inst.Name, inst.UUID, more)
 }

@@ -57,7 +57,7 @@ func (c *Conductor) evacuateAll(ctx context.Context, req EvacuateAllRequest) (re
 	}
 	if _, err := c.store.GetService(ctx, h); err != nil {
 		if isNotFound(err) {
-			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("no compute host %s", h)}
+			return records.Plan{}, c.unknownHost(ctx, h)
 		}
 		return records.Plan{}, fmt.Errorf("reading the service of %s: %w", h, err)
 	}

@@ -236,6 +236,15 @@ const (
 	MigrationDone MigrationStatus = "done"
 )
 
+// MigrationStatuses are every status a migration can have, live ones
+// first, in the order a migration passes them.
+var MigrationStatuses = []MigrationStatus{
+	MigrationAccepted, MigrationQueued, MigrationPreparing, MigrationRunning, MigrationCompleted,
+	MigrationError, MigrationFailed, MigrationCancelled,
+	MigrationPreMigrating, MigrationMigrating, MigrationPostMigrating, MigrationFinished,
+	MigrationConfirming, MigrationConfirmed, MigrationReverting, MigrationReverted, MigrationDone,
+}
+
 // Migration types (records.Migration.Type), Nova's names.
 const (
 	MigrationTypeLive   = "live-migration"

@@ -37,7 +37,10 @@ func (g *Group) Allows(host string) bool {
 // filters and weighers read).
 type Request struct {
 	InstanceUUID string
-	Resources    placement.Resources
+	// Flavor is the flavor's name, for messages only (a No valid host
+	// names the `keel schedule explain --flavor …` that says why).
+	Flavor    string
+	Resources placement.Resources
 	// ExtraSpecs are the flavor's extra specs (capabilities:…,
 	// aggregate_instance_extra_specs:…, and the request groups Nova
 	// builds from resources:CLASS=N, resourcesN:CLASS=N,

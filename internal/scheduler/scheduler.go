@@ -74,6 +74,10 @@ type NoValidHostError struct {
 	// Reason, when set, is why no host was asked (a flavor whose request
 	// groups Placement would refuse).
 	Reason string
+	// Flavor and RequestedHost are the request's (Request.Flavor,
+	// Request.RequestedHost): the message names the host and the
+	// `keel schedule explain` command that says why, filled in.
+	Flavor, RequestedHost string
 }
 
 func (e *NoValidHostError) Error() string {
@@ -93,7 +97,35 @@ func (e *NoValidHostError) Error() string {
 	if len(parts) > 0 {
 		msg += ", rejected: " + strings.Join(parts, ", ")
 	}
-	return msg + " (run `keel schedule explain` for every host's reason)"
+	explain := "keel schedule explain"
+	if e.Flavor != "" {
+		explain += " --flavor " + e.Flavor
+	}
+	if e.RequestedHost == "" {
+		return msg + " (run `" + explain + "` for every host's reason)"
+	}
+	if e.Rejected[unknownHost] > 0 {
+		return fmt.Sprintf("No valid host was found: the requested host %s is no compute host (keel host list shows them)", e.RequestedHost)
+	}
+	var by []string
+	for _, n := range names {
+		if n != "ignored" {
+			by = append(by, n)
+		}
+	}
+	if len(by) == 0 {
+		by = []string{"ignored (it is the instance's own host, or one already tried)"}
+	}
+	return fmt.Sprintf("%s; the requested host %s was rejected by %s (run `%s --host %s` for why)",
+		msg, e.RequestedHost, strings.Join(by, ", "), explain, e.RequestedHost)
+}
+
+// unknownHost counts a requested host the view does not know.
+const unknownHost = "requested host unknown"
+
+// noValidHost is the error for a request no host passed.
+func noValidHost(req *Request, hosts int, rejected map[string]int) *NoValidHostError {
+	return &NoValidHostError{Hosts: hosts, Rejected: rejected, Flavor: req.Flavor, RequestedHost: req.RequestedHost}
 }
 
 // IsNoValidHost reports whether err is a NoValidHostError.
@@ -212,7 +244,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	active := s.activeFilters(req)
 	top, rejected := s.rank(hosts, req, active)
 	if len(top) == 0 {
-		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
+		return Selection{}, noValidHost(req, len(hosts), rejected)
 	}
 	order, seed := s.pick(top, req.PickSeed)
 	sel.PickSeed = seed
@@ -268,7 +300,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		rejected = map[string]int{}
 	}
 	rejected["claim refused"] += sel.Claims
-	return sel, &NoValidHostError{Hosts: len(hosts), Rejected: rejected}
+	return sel, noValidHost(req, len(hosts), rejected)
 }
 
 // prepareTree decides whether the request goes through placement's
@@ -369,7 +401,7 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []stage, fas
 	if req.RequestedHost != "" {
 		h := s.view.byName[req.RequestedHost]
 		if h == nil {
-			rejected["requested host unknown"] = 1
+			rejected[unknownHost] = 1
 			return nil, rejected
 		}
 		lo, hi = h.idx, h.idx+1

@@ -124,14 +124,15 @@ func (k *keelAPI) resetMigration(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	m, err := k.resetter.ResetMigration(ctx, id)
 	if err != nil {
-		status := http.StatusInternalServerError
+		// The conductor's errors name the migration already.
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			status = http.StatusNotFound
+			computeapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("Migration %d could not be found.", id))
 		case placement.IsConflict(err) || isInvalidState(err):
-			status = http.StatusConflict
+			computeapi.WriteError(w, http.StatusConflict, err.Error())
+		default:
+			computeapi.WriteError(w, http.StatusInternalServerError, err.Error())
 		}
-		computeapi.WriteError(w, status, fmt.Sprintf("resetting migration %d: %v", id, err))
 		return
 	}
 	// The reset is audited as an instance action of its instance, with

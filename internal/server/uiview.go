@@ -229,20 +229,15 @@ func (v *hostView) hosts() []viewHost {
 			}
 		}
 	}
-	children := map[string][]string{}
+	sums := make([]store.ProviderSummary, 0, len(v.provs))
 	for _, p := range v.provs {
-		if p.ParentUUID != "" {
-			children[p.ParentUUID] = append(children[p.ParentUUID], p.UUID)
-		}
+		sums = append(sums, p)
 	}
-	out := make([]viewHost, 0, len(v.provs))
-	for _, p := range v.provs {
-		if _, pool := slices.BinarySearch(p.Traits, placement.SharesViaAggregate); p.ParentUUID != "" || pool {
-			continue // children and sharing pools are not hosts
-		}
-		h := viewHost{Name: p.Name, Provider: p, Capacity: map[placement.ResourceClass]int64{},
-			Used: map[placement.ResourceClass]int64{}, Nested: map[placement.ResourceClass]bool{}}
-		v.foldTree(&h, p, children, true)
+	trees := store.HostTrees(sums)
+	out := make([]viewHost, 0, len(trees))
+	for _, t := range trees {
+		p := t.Root
+		h := viewHost{Name: p.Name, Provider: p, Capacity: t.Capacity, Used: t.Used, Nested: t.Nested}
 		h.Record, h.HasRecord = v.recs[p.Name]
 		h.Service, h.HasService = v.svcs[p.Name]
 		h.Zone = zoneOf[p.Name]
@@ -256,25 +251,7 @@ func (v *hostView) hosts() []viewHost {
 		sort.Strings(h.Aggregates)
 		out = append(out, h)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// foldTree adds p's inventories and usage, and its descendants', into h's
-// tree sums. Called with mu held.
-func (v *hostView) foldTree(h *viewHost, p store.ProviderSummary, children map[string][]string, root bool) {
-	for rc, inv := range p.Inventories {
-		h.Capacity[rc] += inv.Capacity()
-		h.Used[rc] += p.Usage[rc]
-		if !root {
-			h.Nested[rc] = true
-		}
-	}
-	for _, c := range children[p.UUID] {
-		if cp, ok := v.provs[c]; ok {
-			v.foldTree(h, cp, children, false)
-		}
-	}
 }
 
 // stdClasses are the classes the view colours hosts by.

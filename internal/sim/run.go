@@ -16,6 +16,7 @@ import (
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/sim/scenario"
+	"keel/internal/store"
 )
 
 // Options tune a run.
@@ -491,20 +492,19 @@ func (w *world) migrateRandom(ctx context.Context) {
 func (w *world) scheduleSamples(ctx context.Context, n int) *Timeline {
 	tl := &Timeline{}
 	sums, _ := w.store.ProviderSummaries(ctx, nil)
-	sort.Slice(sums, func(i, j int) bool { return sums[i].Name < sums[j].Name })
-	for _, s := range sums {
-		tl.Hosts = append(tl.Hosts, s.Name)
-		tl.CapacityMB = append(tl.CapacityMB, s.Inventories[placement.MemoryMB].Capacity())
+	for _, h := range store.HostTrees(sums) {
+		tl.Hosts = append(tl.Hosts, h.Root.Name)
+		tl.CapacityMB = append(tl.CapacityMB, h.Capacity[placement.MemoryMB])
 	}
 	step := w.sc.Duration / float64(n)
 	for i := 0; i <= n; i++ {
 		t := math.Min(float64(i)*step, w.sc.Duration)
 		w.at(t, func() {
 			sums, _ := w.store.ProviderSummaries(ctx, nil)
-			sort.Slice(sums, func(i, j int) bool { return sums[i].Name < sums[j].Name })
-			row := make([]int64, len(sums))
-			for j, s := range sums {
-				row[j] = s.Usage[placement.MemoryMB]
+			trees := store.HostTrees(sums)
+			row := make([]int64, len(trees))
+			for j, h := range trees {
+				row[j] = h.Used[placement.MemoryMB]
 			}
 			tl.Times = append(tl.Times, t)
 			tl.UsedMB = append(tl.UsedMB, row)

@@ -9,6 +9,7 @@ import (
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
+	"keel/internal/store"
 )
 
 // stats accumulates one policy's run.
@@ -90,7 +91,9 @@ func (w *world) stale(sel scheduler.Selection, claimed placement.Resources) bool
 }
 
 // Final is the state of the hosts enabled at the end of a run, from their
-// allocations.
+// allocations. Every figure is over hosts, each host's tree summed (its
+// child providers are part of it; sharing pools are no host's), as the
+// web view counts them.
 type Final struct {
 	VCPUCV         float64 `json:"vcpu_cv"`
 	RAMCV          float64 `json:"ram_cv"`
@@ -106,13 +109,14 @@ func (w *world) final(ctx context.Context) (Final, error) {
 	}
 	f := Final{RAMUsedMB: map[string]int64{}}
 	var cpu, ram []float64
-	for _, s := range sums {
-		if w.disabled[s.Name] {
+	for _, h := range store.HostTrees(sums) {
+		name := h.Root.Name
+		if w.disabled[name] {
 			continue
 		}
-		cpu = append(cpu, float64(s.Usage[placement.VCPU]))
-		ram = append(ram, float64(s.Usage[placement.MemoryMB]))
-		f.RAMUsedMB[s.Name] = s.Usage[placement.MemoryMB]
+		cpu = append(cpu, float64(h.Used[placement.VCPU]))
+		ram = append(ram, float64(h.Used[placement.MemoryMB]))
+		f.RAMUsedMB[name] = h.Used[placement.MemoryMB]
 	}
 	f.VCPUCV, _ = cv(cpu)
 	var mean float64

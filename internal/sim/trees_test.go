@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +83,44 @@ func TestGPUTreesScenario(t *testing.T) {
 		}
 		if s.UUID == "rp-shared-pool" && s.Usage[placement.DiskGB] == 0 {
 			t.Errorf("the shared pool holds no disk: the small local disks should have overflowed into it")
+		}
+	}
+}
+
+// TestSpreadFiguresAreOverHosts runs scenarios/gpu-trees.toml and checks
+// that every spread figure is over hosts, each host's tree summed: the
+// pGPU children and the shared pool are no hosts (they were counted as
+// hosts with 0 MiB, which made RAM CV 1.171 and max/mean 3.05 of hosts
+// whose own figures are 0.195 and 1.34).
+func TestSpreadFiguresAreOverHosts(t *testing.T) {
+	sc, err := scenario.Load(filepath.Join("..", "..", "scenarios", "gpu-trees.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), sc, Options{Samples: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Policies {
+		var names []string
+		var ram []float64
+		for h, mb := range p.Final.RAMUsedMB {
+			names = append(names, h)
+			ram = append(ram, float64(mb))
+		}
+		slices.Sort(names)
+		if want := []string{"g02", "g03", "g04", "h01", "h02", "h03", "h04"}; !slices.Equal(names, want) {
+			t.Errorf("%s: final.ram_used_mb lists %v, want the enabled hosts %v", p.Policy, names, want)
+		}
+		got, mean := cv(ram)
+		if math.Abs(got-p.Final.RAMCV) > 1e-12 || math.Abs(maxOf(ram)/mean-p.Final.RAMMaxOverMean) > 1e-12 {
+			t.Errorf("%s: RAM CV %.3f, max/mean %.2f; the hosts' own are %.3f, %.2f", p.Policy, p.Final.RAMCV, p.Final.RAMMaxOverMean, got, maxOf(ram)/mean)
+		}
+		if p.Final.RAMCV > 0.5 {
+			t.Errorf("%s: RAM CV %.3f: hosts with 0 MiB (children, pools) counted", p.Policy, p.Final.RAMCV)
+		}
+		if want := []string{"g01", "g02", "g03", "g04", "h01", "h02", "h03", "h04"}; !slices.Equal(p.Timeline.Hosts, want) {
+			t.Errorf("%s: the timeline charts %v, want the hosts %v", p.Policy, p.Timeline.Hosts, want)
 		}
 	}
 }
