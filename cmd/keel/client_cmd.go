@@ -52,6 +52,9 @@ type clientFlags struct {
 	cloud        string
 	microversion string
 	format       string
+	// For a Nova cloud (addNovaFlags): the local plan store and nova.conf.
+	dataDir  string
+	novaConf string
 }
 
 func addClientFlags(cmd *cobra.Command) *clientFlags {

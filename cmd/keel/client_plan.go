@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"keel/internal/client"
+	"keel/internal/novaplan"
 	"keel/internal/records"
 )
 
@@ -58,6 +59,14 @@ The hosts stay disabled after the drain; ` + "`keel host undrain HOST`" + ` enab
 			if err != nil {
 				return err
 			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				if o.DryRun || o.ColdFallback || o.StopOnFailure {
+					return fmt.Errorf("--dry-run, --cold-fallback and --stop-on-failure are for keel's own cloud; cloud %s is Nova", c.Cloud())
+				}
+				return novaDrain(cmd, c, cf, novaplan.DrainOptions{Hosts: args, Parallel: o.Parallel, Order: o.Order}, wait)
+			}
 			o.Hosts = args
 			p, err := c.Drain(cmd.Context(), o)
 			if err != nil {
@@ -93,6 +102,7 @@ The hosts stay disabled after the drain; ` + "`keel host undrain HOST`" + ` enab
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, true)
 	f := cmd.Flags()
 	f.IntVar(&o.Parallel, "parallel", 0, "moves of this plan in flight at once (0: only the caps limit it)")
 	f.StringVar(&o.Order, "order", "largest", "move order: largest (most RAM first), smallest or given")
@@ -173,6 +183,11 @@ state, hosts, moves done/running/left/failed, and the owner replica.` + clientLo
 			if err != nil {
 				return err
 			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				return novaPlanList(cmd, c, cf)
+			}
 			ps, err := c.Plans(cmd.Context())
 			if err != nil {
 				return err
@@ -195,6 +210,7 @@ state, hosts, moves done/running/left/failed, and the owner replica.` + clientLo
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, false)
 	return cmd
 }
 
@@ -215,7 +231,12 @@ ETA it gives), and one row per move with its state, migration, destination
 every few seconds, a line per running copy. The plan is the server's: it
 goes on whether anyone follows it. A server that restarts meanwhile is
 retried (the wait says so) and followed again once back; Ctrl-C stops the
-following, not the plan.` + clientLong,
+following, not the plan.
+
+On a Nova cloud (--os-cloud of a cloud that is not keel) the plans are
+keel's local ones (--data-dir); --format json adds each move's figures
+(nova_seconds: its wall time through Nova's API; keel_ms: keel's own time
+for it) and their medians.` + clientLong,
 		Example: `  keel plan show 3
   keel plan show 3 --wait`,
 		Args: cobra.ExactArgs(1),
@@ -223,6 +244,11 @@ following, not the plan.` + clientLong,
 			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
+			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				return novaPlanShow(cmd, c, cf, id, wait)
 			}
 			p, err := c.GetPlan(cmd.Context(), id)
 			switch {
@@ -255,6 +281,7 @@ following, not the plan.` + clientLong,
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, false)
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the plan until it ends (a line per move as it ends, per running copy every few seconds)")
 	return cmd
 }
@@ -325,6 +352,11 @@ last running move ends. A drain's hosts stay disabled (keel host undrain).` + cl
 			if err != nil {
 				return err
 			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				return novaPlanCancel(cmd, c, cf, id, abort)
+			}
 			p, err := c.CancelPlan(cmd.Context(), id, abort)
 			if err != nil {
 				return err
@@ -337,6 +369,7 @@ last running move ends. A drain's hosts stay disabled (keel host undrain).` + cl
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, false)
 	cmd.Flags().BoolVar(&abort, "abort", false, "abort the running moves too")
 	return cmd
 }

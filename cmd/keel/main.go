@@ -40,5 +40,6 @@ shows keel's fix side by side:
 		SilenceErrors: true,
 	}
 	root.AddCommand(withClientCommands(simCommand(), serverCommand(), agentCommand(), devCommand(), configCommand())...)
+	root.AddCommand(novaExecutorCommand())
 	return root
 }

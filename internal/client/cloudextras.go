@@ -56,3 +56,17 @@ func readExtras(path, cloud string) (cloudExtras, bool, error) {
 	e, ok := f.Clouds[cloud]
 	return e, ok, nil
 }
+
+// CloudsYAMLPath is the clouds.yaml Connect reads for file (""
+// meaning $OS_CLIENT_CONFIG_FILE, then openstackclient's search path), as
+// an absolute path ("" when there is none).
+func CloudsYAMLPath(file string) string {
+	if file == "" {
+		file = os.Getenv("OS_CLIENT_CONFIG_FILE")
+	}
+	p := cloudsYAMLPath(file)
+	if abs, err := filepath.Abs(p); err == nil && p != "" {
+		return abs
+	}
+	return p
+}

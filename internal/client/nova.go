@@ -495,3 +495,37 @@ func (n *NovaCloud) Snapshot(sched scenario.SnapshotScheduler, cp scenario.Snaps
 	}
 	return snap
 }
+
+// DisableNovaService disables (or enables) a host's nova-compute service
+// at microversion 2.53 (by its UUID), with reason.
+func (c *Client) DisableNovaService(ctx context.Context, host string, disable bool, reason string) error {
+	cc := at(c.compute, NovaReadMicroversion)
+	var sv struct {
+		Services []struct {
+			ID string `json:"id"`
+		} `json:"services"`
+	}
+	q := url.Values{"binary": {"nova-compute"}, "host": {host}}
+	if _, err := cc.Get(ctx, cc.ServiceURL("os-services")+"?"+q.Encode(), &sv, nil); err != nil {
+		return c.adminError("reading the compute service of "+host, err)
+	}
+	if len(sv.Services) == 0 {
+		return fmt.Errorf("host %s has no nova-compute service", host)
+	}
+	body := map[string]any{"status": "enabled"}
+	if disable {
+		body = map[string]any{"status": "disabled", "disabled_reason": reason}
+	}
+	if _, err := cc.Put(ctx, cc.ServiceURL("os-services", sv.Services[0].ID), body, nil, &gophercloud.RequestOpts{OkCodes: []int{200}}); err != nil {
+		return fmt.Errorf("setting the compute service of %s %s: %w", host, body["status"], describe(err))
+	}
+	return nil
+}
+
+// AbortMigration aborts a server's running live migration (2.24+).
+func (c *Client) AbortMigration(ctx context.Context, serverID string, migration int64) error {
+	if _, err := c.compute.Delete(ctx, c.compute.ServiceURL("servers", serverID, "migrations", strconv.FormatInt(migration, 10)), nil); err != nil {
+		return fmt.Errorf("aborting migration %d of server %s: %w", migration, serverID, describe(err))
+	}
+	return nil
+}

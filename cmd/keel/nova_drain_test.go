@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
+	"keel/internal/client"
+	"keel/internal/client/clienttest"
+	"keel/internal/novaplan"
+	"keel/internal/records"
+)
+
+// TestMain lets a test start the test binary as keel itself: the drain's
+// detached executor runs `keel nova-executor` (os.Executable) with
+// KEEL_BE_MAIN=1.
+func TestMain(m *testing.M) {
+	if os.Getenv("KEEL_BE_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// novaDrainCloud starts keel with hosts agents and boots n servers on
+// h01 (forced, as an admin does with availability_zone nova:h01), and
+// points the commands at it as a Nova cloud (admin token, endpoints,
+// KEEL_CLOUD_AS_NOVA). It returns the cloud and the servers' UUIDs.
+func novaDrainCloud(t *testing.T, hosts, n int) (*clienttest.Cloud, []string) {
+	t.Helper()
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: hosts})
+	c := cloud.Connect(t)
+	ctx := context.Background()
+	var ids []string
+	flavors := []string{"m1.small", "m1.medium", "m1.large"}
+	for i := range n {
+		fl, err := c.FindFlavor(ctx, flavors[i%3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := servers.Create(ctx, c.ComputeClient(), servers.CreateOpts{Name: "s" + strconv.Itoa(i), FlavorRef: fl.ID,
+			AvailabilityZone: "nova:h01", Networks: "none"}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	for _, id := range ids {
+		if _, err := c.WaitServer(ctx, id, 50*time.Millisecond, func(s client.Server) bool { return s.Status == "ACTIVE" }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	novaCloudsYAML(t, cloud)
+	t.Setenv("KEEL_CLOUD_AS_NOVA", "1")
+	return cloud, ids
+}
+
+// waitExecutorGone waits until no executor holds dir's lock (it exits
+// once no plan is active).
+func waitExecutorGone(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		release, ok, err := novaplan.Lock(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			release()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the executor of %s did not exit", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func novaPlanJSON(t *testing.T, dir string, id int) NovaPlan {
+	t.Helper()
+	var v NovaPlan
+	out := mustRun(t, "plan", "show", strconv.Itoa(id), "--os-cloud", "nova", "--data-dir", dir, "--format", "json")
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return v
+}
+
+// TestNovaDrainSpreads: keel host drain on a cloud reached as Nova (keel
+// itself, through Nova's compute API and Placement) records a plan in the
+// local store, a detached executor runs it through os-migrateLive, and
+// --wait prints a line per move. Every server leaves h01, the moves
+// spread over the other hosts (keel's claims count each destination at
+// once), and plan show --format json has the figures.
+func TestNovaDrainSpreads(t *testing.T) {
+	cloud, ids := novaDrainCloud(t, 4, 6)
+	dir := t.TempDir()
+	out := mustRun(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h01", "--wait")
+	waitExecutorGone(t, dir)
+	wantContains(t, out, "plan 1: draining h01", "[6/6]", "through Nova", "done — 6 done")
+	v := novaPlanJSON(t, dir, 1)
+	if v.State != records.PlanDone || v.Figures.Done != 6 || v.Figures.Refused != 0 {
+		t.Fatalf("plan %+v", v.Figures)
+	}
+	for h, n := range v.Figures.DestCounts {
+		if h == "h01" || n != 2 {
+			t.Errorf("destinations %v: want 2 on each of h02..h04", v.Figures.DestCounts)
+		}
+	}
+	if v.Figures.KeelMSMax <= 0 || v.Figures.NovaSecondsMedian <= 0 {
+		t.Errorf("figures %+v", v.Figures)
+	}
+	c := cloud.Connect(t)
+	for _, id := range ids {
+		s, err := c.GetServer(context.Background(), id)
+		if err != nil || s.Host == "h01" || s.Status != "ACTIVE" {
+			t.Errorf("server %s: %+v %v", id, s, err)
+		}
+	}
+	hs, err := c.Hosts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Name == "h01" && h.Status != "disabled" {
+			t.Errorf("h01 is %s, want disabled by the drain", h.Status)
+		}
+	}
+	wantContains(t, mustRun(t, "plan", "list", "--os-cloud", "nova", "--data-dir", dir), "plan 1 (drain h01): done")
+}
+
+// TestNovaDrainResumes: the executor killed mid-drain and started again
+// (by plan show --wait) resumes the plan; every server moves exactly once.
+func TestNovaDrainResumes(t *testing.T) {
+	cloud, ids := novaDrainCloud(t, 3, 4)
+	dir := t.TempDir()
+	mustRun(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h01", "--parallel", "1")
+	// Kill it once a move has ended and others are left.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v := novaPlanJSON(t, dir, 1)
+		if v.Progress.Done >= 1 {
+			if v.Progress.Left == 0 {
+				t.Fatalf("the plan ran out before the kill: %+v", v.Progress)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no move ended: %+v", v.Progress)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "executor.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("lock file %q", b)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExecutorGone(t, dir)
+	out := mustRun(t, "plan", "show", "1", "--wait", "--os-cloud", "nova", "--data-dir", dir)
+	waitExecutorGone(t, dir)
+	wantContains(t, out, "done — 4 done")
+	c := cloud.Connect(t)
+	for _, id := range ids {
+		ms, err := c.Migrations(context.Background(), client.MigrationFilter{InstanceUUID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 1 || ms[0].Status != "completed" {
+			t.Errorf("server %s has migrations %+v, want one completed", id, ms)
+		}
+	}
+}
+
+// TestNovaDrainBadInput: an unknown host is refused naming the cloud's
+// hosts, and nothing is stored or disabled.
+func TestNovaDrainBadInput(t *testing.T) {
+	novaDrainCloud(t, 2, 1)
+	dir := t.TempDir()
+	_, err := run(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h09")
+	if err == nil {
+		t.Fatal("drained an unknown host")
+	}
+	wantContains(t, err.Error(), "host h09 is not a compute host", "h01, h02")
+	wantContains(t, mustRun(t, "plan", "list", "--os-cloud", "nova", "--data-dir", dir), "no plans")
+}

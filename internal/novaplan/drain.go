@@ -1,0 +1,142 @@
+package novaplan
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"keel/internal/client"
+	"keel/internal/plan"
+	"keel/internal/records"
+)
+
+// Config is what a data dir's executor needs to reach its cloud, and the
+// hosts as they were when the plans were made. It is kept in
+// DATA_DIR/cloud.json.
+type Config struct {
+	Cloud           string            `json:"cloud"`
+	CloudsYAML      string            `json:"clouds_yaml"`
+	ComputeEndpoint string            `json:"compute_endpoint"`
+	NovaConf        string            `json:"nova_conf,omitempty"`
+	Hosts           map[string]string `json:"hosts"` // host → provider UUID
+}
+
+func configPath(dataDir string) string { return filepath.Join(dataDir, "cloud.json") }
+
+// LoadConfig reads DATA_DIR/cloud.json (ok false when there is none).
+func LoadConfig(dataDir string) (Config, bool, error) {
+	b, err := os.ReadFile(configPath(dataDir))
+	if os.IsNotExist(err) {
+		return Config{}, false, nil
+	}
+	if err != nil {
+		return Config{}, false, err
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Config{}, false, fmt.Errorf("reading %s: %w", configPath(dataDir), err)
+	}
+	return c, true, nil
+}
+
+// SaveConfig writes DATA_DIR/cloud.json.
+func SaveConfig(dataDir string, c Config) error {
+	b, _ := json.MarshalIndent(c, "", "  ")
+	tmp := configPath(dataDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, configPath(dataDir))
+}
+
+// DrainOptions are a drain's policy.
+type DrainOptions struct {
+	Hosts    []string
+	Parallel int
+	Order    string
+}
+
+// Drain plans a drain of hosts on the Nova cloud nc: one move per server
+// on them (largest first unless Order says otherwise), stored approved
+// (the executor runs it), after disabling the hosts' compute services.
+// An unknown host, or a host without servers, is an error and nothing is
+// changed.
+func Drain(ctx context.Context, c *client.Client, st Store, nc *client.NovaCloud, o DrainOptions) (records.Plan, error) {
+	var known []string
+	for _, h := range nc.Hosts {
+		known = append(known, h.Name)
+	}
+	for _, h := range o.Hosts {
+		if !slices.Contains(known, h) {
+			return records.Plan{}, fmt.Errorf("host %s is not a compute host of cloud %s (its hosts: %s): check the name with `openstack hypervisor list`", h, c.Cloud(), strings.Join(known, ", "))
+		}
+	}
+	p := records.Plan{Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: slices.Clone(o.Hosts),
+		Options: records.PlanOptions{Parallel: o.Parallel, Order: o.Order}, CreatedAt: time.Now().UTC()}
+	for _, h := range o.Hosts {
+		for _, s := range nc.Servers {
+			if s.Host == h {
+				p.Moves = append(p.Moves, records.PlanMove{Instance: s.UUID, Source: h, RAMMB: s.Flavor.RAMMB, State: records.MovePending})
+			}
+		}
+	}
+	if err := plan.Order(p.Moves, o.Order); err != nil {
+		return records.Plan{}, err
+	}
+	p, err := st.CreatePlan(ctx, p)
+	if err != nil {
+		return records.Plan{}, fmt.Errorf("storing the plan: %w", err)
+	}
+	for _, h := range o.Hosts {
+		if err := c.DisableNovaService(ctx, h, true, fmt.Sprintf("keel drain plan %d", p.ID)); err != nil {
+			p.State = records.PlanCancelled
+			p.Reason = "disabling the hosts failed: " + err.Error()
+			for i := range p.Moves {
+				p.Moves[i].State = records.MoveCancelled
+			}
+			_, _ = st.UpdatePlan(ctx, p)
+			return records.Plan{}, err
+		}
+	}
+	return p, nil
+}
+
+// Lock takes the data dir's executor lock: ok is false when another
+// executor holds it. The lock goes with the process.
+func Lock(dataDir string) (release func(), ok bool, err error) {
+	f, err := os.OpenFile(filepath.Join(dataDir, "executor.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false, nil
+	}
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return func() { f.Close() }, true, nil
+}
+
+// Run ticks the executor every tick until no plan is active or ctx ends.
+func (e *Executor) Run(ctx context.Context, tick time.Duration) error {
+	for {
+		active, err := e.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.init()
+			e.Log.Warn("running plans", "err", err)
+		}
+		if !active && err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(tick):
+		}
+	}
+}
