@@ -85,9 +85,19 @@ type Figures struct {
 // the starts Nova refused.
 type MoveFigures struct {
 	NovaSeconds float64 `json:"nova_seconds"`
-	KeelMS      float64 `json:"keel_ms"`
-	Refused     int     `json:"refused"`
-	Dest        string  `json:"dest"`
+	// KeelMS is DecisionMS (the scheduler's choice on the view) plus
+	// BookkeepingMS (the plan machine's steps and the store's writes).
+	KeelMS        float64 `json:"keel_ms"`
+	DecisionMS    float64 `json:"decision_ms"`
+	BookkeepingMS float64 `json:"bookkeeping_ms"`
+	Refused       int     `json:"refused"`
+	Dest          string  `json:"dest"`
+}
+
+func (f *MoveFigures) add(decision, book time.Duration) {
+	f.DecisionMS += ms(decision)
+	f.BookkeepingMS += ms(book)
+	f.KeelMS = f.DecisionMS + f.BookkeepingMS
 }
 
 func (e *Executor) init() {
@@ -227,7 +237,7 @@ func (e *Executor) step(ctx context.Context, id int64, ev plan.Event) (records.P
 			return cur, fmt.Errorf("plan %d: saving %s: %w", id, ev.Kind, err)
 		}
 		if ev.Kind != plan.Run && ev.Kind != plan.Resume && ev.Kind != plan.Cancel {
-			e.fig(id, ev.Move).KeelMS += ms(time.Since(t0))
+			e.fig(id, ev.Move).add(0, time.Since(t0))
 		}
 		for _, a := range acts {
 			if ans, ok := e.perform(ctx, p, a); ok {
@@ -379,7 +389,7 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 	for try := 0; try < maxRefusals; try++ {
 		t0 := time.Now()
 		dest, err := e.choose(ctx, &nc, sv, ignore)
-		f.KeelMS += ms(time.Since(t0))
+		f.add(time.Since(t0), 0)
 		if err != nil {
 			return plan.Event{Kind: plan.Refused, Reason: err.Error()}
 		}
