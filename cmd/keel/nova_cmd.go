@@ -244,11 +244,14 @@ type novaMoveFig struct {
 
 // NovaPlanFigure sums a plan's figures.
 type NovaPlanFigure struct {
-	Moves             int            `json:"moves"`
-	Done              int            `json:"done"`
-	Failed            int            `json:"failed"`
-	Skipped           int            `json:"skipped"`
-	Refused           int            `json:"refused"`
+	Moves   int `json:"moves"`
+	Done    int `json:"done"`
+	Failed  int `json:"failed"`
+	Skipped int `json:"skipped"`
+	Refused int `json:"refused"`
+	// RefusedCapacity counts moves no host could take (keel's scheduler
+	// found none).
+	RefusedCapacity   int            `json:"refused_capacity"`
 	NovaSecondsMedian float64        `json:"nova_seconds_median"`
 	NovaSecondsMax    float64        `json:"nova_seconds_max"`
 	KeelMSMedian      float64        `json:"keel_ms_median"`
@@ -286,6 +289,9 @@ func novaPlanView(dir string, p records.Plan) NovaPlan {
 			nova, keel = append(nova, f.NovaSeconds), append(keel, f.KeelMS)
 		case records.MoveFailed:
 			v.Figures.Failed++
+			if strings.HasPrefix(mv.Reason, "no destination") {
+				v.Figures.RefusedCapacity++
+			}
 		case records.MoveSkipped:
 			v.Figures.Skipped++
 		}
@@ -320,6 +326,9 @@ func followNovaPlan(cmd *cobra.Command, st novaplan.Store, dir, cloud string, id
 			if seen[i] == mv.State {
 				continue
 			}
+			if f := figs.Moves[i]; mv.State == records.MoveDone && (f == nil || f.Dest == "") && !records.PlanTerminal(p.State) {
+				continue // its figures are written just after it: next poll
+			}
 			seen[i] = mv.State
 			switch mv.State {
 			case records.MoveRunning:
@@ -327,18 +336,22 @@ func followNovaPlan(cmd *cobra.Command, st novaplan.Store, dir, cloud string, id
 			case records.MoveDone, records.MoveFailed, records.MoveSkipped, records.MoveCancelled:
 				n++
 				line := fmt.Sprintf("[%d/%d] %s: %s → %s %s", n, len(p.Moves), mv.Instance, mv.Source, orDefault(mv.Result, "-"), mv.State)
-				if f := figs.Moves[i]; f != nil && mv.State == records.MoveDone {
-					line += fmt.Sprintf(" (%.2f s through Nova, keel %.2f ms)", f.NovaSeconds, f.KeelMS)
-				}
 				if mv.Reason != "" {
 					line += ": " + mv.Reason
 				}
 				fmt.Fprintln(out, line)
+				if f := figs.Moves[i]; f != nil && mv.State == records.MoveDone {
+					fmt.Fprintf(out, "move %s %s -> %s %.2fs (keel %.2f ms: decision %.2f, bookkeeping %.2f)\n",
+						mv.Instance, mv.Source, mv.Result, f.NovaSeconds, f.KeelMS, f.DecisionMS, f.BookkeepingMS)
+				}
 			}
 		}
 		if records.PlanTerminal(p.State) {
 			v := novaPlanView(dir, p)
 			fmt.Fprintln(out, novaHeadline(v))
+			fmt.Fprintf(out, "keel drain: moves=%d done=%d refused_capacity=%d refused_by_nova=%d failed=%d skipped=%d nova_s_median=%.2f keel_ms_median=%.2f keel_ms_max=%.2f\n",
+				v.Figures.Moves, v.Figures.Done, v.Figures.RefusedCapacity, v.Figures.Refused, v.Figures.Failed, v.Figures.Skipped,
+				v.Figures.NovaSecondsMedian, v.Figures.KeelMSMedian, v.Figures.KeelMSMax)
 			if p.State != records.PlanDone {
 				return fmt.Errorf("plan %d ended %s: %s", id, p.State, p.Reason)
 			}
