@@ -129,7 +129,9 @@ func (a *Agent) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.destroyEvacuated(ctx, st, drv); err != nil {
+	if err := a.untilAnswered(ctx, "waiting for the servers to list the evacuations from this host", func(ctx context.Context) error {
+		return a.destroyEvacuated(ctx, st, drv)
+	}); err != nil {
 		return err
 	}
 	tr := compute.NewTracker(hc, st, drv, opts.Clock)
@@ -165,7 +167,15 @@ func (a *Agent) start(ctx context.Context) error {
 	for _, g := range interrupter.Interrupted() {
 		switch g.State {
 		case compute.GuestBuilding:
-			if a.rebuildingHere(ctx, st, g.UUID) {
+			var rebuilding bool
+			if err := a.untilAnswered(ctx, "waiting for the servers to list an interrupted build's migrations", func(ctx context.Context) error {
+				var err error
+				rebuilding, err = a.rebuildingHere(ctx, st, g.UUID)
+				return err
+			}); err != nil {
+				return err
+			}
+			if rebuilding {
 				continue // an evacuation's rebuild: Reconcile reports it below
 			}
 			a.log.Info("reporting a build the restart interrupted (the guest runs)", "instance", g.UUID)
@@ -182,14 +192,22 @@ func (a *Agent) start(ctx context.Context) error {
 	// Whatever the guests' saved state, what the store still shows in
 	// flight here is reported: builds whose report was lost, copies this
 	// host no longer runs (an abort's, or one whose end was lost).
-	if n, err := a.mgr.Reconcile(ctx); err != nil {
+	var reconciled int
+	if err := a.untilAnswered(ctx, "waiting for the servers to reconcile what is in flight on this host", func(ctx context.Context) error {
+		var err error
+		reconciled, err = a.mgr.Reconcile(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("agent %s: %w", opts.Host, err)
-	} else if n > 0 {
-		a.log.Info("reported what the store showed in flight on this host", "reports", n)
+	}
+	if reconciled > 0 {
+		a.log.Info("reported what the store showed in flight on this host", "reports", reconciled)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
-	if err := st.Heartbeat(ctx, opts.Host, opts.Clock.Now()); err != nil {
+	if err := a.untilAnswered(ctx, "waiting for the servers to take the first heartbeat", func(ctx context.Context) error {
+		return st.Heartbeat(ctx, opts.Host, opts.Clock.Now())
+	}); err != nil {
 		return fmt.Errorf("agent %s: first heartbeat: %w", opts.Host, err)
 	}
 	if d, err := a.mgr.Audit(ctx); err != nil {
@@ -211,20 +229,18 @@ func (a *Agent) start(ctx context.Context) error {
 }
 
 // rebuildingHere reports whether instance uuid is being evacuated to this
-// host (its guest here is the rebuild's, not a boot's). A store that does
-// not answer counts as no.
-func (a *Agent) rebuildingHere(ctx context.Context, st *rpc.Store, uuid string) bool {
+// host (its guest here is the rebuild's, not a boot's).
+func (a *Agent) rebuildingHere(ctx context.Context, st *rpc.Store, uuid string) (bool, error) {
 	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: uuid, Host: a.opts.Host, ActiveOnly: true})
 	if err != nil {
-		a.log.Warn("reading the migrations of an interrupted build", "instance", uuid, "err", err)
-		return false
+		return false, fmt.Errorf("agent %s: reading the migrations of the interrupted build of %s: %w", a.opts.Host, uuid, err)
 	}
 	for _, m := range ms {
 		if m.Type == records.MigrationTypeEvac && m.DestHost == a.opts.Host {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // destroyEvacuated removes, before the agent serves anything, the guests
@@ -291,21 +307,39 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 	return nil, nil, fmt.Errorf("agent %s: unknown virt driver %q (fake, qemu or libvirt)", opts.Host, opts.Driver)
 }
 
-// register retries until a server answers (the agent may start first).
+// register registers the host, waiting for a server to answer (the agent
+// may start first).
 func (a *Agent) register(ctx context.Context, st *rpc.Store, hc compute.HostConfig) (string, error) {
+	var uuid string
+	err := a.untilAnswered(ctx, "waiting for a keel server to register with", func(ctx context.Context) error {
+		var err error
+		uuid, err = st.RegisterHost(ctx, hc, a.opts.Zone)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("agent %s registering: %w", hc.Host, err)
+	}
+	return uuid, nil
+}
+
+// untilAnswered runs step, a part of the start that asks the servers and
+// may be asked again, until it ends without a bus failure (bus.
+// ErrUnavailable: no server answers yet, or the connection dropped while
+// it waited — the servers drop an agent's connections when its identity
+// changes, which a start right after `keel agent enroll` meets) or ctx
+// ends. A call without a deadline is tried once (rpc.Store), so each step
+// would otherwise end the start at the first dropped connection.
+func (a *Agent) untilAnswered(ctx context.Context, waiting string, step func(context.Context) error) error {
 	wait := 200 * time.Millisecond
 	for {
-		uuid, err := st.RegisterHost(ctx, hc, a.opts.Zone)
-		if err == nil {
-			return uuid, nil
+		err := step(ctx)
+		if err == nil || !errors.Is(err, bus.ErrUnavailable) {
+			return err
 		}
-		if !errors.Is(err, bus.ErrUnavailable) {
-			return "", fmt.Errorf("agent %s registering: %w", hc.Host, err)
-		}
-		a.log.Info("waiting for a keel server to register with", "err", err)
+		a.log.Info(waiting, "err", err)
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("agent %s registering: %w", hc.Host, ctx.Err())
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 5*time.Second)

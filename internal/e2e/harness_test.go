@@ -90,6 +90,19 @@ func startIn(t *testing.T, name string, prefix []string, args ...string) *proc {
 	return p
 }
 
+// mustRun fails the test at once if the process has exited (a wait for
+// what it should do would only time out).
+func (p *proc) mustRun(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		data, _ := os.ReadFile(p.log)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		t.Fatalf("%s exited (%v); its last lines:\n%s", p.name, p.cmd.ProcessState, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+	default:
+	}
+}
+
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *proc) kill() {
 	select {
@@ -187,8 +200,10 @@ func (c *cloud) startAgent(host string, extra ...string) {
 	if ns := c.netns[host]; ns != nil {
 		in = []string{"ip", "netns", "exec", ns.name}
 	}
-	c.agents[host] = startIn(c.t, "agent-"+host, in, args...)
+	p := startIn(c.t, "agent-"+host, in, args...)
+	c.agents[host] = p
 	c.waitFor("agent "+host+" to be up", 20*time.Second, func() bool {
+		p.mustRun(c.t)
 		var out struct {
 			Hypervisors []map[string]any `json:"hypervisors"`
 		}
