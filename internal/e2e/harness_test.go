@@ -103,6 +103,17 @@ func (p *proc) mustRun(t *testing.T) {
 	}
 }
 
+// interrupt sends SIGINT (Ctrl-C) and waits for the process to exit.
+func (p *proc) interrupt(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s of SIGINT", p.name, timeout)
+	}
+}
+
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *proc) kill() {
 	select {

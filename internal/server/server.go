@@ -60,6 +60,7 @@ type Server struct {
 	ui       *uiHub
 	agents   *agentRegistry
 	notifier *notify.Notifier
+	lock     *dataDirLock // the data dir's, with a SQLite store
 	// stopOwnership ends the replica's heartbeats and sweeps.
 	stopOwnership context.CancelFunc
 }
@@ -88,6 +89,13 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
 	var err error
+	// One server a SQLite data dir: a second refuses before it reads
+	// anything (it would resume the first one's migrations as its own).
+	if !sharedStore(cfg.Keel.DB) {
+		if s.lock, err = lockDataDir(dataDir); err != nil {
+			return err
+		}
+	}
 	if s.store, err = OpenStore(ctx, cfg.Keel.DB, dataDir); err != nil {
 		return err
 	}
@@ -324,6 +332,7 @@ func (s *Server) Close() {
 	if s.store != nil {
 		_ = s.store.Close()
 	}
+	s.lock.release()
 }
 
 // serverName is the replica's name: [keel] server_name, or a UUID made
@@ -370,7 +379,7 @@ func (s *Server) Store() store.Store { return s.store }
 // OpenStore opens the store [keel] db names: PostgreSQL for a postgres://
 // (or postgresql://) URL, else SQLite at that path or DATA_DIR/keel.db.
 func OpenStore(ctx context.Context, db, dataDir string) (store.Store, error) {
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+	if sharedStore(db) {
 		st, err := postgres.Open(ctx, db)
 		if err != nil {
 			return nil, fmt.Errorf("opening the PostgreSQL store ([keel] db): %w", err)
@@ -385,6 +394,12 @@ func OpenStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 		return nil, fmt.Errorf("opening the store %s: %w", db, err)
 	}
 	return st, nil
+}
+
+// sharedStore reports whether [keel] db names a store replicas share
+// (PostgreSQL); the default, SQLite in the data dir, is one server's.
+func sharedStore(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
 // maxConcurrent is the conductor's per-source cap for
