@@ -184,7 +184,7 @@ func (a *Agent) start(ctx context.Context) error {
 			}
 		case compute.GuestMigrating:
 			a.log.Info("reporting a copy the restart interrupted", "instance", g.UUID, "migration", g.MigrationID)
-			_ = a.outbox.CopyDone(ctx, g.MigrationID, errors.New("memory copy interrupted: the source agent restarted"))
+			_ = a.outbox.CopyDone(ctx, g.MigrationID, compute.ErrCopyRestarted)
 		}
 	}
 	// Copies that outlived the restart (a real hypervisor's) report again.

@@ -257,6 +257,15 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "restart":
 		out = s.restart(t)
+	case "restart-agent":
+		// The source agent restarts: its copies end at once, reported
+		// interrupted by the restart (what keel agent reports at start).
+		host := s.str(t, d, "host")
+		drv, ok := s.c.Drivers[host]
+		if !ok {
+			d.Fatalf(t, "restart-agent: no host %q", host)
+		}
+		drv.InterruptCopies()
 	case "audit":
 		if v := s.c.Violations(); len(v) > 0 {
 			return strings.Join(v, "\n") + "\n"

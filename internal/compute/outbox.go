@@ -69,8 +69,16 @@ type OutboxReport struct {
 	MigrationID  int64     `json:"migration_id,omitempty"`
 	Failed       bool      `json:"failed"`
 	Error        string    `json:"error,omitempty"`
-	At           time.Time `json:"at"`
+	// Restarted: the copy ended because the source agent restarted
+	// (ErrCopyRestarted), not for anything the destination did.
+	Restarted bool      `json:"restarted,omitempty"`
+	At        time.Time `json:"at"`
 }
+
+// ErrCopyRestarted is wrapped by the error a source agent reports for a
+// copy its own restart cut short: the move is not at fault, and a plan
+// retries it without counting an attempt nor avoiding the destination.
+var ErrCopyRestarted = errors.New("memory copy interrupted: the source agent restarted")
 
 // Report kinds.
 const (
@@ -88,6 +96,9 @@ func (r OutboxReport) key() string {
 func (r OutboxReport) err() error {
 	if !r.Failed {
 		return nil
+	}
+	if r.Restarted {
+		return restartedError(r.Error)
 	}
 	return errors.New(r.Error)
 }
@@ -189,7 +200,8 @@ func (o *Outbox) CopyProgress(ctx context.Context, migID int64, total, processed
 
 // CopyDone implements Reporter.
 func (o *Outbox) CopyDone(ctx context.Context, migID int64, copyErr error) error {
-	r := OutboxReport{Kind: ReportCopyDone, MigrationID: migID, Failed: copyErr != nil, Error: errText(copyErr), At: o.clock.Now()}
+	r := OutboxReport{Kind: ReportCopyDone, MigrationID: migID, Failed: copyErr != nil, Error: errText(copyErr),
+		Restarted: errors.Is(copyErr, ErrCopyRestarted), At: o.clock.Now()}
 	return o.keep(ctx, r)
 }
 
@@ -317,6 +329,17 @@ func (o *Outbox) deliver(ctx context.Context, e *outboxEntry) {
 	}
 	o.scheduleLocked(ctx, e, e.wait)
 }
+
+// restartedError is a copy's failure as its report said it, wrapping
+// ErrCopyRestarted.
+type restartedError string
+
+func (e restartedError) Error() string { return string(e) }
+func (e restartedError) Unwrap() error { return ErrCopyRestarted }
+
+// RestartedError is the failure of a copy the source agent's restart cut
+// short, as a report carried it (msg), wrapping ErrCopyRestarted.
+func RestartedError(msg string) error { return restartedError(msg) }
 
 func errText(err error) string {
 	if err == nil {

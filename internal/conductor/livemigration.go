@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"keel/internal/compute"
 	"keel/internal/migration"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -131,7 +132,7 @@ func (c *Conductor) CopyProgress(ctx context.Context, migID int64, total, proces
 func (c *Conductor) CopyDone(ctx context.Context, migID int64, copyErr error) error {
 	ev := migration.Event{Kind: migration.Copied}
 	if copyErr != nil {
-		ev = migration.Event{Kind: migration.CopyFailed, Err: copyErr.Error()}
+		ev = migration.Event{Kind: migration.CopyFailed, Err: copyErr.Error(), Restarted: errors.Is(copyErr, compute.ErrCopyRestarted)}
 	}
 	err := c.Handle(ctx, migID, ev)
 	var illegal *migration.IllegalError

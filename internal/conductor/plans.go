@@ -184,7 +184,7 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 		case records.MigrationTerminal(m.Status) || (m.Type == records.MigrationTypeEvac && m.Status == records.MigrationDone):
 			// An evacuation is done once the instance runs on its
 			// destination (its source, down, cleans up when it is back).
-			ev.Kind, ev.Status, ev.Reason = plan.Ended, m.Status, m.Error
+			ev.Kind, ev.Status, ev.Reason, ev.Interrupted = plan.Ended, m.Status, m.Error, m.Interrupted
 			if ev.Host, err = c.hostOf(ctx, mv.Instance); err != nil {
 				return p, err
 			}
@@ -341,8 +341,9 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 	avoid := c.avoidHosts(draining, u)
 	if mv.Dest == "" && mv.Migration != 0 {
 		// A retry: not onto the host the last attempt failed on (its
-		// agent may be dead while its service still reads up).
-		if last, err := c.store.GetMigration(ctx, mv.Migration); err == nil && last.DestHost != "" &&
+		// agent may be dead while its service still reads up), unless
+		// keel's own restart ended that attempt.
+		if last, err := c.store.GetMigration(ctx, mv.Migration); err == nil && last.DestHost != "" && !last.Interrupted &&
 			(last.Status == records.MigrationFailed || last.Status == records.MigrationError) {
 			avoid = append(avoid, last.DestHost)
 		}

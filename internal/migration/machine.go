@@ -77,6 +77,9 @@ type Event struct {
 	Data map[string]string
 	// Memory progress for Progress (bytes).
 	Total, Processed, Remaining int64
+	// Restarted: a CopyFailed whose copy the source agent's restart cut
+	// short (the migration ends Interrupted).
+	Restarted bool
 }
 
 // ActionKind names what the conductor must do next.
@@ -306,13 +309,14 @@ const interrupted = "interrupted by a restart of the server, or by a step that c
 // resumeBeforeCopy: nothing has moved yet; give the destination claim
 // back (a no-op if the claim never committed) and end in error.
 func resumeBeforeCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
-	m.Phase, m.Outcome, m.Error = PhaseRevert, records.MigrationError, interrupted
+	m.Phase, m.Outcome, m.Error, m.Interrupted = PhaseRevert, records.MigrationError, interrupted, true
 	return m, []Action{{Kind: RevertAllocations}}
 }
 
 // resumePrepare: pre_live_migration may have set the destination up. The
 // source slot is freed (a no-op after a restart, which lost it).
 func resumePrepare(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	m.Interrupted = true
 	return releasing(rollback(m, records.MigrationError, interrupted))
 }
 
@@ -434,6 +438,7 @@ func copyFailed(_ Machine, m records.Migration, ev Event) (records.Migration, []
 	if m.AbortRequested {
 		return releasing(rollback(m, records.MigrationCancelled, "aborted by request"))
 	}
+	m.Interrupted = ev.Restarted
 	return releasing(rollback(m, records.MigrationFailed, "live migration from "+m.SourceHost+" to "+m.DestHost+" failed: "+ev.Err))
 }
 

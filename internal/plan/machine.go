@@ -62,6 +62,10 @@ type Event struct {
 	Skip      bool
 	Abort     bool
 	Bytes     int64
+	// Interrupted: an Ended migration that keel's own restart ended
+	// (records.Migration.Interrupted): the move is pending again, no
+	// attempt counted.
+	Interrupted bool
 	// Now is when the event happened (the executor's clock).
 	Now time.Time
 }
@@ -267,6 +271,13 @@ func (m Machine) ended(p *records.Plan, ev Event) []Action {
 		// Aborted to keep it off a host being drained: tried again,
 		// elsewhere (the draining host is avoided), for free.
 		mv.State, mv.Attempts, mv.Reason = records.MovePending, max(mv.Attempts-1, 0), redirect
+		return nil
+	}
+	if ev.Interrupted && !p.CancelRequested && (ev.Status == records.MigrationFailed || ev.Status == records.MigrationError) {
+		// Ended by a restart of keel itself, not by its destination:
+		// tried again (the destination not avoided), for free.
+		mv.State, mv.Attempts = records.MovePending, max(mv.Attempts-1, 0)
+		mv.Reason = fmt.Sprintf("migration %d was interrupted by a restart of keel: tried again, not counted as an attempt (%s)", ev.Migration, reasonOr(ev.Reason, "no reason given"))
 		return nil
 	}
 	switch ev.Status {

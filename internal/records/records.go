@@ -278,6 +278,12 @@ type Migration struct {
 	Phase MigrationPhase `json:"phase"`
 	// TriedHosts are destinations already claimed and given up on.
 	TriedHosts []string `json:"tried_hosts,omitempty"`
+	// Interrupted: the migration ended because keel itself restarted —
+	// the server's recovery rolled it back before its copy, or the
+	// source agent's restart cut its copy short — not for anything its
+	// destination did: a plan tries its move again without counting the
+	// attempt or avoiding that destination.
+	Interrupted bool `json:"interrupted,omitempty"`
 	Attempts   int      `json:"attempts"`
 	Error      string   `json:"error,omitempty"`
 	// Outcome is the terminal status a rollback in progress will end in

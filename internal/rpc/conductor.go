@@ -46,6 +46,9 @@ type reportArgs struct {
 	Total        int64  `json:"total,omitempty"`
 	Processed    int64  `json:"processed,omitempty"`
 	Remaining    int64  `json:"remaining,omitempty"`
+	// Restarted: a copy_done whose copy the source agent's restart cut
+	// short (compute.ErrCopyRestarted).
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 type storeArgs struct {
@@ -131,7 +134,7 @@ func (r *Reporter) CopyProgress(ctx context.Context, migID int64, total, process
 
 // CopyDone implements compute.Reporter.
 func (r *Reporter) CopyDone(ctx context.Context, migID int64, err error) error {
-	return r.send(ctx, mCopyDone, reportArgs{MigrationID: migID, Error: errText(err)})
+	return r.send(ctx, mCopyDone, reportArgs{MigrationID: migID, Error: errText(err), Restarted: errors.Is(err, compute.ErrCopyRestarted)})
 }
 
 // AuditDrift sends an audit's findings to the servers (best effort: a lost
@@ -308,7 +311,11 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return nil
 		})),
 		mCopyDone: checked(st, log, mCopyDone, copyOf, report(func(ctx context.Context, a reportArgs) error {
-			return h.Reporter.CopyDone(ctx, a.MigrationID, errOf(a.Error))
+			copyErr := errOf(a.Error)
+			if a.Restarted && copyErr != nil {
+				copyErr = compute.RestartedError(a.Error)
+			}
+			return h.Reporter.CopyDone(ctx, a.MigrationID, copyErr)
 		})),
 		mAuditDrift: checked(st, log, mAuditDrift, func(d compute.Drift) about { return onHost(d.Host) },
 			func(_ context.Context, d compute.Drift) (any, error) {

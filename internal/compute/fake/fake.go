@@ -429,6 +429,22 @@ func (d *Driver) AbortLiveMigration(_ context.Context, uuid string) error {
 	return d.endNow(uuid, "aborting", fmt.Errorf("migration of %s: %w", uuid, compute.ErrCopyCancelled))
 }
 
+// InterruptCopies ends every copy in progress here at once, as a restart
+// of the agent does (its guests keep running here): each reports
+// compute.ErrCopyRestarted through its done callback, asynchronously.
+func (d *Driver) InterruptCopies() {
+	d.mu.Lock()
+	uuids := make([]string, 0, len(d.copies))
+	for uuid := range d.copies {
+		uuids = append(uuids, uuid)
+	}
+	d.mu.Unlock()
+	sort.Strings(uuids)
+	for _, uuid := range uuids {
+		_ = d.endNow(uuid, "interrupting", compute.ErrCopyRestarted)
+	}
+}
+
 // ForceCompleteLiveMigration implements compute.Driver: the copy finishes
 // now (as a pause-and-copy would), with the outcome it was heading for (an
 // injected failure still fails), reported asynchronously.
