@@ -63,12 +63,12 @@ type outboxEntry struct {
 // OutboxReport is a report as the outbox keeps it.
 type OutboxReport struct {
 	// Kind is "build_done" or "copy_done".
-	Kind         string    `json:"kind"`
-	InstanceUUID string    `json:"instance_uuid,omitempty"`
-	Host         string    `json:"host,omitempty"`
-	MigrationID  int64     `json:"migration_id,omitempty"`
-	Failed       bool      `json:"failed"`
-	Error        string    `json:"error,omitempty"`
+	Kind         string `json:"kind"`
+	InstanceUUID string `json:"instance_uuid,omitempty"`
+	Host         string `json:"host,omitempty"`
+	MigrationID  int64  `json:"migration_id,omitempty"`
+	Failed       bool   `json:"failed"`
+	Error        string `json:"error,omitempty"`
 	// Restarted: the copy ended because the source agent restarted
 	// (ErrCopyRestarted), not for anything the destination did.
 	Restarted bool      `json:"restarted,omitempty"`

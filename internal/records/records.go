@@ -283,9 +283,9 @@ type Migration struct {
 	// source agent's restart cut its copy short — not for anything its
 	// destination did: a plan tries its move again without counting the
 	// attempt or avoiding that destination.
-	Interrupted bool `json:"interrupted,omitempty"`
-	Attempts   int      `json:"attempts"`
-	Error      string   `json:"error,omitempty"`
+	Interrupted bool   `json:"interrupted,omitempty"`
+	Attempts    int    `json:"attempts"`
+	Error       string `json:"error,omitempty"`
 	// Outcome is the terminal status a rollback in progress will end in
 	// (failed, cancelled or error).
 	Outcome MigrationStatus `json:"outcome,omitempty"`
