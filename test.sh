@@ -39,7 +39,31 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-echo "== gofmt"
+# section NAME starts a timed part: each part's wall time and the load
+# average are printed when the script ends (pass or fail), so a slow or
+# loaded run says where its time went.
+start=$(date +%s)
+sections=()
+current=""
+current_start=$start
+section() {
+  local now
+  now=$(date +%s)
+  [ -n "$current" ] && sections+=("$(printf '%5ds  %s' $((now - current_start)) "$current")")
+  current="$1"
+  current_start=$now
+  [ -z "$1" ] || echo "== $1 (at $((now - start)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+report_times() {
+  local rc=$?
+  section ""
+  echo "== wall time per part (total $(( $(date +%s) - start )) s, load now $(cut -d' ' -f1-3 /proc/loadavg)):"
+  printf '%s\n' "${sections[@]}"
+  return $rc
+}
+trap report_times EXIT
+
+section "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change these files (run: gofmt -w .):"
@@ -47,36 +71,36 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 
-echo "== go vet"
+section "go vet"
 go vet ./...
 
-echo "== go test -race"
+section "go test -race"
 go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
 
-echo "== openstackclient against keel dev"
+section "openstackclient against keel dev"
 tests/openstackclient.sh
 
-echo "== OpenStack Watcher 9.0 against keel dev (catalog, Nova notifications over RabbitMQ, three audits)"
+section "OpenStack Watcher 9.0 against keel dev (catalog, Nova notifications over RabbitMQ, three audits)"
 tests/watcher.sh
 
-echo "== Tempest (compute API selection) against keel dev"
+section "Tempest (compute API selection) against keel dev"
 tests/tempest.sh
 
-echo "== fuzz targets, a few seconds each"
+section "fuzz targets, a few seconds each"
 FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
 
-echo "== real guests with QEMU: keel dev --driver qemu and openstackclient"
+section "real guests with QEMU: keel dev --driver qemu and openstackclient"
 tests/qemu.sh
 
-echo "== libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice"
+section "libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice"
 tests/libvirt.sh
 
-echo "== a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch, keel sim's prediction of it"
+section "a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch, keel sim's prediction of it"
 # --skip-keel-drain until keel host drain --os-cloud lands (issue 23): then
 # the same script runs keel's drain through Nova's API as the third column.
 tests/nova.sh --skip-keel-drain
 
-echo "== scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once"
+section "scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once"
 # Build tag scale: kept out of the -race run above (real processes, about
 # two minutes); prints the figures (ACTIVE, No valid host, conflicts per
 # placement, wall time).
