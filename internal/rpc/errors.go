@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"keel/internal/bus"
+	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -14,6 +15,7 @@ import (
 const (
 	codeCapacity     = "capacity"
 	codeInvalidState = "invalid_state"
+	codeNoConsole    = "no_console"
 )
 
 // encode gives a handler's error the code that lets the caller rebuild its
@@ -36,6 +38,8 @@ func encode(err error) error {
 		return bus.WithCode(bus.CodeInvalid, err)
 	case errors.As(err, &ise):
 		return bus.WithCode(codeInvalidState, err)
+	case errors.Is(err, compute.ErrNoConsole):
+		return bus.WithCode(codeNoConsole, err)
 	}
 	return err
 }
@@ -58,6 +62,8 @@ func decode(err error) error {
 		return &placement.InvalidError{Msg: re.Message}
 	case codeInvalidState:
 		return &conductor.InvalidStateError{Msg: re.Message}
+	case codeNoConsole:
+		return fmt.Errorf("%s: %w", re.Message, compute.ErrNoConsole)
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"keel/internal/compute"
+	"keel/internal/conductor"
 )
 
 // mListGuests is keel's own agent method: the driver's guests, as the
@@ -19,6 +20,9 @@ func guestMethods(handlers map[string]func(ctx context.Context, a computeArgs) (
 			gs = []compute.Guest{}
 		}
 		return gs, err
+	}
+	handlers[mConsoleOutput] = func(ctx context.Context, a computeArgs) (any, error) {
+		return m.ConsoleOutput(ctx, a.UUID)
 	}
 }
 
@@ -36,4 +40,17 @@ func (a *Agent) ListGuests(ctx context.Context) ([]compute.Guest, error) {
 	var gs []compute.Guest
 	err := a.call(ctx, mListGuests, computeArgs{}, &gs)
 	return gs, err
+}
+
+// mConsoleOutput is Nova's get_console_output: the end of a guest's
+// serial console log.
+const mConsoleOutput = "get_console_output"
+
+var _ conductor.ConsoleAPI = (*Agent)(nil)
+
+// ConsoleOutput implements conductor.ConsoleAPI.
+func (a *Agent) ConsoleOutput(ctx context.Context, uuid string) ([]byte, error) {
+	var out []byte
+	err := a.call(ctx, mConsoleOutput, computeArgs{UUID: uuid}, &out)
+	return out, err
 }

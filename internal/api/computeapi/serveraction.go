@@ -7,10 +7,13 @@ import (
 )
 
 // serverActions are the server actions keel implements; Nova's others
-// (createImage, addSecurityGroup, …) are refused as unknown.
+// (createImage, addSecurityGroup, …) are refused as unknown. restore is
+// known (a 404 for a server that does not exist) though it never
+// succeeds: keel deletes at once (see restoreServer).
 var serverActions = func() map[string]bool {
 	m := map[string]bool{"os-migrateLive": true, "migrate": true, "resize": true, "confirmResize": true,
-		"revertResize": true, "evacuate": true, "os-resetState": true}
+		"revertResize": true, "evacuate": true, "os-resetState": true,
+		"os-getConsoleOutput": true, "forceDelete": true, "restore": true}
 	for k := range lifecycleActions {
 		m[k] = true
 	}
@@ -34,6 +37,15 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	if raw, ok := body["os-resetState"]; ok {
 		return a.resetState(w, r, in, raw)
+	}
+	if raw, ok := body["os-getConsoleOutput"]; ok {
+		return a.consoleOutput(w, r, in, raw)
+	}
+	if _, ok := body["forceDelete"]; ok {
+		return a.forceDelete(w, r, in)
+	}
+	if _, ok := body["restore"]; ok {
+		return a.restoreServer(r, in)
 	}
 	if handled, err := a.moveAction(w, r, in, body); handled {
 		return err

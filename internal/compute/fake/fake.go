@@ -68,6 +68,9 @@ type Driver struct {
 	faults map[string][]fault
 	// interrupted holds the guests a restart caught mid-operation.
 	interrupted []compute.Guest
+	// consoles holds each guest's console events since this driver
+	// started (see console.go).
+	consoles map[string][]string
 }
 
 type copyJob struct {
@@ -86,9 +89,10 @@ type fault struct {
 }
 
 var (
-	_ compute.Driver       = (*Driver)(nil)
-	_ compute.Interrupter  = (*Driver)(nil)
-	_ compute.CopyReverter = (*Driver)(nil)
+	_ compute.Driver        = (*Driver)(nil)
+	_ compute.Interrupter   = (*Driver)(nil)
+	_ compute.CopyReverter  = (*Driver)(nil)
+	_ compute.ConsoleReader = (*Driver)(nil)
 )
 
 // New returns a driver, loading the state file if there is one.
@@ -102,7 +106,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	d := &Driver{cfg: cfg, guests: map[string]*compute.Guest{}, copies: map[string]*copyJob{}, faults: map[string][]fault{}}
+	d := &Driver{cfg: cfg, guests: map[string]*compute.Guest{}, copies: map[string]*copyJob{}, faults: map[string][]fault{}, consoles: map[string][]string{}}
 	if cfg.StateFile != "" {
 		if err := d.load(); err != nil {
 			return nil, err
@@ -190,6 +194,7 @@ func (d *Driver) Destroy(_ context.Context, uuid string) error {
 		d.guests[uuid] = g
 		return fmt.Errorf("destroying %s: %w", uuid, err)
 	}
+	delete(d.consoles, uuid)
 	return nil
 }
 

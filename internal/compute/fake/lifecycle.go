@@ -62,6 +62,7 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 		g.State = prev
 		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
 	}
+	d.consoleEventLocked(inst.UUID, op, target)
 	return nil
 }
 

@@ -1,0 +1,87 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"keel/internal/store"
+)
+
+// MaxConsoleBytes bounds what a console read returns: the end of the
+// guest's serial log, as Nova's libvirt driver reads the last 100 KiB.
+const MaxConsoleBytes = 100 << 10
+
+// ErrNoConsole says the host's driver keeps no console log for its
+// guests (os-getConsoleOutput is then 501, as Nova answers a driver
+// without get_console_output).
+var ErrNoConsole = errors.New("this host's virt driver keeps no console log")
+
+// ConsoleReader is implemented by drivers that keep each guest's serial
+// console log.
+type ConsoleReader interface {
+	// ConsoleOutput returns the end of the guest's console log, at most
+	// MaxConsoleBytes, whatever the guest's power state (a stopped
+	// guest's log is still there). A guest the driver does not have is
+	// an error wrapping store.ErrNotFound.
+	ConsoleOutput(ctx context.Context, uuid string) ([]byte, error)
+}
+
+// ConsoleOutput is Nova's get_console_output on this host: the end of
+// the guest's serial console log, from the driver.
+func (m *Manager) ConsoleOutput(ctx context.Context, uuid string) ([]byte, error) {
+	cr, ok := m.driver.(ConsoleReader)
+	if !ok {
+		return nil, fmt.Errorf("console output of %s on %s: %w", uuid, m.host, ErrNoConsole)
+	}
+	out, err := cr.ConsoleOutput(ctx, uuid)
+	if err != nil {
+		return nil, fmt.Errorf("console output of %s on %s: %w", uuid, m.host, err)
+	}
+	return out, nil
+}
+
+// NoGuest is the error a driver's ConsoleOutput returns for a guest it
+// does not have.
+func NoGuest(uuid string) error {
+	return fmt.Errorf("guest %s is not on this host: %w", uuid, store.ErrNotFound)
+}
+
+// TailFiles returns the last max bytes of the files in order (older
+// first: a rotated log before the current one), as one log. A file that
+// does not exist counts as empty.
+func TailFiles(max int64, paths ...string) ([]byte, error) {
+	var out []byte
+	for i := len(paths) - 1; i >= 0 && int64(len(out)) < max; i-- {
+		b, err := tailFile(paths[i], max-int64(len(out)))
+		if err != nil {
+			return nil, err
+		}
+		out = append(b, out...)
+	}
+	return out, nil
+}
+
+// tailFile reads the last n bytes of path (all of it if shorter).
+func tailFile(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the console log: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the console log: %w", err)
+	}
+	off := max(fi.Size()-n, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if err != nil {
+		return nil, fmt.Errorf("reading the console log %s: %w", path, err)
+	}
+	return b, nil
+}
