@@ -29,6 +29,7 @@ func agentOptions(cfg config.Config, host, dataDir, busURL string, creds bus.Cre
 		UpdateResourcesInterval: time.Duration(cfg.Default.UpdateResourcesInterval) * time.Second,
 		ReportInterval:          cfg.Default.ReportInterval,
 		SpawnTime:               cfg.Keel.FakeSpawnTime, StepTime: cfg.Keel.FakeStepTime, BandwidthMiBps: bw,
+		Workload: cfg.Keel.FakeWorkload, Metrics: cfg.Metrics.MetricsConfig(),
 		Driver: cfg.Keel.Driver,
 		QEMU: qemu.Config{
 			Binary: cfg.Keel.QEMUBinary, ExtraArgs: strings.Fields(cfg.Keel.QEMUArgs),

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -52,10 +53,16 @@ type Options struct {
 	// negative disables it); ReportInterval the heartbeat's (default 10 s).
 	UpdateResourcesInterval time.Duration
 	ReportInterval          time.Duration
-	// SpawnTime, StepTime and BandwidthMiBps configure the fake driver.
+	// SpawnTime, StepTime and BandwidthMiBps configure the fake driver;
+	// Workload is its guests' default workload model ([keel]
+	// fake_workload).
 	SpawnTime      time.Duration
 	StepTime       time.Duration
 	BandwidthMiBps float64
+	Workload       string
+	// Metrics is when the agent reports measured usage ([metrics]); the
+	// zero value is compute.DefaultMetricsConfig.
+	Metrics compute.MetricsConfig
 	// Driver is the virt driver: "fake" (default), "qemu", configured by
 	// QEMU (its Dir defaults to DataDir/qemu; its Log to the agent's), or
 	// "libvirt", configured by Libvirt (its Dir defaults to
@@ -218,6 +225,12 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	a.wg.Add(1)
 	go a.heartbeat(runCtx, st)
+	mc := opts.Metrics
+	if mc == (compute.MetricsConfig{}) {
+		mc = compute.DefaultMetricsConfig()
+	}
+	a.mgr.SetMetricsConfig(mc)
+	a.mgr.StartMetrics(runCtx)
 	a.mgr.StartPeriodicAudit(runCtx, opts.UpdateResourcesInterval, opts.UpdateResourcesInterval, func(d compute.Drift) {
 		if d.Count() > 0 {
 			a.log.Info("audit healed drift", "drift", d.String())
@@ -271,7 +284,8 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 	switch opts.Driver {
 	case "", "fake":
 		drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
-			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc), Log: a.log})
+			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc), Log: a.log,
+			HostCPUs: hc.VCPUs, Workload: opts.Workload, WorkloadSeed: workloadSeed(opts.Host)})
 		return drv, drv, err
 	case "qemu":
 		qc := opts.QEMU
@@ -364,6 +378,14 @@ func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
 	}
 }
 
+// workloadSeed seeds a host's fake workload models from its name, so a
+// host's bursts are the same after a restart.
+func workloadSeed(host string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(host))
+	return h.Sum64()
+}
+
 // physicalMemory caps the fake hypervisor at its RAM unless the host
 // overcommits RAM.
 func physicalMemory(hc compute.HostConfig) int64 {
@@ -387,6 +409,7 @@ func (a *Agent) Stop() {
 	}
 	if a.mgr != nil {
 		a.mgr.StopPeriodicAudit()
+		a.mgr.StopMetrics()
 	}
 	if a.outbox != nil {
 		a.outbox.Stop() // what is pending stays on disk for the next start

@@ -31,6 +31,10 @@ type Guest struct {
 	// its copy began (Nova live-migrates paused servers too): a failed
 	// copy leaves it paused here, a completed one paused there.
 	Paused bool `json:"paused,omitempty"`
+	// Workload is the guest's instance metadata keel:workload, which the
+	// fake driver's workload model reads before its flavor's extra spec
+	// (package workload).
+	Workload string `json:"workload,omitempty"`
 }
 
 // Settled is the state a migrating guest returns to here when its copy

@@ -81,6 +81,9 @@ type Manager struct {
 	// copies are the memory copies this process started or re-attached to
 	// and whose end it has not reported yet, by migration ID.
 	copies map[int64]string
+
+	metricsMu sync.Mutex // guards metrics
+	metrics   metricsState
 }
 
 // MigrationReader reads a migration record: the source's fence before a
@@ -504,7 +507,11 @@ func (m *Manager) PostLiveMigrationAtSource(ctx context.Context, inst records.In
 	if err := m.driver.PostLiveMigrationAtSource(ctx, inst.UUID); err != nil {
 		return fmt.Errorf("post live migration of %s at source %s: %w", inst.UUID, m.host, err)
 	}
-	return m.tracker.RemoveInstance(ctx, inst.UUID)
+	if err := m.tracker.RemoveInstance(ctx, inst.UUID); err != nil {
+		return err
+	}
+	m.reportAfter(ctx, false)
+	return nil
 }
 
 // PostLiveMigrationAtDestination makes the guest this host's, and — the
@@ -521,6 +528,9 @@ func (m *Manager) PostLiveMigrationAtDestination(ctx context.Context, inst recor
 	// not count it as an I/O-heavy operation in progress.
 	m.tracker.Busy(inst.UUID, false)
 	terr := m.tracker.MigrationArrived(ctx, inst)
+	if derr == nil && terr == nil {
+		m.reportAfter(ctx, false)
+	}
 	if derr != nil {
 		return fmt.Errorf("post_live_migration_at_destination of %s on %s: %w", inst.UUID, m.host, derr)
 	}
@@ -689,6 +699,9 @@ func (m *Manager) Audit(ctx context.Context) (Drift, error) {
 	m.auditMu.Lock()
 	onAudit := m.onAudit
 	m.auditMu.Unlock()
+	if err == nil {
+		m.reportAfter(ctx, true)
+	}
 	if err == nil && onAudit != nil {
 		onAudit(d)
 	}

@@ -96,6 +96,10 @@ type Tracker struct {
 	// failedBuilds counts failed spawns since the last success; kept in
 	// memory, as Nova keeps it: an agent restart starts again at zero.
 	failedBuilds int64
+	// metrics and usage are the last measurement written (WriteMetrics):
+	// every record written carries them.
+	metrics []records.Metric
+	usage   []records.InstanceUsage
 }
 
 // NewTracker returns a tracker with nothing tracked; call Load (or Audit)
@@ -230,6 +234,7 @@ func (t *Tracker) computeLocked() records.HostRecord {
 		}
 	}
 	rec.FailedBuilds = t.failedBuilds
+	rec.Metrics, rec.InstanceUsage = t.metrics, t.usage
 	rec.FreeRAMMB = rec.MemoryMB - rec.MemoryMBUsed
 	rec.FreeDiskGB = rec.LocalGB - rec.LocalGBUsed
 	return rec

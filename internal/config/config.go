@@ -24,6 +24,10 @@ type Config struct {
 	// Notifications holds [oslo_messaging_notifications] and
 	// [notifications]: where keel's versioned notifications go.
 	Notifications NotificationsGroup
+	// Metrics is [metrics]: the agents' reports of measured usage and
+	// MetricsWeigher's options (weight_multiplier is kept with the
+	// registry's options, in FilterScheduler.Options).
+	Metrics MetricsGroup
 
 	// origins records where each value that is not a default came from,
 	// by canonical group and option. Set copies it before writing, so
@@ -153,6 +157,9 @@ type KeelGroup struct {
 	// FakeStepTime is fake_step_seconds (0): how long the fake driver takes
 	// for pre_live_migration and post_live_migration_at_destination.
 	FakeStepTime time.Duration
+	// FakeWorkload is fake_workload (constant cpu=25%): the workload
+	// model of a fake guest whose instance and flavor set none.
+	FakeWorkload string
 	// RPCTimeout is rpc_timeout (30 s): how long the conductor waits for an
 	// agent's answer before taking the agent for gone.
 	RPCTimeout time.Duration
@@ -192,6 +199,36 @@ type KeelGroup struct {
 	InternalURL     string
 	AdminURL        string
 	CatalogServices []string
+}
+
+// MetricsGroup is the [metrics] group: Nova's MetricsWeigher options and
+// keel's measured-usage reports.
+type MetricsGroup struct {
+	// ReportInterval is report_interval (10 s; 0 turns the reports off),
+	// SampleInterval sample_interval (2 s) and ReportThreshold
+	// report_threshold (0.10): an agent reports every ReportInterval, and
+	// at once when a sample finds cpu.percent moved by more than
+	// ReportThreshold.
+	ReportInterval  time.Duration
+	SampleInterval  time.Duration
+	ReportThreshold float64
+	// WeightSetting is weight_setting, name=ratio items.
+	WeightSetting []string
+	// Required is required (true); WeightOfUnavailable
+	// weight_of_unavailable (-10000.0); MaxAge max_age (60 s, 0: no
+	// bound).
+	Required            bool
+	WeightOfUnavailable float64
+	MaxAge              time.Duration
+}
+
+// MetricsConfig is the agent's reporting cadence.
+func (m MetricsGroup) MetricsConfig() compute.MetricsConfig {
+	c := compute.MetricsConfig{Interval: m.ReportInterval, Sample: m.SampleInterval, Threshold: m.ReportThreshold}
+	if m.ReportInterval <= 0 {
+		c.Interval = -1
+	}
+	return c
 }
 
 // APIGroup is the [api] group's options keel reads.
@@ -279,6 +316,7 @@ func Default() Config {
 			RebalanceThreshold:    0.10,
 			Driver:                "fake",
 			QEMUBinary:            "qemu-system-x86_64",
+			FakeWorkload:          "constant cpu=25%",
 			VCPUs:                 32,
 			MemoryMB:              131072,
 			DiskGB:                2000,
@@ -287,6 +325,9 @@ func Default() Config {
 		},
 		API:           APIGroup{TokenTTL: 3600 * time.Second},
 		Notifications: NotificationsGroup{Format: "versioned", Topics: []string{"versioned_notifications"}},
+		Metrics: MetricsGroup{ReportInterval: 10 * time.Second, SampleInterval: 2 * time.Second, ReportThreshold: 0.10,
+			WeightSetting: []string{}, Required: s.Metrics.Required, WeightOfUnavailable: s.Metrics.WeightOfUnavailable,
+			MaxAge: s.Metrics.MaxAge},
 	}
 }
 
@@ -327,6 +368,8 @@ func (d DefaultGroup) UpdateResourcesPeriod() time.Duration {
 // [scheduler] max_attempts and [DEFAULT] service_down_time.
 func (c Config) SchedulerConfig() scheduler.Config {
 	f := c.FilterScheduler
+	// Set checked every item.
+	ws, _ := scheduler.ParseWeightSetting(c.Metrics.WeightSetting)
 	return scheduler.Config{
 		EnabledFilters:              slices.Clone(f.EnabledFilters),
 		Weighers:                    slices.Clone(f.WeightClasses),
@@ -335,6 +378,8 @@ func (c Config) SchedulerConfig() scheduler.Config {
 		MaxAttempts:                 c.Scheduler.MaxAttempts,
 		Options:                     maps.Clone(f.Options),
 		ServiceDownTime:             c.Default.ServiceDownTime,
+		Metrics: scheduler.MetricsConfig{WeightSetting: ws, Required: c.Metrics.Required,
+			WeightOfUnavailable: c.Metrics.WeightOfUnavailable, MaxAge: c.Metrics.MaxAge},
 	}
 }
 

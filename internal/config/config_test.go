@@ -263,7 +263,7 @@ func TestErrors(t *testing.T) {
 		{"minimum", "[filter_scheduler]\nhost_subset_size = 0\n", 2, "filter_scheduler", "host_subset_size", "must be at least 1, got 0"},
 		{"max_attempts", "[scheduler]\nmax_attempts = 0\n", 2, "scheduler", "max_attempts", "must be at least 1"},
 		{"unknown filter", "[filter_scheduler]\nenabled_filters = ComputeFilter, RamFilter\n", 2, "filter_scheduler", "enabled_filters", `unknown filter "RamFilter"`},
-		{"unknown weigher", "[filter_scheduler]\nweight_classes = nova.scheduler.weights.metrics.MetricsWeigher\n", 2, "filter_scheduler", "weight_classes", `unknown weigher "nova.scheduler.weights.metrics.MetricsWeigher"`},
+		{"unknown weigher", "[filter_scheduler]\nweight_classes = nova.scheduler.weights.cross_cell.CrossCellWeigher\n", 2, "filter_scheduler", "weight_classes", `unknown weigher "nova.scheduler.weights.cross_cell.CrossCellWeigher"`},
 		{"choice", "[libvirt]\nlive_migration_timeout_action = retry\n", 2, "libvirt", "live_migration_timeout_action", `invalid value "retry" (one of: abort, force_complete)`},
 		{"policy", "[keel]\npolicy = optimistic\n", 2, "keel", "policy", `invalid value "optimistic" (one of: legacy, dest-update, claim)`},
 		{"address", "[keel]\nlisten = 8080\n", 2, "keel", "listen", "want host:port"},
@@ -633,10 +633,17 @@ func TestSample(t *testing.T) {
 
 func TestSchedulerConfig(t *testing.T) {
 	// Every option of the scheduler's registry is a [filter_scheduler]
-	// option, with the registry's default.
+	// option (or of its own group: [metrics] weight_multiplier), with the
+	// registry's default.
 	multipliers := scheduler.WeigherOptions()
+	groupOf := func(so scheduler.Option) string {
+		if so.Group != "" {
+			return so.Group
+		}
+		return "filter_scheduler"
+	}
 	for _, so := range append(scheduler.WeigherOptions(), scheduler.FilterOptions()...) {
-		o := lookup("filter_scheduler", so.Name)
+		o := lookup(groupOf(so), so.Name)
 		if o == nil {
 			t.Errorf("%s: not a [filter_scheduler] option", so.Name)
 			continue
@@ -650,7 +657,7 @@ func TestSchedulerConfig(t *testing.T) {
 	// default.
 	for i, m := range multipliers {
 		v := float64(i) + 0.25
-		cfg, _ := mustParse(t, "[filter_scheduler]\n"+m.Name+" = "+formatFloat(v)+"\n")
+		cfg, _ := mustParse(t, "["+groupOf(m)+"]\n"+m.Name+" = "+formatFloat(v)+"\n")
 		want := scheduler.DefaultConfig()
 		want.Options[m.Name] = v
 		if got := cfg.SchedulerConfig(); !reflect.DeepEqual(got, want) {

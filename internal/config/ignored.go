@@ -8,7 +8,7 @@ var ignoredGroups = set(`
 	api_database barbican cache cells cinder compute conductor consoleauth
 	cyborg database devices ephemeral_storage_encryption glance guestfs
 	hyperv image_cache ironic key_manager keystone keystone_authtoken
-	metrics mks neutron os_vif_linux_bridge os_vif_ovs
+	mks neutron os_vif_linux_bridge os_vif_ovs
 	oslo_concurrency oslo_limit oslo_messaging_amqp oslo_messaging_kafka
 	oslo_messaging_rabbit oslo_middleware
 	oslo_policy oslo_reports pci placement powervm privsep profiler quota

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"keel/internal/compute/workload"
 	"keel/internal/identity"
 	"keel/internal/notify"
+	"keel/internal/records"
 	"keel/internal/scheduler"
 )
 
@@ -356,7 +358,7 @@ func policyNames() []string {
 
 // groupOrder is the order of groups in the sample file: DEFAULT, then
 // alphabetical, as Nova's sample.
-var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "notifications", "oslo_messaging_notifications", "scheduler"}
+var groupOrder = []string{"DEFAULT", "api", "filter_scheduler", "keel", "libvirt", "metrics", "notifications", "oslo_messaging_notifications", "scheduler"}
 
 // options is the table of every option keel reads. The filters' and
 // weighers' own options come from the scheduler's registry.
@@ -411,7 +413,7 @@ var options = slices.Concat([]*option{
 		"Weighers to run: weigher names ("+strings.Join(scheduler.KnownWeighers, ", ")+
 			"), Nova's class paths (nova.scheduler.weights.ram.RAMWeigher), or "+allWeighers+" for every weigher keel has.").
 		documented(allWeighers, ""),
-}, schedulerOptions(scheduler.WeigherOptions()), []*option{
+}, schedulerOptions(filterSchedulerOnly(scheduler.WeigherOptions())), []*option{
 	boolOpt("filter_scheduler", "shuffle_best_same_weighed_hosts", func(c *Config) *bool { return &c.FilterScheduler.ShuffleBestSameWeighedHosts },
 		"Shuffle the hosts that tie for the best weight, rather than take them in host-name order."),
 }, schedulerOptions(scheduler.FilterOptions()), []*option{
@@ -443,6 +445,8 @@ var options = slices.Concat([]*option{
 		"Seconds the fake driver takes to spawn an instance; 0 spawns at once.").atLeast(0),
 	secondsOpt("keel", "fake_step_seconds", func(c *Config) *time.Duration { return &c.Keel.FakeStepTime },
 		"Seconds the fake driver takes for each step of a move on an agent: pre_live_migration, post_live_migration_at_destination, prep_resize, finish_resize, confirm_resize and finish_revert_resize and each lifecycle action (stop, start, reboot, …); 0 is at once.").atLeast(0),
+	strOpt("keel", "fake_workload", func(c *Config) *string { return &c.Keel.FakeWorkload },
+		"The workload model of a fake guest whose instance (metadata keel:workload) and flavor (extra spec keel:workload) set none: constant, diurnal or bursty with key=value settings, e.g. `diurnal cpu=10% peak=90% peak_at=14h` or `bursty cpu=0.2 peak=2 every=10m for=2m chance=0.5` (cpu and peak in vCPUs or % of the flavor's, mem in MiB or %); empty: such guests use nothing.").checked(checkWorkload),
 	boolOpt("keel", "enable_pprof", func(c *Config) *bool { return &c.Keel.EnablePprof },
 		"Serve Go's runtime profiles (CPU, heap, goroutines) at /debug/pprof/ on the API listener, to the admin's token only: for `go tool pprof` when measuring a replica."),
 	secondsOpt("keel", "rpc_timeout", func(c *Config) *time.Duration { return &c.Keel.RPCTimeout },
@@ -502,6 +506,23 @@ var options = slices.Concat([]*option{
 	strOpt("libvirt", "live_migration_inbound_addr", func(c *Config) *string { return &c.Libvirt.LiveMigrationInboundAddr },
 		"Address (IP or name) other hosts' libvirtd reach this host's at for live migrations, also used for QEMU's migration stream; empty means the host's name."),
 
+	// [metrics]
+	secondsOpt("metrics", "report_interval", func(c *Config) *time.Duration { return &c.Metrics.ReportInterval },
+		"Seconds between an agent's reports of measured usage (the metrics MetricsWeigher weighs, the instances' usage), never tied to update_resources_interval; 0 turns them off.").atLeast(0),
+	secondsOpt("metrics", "sample_interval", func(c *Config) *time.Duration { return &c.Metrics.SampleInterval },
+		"Seconds between two readings of the driver between reports: a reading whose cpu.percent moved by more than report_threshold is reported at once.").atLeast(1),
+	floatOpt("metrics", "report_threshold", func(c *Config) *float64 { return &c.Metrics.ReportThreshold },
+		"A change of the host's cpu.percent (a fraction: 0.10 is 10 points) that an agent reports at once rather than at its next report_interval.").atLeast(0),
+	listOpt("metrics", "weight_setting", func(c *Config) *[]string { return &c.Metrics.WeightSetting }, checkWeightSetting,
+		"MetricsWeigher's metrics and ratios, name=ratio comma-separated (cpu.percent=-1.0 prefers the least busy hosts); a host's weight is the sum of ratio × value. Names: "+strings.Join(records.MetricNames, ", ")+"; the percents are fractions (0.25 is 25 %)."),
+	boolOpt("metrics", "required", func(c *Config) *bool { return &c.Metrics.Required },
+		"Whether a host lacking a metric of weight_setting (or whose measurement is older than max_age) fails the decision, as Nova's raises; false weighs it weight_of_unavailable. Enable MetricFilter to skip such hosts instead."),
+	floatOpt("metrics", "weight_of_unavailable", func(c *Config) *float64 { return &c.Metrics.WeightOfUnavailable },
+		"The weight of a host lacking a metric of weight_setting when required is false."),
+	secondsOpt("metrics", "max_age", func(c *Config) *time.Duration { return &c.Metrics.MaxAge },
+		"Seconds after which a measurement counts as unavailable (keel's; Nova weighs any age); 0: no bound.").atLeast(0),
+}, schedulerOptions(metricsOnly(scheduler.WeigherOptions())), []*option{
+
 	// [notifications]
 	strOpt("notifications", "notification_format", func(c *Config) *string { return &c.Notifications.Format },
 		"Which notifications to send: versioned (Nova's versioned notifications, keel's default), both (the same: keel has no legacy ones), or unversioned (Nova's default, which keel does not send: nothing goes to RabbitMQ).").
@@ -521,13 +542,42 @@ var options = slices.Concat([]*option{
 		"Claims tried per scheduling decision: the chosen host, then the next best when a claim is refused.").atLeast(1),
 })
 
+// filterSchedulerOnly and metricsOnly split the registry's options by
+// group.
+func filterSchedulerOnly(opts []scheduler.Option) []scheduler.Option {
+	return slices.DeleteFunc(opts, func(o scheduler.Option) bool { return o.Group != "" })
+}
+
+func metricsOnly(opts []scheduler.Option) []scheduler.Option {
+	return slices.DeleteFunc(opts, func(o scheduler.Option) bool { return o.Group != "metrics" })
+}
+
+func checkWorkload(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	_, err := workload.Parse(raw)
+	return err
+}
+
+func checkWeightSetting(items []string) ([]string, error) {
+	if _, err := scheduler.ParseWeightSetting(items); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 // schedulerOptions makes [filter_scheduler] options of the scheduler
 // registry's options: a number (a whole one for an Integer option) with
 // the registry's minimum, kept in FilterSchedulerGroup.Options.
 func schedulerOptions(opts []scheduler.Option) []*option {
 	out := make([]*option, 0, len(opts))
 	for _, so := range opts {
-		o := &option{group: "filter_scheduler", name: so.Name, typ: "float", help: so.Help}
+		group := "filter_scheduler"
+		if so.Group != "" {
+			group = so.Group
+		}
+		o := &option{group: group, name: so.Name, typ: "float", help: so.Help}
 		parse := parseFloat
 		format := formatFloat
 		if so.Integer {

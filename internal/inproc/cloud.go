@@ -258,6 +258,9 @@ func (c *Cloud) register(ctx context.Context, hosts []Host) error {
 		}
 		dcfg := h.Driver
 		dcfg.Clock = c.Clock
+		if dcfg.HostCPUs == 0 {
+			dcfg.HostCPUs = cfg.VCPUs
+		}
 		drv, err := fake.New(dcfg)
 		if err != nil {
 			return fmt.Errorf("the driver of host %s: %w", cfg.Host, err)

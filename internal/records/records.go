@@ -39,7 +39,66 @@ type HostRecord struct {
 	RAMAllocationRatio  float64 `json:"ram_allocation_ratio"`
 	DiskAllocationRatio float64 `json:"disk_allocation_ratio"`
 
+	// Metrics are the host's measured values under Nova's
+	// compute_nodes.metrics names (cpu.percent, …; see MetricNames), as
+	// the agent last reported them: a name missing is unavailable, never
+	// zero. InstanceUsage is each guest's measured usage in the same
+	// report. Both are written by the agent's metrics reporter on its own
+	// cadence (compute.MetricsConfig), never tied to the periodic audit.
+	Metrics       []Metric        `json:"metrics,omitempty"`
+	InstanceUsage []InstanceUsage `json:"instance_usage,omitempty"`
+
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Metric is one measured value of a host, as Nova's MonitorMetric holds
+// it: the *.percent values are fractions (0.25 is 25 %), as Nova's
+// cpu.virt_driver monitor reports them, and cpu.frequency is in MHz.
+type Metric struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	// Timestamp is when it was measured (not when it was stored).
+	Timestamp time.Time `json:"timestamp"`
+	// Source is what measured it: the driver (fake.Driver,
+	// qemu.Driver), or "keel.claim" for a value the scheduler adjusted
+	// by a claim it made since.
+	Source string `json:"source"`
+}
+
+// The host metrics' names: Nova's compute_nodes.metrics names.
+const (
+	MetricCPUPercent       = "cpu.percent"
+	MetricCPUUserPercent   = "cpu.user.percent"
+	MetricCPUKernelPercent = "cpu.kernel.percent"
+	MetricCPUIdlePercent   = "cpu.idle.percent"
+	MetricCPUIOWaitPercent = "cpu.iowait.percent"
+	MetricCPUFrequency     = "cpu.frequency"
+)
+
+// MetricNames lists the host metrics keel's drivers report, in the order
+// they are stored.
+var MetricNames = []string{MetricCPUFrequency, MetricCPUUserPercent, MetricCPUKernelPercent,
+	MetricCPUIdlePercent, MetricCPUIOWaitPercent, MetricCPUPercent}
+
+// InstanceUsage is one guest's measured usage.
+type InstanceUsage struct {
+	UUID string `json:"uuid"`
+	// VCPUsBusy is the CPU the guest used, in physical CPUs busy (1.5:
+	// one and a half CPUs' worth of time per second).
+	VCPUsBusy float64 `json:"vcpus_busy"`
+	// MemoryMB is the guest's resident memory.
+	MemoryMB  int64     `json:"memory_mb"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// Metric returns the named metric, if the host reported it.
+func (h HostRecord) Metric(name string) (Metric, bool) {
+	for _, m := range h.Metrics {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Metric{}, false
 }
 
 // Used returns the record's usage as placement resources, reserved amounts

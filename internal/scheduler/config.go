@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -34,6 +35,9 @@ type Config struct {
 	// whose service has not reported for longer is down. Zero disables the
 	// liveness check (the simulator's hosts never miss a heartbeat).
 	ServiceDownTime time.Duration
+	// Metrics are the [metrics] options MetricsWeigher and MetricFilter
+	// read (weight_multiplier is in Options).
+	Metrics MetricsConfig
 }
 
 // DefaultConfig returns Nova's defaults, with AvailabilityZoneFilter added
@@ -46,6 +50,7 @@ func DefaultConfig() Config {
 		MaxAttempts:     3,
 		Options:         map[string]float64{},
 		ServiceDownTime: 60 * time.Second,
+		Metrics:         DefaultMetricsConfig(),
 	}
 	for i := range filterTable {
 		if filterTable[i].Default {
@@ -73,6 +78,7 @@ func (c Config) Clone() Config {
 	c.EnabledFilters = slices.Clone(c.EnabledFilters)
 	c.Weighers = slices.Clone(c.Weighers)
 	c.Options = maps.Clone(c.Options)
+	c.Metrics.WeightSetting = slices.Clone(c.Metrics.WeightSetting)
 	return c
 }
 
@@ -101,6 +107,17 @@ func (c Config) Validate() error {
 	}
 	if c.HostSubsetSize < 1 {
 		return fmt.Errorf("host_subset_size must be at least 1, got %d", c.HostSubsetSize)
+	}
+	for _, w := range c.Metrics.WeightSetting {
+		if w.Name == "" || math.IsNaN(w.Ratio) || math.IsInf(w.Ratio, 0) {
+			return fmt.Errorf("[metrics] weight_setting: invalid item %s=%v", w.Name, w.Ratio)
+		}
+	}
+	if math.IsNaN(c.Metrics.WeightOfUnavailable) || math.IsInf(c.Metrics.WeightOfUnavailable, 0) {
+		return fmt.Errorf("[metrics] weight_of_unavailable must be a finite number, got %v", c.Metrics.WeightOfUnavailable)
+	}
+	if c.Metrics.MaxAge < 0 {
+		return fmt.Errorf("[metrics] max_age must not be negative, got %v", c.Metrics.MaxAge)
 	}
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("max_attempts must be at least 1, got %d", c.MaxAttempts)

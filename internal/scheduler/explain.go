@@ -12,6 +12,9 @@ type WeigherScore struct {
 	Normalized float64 `json:"normalized"`
 	Multiplier float64 `json:"multiplier"`
 	Weighted   float64 `json:"weighted"`
+	// Inputs are MetricsWeigher's: each weighed metric with its value
+	// and age.
+	Inputs []MetricInput `json:"inputs,omitempty"`
 }
 
 // HostExplanation is one host's fate in a decision.
@@ -58,6 +61,7 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 		return Explanation{}, err
 	}
 	hosts := v.snapshot()
+	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
 	if req.queryErr != nil {
 		return Explanation{}, &NoValidHostError{Hosts: len(hosts), Reason: req.queryErr.Error()}
@@ -88,8 +92,15 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 	}
 	s.weigh(hosts, cands, req, func(i int, w string, raw, norm, mult float64) {
 		r := &exp.Hosts[candRows[i]]
-		r.Scores = append(r.Scores, WeigherScore{Weigher: w, Raw: raw, Normalized: norm, Multiplier: mult, Weighted: norm * mult})
+		sc := WeigherScore{Weigher: w, Raw: raw, Normalized: norm, Multiplier: mult, Weighted: norm * mult}
+		if w == metricsWeigherName {
+			sc.Inputs = s.metricInputs(hosts[cands[i]], req.now)
+		}
+		r.Scores = append(r.Scores, sc)
 	})
+	if req.metricErr != nil {
+		return exp, req.metricErr
+	}
 	for i, row := range candRows {
 		exp.Hosts[row].Weight = s.totals[i]
 	}

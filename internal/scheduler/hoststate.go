@@ -100,6 +100,9 @@ type HostState struct {
 	// multipliers are the weigher multipliers the host's aggregates set
 	// (option name → value), overriding the configured ones for this host.
 	multipliers map[string]float64
+	// assumed are the loads claims added to (or took from) the host's
+	// measured CPU since its last measurement (MeasuredMetric).
+	assumed []assumedLoad
 }
 
 // Used returns the host's usage from allocations.

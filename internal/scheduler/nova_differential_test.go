@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -49,6 +50,15 @@ type diffHost struct {
 	LastSeenUp         int64               `json:"last_seen_up"` // Unix seconds
 	Aggregates         []map[string]string `json:"aggregates"`
 	Instances          []string            `json:"instances"`
+	// Metrics are the host's measured values (compute_nodes.metrics).
+	Metrics map[string]float64 `json:"metrics,omitempty"`
+}
+
+// diffMetrics are the case's [metrics] options (MetricsWeigher's).
+type diffMetrics struct {
+	WeightSetting       []string `json:"weight_setting"`
+	Required            bool     `json:"required"`
+	WeightOfUnavailable float64  `json:"weight_of_unavailable"`
 }
 
 type diffGroup struct {
@@ -75,6 +85,7 @@ type diffCase struct {
 	Weighers        []string           `json:"weighers"`
 	Hosts           []diffHost         `json:"hosts"`
 	Request         diffRequest        `json:"request"`
+	Metrics         *diffMetrics       `json:"metrics,omitempty"`
 }
 
 type diffAnswer struct {
@@ -90,12 +101,17 @@ var (
 		"ServerGroupAntiAffinityFilter", "SameHostFilter", "DifferentHostFilter", "NumInstancesFilter",
 		"IoOpsFilter", "AggregateInstanceExtraSpecsFilter"}
 	novaWeighers = []string{"RAMWeigher", "CPUWeigher", "DiskWeigher", "IoOpsWeigher", "BuildFailureWeigher",
-		"ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher"}
+		"ServerGroupSoftAffinityWeigher", "ServerGroupSoftAntiAffinityWeigher", "MetricsWeigher"}
 )
 
 // weigherOption is a weigher's multiplier option, read from the registry.
 func weigherOption(name string) string {
 	return weigherTable[weigherSlot(name)].Multiplier.Name
+}
+
+// aggregateOption is the aggregate metadata key of a weigher's multiplier.
+func aggregateOption(name string) string {
+	return weigherTable[weigherSlot(name)].Multiplier.aggregateKey()
 }
 
 // oracle is one python process serving every case.
@@ -264,7 +280,7 @@ func randomCase(r *rand.Rand, i int) diffCase {
 			if strings.HasPrefix(w, "ServerGroupSoft") && strings.HasPrefix(m, "-") {
 				m = "1.5"
 			}
-			a[weigherOption(w)] = m
+			a[aggregateOption(w)] = m
 		}
 		aggs = append(aggs, a)
 	}
@@ -302,6 +318,9 @@ func randomCase(r *rand.Rand, i int) diffCase {
 			}
 		}
 		c.Hosts = append(c.Hosts, h)
+	}
+	if slices.Contains(c.Weighers, "MetricsWeigher") {
+		addMetrics(r, &c)
 	}
 	// Each pooled instance lives on at most one host.
 	for _, u := range pool {
@@ -359,6 +378,41 @@ func randomCase(r *rand.Rand, i int) diffCase {
 	return c
 }
 
+// addMetrics gives a case with MetricsWeigher its [metrics] options and
+// the hosts their measured values: some hosts lack some metrics (required
+// then false: Nova raises ComputeHostMetricNotFound otherwise), ratios
+// include 0, values repeat so ties are common.
+func addMetrics(r *rand.Rand, c *diffCase) {
+	names := []string{"cpu.percent", "cpu.idle.percent", "cpu.user.percent", "cpu.frequency"}
+	m := &diffMetrics{WeightOfUnavailable: pick(r, -10000.0, -1.0, 0.0, 5.0)}
+	for _, n := range names {
+		if r.IntN(2) == 0 {
+			m.WeightSetting = append(m.WeightSetting, fmt.Sprintf("%s=%s", n, pick(r, "1.0", "-1.0", "0", "2.5", "-0.5")))
+		}
+	}
+	if len(m.WeightSetting) == 0 {
+		m.WeightSetting = []string{"cpu.percent=-1.0"}
+	}
+	missing := false
+	for k := range c.Hosts {
+		h := &c.Hosts[k]
+		h.Metrics = map[string]float64{}
+		for _, n := range names {
+			if r.IntN(8) == 0 {
+				missing = true
+				continue
+			}
+			v := pick(r, 0.0, 0.1, 0.25, 0.29, 0.5, 0.57, 0.75, 1.0) // 0.29 weighs 28 in Nova
+			if n == "cpu.frequency" {
+				v = pick(r, 2400.0, 3000.0)
+			}
+			h.Metrics[n] = v
+		}
+	}
+	m.Required = !missing && r.IntN(2) == 0
+	c.Metrics = m
+}
+
 // nopSource is a store with nothing in it and no changes: the test builds
 // the view's hosts itself.
 type nopSource struct{}
@@ -405,6 +459,13 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 			CPUAllocationRatio: dh.CPUAllocationRatio, NumIOOps: dh.NumIOOps, NumInstances: dh.NumInstances,
 			FailedBuilds: dh.FailedBuilds,
 		}
+		if dh.Metrics != nil {
+			h.HasRecord = true
+			h.Record.Host = dh.Host
+			for _, n := range slices.Sorted(maps.Keys(dh.Metrics)) {
+				h.Record.Metrics = append(h.Record.Metrics, records.Metric{Name: n, Value: dh.Metrics[n], Timestamp: time.Unix(c.Now, 0)})
+			}
+		}
 		v.add(h)
 		byHost[dh.Host] = dh.Aggregates
 		for _, u := range dh.Instances {
@@ -419,6 +480,13 @@ func keelRunWith(t *testing.T, c diffCase, tweak func(*Config)) keelResult {
 	cfg.ServiceDownTime = time.Duration(c.ServiceDownTime) * time.Second
 	for name, x := range c.Options { // the case names nova.conf options, as the registry
 		cfg.Options[name] = x
+	}
+	if m := c.Metrics; m != nil {
+		ws, err := ParseWeightSetting(m.WeightSetting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Metrics = MetricsConfig{WeightSetting: ws, Required: m.Required, WeightOfUnavailable: m.WeightOfUnavailable}
 	}
 	if tweak != nil {
 		tweak(&cfg)

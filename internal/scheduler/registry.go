@@ -22,12 +22,12 @@ var (
 		computeFilterSpec, zoneFilterSpec, capabilitiesFilterSpec, imagePropsFilterSpec,
 		antiAffinityFilterSpec, affinityFilterSpec, sameHostFilterSpec, differentHostFilterSpec,
 		aggregateSpecsFilterSpec, numInstancesFilterSpec, ioOpsFilterSpec,
-		resourceFilterSpec,
+		metricFilterSpec, resourceFilterSpec,
 	}
 	weigherTable = [...]WeigherSpec{
 		ramWeigher, cpuWeigher, diskWeigher, ioOpsWeigher,
 		buildFailureWeigher, numInstancesWeigher,
-		softAffinityWeigher, softAntiAffinityWeigher,
+		softAffinityWeigher, softAntiAffinityWeigher, metricsWeigher,
 	}
 )
 
@@ -35,10 +35,18 @@ var (
 // value in the slot of its row in weigherTable.
 const numWeighers = len(weigherTable)
 
-// Option is one [filter_scheduler] option a filter or weigher reads.
+// Option is one option a filter or weigher reads ([filter_scheduler]
+// unless Group says otherwise).
 type Option struct {
 	// Name is the nova.conf name.
 	Name string
+	// Group is its nova.conf group when not filter_scheduler
+	// (MetricsWeigher's [metrics] weight_multiplier).
+	Group string
+	// Aggregate is the aggregate metadata key that overrides a weigher's
+	// multiplier for the aggregate's hosts, when not Name
+	// (metrics_weight_multiplier).
+	Aggregate string
 	// Default is Nova's default.
 	Default float64
 	// Integer options take whole numbers only.
@@ -48,6 +56,14 @@ type Option struct {
 	Min    float64
 	// Help is the option's documentation (the sample file's comment).
 	Help string
+}
+
+// aggregateKey is the aggregate metadata key of a multiplier option.
+func (o Option) aggregateKey() string {
+	if o.Aggregate != "" {
+		return o.Aggregate
+	}
+	return o.Name
 }
 
 // check refuses a value the option does not accept.
@@ -261,7 +277,11 @@ func WriteTable(w io.Writer) error {
 		if wt.Host == nil {
 			reads += " (per request)"
 		}
-		fmt.Fprintf(&b, "| `%s` | `%s` (%v) | %s |\n", wt.Name, wt.Multiplier.Name, wt.Multiplier.Default, reads)
+		name := wt.Multiplier.Name
+		if wt.Multiplier.Group != "" {
+			name = "[" + wt.Multiplier.Group + "] " + name
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` (%v) | %s |\n", wt.Name, name, wt.Multiplier.Default, reads)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -89,11 +89,18 @@ type Request struct {
 	// first candidate's allocation (provider UUID → resources).
 	tree   bool
 	allocs map[*HostState]map[string]placement.Resources
+	// metrics are MetricsWeigher's settings when it weighs (nil
+	// otherwise), metricsMult its multiplier; metricErr a required
+	// metric a candidate lacks (the decision fails, as Nova's).
+	metrics     *MetricsConfig
+	metricsMult float64
+	metricErr   error
 }
 
 // prepare caches what every host's checks read.
 func (r *Request) prepare(now time.Time) {
 	r.now = now
+	r.metricErr = nil
 	r.other = nil
 	r.tree, r.allocs = false, nil
 	r.query, r.queryErr = placement.FlavorQuery(r.Resources, r.ExtraSpecs, r.ImageProps)

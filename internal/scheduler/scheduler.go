@@ -177,7 +177,7 @@ type weigherEntry struct {
 // multiplierFor is the weigher's multiplier for host h: the one its
 // aggregates set (with the weigher's sign), or the configured one.
 func (we *weigherEntry) multiplierFor(h *HostState) float64 {
-	if m, ok := h.multipliers[we.spec.Multiplier.Name]; ok {
+	if m, ok := h.multipliers[we.spec.Multiplier.aggregateKey()]; ok {
 		if we.spec.Negated {
 			return -m
 		}
@@ -196,7 +196,11 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 	}
 	cfg = cfg.Clone()
 	s := &Scheduler{cfg: cfg, view: view, clock: clk, rnd: rnd, filters: pipeline(cfg)}
+	view.SetMetricsMaxAge(cfg.Metrics.MaxAge)
 	for _, name := range cfg.Weighers {
+		if name == metricsWeigherName && len(cfg.Metrics.WeightSetting) == 0 {
+			continue // weighs nothing (Nova's default weight_setting)
+		}
 		k := weigherSlot(name)
 		w := &weigherTable[k]
 		m := cfg.Option(w.Multiplier.Name)
@@ -213,6 +217,17 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 		}
 	}
 	return s, nil
+}
+
+// prepareMetrics gives the request MetricsWeigher's settings when the
+// weigher is configured.
+func (s *Scheduler) prepareMetrics(req *Request) {
+	req.metrics, req.metricsMult = nil, 0
+	for _, we := range s.weighers {
+		if we.spec.Name == metricsWeigherName {
+			req.metrics, req.metricsMult = &s.cfg.Metrics, we.multiplier
+		}
+	}
 }
 
 // View returns the scheduler's host view.
@@ -236,6 +251,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		return Selection{}, err
 	}
 	hosts := v.snapshot()
+	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
 	if req.queryErr != nil {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: map[string]int{"flavor request groups": len(hosts)}, Reason: req.queryErr.Error()}
@@ -243,6 +259,9 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	s.prepareTree(req)
 	active := s.activeFilters(req)
 	top, rejected := s.rank(hosts, req, active)
+	if req.metricErr != nil {
+		return Selection{}, req.metricErr
+	}
 	if len(top) == 0 {
 		return Selection{}, noValidHost(req, len(hosts), rejected)
 	}
@@ -271,6 +290,9 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 			} else {
 				h.consume(req, gen, v.readsRecords)
 				v.dense.sync(h)
+			}
+			if !v.readsRecords {
+				v.assumeLoad(h, req, s.clock.Now())
 			}
 			sel.Host, sel.ProviderUUID, sel.Weight = h.Name, h.ProviderUUID, r.weight
 			sel.ViewUsed, sel.AllocUsed = viewUsed, allocUsed
@@ -364,7 +386,7 @@ func (s *Scheduler) weighPlan(req *Request) (fast []boundWeigher, slow []weigher
 	d := &s.view.dense
 	fast = s.fast[:0]
 	for _, we := range s.weighers {
-		perHost := s.view.overrides(we.spec.Multiplier.Name)
+		perHost := s.view.overrides(we.spec.Multiplier.aggregateKey())
 		switch {
 		case (we.multiplier == 0 && !perHost) || !we.spec.active(req):
 			// contributes 0 to every host
@@ -618,7 +640,7 @@ func (s *Scheduler) weigh(hosts []*HostState, cands []int32, req *Request, rec f
 		return
 	}
 	for _, we := range s.weighers {
-		if ((we.multiplier == 0 && !s.view.overrides(we.spec.Multiplier.Name)) || !we.spec.active(req)) && rec == nil {
+		if ((we.multiplier == 0 && !s.view.overrides(we.spec.Multiplier.aggregateKey())) || !we.spec.active(req)) && rec == nil {
 			continue // contributes 0 to every host
 		}
 		s.addWeigher(hosts, cands, req, we, true, rec)
@@ -640,7 +662,7 @@ func (s *Scheduler) addWeigher(hosts []*HostState, cands []int32, req *Request, 
 		}
 	}
 	lo, hi := bounds(raw, we.spec.FixedMin)
-	perHost := s.view.overrides(we.spec.Multiplier.Name)
+	perHost := s.view.overrides(we.spec.Multiplier.aggregateKey())
 	scale := 0.0
 	if hi > lo {
 		scale = we.multiplier / (hi - lo) // as in total, so both paths add the same terms

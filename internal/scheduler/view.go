@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -85,6 +86,33 @@ type View struct {
 	// string); dirty holds the roots whose trees changed since, or all.
 	answers  map[string]*answer
 	dirtyAll bool
+	// usage is where each instance was last measured (indexUsage);
+	// assumeFor how long a claim's assumed load waits for a measurement
+	// that confirms it (SetMetricsMaxAge).
+	usage     map[string]usageOf
+	assumeFor time.Duration
+}
+
+// SetMetricsMaxAge sets how long the load a claim assumed on a host's
+// measured view waits for a measurement that sees it ([metrics]
+// max_age; 0: 60 s).
+func (v *View) SetMetricsMaxAge(d time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.assumeFor = d
+}
+
+// setRecord takes a host's new record: its measured instances indexed,
+// the assumed loads it accounts for dropped.
+func (v *View) setRecord(h *HostState, rec records.HostRecord, ok bool) {
+	old := h.Record
+	h.Record, h.HasRecord = rec, ok
+	v.indexUsage(h, old)
+	assumeFor := v.assumeFor
+	if assumeFor <= 0 {
+		assumeFor = 60 * time.Second
+	}
+	h.pruneAssumed(assumeFor)
 }
 
 // provNode is one provider as the view holds it: its summary, and the
@@ -160,9 +188,10 @@ func (v *View) reload(ctx context.Context) error {
 			v.add(h)
 		}
 	}
+	v.usage = nil
 	for _, r := range recs {
 		if h := v.byName[r.Host]; h != nil {
-			h.Record, h.HasRecord = r, true
+			v.setRecord(h, r, true)
 		}
 	}
 	for _, s := range svcs {
@@ -334,7 +363,7 @@ func (v *View) apply(ctx context.Context, chs []store.Change) error {
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("refreshing host record %s: %w", name, err)
 			}
-			h.Record, h.HasRecord = rec, err == nil
+			v.setRecord(h, rec, err == nil)
 			touched[h] = true
 		}
 	}
@@ -398,7 +427,7 @@ func (v *View) overrides(option string) bool {
 // loadHostExtras reads the record and service of a host that just appeared.
 func (v *View) loadHostExtras(ctx context.Context, h *HostState) {
 	if rec, err := v.src.GetHostRecord(ctx, h.Name); err == nil {
-		h.Record, h.HasRecord = rec, true
+		v.setRecord(h, rec, true)
 	}
 	if s, err := v.src.GetService(ctx, h.Name); err == nil {
 		h.setService(s)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/crc32"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,18 @@ type cloudCollector struct {
 	runningVMs, agentState                                        *prometheus.Desc
 	moves, moveProcessed, moveRemaining, moveTotal, imbalanceCV   *prometheus.Desc
 	plans, planMoves, planCopied, planLeft, planETA               *prometheus.Desc
+	// measured: one gauge per host metric (openstack_nova_cpu_percent,
+	// …), its age, and each guest's measured CPU and memory.
+	measured                               map[string]*prometheus.Desc
+	measuredAge, serverCPU, serverMemBytes *prometheus.Desc
+}
+
+// measuredName is a host metric's gauge: openstack_nova_ and its Nova
+// name with dots as underscores (cpu.user.percent:
+// openstack_nova_cpu_user_percent; the percents are ratios 0…1,
+// cpu.frequency MHz).
+func measuredName(metric string) string {
+	return "openstack_nova_" + strings.ReplaceAll(metric, ".", "_")
 }
 
 func newCloudCollector(u *uiHub) *cloudCollector {
@@ -33,19 +46,27 @@ func newCloudCollector(u *uiHub) *cloudCollector {
 	hv := []string{"aggregates", "availability_zone", "hostname"}
 	mv := []string{"id", "instance_uuid", "source", "dest", "kind"}
 	d := prometheus.NewDesc
+	measured := map[string]*prometheus.Desc{}
+	for _, n := range records.MetricNames {
+		measured[n] = d(measuredName(n), "Measured "+n+" of the hypervisor (the agent's last report; absent while unavailable).", hv, nil)
+	}
 	return &cloudCollector{
-		u:            u,
-		rpTotal:      d("openstack_placement_resource_total", "Inventory total per host and resource class (placement).", rp, nil),
-		rpReserved:   d("openstack_placement_resource_reserved", "Inventory reserved per host and resource class (placement).", rp, nil),
-		rpRatio:      d("openstack_placement_resource_allocation_ratio", "Inventory allocation ratio per host and resource class (placement).", rp, nil),
-		rpUsage:      d("openstack_placement_resource_usage", "Allocations (claims) per host and resource class (placement).", rp, nil),
-		vcpus:        d("openstack_nova_vcpus_available", "vCPUs of the hypervisor (its host record).", hv, nil),
-		vcpusUsed:    d("openstack_nova_vcpus_used", "vCPUs used on the hypervisor (its host record).", hv, nil),
-		memBytes:     d("openstack_nova_memory_available_bytes", "Memory of the hypervisor, bytes (its host record).", hv, nil),
-		memUsedBytes: d("openstack_nova_memory_used_bytes", "Memory used on the hypervisor, bytes, reserved included (its host record).", hv, nil),
-		diskBytes:    d("openstack_nova_local_storage_available_bytes", "Local disk of the hypervisor, bytes (its host record).", hv, nil),
-		diskUsed:     d("openstack_nova_local_storage_used_bytes", "Local disk used on the hypervisor, bytes (its host record).", hv, nil),
-		runningVMs:   d("openstack_nova_running_vms", "Guests running on the hypervisor (its host record).", hv, nil),
+		measured:       measured,
+		measuredAge:    d("openstack_nova_metrics_age_seconds", "Age of the hypervisor's last measured-usage report.", hv, nil),
+		serverCPU:      d("openstack_nova_server_cpu_busy", "CPUs' worth of time a guest used (its host's last report).", []string{"hypervisor_hostname", "id"}, nil),
+		serverMemBytes: d("openstack_nova_server_memory_resident_bytes", "A guest's resident memory, bytes (its host's last report).", []string{"hypervisor_hostname", "id"}, nil),
+		u:              u,
+		rpTotal:        d("openstack_placement_resource_total", "Inventory total per host and resource class (placement).", rp, nil),
+		rpReserved:     d("openstack_placement_resource_reserved", "Inventory reserved per host and resource class (placement).", rp, nil),
+		rpRatio:        d("openstack_placement_resource_allocation_ratio", "Inventory allocation ratio per host and resource class (placement).", rp, nil),
+		rpUsage:        d("openstack_placement_resource_usage", "Allocations (claims) per host and resource class (placement).", rp, nil),
+		vcpus:          d("openstack_nova_vcpus_available", "vCPUs of the hypervisor (its host record).", hv, nil),
+		vcpusUsed:      d("openstack_nova_vcpus_used", "vCPUs used on the hypervisor (its host record).", hv, nil),
+		memBytes:       d("openstack_nova_memory_available_bytes", "Memory of the hypervisor, bytes (its host record).", hv, nil),
+		memUsedBytes:   d("openstack_nova_memory_used_bytes", "Memory used on the hypervisor, bytes, reserved included (its host record).", hv, nil),
+		diskBytes:      d("openstack_nova_local_storage_available_bytes", "Local disk of the hypervisor, bytes (its host record).", hv, nil),
+		diskUsed:       d("openstack_nova_local_storage_used_bytes", "Local disk used on the hypervisor, bytes (its host record).", hv, nil),
+		runningVMs:     d("openstack_nova_running_vms", "Guests running on the hypervisor (its host record).", hv, nil),
 		agentState: d("openstack_nova_agent_state", "1 if the compute service is up (heard from within service_down_time), 0 if down.",
 			[]string{"adminState", "disabledReason", "hostname", "id", "service", "zone"}, nil),
 		moves:         d("keel_moves_in_flight", "Moves (migrations) not yet in a final status, by kind.", []string{"kind"}, nil),
@@ -68,7 +89,11 @@ func newCloudCollector(u *uiHub) *cloudCollector {
 func (c *cloudCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rpTotal, c.rpReserved, c.rpRatio, c.rpUsage, c.vcpus, c.vcpusUsed, c.memBytes,
 		c.memUsedBytes, c.diskBytes, c.diskUsed, c.runningVMs, c.agentState, c.moves, c.moveProcessed, c.moveRemaining,
-		c.moveTotal, c.imbalanceCV, c.plans, c.planMoves, c.planCopied, c.planLeft, c.planETA} {
+		c.moveTotal, c.imbalanceCV, c.plans, c.planMoves, c.planCopied, c.planLeft, c.planETA,
+		c.measuredAge, c.serverCPU, c.serverMemBytes} {
+		ch <- d
+	}
+	for _, d := range c.measured {
 		ch <- d
 	}
 }
@@ -104,6 +129,7 @@ func (c *cloudCollector) Collect(ch chan<- prometheus.Metric) {
 			g(c.diskBytes, float64(r.LocalGB)*gib, hv...)
 			g(c.diskUsed, float64(r.LocalGBUsed)*gib, hv...)
 			g(c.runningVMs, float64(r.RunningVMs), hv...)
+			c.collectMeasured(g, r, hv, now)
 		}
 		if h.HasService {
 			state := "enabled"
@@ -163,6 +189,26 @@ func (c *cloudCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, n := range counts {
 		g(c.plans, float64(n), k[0], k[1])
+	}
+}
+
+// collectMeasured reports a host record's measured usage.
+func (c *cloudCollector) collectMeasured(g func(*prometheus.Desc, float64, ...string), r records.HostRecord, hv []string, now time.Time) {
+	var newest time.Time
+	for _, m := range r.Metrics {
+		if d := c.measured[m.Name]; d != nil {
+			g(d, m.Value, hv...)
+			if m.Timestamp.After(newest) {
+				newest = m.Timestamp
+			}
+		}
+	}
+	if !newest.IsZero() {
+		g(c.measuredAge, now.Sub(newest).Seconds(), hv...)
+	}
+	for _, u := range r.InstanceUsage {
+		g(c.serverCPU, u.VCPUsBusy, r.Host, u.UUID)
+		g(c.serverMemBytes, float64(u.MemoryMB)*(1<<20), r.Host, u.UUID)
 	}
 }
 

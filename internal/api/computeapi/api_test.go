@@ -29,6 +29,8 @@ type env struct {
 	clk *clock.Virtual
 	st  store.Store
 	srv *httptest.Server
+	// cloud is the in-process cloud behind the API.
+	cloud *cloudtest.Cloud
 }
 
 func newEnv(t testing.TB) *env { return newEnvOn(t, nil) }
@@ -38,7 +40,7 @@ func newEnvOn(t testing.TB, st store.Store) *env {
 	t.Helper()
 	ctx := context.Background()
 	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, SpawnTime: time.Second, NoProgress: true, On: st})
-	e := &env{t: t, clk: c.Clock, st: c.Backing}
+	e := &env{t: t, clk: c.Clock, st: c.Backing, cloud: c}
 	quiet := slog.New(slog.DiscardHandler)
 	for _, f := range []records.Flavor{{ID: "1", Name: "m1.tiny", VCPUs: 1, RAMMB: 512, DiskGB: 1}, {ID: "2", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20}} {
 		if _, err := e.st.CreateFlavor(ctx, f); err != nil {

@@ -72,6 +72,7 @@ func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[str
 		reason = h.svc.DisabledReason
 	}
 	v["service"] = map[string]any{"host": rec.Host, "id": svcID, "disabled_reason": reason}
+	v["metrics"] = metricsView(rec.Metrics)
 	if version(r).AtLeast(88) {
 		return v
 	}
@@ -86,6 +87,19 @@ func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[str
 		v["cpu_info"] = "{}"
 	}
 	return v
+}
+
+// metricsView is a host's measured metrics as Nova stores them in
+// compute_nodes.metrics (MonitorMetric.to_dict: the percents as
+// fractions, the timestamp as Nova's strtime); an unavailable metric is
+// absent, never 0.
+func metricsView(ms []records.Metric) []any {
+	out := make([]any, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, map[string]any{"name": m.Name, "value": m.Value, "source": m.Source,
+			"timestamp": m.Timestamp.UTC().Format("2006-01-02T15:04:05.000000")})
+	}
+	return out
 }
 
 // withServers adds the names and UUIDs of the servers on a hypervisor to

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/compute/workload"
 	"keel/internal/records"
 )
 
@@ -102,7 +103,7 @@ func (d *Driver) FinishMigration(ctx context.Context, inst records.Instance) err
 		return nil // a repeat that overtook this one
 	}
 	prev, had := d.guests[inst.UUID]
-	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: state}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: state, Workload: inst.Metadata[workload.Key]}
 	if err := d.saveLocked(); err != nil {
 		if had {
 			d.guests[inst.UUID] = prev

@@ -24,6 +24,7 @@ import (
 
 	"keel/internal/clock"
 	"keel/internal/compute"
+	"keel/internal/compute/workload"
 	"keel/internal/records"
 )
 
@@ -56,6 +57,16 @@ type Config struct {
 	LifecycleTime time.Duration
 	// Log receives the driver's warnings (default: slog.Default()).
 	Log *slog.Logger
+	// HostCPUs is the host's physical CPUs, what Measure's cpu.percent is
+	// a fraction of (0: measured usage unavailable).
+	HostCPUs int64
+	// Workload is the workload model of a guest whose instance and flavor
+	// set none (package workload; empty: such a guest uses nothing).
+	Workload string
+	// WorkloadSeed seeds the bursty models.
+	WorkloadSeed uint64
+	// FrequencyMHz is the cpu.frequency Measure reports (default 2400).
+	FrequencyMHz float64
 }
 
 // Driver is the fake driver.
@@ -93,6 +104,7 @@ var (
 	_ compute.Interrupter   = (*Driver)(nil)
 	_ compute.CopyReverter  = (*Driver)(nil)
 	_ compute.ConsoleReader = (*Driver)(nil)
+	_ compute.Measurer      = (*Driver)(nil)
 )
 
 // New returns a driver, loading the state file if there is one.
@@ -152,7 +164,11 @@ func (d *Driver) Spawn(_ context.Context, inst records.Instance, done func(error
 		d.cfg.Clock.AfterFunc(d.cfg.SpawnTime, func() { done(fmt.Errorf("spawning %s: %w", inst.UUID, err)) })
 		return
 	}
-	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}
+	if _, err := d.modelOf(inst.Metadata[workload.Key], inst.Flavor); err != nil {
+		d.cfg.Clock.AfterFunc(0, func() { done(fmt.Errorf("spawning %s: %w", inst.UUID, err)) })
+		return
+	}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding, Workload: inst.Metadata[workload.Key]}
 	if err := d.saveLocked(); err != nil {
 		delete(d.guests, inst.UUID)
 		err = fmt.Errorf("spawning %s: %w", inst.UUID, err)
@@ -262,7 +278,7 @@ func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (m
 		}
 	}
 	old, had := d.guests[inst.UUID]
-	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming}
+	d.guests[inst.UUID] = &compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestIncoming, Workload: inst.Metadata[workload.Key]}
 	if err := d.saveLocked(); err != nil {
 		if had {
 			d.guests[inst.UUID] = old

@@ -24,6 +24,7 @@ try:
     from nova.scheduler.filters import num_instances_filter
     from nova.scheduler.weights import affinity, cpu, disk, io_ops, ram
     from nova.scheduler.weights import compute as build_failure
+    from nova.scheduler.weights import metrics
     from nova.tests.unit.scheduler.fakes import FakeHostState
     from oslo_utils import timeutils
 except ImportError as e:  # the Go test turns this into a failure naming the package
@@ -55,6 +56,7 @@ WEIGHERS = {
     "ServerGroupSoftAffinityWeigher": affinity.ServerGroupSoftAffinityWeigher,
     "ServerGroupSoftAntiAffinityWeigher":
         affinity.ServerGroupSoftAntiAffinityWeigher,
+    "MetricsWeigher": metrics.MetricsWeigher,
 }
 # nova.conf [filter_scheduler] options the cases set.
 OPTIONS = [
@@ -83,6 +85,12 @@ def host_state(h):
         "aggregates": [types.SimpleNamespace(metadata=m)
                        for m in h.get("aggregates") or []],
         "instances": {u: None for u in h.get("instances") or []},
+        # As HostState reads compute_nodes.metrics (the stored JSON: the
+        # percents as fractions).
+        "metrics": objects.MonitorMetricList.from_json(json.dumps([
+            {"name": n, "value": v, "source": "keel",
+             "timestamp": "2027-01-15T08:00:00.000000"}
+            for n, v in sorted((h.get("metrics") or {}).items())])),
     }
     return FakeHostState(h["host"], h["host"], attrs)
 
@@ -110,6 +118,18 @@ def run(case):
         if opt in case["options"]:
             CONF.set_override(opt, case["options"][opt],
                               group="filter_scheduler")
+    # MetricsWeigher's [metrics] options (its multiplier is the case's
+    # weight_multiplier option).
+    m = case.get("metrics") or {}
+    CONF.set_override("weight_setting", m.get("weight_setting") or [],
+                      group="metrics")
+    CONF.set_override("required", m.get("required", True), group="metrics")
+    CONF.set_override("weight_of_unavailable",
+                      m.get("weight_of_unavailable", -10000.0),
+                      group="metrics")
+    CONF.set_override("weight_multiplier",
+                      case["options"].get("weight_multiplier", 1.0),
+                      group="metrics")
     CONF.set_override("service_down_time", case["service_down_time"])
     timeutils.set_time_override(ts(case["now"]))
     hosts = [host_state(h) for h in case["hosts"]]

@@ -1,0 +1,63 @@
+package computeapi_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHypervisorMetrics: a guest's workload (its metadata keel:workload)
+// is what the fake driver measures, the agent's report lands in the host
+// record, and os-hypervisors detail serves it under Nova's
+// compute_nodes.metrics names (fractions, as Nova stores them); a host
+// not measured yet has none (unavailable, never 0). A workload the flavor
+// cannot have fails the spawn, saying why.
+func TestHypervisorMetrics(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "networks": "none",
+		"metadata": map[string]string{"keel:workload": "constant cpu=1 mem=1024"}}}, &created)
+	e.clk.Advance(2 * time.Second)
+	var show struct{ Server map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+created.Server.ID, "admin", "", nil, &show)
+	host, _ := show.Server["OS-EXT-SRV-ATTR:host"].(string)
+	if show.Server["status"] != "ACTIVE" {
+		t.Fatalf("boot: %v", show.Server["status"])
+	}
+	if _, err := e.cloud.Agents[host].ReportMetrics(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	var hv struct{ Hypervisors []map[string]any }
+	e.call("GET", "/compute/v2.1/os-hypervisors/detail", "admin", "", nil, &hv)
+	for _, h := range hv.Hypervisors {
+		ms, _ := h["metrics"].([]any)
+		if h["hypervisor_hostname"] != host {
+			if len(ms) != 0 {
+				t.Errorf("%v was never measured, yet has metrics %v", h["hypervisor_hostname"], ms)
+			}
+			continue
+		}
+		vals := map[string]float64{}
+		for _, m := range ms {
+			mm := m.(map[string]any)
+			vals[mm["name"].(string)] = mm["value"].(float64)
+			if mm["source"] != "fake.Driver" || !strings.HasPrefix(mm["timestamp"].(string), "2") {
+				t.Errorf("metric %v: source and timestamp", mm)
+			}
+		}
+		want := 1 / h["vcpus"].(float64)
+		if vals["cpu.percent"] != want || vals["cpu.idle.percent"] != 1-want || vals["cpu.frequency"] != 2400 {
+			t.Errorf("%s metrics %v, want cpu.percent %v", host, vals, want)
+		}
+	}
+
+	e.call("POST", "/compute/v2.1/servers", "admin", "", map[string]any{"server": map[string]any{"name": "vm2", "flavorRef": "2", "networks": "none",
+		"metadata": map[string]string{"keel:workload": "constant cpu=3"}}}, &created)
+	e.clk.Advance(10 * time.Second)
+	e.call("GET", "/compute/v2.1/servers/"+created.Server.ID, "admin", "", nil, &show)
+	fault, _ := show.Server["fault"].(map[string]any)
+	if show.Server["status"] != "ERROR" || !strings.Contains(fault["message"].(string), "cpu=3 is above the flavor's 1 vCPUs") {
+		t.Errorf("an impossible workload: %v %v", show.Server["status"], fault)
+	}
+}

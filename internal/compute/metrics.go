@@ -1,0 +1,261 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"keel/internal/records"
+)
+
+// Measured usage: what a host's guests really use, as the driver measures
+// it, reported by the agent on its own cadence — never tied to the
+// periodic audit (update_resources_interval) — and stored in the host
+// record under Nova's compute_nodes.metrics names.
+
+// Measurement is one reading of a host and its guests.
+type Measurement struct {
+	// At is when it was measured.
+	At time.Time
+	// Host are the host's metrics (records.MetricNames); a metric the
+	// driver cannot measure is left out (unavailable), never zero.
+	Host []records.Metric
+	// Instances are the guests' usage, sorted by UUID.
+	Instances []records.InstanceUsage
+}
+
+// Measurer is a driver that can measure what its guests use: fake.Driver
+// (its workload models) and qemu.Driver (/proc).
+type Measurer interface {
+	// Measure reads the host and its guests now; ErrUnmeasured when it
+	// cannot (the host's metrics are then unavailable).
+	Measure(ctx context.Context) (Measurement, error)
+}
+
+// ErrUnmeasured is a driver's answer when it cannot measure.
+var ErrUnmeasured = errors.New("usage cannot be measured")
+
+// CPUMetrics builds the host CPU metrics from fractions of the host's
+// CPU time (user, kernel, idle, iowait; cpu.percent is what is not idle),
+// as Nova's cpu.virt_driver monitor names them.
+func CPUMetrics(at time.Time, source string, freqMHz, user, kernel, idle, iowait float64) []records.Metric {
+	clamp := func(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
+	m := func(name string, v float64) records.Metric {
+		return records.Metric{Name: name, Value: v, Timestamp: at, Source: source}
+	}
+	return []records.Metric{
+		m(records.MetricCPUFrequency, freqMHz),
+		m(records.MetricCPUUserPercent, clamp(user)),
+		m(records.MetricCPUKernelPercent, clamp(kernel)),
+		m(records.MetricCPUIdlePercent, clamp(idle)),
+		m(records.MetricCPUIOWaitPercent, clamp(iowait)),
+		m(records.MetricCPUPercent, clamp(1-idle)),
+	}
+}
+
+// MetricsConfig is when an agent reports measured usage ([metrics]
+// report_interval, sample_interval, report_threshold).
+type MetricsConfig struct {
+	// Interval is the cadence of the reports (default 10 s); negative:
+	// none (only AtAudit and AfterMove report).
+	Interval time.Duration
+	// Sample is how often the driver is read between two reports, so a
+	// change of cpu.percent by more than Threshold is reported at once
+	// (0: every Interval ÷ 5; at least Interval: only at the cadence).
+	Sample time.Duration
+	// Threshold is the change of cpu.percent (a fraction) that is
+	// reported at once (default 0.10).
+	Threshold float64
+	// AtAudit also measures at every periodic audit (Nova's
+	// compute_monitors, which only the audit runs: the simulator's legacy
+	// policy).
+	AtAudit bool
+	// AfterMove also measures on both hosts as soon as a live migration
+	// lands (the simulator's dest-update policy).
+	AfterMove bool
+}
+
+// DefaultMetricsConfig is keel's default: every 10 s, sampled every 2 s,
+// and at once on a change of 10 points of cpu.percent.
+func DefaultMetricsConfig() MetricsConfig {
+	return MetricsConfig{Interval: 10 * time.Second, Sample: 2 * time.Second, Threshold: 0.10}
+}
+
+// metricsState is the manager's reporter: the last report's cpu.percent
+// and time, and the timer of the next sample.
+type metricsState struct {
+	cfg      MetricsConfig
+	lastCPU  float64
+	hasLast  bool
+	lastAt   time.Time
+	timer    interface{ Stop() bool }
+	stopped  bool
+	reports  int
+	measured int
+}
+
+// dueReport is the reporter's rule: report when nothing was reported yet,
+// the cadence is due, availability changed, or cpu.percent moved by more
+// than the threshold since the last report.
+func dueReport(s *metricsState, m Measurement, available bool, now time.Time) bool {
+	if !s.hasLast && s.reports == 0 {
+		return true
+	}
+	if available != s.hasLast {
+		return true
+	}
+	if s.cfg.Interval > 0 && now.Sub(s.lastAt) >= s.cfg.Interval {
+		return true
+	}
+	if !available {
+		return false
+	}
+	cpu, _ := metricValue(m.Host, records.MetricCPUPercent)
+	return math.Abs(cpu-s.lastCPU) > s.cfg.Threshold
+}
+
+func metricValue(ms []records.Metric, name string) (float64, bool) {
+	for _, m := range ms {
+		if m.Name == name {
+			return m.Value, true
+		}
+	}
+	return 0, false
+}
+
+// SetMetricsConfig sets when the manager reports measured usage; call it
+// before StartMetrics.
+func (m *Manager) SetMetricsConfig(c MetricsConfig) {
+	m.metricsMu.Lock()
+	defer m.metricsMu.Unlock()
+	m.metrics.cfg = c
+}
+
+// ReportMetrics measures now and writes the host's metrics when the
+// reporting rule says so (or always, with force); it reports whether it
+// wrote. A driver that cannot measure makes the metrics unavailable.
+func (m *Manager) ReportMetrics(ctx context.Context, force bool) (bool, error) {
+	ms, ok := m.driver.(Measurer)
+	if !ok {
+		return false, nil
+	}
+	meas, err := ms.Measure(ctx)
+	available := err == nil
+	if err != nil && !errors.Is(err, ErrUnmeasured) {
+		m.log.Warn("measuring usage failed: metrics unavailable", "err", err)
+	}
+	now := m.clock.Now()
+	if !available {
+		meas = Measurement{At: now}
+	}
+	m.metricsMu.Lock()
+	s := &m.metrics
+	s.measured++
+	if !force && !dueReport(s, meas, available, now) {
+		m.metricsMu.Unlock()
+		return false, nil
+	}
+	s.lastCPU, _ = metricValue(meas.Host, records.MetricCPUPercent)
+	s.hasLast, s.lastAt = available, now
+	s.reports++
+	m.metricsMu.Unlock()
+	if err := m.tracker.WriteMetrics(ctx, meas); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// StartMetrics reads the driver every sample interval and reports on the
+// cadence and on large changes (MetricsConfig), on the manager's clock.
+func (m *Manager) StartMetrics(ctx context.Context) {
+	m.metricsMu.Lock()
+	defer m.metricsMu.Unlock()
+	c := m.metrics.cfg
+	if c.Interval < 0 {
+		return
+	}
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Second
+	}
+	every := c.Sample
+	if every <= 0 {
+		every = c.Interval / 5
+	}
+	if every <= 0 || every > c.Interval {
+		every = c.Interval
+	}
+	if c.Threshold <= 0 {
+		c.Threshold = 0.10
+	}
+	m.metrics.cfg, m.metrics.stopped = c, false
+	var run func()
+	run = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := m.ReportMetrics(ctx, false); err != nil {
+			m.log.Warn("reporting measured usage failed", "err", err)
+		}
+		m.metricsMu.Lock()
+		defer m.metricsMu.Unlock()
+		if !m.metrics.stopped {
+			m.metrics.timer = m.clock.AfterFunc(every, run)
+		}
+	}
+	m.metrics.timer = m.clock.AfterFunc(0, run)
+}
+
+// StopMetrics stops the reports StartMetrics started.
+func (m *Manager) StopMetrics() {
+	m.metricsMu.Lock()
+	defer m.metricsMu.Unlock()
+	m.metrics.stopped = true
+	if m.metrics.timer != nil {
+		m.metrics.timer.Stop()
+	}
+}
+
+// MetricsReports returns how many times the manager measured and how many
+// reports it wrote.
+func (m *Manager) MetricsReports() (measured, reports int) {
+	m.metricsMu.Lock()
+	defer m.metricsMu.Unlock()
+	return m.metrics.measured, m.metrics.reports
+}
+
+// reportAfter measures after a step when the configuration asks for it
+// (AtAudit, AfterMove).
+func (m *Manager) reportAfter(ctx context.Context, audit bool) {
+	m.metricsMu.Lock()
+	c := m.metrics.cfg
+	m.metricsMu.Unlock()
+	if (audit && c.AtAudit) || (!audit && c.AfterMove) {
+		if _, err := m.ReportMetrics(ctx, true); err != nil {
+			m.log.Warn("reporting measured usage failed", "err", err)
+		}
+	}
+}
+
+// WriteMetrics writes a measurement into the host record: the record the
+// tracker last wrote, with its metrics and instance usage replaced, so a
+// report never changes the usage the record shows (under the legacy
+// policy that changes only at a spawn or an audit).
+func (t *Tracker) WriteMetrics(ctx context.Context, m Measurement) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.mu.Lock()
+	t.metrics, t.usage = m.Host, m.Instances
+	rec := t.record
+	if rec.Host == "" {
+		rec = t.computeLocked()
+	}
+	rec.Metrics, rec.InstanceUsage = m.Host, m.Instances
+	t.record = rec
+	t.mu.Unlock()
+	if err := t.store.PutHostRecord(ctx, rec); err != nil {
+		return fmt.Errorf("writing the measured usage of %s: %w", t.cfg.Host, err)
+	}
+	return nil
+}

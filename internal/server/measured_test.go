@@ -1,0 +1,47 @@
+package server_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"keel/internal/client/clienttest"
+)
+
+// TestMeasuredUsageMetrics: every agent reports its measured usage at
+// start (then on its own cadence), and /metrics serves it per host under
+// openstack-exporter-style names: an idle fake host measures cpu.percent
+// 0 and cpu.idle.percent 1 — measured, not absent.
+func TestMeasuredUsageMetrics(t *testing.T) {
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
+	base := cloud.Server.URL()
+	admin := login(t, base, "admin", cloud.Password)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		text := scrape(t, base, admin.token)
+		missing := ""
+		for _, h := range []string{"h01", "h02"} {
+			hv := fmt.Sprintf(`aggregates="",availability_zone="nova",hostname=%q`, h)
+			if _, ok := gaugeValue(text, "openstack_nova_cpu_frequency", hv); !ok {
+				missing = h
+				break
+			}
+			for name, want := range map[string]float64{"openstack_nova_cpu_percent": 0, "openstack_nova_cpu_idle_percent": 1, "openstack_nova_cpu_frequency": 2400} {
+				if got, ok := gaugeValue(text, name, hv); !ok || got != want {
+					t.Errorf("%s{%s} = %v (found %v), want %v", name, hv, got, ok, want)
+				}
+			}
+			if age, ok := gaugeValue(text, "openstack_nova_metrics_age_seconds", hv); !ok || age < 0 || age > 60 {
+				t.Errorf("metrics age of %s: %v %v", h, age, ok)
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no measured usage of %s in /metrics after 60 s:\n%s", missing, grep(text, "openstack_nova_cpu"))
+		}
+		// The agents' first report is asynchronous at their start: poll.
+		time.Sleep(50 * time.Millisecond)
+	}
+}
