@@ -52,6 +52,10 @@ type Config struct {
 	// is reported (default 1 s).
 	PollEvery     time.Duration
 	ProgressEvery time.Duration
+	// ConsoleLogMax is the size past which a guest's serial console log
+	// is rotated (default DefaultConsoleLogMax): at each start of its
+	// QEMU, each console read, and each audit.
+	ConsoleLogMax int64
 	Log           *slog.Logger
 }
 
@@ -89,6 +93,7 @@ var (
 	_ compute.Resumer         = (*Driver)(nil)
 	_ compute.CopyReverter    = (*Driver)(nil)
 	_ compute.CopyDestination = (*Driver)(nil)
+	_ compute.ConsoleReader   = (*Driver)(nil)
 )
 
 // ErrNoQEMU says the QEMU binary is missing, and which package has it.
@@ -108,6 +113,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = time.Second
+	}
+	if cfg.ConsoleLogMax <= 0 {
+		cfg.ConsoleLogMax = DefaultConsoleLogMax
 	}
 	if cfg.TimeoutAction == "" {
 		cfg.TimeoutAction = "abort"
@@ -252,6 +260,7 @@ func (d *Driver) args(inst records.Instance, incoming bool) []string {
 		"-qmp", "unix:" + sockQMP + ",server=on,wait=off",
 		"-qmp", "unix:" + sockPeek + ",server=on,wait=off",
 	}
+	a = append(a, consoleArgs()...)
 	if incoming {
 		a = append(a, "-incoming", "defer")
 	}
@@ -282,6 +291,9 @@ func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, i
 	}
 	for _, s := range []string{sockQMP, sockPeek, sockIncoming} {
 		_ = os.Remove(filepath.Join(v.dir, s))
+	}
+	if err := rotateConsole(v.dir, d.cfg.ConsoleLogMax); err != nil {
+		d.log.Warn("bounding a guest's console log", "instance", inst.UUID, "err", err)
 	}
 	logf, err := os.Create(filepath.Join(v.dir, fileLog))
 	if err != nil {
@@ -458,6 +470,7 @@ func (d *Driver) Destroy(_ context.Context, uuid string) error {
 // Guests implements compute.Driver. A guest whose QEMU has died is
 // dropped (the audit then heals the records).
 func (d *Driver) Guests(_ context.Context) ([]compute.Guest, error) {
+	d.rotateConsoles()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make([]compute.Guest, 0, len(d.vms))

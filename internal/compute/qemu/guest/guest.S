@@ -11,6 +11,10 @@
 #              off (a busy vCPU: a migration converges only if the link
 #              outruns it)
 #
+# At boot it writes three lines to the first serial port (COM1, which the
+# QEMU driver logs to the guest's console file): that it booted, its mode
+# byte, and that it runs.
+#
 # The heartbeat is the 32-bit word at physical address 0x1000: it rises
 # with every tick (idle, fill) or every pass over the memory (dirty).
 # 0x1004 holds the magic "KEEL" once the guest runs; 0x1008 its mode byte.
@@ -51,8 +55,14 @@ norm:
 	movw	%ax, %es
 	movl	$0, 0x1000
 	movl	$0x4c45454b, 0x1004	# "KEEL"
+	movw	$0x7c00 + (hello - _start), %si
+	call	puts
 	movb	0x7c00 + mode_off, %al
 	movb	%al, 0x1008
+	outb	%al, %dx		# the mode byte, on the line puts began
+	movw	$0x7c00 + (running - _start), %si
+	call	puts
+	movb	0x1008, %al
 	movzwl	0x7c00 + mib_off, %ecx
 	shll	$20, %ecx
 	addl	$0x100000, %ecx		# ecx: end of the memory touched
@@ -82,6 +92,22 @@ pass:
 	addl	$4096, %esi
 	jmp	3b
 4:	ret
+
+# puts writes the NUL-terminated string at si to COM1 (dx is left 0x3f8).
+puts:
+	movw	$0x3f8, %dx
+5:	movb	(%si), %al
+	testb	%al, %al
+	jz	6f
+	outb	%al, %dx
+	incw	%si
+	jmp	5b
+6:	ret
+
+hello:
+	.asciz	"keel guest: booted from its 512-byte boot sector\r\nkeel guest: mode "
+running:
+	.asciz	"\r\nkeel guest: running\r\n"
 
 	.p2align 3
 gdt:
