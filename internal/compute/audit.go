@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -38,20 +41,34 @@ type Drift struct {
 	// migration records are the truth: the audit removes them (never
 	// giving them an allocation, which would take the instance's own).
 	Stray []string `json:"stray,omitempty"`
-	// Lost are instances recorded on this host, active, whose guest is not
-	// here. With a store that can (InstanceFaulter) the audit puts each in
-	// ERROR with a fault saying so (Faulted lists those), as Nova's
-	// power-state sync shows a guest the hypervisor no longer has; the next
-	// audit then releases the allocation of the ERROR instance.
+	// Missing are instances recorded on this host, active, whose guest
+	// this audit did not find, missing for less than the host's
+	// lost_guest_timeout: reported, nothing released (a listing that
+	// glitched, or a state file restored from an older copy, loses
+	// nothing).
+	Missing []string `json:"missing,omitempty"`
+	// Lost are instances whose guest has been missing for
+	// lost_guest_timeout. With a store that can (InstanceFaulter) the
+	// audit puts each in ERROR with a fault saying so (Faulted lists
+	// those), as Nova's power-state sync shows a guest the hypervisor no
+	// longer has, and releases its allocation here.
 	Lost []string `json:"lost,omitempty"`
 	// Faulted are the Lost instances this audit put in ERROR (not counted
 	// again by Count).
 	Faulted []string `json:"faulted,omitempty"`
+	// Found are instances an audit had put in ERROR as lost whose guest
+	// runs here again: each is ACTIVE again with its allocation here,
+	// but those in Fenced, for which this host had no room left — their
+	// guest is stopped and they stay in ERROR saying so (not counted
+	// again by Count).
+	Found  []string `json:"found,omitempty"`
+	Fenced []string `json:"fenced,omitempty"`
 }
 
 // Count is the number of differences found.
 func (d Drift) Count() int {
-	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray) + len(d.Lost)
+	return len(d.Record) + len(d.Untracked) + len(d.Vanished) + len(d.MissingAllocations) + len(d.OrphanAllocations) + len(d.Stray) +
+		len(d.Missing) + len(d.Lost) + len(d.Found)
 }
 
 func (d Drift) String() string {
@@ -70,8 +87,11 @@ func (d Drift) String() string {
 	add("missing allocations", d.MissingAllocations)
 	add("orphan allocations", d.OrphanAllocations)
 	add("stray guests", d.Stray)
+	add("missing guests", d.Missing)
 	add("lost guests", d.Lost)
 	add("put in ERROR", d.Faulted)
+	add("guests found again", d.Found)
+	add("stopped for want of room", d.Fenced)
 	return d.Host + ": " + strings.Join(parts, "; ")
 }
 
@@ -113,6 +133,7 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	for u := range t.busy {
 		in.Busy[u] = true
 	}
+	in.Now, in.LostAfter, in.MissingSince = d.At, t.cfg.LostGuestTimeout, maps.Clone(t.missing)
 	t.mu.Unlock()
 
 	p := PlanAudit(in)
@@ -125,6 +146,7 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	if err := t.apply(ctx, p, headers, &d); err != nil {
 		return d, err
 	}
+	t.keepMissing(in, p, d)
 	if err := t.WriteRecord(ctx); err != nil {
 		return d, err
 	}
@@ -135,6 +157,33 @@ func (t *Tracker) Audit(ctx context.Context) (Drift, error) {
 	sort.Strings(d.Untracked)
 	sort.Strings(d.Vanished)
 	return d, nil
+}
+
+// keepMissing remembers, for the next audit, since when each guest this
+// one missed has been missing: the Missing ones, and the Lost ones it
+// could not put in ERROR (the next audit tries again). Every other
+// instance is forgotten — its guest is back, or something else happens
+// to it.
+func (t *Tracker) keepMissing(in AuditInputs, p AuditPlan, d Drift) {
+	next := make(map[string]time.Time, len(p.Missing))
+	keep := func(uuid string) {
+		since, ok := in.MissingSince[uuid]
+		if !ok {
+			since = in.Now
+		}
+		next[uuid] = since
+	}
+	for _, uuid := range p.Missing {
+		keep(uuid)
+	}
+	for _, c := range p.Lost {
+		if !slices.Contains(d.Faulted, c.UUID) {
+			keep(c.UUID)
+		}
+	}
+	t.mu.Lock()
+	t.missing = next
+	t.mu.Unlock()
 }
 
 // gather reads the allocations on this host's provider, the migrations
@@ -233,8 +282,12 @@ func (t *Tracker) readInstance(ctx context.Context, in *AuditInputs, uuid string
 // apply carries out a plan and records in d what it did.
 func (t *Tracker) apply(ctx context.Context, p AuditPlan, headers bool, d *Drift) error {
 	for _, c := range p.Release {
-		if err := t.release(ctx, c, headers, d); err != nil {
+		released, err := t.release(ctx, c, headers)
+		if err != nil {
 			return err
+		}
+		if released {
+			d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
 		}
 	}
 	for _, g := range p.Stray {
@@ -247,34 +300,47 @@ func (t *Tracker) apply(ctx context.Context, p AuditPlan, headers bool, d *Drift
 		}
 	}
 	for _, c := range claims {
-		if err := t.claim(ctx, c, d); err != nil {
+		claimed, err := t.claim(ctx, c)
+		if err != nil {
+			return err
+		}
+		if claimed != claimSkipped {
+			d.MissingAllocations = append(d.MissingAllocations, c.Instance.UUID)
+		}
+	}
+	for _, c := range p.Found {
+		if err := t.reclaim(ctx, c, d); err != nil {
 			return err
 		}
 	}
-	d.Lost = p.Lost
+	d.Missing = p.Missing
+	for _, c := range p.Lost {
+		d.Lost = append(d.Lost, c.UUID)
+	}
 	sort.Strings(d.OrphanAllocations)
 	sort.Strings(d.MissingAllocations)
 	sort.Strings(d.Stray)
+	sort.Strings(d.Missing)
 	sort.Strings(d.Lost)
-	t.faultLost(ctx, d)
-	return nil
+	return t.faultLost(ctx, p.Lost, headers, d)
 }
 
-// release removes the allocation here of c, an orphan as listed: only if
-// c is still at the listed generation. A consumer listed without its
-// allocations (headers) is read again first, and left alone if it changed
-// since (or is gone) — what the write naming that generation would find.
-func (t *Tracker) release(ctx context.Context, c placement.Consumer, headers bool, d *Drift) error {
+// release removes the allocation here of c, as listed, and reports
+// whether it did: only if c is still at the listed generation. A consumer
+// listed without its allocations (headers) is read again first, and left
+// alone if it changed since (or is gone) — what the write naming that
+// generation would find.
+func (t *Tracker) release(ctx context.Context, c placement.Consumer, headers bool) (bool, error) {
 	gen := c.Generation
 	if headers {
 		cur, err := t.store.GetConsumer(ctx, c.UUID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return nil
+			return false, nil
 		case err != nil:
-			return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, c.UUID, err)
+			return false, fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, c.UUID, err)
 		case cur.Generation != gen:
-			return nil // it changed since we listed it: leave it to its owner
+			return false, nil // it changed since we listed it: leave it to its owner
 		}
 		c = cur
 	}
@@ -282,13 +348,21 @@ func (t *Tracker) release(ctx context.Context, c placement.Consumer, headers boo
 		Allocations: ReleaseHere(c, t.cfg.ProviderUUID), Type: c.Type})
 	switch {
 	case placement.IsConflict(err):
-		return nil // it changed since we read it: leave it to its owner
+		return false, nil // it changed since we read it: leave it to its owner
 	case err != nil:
-		return fmt.Errorf("audit of %s: removing orphan allocation of %s: %w", t.cfg.Host, c.UUID, err)
+		return false, fmt.Errorf("audit of %s: removing the allocation of %s: %w", t.cfg.Host, c.UUID, err)
 	}
-	d.OrphanAllocations = append(d.OrphanAllocations, c.UUID)
-	return nil
+	return true, nil
 }
+
+// claimed is what claim did.
+type claimed int
+
+const (
+	claimSkipped claimed = iota // held on this tree already, or changed since read
+	claimWritten
+	claimNoRoom // the store refused it for capacity
+)
 
 // claim writes the allocation of an instance running here with nothing
 // allocated here, replacing whatever it holds elsewhere by mistake —
@@ -296,7 +370,7 @@ func (t *Tracker) release(ctx context.Context, c placement.Consumer, headers boo
 // or it now holds something on this host's tree. The consumer and the
 // tree are read here, right before the write: the plan's releases and
 // earlier claims change the tree's usage.
-func (t *Tracker) claim(ctx context.Context, c AuditClaim, d *Drift) error {
+func (t *Tracker) claim(ctx context.Context, c AuditClaim) (claimed, error) {
 	uuid := c.Instance.UUID
 	var (
 		gen  *int64
@@ -306,10 +380,10 @@ func (t *Tracker) claim(ctx context.Context, c AuditClaim, d *Drift) error {
 	if cur, err := t.store.GetConsumer(ctx, uuid); err == nil {
 		gen, held = &cur.Generation, cur.Allocations
 		if trees && len(held) > 0 && HeldInTree(t.cfg.ProviderUUID, held, t.parents(ctx, ps, held)) {
-			return nil // its claim is on this host's provider tree
+			return claimSkipped, nil // its claim is on this host's provider tree
 		}
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, uuid, err)
+		return claimSkipped, fmt.Errorf("audit of %s: reading allocations of %s: %w", t.cfg.Host, uuid, err)
 	}
 	var (
 		q         *placement.CandidateQuery
@@ -329,12 +403,13 @@ func (t *Tracker) claim(ctx context.Context, c AuditClaim, d *Drift) error {
 	})
 	switch {
 	case placement.IsConflict(err):
-		return nil
-	case err != nil && !placement.IsCapacity(err):
-		return fmt.Errorf("audit of %s: writing missing allocation of %s: %w", t.cfg.Host, uuid, err)
+		return claimSkipped, nil
+	case placement.IsCapacity(err):
+		return claimNoRoom, nil
+	case err != nil:
+		return claimSkipped, fmt.Errorf("audit of %s: writing missing allocation of %s: %w", t.cfg.Host, uuid, err)
 	}
-	d.MissingAllocations = append(d.MissingAllocations, uuid)
-	return nil
+	return claimWritten, nil
 }
 
 // parents reads the parents of the providers allocations name, walking
@@ -400,28 +475,86 @@ func (t *Tracker) removeStray(ctx context.Context, g Guest, d *Drift) {
 	t.mu.Unlock()
 }
 
-// faultLost puts the lost instances in ERROR, if the store can.
-func (t *Tracker) faultLost(ctx context.Context, d *Drift) {
+// faultLost puts the lost instances in ERROR, if the store can, and
+// releases the allocation here of each it did.
+func (t *Tracker) faultLost(ctx context.Context, lost []placement.Consumer, headers bool, d *Drift) error {
 	f, ok := t.store.(InstanceFaulter)
 	if !ok {
-		return
+		return nil
 	}
-	for _, uuid := range d.Lost {
-		done, err := f.FaultLostInstance(ctx, uuid, t.cfg.Host, LostFault(t.cfg.Host, d.At))
-		if err != nil {
-			// The next audit finds it again.
-			continue
+	for _, c := range lost {
+		since, ok := t.missingSince(c.UUID)
+		if !ok {
+			since = d.At
 		}
-		if done {
-			d.Faulted = append(d.Faulted, uuid)
+		done, err := f.FaultLostInstance(ctx, c.UUID, t.cfg.Host, LostFault(t.cfg.Host, since, d.At))
+		if err != nil || !done {
+			continue // the next audit finds it again
+		}
+		d.Faulted = append(d.Faulted, c.UUID)
+		if _, err := t.release(ctx, c, headers); err != nil {
+			return err // in ERROR: the next audit releases it
 		}
 	}
+	return nil
 }
 
-// LostFault is the fault an audit of host at at puts on a lost instance.
-func LostFault(host string, at time.Time) string {
-	return fmt.Sprintf("the guest of this instance is gone from its host %s (found by the host's periodic audit at %s); "+
-		"its allocation is released — delete the instance, or rebuild it", host, at.UTC().Format(time.RFC3339))
+// missingSince is when the audits began to miss uuid's guest, as the last
+// audit left it.
+func (t *Tracker) missingSince(uuid string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	since, ok := t.missing[uuid]
+	return since, ok
+}
+
+// reclaim brings back an instance put in ERROR as lost whose guest runs
+// here again: ACTIVE again, then claimed for here; if the host has no
+// room left for it, its guest is fenced (stopped) and the instance put in
+// ERROR again saying so. A store that cannot (no InstanceFaulter) leaves
+// it as it is.
+func (t *Tracker) reclaim(ctx context.Context, c AuditClaim, d *Drift) error {
+	f, ok := t.store.(InstanceFaulter)
+	if !ok {
+		return nil
+	}
+	done, err := f.RestoreFoundInstance(ctx, c.Instance.UUID, t.cfg.Host)
+	if err != nil || !done {
+		return nil // the next audit finds it again, or it was changed meanwhile
+	}
+	d.Found = append(d.Found, c.Instance.UUID)
+	c.Instance.VMState, c.Instance.Fault = records.VMActive, ""
+	res, err := t.claim(ctx, c)
+	if err != nil || res != claimNoRoom {
+		return err
+	}
+	if done, err := f.FaultLostInstance(ctx, c.Instance.UUID, t.cfg.Host, FencedFault(t.cfg.Host, d.At)); err != nil || !done {
+		return nil // changed meanwhile: the next audit sees it as it is
+	}
+	d.Fenced = append(d.Fenced, c.Instance.UUID)
+	if l, ok := t.driver.(LifecycleDriver); ok {
+		if err := l.Lifecycle(ctx, c.Instance, lifecycle.OpStop); err != nil {
+			d.Fenced[len(d.Fenced)-1] += " (stopping it failed: " + err.Error() + ")"
+		}
+	}
+	return nil
+}
+
+// LostFault is the fault an audit of host at at puts on a lost instance,
+// its guest missing from the audits since since.
+func LostFault(host string, since, at time.Time) string {
+	return fmt.Sprintf("%s%s (missing from the host's periodic audits since %s, lost at %s); "+
+		"its allocation is released — delete the instance, or rebuild it; if the guest runs on %s again, "+
+		"the host's next audit claims it back and makes the instance ACTIVE", lostFaultPrefix, host,
+		since.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), host)
+}
+
+// FencedFault is the fault an audit of host at at puts on an instance
+// whose lost guest ran there again when the host had no room left for
+// its claim: the guest is stopped.
+func FencedFault(host string, at time.Time) string {
+	return fmt.Sprintf("the guest of this instance, lost, ran again on its host %s at %s, but %s has no room left for its claim: "+
+		"the guest is stopped — delete the instance, or rebuild it", host, at.UTC().Format(time.RFC3339), host)
 }
 
 func recordDiff(a, b records.HostRecord) []string {

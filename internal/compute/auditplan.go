@@ -1,6 +1,9 @@
 package compute
 
 import (
+	"strings"
+	"time"
+
 	"keel/internal/placement"
 	"keel/internal/records"
 )
@@ -36,6 +39,14 @@ type AuditInputs struct {
 	// plan leaves its consumer or guest alone, and asks for it.
 	Instances  map[string]InstanceRead
 	Migrations map[string]MigrationRead
+	// Now is when the audit began; MissingSince holds, for each instance
+	// whose guest earlier audits missed (without one finding it between),
+	// when the first of them began; LostAfter is how long a guest may be
+	// missing before its instance is lost (HostConfig.LostGuestTimeout: 0
+	// loses it at the first audit that misses it).
+	Now          time.Time
+	MissingSince map[string]time.Time
+	LostAfter    time.Duration
 }
 
 // InstanceRead is an instance record as the audit read it.
@@ -85,10 +96,17 @@ type AuditPlan struct {
 	// migration is over), each as listed: the release names the listed
 	// generation, so a consumer that changed since keeps its allocation.
 	Release []placement.Consumer
-	// Lost are instances recorded here, ACTIVE with no task, whose guest
-	// is not here: reported and put in ERROR (InstanceFaulter); their
-	// allocation stays until then.
-	Lost []string
+	// Missing are instances recorded here, ACTIVE with no task, whose
+	// guest is not here and has been missing for less than LostAfter
+	// (since this audit, or since MissingSince): reported, their
+	// allocation kept — a guest listing that glitched, or a state file
+	// restored from an older copy, loses nothing.
+	Missing []string
+	// Lost are the consumers of the instances whose guest has been
+	// missing for LostAfter, as listed: put in ERROR (InstanceFaulter),
+	// then their allocation here is released, naming the listed
+	// generation.
+	Lost []placement.Consumer
 	// Stray are guests that belong to no instance on this host: removed
 	// (Destroy, or RollbackLiveMigrationAtDestination for an incoming
 	// one), never given an allocation.
@@ -101,6 +119,13 @@ type AuditPlan struct {
 	// here: they get an allocation here (ClaimAllocation, from the
 	// consumer and the provider tree as they are when it is written).
 	Claim []AuditClaim
+	// Found are running guests, holding nothing here, of instances an
+	// audit put in ERROR as lost (their fault is LostFault's) and nothing
+	// touched since: each instance is made ACTIVE again and its guest
+	// claimed for here; if the host has no room left for the claim, the
+	// guest is stopped and the instance stays in ERROR saying so
+	// (FencedFault).
+	Found []AuditClaim
 }
 
 // Adoption is an incoming guest to adopt; Claim says whether an
@@ -171,7 +196,8 @@ func PlanCount(tracked map[string]records.Flavor, busy map[string]int, guests []
 //   - a migration consumer whose migration is over or gone is released;
 //   - an instance consumer whose instance is gone, in ERROR or DELETED, or
 //     recorded on another host and not moving, is released; one recorded
-//     here, ACTIVE, with no task, is Lost; one building or with a task is
+//     here, ACTIVE, with no task, is Missing until its guest has been
+//     missing for LostAfter, then Lost; one building or with a task is
 //     left to that task;
 //   - a guest with no instance, or whose instance is recorded elsewhere
 //     (or the servers refuse it to this host), is Stray;
@@ -179,10 +205,13 @@ func PlanCount(tracked map[string]records.Flavor, busy map[string]int, guests []
 //   - an incoming guest whose instance is recorded here is adopted, and
 //     claimed for if it held nothing here;
 //   - the guest of an ACTIVE instance recorded here holding nothing here
-//     is claimed for.
+//     is claimed for;
+//   - the running guest of an instance recorded here that an audit put
+//     in ERROR as lost is Found.
 //
-// It never releases the allocation of an instance recorded here and
-// never claims for a guest without an instance recorded here.
+// It never releases the allocation of an instance recorded here but a
+// Lost one's (after it is put in ERROR), and never claims for a guest
+// without an instance recorded here.
 func PlanAudit(in AuditInputs) AuditPlan {
 	var p AuditPlan
 	// One index of both lists: which UUIDs have a guest here, which hold
@@ -202,7 +231,11 @@ func PlanAudit(in AuditInputs) AuditPlan {
 		case fateRelease:
 			p.Release = append(p.Release, *c)
 		case fateLost:
-			p.Lost = append(p.Lost, c.UUID)
+			if since, ok := in.MissingSince[c.UUID]; in.LostAfter <= 0 || (ok && !in.Now.Before(since.Add(in.LostAfter))) {
+				p.Lost = append(p.Lost, *c)
+			} else {
+				p.Missing = append(p.Missing, c.UUID)
+			}
 		}
 	}
 	for i := range in.Guests {
@@ -233,10 +266,21 @@ func PlanAudit(in AuditInputs) AuditPlan {
 			p.Adopt = append(p.Adopt, Adoption{Instance: inst, Guest: *g, Claim: !held})
 		case inst.VMState == records.VMActive:
 			p.Claim = append(p.Claim, AuditClaim{Instance: inst, Guest: *g})
+		case inst.VMState == records.VMError && IsLostFault(inst.Fault) && g.State == GuestRunning:
+			p.Found = append(p.Found, AuditClaim{Instance: inst, Guest: *g})
 		}
 	}
 	return p
 }
+
+// lostFaultPrefix begins every fault LostFault writes: the mark of an
+// instance an audit put in ERROR because its guest was gone, which an
+// audit that finds the guest again may undo (and the servers let it undo
+// no other).
+const lostFaultPrefix = "the guest of this instance is gone from its host "
+
+// IsLostFault reports whether fault is one LostFault wrote.
+func IsLostFault(fault string) bool { return strings.HasPrefix(fault, lostFaultPrefix) }
 
 type fate int
 

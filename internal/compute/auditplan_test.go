@@ -4,7 +4,9 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
+	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -24,6 +26,13 @@ func guestOf(uuid string, state compute.GuestState) compute.Guest {
 	return compute.Guest{UUID: uuid, Name: uuid, Flavor: small, State: state}
 }
 
+// faulted is an instance recorded on h1, in ERROR with fault.
+func faulted(uuid, fault string) compute.InstanceRead {
+	r := read(uuid, "h1", records.VMError, records.TaskNone)
+	r.Instance.Fault = fault
+	return r
+}
+
 var (
 	missing = compute.InstanceRead{Missing: true}
 	foreign = compute.InstanceRead{Foreign: true}
@@ -31,13 +40,19 @@ var (
 
 // planned is what a test compares of a plan: UUIDs in plan order.
 type planned struct {
-	Reads                                   compute.AuditReads
-	Release                                 []placement.Consumer
-	Lost, Stray, Adopt, AdoptClaim, Claimed []string
+	Reads                                                   compute.AuditReads
+	Release                                                 []placement.Consumer
+	Missing, Lost, Stray, Adopt, AdoptClaim, Claimed, Found []string
 }
 
 func summarize(p compute.AuditPlan) planned {
-	out := planned{Reads: p.Reads, Release: p.Release, Lost: p.Lost}
+	out := planned{Reads: p.Reads, Release: p.Release, Missing: p.Missing}
+	for _, c := range p.Lost {
+		out.Lost = append(out.Lost, c.UUID)
+	}
+	for _, c := range p.Found {
+		out.Found = append(out.Found, c.Instance.UUID)
+	}
 	for _, g := range p.Stray {
 		out.Stray = append(out.Stray, g.UUID)
 	}
@@ -114,6 +129,23 @@ func TestPlanAudit(t *testing.T) {
 		{name: "an ACTIVE instance recorded here without its guest is lost and keeps its allocation",
 			in:   compute.AuditInputs{Host: "h1", Consumers: []placement.Consumer{consumer("a", ci, 1)}, Instances: ins("a", read("a", "h1", records.VMActive, records.TaskNone))},
 			want: planned{Lost: []string{"a"}}},
+		{name: "an ACTIVE instance whose guest this audit misses first, with a deadline, is missing and keeps its allocation",
+			in: compute.AuditInputs{Host: "h1", Now: clock.Epoch, LostAfter: 3 * time.Minute, Consumers: []placement.Consumer{consumer("a", ci, 1)},
+				Instances: ins("a", read("a", "h1", records.VMActive, records.TaskNone))},
+			want: planned{Missing: []string{"a"}}},
+		{name: "a guest missing for less than the deadline is still missing",
+			in: compute.AuditInputs{Host: "h1", Now: clock.Epoch, LostAfter: 3 * time.Minute, MissingSince: map[string]time.Time{"a": clock.Epoch.Add(-179 * time.Second)},
+				Consumers: []placement.Consumer{consumer("a", ci, 1)}, Instances: ins("a", read("a", "h1", records.VMActive, records.TaskNone))},
+			want: planned{Missing: []string{"a"}}},
+		{name: "a guest missing for the deadline is lost, its consumer as listed",
+			in: compute.AuditInputs{Host: "h1", Now: clock.Epoch, LostAfter: 3 * time.Minute, MissingSince: map[string]time.Time{"a": clock.Epoch.Add(-3 * time.Minute)},
+				Consumers: []placement.Consumer{consumer("a", ci, 4)}, Instances: ins("a", read("a", "h1", records.VMActive, records.TaskNone))},
+			want: planned{Lost: []string{"a"}}},
+		{name: "the running guest of an instance put in ERROR as lost is found; a stopped one, or another ERROR's, is left alone",
+			in: compute.AuditInputs{Host: "h1", Guests: []compute.Guest{guestOf("a", compute.GuestRunning), guestOf("b", compute.GuestStopped), guestOf("c", compute.GuestRunning)},
+				Instances: ins("a", faulted("a", compute.LostFault("h1", clock.Epoch, clock.Epoch)), "b", faulted("b", compute.LostFault("h1", clock.Epoch, clock.Epoch)),
+					"c", faulted("c", "No valid host was found"))},
+			want: planned{Found: []string{"a"}}},
 		{name: "a stopped instance recorded here without its guest is lost too",
 			in:   compute.AuditInputs{Host: "h1", Consumers: []placement.Consumer{consumer("a", ci, 1)}, Instances: ins("a", read("a", "h1", records.VMStopped, records.TaskNone))},
 			want: planned{Lost: []string{"a"}}},

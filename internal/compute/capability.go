@@ -46,13 +46,17 @@ type ProviderLister interface {
 var _ ProviderLister = store.Store(nil)
 
 // InstanceFaulter is implemented by stores that can put an instance whose
-// guest is lost in ERROR: FaultLostInstance does it only if the instance
-// is still ACTIVE on host with no task (a versioned update), and reports
-// whether it did. Implementers: rpc.Store (over the bus; the server
-// applies it with StoreFaulter) and StoreFaulter (in one process: a test's
-// store or the simulator's).
+// guest is lost in ERROR, and bring it back when its guest is found:
+// FaultLostInstance puts it in ERROR only if it is still ACTIVE on host
+// with no task (a versioned update); RestoreFoundInstance makes it ACTIVE
+// again, its fault cleared, only if it is in ERROR on host with no task
+// and the fault LostFault's (IsLostFault) — no other ERROR is undone.
+// Each reports whether it did. Implementers: rpc.Store (over the bus; the
+// server applies it with StoreFaulter) and StoreFaulter (in one process:
+// a test's store or the simulator's).
 type InstanceFaulter interface {
 	FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error)
+	RestoreFoundInstance(ctx context.Context, uuid, host string) (bool, error)
 }
 
 var _ InstanceFaulter = StoreFaulter{}
@@ -72,24 +76,48 @@ type StoreFaulter struct {
 // again from what is there when another writer got in first (a move or a
 // delete that started meanwhile wins).
 func (f StoreFaulter) FaultLostInstance(ctx context.Context, uuid, host, fault string) (bool, error) {
+	return f.update(ctx, uuid, "putting lost instance %s in ERROR", func(inst *records.Instance) bool {
+		if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone || inst.Host != host {
+			return false
+		}
+		inst.VMState, inst.Fault = records.VMError, fault
+		return true
+	})
+}
+
+// RestoreFoundInstance implements InstanceFaulter, as FaultLostInstance.
+func (f StoreFaulter) RestoreFoundInstance(ctx context.Context, uuid, host string) (bool, error) {
+	return f.update(ctx, uuid, "making found instance %s ACTIVE", func(inst *records.Instance) bool {
+		if inst.VMState != records.VMError || inst.TaskState != records.TaskNone || inst.Host != host || !IsLostFault(inst.Fault) {
+			return false
+		}
+		inst.VMState, inst.Fault = records.VMActive, ""
+		return true
+	})
+}
+
+// update applies change to instance uuid if change says it applies, with
+// a versioned update tried again (from a fresh read) on a conflict;
+// doing names the update in its errors.
+func (f StoreFaulter) update(ctx context.Context, uuid, doing string, change func(*records.Instance) bool) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		inst, err := f.Store.GetInstance(ctx, uuid)
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+			return false, fmt.Errorf(doing+": %w", uuid, err)
 		}
-		if inst.VMState != records.VMActive || inst.TaskState != records.TaskNone || inst.Host != host {
+		if !change(&inst) {
 			return false, nil
 		}
-		inst.VMState, inst.Fault, inst.UpdatedAt = records.VMError, fault, f.Clock.Now()
+		inst.UpdatedAt = f.Clock.Now()
 		_, err = f.Store.UpdateInstance(ctx, inst)
 		switch {
 		case placement.IsConflict(err) && attempt < 3:
 			continue
 		case err != nil:
-			return false, fmt.Errorf("putting lost instance %s in ERROR: %w", uuid, err)
+			return false, fmt.Errorf(doing+": %w", uuid, err)
 		}
 		return true, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"keel/internal/clock"
 	"keel/internal/placement"
@@ -30,6 +31,12 @@ type HostConfig struct {
 	// migration lands (false reproduces Nova's legacy behaviour, where it
 	// waits for a spawn or the periodic audit).
 	WriteDestRecord bool
+	// LostGuestTimeout is [keel] lost_guest_timeout: how long the guest
+	// of an ACTIVE instance recorded here may be missing from the audits
+	// before the instance is put in ERROR and its allocation released
+	// (until then each audit reports it missing and releases nothing).
+	// 0 does it at the first audit that misses the guest.
+	LostGuestTimeout time.Duration
 }
 
 // reservedDiskGB rounds reserved_host_disk_mb up to GiB as Nova does.
@@ -100,6 +107,11 @@ type Tracker struct {
 	// every record written carries them.
 	metrics []records.Metric
 	usage   []records.InstanceUsage
+	// missing holds, for each instance whose guest the last audit missed,
+	// when the first audit that missed it in a row began (kept in memory:
+	// a restarted agent starts counting again, which only keeps a claim
+	// longer).
+	missing map[string]time.Time
 }
 
 // NewTracker returns a tracker with nothing tracked; call Load (or Audit)

@@ -170,6 +170,12 @@ type KeelGroup struct {
 	// migration whose memory copy reports no progress for this long is
 	// aborted and rolled back; 0 turns it off.
 	MigrationStallTimeout time.Duration
+	// LostGuestTimeout is lost_guest_timeout (300 s): how long the guest
+	// of an ACTIVE instance may be missing from its host's audits before
+	// the instance is put in ERROR and its claim released
+	// (compute.HostConfig.LostGuestTimeout); 0 at the first audit that
+	// misses it.
+	LostGuestTimeout time.Duration
 	// MaxConcurrentIncomingLiveMigrations is
 	// max_concurrent_incoming_live_migrations (0, unlimited): live
 	// migrations into one destination host at once.
@@ -313,6 +319,7 @@ func Default() Config {
 			NATSListen:            "127.0.0.1:0",
 			RPCTimeout:            30 * time.Second,
 			MigrationStallTimeout: 300 * time.Second,
+			LostGuestTimeout:      300 * time.Second,
 			RebalanceThreshold:    0.10,
 			Driver:                "fake",
 			QEMUBinary:            "qemu-system-x86_64",
@@ -386,7 +393,8 @@ func (c Config) SchedulerConfig() scheduler.Config {
 // HostConfig returns the fake host's configuration: its size from [keel],
 // allocation ratios and reserved memory and disk from [DEFAULT] (a ratio
 // of 0.0 means the default, as in Nova), and whether the destination of a
-// migration writes its record at once (every policy but legacy).
+// migration writes its record at once (every policy but legacy), and how
+// long a guest may be missing before its instance is lost.
 // reserved_host_cpus is not carried: compute.HostConfig has no field for it.
 func (c Config) HostConfig(providerUUID string) compute.HostConfig {
 	d := c.Default
@@ -402,6 +410,7 @@ func (c Config) HostConfig(providerUUID string) compute.HostConfig {
 		ReservedHostMemoryMB: int64(d.ReservedHostMemoryMB),
 		ReservedHostDiskMB:   int64(d.ReservedHostDiskMB),
 		WriteDestRecord:      c.Keel.Policy != scheduler.PolicyLegacy,
+		LostGuestTimeout:     c.Keel.LostGuestTimeout,
 	}
 }
 

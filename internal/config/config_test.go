@@ -718,7 +718,7 @@ func TestHostConfig(t *testing.T) {
 	want := compute.HostConfig{
 		Host: d.Default.Host, ProviderUUID: "rp-1", VCPUs: 32, MemoryMB: 131072, LocalGB: 2000,
 		CPUAllocationRatio: 4.0, RAMAllocationRatio: 1.0, DiskAllocationRatio: 1.0,
-		ReservedHostMemoryMB: 512, ReservedHostDiskMB: 0, WriteDestRecord: true,
+		ReservedHostMemoryMB: 512, ReservedHostDiskMB: 0, WriteDestRecord: true, LostGuestTimeout: 300 * time.Second,
 	}
 	if got != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -736,12 +736,13 @@ vcpus = 64
 memory_mb = 262144
 disk_gb = 500
 policy = legacy
+lost_guest_timeout = 120
 `)
 	got = cfg.HostConfig("rp-2")
 	want = compute.HostConfig{
 		Host: "h1", ProviderUUID: "rp-2", VCPUs: 64, MemoryMB: 262144, LocalGB: 500,
 		CPUAllocationRatio: 16.0, RAMAllocationRatio: 1.5, DiskAllocationRatio: 2.0,
-		ReservedHostMemoryMB: 4096, ReservedHostDiskMB: 10240, WriteDestRecord: false,
+		ReservedHostMemoryMB: 4096, ReservedHostDiskMB: 10240, WriteDestRecord: false, LostGuestTimeout: 2 * time.Minute,
 	}
 	if got != want {
 		t.Errorf("set:\n got %+v\nwant %+v", got, want)

@@ -453,6 +453,8 @@ var options = slices.Concat([]*option{
 		"Seconds the conductor waits for an agent's answer before taking the agent for gone.").atLeast(1),
 	secondsOpt("keel", "migration_stall_timeout", func(c *Config) *time.Duration { return &c.Keel.MigrationStallTimeout },
 		"Seconds a live migration's memory copy may go without a progress report from its source before the copy is aborted and the migration rolled back (a source that crashed or was cut off after an abort); 0 turns it off.").atLeast(0),
+	secondsOpt("keel", "lost_guest_timeout", func(c *Config) *time.Duration { return &c.Keel.LostGuestTimeout },
+		"Seconds the guest of an ACTIVE instance may be missing from its host's periodic audits before the instance is put in ERROR and its claim released. Until then each audit reports the guest missing and releases nothing, so a hypervisor listing that glitched, or an agent state file restored from an older copy, loses no claim; a guest that runs again after the instance was put in ERROR is claimed back and the instance made ACTIVE (or, if its host has no room left, stopped). Keep it several update_resources_interval long; 0 acts at the first audit that misses the guest.").atLeast(0),
 	intOpt("keel", "max_concurrent_incoming_live_migrations", func(c *Config) *int { return &c.Keel.MaxConcurrentIncomingLiveMigrations },
 		"Live migrations one destination host receives at once (plans and single migrations alike; [DEFAULT] max_concurrent_live_migrations caps the source side); 0 means unlimited.").atLeast(0),
 	intOpt("keel", "max_concurrent_live_migrations_total", func(c *Config) *int { return &c.Keel.MaxConcurrentLiveMigrationsTotal },

@@ -508,12 +508,15 @@ func destinationCutPastRPCTimeout(t *testing.T, c *cloud, cut func(bool)) {
 
 // Row 8: guests.json that is valid JSON but no guest state stops the
 // agent with an error naming the file and what to do; a guests.json that
-// lost a guest starts, and the audit puts the guest's instance in ERROR
-// with a fault (then releases its allocation); identity.json with nobody
-// in it stops the server.
+// lost a guest starts, the audits report the guest missing for
+// lost_guest_timeout, then put its instance in ERROR with a fault and
+// release its allocation; the file restored with the guest, the next
+// audit makes the instance ACTIVE again with its claim (issue 24 item 4:
+// before, the guest came back to an ERROR instance holding nothing);
+// identity.json with nobody in it stops the server.
 func TestAgentFaultCorruptFiles(t *testing.T) {
 	t.Parallel()
-	c := faultCloud(t, 1)
+	c := faultCloud(t, 1, "keel.lost_guest_timeout=3")
 	keep := c.bootAt("keep", "1", "h1")
 	lost := c.bootAt("lost", "1", "h1")
 	c.agents["h1"].kill()
@@ -553,14 +556,37 @@ func TestAgentFaultCorruptFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.startAgent("h1")
-	c.waitFor("the lost guest's instance in ERROR", 20*time.Second, func() bool { return c.server_(lost)["status"] == "ERROR" })
-	if f, _ := c.server_(lost)["fault"].(map[string]any); !strings.Contains(fmt.Sprint(f["message"]), "gone from its host h1") {
+	c.waitFor("the lost guest's instance in ERROR", 30*time.Second, func() bool { return c.server_(lost)["status"] == "ERROR" })
+	f, _ := c.server_(lost)["fault"].(map[string]any)
+	msg := fmt.Sprint(f["message"])
+	if !strings.Contains(msg, "gone from its host h1") {
 		t.Fatalf("the lost instance's fault %v does not say its guest is gone", f)
+	}
+	// The audits (one a second) missed the guest for lost_guest_timeout
+	// (3 s) before anything was released.
+	var since, at string
+	if _, err := fmt.Sscanf(msg[strings.Index(msg, "since "):], "since %s lost at %s", &since, &at); err != nil {
+		t.Fatalf("the lost fault %q does not say since when the guest was missing: %v", msg, err)
+	}
+	t0, err0 := time.Parse(time.RFC3339, strings.TrimSuffix(since, ","))
+	t1, err1 := time.Parse(time.RFC3339, strings.TrimSuffix(at, ");"))
+	if err0 != nil || err1 != nil || t1.Sub(t0) < 3*time.Second {
+		t.Fatalf("the lost fault %q: missing since %s, lost at %s (%v %v); want lost no sooner than 3 s after the first miss", msg, since, at, err0, err1)
 	}
 	c.settledAll("h1")
 	if s := c.server_(keep)["status"]; s != "ACTIVE" {
 		t.Fatalf("the instance that kept its guest is %v", s)
 	}
+
+	// The guest shows again (the state file restored): the instance is
+	// ACTIVE again and holds its claim (settledAll checks it).
+	c.agents["h1"].kill()
+	if err := os.WriteFile(state, saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.startAgent("h1")
+	c.waitFor("the found guest's instance ACTIVE again", 30*time.Second, func() bool { return c.server_(lost)["status"] == "ACTIVE" })
+	c.settledAll("h1")
 
 	c.server.kill()
 	idFile := filepath.Join(c.dataDir, "identity.json")

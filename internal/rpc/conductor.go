@@ -34,6 +34,7 @@ const (
 	mListInstances  = "list_instances"
 	mGetMigration   = "get_migration"
 	mFaultLost      = "fault_lost_instance"
+	mRestoreFound   = "restore_found_instance"
 
 	conductorQueue = "conductor"
 )
@@ -251,6 +252,13 @@ func (s *Store) FaultLostInstance(ctx context.Context, uuid, host, fault string)
 	return done, err
 }
 
+// RestoreFoundInstance implements compute.InstanceFaulter.
+func (s *Store) RestoreFoundInstance(ctx context.Context, uuid, host string) (bool, error) {
+	var done bool
+	err := s.call(ctx, mRestoreFound, storeArgs{UUID: uuid, Host: host}, &done)
+	return done, err
+}
+
 // RegisterHost makes sure the host has a resource provider with the
 // inventories of cfg and a service record (created enabled in zone), and
 // returns the provider UUID (an existing provider keeps its UUID).
@@ -330,6 +338,13 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 					return nil, &placement.InvalidError{Msg: "fault_lost_instance needs uuid, host and fault"}
 				}
 				return compute.StoreFaulter{Store: st, Clock: clk}.FaultLostInstance(ctx, a.UUID, a.Host, a.Fault)
+			}),
+		mRestoreFound: checked(st, log, mRestoreFound, func(a storeArgs) about { return onHost(a.Host).withInstance(a.UUID) },
+			func(ctx context.Context, a storeArgs) (any, error) {
+				if a.UUID == "" || a.Host == "" {
+					return nil, &placement.InvalidError{Msg: "restore_found_instance needs uuid and host"}
+				}
+				return compute.StoreFaulter{Store: st, Clock: clk}.RestoreFoundInstance(ctx, a.UUID, a.Host)
 			}),
 		mPutHostRecord: checked(st, log, mPutHostRecord, func(a storeArgs) about {
 			if a.Record == nil {

@@ -175,6 +175,8 @@ func TestReportsAboutAnotherHostAreRefused(t *testing.T) {
 		{"B's instance lost, as A's", "fault_lost_instance", fault{UUID: "on-b", Host: "A", Fault: "lost"}},
 		{"B's instance lost, as B's", "fault_lost_instance", fault{UUID: "on-b", Host: "B", Fault: "lost"}},
 		{"the migration's consumer lost", "fault_lost_instance", fault{UUID: "mig-b-to-c", Host: "A", Fault: "lost"}},
+		{"B's instance found, as A's", "restore_found_instance", fault{UUID: "on-b", Host: "A"}},
+		{"B's instance found, as B's", "restore_found_instance", fault{UUID: "on-b", Host: "B"}},
 	} {
 		if err := call(c.method, c.args); !bus.IsCode(err, bus.CodeForbidden) {
 			t.Errorf("A reports %s (%s): %v, want forbidden", c.what, c.method, err)

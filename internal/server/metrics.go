@@ -173,7 +173,7 @@ func (m *Metrics) observeDrift(d compute.Drift) {
 	}
 	for kind, xs := range map[string][]string{
 		"untracked": d.Untracked, "vanished": d.Vanished, "missing_allocation": d.MissingAllocations,
-		"orphan_allocation": d.OrphanAllocations, "stray": d.Stray, "lost": d.Lost,
+		"orphan_allocation": d.OrphanAllocations, "stray": d.Stray, "missing": d.Missing, "lost": d.Lost, "found": d.Found,
 	} {
 		if len(xs) > 0 {
 			m.drift.WithLabelValues(kind).Add(float64(len(xs)))
