@@ -38,7 +38,7 @@ var badInputs = []struct {
 	{"service_down_time past a year", file(`[scheduler]`, `service_down_time = 1e12`), `bad.toml:14: scheduler.service_down_time: 1e+12 s is more than the simulator runs (31536000 s, a year)`},
 	{"host_subset_size huge", file(`[scheduler]`, `host_subset_size = 4611686018427387904`), `bad.toml:14: scheduler.host_subset_size: must be between 0 and 100000 (0 means 1), got 4611686018427387904`},
 	{"max_attempts huge", file(`[scheduler]`, `max_attempts = 4611686018427387904`), `bad.toml:14: scheduler.max_attempts: must be between 0 and 1000 (0 means 3), got 4611686018427387904`},
-	{"unknown filter", file(`[scheduler]`, `enabled_filters = ["RamFilter"]`), `bad.toml:14: scheduler.enabled_filters[0]: unknown filter "RamFilter" (known: ComputeFilter, AvailabilityZoneFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter, ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter, SameHostFilter, DifferentHostFilter, AggregateInstanceExtraSpecsFilter, NumInstancesFilter, IoOpsFilter, ResourceFilter)`},
+	{"unknown filter", file(`[scheduler]`, `enabled_filters = ["RamFilter"]`), `bad.toml:14: scheduler.enabled_filters[0]: unknown filter "RamFilter" (known: ComputeFilter, AvailabilityZoneFilter, ComputeCapabilitiesFilter, ImagePropertiesFilter, ServerGroupAntiAffinityFilter, ServerGroupAffinityFilter, SameHostFilter, DifferentHostFilter, AggregateInstanceExtraSpecsFilter, NumInstancesFilter, IoOpsFilter, MetricFilter, ResourceFilter)`},
 	{"limit below its minimum", file(`[scheduler]`, `max_instances_per_host = 0`), `bad.toml:14: scheduler.max_instances_per_host: must be >= 1, got 0`},
 
 	// Compute.

@@ -62,7 +62,7 @@ func TestParseErrors(t *testing.T) {
 		{"dotted key", lines(`duration = 3600`, `scheduler.max_attempts = -2`), 2, "scheduler.max_attempts: must be between 0 and 1000 (0 means 3), got -2"},
 		{"unknown filter", file(`[scheduler]`, `enabled_filters = [`, `  "ComputeFilter",`, `  "RamFilter",`, `]`), 16, `scheduler.enabled_filters[1]: unknown filter "RamFilter"`},
 		{"duplicate filter", file(`[scheduler]`, `enabled_filters = ["ComputeFilter", "ComputeFilter"]`), 14, "listed twice"},
-		{"unknown weigher", file(`[scheduler]`, `weighers = ["RAMWeigher", "MetricsWeigher"]`), 14, `scheduler.weighers[1]: unknown weigher "MetricsWeigher"`},
+		{"unknown weigher", file(`[scheduler]`, `weighers = ["RAMWeigher", "CrossCellWeigher"]`), 14, `scheduler.weighers[1]: unknown weigher "CrossCellWeigher"`},
 		{"max instances", file(`[scheduler]`, `max_instances_per_host = 0`), 14, "max_instances_per_host: must be >= 1"},
 		{"fractional limit", file(`[scheduler]`, `host_subset_size = 2`, `max_io_ops_per_host = 2.5`), 15, "scheduler.max_io_ops_per_host: want an integer, got the number 2.5"},
 		{"multiplier not a number", file(`[scheduler]`, `ram_weight_multiplier = "high"`), 14, `scheduler.ram_weight_multiplier: want a number, got the string "high"`},

@@ -1,0 +1,91 @@
+package compute_test
+
+import (
+	"testing"
+	"time"
+
+	"keel/internal/clock"
+	"keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/records"
+	"keel/internal/store/memory"
+)
+
+// TestMetricsCadence: the agent reports its measured usage every
+// report_interval on the manager's clock, at once (at the next sample)
+// when cpu.percent moves by more than the threshold, never between
+// otherwise; a report never changes the usage the record shows; a driver
+// that cannot measure makes the metrics unavailable (absent), never 0.
+func TestMetricsCadence(t *testing.T) {
+	clk := clock.NewVirtual(clock.Epoch)
+	st := memory.New()
+	cfg := compute.HostConfig{Host: "h1", ProviderUUID: "rp-h1", VCPUs: 8, MemoryMB: 16384, LocalGB: 100}
+	drv, err := fake.New(fake.Config{Clock: clk, HostCPUs: 8, Workload: "bursty cpu=0 peak=4 every=60s for=20s chance=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.AddGuest(compute.Guest{UUID: "vm", Flavor: records.Flavor{Name: "f", VCPUs: 4, RAMMB: 1024}, State: compute.GuestRunning})
+	tr := compute.NewTracker(cfg, st, drv, clk)
+	tr.Track("vm", records.Flavor{VCPUs: 4, RAMMB: 1024})
+	if err := tr.WriteRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := compute.NewManager("h1", drv, tr, nil, nil, clk, nil)
+	m.SetMetricsConfig(compute.MetricsConfig{Interval: 10 * time.Second, Sample: 2 * time.Second, Threshold: 0.10})
+	m.StartMetrics(ctx)
+	defer m.StopMetrics()
+
+	var reportsAt []int
+	last := time.Time{}
+	var cpus []float64
+	for s := 0; s <= 120; s++ {
+		clk.Advance(time.Second)
+		rec, err := st.GetHostRecord(ctx, "h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.VCPUsUsed != 4 || rec.RunningVMs != 1 {
+			t.Fatalf("a metrics report changed the record's usage: %+v", rec)
+		}
+		if mt, ok := rec.Metric(records.MetricCPUPercent); ok && mt.Timestamp != last {
+			last = mt.Timestamp
+			reportsAt = append(reportsAt, int(mt.Timestamp.Sub(clock.Epoch)/time.Second))
+			cpus = append(cpus, mt.Value)
+			if len(rec.InstanceUsage) != 1 || rec.InstanceUsage[0].UUID != "vm" || rec.InstanceUsage[0].MemoryMB != 512 {
+				t.Errorf("instance usage %+v", rec.InstanceUsage)
+			}
+		}
+	}
+	// The burst's start within each minute comes from the seed; between
+	// reports at most report_interval passes, and a burst (0 → 50 %) or
+	// its end is reported at the first sample that sees it.
+	for i := 1; i < len(reportsAt); i++ {
+		gap := reportsAt[i] - reportsAt[i-1]
+		if gap > 10 || gap < 2 {
+			t.Errorf("reports at %v s: a gap of %d s", reportsAt, gap)
+		}
+		if gap < 10 && cpus[i] == cpus[i-1] {
+			t.Errorf("an early report (after %d s) without a change: %v at %v", gap, cpus, reportsAt)
+		}
+	}
+	changes := 0
+	for i := 1; i < len(cpus); i++ {
+		if cpus[i] != cpus[i-1] {
+			changes++
+		}
+	}
+	if changes < 3 {
+		t.Errorf("two minutes of 20 s bursts seen as %d changes: %v at %v", changes, cpus, reportsAt)
+	}
+
+	// A driver that cannot measure (no HostCPUs): unavailable, not 0.
+	blind, _ := fake.New(fake.Config{Clock: clk})
+	m2 := compute.NewManager("h1", blind, tr, nil, nil, clk, nil)
+	if _, err := m2.ReportMetrics(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.GetHostRecord(ctx, "h1")
+	if len(rec.Metrics) != 0 || len(rec.InstanceUsage) != 0 {
+		t.Errorf("unmeasurable host reported %+v", rec.Metrics)
+	}
+}
