@@ -31,6 +31,7 @@ package boot
 
 import (
 	"fmt"
+	"time"
 
 	"keel/internal/records"
 )
@@ -117,6 +118,12 @@ type Machine struct {
 	// MaxLateChecks is how many times a boot whose host the server
 	// group's late check refused is scheduled again (default 3).
 	MaxLateChecks int
+	// BuildTimeout is how long a boot may build before it times out
+	// ([DEFAULT] instance_build_timeout); 0 turns it off.
+	BuildTimeout time.Duration
+	// StallAfter is how long a phase may stay with nothing in flight (an
+	// action could not be done) before it is resumed.
+	StallAfter time.Duration
 }
 
 // IllegalError is an event that is not allowed in the boot's phase.
@@ -135,8 +142,64 @@ func Building(inst records.Instance) bool {
 	return inst.VMState == records.VMBuilding && inst.BuildPhase != ""
 }
 
-// Step applies ev to inst. It never mutates its input.
-func (mc Machine) Step(inst records.Instance, ev Event) (records.Instance, []Action, error) {
+// Deadline is when inst's boot must be fed an event if nothing else
+// happens, and which, as seen at now: a boot created but never stepped
+// is started after StallAfter; one building longer than BuildTimeout
+// times out (in spawn it waits for nothing else: the agent keeps its
+// report), before a stall that also passed; any other phase with nothing
+// in flight for StallAfter is resumed. A release is repeated, never
+// timed out. When none has passed, the earliest is returned.
+func (mc Machine) Deadline(inst records.Instance, now time.Time) (time.Time, Event, bool) {
+	if inst.VMState != records.VMBuilding || inst.TaskState == records.TaskDeleting {
+		return time.Time{}, Event{}, false
+	}
+	type deadline struct {
+		at time.Time
+		ev Event
+	}
+	// In precedence order: the first that has passed fires.
+	var ds []deadline
+	stall := inst.UpdatedAt.Add(mc.StallAfter)
+	if inst.BuildPhase == "" {
+		ds = append(ds, deadline{stall, Event{Kind: Start}}) // created, its first step never saved
+	}
+	if mc.BuildTimeout > 0 && inst.BuildPhase != PhaseRelease {
+		ds = append(ds, deadline{inst.BuildStarted().Add(mc.BuildTimeout),
+			Event{Kind: TimedOut, Err: fmt.Sprintf("still building after %s (instance_build_timeout)", mc.BuildTimeout)}})
+	}
+	if inst.BuildPhase != "" && inst.BuildPhase != PhaseSpawn {
+		ds = append(ds, deadline{stall, Event{Kind: Resume}})
+	}
+	if len(ds) == 0 {
+		return time.Time{}, Event{}, false
+	}
+	first := ds[0]
+	for _, d := range ds {
+		if now.After(d.at) {
+			return d.at, d.ev, true
+		}
+		if d.at.Before(first.at) {
+			first = d
+		}
+	}
+	return first.at, first.ev, true
+}
+
+// Resume is the event that resumes inst's boot after a restart, or when
+// another replica takes it over: Start for a boot created but never
+// stepped, Resume for one in flight.
+func (mc Machine) Resume(inst records.Instance) (Event, bool) {
+	switch {
+	case inst.VMState != records.VMBuilding || inst.TaskState == records.TaskDeleting:
+		return Event{}, false
+	case inst.BuildPhase == "":
+		return Event{Kind: Start}, true
+	}
+	return Event{Kind: Resume}, true
+}
+
+// Step applies ev to inst at now. It never mutates its input.
+func (mc Machine) Step(inst records.Instance, ev Event, _ time.Time) (records.Instance, []Action, error) {
 	if inst.VMState != "" && inst.VMState != records.VMBuilding {
 		// Ended: a late answer or report (the conductor deals with a
 		// guest that should not be there).

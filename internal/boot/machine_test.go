@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"keel/internal/records"
 )
@@ -75,7 +76,7 @@ func TestTransitions(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := fmt.Sprintf("%+v", tc.from)
-			next, as, err := Machine{}.Step(tc.from, tc.ev)
+			next, as, err := Machine{}.Step(tc.from, tc.ev, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,17 +101,17 @@ func TestTransitions(t *testing.T) {
 // what the request asked.
 func TestZoneFollowsTheHost(t *testing.T) {
 	m := Machine{}
-	i, _, _ := m.Step(records.Instance{UUID: "i1", VMState: records.VMBuilding, Hints: &records.SchedulerHints{Group: "g"}}, Event{Kind: Start})
-	i, _, _ = m.Step(i, Event{Kind: Scheduled, Host: "h1", Zone: "az-of-h1"})
+	i, _, _ := m.Step(records.Instance{UUID: "i1", VMState: records.VMBuilding, Hints: &records.SchedulerHints{Group: "g"}}, Event{Kind: Start}, time.Time{})
+	i, _, _ = m.Step(i, Event{Kind: Scheduled, Host: "h1", Zone: "az-of-h1"}, time.Time{})
 	if i.Zone != "az-of-h1" || i.RequestedZone != "" {
 		t.Fatalf("zone %q requested %q", i.Zone, i.RequestedZone)
 	}
-	i, _, _ = m.Step(i, Event{Kind: GroupRefused})
+	i, _, _ = m.Step(i, Event{Kind: GroupRefused}, time.Time{})
 	if i.Zone != "" || i.Host != "" {
 		t.Fatalf("a reschedule kept zone %q host %q", i.Zone, i.Host)
 	}
-	j, _, _ := m.Step(records.Instance{UUID: "i2", VMState: records.VMBuilding, Zone: "az1"}, Event{Kind: Start})
-	j, _, _ = m.Step(j, Event{Kind: Scheduled, Host: "h1", Zone: "az-of-h1"})
+	j, _, _ := m.Step(records.Instance{UUID: "i2", VMState: records.VMBuilding, Zone: "az1"}, Event{Kind: Start}, time.Time{})
+	j, _, _ = m.Step(j, Event{Kind: Scheduled, Host: "h1", Zone: "az-of-h1"}, time.Time{})
 	if j.Zone != "az1" {
 		t.Fatalf("zone %q, want the asked az1", j.Zone)
 	}
@@ -135,7 +136,7 @@ func TestIllegal(t *testing.T) {
 		{in(PhaseSpawn), Start},
 	}
 	for _, tc := range cases {
-		next, as, err := Machine{}.Step(tc.from, Event{Kind: tc.ev})
+		next, as, err := Machine{}.Step(tc.from, Event{Kind: tc.ev}, time.Time{})
 		var ill *IllegalError
 		if !errors.As(err, &ill) || len(as) != 0 || next.BuildPhase != tc.from.BuildPhase || next.VMState != tc.from.VMState {
 			t.Errorf("%s in %q/%s: err %v acts %v", tc.ev, tc.from.BuildPhase, tc.from.VMState, err, as)
@@ -176,7 +177,7 @@ func TestEveryPathEnds(t *testing.T) {
 			next = []Event{{Kind: Spawned}, {Kind: SpawnFailed, Err: "x"}, {Kind: TimedOut, Err: "t"}}
 		}
 		for _, ev := range next {
-			n, nas, err := m.Step(i, ev)
+			n, nas, err := m.Step(i, ev, time.Time{})
 			if err != nil {
 				t.Fatalf("%s in %s: %v", ev.Kind, i.BuildPhase, err)
 			}
@@ -184,10 +185,64 @@ func TestEveryPathEnds(t *testing.T) {
 		}
 	}
 	for _, hints := range []*records.SchedulerHints{nil, {Group: "g"}} {
-		i, as, _ := m.Step(records.Instance{UUID: "i", VMState: records.VMBuilding, Hints: hints}, Event{Kind: Start})
+		i, as, _ := m.Step(records.Instance{UUID: "i", VMState: records.VMBuilding, Hints: hints}, Event{Kind: Start}, time.Time{})
 		walk(i, as, 0)
 	}
 	if ends < 10 {
 		t.Fatalf("only %d paths walked", ends)
+	}
+}
+
+// TestDeadline: the boot machine owns its timeouts: what fires when
+// nothing happens, for every phase.
+func TestDeadline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mc := Machine{BuildTimeout: 10 * time.Minute, StallAfter: time.Minute}
+	at := func(phase records.BuildPhase, updated time.Duration) records.Instance {
+		i := in(phase)
+		i.CreatedAt, i.UpdatedAt = t0, t0.Add(updated)
+		return i
+	}
+	for _, tc := range []struct {
+		name string
+		inst records.Instance
+		mc   Machine
+		now  time.Time // when the sweep looks; t0 when unset
+		when time.Time
+		ev   EventKind
+		none bool
+	}{
+		{name: "created, never stepped: started", inst: at("", 0), mc: mc, when: t0.Add(time.Minute), ev: Start},
+		{name: "schedule stalled: resumed", inst: at(PhaseSchedule, 0), mc: mc, when: t0.Add(time.Minute), ev: Resume},
+		{name: "cast near the timeout: timed out first", inst: at(PhaseCast, 9*time.Minute+30*time.Second), mc: mc, when: t0.Add(10 * time.Minute), ev: TimedOut},
+		{name: "schedule stalled and past the timeout: timed out, not resumed", inst: at(PhaseSchedule, 0), mc: mc, now: t0.Add(11 * time.Minute),
+			when: t0.Add(10 * time.Minute), ev: TimedOut},
+		{name: "schedule stalled, timeout to come: resumed", inst: at(PhaseSchedule, 0), mc: mc, now: t0.Add(2 * time.Minute), when: t0.Add(time.Minute), ev: Resume},
+		{name: "spawn waits for the agent until the timeout", inst: at(PhaseSpawn, 0), mc: mc, when: t0.Add(10 * time.Minute), ev: TimedOut},
+		{name: "spawn without a timeout: nothing", inst: at(PhaseSpawn, 0), mc: Machine{StallAfter: time.Minute}, none: true},
+		{name: "release repeats past the timeout", inst: at(PhaseRelease, 20*time.Minute), mc: mc, when: t0.Add(21 * time.Minute), ev: Resume},
+		{name: "ended: nothing", inst: records.Instance{VMState: records.VMActive}, mc: mc, none: true},
+		{name: "being deleted: nothing", inst: func() records.Instance { i := at(PhaseCast, 0); i.TaskState = records.TaskDeleting; return i }(), mc: mc, none: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := tc.now
+			if now.IsZero() {
+				now = t0
+			}
+			when, ev, ok := tc.mc.Deadline(tc.inst, now)
+			if tc.none {
+				if ok {
+					t.Fatalf("deadline %s %s, want none", when, ev.Kind)
+				}
+				return
+			}
+			if !ok || !when.Equal(tc.when) || ev.Kind != tc.ev {
+				t.Fatalf("deadline %v %s %s, want %s %s", ok, when, ev.Kind, tc.when, tc.ev)
+			}
+			// What fires must be a legal step.
+			if _, _, err := tc.mc.Step(tc.inst, ev, when); err != nil {
+				t.Fatalf("the deadline's event is refused: %v", err)
+			}
+		})
 	}
 }

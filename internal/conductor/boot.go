@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"keel/internal/boot"
 	"keel/internal/placement"
@@ -89,7 +88,7 @@ func (c *Conductor) refuse(ctx context.Context, inst records.Instance, why error
 // why). The record is saved before each action runs.
 func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
 	ctx = context.WithoutCancel(ctx)
-	unlock := c.bootLock(uuid)
+	unlock := c.flows.Lock(instanceKey(uuid))
 	defer unlock()
 	var unlockGroup func()
 	defer func() {
@@ -119,7 +118,7 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 			// A delete marked it: the delete terminates and releases.
 			return cur, nil
 		}
-		next, acts, err := c.boots.Step(cur, ev)
+		next, acts, err := c.boots.Step(cur, ev, c.clock.Now())
 		if err != nil {
 			if answered {
 				// The answer to our own action came after someone else
@@ -287,36 +286,6 @@ func (c *Conductor) bootRelease(ctx context.Context, inst records.Instance, _ bo
 	}
 	c.leaveGroup(ctx, inst)
 	return boot.Event{Kind: boot.Released}, true, nil
-}
-
-// bootLock serialises the steps of one instance's boot in this process.
-func (c *Conductor) bootLock(uuid string) func() {
-	c.mu.Lock()
-	if c.bootMus == nil {
-		c.bootMus = map[string]*refMutex{}
-	}
-	m := c.bootMus[uuid]
-	if m == nil {
-		m = &refMutex{}
-		c.bootMus[uuid] = m
-	}
-	m.refs++
-	c.mu.Unlock()
-	m.Lock()
-	return func() {
-		m.Unlock()
-		c.mu.Lock()
-		if m.refs--; m.refs == 0 {
-			delete(c.bootMus, uuid)
-		}
-		c.mu.Unlock()
-	}
-}
-
-// refMutex is a mutex counted by its users, dropped when none is left.
-type refMutex struct {
-	sync.Mutex
-	refs int
 }
 
 // BuildDone implements compute.Reporter: the agent's spawn finished. It

@@ -17,6 +17,7 @@ import (
 
 	"keel/internal/boot"
 	"keel/internal/clock"
+	"keel/internal/flow"
 	"keel/internal/migration"
 	"keel/internal/placement"
 	"keel/internal/rebalance"
@@ -182,20 +183,17 @@ type Conductor struct {
 	computes Computes
 	machine  migration.Machine
 	boots    boot.Machine
-	clock    clock.Clock
-	log      *slog.Logger
-	hooks    Hooks
+	// flows is the flow driver: recovery, take-over and deadlines of
+	// every flow, and the one per-record lock map (see flows.go).
+	flows *flow.Driver
+	clock clock.Clock
+	log   *slog.Logger
+	hooks Hooks
 
-	mu    sync.Mutex
-	locks map[int64]*sync.Mutex
+	mu sync.Mutex
 	// slotTab counts the live-migration slots this replica holds and the
 	// migrations waiting for one.
 	slotTab *slotTable
-	// bootMus serialise the steps of each instance's boot (bootLock).
-	bootMus map[string]*refMutex
-	// groupMus serialise the scheduling of each server group's members
-	// (see groupLock).
-	groupMus map[string]*sync.Mutex
 
 	// planMu serialises the plan executor's ticks (one writer of the
 	// plans this replica runs); planKick wakes it early (a move's
@@ -221,10 +219,15 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 	if cfg.NewID == nil {
 		cfg.NewID = uuid.NewString
 	}
-	return &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
-		machine: migration.Machine{MaxAttempts: cfg.MaxAttempts}, boots: boot.Machine{MaxLateChecks: lateCheckAttempts},
-		locks: map[int64]*sync.Mutex{}, slotTab: newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal),
+	c := &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
+		slotTab:  newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal),
 		planKick: make(chan struct{}, 1)}
+	stall := c.stallAfter()
+	c.machine = migration.Machine{MaxAttempts: cfg.MaxAttempts, CopyStallTimeout: cfg.CopyStallTimeout,
+		ConfirmWindow: cfg.ResizeConfirmWindow, StallAfter: stall}
+	c.boots = boot.Machine{MaxLateChecks: lateCheckAttempts, BuildTimeout: cfg.BuildTimeout, StallAfter: stall}
+	c.flows = c.newDriver()
+	return c
 }
 
 // InvalidStateError is a request the instance's state does not allow (HTTP

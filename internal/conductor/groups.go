@@ -97,18 +97,7 @@ func (c *Conductor) groupLock(inst records.Instance) func() {
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return func() {}
 	}
-	c.mu.Lock()
-	if c.groupMus == nil {
-		c.groupMus = map[string]*sync.Mutex{}
-	}
-	mu := c.groupMus[inst.Hints.Group]
-	if mu == nil {
-		mu = &sync.Mutex{}
-		c.groupMus[inst.Hints.Group] = mu
-	}
-	c.mu.Unlock()
-	mu.Lock()
-	return sync.OnceFunc(mu.Unlock)
+	return sync.OnceFunc(c.flows.Lock(groupKey(inst.Hints.Group)))
 }
 
 // joinGroup adds a new instance to its server group's members.

@@ -28,7 +28,7 @@ type ForbiddenError struct{ Msg string }
 func (e *ForbiddenError) Error() string { return e.Msg }
 
 func (c *Conductor) lifecycle() lifecycle.Machine {
-	return lifecycle.Machine{ShelvedOffloadTime: c.cfg.ShelvedOffloadTime}
+	return lifecycle.Machine{ShelvedOffloadTime: c.cfg.ShelvedOffloadTime, StallAfter: c.stallAfter(), ActionTimeout: c.actionTimeout()}
 }
 
 // Act starts a lifecycle action (package lifecycle) on an instance: it
@@ -44,7 +44,7 @@ func (c *Conductor) lifecycle() lifecycle.Machine {
 func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request, edits ...func(*records.Instance)) (records.Instance, <-chan error, error) {
 	ctx = context.WithoutCancel(ctx)
 	done := make(chan error, 1)
-	unlock := c.bootLock(uuid)
+	unlock := c.flows.Lock(instanceKey(uuid))
 	var saved records.Instance
 	var acts []lifecycle.Action
 	err := retryConflicts(func() error {
@@ -87,7 +87,7 @@ func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request,
 	}
 	c.log.Info("lifecycle action", "instance", uuid, "action", req.Action, "task_state", saved.TaskState, "host", saved.Host)
 	go func() {
-		unlock := c.bootLock(uuid)
+		unlock := c.flows.Lock(instanceKey(uuid))
 		_, err := c.driveLifecycle(ctx, uuid, acts, unlock)
 		done <- err
 	}()
@@ -114,7 +114,7 @@ func refusal(err error) error {
 // performs what follows, as StepBoot does for boots.
 func (c *Conductor) StepAction(ctx context.Context, uuid string, ev lifecycle.Event) (records.Instance, error) {
 	ctx = context.WithoutCancel(ctx)
-	unlock := c.bootLock(uuid)
+	unlock := c.flows.Lock(instanceKey(uuid))
 	cur, acts, err := c.stepLifecycle(ctx, uuid, ev)
 	if err != nil || len(acts) == 0 {
 		unlock()
@@ -264,7 +264,7 @@ func (c *Conductor) lifecycleBootEnded(inst records.Instance) {
 		ev = lifecycle.Event{Kind: lifecycle.BootFailed, Err: inst.Fault}
 	}
 	if _, _, err := c.stepLifecycle(context.Background(), inst.UUID, ev); err != nil {
-		// The sweep finishes it (sweepLifecycle).
+		// The sweep finishes it (the lifecycle machine's Deadline).
 		c.log.Warn("finishing an unshelve", "instance", inst.UUID, "err", err)
 	}
 }
@@ -277,102 +277,4 @@ func (c *Conductor) actionTimeout() time.Duration {
 		return c.cfg.BuildTimeout
 	}
 	return 10 * c.stallAfter()
-}
-
-// sweepLifecycle resumes the lifecycle actions this replica drives that
-// stalled (an agent could not be reached: its step is repeated), ends
-// those whose agent has not answered for actionTimeout (the server stays
-// in the vm_state it was in), finishes an unshelve whose boot ended
-// unseen, and offloads shelved servers past shelved_offload_time.
-func (c *Conductor) sweepLifecycle(ctx context.Context) (int, error) {
-	insts, err := c.store.ListInstances(ctx, "")
-	if err != nil {
-		return 0, fmt.Errorf("sweeping lifecycle actions: %w", err)
-	}
-	now, n := c.clock.Now(), 0
-	for _, in := range insts {
-		if in.TaskState == records.TaskDeleting || !c.mine(in.Owner) {
-			continue
-		}
-		var ev lifecycle.Event
-		switch {
-		case in.Action == "" && in.VMState == records.VMShelved && in.TaskState == records.TaskNone &&
-			c.cfg.ShelvedOffloadTime > 0 && now.Sub(in.ShelvedAt) > c.cfg.ShelvedOffloadTime:
-			ev = lifecycle.Event{Kind: lifecycle.OffloadDue}
-		case in.Action == "" || now.Sub(in.UpdatedAt) <= c.stallAfter():
-			continue
-		case in.TaskState == records.TaskNone && in.ActionPhase != lifecycle.PhaseBoot:
-			continue // reset by an admin (os-resetState): nothing to resume
-		case in.ActionPhase == lifecycle.PhaseBoot:
-			if in.VMState == records.VMBuilding {
-				continue // the boot's own sweep drives it
-			}
-			ev = lifecycle.Event{Kind: lifecycle.Booted}
-			if in.VMState != records.VMActive {
-				ev = lifecycle.Event{Kind: lifecycle.BootFailed, Err: in.Fault}
-			}
-		case now.Sub(in.ActionStarted) > c.actionTimeout():
-			ev = lifecycle.Event{Kind: lifecycle.TimedOut, Err: fmt.Sprintf("the agent of %s did not answer for %s", in.Host, c.actionTimeout())}
-		default:
-			ev = lifecycle.Event{Kind: lifecycle.ResumeEv}
-		}
-		unlock, ok := c.tryBootLock(in.UUID)
-		if !ok {
-			continue
-		}
-		cur, err := c.store.GetInstance(ctx, in.UUID)
-		unlock()
-		if err != nil || cur.Version != in.Version {
-			continue
-		}
-		c.log.Info("sweeping a lifecycle action", "instance", in.UUID, "action", in.Action, "phase", in.ActionPhase, "event", ev.Kind)
-		if _, err := c.StepAction(ctx, in.UUID, ev); err != nil {
-			c.log.Warn("stalled lifecycle action", "instance", in.UUID, "err", err)
-		}
-		n++
-	}
-	return n, nil
-}
-
-// resumeLifecycle resumes, after a restart, the lifecycle actions this
-// conductor may take (as resumeBoots does for boots): the interrupted
-// agent operation is asked again (it is idempotent), a release repeated;
-// an unshelve's boot is resumed by the boot's own recovery.
-func (c *Conductor) resumeLifecycle(ctx context.Context, live map[string]bool, atStart bool) (int, error) {
-	insts, err := c.store.ListInstances(ctx, "")
-	if err != nil {
-		return 0, fmt.Errorf("recovering lifecycle actions: %w", err)
-	}
-	n := 0
-	for _, in := range insts {
-		if in.Action == "" || in.TaskState == records.TaskDeleting || in.VMState == records.VMBuilding ||
-			(in.TaskState == records.TaskNone && in.ActionPhase != lifecycle.PhaseBoot) {
-			continue // none, deleted, booting (its boot resumes), or reset by an admin
-		}
-		if c.cfg.Owner != "" {
-			if !c.mayTakeOwned(in.Owner, live, atStart) {
-				continue
-			}
-			if in.Owner != c.cfg.Owner {
-				won, err := c.takeOverBoot(ctx, in)
-				if err != nil || !won {
-					continue
-				}
-			}
-		}
-		ev := lifecycle.Event{Kind: lifecycle.ResumeEv}
-		if in.ActionPhase == lifecycle.PhaseBoot {
-			ev = lifecycle.Event{Kind: lifecycle.Booted}
-			if in.VMState != records.VMActive {
-				ev = lifecycle.Event{Kind: lifecycle.BootFailed, Err: in.Fault}
-			}
-		}
-		c.log.Info("resuming lifecycle action", "instance", in.UUID, "action", in.Action, "phase", in.ActionPhase, "at_start", atStart)
-		if _, err := c.StepAction(ctx, in.UUID, ev); err != nil {
-			c.log.Error("resuming lifecycle action", "instance", in.UUID, "err", err)
-			continue
-		}
-		n++
-	}
-	return n, nil
 }

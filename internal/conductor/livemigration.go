@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"keel/internal/compute"
 	"keel/internal/migration"
@@ -115,7 +114,7 @@ func (c *Conductor) userEvent(ctx context.Context, migID int64, kind migration.E
 	if err != nil {
 		return fmt.Errorf("migration %d: %w", migID, err)
 	}
-	if _, _, err := c.machine.Step(m, migration.Event{Kind: kind}); err != nil {
+	if _, _, err := c.machine.Step(m, migration.Event{Kind: kind}, c.clock.Now()); err != nil {
 		return &InvalidStateError{Msg: fmt.Sprintf("cannot %s migration %d in status %s: %v", kind, migID, m.Status, err)}
 	}
 	return c.Handle(ctx, migID, migration.Event{Kind: kind})
@@ -142,25 +141,12 @@ func (c *Conductor) CopyDone(ctx context.Context, migID int64, copyErr error) er
 	return err
 }
 
-func (c *Conductor) lock(migID int64) *sync.Mutex {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l := c.locks[migID]
-	if l == nil {
-		l = &sync.Mutex{}
-		c.locks[migID] = l
-	}
-	return l
-}
-
 // Handle feeds one event to a migration and performs the resulting
 // actions, feeding their answers back, until the migration waits for
 // something outside (a slot, the memory copy) or ends. The record is saved
 // before each action runs.
 func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event) error {
-	l := c.lock(migID)
-	l.Lock()
-	defer l.Unlock()
+	defer c.flows.Lock(migrationKey(migID))()
 	queue := []migration.Event{ev}
 	conflicts := 0
 	for len(queue) > 0 {
@@ -169,7 +155,7 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 		if err != nil {
 			return fmt.Errorf("migration %d: %w", migID, err)
 		}
-		next, acts, err := c.machine.Step(m, ev)
+		next, acts, err := c.machine.Step(m, ev, c.clock.Now())
 		if err != nil {
 			if records.MigrationTerminal(m.Status) {
 				c.forget(m) // a late answer (progress, a slot handed on) for an ended migration
@@ -235,12 +221,11 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 }
 
 // forget drops what the conductor keeps in memory for an ended migration:
-// its lock, and its place in the slot queue (a migration aborted while
-// queued must not be handed the next slot).
+// its place in the slot queue (a migration aborted while queued must not
+// be handed the next slot).
 func (c *Conductor) forget(m records.Migration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.locks, m.ID)
 	c.slotTab.forget(m.ID)
 }
 
@@ -607,13 +592,14 @@ func (c *Conductor) reconcile(ctx context.Context) {
 			held[id] = host
 		}
 	}
-	ids := make([]int64, 0, len(c.locks)+len(held))
-	for id := range c.locks {
+	waiting := c.slotTab.waitingIDs()
+	c.mu.Unlock()
+	ids := make([]int64, 0, len(waiting)+len(held))
+	for _, id := range waiting {
 		if _, ok := held[id]; !ok {
 			ids = append(ids, id)
 		}
 	}
-	c.mu.Unlock()
 	for id := range held {
 		ids = append(ids, id)
 	}

@@ -6,204 +6,41 @@ import (
 	"fmt"
 	"time"
 
-	"keel/internal/boot"
-	"keel/internal/migration"
-	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
 )
 
-// Recover resumes the migrations a restart of the server left active:
-// the migration record is the source of truth. Before the memory copy a
-// migration is rolled back (the destination claim returned, anything the
-// destination prepared removed) and ends in error; during the copy it
-// waits for the source agent's report; after it, the interrupted step is
-// repeated (every step is idempotent), so the migration completes. It
-// returns how many migrations it resumed.
+// Recover resumes the flows a restart of the server left in flight (the
+// boots, the migrations, the lifecycle actions): the record is the source
+// of truth, and each machine's Resume says how it goes on. Before the
+// memory copy a migration is rolled back (the destination claim
+// returned, anything the destination prepared removed) and ends in
+// error; during the copy it waits for the source agent's report; after
+// it, the interrupted step is repeated (every step is idempotent), so the
+// migration completes. It returns how many flows it resumed.
 //
 // Run it once at start, before serving. Without an owner (Config.Owner
-// empty) it resumes every active migration. With one, it first
-// heartbeats, then resumes only the migrations that are unowned, its own
-// (a restart of this replica), or owned by a replica whose heartbeat is
-// older than ServiceDownTime; it takes the others' over first, with a
-// versioned update of the record, so of two replicas racing for the same
-// migration exactly one resumes it. Migrations of live replicas are left
-// alone.
+// empty) it resumes every flow in flight. With one, it first heartbeats,
+// then resumes only the flows that are unowned, its own (a restart of
+// this replica), or owned by a replica whose heartbeat is older than
+// ServiceDownTime; it takes the others' over first, with a versioned
+// update of the record, so of two replicas racing for the same flow
+// exactly one resumes it. Flows of live replicas are left alone.
 func (c *Conductor) Recover(ctx context.Context) (int, error) {
 	if c.cfg.Owner != "" {
 		if err := c.Heartbeat(ctx); err != nil {
 			return 0, fmt.Errorf("recovering migrations: %w", err)
 		}
 	}
-	return c.resume(ctx, true)
+	return c.flows.Recover(ctx)
 }
 
-// Sweep takes over and resumes the active migrations owned by replicas
+// Sweep takes over and resumes the flows in flight owned by replicas
 // whose heartbeat is older than ServiceDownTime (a replica that died for
 // good). RunOwnership calls it every ServiceDownTime/2; it does nothing
-// without an owner. It returns how many migrations it took over.
+// without an owner. It returns how many flows it took over.
 func (c *Conductor) Sweep(ctx context.Context) (int, error) {
-	if c.cfg.Owner == "" {
-		return 0, nil
-	}
-	return c.resume(ctx, false)
-}
-
-// resume resumes the boots and active migrations this conductor may take:
-// at start (Recover) also the unowned ones and its own.
-func (c *Conductor) resume(ctx context.Context, atStart bool) (int, error) {
-	var live map[string]bool
-	if c.cfg.Owner != "" {
-		var err error
-		if live, err = c.liveReplicas(ctx); err != nil {
-			return 0, err
-		}
-	}
-	nb, err := c.resumeBoots(ctx, live, atStart)
-	if err != nil {
-		return nb, err
-	}
-	nm, err := c.resumeMigrations(ctx, live, atStart)
-	if err != nil {
-		return nb + nm, err
-	}
-	nl, err := c.resumeLifecycle(ctx, live, atStart)
-	return nb + nm + nl, err
-}
-
-// resumeBoots resumes the boots this conductor may take (see mayTake).
-func (c *Conductor) resumeBoots(ctx context.Context, live map[string]bool, atStart bool) (int, error) {
-	insts, err := c.store.ListInstances(ctx, "")
-	if err != nil {
-		return 0, fmt.Errorf("recovering boots: %w", err)
-	}
-	n := 0
-	for _, in := range insts {
-		if in.VMState != records.VMBuilding || in.TaskState == records.TaskDeleting {
-			continue
-		}
-		if c.cfg.Owner != "" {
-			if !c.mayTakeOwned(in.Owner, live, atStart) {
-				continue
-			}
-			if in.Owner != c.cfg.Owner {
-				won, err := c.takeOverBoot(ctx, in)
-				if err != nil {
-					c.log.Error("taking a boot over", "instance", in.UUID, "owner", in.Owner, "err", err)
-					continue
-				}
-				if !won {
-					continue
-				}
-			}
-		}
-		ev := boot.Event{Kind: boot.Resume}
-		if in.BuildPhase == "" {
-			ev.Kind = boot.Start // created, never stepped
-		}
-		c.log.Info("resuming boot", "instance", in.UUID, "phase", in.BuildPhase, "host", in.Host, "previous_owner", in.Owner, "at_start", atStart)
-		if _, err := c.StepBoot(ctx, in.UUID, ev); err != nil {
-			c.log.Error("resuming boot", "instance", in.UUID, "err", err)
-			continue
-		}
-		n++
-	}
-	return n, nil
-}
-
-// takeOverBoot makes this replica the owner of a boot with a versioned
-// update; false when the record changed meanwhile.
-func (c *Conductor) takeOverBoot(ctx context.Context, in records.Instance) (bool, error) {
-	prev := in.Owner
-	in.Owner, in.UpdatedAt = c.cfg.Owner, c.clock.Now()
-	if _, err := c.store.UpdateInstance(ctx, in); placement.IsConflict(err) || isNotFound(err) {
-		return false, nil
-	} else if err != nil {
-		return false, fmt.Errorf("taking the boot of %s over: %w", in.UUID, err)
-	}
-	c.log.Info("took boot over", "instance", in.UUID, "previous_owner", prev, "owner", c.cfg.Owner)
-	return true, nil
-}
-
-// resumeMigrations resumes the active migrations this conductor may take.
-func (c *Conductor) resumeMigrations(ctx context.Context, live map[string]bool, atStart bool) (int, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
-	if err != nil {
-		return 0, fmt.Errorf("recovering migrations: %w", err)
-	}
-	n := 0
-	for _, m := range ms {
-		if m.Phase == "" || records.MigrationTerminal(m.Status) {
-			continue
-		}
-		if c.cfg.Owner != "" {
-			if !c.mayTake(m, live, atStart) {
-				continue
-			}
-			if m.Owner != c.cfg.Owner {
-				won, err := c.takeOver(ctx, m.ID, live, atStart)
-				if err != nil {
-					c.log.Error("taking a migration over", "migration", m.ID, "owner", m.Owner, "err", err)
-					continue
-				}
-				if !won {
-					continue
-				}
-			}
-		}
-		c.log.Info("resuming migration", "migration", m.ID, "instance", m.InstanceUUID, "phase", m.Phase, "status", m.Status,
-			"previous_owner", m.Owner, "at_start", atStart)
-		if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Resume}); err != nil {
-			c.log.Error("resuming migration", "migration", m.ID, "err", err)
-			continue
-		}
-		n++
-	}
-	return n, nil
-}
-
-// mayTake reports whether this replica may resume m: one whose owner is
-// dead, and at start also an unowned one or its own.
-func (c *Conductor) mayTake(m records.Migration, live map[string]bool, atStart bool) bool {
-	return c.mayTakeOwned(m.Owner, live, atStart)
-}
-
-// mayTakeOwned is mayTake for a flow owned by owner.
-func (c *Conductor) mayTakeOwned(owner string, live map[string]bool, atStart bool) bool {
-	switch {
-	case owner == c.cfg.Owner:
-		return atStart // a live replica already drives its own
-	case owner == "":
-		return atStart
-	default:
-		return !live[owner]
-	}
-}
-
-// takeOver makes this replica the owner of migration id with a versioned
-// update; it reports false when the record changed meanwhile (another
-// replica took it, or the migration moved on or ended).
-func (c *Conductor) takeOver(ctx context.Context, id int64, live map[string]bool, atStart bool) (bool, error) {
-	l := c.lock(id)
-	l.Lock()
-	defer l.Unlock()
-	m, err := c.store.GetMigration(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("migration %d: %w", id, err)
-	}
-	if records.MigrationTerminal(m.Status) || !c.mayTake(m, live, atStart) {
-		return false, nil
-	}
-	prev := m.Owner
-	m.Owner, m.UpdatedAt = c.cfg.Owner, c.clock.Now()
-	if _, err := c.store.UpdateMigration(ctx, m); placement.IsConflict(err) {
-		c.log.Info("another replica took the migration first", "migration", id, "previous_owner", prev)
-		return false, nil
-	} else if err != nil {
-		return false, fmt.Errorf("taking migration %d over: %w", id, err)
-	}
-	c.log.Info("took migration over", "migration", id, "previous_owner", prev, "owner", c.cfg.Owner)
-	return true, nil
+	return c.flows.TakeOver(ctx)
 }
 
 // liveReplicas are the names of the replicas whose heartbeat is younger

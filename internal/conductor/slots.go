@@ -128,15 +128,26 @@ func (s *slotTable) heldBySource() map[string][]int64 {
 	return out
 }
 
+// waitingIDs lists the migrations waiting for a slot.
+func (s *slotTable) waitingIDs() []int64 {
+	ids := make([]int64, len(s.waiting))
+	for i, w := range s.waiting {
+		ids[i] = w.id
+	}
+	return ids
+}
+
 // counts returns how many migrations wait and how many hold a slot.
 func (s *slotTable) counts() (waiting, held int) { return len(s.waiting), len(s.held) }
 
-// Remembered reports what the conductor keeps in memory about migrations:
-// per-migration locks, migrations queued for a slot, and slots held, over
-// all sources. All three are zero when no migration is active.
+// Remembered reports what the conductor keeps in memory about flows: the
+// flow driver's per-record locks in use, migrations queued for a slot,
+// and slots held, over all sources. All three are zero when no flow is
+// active.
 func (c *Conductor) Remembered() (locks, queued, slots int) {
+	locks = c.flows.Locks()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	queued, slots = c.slotTab.counts()
-	return len(c.locks), queued, slots
+	return locks, queued, slots
 }

@@ -142,6 +142,62 @@ type Machine struct {
 	// server as soon as it is shelved, a negative value never, a
 	// positive one after that long (the conductor's sweep does it).
 	ShelvedOffloadTime time.Duration
+	// StallAfter is how long a step may stay with nothing in flight (its
+	// agent could not be reached) before it is asked again.
+	StallAfter time.Duration
+	// ActionTimeout is how long an action may wait for its agent before
+	// it ends as failed (TimedOut).
+	ActionTimeout time.Duration
+}
+
+// Deadline is when inst's action must be fed an event if nothing else
+// happens, and which, as seen at now: a shelved server past
+// ShelvedOffloadTime is offloaded (OffloadDue); a step with nothing in
+// flight for StallAfter is asked again (ResumeEv), or ends (TimedOut)
+// when by then the action has also waited ActionTimeout for its agent;
+// an unshelve whose boot ended unseen is finished (Booted or
+// BootFailed). A building unshelve waits for its boot, and an action an
+// admin reset has nothing to resume.
+func (mc Machine) Deadline(inst records.Instance, now time.Time) (time.Time, Event, bool) {
+	switch {
+	case inst.TaskState == records.TaskDeleting:
+		return time.Time{}, Event{}, false
+	case inst.Action == "":
+		if inst.VMState == records.VMShelved && inst.TaskState == records.TaskNone && mc.ShelvedOffloadTime > 0 {
+			return inst.ShelvedAt.Add(mc.ShelvedOffloadTime), Event{Kind: OffloadDue}, true
+		}
+		return time.Time{}, Event{}, false
+	}
+	ev, ok := mc.Resume(inst)
+	if !ok {
+		return time.Time{}, Event{}, false
+	}
+	stall := inst.UpdatedAt.Add(mc.StallAfter)
+	if end := inst.ActionStarted.Add(mc.ActionTimeout); ev.Kind == ResumeEv && now.After(end) {
+		if end.Before(stall) {
+			end = stall // a step in flight is not timed out
+		}
+		return end, Event{Kind: TimedOut, Err: fmt.Sprintf("the agent of %s did not answer for %s", inst.Host, mc.ActionTimeout)}, true
+	}
+	return stall, ev, true
+}
+
+// Resume is the event that resumes inst's action after a restart, or
+// when another replica takes it over: the phase's action is asked again
+// (ResumeEv), or an unshelve whose boot ended is finished (Booted or
+// BootFailed). None for no action, a delete, a boot in flight (the boot
+// resumes itself) or an action an admin reset (os-resetState).
+func (mc Machine) Resume(inst records.Instance) (Event, bool) {
+	switch {
+	case inst.Action == "" || inst.TaskState == records.TaskDeleting || inst.VMState == records.VMBuilding,
+		inst.TaskState == records.TaskNone && inst.ActionPhase != PhaseBoot:
+		return Event{}, false
+	case inst.ActionPhase == PhaseBoot && inst.VMState == records.VMActive:
+		return Event{Kind: Booted}, true
+	case inst.ActionPhase == PhaseBoot:
+		return Event{Kind: BootFailed, Err: inst.Fault}, true
+	}
+	return Event{Kind: ResumeEv}, true
 }
 
 // InvalidStateError is a request the server's state does not allow

@@ -231,3 +231,60 @@ func TestLock(t *testing.T) {
 		t.Errorf("admin's unlock: %+v %v", open.Lifecycle, err)
 	}
 }
+
+// TestDeadline: the lifecycle machine owns its timeouts.
+func TestDeadline(t *testing.T) {
+	mc := Machine{ShelvedOffloadTime: time.Hour, StallAfter: time.Minute, ActionTimeout: 10 * time.Minute}
+	inst := func(vm records.VMState, task records.TaskState, action string, phase records.ActionPhase, updated time.Duration) records.Instance {
+		i := records.Instance{UUID: "i", Host: "h1", VMState: vm, TaskState: task, UpdatedAt: t0.Add(updated)}
+		i.Action, i.ActionPhase, i.ActionStarted = action, phase, t0
+		if phase == PhaseAgent {
+			i.ActionOps = []string{OpPause}
+		}
+		return i
+	}
+	shelved := inst(records.VMShelved, records.TaskNone, "", "", 0)
+	shelved.ShelvedAt = t0
+	for _, tc := range []struct {
+		name string
+		inst records.Instance
+		now  time.Time // when the sweep looks; t0 when unset
+		when time.Time
+		ev   EventKind
+		none bool
+	}{
+		{name: "agent not answering: asked again", inst: inst(records.VMActive, records.TaskPausing, Pause, PhaseAgent, 0), when: t0.Add(time.Minute), ev: ResumeEv},
+		{name: "agent not answering past the timeout: ends", inst: inst(records.VMActive, records.TaskPausing, Pause, PhaseAgent, 9*time.Minute),
+			now: t0.Add(11 * time.Minute), when: t0.Add(10 * time.Minute), ev: TimedOut},
+		{name: "stalled long, past the timeout: ends, not asked again", inst: inst(records.VMActive, records.TaskPausing, Pause, PhaseAgent, 0),
+			now: t0.Add(11 * time.Minute), when: t0.Add(10 * time.Minute), ev: TimedOut},
+		{name: "step in flight past the timeout: waits for its stall", inst: inst(records.VMActive, records.TaskPausing, Pause, PhaseAgent, 10*time.Minute+30*time.Second),
+			now: t0.Add(11 * time.Minute), when: t0.Add(11*time.Minute + 30*time.Second), ev: TimedOut},
+		{name: "shelved: offloaded later", inst: shelved, when: t0.Add(time.Hour), ev: OffloadDue},
+		{name: "reset by an admin: nothing", inst: inst(records.VMActive, records.TaskNone, Pause, PhaseAgent, 0), none: true},
+		{name: "unshelve booting: the boot's", inst: inst(records.VMBuilding, records.TaskSpawning, Unshelve, PhaseBoot, 0), none: true},
+		{name: "unshelve booted unseen: finished", inst: inst(records.VMActive, records.TaskUnshelving, Unshelve, PhaseBoot, 0),
+			when: t0.Add(time.Minute), ev: Booted},
+		{name: "no action: nothing", inst: inst(records.VMActive, records.TaskNone, "", "", 0), none: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := tc.now
+			if now.IsZero() {
+				now = t0
+			}
+			when, ev, ok := mc.Deadline(tc.inst, now)
+			if tc.none {
+				if ok {
+					t.Fatalf("deadline %s %s, want none", when, ev.Kind)
+				}
+				return
+			}
+			if !ok || !when.Equal(tc.when) || ev.Kind != tc.ev {
+				t.Fatalf("deadline %v %s %s, want %s %s", ok, when, ev.Kind, tc.when, tc.ev)
+			}
+			if _, _, err := mc.Step(tc.inst, ev, when); err != nil {
+				t.Fatalf("the deadline's event is refused: %v", err)
+			}
+		})
+	}
+}

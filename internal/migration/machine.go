@@ -2,6 +2,7 @@ package migration
 
 import (
 	"fmt"
+	"time"
 
 	"keel/internal/records"
 )
@@ -158,6 +159,18 @@ type Machine struct {
 	// MaxAttempts is how many destinations are claimed and checked before
 	// the migration ends in error ([scheduler] max_attempts).
 	MaxAttempts int
+
+	// The deadlines (see Deadline); 0 turns each off.
+	// CopyStallTimeout is how long a copy (a live migration's memory, a
+	// cold move's disk, an evacuation's rebuild) may go without a report
+	// before it is Stalled ([keel] migration_stall_timeout).
+	CopyStallTimeout time.Duration
+	// ConfirmWindow confirms a move left in VERIFY_RESIZE this long
+	// (Nova's resize_confirm_window).
+	ConfirmWindow time.Duration
+	// StallAfter is how long a step may stay with nothing in flight (an
+	// action could not be done) before it is resumed.
+	StallAfter time.Duration
 }
 
 // IllegalError is an event that is not allowed in the migration's phase.
@@ -171,9 +184,12 @@ func (e *IllegalError) Error() string {
 	return fmt.Sprintf("event %s is not allowed in phase %s (status %s)", e.Event, e.Phase, e.Status)
 }
 
-// Step applies ev to m. It never mutates its input.
-func (mc Machine) Step(m records.Migration, ev Event) (records.Migration, []Action, error) {
+// Step applies ev to m at now. It never mutates its input.
+func (mc Machine) Step(m records.Migration, ev Event, now time.Time) (records.Migration, []Action, error) {
 	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	if ev.Kind == Stalled && ev.Err == "" {
+		ev.Err = stallReason(m, now)
+	}
 	if records.MigrationTerminal(m.Status) {
 		return m, nil, &IllegalError{Phase: m.Phase, Status: m.Status, Event: ev.Kind}
 	}
@@ -183,6 +199,53 @@ func (mc Machine) Step(m records.Migration, ev Event) (records.Migration, []Acti
 	}
 	next, acts := t(mc, m, ev)
 	return next, acts, nil
+}
+
+// stallReason says how long a Stalled copy went without a report.
+func stallReason(m records.Migration, now time.Time) string {
+	idle := now.Sub(m.UpdatedAt).Round(time.Second)
+	if m.Phase == PhaseRebuild {
+		return fmt.Sprintf("no report from the destination for %s", idle)
+	}
+	return fmt.Sprintf("none for %s (migration_stall_timeout)", idle)
+}
+
+// Deadline is when m must be fed an event if nothing else happens, and
+// which: a copy with no report for CopyStallTimeout is Stalled; a move
+// in VERIFY_RESIZE past ConfirmWindow is confirmed; an evacuation waits
+// for its source to come back (SourceBack, due at every sweep: whoever
+// feeds it checks the source's service is up); any other step with
+// nothing in flight for StallAfter is resumed (a live migration waiting
+// in its replica's slot queue is not stalled: whoever feeds it checks).
+// Each phase has one deadline, so now does not change which.
+func (mc Machine) Deadline(m records.Migration, _ time.Time) (time.Time, Event, bool) {
+	if m.Phase == "" || records.MigrationTerminal(m.Status) {
+		return time.Time{}, Event{}, false
+	}
+	switch m.Phase {
+	case PhaseCopy, PhaseResizeSource, PhaseRebuild:
+		if mc.CopyStallTimeout <= 0 {
+			return time.Time{}, Event{}, false
+		}
+		return m.UpdatedAt.Add(mc.CopyStallTimeout), Event{Kind: Stalled}, true
+	case PhaseAwaitSource:
+		return time.Time{}, Event{Kind: SourceBack}, true
+	case PhaseVerify:
+		if mc.ConfirmWindow <= 0 {
+			return time.Time{}, Event{}, false // the user decides
+		}
+		return m.UpdatedAt.Add(mc.ConfirmWindow), Event{Kind: Confirm}, true
+	}
+	return m.UpdatedAt.Add(mc.StallAfter), Event{Kind: Resume}, true
+}
+
+// Resume is the event that resumes m after a restart, or when another
+// replica takes it over: Resume for every migration in flight.
+func (mc Machine) Resume(m records.Migration) (Event, bool) {
+	if m.Phase == "" || records.MigrationTerminal(m.Status) {
+		return Event{}, false
+	}
+	return Event{Kind: Resume}, true
 }
 
 // tableOf is the transition table of a migration type.

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"keel/internal/records"
 )
@@ -45,7 +46,7 @@ func run(t *testing.T, mc Machine, m records.Migration, script []step) records.M
 	t.Helper()
 	for i, s := range script {
 		before := cloneMigration(m)
-		next, acts, err := mc.Step(m, s.ev)
+		next, acts, err := mc.Step(m, s.ev, time.Time{})
 		if !reflect.DeepEqual(m, before) {
 			t.Fatalf("step %d (%s): Step mutated its input:\n got %+v\nwant %+v", i, s.ev.Kind, m, before)
 		}
@@ -459,7 +460,7 @@ var allEvents = []EventKind{
 func assertRefusesEverything(t *testing.T, mc Machine, m records.Migration) {
 	t.Helper()
 	for _, k := range allEvents {
-		next, acts, err := mc.Step(m, Event{Kind: k, Host: "elsewhere", Err: "late"})
+		next, acts, err := mc.Step(m, Event{Kind: k, Host: "elsewhere", Err: "late"}, time.Time{})
 		var ie *IllegalError
 		if !errors.As(err, &ie) {
 			t.Fatalf("terminal %s migration took %s: err %v", m.Status, k, err)
@@ -485,7 +486,7 @@ func TestMachineTerminalStatusesRefuseEveryEvent(t *testing.T) {
 func TestIllegalErrorSaysWhat(t *testing.T) {
 	m := newMigration()
 	m.Status, m.Phase = records.MigrationRunning, PhasePostDest
-	_, _, err := Machine{}.Step(m, Event{Kind: Abort})
+	_, _, err := Machine{}.Step(m, Event{Kind: Abort}, time.Time{})
 	if err == nil {
 		t.Fatal("abort in post-dest accepted")
 	}
@@ -508,7 +509,7 @@ func TestStepDoesNotAliasTriedHosts(t *testing.T) {
 	m.TriedHosts[0] = "a"
 	spare := m.TriedHosts[:2]
 
-	next, _, err := mc.Step(m, Event{Kind: CheckFailed, Err: "x"})
+	next, _, err := mc.Step(m, Event{Kind: CheckFailed, Err: "x"}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +527,7 @@ func TestStepDoesNotAliasTriedHosts(t *testing.T) {
 	// Even a step that does not touch TriedHosts returns its own copy.
 	q := newMigration()
 	q.Status, q.Phase, q.DestHost, q.TriedHosts = records.MigrationQueued, PhaseQueue, "b", []string{"a"}
-	out, _, err := mc.Step(q, Event{Kind: SlotAcquired})
+	out, _, err := mc.Step(q, Event{Kind: SlotAcquired}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +615,7 @@ func stepNoPanic(t *testing.T, mc Machine, m records.Migration, ev Event, seed u
 			t.Fatalf("seed %d %v: Step panicked: %v", seed, trace, r)
 		}
 	}()
-	return mc.Step(m, ev)
+	return mc.Step(m, ev, time.Time{})
 }
 
 // legalEvents lists the events the transition table accepts in a phase.
@@ -740,7 +741,7 @@ func TestStalledAndReset(t *testing.T) {
 	}
 	// Stalled is accepted only in the copy.
 	for _, phase := range []records.MigrationPhase{PhaseQueue, PhasePrepare, PhasePostSource, PhaseRevert} {
-		if _, _, err := mc.Step(at(phase, records.MigrationRunning), Event{Kind: Stalled}); err == nil {
+		if _, _, err := mc.Step(at(phase, records.MigrationRunning), Event{Kind: Stalled}, time.Time{}); err == nil {
 			t.Errorf("Stalled accepted in %s", phase)
 		}
 	}
@@ -825,6 +826,59 @@ func TestColdMoveScripts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			end := run(t, mc, fresh(records.VMStopped), script)
 			assertRefusesEverything(t, mc, end)
+		})
+	}
+}
+
+// TestDeadline: the move machines own their timeouts; a Stalled copy's
+// reason says how long it went without a report, from the record's last
+// save to the step's time.
+func TestDeadline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mc := Machine{MaxAttempts: 3, CopyStallTimeout: 4 * time.Second, ConfirmWindow: time.Hour, StallAfter: time.Minute}
+	mig := func(typ string, phase records.MigrationPhase, status records.MigrationStatus) records.Migration {
+		return records.Migration{ID: 1, Type: typ, Phase: phase, Status: status, SourceHost: "h1", DestHost: "h2", UpdatedAt: t0}
+	}
+	for _, tc := range []struct {
+		name   string
+		m      records.Migration
+		mc     Machine
+		when   time.Time
+		ev     EventKind
+		reason string
+		none   bool
+	}{
+		{name: "live copy without a report: stalled", m: mig(records.MigrationTypeLive, PhaseCopy, records.MigrationRunning), mc: mc,
+			when: t0.Add(4 * time.Second), ev: Stalled, reason: "none for 5s (migration_stall_timeout)"},
+		{name: "no stall timeout: the copy waits", m: mig(records.MigrationTypeLive, PhaseCopy, records.MigrationRunning), mc: Machine{StallAfter: time.Minute}, none: true},
+		{name: "rebuild without a report: stalled", m: mig(records.MigrationTypeEvac, PhaseRebuild, records.MigrationPreMigrating), mc: mc,
+			when: t0.Add(4 * time.Second), ev: Stalled, reason: "no report from the destination for 5s"},
+		{name: "verify past the window: confirmed", m: mig(records.MigrationTypeResize, PhaseVerify, records.MigrationFinished), mc: mc,
+			when: t0.Add(time.Hour), ev: Confirm},
+		{name: "verify without a window: the user's", m: mig(records.MigrationTypeResize, PhaseVerify, records.MigrationFinished), mc: Machine{StallAfter: time.Minute}, none: true},
+		{name: "evacuated source: every sweep", m: mig(records.MigrationTypeEvac, PhaseAwaitSource, records.MigrationDone), mc: mc, ev: SourceBack},
+		{name: "prepare stalled: resumed", m: mig(records.MigrationTypeLive, PhasePrepare, records.MigrationPreparing), mc: mc,
+			when: t0.Add(time.Minute), ev: Resume},
+		{name: "ended: nothing", m: mig(records.MigrationTypeLive, PhaseDone, records.MigrationCompleted), mc: mc, none: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			when, ev, ok := tc.mc.Deadline(tc.m, t0.Add(5*time.Second))
+			if tc.none {
+				if ok {
+					t.Fatalf("deadline %s %s, want none", when, ev.Kind)
+				}
+				return
+			}
+			if !ok || !when.Equal(tc.when) || ev.Kind != tc.ev {
+				t.Fatalf("deadline %v %s %s, want %s %s", ok, when, ev.Kind, tc.when, tc.ev)
+			}
+			next, _, err := tc.mc.Step(tc.m, ev, t0.Add(5*time.Second))
+			if err != nil {
+				t.Fatalf("the deadline's event is refused: %v", err)
+			}
+			if !strings.Contains(next.Error, tc.reason) {
+				t.Fatalf("error %q does not say %q", next.Error, tc.reason)
+			}
 		})
 	}
 }

@@ -1,0 +1,118 @@
+package conductor
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"keel/internal/boot"
+	"keel/internal/flow"
+	"keel/internal/lifecycle"
+	"keel/internal/migration"
+	"keel/internal/placement"
+	"keel/internal/records"
+	"keel/internal/store"
+)
+
+// The flows the driver (package flow) recovers, takes over and sweeps,
+// in this order: boots, moves, lifecycle actions. Each is its machine,
+// where its records are, and the loop that feeds it.
+
+// instanceKey and migrationKey are the driver's lock keys: a boot and a
+// lifecycle action of one instance share their record, and its lock.
+func instanceKey(uuid string) string { return "instance/" + uuid }
+func migrationKey(id int64) string   { return "migration/" + strconv.FormatInt(id, 10) }
+func groupKey(group string) string   { return "group/" + group }
+
+// newDriver builds the conductor's flow driver and registers its flows.
+func (c *Conductor) newDriver() *flow.Driver {
+	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log}
+	flow.Register(d, c.bootFlow())
+	flow.Register(d, c.migrationFlow())
+	flow.Register(d, c.lifecycleFlow())
+	return d
+}
+
+// moved reports whether a versioned save or a read failed because the
+// record moved on (changed or gone).
+func moved(err error) bool { return placement.IsConflict(err) || isNotFound(err) }
+
+func instanceOwned(in records.Instance, owner string, now time.Time) records.Instance {
+	in.Owner, in.UpdatedAt = owner, now
+	return in
+}
+
+func (c *Conductor) listInstances(ctx context.Context) ([]records.Instance, error) {
+	return c.store.ListInstances(ctx, "")
+}
+
+func (c *Conductor) getInstance(ctx context.Context, in records.Instance) (records.Instance, error) {
+	return c.store.GetInstance(ctx, in.UUID)
+}
+
+func (c *Conductor) bootFlow() *flow.Flow[records.Instance, boot.Event, boot.Action] {
+	return &flow.Flow[records.Instance, boot.Event, boot.Action]{
+		Name: "boot", Machine: c.boots,
+		List: c.listInstances, Get: c.getInstance, Save: c.store.UpdateInstance,
+		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
+		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
+		Owned: instanceOwned, Conflict: moved,
+		Feed: func(ctx context.Context, in records.Instance, ev boot.Event) error {
+			_, err := c.StepBoot(ctx, in.UUID, ev)
+			return err
+		},
+	}
+}
+
+func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event, lifecycle.Action] {
+	return &flow.Flow[records.Instance, lifecycle.Event, lifecycle.Action]{
+		Name: "lifecycle", Machine: c.lifecycle(),
+		List: c.listInstances, Get: c.getInstance, Save: c.store.UpdateInstance,
+		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
+		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
+		Owned: instanceOwned, Conflict: moved,
+		Feed: func(ctx context.Context, in records.Instance, ev lifecycle.Event) error {
+			_, err := c.StepAction(ctx, in.UUID, ev)
+			return err
+		},
+	}
+}
+
+func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Event, migration.Action] {
+	return &flow.Flow[records.Migration, migration.Event, migration.Action]{
+		Name: "migration", Machine: c.machine,
+		List: func(ctx context.Context) ([]records.Migration, error) {
+			return c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+		},
+		Get: func(ctx context.Context, m records.Migration) (records.Migration, error) {
+			return c.store.GetMigration(ctx, m.ID)
+		},
+		Save:  c.store.UpdateMigration,
+		Key:   func(m records.Migration) string { return migrationKey(m.ID) },
+		Owner: func(m records.Migration) string { return m.Owner }, Version: func(m records.Migration) int64 { return m.Version },
+		Owned: func(m records.Migration, owner string, now time.Time) records.Migration {
+			m.Owner, m.UpdatedAt = owner, now
+			return m
+		},
+		Conflict: moved,
+		Feed: func(ctx context.Context, m records.Migration, ev migration.Event) error {
+			return c.Handle(ctx, m.ID, ev)
+		},
+		Due: c.migrationDue,
+	}
+}
+
+// migrationDue is what a migration's deadline needs besides its record:
+// an evacuation's source is back only when its service is up, and a live
+// migration waiting in this replica's queue for a slot (or just handed
+// one) is not stalled.
+func (c *Conductor) migrationDue(ctx context.Context, m records.Migration, ev migration.Event) bool {
+	switch {
+	case ev.Kind == migration.SourceBack:
+		down, err := c.serviceDown(ctx, m.SourceHost)
+		return err == nil && !down
+	case m.Phase == migration.PhaseQueue:
+		return !c.isWaiting(m)
+	}
+	return true
+}

@@ -1,0 +1,262 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"keel/internal/clock"
+)
+
+// Driver runs the recovery, the take-over and the deadlines of every
+// registered flow, and holds the per-record locks their steps take.
+type Driver struct {
+	// Owner is this replica's name; empty turns ownership off (one
+	// server: Recover resumes every flow in flight, the sweep drives the
+	// unowned ones).
+	Owner string
+	// Live returns the replicas whose heartbeat is recent (this one
+	// included); called only with an Owner.
+	Live  func(ctx context.Context) (map[string]bool, error)
+	Clock clock.Clock
+	Log   *slog.Logger
+
+	flows []runner
+
+	mu    sync.Mutex
+	locks map[string]*refMutex
+}
+
+// runner is a registered Flow, whatever its types.
+type runner interface {
+	resume(ctx context.Context, d *Driver, live map[string]bool, atStart bool) (int, error)
+	sweep(ctx context.Context, d *Driver) (int, error)
+}
+
+// Register adds f to d's flows; Recover, TakeOver and Sweep visit them in
+// the order registered.
+func Register[R, E, A any](d *Driver, f *Flow[R, E, A]) {
+	d.flows = append(d.flows, f)
+}
+
+// Recover resumes, at start, every flow in flight that this replica may
+// take: all of them without an owner; with one, the unowned ones, its
+// own (a restart of this replica) and those of replicas whose heartbeat
+// stopped, each taken over first. It returns how many it resumed.
+func (d *Driver) Recover(ctx context.Context) (int, error) {
+	return d.resume(ctx, true)
+}
+
+// TakeOver takes over and resumes the flows of replicas whose heartbeat
+// stopped; it does nothing without an owner. It returns how many.
+func (d *Driver) TakeOver(ctx context.Context) (int, error) {
+	if d.Owner == "" {
+		return 0, nil
+	}
+	return d.resume(ctx, false)
+}
+
+func (d *Driver) resume(ctx context.Context, atStart bool) (int, error) {
+	var live map[string]bool
+	if d.Owner != "" {
+		var err error
+		if live, err = d.Live(ctx); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for _, f := range d.flows {
+		k, err := f.resume(ctx, d, live, atStart)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Sweep feeds every flow this replica drives whose deadline has passed
+// the deadline's event (see Machine.Deadline). A flow whose step is in
+// flight in this process, or whose record changed since the sweep read
+// it, is left alone. It returns how many flows it fed.
+func (d *Driver) Sweep(ctx context.Context) (int, error) {
+	ctx = context.WithoutCancel(ctx)
+	n := 0
+	for _, f := range d.flows {
+		k, err := f.sweep(ctx, d)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// mayTake reports whether this replica may resume a flow owned by owner:
+// one whose owner is dead, and at start also an unowned one or its own.
+func (d *Driver) mayTake(owner string, live map[string]bool, atStart bool) bool {
+	switch {
+	case owner == d.Owner, owner == "":
+		return atStart // a live replica already drives its own
+	default:
+		return !live[owner]
+	}
+}
+
+func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]bool, atStart bool) (int, error) {
+	rs, err := f.List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("recovering %ss: %w", f.Name, err)
+	}
+	n := 0
+	for _, r := range rs {
+		if _, ok := f.Machine.Resume(r); !ok {
+			continue
+		}
+		if d.Owner != "" {
+			if !d.mayTake(f.Owner(r), live, atStart) {
+				continue
+			}
+			if f.Owner(r) != d.Owner {
+				var won bool
+				if r, won, err = f.takeOver(ctx, d, r, live, atStart); err != nil {
+					d.Log.Error("taking a flow over", "flow", f.Name, "key", f.Key(r), "owner", f.Owner(r), "err", err)
+					continue
+				} else if !won {
+					continue
+				}
+			}
+		}
+		ev, _ := f.Machine.Resume(r)
+		d.Log.Info("resuming", "flow", f.Name, "key", f.Key(r), "event", ev, "at_start", atStart)
+		if err := f.Feed(ctx, r, ev); err != nil {
+			d.Log.Error("resuming", "flow", f.Name, "key", f.Key(r), "err", err)
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
+// takeOver makes this replica the owner of r's flow with a versioned
+// save; false when the record changed meanwhile (another replica took it,
+// or the flow moved on or ended).
+func (f *Flow[R, E, A]) takeOver(ctx context.Context, d *Driver, r R, live map[string]bool, atStart bool) (R, bool, error) {
+	unlock := d.Lock(f.Key(r))
+	defer unlock()
+	cur, err := f.Get(ctx, r)
+	if err != nil {
+		if f.Conflict(err) {
+			return r, false, nil
+		}
+		return r, false, fmt.Errorf("reading %s %s: %w", f.Name, f.Key(r), err)
+	}
+	if _, ok := f.Machine.Resume(cur); !ok || !d.mayTake(f.Owner(cur), live, atStart) {
+		return cur, false, nil
+	}
+	prev := f.Owner(cur)
+	saved, err := f.Save(ctx, f.Owned(cur, d.Owner, d.Clock.Now()))
+	if err != nil {
+		if f.Conflict(err) {
+			d.Log.Info("another replica took the flow first", "flow", f.Name, "key", f.Key(r), "previous_owner", prev)
+			return cur, false, nil
+		}
+		return cur, false, fmt.Errorf("taking %s %s over: %w", f.Name, f.Key(r), err)
+	}
+	d.Log.Info("took flow over", "flow", f.Name, "key", f.Key(r), "previous_owner", prev, "owner", d.Owner)
+	return saved, true, nil
+}
+
+func (f *Flow[R, E, A]) sweep(ctx context.Context, d *Driver) (int, error) {
+	rs, err := f.List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sweeping %ss: %w", f.Name, err)
+	}
+	now, n := d.Clock.Now(), 0
+	for _, r := range rs {
+		if f.Owner(r) != d.Owner {
+			continue
+		}
+		when, ev, ok := f.Machine.Deadline(r, now)
+		if !ok || !now.After(when) || (f.Due != nil && !f.Due(ctx, r, ev)) {
+			continue
+		}
+		if !f.unchanged(ctx, d, r) {
+			continue
+		}
+		d.Log.Info("deadline passed", "flow", f.Name, "key", f.Key(r), "event", ev, "deadline", when)
+		if err := f.Feed(ctx, r, ev); err != nil {
+			d.Log.Warn("feeding a deadline's event", "flow", f.Name, "key", f.Key(r), "err", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// unchanged reports whether r's step is not in flight in this process
+// and its record is still the version the sweep read.
+func (f *Flow[R, E, A]) unchanged(ctx context.Context, d *Driver, r R) bool {
+	unlock, ok := d.TryLock(f.Key(r))
+	if !ok {
+		return false
+	}
+	defer unlock()
+	cur, err := f.Get(ctx, r)
+	return err == nil && f.Version(cur) == f.Version(r)
+}
+
+// Lock takes the lock of key in this process and returns its unlock.
+func (d *Driver) Lock(key string) func() {
+	m := d.ref(key)
+	m.Lock()
+	return func() { d.unref(key, m) }
+}
+
+// TryLock is Lock without waiting: false when key is locked.
+func (d *Driver) TryLock(key string) (func(), bool) {
+	d.mu.Lock()
+	if d.locks[key] != nil {
+		d.mu.Unlock()
+		return nil, false
+	}
+	d.mu.Unlock()
+	return d.Lock(key), true
+}
+
+// Locks returns how many keys are locked or waited for now.
+func (d *Driver) Locks() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.locks)
+}
+
+func (d *Driver) ref(key string) *refMutex {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.locks == nil {
+		d.locks = map[string]*refMutex{}
+	}
+	m := d.locks[key]
+	if m == nil {
+		m = &refMutex{}
+		d.locks[key] = m
+	}
+	m.refs++
+	return m
+}
+
+func (d *Driver) unref(key string, m *refMutex) {
+	m.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m.refs--; m.refs == 0 {
+		delete(d.locks, key)
+	}
+}
+
+// refMutex is a mutex counted by its users, dropped when none is left.
+type refMutex struct {
+	sync.Mutex
+	refs int
+}

@@ -1,0 +1,57 @@
+package flow
+
+import (
+	"context"
+	"time"
+)
+
+// Machine is a flow's rules, pure: R is its record, E its events, A its
+// actions. Step never mutates its input.
+type Machine[R, E, A any] interface {
+	// Step applies ev to r at now: the next record and what to do.
+	Step(r R, ev E, now time.Time) (R, []A, error)
+	// Deadline is when r's flow must be fed an event if nothing else
+	// happens first, and which one, as seen at now: of two deadlines that
+	// have both passed by now the machine says which fires (a timeout
+	// before a stall), otherwise the earliest is returned. False when
+	// nothing is due ever (no flow in flight, or it waits for someone
+	// else). A zero time is due at every sweep (the flow's Due decides).
+	Deadline(r R, now time.Time) (time.Time, E, bool)
+	// Resume is the event that resumes r's flow after a restart of the
+	// server, or when another replica takes it over; false when r holds
+	// no flow of this machine in flight.
+	Resume(r R) (E, bool)
+}
+
+// Flow is one kind of flow as the driver sees it: its machine, its
+// records, and how to feed it.
+type Flow[R, E, A any] struct {
+	// Name names the flow in logs ("boot", "migration", "lifecycle").
+	Name    string
+	Machine Machine[R, E, A]
+
+	// List returns the records that may hold a flow of this kind.
+	List func(ctx context.Context) ([]R, error)
+	// Get reads r's record again.
+	Get func(ctx context.Context, r R) (R, error)
+	// Save writes r if its version is still the stored one; a conflict
+	// (placement.IsConflict) or store.ErrNotFound means it moved on.
+	Save func(ctx context.Context, r R) (R, error)
+	// Key is r's lock key, unique across flows that do not share records
+	// (a boot and a lifecycle action share their instance's).
+	Key func(r R) string
+	// Owner is the replica that drives r; Version its stored version;
+	// Owned returns r owned by owner, stamped now.
+	Owner   func(r R) string
+	Version func(r R) int64
+	Owned   func(r R, owner string, now time.Time) R
+
+	// Feed feeds ev to r's flow and performs what follows until the flow
+	// waits or ends.
+	Feed func(ctx context.Context, r R, ev E) error
+	// Due, when set, is the part of a passed deadline the record alone
+	// cannot tell: false leaves it for a later sweep.
+	Due func(ctx context.Context, r R, ev E) bool
+	// Conflict reports whether a Save's error means the record moved on.
+	Conflict func(err error) bool
+}
