@@ -132,6 +132,12 @@ as the ranking).` + clientLong,
 // normalised value; weighers with multiplier 0 (which cannot matter) are
 // left out and named below.
 func printCandidates(out interface{ Write([]byte) (int, error) }, cands []client.HostExplanation, subset int) error {
+	if len(cands) == 1 {
+		// One candidate: no weighing happens, so no weight or
+		// multipliers to show (they would read WEIGHT 0.000).
+		fmt.Fprintf(out, "%s is the only candidate: picked without weighing\n", cands[0].Host)
+		return nil
+	}
 	var names []string
 	mult := map[string]float64{}
 	for _, s := range cands[0].Scores {
