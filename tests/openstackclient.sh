@@ -112,6 +112,14 @@ expect "${want%$'\n'}" "$(os hypervisor list --long -f value -c 'Hypervisor Host
 
 os compute service set --disable "$target" nova-compute
 expect "disabled" "$(os compute service list --host "$target" -f value -c Status)" "compute service set --disable"
+# Nova's force-down path of 2.11 to 2.52 (PUT /os-services/force-down).
+os --os-compute-api-version 2.11 compute service set --down "$target" nova-compute
+expect "True" "$(os --os-compute-api-version 2.11 compute service list --long --host "$target" -f value -c 'Forced Down')" \
+  "compute service set --down at 2.11"
+os --os-compute-api-version 2.11 compute service set --up "$target" nova-compute
+expect "False" "$(os --os-compute-api-version 2.11 compute service list --long --host "$target" -f value -c 'Forced Down')" \
+  "compute service set --up at 2.11"
+expect "Services" "$(os extension list --compute -f value -c Name | grep -x Services)" "extension list --compute"
 os server create --flavor m1.small --image keel-fake --nic none --wait vm2 >/dev/null
 [ "$(hostof vm2)" != "$target" ] || fail "vm2 was placed on disabled host $target"
 echo "ok  a disabled host gets no new server"

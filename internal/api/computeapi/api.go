@@ -124,6 +124,11 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.searchHypervisors(true))
 	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
 	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
+	for _, p := range goneRoutes {
+		route(p, false, a.gone)
+	}
+	route("GET /compute/v2.1/extensions", false, a.listExtensions)
+	route("GET /compute/v2.1/extensions/{alias}", false, a.showExtension)
 	route("GET /compute/v2.1/os-services", true, a.listServices)
 	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
 	a.aggregateRoutes(route)

@@ -417,6 +417,9 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 	action := r.PathValue("action")
 	host := body.Host
 	disable := false
+	if action == "force-down" && version(r).AtLeast(11) && !version(r).AtLeast(53) {
+		return a.forceDownService(w, r, body.Host, body.Binary, body.ForcedDown)
+	}
 	switch action {
 	case "enable", "disable", "disable-log-reason":
 		// Nova's schema before 2.53: the body names the service.
@@ -432,7 +435,7 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		disable = true
 	default:
 		if !version(r).AtLeast(53) {
-			return notFound("The resource could not be found.")
+			return notFound("Unknown action")
 		}
 		if body.Host != "" || body.Binary != "" {
 			return badRequest("Invalid input for the request body: Additional properties are not allowed (host and binary are named by the service id)")
@@ -482,6 +485,35 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		out["disabled_reason"] = s.DisabledReason
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"service": out})
+	return nil
+}
+
+// forceDownService is PUT /os-services/force-down (2.11 to 2.52): the
+// body names the service by host and binary and sets forced_down.
+func (a *API) forceDownService(w http.ResponseWriter, r *http.Request, host, binary string, forced *bool) error {
+	for _, f := range []struct{ name, v string }{{"host", host}, {"binary", binary}} {
+		if f.v == "" {
+			return badRequest("Invalid input for the request body: '" + f.name + "' is a required property")
+		}
+	}
+	if forced == nil {
+		return badRequest("Missing forced_down field")
+	}
+	if binary != "nova-compute" {
+		return badRequest("Updating a " + binary + " service is not supported. Only nova-compute services can be updated.")
+	}
+	_, err := a.cfg.Store.UpdateService(r.Context(), host, func(s *records.Service) error {
+		s.ForcedDown = *forced
+		s.UpdatedAt = a.cfg.Clock.Now()
+		return nil
+	})
+	if isNotFound(err) {
+		return notFoundf("Compute host %s could not be found.", host)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"service": map[string]any{"host": host, "binary": binary, "forced_down": *forced}})
 	return nil
 }
 
