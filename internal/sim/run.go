@@ -138,6 +138,9 @@ func runPolicy(ctx context.Context, sc *scenario.Scenario, policy scheduler.Poli
 	// measures against the same hosts (those of the file's initial state:
 	// hosts disabled from the start are not "best"; events, drains and
 	// workloads at t=0 are not yet seen).
+	if err := w.startMetrics(ctx); err != nil {
+		return PolicyReport{}, err
+	}
 	best, err := w.initiallyBest(ctx)
 	if err != nil {
 		return PolicyReport{}, err

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"keel/internal/clock"
 	"keel/internal/compute"
 	"keel/internal/compute/fake"
+	"keel/internal/compute/workload"
 	"keel/internal/conductor"
 	"keel/internal/inproc"
 	"keel/internal/records"
@@ -89,6 +91,57 @@ func schedulerConfig(s scenario.Scheduler) scheduler.Config {
 	return cfg
 }
 
+// metricsConfig maps the scenario's [metrics] onto MetricsWeigher's
+// options: max_age only under the claim policy (Nova weighs any age).
+func metricsConfig(m scenario.Metrics, policy scheduler.Policy) scheduler.MetricsConfig {
+	mc := scheduler.DefaultMetricsConfig()
+	mc.WeightSetting, _ = scheduler.ParseWeightSetting(m.WeightSetting) // checked by the loader
+	if m.Required != nil {
+		mc.Required = *m.Required
+	}
+	if m.WeightOfUnavailable != nil {
+		mc.WeightOfUnavailable = *m.WeightOfUnavailable
+	}
+	if m.MaxAge != nil {
+		mc.MaxAge = secs(*m.MaxAge)
+	}
+	if policy != scheduler.PolicyClaim {
+		mc.MaxAge = 0
+	}
+	return mc
+}
+
+// startMetrics starts the agents' measured-usage reports for the policy
+// (scenario.Metrics): every host measured at t=0, then legacy at each
+// audit, dest-update also after each move, claim every report_interval.
+func (w *world) startMetrics(ctx context.Context) error {
+	if !w.sc.Metrics.Enabled() {
+		return nil
+	}
+	mc := compute.MetricsConfig{Interval: -1, AtAudit: true}
+	switch w.policy {
+	case scheduler.PolicyDestUpdate:
+		mc.AfterMove = true
+	case scheduler.PolicyClaim:
+		mc.Interval = 10 * time.Second
+		if v := w.sc.Metrics.ReportInterval; v != nil {
+			mc.Interval = secs(*v)
+		}
+		mc.Sample = mc.Interval // the workloads change on the report's scale
+	}
+	for _, h := range w.hosts {
+		a := w.agents[h.Name]
+		a.SetMetricsConfig(mc)
+		if _, err := a.ReportMetrics(ctx, true); err != nil {
+			return fmt.Errorf("measuring %s at t=0: %w", h.Name, err)
+		}
+		if mc.Interval > 0 {
+			a.StartMetrics(ctx)
+		}
+	}
+	return nil
+}
+
 // build creates the world at t=0 on the in-process cloud (package
 // inproc): hosts, their trees, the aggregates, their initial instances
 // with exact allocations and records, the scheduler and the conductor.
@@ -101,9 +154,18 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 		stats: newStats(), active: newInstanceSet(), disabled: map[string]bool{},
 	}
 	for _, f := range sc.Flavors {
-		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB, ExtraSpecs: f.ExtraSpecs}
+		specs := f.ExtraSpecs
+		if f.Workload != "" {
+			specs = maps.Clone(specs)
+			if specs == nil {
+				specs = map[string]string{}
+			}
+			specs[workload.Key] = f.Workload
+		}
+		w.flavors[f.Name] = records.Flavor{ID: f.Name, Name: f.Name, VCPUs: f.VCPUs, RAMMB: f.RAMMB, DiskGB: f.DiskGB, ExtraSpecs: specs}
 	}
 	scfg := schedulerConfig(sc.Scheduler)
+	scfg.Metrics = metricsConfig(sc.Metrics, policy)
 	spec := inproc.Spec{
 		Policy: policy, Scheduler: &scfg, SchedulerSeeds: [2]uint64{uint64(sc.Seed), 2},
 		Conductor: conductor.Config{
@@ -126,7 +188,8 @@ func build(ctx context.Context, sc *scenario.Scenario, policy scheduler.Policy) 
 		}
 		spec.Hosts = append(spec.Hosts, inproc.Host{
 			Config: cfg, Service: records.Service{Zone: h.Zone, Disabled: h.Disabled}, Traits: h.Traits,
-			Driver: fake.Config{BandwidthMiBps: sc.Compute.MigrationBandwidthMiBps, SpawnTime: secs(sc.Compute.SpawnSeconds), MemoryMB: physical},
+			Driver: fake.Config{BandwidthMiBps: sc.Compute.MigrationBandwidthMiBps, SpawnTime: secs(sc.Compute.SpawnSeconds), MemoryMB: physical,
+				Workload: sc.Metrics.Workload, WorkloadSeed: uint64(sc.Seed)},
 		})
 		w.disabled[h.Name] = h.Disabled
 	}

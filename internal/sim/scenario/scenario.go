@@ -33,7 +33,33 @@ type Scenario struct {
 	Events       []Event       `toml:"event"`
 	Drains       []Drain       `toml:"drain"`
 	Workloads    []Workload    `toml:"workload"`
+	// Metrics is measured usage: MetricsWeigher's [metrics] options and
+	// the agents' reports (see Metrics).
+	Metrics Metrics `toml:"metrics"`
 }
+
+// Metrics is the [metrics] section: what MetricsWeigher weighs and how
+// the simulated agents report measured usage, per policy — legacy only at
+// each periodic audit (Nova's compute_monitors), dest-update also on
+// both hosts as soon as a live migration lands, claim every
+// report_interval with the scheduler assuming each claim's load at once.
+// Measured usage comes from the fake driver's workload models (a
+// flavor's workload, else Workload).
+type Metrics struct {
+	WeightSetting       []string `toml:"weight_setting"`
+	Required            *bool    `toml:"required"`
+	WeightOfUnavailable *float64 `toml:"weight_of_unavailable"`
+	// MaxAge is keel's max_age in seconds (claim policy only: legacy and
+	// dest-update weigh any age, as Nova does); ReportInterval the claim
+	// policy's report cadence (default 10).
+	MaxAge         *float64 `toml:"max_age"`
+	ReportInterval *float64 `toml:"report_interval"`
+	// Workload is the default workload model of the guests.
+	Workload string `toml:"workload"`
+}
+
+// Enabled reports whether the scenario measures usage.
+func (m Metrics) Enabled() bool { return len(m.WeightSetting) > 0 || m.Workload != "" }
 
 // Scheduler holds Nova's scheduler options; zero values mean Nova's
 // defaults (applied by the scheduler package, not here), except that
@@ -88,6 +114,9 @@ type Flavor struct {
 	// resourcesN:CLASS=N, trait:NAME=required|forbidden, traitN:…,
 	// group_policy, as Nova reads them into Placement request groups.
 	ExtraSpecs map[string]string `toml:"extra_specs"`
+	// Workload is the flavor's workload model (package workload: the
+	// extra spec keel:workload).
+	Workload string `toml:"workload"`
 }
 
 // Child is a provider under each host of a group (a NUMA cell, a

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"keel/internal/compute/workload"
 	"keel/internal/placement"
 	"keel/internal/scheduler"
 )
@@ -288,7 +289,17 @@ func (s *Scenario) validateFlavors(c *checker) {
 		c.size(p+".vcpus", f.VCPUs, 1, "VCPU")
 		c.size(p+".ram", f.RAMMB, 1, "MiB")
 		c.size(p+".disk", f.DiskGB, 0, "GiB")
+		if f.Workload != "" {
+			m, err := workload.Parse(f.Workload)
+			if err == nil {
+				err = m.Check(f.VCPUs, f.RAMMB)
+			}
+			if err != nil {
+				c.errf(p+".workload", "%v", err)
+			}
+		}
 	}
+	s.validateMetrics(c)
 	// A live migration copies the flavor's RAM at the bandwidth: its time
 	// must fit the simulator's clock.
 	bw := s.Compute.MigrationBandwidthMiBps
@@ -299,6 +310,28 @@ func (s *Scenario) validateFlavors(c *checker) {
 		if t := float64(f.RAMMB) / bw; bw > 0 && t > MaxDuration {
 			c.errf("compute.migration_bandwidth_mib_s", "at %v MiB/s a live migration of flavor %q (%d MiB) takes %.3g s, more than the simulator runs (%.0f s, a year)",
 				bw, f.Name, f.RAMMB, t, MaxDuration)
+		}
+	}
+}
+
+// validateMetrics checks the [metrics] section.
+func (s *Scenario) validateMetrics(c *checker) {
+	m := s.Metrics
+	if _, err := scheduler.ParseWeightSetting(m.WeightSetting); err != nil {
+		c.errf("metrics.weight_setting", "%v", err)
+	}
+	if v := m.WeightOfUnavailable; v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0)) {
+		c.errf("metrics.weight_of_unavailable", "must be a number, got %v", *v)
+	}
+	if v := m.MaxAge; v != nil {
+		checkSeconds(c, "metrics.max_age", *v, 0, "")
+	}
+	if v := m.ReportInterval; v != nil {
+		checkSeconds(c, "metrics.report_interval", *v, 1, "")
+	}
+	if m.Workload != "" {
+		if _, err := workload.Parse(m.Workload); err != nil {
+			c.errf("metrics.workload", "%v", err)
 		}
 	}
 }
