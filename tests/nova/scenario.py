@@ -30,6 +30,7 @@ capacity, no move refused for capacity).
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import re
 import shutil
@@ -372,6 +373,29 @@ def keel_moves(nova, order, secs):
 
 # ---------------------------------------------------------------- main
 
+def cv_floor(base, sizes, hosts):
+    """The lowest RAM CV any placement of instances of these sizes (MB) can
+    reach on hosts already using base (MB each): every host's usage moves in
+    steps of the sizes' greatest common divisor, so the most even result
+    spreads the total in whole steps, as evenly as the hosts' starting
+    usages allow (water-filling). The seed's 8 + 8 + 8 instances of 2, 4
+    and 8 GiB on 10 empty hosts cannot do better than 6 hosts at 12 GiB and
+    4 at 10 GiB: CV 0.0875, above the issue's 0.06, which is the
+    simulator's figure for keel's own seed cloud."""
+    g = 0
+    for s in sizes:
+        g = math.gcd(g, s)
+    if not g or not hosts:
+        return 0.0
+    steps = sum(sizes) // g
+    load = [b / g for b in base[:hosts]] + [0.0] * (hosts - len(base))
+    for _ in range(steps):
+        i = min(range(hosts), key=lambda k: load[k])
+        load[i] += 1
+    mean = statistics.fmean(load)
+    return statistics.pstdev(load) / mean if mean else 0.0
+
+
 def fmt(v, spec):
     return '-' if v is None else format(v, spec)
 
@@ -413,12 +437,16 @@ def main():
         if run_c:
             order, _ = boot_seed(nova)
             log('C: seed booted; h01 h02 disabled')
+            base = [nova.usage(h)['MEMORY_MB'] for h in nova.enabled]
+            sizes = [nova.c.nova('GET', '/servers/' + sid)['server']['flavor']['ram'] for sid in order]
             lines, wall = keel_drain(a.keel, rt, work)
             secs, refused = parse_keel_moves(lines, order)
             f = figures(nova, keel_moves(nova, order, secs))
             f['refused'] = refused if refused is not None else sum(
                 1 for sid in order if (migration_of(nova, sid) or {}).get('status') in ('error', 'failed'))
             f['wall_s'] = wall
+            f['cv_floor'] = cv_floor(base, sizes, len(nova.enabled))
+            log('C: the most even RAM split these instances allow on the enabled hosts: CV %.3f' % f['cv_floor'])
             results['keel'] = f
             left = [s['name'] for s in nova.servers() if s['OS-EXT-SRV-ATTR:host'] in SOURCES]
             if left:
@@ -451,8 +479,10 @@ def main():
     if C:
         if C['hosts'] != 10:
             errors.append('keel used %d of the 10 enabled hosts' % C['hosts'])
-        if C['cv'] > 0.06:
-            errors.append('keel\'s RAM CV %.3f > 0.06' % C['cv'])
+        goal = max(0.06, C['cv_floor'] + 0.005)
+        if C['cv'] > goal:
+            errors.append('keel\'s RAM CV %.3f > %.3f (the issue\'s 0.06, or this drain\'s floor %.3f + 0.005)'
+                          % (C['cv'], goal, C['cv_floor']))
         if C['overcap']:
             errors.append('%d hosts over capacity after keel\'s drain' % C['overcap'])
         if C['refused']:
