@@ -96,9 +96,7 @@ section "libvirt: daemons side by side in namespaces, keel dev --driver libvirt 
 tests/libvirt.sh
 
 section "a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch, keel sim's prediction of it"
-# --skip-keel-drain until keel host drain --os-cloud lands (issue 23): then
-# the same script runs keel's drain through Nova's API as the third column.
-tests/nova.sh --skip-keel-drain
+tests/nova.sh
 
 section "scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once"
 # Build tag scale: kept out of the -race run above (real processes, about
