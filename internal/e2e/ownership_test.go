@@ -69,11 +69,11 @@ func TestReplicaOwnershipOnPostgres(t *testing.T) {
 	}
 	// A's migration is taken over by exactly one of the live replicas (B or
 	// C, whichever sweeps first); B's own is resumed by nobody.
-	overA := fmt.Sprintf("\"took migration over\" migration=%d ", mA)
+	overA := fmt.Sprintf("\"took flow over\" flow=migration key=migration/%d ", mA)
 	if n := countInLogs(overA, b.proc, c.proc); n != 1 {
 		t.Fatalf("A's migration taken over %d times by B and C, want exactly 1", n)
 	}
-	for _, text := range []string{fmt.Sprintf("\"took migration over\" migration=%d ", mB), fmt.Sprintf("\"resuming migration\" migration=%d ", mB)} {
+	for _, text := range []string{fmt.Sprintf("\"took flow over\" flow=migration key=migration/%d ", mB), fmt.Sprintf("msg=resuming flow=migration key=migration/%d ", mB)} {
 		if n := countInLogs(text, b.proc, c.proc); n != 0 {
 			t.Fatalf("B's migration: %d log lines %s, want none (B is alive and drives it)", n, text)
 		}

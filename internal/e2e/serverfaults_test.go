@@ -197,7 +197,7 @@ func TestServerFaultKilledDuringBoots(t *testing.T) {
 			}
 		}
 		c.settledAll("h1", "h2")
-		if logHas(c.server, "resuming boot", 200*time.Millisecond) {
+		if logHas(c.server, "msg=resuming flow=boot ", 200*time.Millisecond) {
 			resumed++
 		}
 	}
