@@ -37,6 +37,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			best = "none (no host passed the filters for the first flavor at t=0)"
 		}
 		fmt.Fprintf(w, "\n%s: initially best %s; destinations %s\n", p.Policy, best, topDestinations(p.Destinations, 12))
+		if m := p.Final.Measured; m != nil {
+			fmt.Fprintf(w, "  measured cpu.percent at the end: cv %.3f, max/mean %.2f\n", m.CPUCV, m.CPUMaxOverMean)
+		}
 		if p.Rebalance != nil {
 			fmt.Fprintf(w, "  %s\n", p.Rebalance)
 		}

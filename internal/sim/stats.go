@@ -2,9 +2,12 @@ package sim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"sort"
 
+	"keel/internal/compute"
 	"keel/internal/conductor"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -100,6 +103,21 @@ type Final struct {
 	RAMMaxOverMean float64 `json:"ram_max_over_mean"`
 	// RAMUsedMB is each enabled host's RAM in use at the end.
 	RAMUsedMB map[string]int64 `json:"ram_used_mb"`
+	// Measured is the enabled hosts' measured CPU at the end, when the
+	// scenario has [metrics].
+	Measured *MeasuredFinal `json:"measured,omitempty"`
+}
+
+// MeasuredFinal is what MetricsWeigher balances, measured at the end of a
+// run by each enabled host's driver (its guests' workload models at that
+// time; not the record the weigher last read).
+type MeasuredFinal struct {
+	// CPUCV is σ/μ of the hosts' cpu.percent.
+	CPUCV float64 `json:"cpu_percent_cv"`
+	// CPUMaxOverMean is the busiest host's cpu.percent over the mean.
+	CPUMaxOverMean float64 `json:"cpu_percent_max_over_mean"`
+	// CPUPercent is each enabled host's cpu.percent (a fraction).
+	CPUPercent map[string]float64 `json:"cpu_percent"`
 }
 
 func (w *world) final(ctx context.Context) (Final, error) {
@@ -124,7 +142,50 @@ func (w *world) final(ctx context.Context) (Final, error) {
 	if mean > 0 {
 		f.RAMMaxOverMean = maxOf(ram) / mean
 	}
+	if w.sc.Metrics.Enabled() {
+		if f.Measured, err = w.measuredFinal(ctx); err != nil {
+			return Final{}, err
+		}
+	}
 	return f, nil
+}
+
+// measuredFinal measures every enabled host's CPU now with its driver.
+func (w *world) measuredFinal(ctx context.Context) (*MeasuredFinal, error) {
+	out := &MeasuredFinal{CPUPercent: map[string]float64{}}
+	var cpu []float64
+	for _, h := range w.hosts {
+		if w.disabled[h.Name] {
+			continue
+		}
+		a := w.agents[h.Name]
+		if a == nil {
+			continue
+		}
+		ms, ok := a.Driver().(compute.Measurer)
+		if !ok {
+			continue
+		}
+		m, err := ms.Measure(ctx)
+		if errors.Is(err, compute.ErrUnmeasured) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("measuring %s at the end: %w", h.Name, err)
+		}
+		for _, x := range m.Host {
+			if x.Name == records.MetricCPUPercent {
+				out.CPUPercent[h.Name] = x.Value
+				cpu = append(cpu, x.Value)
+			}
+		}
+	}
+	var mean float64
+	out.CPUCV, mean = cv(cpu)
+	if mean > 0 {
+		out.CPUMaxOverMean = maxOf(cpu) / mean
+	}
+	return out, nil
 }
 
 // cv returns σ/μ (population σ) and μ; 0 when μ is 0.
