@@ -9,7 +9,16 @@
 // through the HTTP API with 1,000 fake-driver agents; keel side by side
 // with OpenStack Placement 8.0 (Debian's python3-placement under gunicorn,
 // on SQLite) and with Nova 26's scheduler code (python3-nova, driven by
-// the embedded nova_sched.py); and `keel sim` at 10,000 hosts × 24 hours.
+// the embedded nova_sched.py); `keel sim` at 10,000 hosts × 24 hours;
+// and the fleet: how many hosts one `keel server` process carries. The
+// fleet section starts the server as its own process (built from this
+// tree) and ramps real agents in the harness's process — each with its
+// own bus identity (derived from the servers' credentials, as `keel agent
+// --nats-credentials` does) and its own NATS connection, one per host as
+// in a real deployment — heartbeating and auditing at Nova's intervals,
+// while a client times GET /servers/detail and /os-hypervisors/detail;
+// the server's CPU and memory are read from /proc/PID, apart from the
+// generator's (--server-cpuprofile profiles it).
 //
 //	go run ./bench/cmd/keelbench [--json|--markdown] [--quick] [--only SECTIONS]
 //

@@ -19,7 +19,7 @@ import (
 
 // Sections are the harness's parts, in the order they run; --only takes a
 // comma-separated subset of these names.
-var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim"}
+var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim", "fleet"}
 
 // RequiredKeys are the figures a full or quick run of every section always
 // reports (the list); the harness's own test checks each is a
@@ -42,6 +42,13 @@ type Options struct {
 	Quick bool
 	// Progress receives a line as each step starts and ends (nil: none).
 	Progress io.Writer
+	// FleetSteps and FleetPeriod, if set, replace the fleet section's
+	// ramp (host counts) and the time each step is measured.
+	FleetSteps  []int
+	FleetPeriod time.Duration
+	// ServerProfile, if set, is where the fleet section writes a CPU
+	// profile of the keel server process over its last step.
+	ServerProfile string
 }
 
 // Row is one line of the table: a figure with the conditions it was
@@ -70,6 +77,8 @@ type Report struct {
 	Sections []SectionStat
 	// Goals are the goals, judged (not in quick mode).
 	Goals []Goal
+	// Fleet are the fleet section's steps.
+	Fleet []FleetStep
 }
 
 // Goal is one of the goals and whether this run met it.
@@ -172,6 +181,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Rows = append(rep.Rows, p.rep.Rows...)
 		rep.Sections = append(rep.Sections, p.rep.Sections...)
 		rep.Goals = append(rep.Goals, p.rep.Goals...)
+		rep.Fleet = append(rep.Fleet, p.rep.Fleet...)
 		for k, v := range p.rep.Figures {
 			rep.Figures[k] = v
 		}
@@ -195,6 +205,8 @@ func (r *run) section(ctx context.Context, name string) error {
 		return r.nova(ctx)
 	case "sim":
 		return r.sim(ctx)
+	case "fleet":
+		return r.fleet(ctx)
 	}
 	return fmt.Errorf("unknown section %q", name)
 }
@@ -228,7 +240,7 @@ func machine() string {
 // WriteTable prints the report as an aligned text table.
 func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "keel benchmark, %s, on %s%s\n", rep.Started.UTC().Format("2006-01-02 15:04 MST"), machine(), quickNote(rep.Quick))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTab(w)
 	fmt.Fprintln(tw, "#\tmeasure\tresult\tconditions")
 	for _, row := range rep.Rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.Section, row.What, row.Result, row.Conditions)
@@ -236,9 +248,15 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
 	}
+	if err := writeFleetTable(w, rep.Fleet); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintf(w, "whole run: %.0f s wall; %s\n%s\n", rep.Wall.Seconds(), rep.sectionNote(), rep.goalNote())
 	return err
 }
+
+// newTab is the tables' tabwriter.
+func newTab(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 // goalNote counts the goals met and names the missed ones.
 func (rep *Report) goalNote() string {
@@ -311,6 +329,9 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 			return fmt.Errorf("writing table: %w", err)
 		}
 	}
+	if err := writeFleetTable(w, rep.Fleet); err != nil {
+		return err
+	}
 	if _, err := fmt.Fprintf(w, "\n%s.\n", strings.ToUpper(rep.goalNote()[:1])+rep.goalNote()[1:]); err != nil {
 		return fmt.Errorf("writing table: %w", err)
 	}
@@ -339,6 +360,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	out["rows"] = rep.Rows
 	out["sections"] = rep.Sections
 	out["goals"] = rep.Goals
+	if len(rep.Fleet) > 0 {
+		out["fleet"] = rep.Fleet
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(out); err != nil {

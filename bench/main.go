@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 )
 
@@ -22,8 +23,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(Sections, ", "))
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (keel's servers run in this process) to this file, for go tool pprof")
+	serverProfile := fs.String("server-cpuprofile", "", "fleet: write a CPU profile of the keel server process over the ramp's last step (or the one that fell behind) to this file")
+	fleetSteps := fs.String("fleet-steps", "", "fleet: the ramp's host counts, comma-separated (default 100,1000,2000,5000,10000; quick 4,12)")
+	fleetPeriod := fs.Duration("fleet-period", 0, "fleet: how long each step is measured (default 1m; quick 4s)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE]\n\n"+
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D]\n\n"+
 			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
 			"Sections: %s.\n\n", strings.Join(Sections, ", "))
 		fs.PrintDefaults()
@@ -36,7 +40,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
 	}
-	opts := Options{Quick: *quick}
+	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod}
+	if *fleetSteps != "" {
+		for _, s := range strings.Split(*fleetSteps, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				return fmt.Errorf("--fleet-steps: %q is not a positive host count", s)
+			}
+			opts.FleetSteps = append(opts.FleetSteps, n)
+		}
+	}
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			opts.Only = append(opts.Only, strings.TrimSpace(s))

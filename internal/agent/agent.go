@@ -72,6 +72,9 @@ type Options struct {
 	Libvirt libvirt.Config
 	Clock   clock.Clock
 	Log     *slog.Logger
+	// OnHeartbeat, if set, is told each periodic heartbeat's round trip
+	// and outcome (a load generator times the servers with it).
+	OnHeartbeat func(took time.Duration, err error)
 }
 
 // Agent is a running agent.
@@ -370,10 +373,18 @@ func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
 			return
 		case <-t.C:
 			hctx, cancel := context.WithTimeout(ctx, a.opts.ReportInterval)
-			if err := st.Heartbeat(hctx, a.opts.Host, a.opts.Clock.Now()); err != nil && ctx.Err() == nil {
+			t0 := time.Now()
+			err := st.Heartbeat(hctx, a.opts.Host, a.opts.Clock.Now())
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
 				a.log.Warn("heartbeat failed", "err", err)
 			}
-			cancel()
+			if a.opts.OnHeartbeat != nil {
+				a.opts.OnHeartbeat(time.Since(t0), err)
+			}
 		}
 	}
 }
@@ -394,6 +405,10 @@ func physicalMemory(hc compute.HostConfig) int64 {
 	}
 	return hc.MemoryMB
 }
+
+// MessageCounts are the bus messages the agent's connection has received
+// and sent.
+func (a *Agent) MessageCounts() (in, out uint64) { return a.conn.MessageCounts() }
 
 // Manager returns the agent's compute manager.
 func (a *Agent) Manager() *compute.Manager { return a.mgr }

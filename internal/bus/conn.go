@@ -195,3 +195,11 @@ func (c *Conn) lostSignal() <-chan struct{} {
 // with a request id they had already handled, and answered without running
 // the handler a second time.
 func (c *Conn) RepeatedCalls() int64 { return c.repeats.Load() }
+
+// MessageCounts are the messages this connection has received and sent
+// since it connected (the client library's counters, reconnections
+// included): what its owner costs the bus.
+func (c *Conn) MessageCounts() (in, out uint64) {
+	st := c.nc.Stats()
+	return st.InMsgs, st.OutMsgs
+}

@@ -2,12 +2,14 @@
 // scheduler decision latency, decide + durable claim on SQLite and
 // PostgreSQL, boots and migrations through the HTTP API, keel side by side
 // with OpenStack Placement 8.0 and with Nova 26's scheduler code, and the
-// simulator's wall time — each figure with its conditions.
+// simulator's wall time, and how many hosts one keel server process
+// carries (the fleet) — each figure with its conditions.
 //
 //	go run ./bench/cmd/keelbench              # everything, a few minutes
 //	go run ./bench/cmd/keelbench --json       # the same figures as JSON
 //	go run ./bench/cmd/keelbench --only placement,nova
 //	go run ./bench/cmd/keelbench --quick      # shrunk sizes: checks it works
+//	go run ./bench/cmd/keelbench --only fleet --server-cpuprofile server.pprof
 //
 // It needs Debian's postgresql, python3-placement, gunicorn and
 // python3-nova (what .ci/run installs) and stops everything it starts.

@@ -1,0 +1,711 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"keel/internal/agent"
+	"keel/internal/bus"
+	"keel/internal/config"
+)
+
+// fleetPlan is the fleet section's ramp and the intervals its agents and
+// server run on.
+type fleetPlan struct {
+	// Steps are the fleet sizes, in order; each step adds agents to the
+	// previous step's.
+	Steps []int
+	// Period is how long each step is measured, once its agents run.
+	Period time.Duration
+	// Report, Audit and DownTime are [DEFAULT] report_interval,
+	// update_resources_interval and service_down_time (the agents' and the
+	// server's).
+	Report, Audit, DownTime time.Duration
+	// APIBound is the p99 an API call may take at a step that holds.
+	APIBound time.Duration
+	// APIPause is the client's pause between two rounds of calls.
+	APIPause time.Duration
+	// StartTimeout bounds one agent's start (connect, register, first
+	// heartbeat and audit); a step whose agents cannot start in it ends the
+	// ramp.
+	StartTimeout time.Duration
+}
+
+// fleetPlanFor is the plan of a full or quick run, with opts' overrides.
+func fleetPlanFor(opts Options) fleetPlan {
+	p := fleetPlan{Steps: []int{100, 1000, 2000, 5000, 10000}, Period: time.Minute,
+		Report: 10 * time.Second, Audit: time.Minute, DownTime: time.Minute, // Nova's defaults
+		APIBound: 100 * time.Millisecond, APIPause: time.Second, StartTimeout: 2 * time.Minute}
+	if opts.Quick {
+		p.Steps, p.Period = []int{4, 12}, 4*time.Second
+		p.Report, p.Audit, p.DownTime = time.Second, 2*time.Second, 5*time.Second
+		p.APIPause = 200 * time.Millisecond
+		p.StartTimeout = time.Minute
+	}
+	if len(opts.FleetSteps) > 0 {
+		p.Steps = opts.FleetSteps
+	}
+	if opts.FleetPeriod > 0 {
+		p.Period = opts.FleetPeriod
+	}
+	return p
+}
+
+// FleetStep is what one step of the fleet ramp measured.
+type FleetStep struct {
+	Hosts int `json:"hosts"`
+	// StartS is how long this step's new agents took to start (connect,
+	// register, first heartbeat and audit), eight at a time.
+	StartS  float64 `json:"start_s"`
+	PeriodS float64 `json:"period_s"`
+	// ServerCores is the keel server process's user + system CPU over the
+	// period, in cores; GeneratorCores the same of the generator (the
+	// agents and the API client), apart.
+	ServerCores    float64 `json:"server_cores"`
+	GeneratorCores float64 `json:"generator_cores"`
+	// ServerRSSMiB is the server's resident memory at the period's end,
+	// StoreMiB its SQLite files (database, WAL).
+	ServerRSSMiB float64 `json:"server_rss_mib"`
+	StoreMiB     float64 `json:"store_mib"`
+	// BusMsgsPerS are the messages the agents' connections sent and
+	// received, per second.
+	BusMsgsPerS float64 `json:"bus_msgs_per_s"`
+	// Heartbeats, HeartbeatsFailed and HeartbeatP99MS are the agents'
+	// periodic heartbeats in the period.
+	Heartbeats       int     `json:"heartbeats"`
+	HeartbeatsFailed int     `json:"heartbeats_failed"`
+	HeartbeatP99MS   float64 `json:"heartbeat_p99_ms"`
+	HeartbeatMaxMS   float64 `json:"heartbeat_max_ms"`
+	// HostsDown is the most hosts any listing showed not up (missing ones
+	// included).
+	HostsDown int `json:"hosts_down"`
+	// The API client's calls: GET /servers/detail and
+	// /os-hypervisors/detail.
+	ServersCalls     int     `json:"servers_calls"`
+	ServersP50MS     float64 `json:"servers_p50_ms"`
+	ServersP99MS     float64 `json:"servers_p99_ms"`
+	HypervisorsP50MS float64 `json:"hypervisors_p50_ms"`
+	HypervisorsP99MS float64 `json:"hypervisors_p99_ms"`
+	// Load1 is the machine's 1-minute load average at the period's end.
+	Load1 float64 `json:"load1"`
+	// Held tells whether the step met the goals (every host up, no
+	// heartbeat lost, API p99 within the bound, server ≤ 1 core); Behind
+	// why not, if not.
+	Held   bool   `json:"held"`
+	Behind string `json:"behind,omitempty"`
+}
+
+// keelProc is a `keel server` process the fleet section started.
+type keelProc struct {
+	cmd     *exec.Cmd
+	dir     string
+	url     string
+	busURL  string
+	token   string
+	logPath string
+	done    chan struct{}
+}
+
+// buildKeel builds keel's binary from this tree into dir.
+func buildKeel(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "keel")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "keel/cmd/keel")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building keel: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startKeelProcess starts `keel server` on SQLite in dir, with the
+// embedded bus, on free loopback ports, waits for its API and logs in as
+// admin.
+func startKeelProcess(ctx context.Context, bin, dir string, sets []string) (_ *keelProc, err error) {
+	logPath := filepath.Join(dir, "server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("server log: %w", err)
+	}
+	data := filepath.Join(dir, "server")
+	args := []string{"server", "--data-dir", data, "--listen", "127.0.0.1:0", "--set", "keel.nats_listen=127.0.0.1:0"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting keel server: %w", err)
+	}
+	p := &keelProc{cmd: cmd, dir: data, logPath: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	var ep struct{ API, Bus string }
+	if err := waitFor(ctx, time.Minute, 100*time.Millisecond, func() (bool, error) {
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("keel server exited: %s", p.lastLog())
+		default:
+		}
+		b, err := os.ReadFile(filepath.Join(data, "endpoints.json"))
+		return err == nil && json.Unmarshal(b, &ep) == nil && ep.API != "" && ep.Bus != "", nil
+	}); err != nil {
+		return nil, fmt.Errorf("waiting for the server's endpoints.json: %w", err)
+	}
+	p.url, p.busURL = ep.API, ep.Bus
+	if err := waitFor(ctx, time.Minute, 100*time.Millisecond, func() (bool, error) {
+		resp, err := http.Get(p.url + "/compute/v2.1/")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return nil, fmt.Errorf("waiting for the server's API: %w", err)
+	}
+	if p.token, err = adminToken(ctx, p.url, data); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// adminToken logs in as admin with the password the server wrote to its
+// data dir and returns the token.
+func adminToken(ctx context.Context, url, dataDir string) (string, error) {
+	pw, err := os.ReadFile(filepath.Join(dataDir, "admin-password"))
+	if err != nil {
+		return "", fmt.Errorf("reading the admin password: %w", err)
+	}
+	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"name":"Default"},"password":%q}}},"scope":{"project":{"name":"admin","domain":{"name":"Default"}}}}}`, strings.TrimSpace(string(pw)))
+	req, err := http.NewRequestWithContext(ctx, "POST", url+"/identity/v3/auth/tokens", strings.NewReader(body))
+	if err != nil {
+		return "", fmt.Errorf("login: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("login: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("login: status %d", resp.StatusCode)
+	}
+	return resp.Header.Get("X-Subject-Token"), nil
+}
+
+// lastLog is the end of the server's log, for an error.
+func (p *keelProc) lastLog() string {
+	b, _ := os.ReadFile(p.logPath)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-10):], "\n")
+}
+
+// stop interrupts the server (SIGINT, as Ctrl-C) and kills it if it has
+// not exited within 30 s.
+func (p *keelProc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/PID/stat's CPU times
+// (100 on every Linux architecture Go runs on).
+const clockTicks = 100
+
+// procCPU is process pid's user + system CPU time, from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's CPU time: %w", err)
+	}
+	// The fields after the command name (which may hold spaces), from
+	// field 3 on: utime and stime are fields 14 and 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("reading the server's CPU time: short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("reading the server's CPU time: %w", err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// procRSS is process pid's resident memory in MiB (/proc/PID/status's
+// VmRSS).
+func procRSS(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// selfCPU is this process's own user + system CPU time (its children,
+// the server among them, apart).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// storeMiB is the size of the server's SQLite files.
+func storeMiB(dataDir string) float64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if fi, err := os.Stat(filepath.Join(dataDir, "keel.db"+suffix)); err == nil {
+			n += fi.Size()
+		}
+	}
+	return float64(n) / (1 << 20)
+}
+
+// heartbeats collects the agents' periodic heartbeats (agent.Options.
+// OnHeartbeat) between two takes.
+type heartbeats struct {
+	mu     sync.Mutex
+	took   []time.Duration
+	failed int
+}
+
+func (h *heartbeats) record(took time.Duration, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.took = append(h.took, took)
+	if err != nil {
+		h.failed++
+	}
+}
+
+// take returns what was recorded since the last take and starts again.
+func (h *heartbeats) take() ([]time.Duration, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	took, failed := h.took, h.failed
+	h.took, h.failed = nil, 0
+	return took, failed
+}
+
+// fleetGen is the fleet section's generator: the server it started and
+// the agents it runs.
+type fleetGen struct {
+	plan   fleetPlan
+	srv    *keelProc
+	dir    string
+	creds  bus.Credentials
+	hw     config.Config
+	agents []*agent.Agent
+	hb     heartbeats
+}
+
+// addAgents starts agents up to n hosts, eight at a time, each a real
+// agent (fake driver) with its own data dir, bus identity and connection.
+func (g *fleetGen) addAgents(ctx context.Context, n int) error {
+	from := len(g.agents)
+	if n <= from {
+		return nil
+	}
+	started := make([]*agent.Agent, n-from)
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(8)
+	for i := range started {
+		host := fmt.Sprintf("fleet%05d", from+i+1)
+		eg.Go(func() error {
+			hw := g.hw.HostConfig("")
+			hw.Host = host
+			sctx, cancel := context.WithTimeout(ectx, g.plan.StartTimeout)
+			defer cancel()
+			a, err := agent.Start(sctx, agent.Options{Host: host, DataDir: filepath.Join(g.dir, "agents", host), BusURL: g.srv.busURL,
+				Creds: g.creds, Hardware: hw, UpdateResourcesInterval: g.plan.Audit, ReportInterval: g.plan.Report,
+				Log: slog.New(slog.DiscardHandler), OnHeartbeat: g.hb.record})
+			if err != nil {
+				return fmt.Errorf("starting the agent of %s: %w", host, err)
+			}
+			started[i] = a
+			return nil
+		})
+	}
+	err := eg.Wait()
+	for _, a := range started {
+		if a != nil {
+			g.agents = append(g.agents, a)
+		}
+	}
+	return err
+}
+
+// stopAgents stops every agent, eight at a time.
+func (g *fleetGen) stopAgents() {
+	var eg errgroup.Group
+	eg.SetLimit(8)
+	for _, a := range g.agents {
+		eg.Go(func() error { a.Stop(); return nil })
+	}
+	_ = eg.Wait()
+	g.agents = nil
+}
+
+// busMessages sums the messages the agents' connections sent and received.
+func (g *fleetGen) busMessages() uint64 {
+	var n uint64
+	for _, a := range g.agents {
+		in, out := a.MessageCounts()
+		n += in + out
+	}
+	return n
+}
+
+// apiSamples are the API client's calls during a step.
+type apiSamples struct {
+	servers, hypervisors []time.Duration
+	// down is the most hosts a listing showed not up, counting those it
+	// did not list at all.
+	down int
+}
+
+// callAPI runs the API client until ctx ends: GET /servers/detail, then
+// GET /os-hypervisors/detail (counting the hosts it shows up), then a
+// pause.
+func (g *fleetGen) callAPI(ctx context.Context, hosts int) (apiSamples, error) {
+	var s apiSamples
+	c := newHTTPClient(g.srv.url, g.srv.token, "")
+	timed := func(path string) ([]byte, time.Duration, error) {
+		t0 := time.Now()
+		_, body, err := c.raw(ctx, "GET", path, nil)
+		return body, time.Since(t0), err
+	}
+	for ctx.Err() == nil {
+		_, took, err := timed("/compute/v2.1/servers/detail")
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return s, err
+		}
+		s.servers = append(s.servers, took)
+		body, took, err := timed("/compute/v2.1/os-hypervisors/detail")
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return s, err
+		}
+		s.hypervisors = append(s.hypervisors, took)
+		var out struct {
+			Hypervisors []struct {
+				State string `json:"state"`
+			} `json:"hypervisors"`
+		}
+		if err := json.Unmarshal(body, &out); err != nil {
+			return s, fmt.Errorf("decoding os-hypervisors/detail: %w", err)
+		}
+		up := 0
+		for _, h := range out.Hypervisors {
+			if h.State == "up" {
+				up++
+			}
+		}
+		s.down = max(s.down, hosts-up)
+		select {
+		case <-ctx.Done():
+		case <-time.After(g.plan.APIPause):
+		}
+	}
+	return s, nil
+}
+
+// profileServer fetches a CPU profile of the server over secs seconds
+// (its /debug/pprof, enabled for this run) into path.
+func (g *fleetGen) profileServer(ctx context.Context, secs int, path string) error {
+	c := newHTTPClient(g.srv.url, g.srv.token, "")
+	_, body, err := c.raw(ctx, "GET", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), nil)
+	if err != nil {
+		return fmt.Errorf("profiling the server: %w", err)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		return fmt.Errorf("profiling the server: %w", err)
+	}
+	return nil
+}
+
+// measure runs one step's period: the API client alongside the agents, the
+// server's and the generator's CPU read before and after.
+func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (FleetStep, error) {
+	st := FleetStep{Hosts: hosts}
+	pid := g.srv.cmd.Process.Pid
+	g.hb.take()
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return st, err
+	}
+	gen0, msgs0, t0 := selfCPU(), g.busMessages(), time.Now()
+	pctx, cancel := context.WithTimeout(ctx, g.plan.Period)
+	defer cancel()
+	var profErr error
+	var wg sync.WaitGroup
+	if profile != "" {
+		secs := max(1, int(g.plan.Period.Seconds())-2)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			profErr = g.profileServer(ctx, secs, profile)
+		}()
+	}
+	api, err := g.callAPI(pctx, hosts)
+	if err != nil {
+		return st, err
+	}
+	wall := time.Since(t0)
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return st, err
+	}
+	gen1, msgs1 := selfCPU(), g.busMessages()
+	took, failed := g.hb.take()
+	wg.Wait()
+	if profErr != nil {
+		return st, profErr
+	}
+	st.PeriodS = wall.Seconds()
+	st.ServerCores = (cpu1 - cpu0).Seconds() / wall.Seconds()
+	st.GeneratorCores = (gen1 - gen0).Seconds() / wall.Seconds()
+	st.ServerRSSMiB = procRSS(pid)
+	st.StoreMiB = storeMiB(g.srv.dir)
+	st.BusMsgsPerS = float64(msgs1-msgs0) / wall.Seconds()
+	st.Heartbeats, st.HeartbeatsFailed = len(took), failed
+	st.HeartbeatP99MS, st.HeartbeatMaxMS = ms(percentile(took, 99)), ms(percentile(took, 100))
+	st.HostsDown = api.down
+	st.ServersCalls = len(api.servers)
+	st.ServersP50MS, st.ServersP99MS = ms(percentile(api.servers, 50)), ms(percentile(api.servers, 99))
+	st.HypervisorsP50MS, st.HypervisorsP99MS = ms(percentile(api.hypervisors, 50)), ms(percentile(api.hypervisors, 99))
+	st.Load1 = loadAverage()
+	st.judge(g.plan)
+	return st, nil
+}
+
+// judge sets Held and Behind: the step falls behind when a host was seen
+// down, a heartbeat failed or took longer than service_down_time, or an
+// API call's p99 passed the bound; it holds when it did not fall behind
+// and the server used at most one core.
+func (st *FleetStep) judge(p fleetPlan) {
+	var why []string
+	if st.HostsDown > 0 {
+		why = append(why, fmt.Sprintf("%d hosts seen down", st.HostsDown))
+	}
+	if st.HeartbeatsFailed > 0 {
+		why = append(why, fmt.Sprintf("%d heartbeats failed", st.HeartbeatsFailed))
+	}
+	if st.HeartbeatMaxMS > ms(p.DownTime) {
+		why = append(why, fmt.Sprintf("a heartbeat took %.0f s", st.HeartbeatMaxMS/1000))
+	}
+	if bound := ms(p.APIBound); st.ServersP99MS > bound || st.HypervisorsP99MS > bound {
+		why = append(why, fmt.Sprintf("API p99 past %s", fmtMS(bound)))
+	}
+	st.Behind = strings.Join(why, ", ")
+	st.Held = st.Behind == "" && st.ServerCores <= 1
+}
+
+// fleet runs the fleet section: a real `keel server` process and, in this
+// process, N agents ramped over the plan's steps, each measured for a
+// period with an API client alongside. The ramp stops at the first step
+// that falls behind.
+func (r *run) fleet(ctx context.Context) error {
+	plan := fleetPlanFor(r.opts)
+	dir, err := os.MkdirTemp("", "keelbench-fleet-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	bin, err := buildKeel(ctx, dir)
+	if err != nil {
+		return err
+	}
+	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Round(time.Second).Seconds())) }
+	sets := []string{"DEFAULT.report_interval=" + secs(plan.Report), "DEFAULT.service_down_time=" + secs(plan.DownTime),
+		"DEFAULT.update_resources_interval=" + secs(plan.Audit)}
+	if r.opts.ServerProfile != "" {
+		sets = append(sets, "keel.enable_pprof=true")
+	}
+	srv, err := startKeelProcess(ctx, bin, dir, sets)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	creds, err := bus.ReadCredentials(filepath.Join(srv.dir, bus.CredentialsFile))
+	if err != nil {
+		return err
+	}
+	g := &fleetGen{plan: plan, srv: srv, dir: dir, creds: creds, hw: config.Default()}
+	defer g.stopAgents()
+	r.progress("fleet: keel server pid %d at %s; steps %v of %s each", srv.cmd.Process.Pid, srv.url, plan.Steps, plan.Period)
+	var stopped string
+	for i, n := range plan.Steps {
+		t0 := time.Now()
+		if err := g.addAgents(ctx, n); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			stopped = fmt.Sprintf("the ramp stopped adding agents towards %s hosts (%d running): %v", commas(int64(n)), len(g.agents), err)
+			r.progress("fleet: %s", stopped)
+			break
+		}
+		startS := time.Since(t0).Seconds()
+		r.progress("fleet: %d agents running (%.1f s to start the new ones); measuring for %s", n, startS, plan.Period)
+		profile := ""
+		if i == len(plan.Steps)-1 {
+			profile = r.opts.ServerProfile
+		}
+		st, err := g.measure(ctx, n, profile)
+		if err != nil {
+			return fmt.Errorf("%d hosts: %w", n, err)
+		}
+		st.StartS = startS
+		r.rep.Fleet = append(r.rep.Fleet, st)
+		r.progress("fleet: %d hosts: server %.2f cores, %.0f MiB; hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p99 %.1f ms; %d down; load %.1f",
+			n, st.ServerCores, st.ServerRSSMiB, st.HeartbeatP99MS, st.ServersP99MS, st.HypervisorsP99MS, st.HostsDown, st.Load1)
+		if st.Behind != "" {
+			stopped = fmt.Sprintf("the ramp stopped at %s hosts: %s", commas(int64(n)), st.Behind)
+			if profile == "" && r.opts.ServerProfile != "" {
+				// The step that broke is the one to profile.
+				if err := g.profileServer(ctx, max(1, int(plan.Period.Seconds())/2), r.opts.ServerProfile); err != nil {
+					return err
+				}
+			}
+			break
+		}
+	}
+	if len(r.rep.Fleet) == 0 {
+		return fmt.Errorf("no step measured: %s", stopped)
+	}
+	r.fleetFigures(plan, stopped)
+	return nil
+}
+
+// fleetFigures turns the steps into the section's figures, row and goal.
+func (r *run) fleetFigures(plan fleetPlan, stopped string) {
+	steps := r.rep.Fleet
+	held := 0
+	for _, st := range steps {
+		if st.Held {
+			held = max(held, st.Hosts)
+		}
+	}
+	last := steps[len(steps)-1]
+	r.figure("fleet_max_hosts_one_replica", float64(held))
+	r.figure("fleet_largest_hosts", float64(last.Hosts))
+	r.figure("fleet_server_cores_at_largest", last.ServerCores)
+	r.figure("fleet_api_p99_ms_at_largest", max(last.ServersP99MS, last.HypervisorsP99MS))
+	var at1k *FleetStep
+	for i := range steps {
+		st := &steps[i]
+		if st.Hosts == 1000 {
+			at1k = st
+		}
+		if st.Hosts == 10000 {
+			r.figure("fleet_server_cores_at_10k", st.ServerCores)
+			r.figure("fleet_api_p99_ms_at_10k", max(st.ServersP99MS, st.HypervisorsP99MS))
+		}
+	}
+	if at1k != nil && last.Hosts > at1k.Hosts && at1k.ServerCores > 0 {
+		ratio := (last.ServerCores / float64(last.Hosts)) / (at1k.ServerCores / float64(at1k.Hosts))
+		r.figure("fleet_cpu_per_host_ratio_largest_to_1k", ratio)
+		if last.Hosts == 10000 {
+			r.figure("fleet_cpu_per_host_ratio_10k_to_1k", ratio)
+		}
+	}
+	if held > 0 {
+		for _, st := range steps {
+			if st.Hosts == held && st.ServerCores > 0 {
+				r.figure("fleet_hosts_per_core_at_max", float64(held)/st.ServerCores)
+			}
+		}
+	}
+	if stopped == "" {
+		stopped = "the ramp ran every step"
+	}
+	result := fmt.Sprintf("%s hosts held (largest step %s: server %.2f cores, API p99 %s)", commas(int64(held)), commas(int64(last.Hosts)),
+		last.ServerCores, fmtMS(max(last.ServersP99MS, last.HypervisorsP99MS)))
+	cond := fmt.Sprintf("one `keel server` process (SQLite, embedded NATS); steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; %s; ",
+		stepList(plan.Steps), plan.Period, plan.Report, plan.Audit, plan.DownTime, fmtMS(ms(plan.APIBound)), stopped)
+	r.row("7", "hosts one server replica carries", result, cond+r.goal("fleet_max_hosts_one_replica", held >= 10000, "one replica holds 10,000 hosts"))
+}
+
+func stepList(steps []int) string {
+	s := make([]string, len(steps))
+	for i, n := range steps {
+		s[i] = commas(int64(n))
+	}
+	return strings.Join(s, "/")
+}
+
+// writeFleetTable prints the fleet steps as an aligned table.
+func writeFleetTable(w io.Writer, steps []FleetStep) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	fmt.Fprintln(&b, "\nfleet: one keel server process; CPU in cores (user+sys over the period), API p50/p99 in ms")
+	tw := newTab(&b)
+	fmt.Fprintln(tw, "hosts\tserver cores\tµcores/host\tRSS MiB\tstore MiB\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tgenerator cores\tload1\theld")
+	for _, st := range steps {
+		held := "yes"
+		if !st.Held {
+			held = "no"
+			if st.Behind != "" {
+				held += ": " + st.Behind
+			} else {
+				held += ": server > 1 core"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.3f\t%.0f\t%.0f\t%.1f\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
+			commas(int64(st.Hosts)), st.ServerCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB, st.BusMsgsPerS,
+			st.Heartbeats, st.HeartbeatsFailed, st.HeartbeatP99MS, st.HostsDown, st.ServersP50MS, st.ServersP99MS,
+			st.HypervisorsP50MS, st.HypervisorsP99MS, st.GeneratorCores, st.Load1, held)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing the fleet table: %w", err)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}

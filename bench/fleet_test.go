@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/testenv"
+)
+
+// keelProcesses is what the fleet's test needs beyond Go.
+const keelProcesses = "a keel server process (the binary built from this tree)"
+
+// TestFleetQuick runs keelbench --only fleet --quick --json: a real `keel
+// server` process and, in the test's process, 4 then 12 real agents on
+// their own bus identities and connections, heartbeating every second.
+// Every step must be measured, every host seen up by os-hypervisors/detail,
+// every heartbeat answered, and the server's CPU and memory read from its
+// own process; the text table must show every step.
+func TestFleetQuick(t *testing.T) {
+	testenv.External(t, keelProcesses)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := Main(ctx, []string{"--only", "fleet", "--quick", "--json"}, &out, logWriter{t}); err != nil {
+		t.Fatalf("keelbench --only fleet --quick --json: %v", err)
+	}
+	var got struct {
+		Fleet []FleetStep      `json:"fleet"`
+		Rows  []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
+	}
+	var figures map[string]any
+	_ = json.Unmarshal(out.Bytes(), &figures)
+	if len(got.Fleet) != 2 || got.Fleet[0].Hosts != 4 || got.Fleet[1].Hosts != 12 {
+		t.Fatalf("fleet steps %+v, want 4 then 12 hosts", got.Fleet)
+	}
+	for _, st := range got.Fleet {
+		if !st.Held || st.HostsDown != 0 || st.HeartbeatsFailed != 0 {
+			t.Errorf("%d hosts: held=%v down=%d heartbeats failed=%d (%s), want every host up and every heartbeat answered",
+				st.Hosts, st.Held, st.HostsDown, st.HeartbeatsFailed, st.Behind)
+		}
+		// Each agent heartbeats every second over a 4 s period.
+		if st.Heartbeats < 2*st.Hosts {
+			t.Errorf("%d hosts: %d heartbeats in %.1f s, want at least %d", st.Hosts, st.Heartbeats, st.PeriodS, 2*st.Hosts)
+		}
+		if st.ServerRSSMiB <= 0 || st.StoreMiB <= 0 || st.ServersCalls == 0 || st.BusMsgsPerS <= 0 {
+			t.Errorf("%d hosts: RSS %.1f MiB, store %.1f MiB, %d API calls, %.0f bus msgs/s: want all positive",
+				st.Hosts, st.ServerRSSMiB, st.StoreMiB, st.ServersCalls, st.BusMsgsPerS)
+		}
+	}
+	if v, _ := figures["fleet_max_hosts_one_replica"].(float64); v != 12 {
+		t.Errorf("fleet_max_hosts_one_replica = %v, want 12", figures["fleet_max_hosts_one_replica"])
+	}
+	if len(got.Rows) != 1 || got.Rows[0]["section"] != "7" {
+		t.Errorf("rows %v, want the fleet's one row", got.Rows)
+	}
+
+	// The text table shows every step.
+	var text bytes.Buffer
+	if err := writeFleetTable(&text, got.Fleet); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(text.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[2], "4 ") || !strings.HasPrefix(lines[3], "12 ") {
+		t.Errorf("fleet table:\n%s\nwant a heading, a header and the rows of 4 and 12 hosts", text.String())
+	}
+}
