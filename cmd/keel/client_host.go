@@ -131,7 +131,7 @@ func evacuatePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o clien
 	if cf.json() && !wait {
 		return writeJSON(out, p)
 	}
-	fmt.Fprintf(out, "plan %d: evacuating %s: %d moves (parallel %s)\n", p.ID, o.Host, len(p.Moves), orUnlimited(p.Options.Parallel))
+	fmt.Fprintf(out, "plan %d: evacuating %s: %s (%s)\n", p.ID, o.Host, count(len(p.Moves), "move", "moves"), paceText(p.Pace, p.Options.Parallel))
 	if !wait {
 		return nil
 	}

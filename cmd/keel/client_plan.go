@@ -13,6 +13,7 @@ import (
 
 	"keel/internal/client"
 	"keel/internal/novaplan"
+	"keel/internal/plan"
 	"keel/internal/records"
 )
 
@@ -86,8 +87,8 @@ The hosts stay disabled after the drain; ` + "`keel host undrain HOST`" + ` enab
 				}
 				return t.flush()
 			}
-			fmt.Fprintf(out, "plan %d: draining %s: %d moves (parallel %s, order %s); services disabled (keel drain plan %d)\n",
-				p.ID, strings.Join(p.Hosts, ", "), len(p.Moves), orUnlimited(p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID)
+			fmt.Fprintf(out, "plan %d: draining %s: %s (%s, order %s); services disabled (keel drain plan %d)\n",
+				p.ID, strings.Join(p.Hosts, ", "), count(len(p.Moves), "move", "moves"), paceText(p.Pace, p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID)
 			if !wait {
 				return nil
 			}
@@ -289,6 +290,7 @@ for it) and their medians.` + clientLong,
 // printPlan prints a plan's headline, reason and moves.
 func printPlan(ctx context.Context, c *client.Client, out io.Writer, p client.Plan, names serverNameMap) error {
 	fmt.Fprintln(out, planHeadline(p))
+	printPace(out, p)
 	if p.Reason != "" {
 		fmt.Fprintf(out, "reason: %s\n", p.Reason)
 	}
@@ -365,6 +367,7 @@ last running move ends. A drain's hosts stay disabled (keel host undrain).` + cl
 				return writeJSON(cmd.OutOrStdout(), p)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), planHeadline(p))
+			printPace(cmd.OutOrStdout(), p)
 			return nil
 		},
 	}
@@ -390,6 +393,7 @@ func planApproveCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), planHeadline(p))
+			printPace(cmd.OutOrStdout(), p)
 			return nil
 		},
 	}
@@ -608,9 +612,37 @@ func orDefault(s, def string) string {
 	return s
 }
 
-func orUnlimited(n int) string {
-	if n <= 0 {
-		return "unlimited"
+// paceText says how a plan's moves go: how many at once, the limit that
+// binds, and how long they are expected to take; "parallel N" alone from
+// a server that does not say.
+func paceText(pc *plan.Pace, parallel int) string {
+	if pc == nil {
+		if parallel <= 0 {
+			return "parallel unlimited"
+		}
+		return "parallel " + strconv.Itoa(parallel)
 	}
-	return strconv.Itoa(n)
+	s := fmt.Sprintf("%d at once: %s", pc.AtOnce, pc.BoundBy)
+	switch {
+	case pc.Expected >= time.Second:
+		s += "; expected " + pc.Expected.Round(time.Second).String()
+	case pc.Expected > 0:
+		s += "; expected under 1s"
+	}
+	return s
+}
+
+// printPace prints a plan's pace line while it has moves left.
+func printPace(out io.Writer, p client.Plan) {
+	if p.Pace != nil && p.Progress.Left+p.Progress.Running > 0 {
+		fmt.Fprintf(out, "pace: %s\n", paceText(p.Pace, p.Options.Parallel))
+	}
+}
+
+// count is n and the noun for n: "1 move", "2 moves".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

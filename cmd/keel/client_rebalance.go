@@ -118,6 +118,7 @@ rebalance plans are superseded. --wait prints a line per move as it ends.` + cli
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintln(out, planHeadline(p))
+			printPace(out, p)
 			if !wait {
 				return nil
 			}

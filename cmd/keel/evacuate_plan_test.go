@@ -52,7 +52,7 @@ func TestHostEvacuatePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := mustRun(t, "host", "evacuate", "h01", "--plan", "--parallel", "2", "--wait")
-	wantContains(t, out, "plan 1: evacuating h01: 3 moves (parallel 2)", "[3/3] ", "done")
+	wantContains(t, out, "plan 1: evacuating h01: 3 moves (2 at once: --parallel 2)", "[3/3] ", "done")
 	for _, name := range []string{"e0", "e1", "e2"} {
 		if !regexp.MustCompile(name + ` \([0-9a-f]+\) h01 → h0[23]: done`).MatchString(out) {
 			t.Errorf("no move line for %s:\n%s", name, out)

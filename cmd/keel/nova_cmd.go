@@ -134,8 +134,11 @@ func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan
 		return err
 	}
 	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "plan %d: draining %s on %s: %d moves (parallel %s, order %s); services disabled (keel drain plan %d); plans in %s\n",
-		p.ID, strings.Join(p.Hosts, ", "), c.Cloud(), len(p.Moves), orUnlimited(p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID, dir)
+	// Nova's computes copy at live_migration_bandwidth from nova.conf (0,
+	// unlimited: the duration is not known before a move is measured).
+	pace := plan.PaceOf(p, novaCaps(cfg), float64(cfg.Libvirt.LiveMigrationBandwidth))
+	fmt.Fprintf(out, "plan %d: draining %s on %s: %s (%s, order %s); services disabled (keel drain plan %d); plans in %s\n",
+		p.ID, strings.Join(p.Hosts, ", "), c.Cloud(), count(len(p.Moves), "move", "moves"), paceText(&pace, p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID, dir)
 	if err := ensureExecutor(dir); err != nil {
 		return err
 	}

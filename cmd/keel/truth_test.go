@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
@@ -148,4 +152,33 @@ func TestPlanShowWaitFollows(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the plan goes on: keel plan show 1 --wait follows it again") {
 		t.Errorf("a stopped wait: %v", err)
 	}
+}
+
+// TestDrainHeaderNamesTheBindingCap (issue 24, item 7): a drain's header
+// names the cap its moves run under and the time they are expected to
+// take, not "parallel unlimited" while they go one at a time; plan show
+// says the same while moves are left.
+func TestDrainHeaderNamesTheBindingCap(t *testing.T) {
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
+	useCloud(t, cloud)
+	ctx := t.Context()
+	c := cloud.Connect(t)
+	fl, err := c.FindFlavor(ctx, "m1.small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		s, err := servers.Create(ctx, c.ComputeClient(), servers.CreateOpts{Name: fmt.Sprintf("d%d", i), FlavorRef: fl.ID,
+			AvailabilityZone: "nova:h01"}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitServer(ctx, s.ID, 50*time.Millisecond, func(s client.Server) bool { return s.Status == "ACTIVE" || s.Status == "ERROR" }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 3 moves of m1.small (2048 MiB) one at a time at the fake driver's
+	// 1024 MiB/s: 6 s.
+	out := mustRun(t, "host", "drain", "h01", "--wait")
+	wantContains(t, out, "plan 1: draining h01: 3 moves (1 at once: max_concurrent_live_migrations = 1 per source host; expected 6s, order largest)")
 }

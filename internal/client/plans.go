@@ -14,11 +14,13 @@ import (
 	"keel/internal/records"
 )
 
-// Plan is a move plan as keel's API shows it: the record and its
-// progress.
+// Plan is a move plan as keel's API shows it: the record, its progress
+// and, until it ends, the pace of its moves left (nil from a server that
+// does not say).
 type Plan struct {
 	records.Plan
 	Progress plan.Summary `json:"progress"`
+	Pace     *plan.Pace   `json:"pace,omitempty"`
 }
 
 // DrainOptions are a drain's options (POST /keel/v1/plans {"drain": …}).

@@ -56,7 +56,10 @@ type keelAPI struct {
 	plans planRunner
 	// computeOpts are the compute options GET /keel/v1/cloud reports.
 	computeOpts scenario.SnapshotCompute
-	log         *slog.Logger
+	// copyMiBps is the copy rate expected of one live migration (0:
+	// unknown), which a plan's expected duration is computed at.
+	copyMiBps float64
+	log       *slog.Logger
 }
 
 // migrationResetter is the conductor's way out of a stuck migration: it

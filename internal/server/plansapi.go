@@ -34,6 +34,7 @@ type planRunner interface {
 	ApprovePlan(ctx context.Context, id int64) (records.Plan, error)
 	CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error)
 	PlanRebalance(ctx context.Context, req conductor.RebalanceRequest) (records.Plan, rebalance.Plan, error)
+	PlanCaps() plan.Caps
 }
 
 var _ planRunner = (*conductor.Conductor)(nil)
@@ -47,14 +48,21 @@ func (k *keelAPI) planRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /keel/v1/hosts/{host}/undrain", k.admin(k.undrain))
 }
 
-// planView is a plan as the API shows it: the record and its progress.
+// planView is a plan as the API shows it: the record, its progress and,
+// until it ends, the pace of its moves left under the executor's caps.
 type planView struct {
 	records.Plan
 	Progress plan.Summary `json:"progress"`
+	Pace     *plan.Pace   `json:"pace,omitempty"`
 }
 
 func (k *keelAPI) view(p records.Plan) planView {
-	return planView{Plan: p, Progress: plan.Summarise(p, k.now())}
+	v := planView{Plan: p, Progress: plan.Summarise(p, k.now())}
+	if k.plans != nil && !records.PlanTerminal(p.State) {
+		pace := plan.PaceOf(p, k.plans.PlanCaps(), k.copyMiBps)
+		v.Pace = &pace
+	}
+	return v
 }
 
 func (k *keelAPI) listPlans(w http.ResponseWriter, r *http.Request) {

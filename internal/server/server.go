@@ -29,6 +29,7 @@ import (
 	"keel/internal/audit"
 	"keel/internal/bus"
 	"keel/internal/clock"
+	"keel/internal/compute/fake"
 	"keel/internal/conductor"
 	"keel/internal/config"
 	"keel/internal/identity"
@@ -429,8 +430,23 @@ func (s *Server) keelAPI() *keelAPI {
 		plans:       s.cond,
 		resetter:    s.cond,
 		computeOpts: cfg.SnapshotCompute(),
+		copyMiBps:   expectedCopyMiBps(cfg),
 		log:         s.log,
 	}
+}
+
+// expectedCopyMiBps is the copy rate expected of one live migration:
+// live_migration_bandwidth, or with the fake driver, which models no cap
+// as its default rate, that rate; 0 (unknown) for a real hypervisor with
+// no cap.
+func expectedCopyMiBps(cfg config.Config) float64 {
+	if bw := cfg.Libvirt.LiveMigrationBandwidth; bw > 0 {
+		return float64(bw)
+	}
+	if cfg.Keel.Driver == "" || cfg.Keel.Driver == "fake" {
+		return fake.DefaultBandwidthMiBps
+	}
+	return 0
 }
 
 // auditDeadline is how long past the conductor's own timeout d the audit

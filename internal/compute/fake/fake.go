@@ -107,13 +107,17 @@ var (
 	_ compute.Measurer      = (*Driver)(nil)
 )
 
+// DefaultBandwidthMiBps is the copy speed of a driver configured with
+// none (live_migration_bandwidth 0, unlimited).
+const DefaultBandwidthMiBps = 1024
+
 // New returns a driver, loading the state file if there is one.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
 	if cfg.BandwidthMiBps <= 0 {
-		cfg.BandwidthMiBps = 1024
+		cfg.BandwidthMiBps = DefaultBandwidthMiBps
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
