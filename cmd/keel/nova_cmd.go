@@ -344,8 +344,8 @@ func followNovaPlan(cmd *cobra.Command, st novaplan.Store, dir, cloud string, id
 				}
 				fmt.Fprintln(out, line)
 				if f := figs.Moves[i]; f != nil && mv.State == records.MoveDone {
-					fmt.Fprintf(out, "move %s %s -> %s %.2fs (keel %.2f ms: decision %.2f, bookkeeping %.2f)\n",
-						mv.Instance, mv.Source, mv.Result, f.NovaSeconds, f.KeelMS, f.DecisionMS, f.BookkeepingMS)
+					fmt.Fprintf(out, "move %s %s -> %s %.2fs (keel %.2f ms: decision %.2f, bookkeeping %.2f; reads before the request %.0f ms)\n",
+						mv.Instance, mv.Source, mv.Result, f.NovaSeconds, f.KeelMS, f.DecisionMS, f.BookkeepingMS, f.ReadsMS)
 				}
 			}
 		}

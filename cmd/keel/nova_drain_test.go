@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +40,14 @@ func TestMain(m *testing.M) {
 // KEEL_CLOUD_AS_NOVA). It returns the cloud and the servers' UUIDs.
 func novaDrainCloud(t *testing.T, hosts, n int) (*clienttest.Cloud, []string) {
 	t.Helper()
-	cloud := clienttest.Start(t, clienttest.Options{Hosts: hosts, Config: func(c *config.Config) {
+	return novaDrainCloudLog(t, hosts, n, nil)
+}
+
+// novaDrainCloudLog is novaDrainCloud with the cloud's log (its requests
+// at debug level) also written to log.
+func novaDrainCloudLog(t *testing.T, hosts, n int, log io.Writer) (*clienttest.Cloud, []string) {
+	t.Helper()
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: hosts, Log: log, Config: func(c *config.Config) {
 		c.Libvirt.LiveMigrationBandwidth = 0 // copies at once: the test times keel, not the fake copy
 	}})
 	c := cloud.Connect(t)
@@ -208,4 +218,76 @@ func TestNovaDrainBadInput(t *testing.T) {
 	}
 	wantContains(t, err.Error(), "host h09 is not a compute host", "h01, h02")
 	wantContains(t, mustRun(t, "plan", "list", "--os-cloud", "nova", "--data-dir", dir), "no plans")
+}
+
+// lockedBuffer is a buffer the cloud's goroutines write to at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNovaDrainReadsOnce: the executor reads the whole cloud (version
+// checks, every provider's inventories) once, not once per move: each
+// start re-reads only the server and the hosts' allocations and services,
+// in parallel. Before, each of the 6 starts re-read the cloud: 7 reads of
+// the compute API's version document and 7 of each provider's
+// inventories with the drain command's own read. Every move's figures
+// have its pre-request reads and its Nova time from its request.
+func TestNovaDrainReadsOnce(t *testing.T) {
+	var log lockedBuffer
+	const hosts, servers = 4, 6
+	novaDrainCloudLog(t, hosts, servers, &log)
+	dir := t.TempDir()
+	mark := len(log.String())
+	out := mustRun(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h01", "--wait")
+	waitExecutorGone(t, dir)
+	wantContains(t, out, "done — 6 done")
+	var versions, inventories, allocations int
+	for _, line := range strings.Split(log.String()[mark:], "\n") {
+		if !strings.Contains(line, "msg=request ") || !strings.Contains(line, "method=GET") {
+			continue
+		}
+		switch {
+		case strings.Contains(line, "path=/compute/v2.1 ") || strings.Contains(line, "path=/compute/v2.1/ "):
+			versions++
+		case strings.Contains(line, "/inventories "):
+			inventories++
+		case strings.Contains(line, "/allocations ") && strings.Contains(line, "path=/placement/resource_providers/"):
+			allocations++
+		}
+	}
+	// The drain command and the executor read the cloud once each; the
+	// 5 later starts read every provider's allocations.
+	if versions > 2 || inventories > 2*hosts {
+		t.Errorf("compute version document read %d times, inventories %d times: want at most 2 and %d (one full read by the command, one by the executor)", versions, inventories, 2*hosts)
+	}
+	if allocations < (servers-1)*hosts {
+		t.Errorf("providers' allocations read %d times: want at least %d (every host's at each later start)", allocations, (servers-1)*hosts)
+	}
+	// Under -race the detached executor (this binary) reports races in
+	// its log.
+	if b, err := os.ReadFile(filepath.Join(dir, "executor.log")); err != nil || strings.Contains(string(b), "DATA RACE") {
+		t.Errorf("executor log (%v):\n%s", err, b)
+	}
+	v := novaPlanJSON(t, dir, 1)
+	for i, f := range v.MoveFigs {
+		if f.ReadsMS <= 0 || f.NovaSeconds <= 0 {
+			t.Errorf("move %d figures %+v: want its reads and its Nova time", i, f)
+		}
+	}
+	if len(v.MoveFigs) != servers {
+		t.Errorf("%d move figures, want %d", len(v.MoveFigs), servers)
+	}
 }

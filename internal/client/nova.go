@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -27,6 +29,8 @@ const (
 	MinPlacementVersion   = 14 // 1.14
 	placementMicroversion = "1.14"
 	novaServerPageSize    = 1000
+	// readParallel is how many Placement reads ReadNova runs at once.
+	readParallel = 8
 )
 
 // IsKeel reports whether the cloud is keel (it serves keel's admin API
@@ -235,37 +239,53 @@ func (c *Client) ReadNova(ctx context.Context) (NovaCloud, []string, error) {
 		return NovaCloud{}, nil, c.adminError("listing hypervisors (os-hypervisors)", err)
 	}
 	// Services: disabled, forced down, zone.
-	var sv struct {
-		Services []struct {
-			Host       string `json:"host"`
-			Zone       string `json:"zone"`
-			Status     string `json:"status"`
-			State      string `json:"state"`
-			ForcedDown bool   `json:"forced_down"`
-		} `json:"services"`
-	}
-	if _, err := cc.Get(ctx, cc.ServiceURL("os-services")+"?binary=nova-compute", &sv, nil); err != nil {
-		return NovaCloud{}, nil, c.adminError("listing compute services (os-services)", err)
+	svcs, err := c.novaServices(ctx)
+	if err != nil {
+		return NovaCloud{}, nil, err
 	}
 	pl, _ := c.placementClient()
-	for _, h := range hv.Hypervisors {
+	// Each host's provider is read by its own goroutine, up to
+	// readParallel at a time, into its own allocations map.
+	hosts := make([]NovaHost, len(hv.Hypervisors))
+	allocs := make([]map[string]map[string]placement.Resources, len(hosts))
+	errs := make([]error, len(hosts))
+	sem := make(chan struct{}, readParallel)
+	var wg sync.WaitGroup
+	for i, h := range hv.Hypervisors {
 		host := NovaHost{Name: h.Service.Host, Hypervisor: h.Hostname, ProviderUUID: h.ID, Zone: "nova", Up: h.State == "up", Disabled: h.Status == "disabled"}
 		if host.Name == "" {
 			host.Name = h.Hostname
 		}
-		for _, s := range sv.Services {
+		for _, s := range svcs {
 			if s.Host == host.Name {
 				host.Zone, host.Disabled, host.ForcedDown, host.Up = s.Zone, s.Status == "disabled", s.ForcedDown, s.State == "up"
 			}
 		}
-		if err := c.readProvider(ctx, pl, &host, n.Allocations); err != nil {
+		hosts[i], allocs[i] = host, map[string]map[string]placement.Resources{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = c.readProvider(ctx, pl, &hosts[i], allocs[i])
+		}()
+	}
+	wg.Wait()
+	for i, h := range hv.Hypervisors {
+		if err := errs[i]; err != nil {
 			if isNotFound(err) {
-				notes = append(notes, fmt.Sprintf("host %s left out: placement has no resource provider %s (its hypervisor's id)", host.Name, h.ID))
+				notes = append(notes, fmt.Sprintf("host %s left out: placement has no resource provider %s (its hypervisor's id)", hosts[i].Name, h.ID))
 				continue
 			}
 			return NovaCloud{}, notes, err
 		}
-		n.Hosts = append(n.Hosts, host)
+		n.Hosts = append(n.Hosts, hosts[i])
+		for consumer, a := range allocs[i] {
+			if n.Allocations[consumer] == nil {
+				n.Allocations[consumer] = map[string]placement.Resources{}
+			}
+			maps.Copy(n.Allocations[consumer], a)
+		}
 	}
 	slices.SortFunc(n.Hosts, func(a, b NovaHost) int { return strings.Compare(a.Name, b.Name) })
 
@@ -313,6 +333,104 @@ func (c *Client) ReadNova(ctx context.Context) (NovaCloud, []string, error) {
 			MaxServerPerHost: g.Rules.MaxServerPerHost, ProjectID: g.ProjectID, UserID: g.UserID})
 	}
 	return n, notes, nil
+}
+
+// RefreshNova re-reads, for n's hosts, what changes while moves run:
+// each host's allocations on its provider — its usage is their sum, so
+// whether a consumer is on a host and the usage it adds come from one
+// answer — and the nova-compute services (disabled, forced down, up);
+// with servers, every server too. The reads run up to parallel at a
+// time; the version checks, inventories, traits, aggregates and groups
+// are n's (ReadNova reads those). n is not changed: the answer is a new
+// cloud sharing n's read-only parts.
+func (c *Client) RefreshNova(ctx context.Context, n *NovaCloud, servers bool, parallel int) (NovaCloud, error) {
+	pl, err := c.placementClient()
+	if err != nil {
+		return NovaCloud{}, err
+	}
+	out := *n
+	out.TakenAt = time.Now().UTC()
+	out.Hosts = slices.Clone(n.Hosts)
+	out.Allocations = map[string]map[string]placement.Resources{}
+	perHost := make([]map[string]map[string]placement.Resources, len(out.Hosts))
+	errs := make([]error, len(out.Hosts)+2)
+	var svcs []novaService
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	run := func(i int, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = f()
+		}()
+	}
+	for i := range out.Hosts {
+		run(i, func() error {
+			perHost[i] = map[string]map[string]placement.Resources{}
+			return c.readProviderAllocations(ctx, pl, out.Hosts[i].ProviderUUID, perHost[i])
+		})
+	}
+	run(len(out.Hosts), func() (err error) {
+		svcs, err = c.novaServices(ctx)
+		return err
+	})
+	if servers {
+		run(len(out.Hosts)+1, func() (err error) {
+			out.Servers, err = c.novaServers(ctx)
+			return err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return NovaCloud{}, err
+	}
+	for i := range out.Hosts {
+		h := &out.Hosts[i]
+		h.Used = placement.Resources{}
+		for consumer, a := range perHost[i] {
+			if out.Allocations[consumer] == nil {
+				out.Allocations[consumer] = map[string]placement.Resources{}
+			}
+			out.Allocations[consumer][h.ProviderUUID] = a[h.ProviderUUID]
+			for rc, v := range a[h.ProviderUUID] {
+				h.Used[rc] += v
+			}
+		}
+		for rc, v := range h.Used {
+			if v == 0 {
+				delete(h.Used, rc)
+			}
+		}
+		for _, s := range svcs {
+			if s.Host == h.Name {
+				h.Zone, h.Disabled, h.ForcedDown, h.Up = s.Zone, s.Status == "disabled", s.ForcedDown, s.State == "up"
+			}
+		}
+	}
+	return out, nil
+}
+
+// novaService is a nova-compute service as os-services lists it.
+type novaService struct {
+	Host       string `json:"host"`
+	Zone       string `json:"zone"`
+	Status     string `json:"status"`
+	State      string `json:"state"`
+	ForcedDown bool   `json:"forced_down"`
+}
+
+// novaServices lists the nova-compute services.
+func (c *Client) novaServices(ctx context.Context) ([]novaService, error) {
+	cc := at(c.compute, NovaReadMicroversion)
+	var sv struct {
+		Services []novaService `json:"services"`
+	}
+	if _, err := cc.Get(ctx, cc.ServiceURL("os-services")+"?binary=nova-compute", &sv, nil); err != nil {
+		return nil, c.adminError("listing compute services (os-services)", err)
+	}
+	return sv.Services, nil
 }
 
 // adminError describes a failed admin read: a 403 means the user is not

@@ -122,8 +122,10 @@ func Lock(dataDir string) (release func(), ok bool, err error) {
 	return func() { f.Close() }, true, nil
 }
 
-// Run ticks the executor every tick until no plan is active or ctx ends.
+// Run ticks the executor every tick until no plan is active or ctx ends,
+// then waits for the starts in flight.
 func (e *Executor) Run(ctx context.Context, tick time.Duration) error {
+	defer e.starts.Wait()
 	for {
 		active, err := e.Tick(ctx)
 		if err != nil && ctx.Err() == nil {

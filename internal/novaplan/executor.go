@@ -59,12 +59,28 @@ type Executor struct {
 	// host whose provider changed means the plan is for another cloud.
 	Hosts map[string]string
 
+	// ReadParallel bounds the concurrent reads of one start (one per
+	// host's provider, the services, the server); 0 means 8.
+	ReadParallel int
+
+	// mu guards the plans' steps, the claims, the figures and the
+	// scheduler's random source: the choice of a destination and its
+	// claim happen under it, so each start sees the claims of the ones
+	// before it. Reads and Nova's calls happen outside it.
 	mu      sync.Mutex
 	resumed bool
 	claims  map[string]claim    // server UUID → claim
 	avoid   map[string][]string // "plan/move" → hosts a move failed on
 	figs    map[int64]*Figures
 	rnd     *rand.Rand
+	posted  map[string]time.Time // server UUID → when its os-migrateLive was sent
+	starts  sync.WaitGroup       // the starts in flight
+
+	// cloudMu guards cloud: the first start's full read (ReadNova,
+	// version checks included); later starts refresh only what moves
+	// change (RefreshNova).
+	cloudMu sync.Mutex
+	cloud   *client.NovaCloud
 }
 
 // claim is a destination keel chose for a move it started, counted in the
@@ -80,11 +96,17 @@ type Figures struct {
 }
 
 // MoveFigures are one move's measurements: the wall time through Nova's
-// API (os-migrateLive until its migration completed, as polled), keel's
-// own time for it (decisions and bookkeeping, Nova's calls excluded), and
-// the starts Nova refused.
+// API (from its os-migrateLive request until its migration was seen
+// completed), keel's own time for it (decisions and bookkeeping, Nova's
+// calls excluded), keel's reads before the request, and the starts Nova
+// refused.
 type MoveFigures struct {
 	NovaSeconds float64 `json:"nova_seconds"`
+	// ReadsMS is the wall time of keel's reads before the move's
+	// os-migrateLive: the server and the hosts' allocations and services
+	// (Nova's and Placement's APIs, in parallel), in neither NovaSeconds
+	// nor KeelMS.
+	ReadsMS float64 `json:"reads_ms"`
 	// KeelMS is DecisionMS (the scheduler's choice on the view) plus
 	// BookkeepingMS (the plan machine's steps and the store's writes).
 	KeelMS        float64 `json:"keel_ms"`
@@ -102,7 +124,7 @@ func (f *MoveFigures) add(decision, book time.Duration) {
 
 func (e *Executor) init() {
 	if e.claims == nil {
-		e.claims, e.avoid, e.figs = map[string]claim{}, map[string][]string{}, map[int64]*Figures{}
+		e.claims, e.avoid, e.figs, e.posted = map[string]claim{}, map[string][]string{}, map[int64]*Figures{}, map[string]time.Time{}
 		e.rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	if e.Log == nil {
@@ -156,46 +178,35 @@ func (e *Executor) saveFigures(id int64) {
 
 // Tick does one round: it takes approved plans, resumes running ones
 // after a (re)start, feeds the ends of the running moves' migrations to
-// their plans, and starts the moves Select chooses under the caps. It
-// reports whether any plan is still active.
+// their plans (one os-migrations read per source host), and launches the
+// moves Select chooses under the caps, each start in its own goroutine.
+// It reports whether any plan is still active.
 func (e *Executor) Tick(ctx context.Context) (bool, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.init()
+	sources, anyRunning, active, err := e.advance(ctx)
+	e.mu.Unlock()
+	if err != nil || !anyRunning {
+		return active, err
+	}
+	migs, seen := e.readMigrations(ctx, sources)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	plans, err := e.Store.ListPlans(ctx, true)
 	if err != nil {
-		return false, fmt.Errorf("listing plans: %w", err)
+		return true, fmt.Errorf("listing plans: %w", err)
 	}
-	atStart := !e.resumed
-	e.resumed = true
 	var running []records.Plan
-	active := false
 	for _, p := range plans {
-		switch {
-		case p.State == records.PlanApproved:
-			if p, err = e.step(ctx, p.ID, plan.Event{Kind: plan.Run}); err != nil {
-				return true, err
-			}
-		case p.State == records.PlanRunning && atStart:
-			e.Log.Info("resuming plan", "plan", p.ID)
-			if p, err = e.step(ctx, p.ID, plan.Event{Kind: plan.Resume}); err != nil {
-				return true, err
-			}
-		}
 		if p.State != records.PlanRunning {
-			active = active || p.State == records.PlanApproved || p.State == records.PlanRecommended
 			continue
 		}
-		if p, err = e.poll(ctx, p); err != nil {
+		if p, err = e.ended(ctx, p, migs, seen); err != nil {
 			e.Log.Warn("following a plan's moves", "plan", p.ID, "err", err)
 		}
 		if p.State == records.PlanRunning {
 			running = append(running, p)
-			active = true
 		}
-	}
-	if len(running) == 0 {
-		return active, nil
 	}
 	var u plan.Usage
 	for _, p := range running {
@@ -211,6 +222,62 @@ func (e *Executor) Tick(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// advance takes approved plans and resumes running ones after a
+// (re)start. It returns the source hosts of the moves whose migrations
+// run, whether any plan runs, and whether any plan is active.
+func (e *Executor) advance(ctx context.Context) (sources []string, running, active bool, err error) {
+	plans, err := e.Store.ListPlans(ctx, true)
+	if err != nil {
+		return nil, false, false, fmt.Errorf("listing plans: %w", err)
+	}
+	atStart := !e.resumed
+	e.resumed = true
+	for _, p := range plans {
+		switch {
+		case p.State == records.PlanApproved:
+			if p, err = e.step(ctx, p.ID, plan.Event{Kind: plan.Run}); err != nil {
+				return nil, false, true, err
+			}
+		case p.State == records.PlanRunning && atStart:
+			e.Log.Info("resuming plan", "plan", p.ID)
+			if p, err = e.step(ctx, p.ID, plan.Event{Kind: plan.Resume}); err != nil {
+				return nil, false, true, err
+			}
+		}
+		if p.State != records.PlanRunning {
+			active = active || p.State == records.PlanApproved || p.State == records.PlanRecommended
+			continue
+		}
+		active, running = true, true
+		for _, mv := range p.Moves {
+			if mv.State == records.MoveRunning && !slices.Contains(sources, mv.Source) {
+				sources = append(sources, mv.Source)
+			}
+		}
+	}
+	return sources, running, active, nil
+}
+
+// readMigrations reads the live migrations of each source host (one
+// os-migrations request per host; Nova's host filter matches source or
+// destination): migration ID → migration, and when each was read. A host
+// whose read fails is left out (its moves are followed on the next tick).
+func (e *Executor) readMigrations(ctx context.Context, sources []string) (map[int64]client.Migration, map[int64]time.Time) {
+	migs, seen := map[int64]client.Migration{}, map[int64]time.Time{}
+	for _, h := range sources {
+		list, err := e.Client.Migrations(ctx, client.MigrationFilter{Host: h, Type: "live-migration"})
+		at := time.Now()
+		if err != nil {
+			e.Log.Warn("reading the migrations of a source host", "host", h, "err", err)
+			continue
+		}
+		for _, m := range list {
+			migs[m.ID], seen[m.ID] = m, at
+		}
+	}
+	return migs, seen
 }
 
 func (e *Executor) claimHost(server string) string { return e.claims[server].host }
@@ -256,9 +323,7 @@ func key(p records.Plan, i int) string { return fmt.Sprintf("%d/%d", p.ID, i) }
 func (e *Executor) perform(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool) {
 	switch a.Kind {
 	case plan.StartMove:
-		ev := e.start(ctx, p, a.Move)
-		ev.Move = a.Move
-		return ev, true
+		e.launch(ctx, p, a.Move)
 	case plan.FindMigration:
 		m, found, err := e.findMigration(ctx, p, a.Move)
 		switch {
@@ -297,23 +362,17 @@ func (e *Executor) findMigration(ctx context.Context, p records.Plan, i int) (cl
 	return client.Migration{}, false, nil
 }
 
-// poll feeds the ends of p's running moves' migrations to p.
-func (e *Executor) poll(ctx context.Context, p records.Plan) (records.Plan, error) {
+// ended feeds the ends of p's running moves' migrations (in migs, read
+// at seen) to p. A move's Nova time runs from its os-migrateLive request
+// (from its start when this executor did not send it: a resumed plan) to
+// the read that saw its migration over.
+func (e *Executor) ended(ctx context.Context, p records.Plan, migs map[int64]client.Migration, seen map[int64]time.Time) (records.Plan, error) {
 	for i, mv := range p.Moves {
 		if mv.State != records.MoveRunning {
 			continue
 		}
-		list, err := e.Client.Migrations(ctx, client.MigrationFilter{InstanceUUID: mv.Instance})
-		if err != nil {
-			return p, err
-		}
-		var m client.Migration
-		for _, x := range list {
-			if x.ID == mv.Migration {
-				m = x
-			}
-		}
-		if m.ID == 0 || !client.Terminal(m.Status) {
+		m, ok := migs[mv.Migration]
+		if !ok || !client.Terminal(m.Status) {
 			continue
 		}
 		host := m.Dest
@@ -328,7 +387,12 @@ func (e *Executor) poll(ctx context.Context, p records.Plan) (records.Plan, erro
 		}
 		delete(e.claims, mv.Instance)
 		f := e.fig(p.ID, i)
-		f.NovaSeconds = time.Since(mv.StartedAt).Seconds() - f.KeelMS/1000
+		if posted, ok := e.posted[mv.Instance]; ok {
+			f.NovaSeconds = seen[m.ID].Sub(posted).Seconds()
+		} else {
+			f.NovaSeconds = seen[m.ID].Sub(mv.StartedAt).Seconds() - f.KeelMS/1000
+		}
+		delete(e.posted, mv.Instance)
 		f.Dest = host
 		next, err := e.step(ctx, p.ID, plan.Event{Kind: plan.Ended, Move: i, Migration: m.ID, Status: records.MigrationStatus(m.Status), Host: host, Reason: reason})
 		if err != nil {
@@ -343,19 +407,77 @@ func skip(format string, args ...any) plan.Event {
 	return plan.Event{Kind: plan.Refused, Skip: true, Reason: fmt.Sprintf(format, args...)}
 }
 
+// launch starts move i of p in its own goroutine and feeds the answer
+// to p: the move stays starting (counted by Select's caps) until then.
+func (e *Executor) launch(ctx context.Context, p records.Plan, i int) {
+	e.starts.Add(1)
+	go func() {
+		defer e.starts.Done()
+		ev := e.start(ctx, p, i)
+		ev.Move = i
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if _, err := e.step(ctx, p.ID, ev); err != nil {
+			e.Log.Warn("recording a move's start", "plan", p.ID, "move", i, "event", ev.Kind, "err", err)
+		}
+	}()
+}
+
+// readCloud reads what a start decides on: the first time the whole
+// cloud (ReadNova, with its version checks), then only what moves change
+// (RefreshNova: the hosts' allocations and services in parallel; every
+// server too when server is in a server group, whose members' hosts the
+// scheduler's group filters read).
+func (e *Executor) readCloud(ctx context.Context, server string) (client.NovaCloud, error) {
+	e.cloudMu.Lock()
+	if e.cloud == nil {
+		nc, _, err := e.Client.ReadNova(ctx)
+		if err != nil {
+			e.cloudMu.Unlock()
+			return client.NovaCloud{}, err
+		}
+		e.cloud = &nc
+		e.cloudMu.Unlock()
+		return nc, nil
+	}
+	base := e.cloud
+	e.cloudMu.Unlock()
+	inGroup := false
+	for _, g := range base.Groups {
+		inGroup = inGroup || contains(g.Members, server)
+	}
+	par := e.ReadParallel
+	if par <= 0 {
+		par = 8
+	}
+	return e.Client.RefreshNova(ctx, base, inGroup, par)
+}
+
 // start re-checks move i of p and starts it: the server still ACTIVE on
 // the planned source with the planned flavor, the source still the same
 // host, a destination chosen by keel's scheduler on Placement's view plus
 // keel's claims, and Nova's os-migrateLive to it; a destination Nova
-// refuses is avoided and the next best tried.
+// refuses is avoided and the next best tried. It runs without e.mu but
+// for the choice and the claim.
 func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event {
 	mv := p.Moves[i]
-	sv, err := e.Client.NovaServerNow(ctx, mv.Instance)
+	t0 := time.Now()
+	var (
+		sv           client.NovaServer
+		nc           client.NovaCloud
+		svErr, ncErr error
+		wg           sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() { defer wg.Done(); sv, svErr = e.Client.NovaServerNow(ctx, mv.Instance) }()
+	go func() { defer wg.Done(); nc, ncErr = e.readCloud(ctx, mv.Instance) }()
+	wg.Wait()
+	reads := time.Since(t0)
 	switch {
-	case errors.Is(err, client.ErrNotFound):
+	case errors.Is(svErr, client.ErrNotFound):
 		return skip("server %s is gone", mv.Instance)
-	case err != nil:
-		e.Log.Warn("re-reading a server", "server", mv.Instance, "err", err)
+	case svErr != nil:
+		e.Log.Warn("re-reading a server", "server", mv.Instance, "err", svErr)
 		return plan.Event{Kind: plan.Lost}
 	case sv.Host != mv.Source:
 		return skip("server %s is on %s, not on %s as planned (moved by someone else)", mv.Instance, sv.Host, mv.Source)
@@ -365,10 +487,8 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 		return plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("server %s is busy (task %s); waiting", mv.Instance, sv.TaskState)}
 	case sv.Status != "ACTIVE":
 		return skip("server %s is %s: only an ACTIVE server is live-migrated", mv.Instance, sv.Status)
-	}
-	nc, _, err := e.Client.ReadNova(ctx)
-	if err != nil {
-		e.Log.Warn("reading the cloud", "err", err)
+	case ncErr != nil:
+		e.Log.Warn("reading the cloud", "err", ncErr)
 		return plan.Event{Kind: plan.Lost}
 	}
 	if want, ok := e.Hosts[mv.Source]; ok {
@@ -376,7 +496,7 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 			return plan.Event{Kind: plan.Refused, Reason: fmt.Sprintf("host %s is not the one planned (provider %s): the cloud's hosts changed since the plan was made; cancel it and plan again", mv.Source, want)}
 		}
 	}
-	ignore := append([]string{mv.Source}, e.avoid[key(p, i)]...)
+	ignore := append([]string{mv.Source}, e.avoided(p, i)...)
 	plans, err := e.Store.ListPlans(ctx, true)
 	if err == nil {
 		for _, o := range plans {
@@ -385,40 +505,57 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 			}
 		}
 	}
-	f := e.fig(p.ID, i)
 	for try := 0; try < maxRefusals; try++ {
-		t0 := time.Now()
+		// The choice and its claim under the lock: the next start's
+		// choice counts this destination at once.
+		e.mu.Lock()
+		t1 := time.Now()
 		dest, err := e.choose(ctx, &nc, sv, ignore)
-		f.add(time.Since(t0), 0)
+		if err == nil {
+			e.claims[sv.UUID] = claim{host: dest.Name, provider: dest.ProviderUUID, res: sv.Flavor.Resources()}
+		}
+		f := e.fig(p.ID, i)
+		f.add(time.Since(t1), 0)
+		if try == 0 {
+			f.ReadsMS += ms(reads)
+		}
+		e.mu.Unlock()
 		if err != nil {
 			return plan.Event{Kind: plan.Refused, Reason: err.Error()}
 		}
-		begin := time.Now()
+		posted := time.Now()
 		w, err := e.Client.LiveMigrate(ctx, sv.UUID, dest.Name)
 		if err != nil {
 			var ae *client.APIError
 			if errors.As(err, &ae) && (ae.Status == 400 || ae.Status == 409) {
 				e.Log.Info("Nova refused the destination; trying the next best", "server", sv.UUID, "dest", dest.Name, "err", err)
+				e.mu.Lock()
+				delete(e.claims, sv.UUID)
 				f.Refused++
+				e.mu.Unlock()
 				ignore = append(ignore, dest.Name)
 				continue
 			}
 			e.Log.Warn("starting a live migration", "server", sv.UUID, "err", err)
 			if m, found, ferr := e.findMigration(ctx, p, i); ferr == nil && found {
+				e.setPosted(sv.UUID, posted)
 				return plan.Event{Kind: plan.Started, Migration: m.ID}
 			}
+			e.mu.Lock()
+			delete(e.claims, sv.UUID)
+			e.mu.Unlock()
 			return plan.Event{Kind: plan.Lost}
 		}
-		e.claims[sv.UUID] = claim{host: dest.Name, provider: dest.ProviderUUID, res: sv.Flavor.Resources()}
+		e.setPosted(sv.UUID, posted)
 		// The migration record exists once the API answered; find it.
 		for {
 			m, found, err := w.Poll(ctx)
 			if err == nil && found {
 				e.Log.Info("move started", "plan", p.ID, "move", i, "server", sv.UUID, "source", mv.Source, "dest", dest.Name, "migration", m.ID,
-					"api_ms", ms(time.Since(begin)))
+					"reads_ms", ms(reads), "api_ms", ms(time.Since(posted)))
 				return plan.Event{Kind: plan.Started, Migration: m.ID}
 			}
-			if time.Since(begin) > 30*time.Second || ctx.Err() != nil {
+			if time.Since(posted) > 30*time.Second || ctx.Err() != nil {
 				return plan.Event{Kind: plan.Lost}
 			}
 			select {
@@ -428,6 +565,18 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 		}
 	}
 	return plan.Event{Kind: plan.Refused, Reason: fmt.Sprintf("Nova refused %d destinations for server %s", maxRefusals, sv.UUID)}
+}
+
+func (e *Executor) setPosted(server string, at time.Time) {
+	e.mu.Lock()
+	e.posted[server] = at
+	e.mu.Unlock()
+}
+
+func (e *Executor) avoided(p records.Plan, i int) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.avoid[key(p, i)])
 }
 
 // choose picks the destination with keel's scheduler on Placement's view
