@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,9 +108,11 @@ type FleetStep struct {
 	Load1 float64 `json:"load1"`
 	// Held tells whether the step met the goals (every host up, no
 	// heartbeat lost, API p99 within the bound, server ≤ 1 core); Behind
-	// why not, if not.
+	// says why the server fell behind (which ends the ramp), Missed which
+	// other goal the step missed.
 	Held   bool   `json:"held"`
 	Behind string `json:"behind,omitempty"`
+	Missed string `json:"missed,omitempty"`
 }
 
 // keelProc is a `keel server` process the fleet section started.
@@ -524,26 +527,36 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	return st, nil
 }
 
-// judge sets Held and Behind: the step falls behind when a host was seen
-// down, a heartbeat failed or took longer than service_down_time, or an
-// API call's p99 passed the bound; it holds when it did not fall behind
-// and the server used at most one core.
+// judge sets Behind, Missed and Held. The step falls behind (the ramp
+// stops) when a host was seen down, a heartbeat failed or took longer than
+// service_down_time, or an API call's median passed the bound: the server
+// no longer keeps up. It holds when it did not fall behind, every API
+// call's p99 is within the bound and the server used at most one core. A
+// p99 past the bound alone does not stop the ramp: on a shared machine one
+// call in a minute's thirty can wait that long for a CPU.
 func (st *FleetStep) judge(p fleetPlan) {
-	var why []string
+	var behind, missed []string
 	if st.HostsDown > 0 {
-		why = append(why, fmt.Sprintf("%d hosts seen down", st.HostsDown))
+		behind = append(behind, fmt.Sprintf("%d hosts seen down", st.HostsDown))
 	}
 	if st.HeartbeatsFailed > 0 {
-		why = append(why, fmt.Sprintf("%d heartbeats failed", st.HeartbeatsFailed))
+		behind = append(behind, fmt.Sprintf("%d heartbeats failed", st.HeartbeatsFailed))
 	}
 	if st.HeartbeatMaxMS > ms(p.DownTime) {
-		why = append(why, fmt.Sprintf("a heartbeat took %.0f s", st.HeartbeatMaxMS/1000))
+		behind = append(behind, fmt.Sprintf("a heartbeat took %.0f s", st.HeartbeatMaxMS/1000))
 	}
-	if bound := ms(p.APIBound); st.ServersP99MS > bound || st.HypervisorsP99MS > bound {
-		why = append(why, fmt.Sprintf("API p99 past %s", fmtMS(bound)))
+	bound := ms(p.APIBound)
+	if st.ServersP50MS > bound || st.HypervisorsP50MS > bound {
+		behind = append(behind, fmt.Sprintf("API p50 past %s", fmtMS(bound)))
+	} else if st.ServersP99MS > bound || st.HypervisorsP99MS > bound {
+		missed = append(missed, fmt.Sprintf("API p99 past %s", fmtMS(bound)))
 	}
-	st.Behind = strings.Join(why, ", ")
-	st.Held = st.Behind == "" && st.ServerCores <= 1
+	if st.ServerCores > 1 {
+		missed = append(missed, "server past 1 core")
+	}
+	st.Behind = strings.Join(behind, ", ")
+	st.Missed = strings.Join(missed, ", ")
+	st.Held = st.Behind == "" && st.Missed == ""
 }
 
 // fleet runs the fleet section: a real `keel server` process and, in this
@@ -666,7 +679,7 @@ func (r *run) fleetFigures(plan fleetPlan, stopped string) {
 	}
 	result := fmt.Sprintf("%s hosts held (largest step %s: server %.2f cores, API p99 %s)", commas(int64(held)), commas(int64(last.Hosts)),
 		last.ServerCores, fmtMS(max(last.ServersP99MS, last.HypervisorsP99MS)))
-	cond := fmt.Sprintf("one `keel server` process (SQLite, embedded NATS); steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; %s; ",
+	cond := fmt.Sprintf("one `keel server` process (SQLite, embedded NATS); steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; the ramp stops where the server falls behind (a host down, a heartbeat lost, API p50 past %[6]s); %s; ",
 		stepList(plan.Steps), plan.Period, plan.Report, plan.Audit, plan.DownTime, fmtMS(ms(plan.APIBound)), stopped)
 	r.row("7", "hosts one server replica carries", result, cond+r.goal("fleet_max_hosts_one_replica", held >= 10000, "one replica holds 10,000 hosts"))
 }
@@ -691,12 +704,7 @@ func writeFleetTable(w io.Writer, steps []FleetStep) error {
 	for _, st := range steps {
 		held := "yes"
 		if !st.Held {
-			held = "no"
-			if st.Behind != "" {
-				held += ": " + st.Behind
-			} else {
-				held += ": server > 1 core"
-			}
+			held = "no: " + strings.Join(slices.DeleteFunc([]string{st.Behind, st.Missed}, func(s string) bool { return s == "" }), ", ")
 		}
 		fmt.Fprintf(tw, "%s\t%.3f\t%.0f\t%.0f\t%.1f\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
 			commas(int64(st.Hosts)), st.ServerCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB, st.BusMsgsPerS,
