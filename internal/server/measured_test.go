@@ -1,11 +1,20 @@
 package server_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"keel/internal/client/clienttest"
+	"keel/internal/config"
+	"keel/internal/server"
 )
 
 // TestMeasuredUsageMetrics: every agent reports its measured usage at
@@ -43,5 +52,31 @@ func TestMeasuredUsageMetrics(t *testing.T) {
 		}
 		// The agents' first report is asynchronous at their start: poll.
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStartRefusesUnreportableRequiredMetric: a server whose
+// MetricsWeigher must weigh a metric no host will report (required =
+// true) refuses to start, saying which metric and what to do, before it
+// creates its data dir.
+func TestStartRefusesUnreportableRequiredMetric(t *testing.T) {
+	cfg, _, err := config.Parse("keel.conf", []byte("[metrics]\nweight_setting = cpu.user.time=1.0\nrequired = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	cfg.Keel.DataDir = dir
+	s, err := server.Start(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		s.Close()
+		t.Fatal("the server started")
+	}
+	for _, want := range []string{"keel.conf:2: [metrics] weight_setting: no host will report cpu.user.time", "set [metrics] required = false"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, fs.ErrNotExist) {
+		t.Errorf("the refused server made its data dir: %v", serr)
 	}
 }

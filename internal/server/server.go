@@ -81,6 +81,15 @@ func Start(ctx context.Context, cfg config.Config, log *slog.Logger) (*Server, e
 
 func (s *Server) start(ctx context.Context) error {
 	cfg := s.cfg
+	// A weighed metric no host will report fails every decision when
+	// required: refuse before anything starts.
+	warns, err := cfg.CheckMetrics()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	for _, w := range warns {
+		s.log.Warn("configuration: " + w)
+	}
 	dataDir := cfg.Keel.DataDir
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir %s: %w", dataDir, err)
@@ -89,7 +98,6 @@ func (s *Server) start(ctx context.Context) error {
 	if err := os.Chmod(dataDir, 0o700); err != nil {
 		return fmt.Errorf("making data dir %s private: %w", dataDir, err)
 	}
-	var err error
 	// One server a SQLite data dir: a second refuses before it reads
 	// anything (it would resume the first one's migrations as its own).
 	if !sharedStore(cfg.Keel.DB) {

@@ -1,0 +1,102 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"keel/internal/compute"
+	"keel/internal/compute/fake"
+	"keel/internal/compute/libvirt"
+	"keel/internal/compute/qemu"
+	"keel/internal/records"
+)
+
+// TestCheckMetrics: a weight_setting metric no host will report fails
+// the server's start when it would fail every decision (required = true,
+// or MetricFilter), naming where it was set and what to do, and is a
+// warning when required = false.
+func TestCheckMetrics(t *testing.T) {
+	cases := []struct {
+		name, conf string
+		err        []string // substrings of the error; none: no error
+		warn       string   // substring of the one warning; "": none
+	}{
+		{name: "reported", conf: "[metrics]\nweight_setting = cpu.percent=-1.0\nrequired = true\n"},
+		{name: "unset", conf: "[metrics]\nrequired = true\n"},
+		{name: "nova name the drivers do not report, required",
+			conf: "[metrics]\nweight_setting = cpu.percent=-1.0, cpu.user.time=1.0\nrequired = true\n",
+			err: []string{"keel.conf:2: [metrics] weight_setting: no host will report cpu.user.time ([keel] driver = fake reports cpu.frequency, cpu.user.percent",
+				"with [metrics] required = true every scheduling decision would fail with no valid host",
+				"Remove it from weight_setting, or set [metrics] required = false"}},
+		{name: "required by default", conf: "[metrics]\nweight_setting = cpu.precent=-1.0\n",
+			err: []string{"no host will report cpu.precent ("}},
+		{name: "qemu measures nothing", conf: "[keel]\ndriver = qemu\n[metrics]\nweight_setting = cpu.percent=-1.0\n",
+			err: []string{"no host will report cpu.percent ([keel] driver = qemu cannot measure its guests yet: its hosts report no metrics)"}},
+		{name: "reports off", conf: "[metrics]\nreport_interval = 0\nweight_setting = cpu.percent=-1.0\n",
+			err: []string{"([metrics] report_interval = 0 turns the agents' reports off)"}},
+		{name: "not required: a warning", conf: "[metrics]\nweight_setting = cpu.user.time=1.0\nrequired = false\n",
+			warn: "every host weighs weight_of_unavailable (-10000) for it"},
+		{name: "MetricFilter rejects every host", conf: "[filter_scheduler]\nenabled_filters = ComputeFilter, MetricFilter\n[metrics]\nweight_setting = cpu.user.time=1.0\nrequired = false\n",
+			err: []string{"MetricFilter (in [filter_scheduler] enabled_filters) would reject every host", "or MetricFilter from enabled_filters"}},
+		{name: "MetricsWeigher not run", conf: "[filter_scheduler]\nweight_classes = RAMWeigher\n[metrics]\nweight_setting = cpu.user.time=1.0\nrequired = true\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := Parse("keel.conf", []byte(tc.conf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			warns, err := cfg.CheckMetrics()
+			if len(tc.err) == 0 && err != nil {
+				t.Fatalf("err = %v, want none", err)
+			}
+			for _, want := range tc.err {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v, want it to say %q", err, want)
+				}
+			}
+			var ce *Error
+			if err != nil && !errors.As(err, &ce) {
+				t.Errorf("err is a %T, want a *config.Error", err)
+			}
+			switch {
+			case tc.warn == "" && len(warns) > 0:
+				t.Errorf("warnings %q, want none", warns)
+			case tc.warn != "" && (len(warns) != 1 || !strings.Contains(warns[0], tc.warn)):
+				t.Errorf("warnings %q, want one saying %q", warns, tc.warn)
+			}
+		})
+	}
+}
+
+// TestDriverMetricsMatchTheDrivers: DriverMetrics says what each driver
+// measures: the fake driver every name of records.MetricNames, and a
+// driver listed with none is no compute.Measurer (when QEMU or libvirt
+// learns to measure, this fails until DriverMetrics says what it reports).
+func TestDriverMetricsMatchTheDrivers(t *testing.T) {
+	drv, err := fake.New(fake.Config{HostCPUs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := drv.Measure(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range m.Host {
+		got = append(got, x.Name)
+	}
+	if strings.Join(got, ",") != strings.Join(DriverMetrics["fake"], ",") || strings.Join(got, ",") != strings.Join(records.MetricNames, ",") {
+		t.Errorf("the fake driver reports %v; DriverMetrics says %v", got, DriverMetrics["fake"])
+	}
+	for name, d := range map[string]any{"qemu": &qemu.Driver{}, "libvirt": &libvirt.Driver{}} {
+		if _, measures := d.(compute.Measurer); measures || len(DriverMetrics[name]) > 0 {
+			t.Errorf("%s: a Measurer %v, DriverMetrics %v: keep them in step", name, measures, DriverMetrics[name])
+		}
+	}
+	if len(DriverMetrics) != 3 {
+		t.Errorf("DriverMetrics has %d drivers, want fake, qemu and libvirt", len(DriverMetrics))
+	}
+}
