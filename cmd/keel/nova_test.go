@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -130,6 +131,41 @@ weight_classes = nova.scheduler.weights.all_weighers
 	}
 	// The export runs in the simulator.
 	wantContains(t, mustRun(t, "sim", nova, "--policy", "legacy,claim", "--drain", "h01"), "legacy", "claim")
+
+	// Without --nova-conf, and with a nova.conf that does not set
+	// enabled_filters, the filters are Nova 26's defaults (no
+	// AvailabilityZoneFilter: Nova checks zones in Placement), not keel's.
+	bare := filepath.Join(dir, "bare.conf")
+	if err := os.WriteFile(bare, []byte("[filter_scheduler]\nhost_subset_size = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{nil, {"--nova-conf", bare}} {
+		root := rootCommand()
+		var out strings.Builder
+		root.SetOut(&out)
+		root.SetErr(io.Discard)
+		root.SetArgs(append([]string{"sim", "export", "--os-cloud", "nova", "--as-nova"}, args...))
+		notes := captureStderr(t, func() {
+			if err := root.ExecuteContext(context.Background()); err != nil {
+				t.Fatalf("keel sim export --as-nova %v: %v", args, err)
+			}
+		})
+		path := filepath.Join(dir, "defaults.toml")
+		if err := os.WriteFile(path, []byte(out.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := scenario.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"ComputeFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter", "ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter"}
+		if !slices.Equal(s.Scheduler.EnabledFilters, want) {
+			t.Errorf("export %v: enabled_filters %v, want Nova 26's defaults %v", args, s.Scheduler.EnabledFilters, want)
+		}
+		if args == nil && strings.Contains(notes, "AvailabilityZoneFilter") {
+			t.Errorf("export without --nova-conf names AvailabilityZoneFilter among Nova's defaults: %s", notes)
+		}
+	}
 }
 
 // captureStderr runs f with os.Stderr sent to a pipe and returns what was

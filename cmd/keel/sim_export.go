@@ -134,7 +134,7 @@ func exportSnapshot(ctx context.Context, c *client.Client, novaConf string, asNo
 // nova.conf (Nova's defaults without one, said on notes).
 func novaOptions(path string, notes io.Writer) (config.Config, error) {
 	if path == "" {
-		cfg := config.Default()
+		cfg := config.NovaDefaults()
 		sc := cfg.SchedulerConfig()
 		fmt.Fprintf(notes, "keel sim export: no --nova-conf: assuming Nova's scheduler defaults (enabled_filters %s, every weigher, host_subset_size %d, shuffle_best_same_weighed_hosts %v); pass --nova-conf /etc/nova/nova.conf for the cloud's own\n",
 			strings.Join(sc.EnabledFilters, ","), sc.HostSubsetSize, sc.ShuffleBestSameWeighedHosts)

@@ -9,13 +9,33 @@ import (
 	"keel/internal/sim/scenario"
 )
 
+// NovaDefaultFilters are Nova 26's (Zed's) default [filter_scheduler]
+// enabled_filters. AvailabilityZoneFilter is not among them: since Xena,
+// Nova checks zones in a Placement pre-filter
+// ([scheduler] query_placement_for_availability_zone, default true).
+// keel's own default adds it, as keel has no such pre-filter.
+var NovaDefaultFilters = []string{"ComputeFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter",
+	"ServerGroupAntiAffinityFilter", "ServerGroupAffinityFilter"}
+
+// NovaDefaults is a Nova cloud's configuration when its nova.conf is not
+// given: keel's defaults, which are Nova's, but for enabled_filters,
+// which are Nova's (NovaDefaultFilters).
+func NovaDefaults() Config {
+	cfg := Default()
+	cfg.FilterScheduler.EnabledFilters = slices.Clone(NovaDefaultFilters)
+	return cfg
+}
+
 // ParseNova parses a Nova cloud's own nova.conf for what its scheduler
 // runs with, as keel sim export --nova-conf does: like Parse, except that
 // a filter or weigher keel does not have is left out of enabled_filters
 // or weight_classes with a warning naming it (Parse refuses it: keel's
-// own configuration must name only what keel runs).
+// own configuration must name only what keel runs), and a file that does
+// not set enabled_filters has Nova's default (NovaDefaultFilters), not
+// keel's.
 func ParseNova(name string, data []byte) (Config, []Warning, error) {
 	var warns []Warning
+	filtersSet := false
 	lines := strings.Split(strings.TrimPrefix(string(data), "\uFEFF"), "\n")
 	group := ""
 	for i, line := range lines {
@@ -32,6 +52,7 @@ func ParseNova(name string, data []byte) (Config, []Warning, error) {
 		var known func(string) bool
 		switch k {
 		case "enabled_filters":
+			filtersSet = true
 			known = func(n string) bool { return slices.Contains(scheduler.KnownFilters, n) }
 		case "weight_classes":
 			known = func(n string) bool {
@@ -52,6 +73,9 @@ func ParseNova(name string, data []byte) (Config, []Warning, error) {
 		lines[i] = k + " = " + strings.Join(kept, ",")
 	}
 	cfg, w, err := Parse(name, []byte(strings.Join(lines, "\n")))
+	if err == nil && !filtersSet {
+		cfg.FilterScheduler.EnabledFilters = slices.Clone(NovaDefaultFilters)
+	}
 	return cfg, append(warns, w...), err
 }
 
