@@ -2,11 +2,9 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"keel/internal/testenv"
 )
@@ -22,8 +20,7 @@ const keelProcesses = "a keel server process (the binary built from this tree)"
 // own process; the text table must show every step.
 func TestFleetQuick(t *testing.T) {
 	testenv.External(t, keelProcesses)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t)
 	var out bytes.Buffer
 	if err := Main(ctx, []string{"--only", "fleet", "--quick", "--json"}, &out, logWriter{t}); err != nil {
 		t.Fatalf("keelbench --only fleet --quick --json: %v", err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"keel/internal/testenv"
 )
@@ -18,8 +17,7 @@ import (
 // asserts nothing about speed: quick mode shrinks every size.
 func TestQuickHarness(t *testing.T) {
 	testenv.External(t, "PostgreSQL, Placement 8.0 under gunicorn and Nova 26 (Debian's postgresql, python3-placement, gunicorn, python3-nova)")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t)
 	var out bytes.Buffer
 	if err := Main(ctx, []string{"--quick", "--json"}, &out, logWriter{t}); err != nil {
 		t.Fatalf("keelbench --quick --json: %v", err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +16,7 @@ import (
 func TestServicesOnPostgres(t *testing.T) {
 	testenv.External(t, "PostgreSQL (Debian's postgresql)")
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t)
 	cl, err := pgtest.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

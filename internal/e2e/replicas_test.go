@@ -32,8 +32,7 @@ type scaleCloud struct {
 func startScaleCloud(t *testing.T, n, agentProcs, hostsPerProc int, sets ...string) *scaleCloud {
 	t.Helper()
 	testenv.External(t, "PostgreSQL and nats-server (Debian's postgresql, nats-server)")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t)
 	pg, err := pgtest.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

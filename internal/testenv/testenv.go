@@ -7,7 +7,11 @@
 // such test, and a missing package fails it, naming the package.
 package testenv
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // External skips tb under -short, saying it needs what (e.g. "PostgreSQL
 // (Debian's postgresql)"); otherwise it does nothing.
@@ -16,4 +20,21 @@ func External(tb testing.TB, what string) {
 	if testing.Short() {
 		tb.Skipf("left out of the fast loop (-short): needs %s; ./test.sh runs it", what)
 	}
+}
+
+// Context is a context for a test's whole run that ends when the test
+// binary's own deadline (go test -timeout) is 30 s away, or when the test
+// ends, instead of a fixed bound: a test that passes in a minute on a quiet
+// machine may need five at a load of 30, and a fixed bound turns that into
+// a failure. The 30 s leave time to report what was still waiting.
+func Context(tb testing.TB) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := t.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
+		}
+	}
+	tb.Cleanup(cancel)
+	return ctx
 }

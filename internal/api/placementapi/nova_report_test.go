@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"reflect"
 	"testing"
-	"time"
 
 	"keel/internal/api/placementapi"
 	"keel/internal/placement"
@@ -44,8 +43,7 @@ func TestNovaReportClient(t *testing.T) {
 		_, _ = w.Write(rec.Body.Bytes())
 	}))
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testenv.Context(t)
 	run := func(url string) []byte {
 		raw, err := exec.CommandContext(ctx, "/usr/bin/python3", "testdata/nova_report.py", url).Output()
 		if err != nil {
