@@ -132,6 +132,11 @@ var badInputs = []struct {
 	{"heartbeats over the limit", lines(`duration = 3600`, `[scheduler]`, `service_down_time = 1`, `[compute]`, `report_interval = 1`, `update_resources_interval = -1`,
 		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`),
 		`bad.toml:3: scheduler.service_down_time: 100000 hosts' heartbeats, written every 1 s (report_interval 1 s, service_down_time 1 s) for 3600 s, are 3.6e+08 writes, more than the simulator runs (200000000); raise service_down_time to at least 2 s (heartbeats are written every whole number of report intervals it holds), shorten duration, or set service_down_time = 0 (no liveness check)`},
+	{"measured-usage reports over the limit", lines(`duration = 3600`, `[metrics]`, `weight_setting = ["cpu.percent=-1.0"]`, `report_interval = 1`, `[compute]`, `update_resources_interval = -1`,
+		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`),
+		`bad.toml:4: metrics.report_interval: the claim policy's measured-usage reports, every 1 s for 3600 s, measure each of 100000 hosts 3600 times, with up to 0 instances (initial and booted): 3.6e+08 host and instance measurements, more than the simulator runs (100000000); raise report_interval to at least 4 s, shorten duration, or leave claim out of policies`},
+	{"measured-usage reports count the instances, at the default interval", file(`[metrics]`, `workload = "constant cpu=0.1"`, `[compute]`, `update_resources_interval = -1`, `[[workload]]`, `kind = "boot"`, `rate = 270`, `end = 3600`),
+		`bad.toml:13: metrics.report_interval: the claim policy's measured-usage reports, every 10 s for 3600 s, measure each of 3 hosts 360 times, with up to 972000 instances (initial and booted): 3.499e+08 host and instance measurements, more than the simulator runs (100000000); raise report_interval to at least 35 s, shorten duration, or leave claim out of policies`},
 	// 25 s would still write every 20 s: the hint names a whole number of report intervals.
 	{"heartbeats over the limit, the hint a multiple of report_interval", lines(`duration = 50000`, `[scheduler]`, `service_down_time = 10`, `[compute]`, `report_interval = 10`, `update_resources_interval = -1`,
 		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`),

@@ -506,3 +506,19 @@ func TestLimitsLetTheShippedScenariosRun(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureWorkOnlyUnderClaim: only the claim policy reports measured
+// usage on a cadence (legacy measures at the audits, dest-update after
+// moves), so a scenario past MaxMeasureWork without claim in its
+// policies is accepted, and with claim refused.
+func TestMeasureWorkOnlyUnderClaim(t *testing.T) {
+	body := []string{`[metrics]`, `weight_setting = ["cpu.percent=-1.0"]`, `report_interval = 1`, `[compute]`, `update_resources_interval = -1`,
+		`[[hosts]]`, `prefix = "h"`, `count = 100000`, `vcpus = 1`, `memory_mb = 1024`, `disk_gb = 1`}
+	if _, err := Parse("ok.toml", lines(append([]string{`duration = 3600`, `policies = ["legacy", "dest-update"]`}, body...)...)); err != nil {
+		t.Errorf("without claim: %v", err)
+	}
+	_, err := Parse("bad.toml", lines(append([]string{`duration = 3600`, `policies = ["legacy", "claim"]`}, body...)...))
+	if err == nil || !strings.Contains(err.Error(), "bad.toml:5: metrics.report_interval: the claim policy's measured-usage reports") {
+		t.Errorf("with claim: %v", err)
+	}
+}

@@ -43,6 +43,11 @@ const (
 	// report_interval⌋, at least report_interval; none with
 	// service_down_time 0).
 	MaxHeartbeats = 200_000_000
+	// MaxMeasureWork bounds the claim policy's measured-usage reports over
+	// the run: each host's reports (duration ÷ [metrics] report_interval)
+	// times the hosts and the instances they may hold (initial ones and
+	// boots), each measured once a report (about 1.4 µs a guest).
+	MaxMeasureWork = 100_000_000
 	// MaxSize bounds a host's inventory totals and a flavor's sizes (VCPU,
 	// MiB, GiB): Placement's largest inventory total, 2^31 - 1.
 	MaxSize = math.MaxInt32
@@ -153,7 +158,7 @@ func (s *Scenario) checkProviderCount(c *checker) {
 	}
 }
 
-// validateCost bounds what the run costs as a whole (MaxOperations, MaxAuditWork, MaxHeartbeats), once every value is valid
+// validateCost bounds what the run costs as a whole (MaxOperations, MaxAuditWork, MaxMeasureWork, MaxHeartbeats), once every value is valid
 // on its own. Each message names the limit and what to change.
 func (s *Scenario) validateCost(c *checker) {
 	hosts, instances := 0, len(s.Instances)
@@ -191,6 +196,18 @@ func (s *Scenario) validateCost(c *checker) {
 			c.errf("compute.update_resources_interval", "audits every %d s for %v s audit each of %d hosts %.0f times, with up to %.0f instances (initial and booted): %.4g host and instance audits, more than the simulator runs (%d); raise update_resources_interval to at least %.0f s, shorten duration, or set it below 0 (no audits)",
 				interval, s.Duration, hosts, audits, float64(instances)+boots, work, MaxAuditWork, least)
 			return
+		}
+	}
+	if s.Metrics.Enabled() && (len(s.Policies) == 0 || slices.Contains(s.Policies, string(scheduler.PolicyClaim))) {
+		every := DefaultReportInterval
+		if v := s.Metrics.ReportInterval; v != nil {
+			every = *v
+		}
+		reports := math.Floor(s.Duration / every)
+		guests := float64(hosts) + float64(instances) + boots
+		if work := reports * guests; work > MaxMeasureWork {
+			c.errf("metrics.report_interval", "the claim policy's measured-usage reports, every %v s for %v s, measure each of %d hosts %.0f times, with up to %.0f instances (initial and booted): %.4g host and instance measurements, more than the simulator runs (%d); raise report_interval to at least %.0f s, shorten duration, or leave claim out of policies",
+				every, s.Duration, hosts, reports, float64(instances)+boots, work, MaxMeasureWork, math.Ceil(s.Duration*guests/MaxMeasureWork))
 		}
 	}
 	report := DefaultReportInterval
