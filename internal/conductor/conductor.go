@@ -203,6 +203,10 @@ type Conductor struct {
 	// plansResumed is set once the executor resumed the plans a restart
 	// left running.
 	plansResumed bool
+
+	// tasks are the goroutines and timers the conductor started, which
+	// Close waits for.
+	tasks *tasks
 }
 
 // New returns a conductor.
@@ -221,7 +225,7 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 	}
 	c := &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
 		slotTab:  newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal),
-		planKick: make(chan struct{}, 1)}
+		planKick: make(chan struct{}, 1), tasks: newTasks()}
 	stall := c.stallAfter()
 	c.machine = migration.Machine{MaxAttempts: cfg.MaxAttempts, CopyStallTimeout: cfg.CopyStallTimeout,
 		ConfirmWindow: cfg.ResizeConfirmWindow, StallAfter: stall}

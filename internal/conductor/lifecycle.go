@@ -86,11 +86,13 @@ func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request,
 		return saved, done, nil
 	}
 	c.log.Info("lifecycle action", "instance", uuid, "action", req.Action, "task_state", saved.TaskState, "host", saved.Host)
-	go func() {
+	if !c.tasks.goDo(func() {
 		unlock := c.flows.Lock(instanceKey(uuid))
 		_, err := c.driveLifecycle(ctx, uuid, acts, unlock)
 		done <- err
-	}()
+	}) {
+		done <- errClosed
+	}
 	return saved, done, nil
 }
 

@@ -338,7 +338,7 @@ func (c *Conductor) actRevert(ctx context.Context, m records.Migration, _ record
 // when one frees, is handed over on the clock.
 func (c *Conductor) actAcquireSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
 	bg := context.WithoutCancel(ctx)
-	c.clock.AfterFunc(0, func() {
+	c.tasks.afterFunc(c.clock, 0, func() {
 		if c.acquireSlot(m) {
 			// Refused (aborted meanwhile): pass the slot on.
 			if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
@@ -570,7 +570,7 @@ func (c *Conductor) releaseSlot(ctx context.Context, migID int64) {
 	c.mu.Unlock()
 	bg := context.WithoutCancel(ctx)
 	for _, next := range granted {
-		c.clock.AfterFunc(0, func() {
+		c.tasks.afterFunc(c.clock, 0, func() {
 			// A migration aborted while it waited refuses the slot: pass it on.
 			if err := c.Handle(bg, next, migration.Event{Kind: migration.SlotAcquired}); err != nil {
 				c.releaseSlot(bg, next)

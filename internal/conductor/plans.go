@@ -47,7 +47,7 @@ func (c *Conductor) RunPlans(ctx context.Context) {
 		every = time.Second
 	}
 	c.repeat(ctx, every, func() { c.kickPlans() })
-	go func() {
+	c.tasks.goDo(func() {
 		for {
 			if _, err := c.TickPlans(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("running plans", "err", err)
@@ -55,10 +55,12 @@ func (c *Conductor) RunPlans(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
+			case <-c.tasks.done:
+				return
 			case <-c.planKick:
 			}
 		}
-	}()
+	})
 }
 
 // TickPlans does one round of the executor: it takes approved plans (and

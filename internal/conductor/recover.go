@@ -123,7 +123,7 @@ func (c *Conductor) RunOwnership(ctx context.Context) {
 	}
 }
 
-// repeat runs f every d on the clock until ctx ends.
+// repeat runs f every d on the clock until ctx ends or Close.
 func (c *Conductor) repeat(ctx context.Context, d time.Duration, f func()) {
 	var tick func()
 	tick = func() {
@@ -132,8 +132,8 @@ func (c *Conductor) repeat(ctx context.Context, d time.Duration, f func()) {
 		}
 		f()
 		if ctx.Err() == nil {
-			c.clock.AfterFunc(d, tick)
+			c.tasks.afterFunc(c.clock, d, tick)
 		}
 	}
-	c.clock.AfterFunc(d, tick)
+	c.tasks.afterFunc(c.clock, d, tick)
 }

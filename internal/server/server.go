@@ -331,6 +331,17 @@ func (s *Server) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
+	if s.cond != nil {
+		// The flows the conductor runs on its own finish their step (an
+		// agent call answers or times out within rpc_timeout) before the
+		// bus and the store close under them; what is left is resumed by
+		// the next start's Recover.
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Keel.RPCTimeout+5*time.Second)
+		if err := s.cond.Close(ctx); err != nil {
+			s.log.Warn("closing the conductor", "err", err)
+		}
+		cancel()
+	}
 	s.notifier.Close()
 	if s.conn != nil {
 		s.conn.Close()
