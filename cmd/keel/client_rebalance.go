@@ -35,7 +35,12 @@ scheduler's own filters, cheapest first, every one lowering the metric,
 none moving an instance moved within the last hour. It acts only above
 --threshold and stops below half of it. Nothing moves: the moves are stored
 as a recommended plan, which ` + "`keel rebalance apply PLAN`" + ` runs (each move
-re-checked just before it starts).` + clientLong,
+re-checked just before it starts).
+
+On a Nova cloud (--os-cloud of a cloud that is not keel) it reads the hosts'
+usage from Placement and the servers from Nova's API, applies the filters of
+--nova-conf (Nova's defaults without it), and stores the plan in the local
+store of --data-dir.` + clientLong,
 		Example: `  keel rebalance plan
   keel rebalance plan --metric max --threshold 0.05 --max-moves 20`,
 		Args: cobra.NoArgs,
@@ -46,6 +51,11 @@ re-checked just before it starts).` + clientLong,
 			c, err := cf.connect(cmd)
 			if err != nil {
 				return err
+			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				return novaRebalancePlan(cmd, c, cf, o)
 			}
 			rp, p, err := c.PlanRebalance(cmd.Context(), o)
 			if err != nil {
@@ -72,6 +82,7 @@ re-checked just before it starts).` + clientLong,
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, true)
 	f := cmd.Flags()
 	f.StringVar(&o.Metric, "metric", "ram", "what to even out: ram, vcpu, disk or max (the worst of the three per host)")
 	f.Float64Var(&o.Threshold, "threshold", rebalance.DefaultThreshold, "act only above this CV (> 0); stop below half of it")
@@ -105,12 +116,21 @@ admin): the executor starts its moves under the caps, after drains and
 evacuations, re-checking each just before it starts (the instance still on
 its source, the destination still passing the scheduler's filters; a move
 that no longer applies is skipped with the reason). Older recommended
-rebalance plans are superseded. --wait prints a line per move as it ends.` + clientLong,
+rebalance plans are superseded. --wait prints a line per move as it ends.
+
+On a Nova cloud (--os-cloud of a cloud that is not keel) the plan is in the
+local store of --data-dir, and keel's executor runs it through Nova's API
+(os-migrateLive to each planned destination), as keel host drain does.` + clientLong,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, id, err := connectPlan(cmd, cf, args[0])
 			if err != nil {
 				return err
+			}
+			if nova, err := foreign(cmd.Context(), c); err != nil {
+				return err
+			} else if nova {
+				return novaRebalanceApply(cmd, c, cf, id, wait)
 			}
 			p, err := c.ApprovePlan(cmd.Context(), id)
 			if err != nil {
@@ -130,6 +150,7 @@ rebalance plans are superseded. --wait prints a line per move as it ends.` + cli
 		},
 	}
 	cf = addClientFlags(cmd)
+	addNovaFlags(cmd, cf, false)
 	cmd.Flags().BoolVar(&wait, "wait", false, "print a line per move as it ends, until the plan ends")
 	return cmd
 }

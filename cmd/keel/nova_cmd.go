@@ -79,40 +79,40 @@ func openNovaStore(ctx context.Context, dir string) (*sqlite.Store, error) {
 	return st, nil
 }
 
-// novaDrain plans a drain on a Nova cloud, makes sure an executor runs it,
-// and with wait follows it.
-func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan.DrainOptions, wait bool) error {
+// novaSetup prepares a plan on a Nova cloud: its data dir (refusing one
+// that holds another cloud's plans), the scheduler's options (--nova-conf,
+// or Nova's defaults), the cloud read, the plan store (the caller closes
+// it) and DATA_DIR/cloud.json written for the executor.
+func novaSetup(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, config.Config, client.NovaCloud, *sqlite.Store, error) {
 	ctx := cmd.Context()
+	fail := func(err error) (string, config.Config, client.NovaCloud, *sqlite.Store, error) {
+		return "", config.Config{}, client.NovaCloud{}, nil, err
+	}
 	dir, err := novaDataDir(cf, c.Cloud())
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	prev, ok, err := novaplan.LoadConfig(dir)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if ok && prev.ComputeEndpoint != c.ComputeEndpoint() {
-		return fmt.Errorf("--data-dir %s holds the plans of cloud %s at %s, not of %s at %s: pass another --data-dir", dir, prev.Cloud, prev.ComputeEndpoint, c.Cloud(), c.ComputeEndpoint())
+		return fail(fmt.Errorf("--data-dir %s holds the plans of cloud %s at %s, not of %s at %s: pass another --data-dir", dir, prev.Cloud, prev.ComputeEndpoint, c.Cloud(), c.ComputeEndpoint()))
 	}
 	cfg, err := novaOptions(cf.novaConf, os.Stderr)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if err := cfg.SchedulerConfig().Validate(); err != nil {
-		return fmt.Errorf("--nova-conf: %w", err)
+		return fail(fmt.Errorf("--nova-conf: %w", err))
 	}
 	nc, notes, err := c.ReadNova(ctx)
 	for _, n := range notes {
 		fmt.Fprintln(os.Stderr, "keel:", n)
 	}
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	st, err := openNovaStore(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	conf := novaplan.Config{Cloud: c.Cloud(), CloudsYAML: client.CloudsYAMLPath(""), ComputeEndpoint: c.ComputeEndpoint(), Hosts: map[string]string{}}
 	if cf.novaConf != "" {
 		conf.NovaConf, _ = filepath.Abs(cf.novaConf)
@@ -127,8 +127,24 @@ func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan
 		}
 	}
 	if err := novaplan.SaveConfig(dir, conf); err != nil {
+		return fail(err)
+	}
+	st, err := openNovaStore(ctx, dir)
+	if err != nil {
+		return fail(err)
+	}
+	return dir, cfg, nc, st, nil
+}
+
+// novaDrain plans a drain on a Nova cloud, makes sure an executor runs it,
+// and with wait follows it.
+func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan.DrainOptions, wait bool) error {
+	ctx := cmd.Context()
+	dir, cfg, nc, st, err := novaSetup(cmd, c, cf)
+	if err != nil {
 		return err
 	}
+	defer st.Close()
 	p, err := novaplan.Drain(ctx, c, st, &nc, o)
 	if err != nil {
 		return err
@@ -308,8 +324,12 @@ func novaPlanView(dir string, p records.Plan) NovaPlan {
 
 func novaHeadline(v NovaPlan) string {
 	s := v.Progress
-	return fmt.Sprintf("plan %d (%s %s): %s — %d done, %d running, %d left, %d failed, %d skipped, %d cancelled of %d",
-		v.ID, v.Purpose, strings.Join(v.Hosts, ","), v.State, s.Done, s.Running, s.Left, s.Failed, s.Skipped, s.Cancelled, s.Total)
+	what := v.Purpose
+	if len(v.Hosts) > 0 {
+		what += " " + strings.Join(v.Hosts, ",")
+	}
+	return fmt.Sprintf("plan %d (%s): %s — %d done, %d running, %d left, %d failed, %d skipped, %d cancelled of %d",
+		v.ID, what, v.State, s.Done, s.Running, s.Left, s.Failed, s.Skipped, s.Cancelled, s.Total)
 }
 
 // followNovaPlan prints a line per move as it ends until the plan ends;
@@ -475,4 +495,67 @@ func novaPlanCancel(cmd *cobra.Command, c *client.Client, cf *clientFlags, id in
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), novaHeadline(novaPlanView(dir, next)))
 	return nil
+}
+
+// novaRebalancePlan is keel rebalance plan on a Nova cloud: keel's
+// rebalance planner on the cloud read through Nova's API and Placement,
+// under the filters of --nova-conf (Nova's defaults without it); the
+// moves are stored as a recommended plan in the local store.
+func novaRebalancePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o client.RebalanceOptions) error {
+	_, cfg, nc, st, err := novaSetup(cmd, c, cf)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p, rp, err := novaplan.PlanRebalance(cmd.Context(), st, &nc, novaplan.RebalanceOptions{Metric: o.Metric, Threshold: o.Threshold,
+		MaxMoves: o.MaxMoves, Seed: o.Seed, Parallel: o.Parallel, Sched: cfg.SchedulerConfig()})
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if cf.json() {
+		return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
+	}
+	fmt.Fprintf(out, "%s CV over %d enabled hosts: %.4f → %.4f in %d moves (%s)\n", rp.Metric, rp.Hosts, rp.Before, rp.After, len(rp.Moves), rp.Stopped)
+	if p.ID == 0 {
+		return nil
+	}
+	names := map[string]string{}
+	for _, s := range nc.Servers {
+		names[s.UUID] = s.Name
+	}
+	t := newTable(out, "#", "INSTANCE", "NAME", "RAM MiB", "FROM", "TO", "CV AFTER")
+	for i, m := range rp.Moves {
+		t.row(fmt.Sprint(i+1), m.Instance, names[m.Instance], fmt.Sprint(m.RAMMB), m.Source, m.Destination, fmt.Sprintf("%.4f", m.After))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d --os-cloud %s runs it\n", p.ID, p.ID, c.Cloud())
+	return nil
+}
+
+// novaRebalanceApply is keel rebalance apply on a Nova cloud: the plan
+// approved in the local store, an executor made sure of, and with wait
+// followed.
+func novaRebalanceApply(cmd *cobra.Command, c *client.Client, cf *clientFlags, id int64, wait bool) error {
+	dir, st, err := novaStoreOf(cmd, c, cf)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p, err := novaplan.Approve(cmd.Context(), st, id)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintln(out, novaHeadline(novaPlanView(dir, p)))
+	if err := ensureExecutor(dir); err != nil {
+		return err
+	}
+	if !wait {
+		fmt.Fprintf(out, "follow it with: keel plan show %d --wait --os-cloud %s --data-dir %s\n", p.ID, c.Cloud(), dir)
+		return nil
+	}
+	return followNovaPlan(cmd, st, dir, c.Cloud(), p.ID, out)
 }

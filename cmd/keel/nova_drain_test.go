@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -289,5 +290,63 @@ func TestNovaDrainReadsOnce(t *testing.T) {
 	}
 	if len(v.MoveFigs) != servers {
 		t.Errorf("%d move figures, want %d", len(v.MoveFigs), servers)
+	}
+}
+
+// TestNovaRebalance: keel rebalance plan on a cloud reached as Nova reads
+// it through Nova's API and Placement and stores a recommended plan in the
+// local store (nothing moves, no executor runs); keel rebalance apply
+// approves it and the executor moves each server to its planned
+// destination through os-migrateLive, lowering the RAM imbalance.
+func TestNovaRebalance(t *testing.T) {
+	cloud, ids := novaDrainCloud(t, 3, 6)
+	dir := t.TempDir()
+	out := mustRun(t, "rebalance", "plan", "--os-cloud", "nova", "--data-dir", dir)
+	wantContains(t, out, "ram CV over 3 enabled hosts", "plan 1 recommended: keel rebalance apply 1 --os-cloud nova")
+	if release, ok, err := novaplan.Lock(dir); err != nil || !ok {
+		t.Fatalf("an executor runs for a recommended plan (lock free %v, %v)", ok, err)
+	} else {
+		release()
+	}
+	planned := novaPlanJSON(t, dir, 1)
+	if planned.Purpose != records.PlanRebalance || planned.State != records.PlanRecommended || len(planned.Moves) == 0 {
+		t.Fatalf("plan %+v", planned.Plan)
+	}
+	c := cloud.Connect(t)
+	ctx := context.Background()
+	for _, id := range ids {
+		if s, err := c.GetServer(ctx, id); err != nil || s.Host != "h01" {
+			t.Fatalf("server %s moved before apply: %+v %v", id, s, err)
+		}
+	}
+	out = mustRun(t, "rebalance", "apply", "1", "--os-cloud", "nova", "--data-dir", dir, "--wait")
+	waitExecutorGone(t, dir)
+	wantContains(t, out, "plan 1 (rebalance): approved", fmt.Sprintf("done — %d done", len(planned.Moves)))
+	v := novaPlanJSON(t, dir, 1)
+	if v.State != records.PlanDone {
+		t.Fatalf("plan %s: %+v", v.State, v.Progress)
+	}
+	perHost := map[string]int{}
+	for _, id := range ids {
+		s, err := c.GetServer(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perHost[s.Host]++
+	}
+	for _, mv := range v.Moves {
+		s, err := c.GetServer(ctx, mv.Instance)
+		if err != nil || mv.Result != mv.Dest || s.Host != mv.Dest {
+			t.Errorf("move %s: planned to %s, ended on %s (server on %s, %v)", mv.Instance, mv.Dest, mv.Result, s.Host, err)
+		}
+	}
+	if perHost["h01"] == len(ids) || perHost["h02"] == 0 || perHost["h03"] == 0 {
+		t.Errorf("servers per host after the rebalance %v: want some on every host", perHost)
+	}
+	// A second plan finds the cloud balanced (or nearly): nothing to
+	// apply twice.
+	out = mustRun(t, "rebalance", "plan", "--os-cloud", "nova", "--data-dir", dir)
+	if strings.Contains(out, "plan 1 recommended") {
+		t.Errorf("second plan reuses plan 1:\n%s", out)
 	}
 }

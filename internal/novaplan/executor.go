@@ -247,7 +247,9 @@ func (e *Executor) advance(ctx context.Context) (sources []string, running, acti
 			}
 		}
 		if p.State != records.PlanRunning {
-			active = active || p.State == records.PlanApproved || p.State == records.PlanRecommended
+			// A recommended plan waits for keel rebalance apply, which
+			// starts an executor: it keeps none running.
+			active = active || p.State == records.PlanApproved
 			continue
 		}
 		active, running = true, true
@@ -505,6 +507,16 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 			}
 		}
 	}
+	if mv.Dest != "" {
+		// A planned destination (a rebalance's): that host, if it still
+		// passes the filters with the claims counted, or the move is
+		// skipped.
+		for _, h := range nc.Hosts {
+			if h.Name != mv.Dest {
+				ignore = append(ignore, h.Name)
+			}
+		}
+	}
 	for try := 0; try < maxRefusals; try++ {
 		// The choice and its claim under the lock: the next start's
 		// choice counts this destination at once.
@@ -520,6 +532,9 @@ func (e *Executor) start(ctx context.Context, p records.Plan, i int) plan.Event 
 			f.ReadsMS += ms(reads)
 		}
 		e.mu.Unlock()
+		if err != nil && mv.Dest != "" {
+			return skip("the planned destination %s no longer takes server %s: %v", mv.Dest, mv.Instance, err)
+		}
 		if err != nil {
 			return plan.Event{Kind: plan.Refused, Reason: err.Error()}
 		}
