@@ -79,8 +79,8 @@ The hosts stay disabled after the drain; ` + "`keel host undrain HOST`" + ` enab
 			}
 			names := serverNames(cmd.Context(), c)
 			if o.DryRun {
-				fmt.Fprintf(out, "dry run: draining %s would move %d instances (computed on a copy of the view; nothing claimed)\n",
-					strings.Join(args, ", "), len(p.Moves))
+				fmt.Fprintf(out, "dry run: draining %s would move %s (computed on a copy of the view; nothing claimed)\n",
+					strings.Join(args, ", "), count(len(p.Moves), "instance", "instances"))
 				t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO")
 				for i, mv := range p.Moves {
 					t.row(strconv.Itoa(i+1), names.of(mv.Instance), strconv.FormatInt(mv.RAMMB, 10), mv.Source, mv.Dest)
@@ -145,7 +145,7 @@ with keel plan cancel).` + clientLong,
 			if p.ID == 0 {
 				return nil
 			}
-			fmt.Fprintf(out, "plan %d: returning %d instances to %s\n", p.ID, len(p.Moves), args[0])
+			fmt.Fprintf(out, "plan %d: returning %s to %s\n", p.ID, count(len(p.Moves), "instance", "instances"), args[0])
 			if !wait {
 				return nil
 			}

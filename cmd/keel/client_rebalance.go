@@ -65,7 +65,7 @@ store of --data-dir.` + clientLong,
 			if cf.json() {
 				return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
 			}
-			fmt.Fprintf(out, "%s CV over %d enabled hosts: %.4f → %.4f in %d moves (%s)\n", rp.Metric, rp.Hosts, rp.Before, rp.After, len(rp.Moves), rp.Stopped)
+			fmt.Fprintf(out, "%s CV over %s: %.4f → %.4f in %s (%s)\n", rp.Metric, count(rp.Hosts, "enabled host", "enabled hosts"), rp.Before, rp.After, count(len(rp.Moves), "move", "moves"), rp.Stopped)
 			if p.ID == 0 {
 				return nil
 			}

@@ -81,10 +81,10 @@ as the ranking).` + clientLong,
 			f := e.Flavor
 			fmt.Fprintf(out, "flavor %s (id %s): %d vCPU, %d MiB RAM, %d GB disk\n", f.Name, f.ID, f.VCPUs, f.RAMMB, f.DiskGB)
 			if len(cands) == 0 {
-				fmt.Fprintf(out, "no host passes the filters (%d hosts): a boot would fail with No valid host\n", len(e.Hosts))
+				fmt.Fprintf(out, "no host passes the filters (%s): a boot would fail with No valid host\n", count(len(e.Hosts), "host", "hosts"))
 			} else {
-				fmt.Fprintf(out, "%d of %d hosts pass the filters; keel picks at random among the first %d (host_subset_size, marked *)\n\n",
-					len(cands), len(e.Hosts), e.HostSubsetSize)
+				fmt.Fprintf(out, "%d of %s pass the filters; keel picks at random among the first %d (host_subset_size, marked *)\n\n",
+					len(cands), count(len(e.Hosts), "host", "hosts"), e.HostSubsetSize)
 				if err := printCandidates(out, cands, e.HostSubsetSize); err != nil {
 					return err
 				}

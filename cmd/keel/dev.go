@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -114,17 +115,60 @@ a host's libvirtd reaches another's as qemu+tcp://HOST/system.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "keel dev: %d hosts (%s driver), API at %s, data in %s\n", hosts, cfg.Keel.Driver, s.URL(), dataDir)
+			fmt.Fprintf(out, "keel dev: %s (%s driver), API at %s, data in %s\n", count(hosts, "host", "hosts"), cfg.Keel.Driver, s.URL(), dataDir)
 			fmt.Fprintf(out, "web view: %s/keel/ui/ (log in as admin with the password in %s)\n", s.URL(), filepath.Join(dataDir, "admin-password"))
 			fmt.Fprintf(out, "export OS_CLIENT_CONFIG_FILE=%s\n", clouds)
 			fmt.Fprintf(out, "openstack --os-cloud keel server list\n")
 			<-ctx.Done()
+			fmt.Fprintln(out, devStopped(context.WithoutCancel(ctx), s.Store(), cfg.Keel.Driver, dataDir))
 			return nil
 		},
 	}
 	cf = addConfigFlags(cmd)
 	cmd.Flags().IntVar(&hosts, "hosts", 3, "number of hosts (agents)")
 	return cmd
+}
+
+// devStopped is keel dev's last word when it is stopped: what it leaves
+// (the instances, and the migrations and plans in flight, which resume
+// when it starts again on the same data dir) and that the state is kept.
+func devStopped(ctx context.Context, st store.Store, driver, dataDir string) string {
+	msg := "keel dev: stopped; state kept in " + dataDir
+	ins, err := st.ListInstances(ctx, "")
+	if err != nil {
+		return msg + " (could not read it: " + err.Error() + ")"
+	}
+	var left []string
+	if len(ins) > 0 {
+		left = append(left, count(len(ins), "instance", "instances"))
+	}
+	inFlight := false
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+	if err == nil && len(ms) > 0 {
+		left = append(left, count(len(ms), "migration", "migrations")+" in flight")
+		inFlight = true
+	}
+	ps, err := st.ListPlans(ctx, true)
+	if err == nil {
+		for _, p := range ps {
+			if p.State != records.PlanRecommended {
+				left = append(left, fmt.Sprintf("plan %d (%s) %s", p.ID, p.Purpose, p.State))
+				inFlight = true
+			}
+		}
+	}
+	if len(left) == 0 {
+		return msg + ": no instances. keel dev --data-dir " + dataDir + " starts it again."
+	}
+	msg += ": " + strings.Join(left, ", ") + ". keel dev --data-dir " + dataDir + " starts it again"
+	if inFlight {
+		msg += "; what was in flight resumes"
+	}
+	msg += "."
+	if driver == "qemu" && len(ins) > 0 {
+		msg += " The QEMU guests keep running: delete the servers to stop them."
+	}
+	return msg
 }
 
 func ensureFlavors(ctx context.Context, st store.Flavors) error {

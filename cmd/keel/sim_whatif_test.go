@@ -65,6 +65,9 @@ func TestSimWhatIf(t *testing.T) {
 		want string
 	}{
 		{[]string{"--set", "filter_scheduler.nope=1"}, "--set filter_scheduler.nope: unknown option"},
+		// issue 24 item 10: a misspelt option gets a "did you mean".
+		{[]string{"--set", "filter_scheduler.host_subset_sise=1"}, "--set filter_scheduler.host_subset_sise: unknown option; did you mean filter_scheduler.host_subset_size?"},
+		{[]string{"--set", "scheduler.ram_weight_multiplyer=2"}, "did you mean scheduler.ram_weight_multiplier?"},
 		{[]string{"--set", "host_subset_size"}, "--set wants KEY=VALUE"},
 		{[]string{"--set", "filter_scheduler.host_subset_size=-1"}, "scheduler.host_subset_size: must be between 0"},
 		{[]string{"--drain", "h99"}, `no host is named "h99"`},

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,9 +169,9 @@ func TestDrainHeaderNamesTheBindingCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
-		s, err := servers.Create(ctx, c.ComputeClient(), servers.CreateOpts{Name: fmt.Sprintf("d%d", i), FlavorRef: fl.ID,
-			AvailabilityZone: "nova:h01"}, nil).Extract()
+	create := func(name, host string) {
+		s, err := servers.Create(ctx, c.ComputeClient(), servers.CreateOpts{Name: name, FlavorRef: fl.ID,
+			AvailabilityZone: "nova:" + host}, nil).Extract()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,8 +179,86 @@ func TestDrainHeaderNamesTheBindingCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 3 moves of m1.small (2048 MiB) one at a time at the fake driver's
-	// 1024 MiB/s: 6 s.
-	out := mustRun(t, "host", "drain", "h01", "--wait")
-	wantContains(t, out, "plan 1: draining h01: 3 moves (1 at once: max_concurrent_live_migrations = 1 per source host; expected 6s, order largest)")
+	// One move (item 11: not "1 moves") of m1.small (2048 MiB) at the
+	// fake driver's 1024 MiB/s: 2 s.
+	create("solo", "h02")
+	out := mustRun(t, "host", "drain", "h02", "--wait")
+	wantContains(t, out, "plan 1: draining h02: 1 move (1 at once: a single move; expected 2s, order largest)")
+	mustRun(t, "host", "undrain", "h02")
+	// 4 moves one at a time: 8 s.
+	for i := range 3 {
+		create(fmt.Sprintf("d%d", i), "h01")
+	}
+	out = mustRun(t, "host", "drain", "h01", "--wait")
+	wantContains(t, out, "plan 2: draining h01: 4 moves (1 at once: max_concurrent_live_migrations = 1 per source host; expected 8s, order largest)")
+
+	// Item 11: plan list labels a return plan a return, with its host
+	// (was "rebalance" with HOSTS -).
+	out = mustRun(t, "host", "undrain", "h01", "--return", "--wait")
+	wantContains(t, out, "plan 3: returning 4 instances to h01")
+	if !regexp.MustCompile(`(?m)^3\s+return\s+done\s+h01\s+4\s`).MatchString(mustRun(t, "plan", "list")) {
+		t.Errorf("plan list does not show plan 3 as the return to h01 it is:\n%s", mustRun(t, "plan", "list"))
+	}
+}
+
+// TestSetSuggests (issue 24, item 10): keel dev's, keel server's and
+// keel agent's --set with a misspelt option says what it may have meant,
+// as the scenario loader does.
+func TestSetSuggests(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"filter_scheduler.host_subset_sise=3", "--set filter_scheduler.host_subset_sise=3: [filter_scheduler] host_subset_sise: unknown option; did you mean host_subset_size?"},
+		{"DEFAULT.cpu_alocation_ratio=4", "did you mean cpu_allocation_ratio?"},
+		{"DEFAULT.Host=x", "did you mean host? (option names are case-sensitive)"},
+	} {
+		_, err := run(t, "dev", "--set", tc.set)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("keel dev --set %s: got %v, want %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a strings.Builder safe to read while a command writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDevSaysWhatItLeaves (issue 24, item 11): keel dev stopped (Ctrl-C
+// cancels its context) says the state is kept and how to start it again,
+// instead of exiting silently.
+func TestDevSaysWhatItLeaves(t *testing.T) {
+	dir := t.TempDir()
+	root := rootCommand()
+	var out syncBuffer
+	root.SetOut(&out)
+	root.SetErr(&syncBuffer{})
+	root.SetArgs([]string{"dev", "--hosts", "1", "--data-dir", dir, "--listen", "127.0.0.1:0"})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	for !strings.Contains(out.String(), "server list\n") {
+		select {
+		case err := <-done:
+			t.Fatalf("keel dev ended before it started: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("keel dev: %v", err)
+	}
+	wantContains(t, out.String(), "keel dev: stopped; state kept in "+dir+": no instances. keel dev --data-dir "+dir+" starts it again.")
 }

@@ -361,7 +361,7 @@ func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (re
 		return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("%s was enabled; no drain of it to return instances from", host)}
 	}
 	now := c.clock.Now()
-	back := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanRebalance, State: records.PlanApproved,
+	back := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanReturn, Hosts: []string{host}, State: records.PlanApproved,
 		Options: records.PlanOptions{Parallel: last.Options.Parallel}, Owner: c.cfg.Owner, CreatedAt: now, UpdatedAt: now,
 		Reason: fmt.Sprintf("returns what drain plan %d moved off %s", last.ID, host)}
 	for _, mv := range last.Moves {

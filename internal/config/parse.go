@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"unicode"
+
+	"keel/internal/suggest"
 )
 
 // Error is a value that does not parse, or a line that is not valid
@@ -237,13 +239,20 @@ func hint(group, name string) string {
 	if len(elsewhere) > 0 {
 		return "; keel reads " + name + " in " + strings.Join(elsewhere, " and ")
 	}
-	fold := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
+	var inGroup []string
 	for k := range byKey {
-		if k.group == group && fold(k.name) == fold(name) {
-			return "; did you mean " + k.name + "? (option names are case-sensitive)"
+		if k.group == group {
+			inGroup = append(inGroup, k.name)
 		}
 	}
-	return ""
+	switch best := suggest.Closest(name, inGroup); {
+	case best == "":
+		return ""
+	case suggest.Fold(best) == suggest.Fold(name):
+		return "; did you mean " + best + "? (option names are case-sensitive)"
+	default:
+		return "; did you mean " + best + "?"
+	}
 }
 
 // splitAssignment splits "key = value" or "key: value" at whichever of =

@@ -51,8 +51,8 @@ type Pick struct {
 	Move int
 }
 
-// Priority orders purposes: lower goes first (evacuation, drain,
-// rebalance).
+// Priority orders purposes: lower goes first (evacuation, drain, then
+// rebalance and return).
 func Priority(purpose string) int {
 	switch purpose {
 	case records.PlanEvacuateAll:

@@ -7,6 +7,9 @@ const (
 	PlanEvacuateAll = "evacuate-all"
 	PlanDrain       = "drain"
 	PlanRebalance   = "rebalance"
+	// PlanReturn moves back to a host what its last drain moved off it
+	// (keel host undrain --return); it runs as a rebalance does.
+	PlanReturn = "return"
 )
 
 // PlanState is a plan's state.
@@ -120,7 +123,7 @@ type Plan struct {
 	Purpose string    `json:"purpose"`
 	State   PlanState `json:"state"`
 	// Hosts are the hosts a drain empties (their services are disabled
-	// while it runs).
+	// while it runs), an evacuation's host, or the host a return fills.
 	Hosts   []string    `json:"hosts,omitempty"`
 	Options PlanOptions `json:"options"`
 	Moves   []PlanMove  `json:"moves"`

@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"keel/internal/scheduler"
+	"keel/internal/suggest"
 )
 
 // Error is a refused scenario file: FILE:LINE: REASON. Line is 0 when the
@@ -188,7 +189,7 @@ func checkValue(v any, t reflect.Type, path string, report reportFunc) {
 			p := joinKey(path, k)
 			f, ok := fields[k]
 			if !ok {
-				report(p, "unknown key%s", suggest(k, fields))
+				report(p, "unknown key%s", didYouMean(k, fields))
 				continue
 			}
 			checkValue(m[k], f, p, report)
@@ -305,37 +306,11 @@ func tomlFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-// suggest proposes the known key closest to an unknown one.
-func suggest(k string, fields map[string]reflect.Type) string {
-	best, bestD := "", 3
-	for name := range fields {
-		d := editDistance(strings.ToLower(k), name)
-		if d < bestD || d == bestD && best != "" && name < best {
-			best, bestD = name, d
-		}
-	}
+// didYouMean proposes the known key closest to an unknown one.
+func didYouMean(k string, fields map[string]reflect.Type) string {
+	best := suggest.Closest(k, slices.Collect(maps.Keys(fields)))
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

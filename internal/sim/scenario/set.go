@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"keel/internal/scheduler"
+	"keel/internal/suggest"
 )
 
 // Set changes one option of a parsed scenario, by its nova.conf name
@@ -132,5 +133,31 @@ func (s *Scenario) Set(key, value string) error {
 			return setFloat(&cp.MigrationBandwidthMiBps)
 		}
 	}
+	if best := suggest.Closest(key, setKeys()); best != "" {
+		return fmt.Errorf("--set %s: unknown option; did you mean %s?", key, best)
+	}
 	return fmt.Errorf("--set %s: unknown option (the scheduler's and compute options by their nova.conf names, e.g. filter_scheduler.host_subset_size, DEFAULT.update_resources_interval; or seed, duration)", key)
+}
+
+// setKeys are the keys Set takes, by their nova.conf names, for its "did
+// you mean".
+func setKeys() []string {
+	keys := []string{"seed", "duration",
+		"filter_scheduler.host_subset_size", "filter_scheduler.max_attempts", "filter_scheduler.shuffle_best_same_weighed_hosts",
+		"filter_scheduler.enabled_filters", "filter_scheduler.weight_classes", "DEFAULT.service_down_time",
+		"DEFAULT.update_resources_interval", "DEFAULT.reserved_host_memory_mb", "DEFAULT.reserved_host_disk_mb",
+		"DEFAULT.max_concurrent_live_migrations", "DEFAULT.report_interval", "compute.spawn_seconds",
+		"libvirt.live_migration_bandwidth"}
+	for _, o := range append(scheduler.FilterOptions(), scheduler.WeigherOptions()...) {
+		keys = append(keys, "filter_scheduler."+o.Name)
+	}
+	// The same by their paths in the file.
+	for _, k := range keys {
+		if name, ok := strings.CutPrefix(k, "filter_scheduler."); ok {
+			keys = append(keys, "scheduler."+name)
+		} else if name, ok := strings.CutPrefix(k, "DEFAULT."); ok {
+			keys = append(keys, "compute."+name)
+		}
+	}
+	return keys
 }
