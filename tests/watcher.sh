@@ -53,13 +53,26 @@ wfail() {
   fail "$*"
 }
 
-# waitfor SECONDS WHAT CMD…: run CMD until it succeeds.
+# waitfor SECONDS WHAT CMD…: run CMD until it succeeds. SECONDS is the
+# bound on a quiet machine; on a loaded one (RabbitMQ took over 3 minutes
+# to listen at a load of 30 on 2 cores) the wait goes on, up to 5 times as
+# long, while the load average per core stays above 1, saying so once
+# a minute.
 waitfor() {
   local secs=$1 what=$2
   shift 2
-  local end=$((SECONDS + secs))
+  local start=$SECONDS said=$SECONDS load cores factor
+  cores=$(nproc)
   until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || wfail "$what (waited ${secs} s)"
+    if [ $((SECONDS - start)) -ge "$secs" ]; then
+      load=$(cut -d' ' -f1 /proc/loadavg)
+      factor=$(awk -v l="$load" -v c="$cores" 'BEGIN { f = int(l / c + 0.999); if (f < 1) f = 1; if (f > 5) f = 5; print f }')
+      [ $((SECONDS - start)) -lt $((secs * factor)) ] || wfail "$what (waited $((SECONDS - start)) s, load $load)"
+      if [ $((SECONDS - said)) -ge 60 ]; then
+        echo "watcher: still waiting for $what after $((SECONDS - start)) s (load $load on $cores cores)" >&2
+        said=$SECONDS
+      fi
+    fi
     sleep 0.5
   done
 }
