@@ -160,7 +160,13 @@ vCPUs; used is what the instances' allocations hold. These are the numbers
 the scheduler and the web view use (` + "`keel schedule explain`" + ` shows the
 scheduler's per host); --format json gives them under "placement", beside
 the resource tracker's raw figures Nova's hypervisor API reports
-(vcpus, memory_mb_used, …).` + clientLong,
+(vcpus, memory_mb_used, …).
+
+CPU BUSY is what the guests really use beside what they claim: the
+host's CPUs busy as its agent last measured them (Nova's cpu.percent,
+reported every [metrics] report_interval; --format json gives it under
+"measured" with its time), "unavailable" when the host reports none,
+and its age when older than a minute.` + clientLong,
 		Example: `  keel host list
   keel host list --format json
   OS_CLOUD=keel keel host list`,
@@ -183,11 +189,11 @@ the resource tracker's raw figures Nova's hypervisor API reports
 				return nil
 			}
 			t := newTable(out)
-			t.rowRaw("HOST", "STATE", "STATUS", "VCPUS", "", "RAM GiB", "", "DISK GB", "", "VMS")
+			t.rowRaw("HOST", "STATE", "STATUS", "VCPUS", "", "CPU BUSY", "RAM GiB", "", "DISK GB", "", "VMS")
 			for _, h := range hs {
 				cpu, ram, disk := hostUse(h)
 				t.rowRaw(h.Name, h.State, h.Status,
-					fmt.Sprintf("%d/%d", cpu.Used, cpu.Capacity), "VCPU "+bar(float64(cpu.Used), float64(cpu.Capacity)),
+					fmt.Sprintf("%d/%d", cpu.Used, cpu.Capacity), "VCPU "+bar(float64(cpu.Used), float64(cpu.Capacity)), busy(h.Measured),
 					fmt.Sprintf("%.1f/%.1f", float64(ram.Used)/1024, float64(ram.Capacity)/1024), "RAM "+bar(float64(ram.Used), float64(ram.Capacity)),
 					fmt.Sprintf("%d/%d", disk.Used, disk.Capacity), "DISK "+bar(float64(disk.Used), float64(disk.Capacity)),
 					fmt.Sprint(h.RunningVMs))
@@ -197,4 +203,17 @@ the resource tracker's raw figures Nova's hypervisor API reports
 	}
 	cf = addClientFlags(cmd)
 	return cmd
+}
+
+// busy renders a host's measured CPU for host list: a bar of the CPUs
+// busy, its age when older than a minute, "unavailable" without one.
+func busy(m *client.HostMeasured) string {
+	if m == nil {
+		return "unavailable"
+	}
+	out := "BUSY " + bar(m.CPUPercent, 1)
+	if m.AgeSeconds > 60 {
+		out += " (" + (time.Duration(m.AgeSeconds) * time.Second).Round(time.Second).String() + " old)"
+	}
+	return out
 }

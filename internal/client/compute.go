@@ -37,6 +37,22 @@ type Host struct {
 	// serve keel's state endpoint (the raw fields above are then all
 	// there is).
 	Placement map[string]HostResource `json:"placement,omitempty"`
+	// Measured is what the host's guests really use, as its agent last
+	// measured it, beside the claims of Placement; nil when the host
+	// reports no measurement (unavailable, never 0) or the server does not
+	// serve keel's state endpoint.
+	Measured *HostMeasured `json:"measured,omitempty"`
+}
+
+// HostMeasured is a host's last measured CPU (keel's state endpoint).
+type HostMeasured struct {
+	// CPUPercent is the fraction of the host's CPUs busy (Nova's
+	// cpu.percent: 0.37 is 37 %).
+	CPUPercent float64 `json:"cpu_percent"`
+	// MeasuredAt is when it was measured, AgeSeconds how long before the
+	// server answered.
+	MeasuredAt time.Time `json:"measured_at"`
+	AgeSeconds float64   `json:"age_seconds"`
 }
 
 // HostResource is one resource class of a host as Placement counts it.
@@ -60,7 +76,7 @@ func (c *Client) Hosts(ctx context.Context) ([]Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the hypervisor list: %w", err)
 	}
-	res, err := c.hostResources(ctx)
+	res, measured, err := c.hostResources(ctx)
 	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
@@ -70,30 +86,35 @@ func (c *Client) Hosts(ctx context.Context) ([]Host, error) {
 			Name: h.HypervisorHostname, State: h.State, Status: h.Status,
 			VCPUs: h.VCPUs, VCPUsUsed: h.VCPUsUsed, MemoryMB: h.MemoryMB, MemoryMBUsed: h.MemoryMBUsed,
 			LocalGB: h.LocalGB, LocalGBUsed: h.LocalGBUsed, RunningVMs: h.RunningVMs,
-			Placement: res[h.HypervisorHostname],
+			Placement: res[h.HypervisorHostname], Measured: measured[h.HypervisorHostname],
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return natural.Less(out[i].Name, out[j].Name) })
 	return out, nil
 }
 
-// hostResources reads every host's Placement resources from keel's state
-// endpoint, by host name.
-func (c *Client) hostResources(ctx context.Context) (map[string]map[string]HostResource, error) {
+// hostResources reads every host's Placement resources and last
+// measured CPU from keel's state endpoint, by host name.
+func (c *Client) hostResources(ctx context.Context) (map[string]map[string]HostResource, map[string]*HostMeasured, error) {
 	var body struct {
 		Hosts []struct {
 			Name      string                  `json:"name"`
 			Resources map[string]HostResource `json:"resources"`
+			Measured  *HostMeasured           `json:"measured"`
 		} `json:"hosts"`
 	}
 	if _, err := c.keel.Get(ctx, c.keel.ServiceURL("ui", "state"), &body, nil); err != nil {
-		return nil, fmt.Errorf("reading the hosts' capacities: %w", describe(err))
+		return nil, nil, fmt.Errorf("reading the hosts' capacities: %w", describe(err))
 	}
 	out := make(map[string]map[string]HostResource, len(body.Hosts))
+	measured := make(map[string]*HostMeasured, len(body.Hosts))
 	for _, h := range body.Hosts {
 		out[h.Name] = h.Resources
+		if h.Measured != nil {
+			measured[h.Name] = h.Measured
+		}
 	}
-	return out, nil
+	return out, measured, nil
 }
 
 // Flavor is a flavor's size.

@@ -266,6 +266,19 @@ type uiHost struct {
 	Resources  map[placement.ResourceClass]uiResource `json:"resources"`
 	RunningVMs int64                                  `json:"running_vms"`
 	Instances  int                                    `json:"instances"`
+	// Measured is the host's measured CPU, beside the claims of
+	// Resources; absent when the host reports none (unavailable).
+	Measured *uiMeasured `json:"measured,omitempty"`
+}
+
+// uiMeasured is what a host's guests really use, as its agent last
+// measured it (the host record's cpu.percent).
+type uiMeasured struct {
+	// CPUPercent is the fraction of the host's CPUs busy (0.37: 37 %).
+	CPUPercent float64 `json:"cpu_percent"`
+	// MeasuredAt is when; AgeSeconds its age when the state was built.
+	MeasuredAt time.Time `json:"measured_at"`
+	AgeSeconds float64   `json:"age_seconds"`
 }
 
 type uiResource struct {
@@ -610,6 +623,9 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		uh := uiHost{Name: h.Name, Zone: h.Zone, Enabled: h.HasService && !h.Service.Disabled, Up: up(h, now, u.downTime),
 			DisabledReason: h.Service.DisabledReason, RunningVMs: h.Record.RunningVMs, Instances: count[h.Name],
 			Resources: map[placement.ResourceClass]uiResource{}}
+		if m, ok := h.Record.Metric(records.MetricCPUPercent); ok && h.HasRecord {
+			uh.Measured = &uiMeasured{CPUPercent: m.Value, MeasuredAt: m.Timestamp.UTC(), AgeSeconds: max(0, now.Sub(m.Timestamp).Seconds())}
+		}
 		switch id, ok := u.drainOf[h.Name]; {
 		case ok:
 			uh.Draining, uh.DrainPlan = true, id

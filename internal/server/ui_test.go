@@ -289,6 +289,12 @@ func TestWebView(t *testing.T) {
 		}
 	}
 
+	// The detail panel (the most loaded host until one is hovered) shows
+	// the host's measured CPU beside its vCPU claims: its guests' load
+	// (the fake driver's default workload), as the agent reports it.
+	evalPoll(t, ctx, "the detail panel's measured CPU", `(() => { const r = document.querySelector("#detail [data-measured]");
+		return r ? r.dataset.measured : "" })()`, 20*time.Second, func(m string) bool { f, err := strconv.ParseFloat(m, 64); return err == nil && f > 0 && f <= 1 })
+
 	// A live migration h03 → h04: its arrow appears with progress, then
 	// goes soon after the migration ends, without a reload.
 	admin.do("POST", "/compute/v2.1/servers/"+mover+"/action",

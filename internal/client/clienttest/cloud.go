@@ -130,6 +130,8 @@ func Start(t testing.TB, opts Options) *Cloud {
 			SpawnTime:               cfg.Keel.FakeSpawnTime,
 			StepTime:                cfg.Keel.FakeStepTime,
 			BandwidthMiBps:          float64(cfg.Libvirt.LiveMigrationBandwidth),
+			Workload:                cfg.Keel.FakeWorkload, // measured usage as keel dev's agents
+			Metrics:                 cfg.Metrics.MetricsConfig(),
 			Log:                     log,
 		})
 		if err != nil {

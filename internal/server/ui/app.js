@@ -331,6 +331,19 @@ function bar(parts, title) {
   return h("div", { class: "bar", title }, parts.map((p) => h("span", { class: p.cls, title: p.title, style: { left: `${p.left * 100}%`, width: `${p.width * 100}%`, background: p.bg } })));
 }
 
+// measuredRows shows a host's measured CPU beside its vCPU claims: what
+// the guests really use, as the agent last measured it (its age when
+// older than a minute); "unavailable" when the host reports none.
+function measuredRows(m) {
+  const label = h("span", { text: "CPU busy (measured)" });
+  if (!m) return [h("div", { class: "row", "data-measured": "none" }, label, h("b", { text: "unavailable" }))];
+  const age = m.age_seconds > 60 ? ` · ${Math.round(m.age_seconds)} s old` : "";
+  return [
+    h("div", { class: "row", "data-measured": m.cpu_percent.toFixed(4) }, label, h("b", { text: `${pct(m.cpu_percent)} of its CPUs${age}` })),
+    bar([{ cls: "used", left: 0, width: Math.min(1, m.cpu_percent), bg: colour(m.cpu_percent) }], `measured at ${m.measured_at}: what the guests use, beside what they claim`),
+  ];
+}
+
 function renderDetail(s) {
   // Hovered, else clicked, else the most loaded host.
   const name = hovered || selected || (s && s.imbalance && s.imbalance.most_loaded && s.imbalance.most_loaded.host);
@@ -347,6 +360,7 @@ function renderDetail(s) {
     const f = r.capacity > 0 ? r.used / r.capacity : 0;
     kids.push(h("div", { class: "row" }, h("span", { text: LABEL[rc] }), h("b", { text: `${amount(rc, r.used)} of ${amount(rc, r.capacity)} (${pct(f)})` })));
     kids.push(bar([{ cls: "used", left: 0, width: Math.min(1, f), bg: colour(f) }], `total ${r.total}, reserved ${r.reserved}, ratio ${r.allocation_ratio}`));
+    if (rc === "VCPU") kids.push(...measuredRows(hs.measured));
   }
   const rc = hs.fill_class || "VCPU";
   const cap = (hs.resources[rc] || {}).capacity || 1;
