@@ -65,7 +65,7 @@ store of --data-dir.` + clientLong,
 			if cf.json() {
 				return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
 			}
-			fmt.Fprintf(out, "%s CV over %s: %.4f → %.4f in %s (%s)\n", rp.Metric, count(rp.Hosts, "enabled host", "enabled hosts"), rp.Before, rp.After, count(len(rp.Moves), "move", "moves"), rp.Stopped)
+			fmt.Fprintln(out, rebalanceLine(rp))
 			if p.ID == 0 {
 				return nil
 			}
@@ -153,4 +153,12 @@ local store of --data-dir, and keel's executor runs it through Nova's API
 	addNovaFlags(cmd, cf, false)
 	cmd.Flags().BoolVar(&wait, "wait", false, "print a line per move as it ends, until the plan ends")
 	return cmd
+}
+
+// rebalanceLine is the planner's answer in one line: the CV it starts
+// from and ends at, over how many hosts, in how many moves, and why it
+// stopped (on keel's cloud and on Nova's alike).
+func rebalanceLine(rp rebalance.Plan) string {
+	return fmt.Sprintf("%s CV over %s: %.4f → %.4f in %s (%s)", rp.Metric, count(rp.Hosts, "enabled host", "enabled hosts"),
+		rp.Before, rp.After, count(len(rp.Moves), "move", "moves"), rp.Stopped)
 }

@@ -516,7 +516,7 @@ func novaRebalancePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o 
 	if cf.json() {
 		return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
 	}
-	fmt.Fprintf(out, "%s CV over %d enabled hosts: %.4f → %.4f in %d moves (%s)\n", rp.Metric, rp.Hosts, rp.Before, rp.After, len(rp.Moves), rp.Stopped)
+	fmt.Fprintln(out, rebalanceLine(rp))
 	if p.ID == 0 {
 		return nil
 	}

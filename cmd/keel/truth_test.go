@@ -21,6 +21,7 @@ import (
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
 	"keel/internal/config"
+	"keel/internal/rebalance"
 	"keel/internal/records"
 )
 
@@ -261,4 +262,17 @@ func TestDevSaysWhatItLeaves(t *testing.T) {
 		t.Fatalf("keel dev: %v", err)
 	}
 	wantContains(t, out.String(), "keel dev: stopped; state kept in "+dir+": no instances. keel dev --data-dir "+dir+" starts it again.")
+}
+
+// TestRebalanceLineCounts (issue 24, item 11): the rebalance planner's
+// line, on keel's cloud and Nova's, says "1 move" and "1 enabled host".
+func TestRebalanceLineCounts(t *testing.T) {
+	rp := rebalance.Plan{Metric: "ram", Before: 0.2, After: 0.1, Hosts: 1, Moves: make([]rebalance.Move, 1), Stopped: "done"}
+	if got, want := rebalanceLine(rp), "ram CV over 1 enabled host: 0.2000 → 0.1000 in 1 move (done)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	rp.Hosts, rp.Moves = 6, make([]rebalance.Move, 3)
+	if got, want := rebalanceLine(rp), "ram CV over 6 enabled hosts: 0.2000 → 0.1000 in 3 moves (done)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
 }
