@@ -29,6 +29,8 @@ type planState struct {
 		Reason    string `json:"reason"`
 		Migration int64  `json:"migration"`
 		Attempts  int    `json:"attempts"`
+		// BytesCopied is what the move's copy has copied so far.
+		BytesCopied int64 `json:"bytes_copied"`
 	} `json:"moves"`
 	Reason   string `json:"reason"`
 	Progress struct {
