@@ -87,9 +87,14 @@ func (c *Conductor) refuse(ctx context.Context, inst records.Instance, why error
 // stays in its phase for Recover or the sweep to resume; the error says
 // why). The record is saved before each action runs.
 func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
+	defer c.flows.Lock(instanceKey(uuid))()
+	return c.stepBoot(ctx, uuid, ev)
+}
+
+// stepBoot is StepBoot with the instance's lock held (the unshelve of a
+// lifecycle action boots under its own).
+func (c *Conductor) stepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
 	ctx = context.WithoutCancel(ctx)
-	unlock := c.flows.Lock(instanceKey(uuid))
-	defer unlock()
 	var unlockGroup func()
 	defer func() {
 		if unlockGroup != nil {

@@ -18,6 +18,7 @@ import (
 	"keel/internal/boot"
 	"keel/internal/clock"
 	"keel/internal/flow"
+	"keel/internal/lifecycle"
 	"keel/internal/migration"
 	"keel/internal/placement"
 	"keel/internal/rebalance"
@@ -186,9 +187,12 @@ type Conductor struct {
 	// flows is the flow driver: recovery, take-over and deadlines of
 	// every flow, and the one per-record lock map (see flows.go).
 	flows *flow.Driver
-	clock clock.Clock
-	log   *slog.Logger
-	hooks Hooks
+	// lifecycles is the lifecycle actions' flow (its machine, records and
+	// effect table), which the driver's loop runs.
+	lifecycles *flow.Flow[records.Instance, lifecycle.Event, lifecycle.Action]
+	clock      clock.Clock
+	log        *slog.Logger
+	hooks      Hooks
 
 	mu sync.Mutex
 	// slotTab counts the live-migration slots this replica holds and the

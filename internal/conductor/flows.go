@@ -29,7 +29,8 @@ func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log}
 	flow.Register(d, c.bootFlow())
 	flow.Register(d, c.migrationFlow())
-	flow.Register(d, c.lifecycleFlow())
+	c.lifecycles = c.lifecycleFlow()
+	flow.Register(d, c.lifecycles)
 	return d
 }
 
@@ -71,9 +72,16 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Feed: func(ctx context.Context, in records.Instance, ev lifecycle.Event) error {
-			_, err := c.StepAction(ctx, in.UUID, ev)
-			return err
+		Perform: c.lifecycleEffects(),
+		Stamp: func(in records.Instance, now time.Time) records.Instance {
+			in.UpdatedAt = now
+			return in
+		},
+		Gone: func(in records.Instance) bool { return in.TaskState == records.TaskDeleting }, // the delete removes the guest
+		Saved: func(prev, next records.Instance, _ lifecycle.Event) {
+			if next.Action == "" {
+				c.log.Info("lifecycle action ended", "instance", next.UUID, "action", prev.Action, "vm_state", next.VMState, "error", next.ActionError)
+			}
 		},
 	}
 }

@@ -88,7 +88,8 @@ func (c *Conductor) Act(ctx context.Context, uuid string, req lifecycle.Request,
 	c.log.Info("lifecycle action", "instance", uuid, "action", req.Action, "task_state", saved.TaskState, "host", saved.Host)
 	if !c.tasks.goDo(func() {
 		unlock := c.flows.Lock(instanceKey(uuid))
-		_, err := c.driveLifecycle(ctx, uuid, acts, unlock)
+		_, err := c.lifecycles.Drive(ctx, c.flows, saved, nil, acts)
+		unlock() // before the outcome: who reads it finds the instance free
 		done <- err
 	}) {
 		done <- errClosed
@@ -112,121 +113,62 @@ func refusal(err error) error {
 	return err
 }
 
-// StepAction feeds one event to an instance's lifecycle action and
-// performs what follows, as StepBoot does for boots.
-func (c *Conductor) StepAction(ctx context.Context, uuid string, ev lifecycle.Event) (records.Instance, error) {
-	ctx = context.WithoutCancel(ctx)
-	unlock := c.flows.Lock(instanceKey(uuid))
-	cur, acts, err := c.stepLifecycle(ctx, uuid, ev)
-	if err != nil || len(acts) == 0 {
-		unlock()
-		return cur, err
+// lifecycleEffects is the lifecycle machine's effect table, as the
+// driver's loop (flow.Flow.Perform) calls it: each action is done on the
+// instance as stored now — nothing when a delete took it or its action
+// ended meanwhile (an admin's reset) — and answers with its event, or an
+// error when it cannot be done now (the store, or the agent cannot be
+// reached: the record stays in its phase for the sweep). The boot of an
+// unshelve runs under the instance's lock, which the driver's loop holds.
+func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error) {
+	type effect func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error)
+	left := func(inst records.Instance, a lifecycle.Action, err error) error {
+		return fmt.Errorf("%s of %s: %s: %w", inst.Action, inst.UUID, a.Kind, err)
 	}
-	return c.driveLifecycle(ctx, uuid, acts, unlock)
-}
-
-// stepLifecycle applies ev to the stored record and saves the result.
-// Called with the instance's lock held.
-func (c *Conductor) stepLifecycle(ctx context.Context, uuid string, ev lifecycle.Event) (records.Instance, []lifecycle.Action, error) {
-	for attempt := 0; ; attempt++ {
-		cur, err := c.store.GetInstance(ctx, uuid)
-		if err != nil {
-			return cur, nil, fmt.Errorf("lifecycle action of %s: %w", uuid, err)
-		}
-		if cur.TaskState == records.TaskDeleting {
-			return cur, nil, nil // the delete removes the guest
-		}
-		next, acts, err := c.lifecycle().Step(cur, ev, c.clock.Now())
-		if err != nil {
-			return cur, nil, err
-		}
-		next.UpdatedAt = c.clock.Now()
-		saved, err := c.store.UpdateInstance(ctx, next)
-		if placement.IsConflict(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return cur, nil, fmt.Errorf("lifecycle action %s of %s: saving: %w", cur.Action, uuid, err)
-		}
-		if saved.Action == "" {
-			c.log.Info("lifecycle action ended", "instance", uuid, "action", cur.Action, "vm_state", saved.VMState, "error", saved.ActionError)
-		}
-		return saved, acts, nil
+	table := map[lifecycle.ActionKind]effect{
+		lifecycle.CallAgent: func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+			api, err := c.compute(a.Host)
+			if err != nil {
+				return lifecycle.Event{}, false, left(inst, a, err)
+			}
+			la, ok := api.(LifecycleAPI)
+			if !ok {
+				return lifecycle.Event{Kind: lifecycle.Failed, Err: fmt.Sprintf("the agent of %s cannot %s", a.Host, a.Op)}, true, nil
+			}
+			err = la.InstanceLifecycle(ctx, inst, a.Op)
+			switch {
+			case err == nil:
+				return lifecycle.Event{Kind: lifecycle.Done}, true, nil
+			case unreachable(err):
+				return lifecycle.Event{}, false, left(inst, a, err)
+			}
+			return lifecycle.Event{Kind: lifecycle.Failed, Err: err.Error()}, true, nil
+		},
+		lifecycle.ReleaseClaim: func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+			if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+				return lifecycle.Event{}, false, left(inst, a, fmt.Errorf("giving back the claim of shelved %s: %w", inst.UUID, err))
+			}
+			return lifecycle.Event{Kind: lifecycle.Released}, true, nil
+		},
+		lifecycle.StartBoot: func(ctx context.Context, inst records.Instance, _ lifecycle.Action) (lifecycle.Event, bool, error) {
+			_, err := c.unshelveBoot(ctx, inst)
+			return lifecycle.Event{}, false, err
+		},
 	}
-}
-
-// driveLifecycle performs acts and the actions that follow from their
-// answers until the action ends, waits, or an action cannot be done now
-// (then the record stays in its phase for the sweep and the error says
-// why). unlock releases the instance's lock, which the caller holds.
-func (c *Conductor) driveLifecycle(ctx context.Context, uuid string, acts []lifecycle.Action, unlock func()) (records.Instance, error) {
-	var cur records.Instance
-	locked := true
-	defer func() {
-		if locked {
-			unlock()
-		}
-	}()
-	for len(acts) > 0 {
-		a := acts[0]
-		acts = acts[1:]
-		inst, err := c.store.GetInstance(ctx, uuid)
+	return func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+		cur, err := c.store.GetInstance(ctx, inst.UUID)
 		if err != nil {
-			return cur, fmt.Errorf("lifecycle action of %s: %w", uuid, err)
+			return lifecycle.Event{}, false, fmt.Errorf("lifecycle action of %s: %w", inst.UUID, err)
 		}
-		cur = inst
-		if inst.TaskState == records.TaskDeleting || inst.Action == "" {
-			return inst, nil
+		if cur.TaskState == records.TaskDeleting || cur.Action == "" {
+			return lifecycle.Event{}, false, nil
 		}
-		if a.Kind == lifecycle.StartBoot {
-			// The boot machine takes the instance's lock itself.
-			locked = false
-			unlock()
-			return c.unshelveBoot(ctx, inst)
-		}
-		ev, err := c.performLifecycle(ctx, inst, a)
-		if err != nil {
-			c.log.Warn("lifecycle step left for the sweep", "instance", uuid, "action", inst.Action, "step", a.Kind, "op", a.Op, "err", err)
-			return inst, fmt.Errorf("%s of %s: %s: %w", inst.Action, uuid, a.Kind, err)
-		}
-		next, more, err := c.stepLifecycle(ctx, uuid, ev)
-		if err != nil {
-			return next, err
-		}
-		cur = next
-		acts = append(acts, more...)
-	}
-	return cur, nil
-}
-
-// performLifecycle does one action and returns its answer; an error when
-// it cannot be done now (the store, or the agent cannot be reached).
-func (c *Conductor) performLifecycle(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, error) {
-	switch a.Kind {
-	case lifecycle.CallAgent:
-		api, err := c.compute(a.Host)
-		if err != nil {
-			return lifecycle.Event{}, err
-		}
-		la, ok := api.(LifecycleAPI)
+		do, ok := table[a.Kind]
 		if !ok {
-			return lifecycle.Event{Kind: lifecycle.Failed, Err: fmt.Sprintf("the agent of %s cannot %s", a.Host, a.Op)}, nil
+			return lifecycle.Event{}, false, fmt.Errorf("unknown lifecycle action %q", a.Kind)
 		}
-		err = la.InstanceLifecycle(ctx, inst, a.Op)
-		switch {
-		case err == nil:
-			return lifecycle.Event{Kind: lifecycle.Done}, nil
-		case unreachable(err):
-			return lifecycle.Event{}, err
-		}
-		return lifecycle.Event{Kind: lifecycle.Failed, Err: err.Error()}, nil
-	case lifecycle.ReleaseClaim:
-		if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
-			return lifecycle.Event{}, fmt.Errorf("giving back the claim of shelved %s: %w", inst.UUID, err)
-		}
-		return lifecycle.Event{Kind: lifecycle.Released}, nil
+		return do(ctx, cur, a)
 	}
-	return lifecycle.Event{}, fmt.Errorf("unknown lifecycle action %q", a.Kind)
 }
 
 // unreachable reports whether an agent call failed without an answer
@@ -252,11 +194,12 @@ func (c *Conductor) unshelveBoot(ctx context.Context, inst records.Instance) (re
 	if inst.BuildPhase != "" {
 		return inst, nil // the boot runs (its own recovery resumes it)
 	}
-	return c.StepBoot(ctx, inst.UUID, boot.Event{Kind: boot.Start})
+	return c.stepBoot(ctx, inst.UUID, boot.Event{Kind: boot.Start}) // under the instance's lock
 }
 
 // lifecycleBootEnded finishes the unshelve whose boot just ended (ACTIVE
-// or ERROR). Called by bootEnded, under the instance's lock.
+// or ERROR). Called by bootEnded, under the instance's lock (the boot's,
+// or the unshelve's own when its boot ended at once).
 func (c *Conductor) lifecycleBootEnded(inst records.Instance) {
 	if inst.Action != lifecycle.Unshelve || inst.ActionPhase != lifecycle.PhaseBoot {
 		return
@@ -265,7 +208,7 @@ func (c *Conductor) lifecycleBootEnded(inst records.Instance) {
 	if inst.VMState != records.VMActive {
 		ev = lifecycle.Event{Kind: lifecycle.BootFailed, Err: inst.Fault}
 	}
-	if _, _, err := c.stepLifecycle(context.Background(), inst.UUID, ev); err != nil {
+	if _, err := c.lifecycles.Drive(context.Background(), c.flows, inst, []lifecycle.Event{ev}, nil); err != nil {
 		// The sweep finishes it (the lifecycle machine's Deadline).
 		c.log.Warn("finishing an unshelve", "instance", inst.UUID, "err", err)
 	}

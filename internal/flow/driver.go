@@ -130,7 +130,7 @@ func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]b
 		}
 		ev, _ := f.Machine.Resume(r)
 		d.Log.Info("resuming", "flow", f.Name, "key", f.Key(r), "event", ev, "at_start", atStart)
-		if err := f.Feed(ctx, r, ev); err != nil {
+		if err := f.feed(ctx, d, r, ev); err != nil {
 			d.Log.Error("resuming", "flow", f.Name, "key", f.Key(r), "err", err)
 			continue
 		}
@@ -186,7 +186,7 @@ func (f *Flow[R, E, A]) sweep(ctx context.Context, d *Driver) (int, error) {
 			continue
 		}
 		d.Log.Info("deadline passed", "flow", f.Name, "key", f.Key(r), "event", ev, "deadline", when)
-		if err := f.Feed(ctx, r, ev); err != nil {
+		if err := f.feed(ctx, d, r, ev); err != nil {
 			d.Log.Warn("feeding a deadline's event", "flow", f.Name, "key", f.Key(r), "err", err)
 		}
 		n++
@@ -259,4 +259,13 @@ func (d *Driver) unref(key string, m *refMutex) {
 type refMutex struct {
 	sync.Mutex
 	refs int
+}
+
+// feed feeds ev to r's flow: through the flow's Feed, or Run.
+func (f *Flow[R, E, A]) feed(ctx context.Context, d *Driver, r R, ev E) error {
+	if f.Feed != nil {
+		return f.Feed(ctx, r, ev)
+	}
+	_, err := f.Run(ctx, d, r, ev)
+	return err
 }

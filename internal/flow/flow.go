@@ -47,8 +47,19 @@ type Flow[R, E, A any] struct {
 	Owned   func(r R, owner string, now time.Time) R
 
 	// Feed feeds ev to r's flow and performs what follows until the flow
-	// waits or ends.
+	// waits or ends; nil feeds it through Run.
 	Feed func(ctx context.Context, r R, ev E) error
+
+	// Run's loop (Drive). Perform is the flow's effect table: it does one
+	// action and returns its answer, when it has one now, or an error
+	// when it cannot be done now. Stamp returns a record as it is saved
+	// at now (its UpdatedAt). Gone, when set, reports a record out of the
+	// flow's hands (a delete took the instance): the loop stops there.
+	// Saved, when set, observes each of the loop's saves (logs, hooks).
+	Perform func(ctx context.Context, r R, a A) (E, bool, error)
+	Stamp   func(r R, now time.Time) R
+	Gone    func(r R) bool
+	Saved   func(prev, next R, ev E)
 	// Due, when set, is the part of a passed deadline the record alone
 	// cannot tell: false leaves it for a later sweep.
 	Due func(ctx context.Context, r R, ev E) bool

@@ -1,0 +1,93 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// runnable makes the toy flow one that Run drives: Perform answers each
+// step's action with "more" until the goal is reached (or fails on the
+// count failAt), and the events stepped are recorded in order.
+func runnable(f *Flow[job, jobEvent, string], failAt int, stepped *[]string) {
+	f.Feed = nil
+	f.Perform = func(_ context.Context, j job, a string) (jobEvent, bool, error) {
+		switch {
+		case j.Count == failAt:
+			return "", false, errors.New("agent away")
+		case j.Count < j.Goal:
+			return "more", true, nil
+		}
+		return "", false, nil
+	}
+	f.Stamp = func(j job, now time.Time) job {
+		j.Updated = now
+		return j
+	}
+	f.Gone = func(j job) bool { return j.WaitsOutsider }
+	f.Saved = func(prev, next job, ev jobEvent) { *stepped = append(*stepped, string(ev)) }
+}
+
+func TestRunStepsSavesThenPerforms(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 3}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, -1, &stepped)
+	// Another writer saves once between Run's read and its save: the
+	// event is stepped again from what is stored, not lost nor doubled.
+	raced := false
+	s.beforeSave = func() {
+		if !raced {
+			raced = true
+			s.mu.Lock()
+			j := s.byID["j"]
+			j.Version++
+			s.byID["j"] = j
+			s.mu.Unlock()
+		}
+	}
+	got, err := f.Run(context.Background(), d, s.byID["j"], "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"go", "more", "more"}; !slices.Equal(stepped, want) {
+		t.Fatalf("stepped %v, want %v", stepped, want)
+	}
+	if got.Count != 3 || s.byID["j"].Count != 3 || got.Updated != clk.Now() {
+		t.Fatalf("after Run: returned %+v, stored %+v; want count 3, stamped now", got, s.byID["j"])
+	}
+	if d.Locks() != 0 {
+		t.Fatalf("%d locks left after Run", d.Locks())
+	}
+}
+
+func TestRunLeavesWhatCannotBeDoneNow(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 5}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, 2, &stepped)
+	got, err := f.Run(context.Background(), d, s.byID["j"], "go")
+	if err == nil || got.Count != 2 || s.byID["j"].Count != 2 {
+		t.Fatalf("Run returned %+v, %v; want the error of the action after step 2, the record left at 2", got, err)
+	}
+	// The sweep's Run goes on from the stored record.
+	runnable(f, -1, &stepped)
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "resume"); err != nil || s.byID["j"].Count != 5 {
+		t.Fatalf("resumed Run: %v, count %d; want 5", err, s.byID["j"].Count)
+	}
+}
+
+func TestRunStopsWhenTheRecordIsGone(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 3, WaitsOutsider: true}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, -1, &stepped)
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "go"); err != nil || len(stepped) != 0 || s.byID["j"].Count != 0 {
+		t.Fatalf("Run on a gone record: %v, stepped %v, count %d; want nothing done", err, stepped, s.byID["j"].Count)
+	}
+}
