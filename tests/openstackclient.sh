@@ -275,21 +275,62 @@ if "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username demo --os-pa
   fail "demo logs in with the admin's password"
 fi
 echo "ok  demo does not log in with the admin's password"
-expect "team1" "$(os project create team1 -f value -c name)" "project create"
+# The admin's side of Keystone's API: a project and a user made, renamed,
+# disabled and deleted; a role of its own made and deleted; assignments
+# listed with Keystone's filters.
+expect "team1" "$(os project create team1 --description first -f value -c name)" "project create"
 expect "carol" "$(os user create --project team1 --password carol-pw-1 carol -f value -c name)" "user create"
 os role add --user carol --project team1 member
-carol() { "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username carol --os-password "$1" \
-  --os-project-name team1 --os-user-domain-name Default --os-project-domain-name Default --os-compute-api-version 2.79 "${@:2}"; }
+carol() { "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username "${CU:-carol}" --os-password "$1" \
+  --os-project-name "${CP:-team1}" --os-user-domain-name Default --os-project-domain-name Default --os-compute-api-version 2.79 "${@:2}"; }
 team1=$(os project show team1 -f value -c id)
 expect "$team1" "$(carol carol-pw-1 token issue -f value -c project_id)" "the new user logs in to its project"
 expect "" "$(carol carol-pw-1 server list -f value)" "the new user sees no servers of other projects"
 os user set --password carol-pw-2 carol
 if carol carol-pw-1 token issue >/dev/null 2>&1; then fail "carol's old password still works after user set --password"; fi
 expect "$team1" "$(carol carol-pw-2 token issue -f value -c project_id)" "user set --password"
-os role remove --user carol --project team1 member
-if carol carol-pw-2 token issue >/dev/null 2>&1; then fail "carol logs in after role remove"; fi
+os project set --name team2 --description second team1
+expect "second True $team1 team2" "$(os project show team2 -f value -c description -c enabled -c id -c name | xargs)" \
+  "project set --name --description"
+expect "$team1" "$(CP=team2 carol carol-pw-2 token issue -f value -c project_id)" "the renamed project takes logins by its new name"
+os project set --disable team2
+if CP=team2 carol carol-pw-2 token issue >/dev/null 2>&1; then fail "carol logs in to a disabled project"; fi
+echo "ok  project set --disable"
+os project set --enable team2
+expect "observer" "$(os role create observer -f value -c name)" "role create"
+os role add --user carol --project team2 observer
+expect "$(printf 'member carol@Default team2@Default\nobserver carol@Default team2@Default')" \
+  "$(os role assignment list --user carol --names -f value -c Role -c User -c Project | sort)" "role assignment list --user --names"
+expect "$(os user show carol -f value -c id) $team1" "$(os role assignment list --role observer -f value -c User -c Project)" \
+  "role assignment list --role"
+expect "$(printf 'admin\nmember\nreader')" "$(os role assignment list --user admin --project admin --effective --names -f value -c Role | sort)" \
+  "role assignment list --effective (admin implies member and reader)"
+os role delete observer
+expect "member" "$(os role assignment list --project team2 --names -f value -c Role)" "role delete takes its assignments"
+if os role delete member 2>/dev/null; then fail "role delete member (a built-in role) succeeded"; fi
+echo "ok  role delete refuses a built-in role"
+os user set --name carol2 --email carol@example.org --description "team lead" carol
+expect "team lead carol@example.org True carol2" "$(os user show carol2 -f value -c description -c email -c enabled -c name | xargs)" \
+  "user set --name --email --description"
+CU=carol2 CP=team2 carol carol-pw-2 user password set --original-password carol-pw-2 --password carol-pw-3
+if CU=carol2 CP=team2 carol carol-pw-2 token issue >/dev/null 2>&1; then fail "carol's old password still works after user password set"; fi
+expect "$team1" "$(CU=carol2 CP=team2 carol carol-pw-3 token issue -f value -c project_id)" "user password set"
+os user set --disable carol2
+if CU=carol2 CP=team2 carol carol-pw-3 token issue >/dev/null 2>&1; then fail "a disabled user logs in"; fi
+echo "ok  user set --disable"
+os user set --enable carol2
+if "$OPENSTACK" --os-cloud keel-demo role assignment list >/dev/null 2>&1; then fail "a member listed role assignments"; fi
+if "$OPENSTACK" --os-cloud keel-demo project set --name x "$(os project show demo -f value -c id)" >/dev/null 2>&1; then fail "a member renamed its project"; fi
+echo "ok  a member can do none of it"
+os role remove --user carol2 --project team2 member
+if CU=carol2 CP=team2 carol carol-pw-3 token issue >/dev/null 2>&1; then fail "carol logs in after role remove"; fi
 echo "ok  role remove"
-os user delete carol
+os role add --user carol2 --project team2 member
+os project delete team2
+if CU=carol2 CP=team2 carol carol-pw-3 token issue >/dev/null 2>&1; then fail "carol logs in to a deleted project"; fi
+expect "" "$(os role assignment list --user carol2 -f value)" "project delete takes its assignments"
+os user delete carol2
+expect "" "$(os user list -f value -c Name | grep carol || true)" "user delete"
 tok=$(os token issue -f value -c id)
 os token revoke "$tok"
 if "$OPENSTACK" --os-auth-type token --os-token "$tok" --os-auth-url "$keel_url/identity/v3" --os-project-name admin \

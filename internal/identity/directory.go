@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,9 +28,13 @@ const (
 
 // Project is a Keystone project (tenant).
 type Project struct {
-	ID       string `json:"id"`
-	Name     string `json:"name"`
-	DomainID string `json:"domain_id"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	DomainID    string `json:"domain_id"`
+	Description string `json:"description,omitempty"`
+	// Disabled projects take no logins, and the tokens scoped to them
+	// stop working (Keystone's enabled=false).
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // User is a Keystone user and its role assignments.
@@ -38,11 +43,16 @@ type User struct {
 	Name         string `json:"name"`
 	PasswordHash string `json:"password_hash"`
 	DomainID     string `json:"domain_id"`
+	Description  string `json:"description,omitempty"`
+	Email        string `json:"email,omitempty"`
+	// Disabled users cannot log in, and their tokens stop working.
+	Disabled bool `json:"disabled,omitempty"`
 	// DefaultProjectID, if set, is the scope of an unscoped login;
 	// otherwise the first project (in Directory order) the user has a role
 	// on.
 	DefaultProjectID string `json:"default_project_id,omitempty"`
-	// Roles maps a project ID to the role names granted on it.
+	// Roles maps a project ID to the role names granted on it: built-in
+	// roles and the directory's own (Directory.Roles).
 	Roles map[string][]string `json:"roles,omitempty"`
 	// TokensValidAfter (Unix microseconds) revokes every token of the user
 	// issued before it: set when the password changes.
@@ -58,6 +68,21 @@ type Directory struct {
 	// Revoked are the tokens revoked before they expire (DELETE
 	// /v3/auth/tokens), by audit ID; each is dropped once past ExpiresAt.
 	Revoked []Revocation `json:"revoked,omitempty"`
+	// Roles are the roles created through the API, besides the built-in
+	// admin, member and reader. They imply nothing and keel's policies do
+	// not read them; tokens carry them, as Keystone's do.
+	Roles []Role `json:"roles,omitempty"`
+	// Retired are the IDs of deleted projects and users: never given again,
+	// so a project re-created under an old name does not inherit the
+	// servers and quotas the compute API keeps under the old ID.
+	Retired []string `json:"retired,omitempty"`
+}
+
+// Role is a role created through the API.
+type Role struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
 }
 
 // Revocation is one revoked token.
@@ -136,7 +161,7 @@ func (d *Directory) AddProject(name string) (Project, error) {
 	if _, ok := d.ProjectByName(DefaultDomainID, name); ok {
 		return Project{}, fmt.Errorf("adding project %q: already exists", name)
 	}
-	p := Project{ID: ProjectID(DefaultDomainID, name), Name: name, DomainID: DefaultDomainID}
+	p := Project{ID: d.freshID(ProjectID(DefaultDomainID, name)), Name: name, DomainID: DefaultDomainID}
 	d.Projects = append(d.Projects, p)
 	return p, nil
 }
@@ -153,15 +178,31 @@ func (d *Directory) AddUser(name, password string) (User, error) {
 	if err != nil {
 		return User{}, fmt.Errorf("adding user %q: %w", name, err)
 	}
-	u := User{ID: UserID(DefaultDomainID, name), Name: name, PasswordHash: hash, DomainID: DefaultDomainID}
+	u := User{ID: d.freshID(UserID(DefaultDomainID, name)), Name: name, PasswordHash: hash, DomainID: DefaultDomainID}
 	d.Users = append(d.Users, u)
 	return u, nil
 }
 
+// freshID is the ID a new project or user gets: derived (from its name)
+// unless an entry has it (one renamed since) or had it (one deleted); then
+// 32 random hex digits, as Keystone's IDs.
+func (d *Directory) freshID(derived string) string {
+	_, proj := d.Project(derived)
+	if !proj && d.userIndex(derived) < 0 && !slices.Contains(d.Retired, derived) {
+		return derived
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		// crypto/rand does not fail on the platforms Go supports.
+		panic(fmt.Sprintf("reading random bytes: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
 // Grant gives the user role on the project.
 func (d *Directory) Grant(userID, projectID, role string) error {
-	if !knownRole(role) {
-		return fmt.Errorf("granting role %q: unknown role (want admin, member or reader)", role)
+	if !d.knownRole(role) {
+		return fmt.Errorf("granting role %q: unknown role (want admin, member, reader or one created)", role)
 	}
 	if _, ok := d.Project(projectID); !ok {
 		return fmt.Errorf("granting role %q: no project %s", role, projectID)
@@ -180,7 +221,53 @@ func (d *Directory) Grant(userID, projectID, role string) error {
 	return nil
 }
 
-func knownRole(r string) bool { return r == RoleAdmin || r == RoleMember || r == RoleReader }
+// roleNames are the built-in roles.
+var roleNames = []string{RoleAdmin, RoleMember, RoleReader}
+
+func builtinRole(r string) bool { return r == RoleAdmin || r == RoleMember || r == RoleReader }
+
+// knownRole reports whether r names a built-in role or one of d.Roles.
+func (d *Directory) knownRole(r string) bool {
+	_, ok := d.RoleByName(r)
+	return ok
+}
+
+// RoleByName is the role named name: a built-in one or one of d.Roles.
+func (d *Directory) RoleByName(name string) (Role, bool) {
+	if builtinRole(name) {
+		return Role{ID: RoleID(name), Name: name}, true
+	}
+	for _, r := range d.Roles {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Role{}, false
+}
+
+// RoleByID is the role with the given ID (or, as keel also accepts, name).
+func (d *Directory) RoleByID(id string) (Role, bool) {
+	for _, name := range roleNames {
+		if RoleID(name) == id || name == id {
+			return Role{ID: RoleID(name), Name: name}, true
+		}
+	}
+	for _, r := range d.Roles {
+		if r.ID == id || r.Name == id {
+			return r, true
+		}
+	}
+	return Role{}, false
+}
+
+// AllRoles are the built-in roles then d.Roles.
+func (d *Directory) AllRoles() []Role {
+	out := make([]Role, 0, len(roleNames)+len(d.Roles))
+	for _, name := range roleNames {
+		out = append(out, Role{ID: RoleID(name), Name: name})
+	}
+	return append(out, d.Roles...)
+}
 
 // Project returns the project with the given ID.
 func (d *Directory) Project(id string) (Project, bool) {
@@ -251,13 +338,33 @@ func DomainName(id string) string {
 }
 
 // EffectiveRoles returns the roles the user holds on the project, with the
-// implied ones, in the order admin, member, reader; nil if none.
+// implied ones, in the order admin, member, reader, then the roles created
+// through the API as granted; nil if none, or if the user or the project
+// is disabled or unknown.
 func (d *Directory) EffectiveRoles(userID, projectID string) []string {
 	u, ok := d.User(userID)
 	if !ok {
 		return nil
 	}
-	return expandRoles(u.Roles[projectID])
+	p, ok := d.Project(projectID)
+	if !ok {
+		return nil
+	}
+	return d.rolesOf(u, p)
+}
+
+// rolesOf is EffectiveRoles for a user and project at hand.
+func (d *Directory) rolesOf(u User, p Project) []string {
+	if u.Disabled || p.Disabled {
+		return nil
+	}
+	out := expandRoles(u.Roles[p.ID])
+	for _, r := range u.Roles[p.ID] {
+		if !builtinRole(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func expandRoles(granted []string) []string {
@@ -278,13 +385,13 @@ func expandRoles(granted []string) []string {
 // defaultProject is the scope of an unscoped login: the user's default
 // project if they have a role on it, else the first project they do.
 func (d *Directory) defaultProject(u User) (Project, bool) {
-	if u.DefaultProjectID != "" && len(expandRoles(u.Roles[u.DefaultProjectID])) > 0 {
-		if p, ok := d.Project(u.DefaultProjectID); ok {
+	if u.DefaultProjectID != "" {
+		if p, ok := d.Project(u.DefaultProjectID); ok && len(d.rolesOf(u, p)) > 0 {
 			return p, true
 		}
 	}
 	for _, p := range d.Projects {
-		if len(expandRoles(u.Roles[p.ID])) > 0 {
+		if len(d.rolesOf(u, p)) > 0 {
 			return p, true
 		}
 	}
@@ -296,6 +403,21 @@ func (d *Directory) defaultProject(u User) (Project, bool) {
 // known role names, parseable password hashes.
 func (d *Directory) Validate() error {
 	var errs []error
+	roleIDs, roleNamesSeen := map[string]bool{}, map[string]bool{}
+	for _, name := range roleNames {
+		roleIDs[RoleID(name)], roleNamesSeen[name] = true, true
+	}
+	for i, r := range d.Roles {
+		switch {
+		case r.ID == "" || r.Name == "":
+			errs = append(errs, fmt.Errorf("role %d (%q): id and name are required", i, r.Name))
+		case roleIDs[r.ID]:
+			errs = append(errs, fmt.Errorf("role %q: duplicate id %s", r.Name, r.ID))
+		case roleNamesSeen[r.Name]:
+			errs = append(errs, fmt.Errorf("role %q: duplicate name", r.Name))
+		}
+		roleIDs[r.ID], roleNamesSeen[r.Name] = true, true
+	}
 	projIDs := map[string]bool{}
 	names := map[string]bool{}
 	for i, p := range d.Projects {
@@ -332,8 +454,8 @@ func (d *Directory) Validate() error {
 				errs = append(errs, fmt.Errorf("user %q: role on unknown project %s", u.Name, pid))
 			}
 			for _, r := range roles {
-				if !knownRole(r) {
-					errs = append(errs, fmt.Errorf("user %q: unknown role %q on project %s (want admin, member or reader)", u.Name, r, pid))
+				if !roleNamesSeen[r] {
+					errs = append(errs, fmt.Errorf("user %q: unknown role %q on project %s (want admin, member, reader or one of the directory's roles)", u.Name, r, pid))
 				}
 			}
 		}

@@ -17,12 +17,15 @@
 //     process holding the key can validate, and rotating the key revokes
 //     every token.
 //   - HTTP: the version documents, POST/GET/HEAD /identity/v3/auth/tokens,
-//     the catalog, a few read-only user and project resources, and the
-//     Require middleware the other APIs use to authenticate requests.
+//     the catalog, Keystone's admin API for users, projects, roles, role
+//     assignments and domains (see Handler), and the Require middleware
+//     the other APIs use to authenticate requests.
 //
-// Roles are "admin", "member" and "reader". As in Keystone's default
-// implied-role chain, admin implies member and member implies reader; a
-// token lists the effective roles.
+// The built-in roles are "admin", "member" and "reader". As in Keystone's
+// default implied-role chain, admin implies member and member implies
+// reader; a token lists the effective roles. Roles an admin creates are
+// carried in tokens and imply nothing; keel's policies read only the
+// built-in ones.
 //
 // Errors use Keystone's shape, {"error": {"code", "message", "title"}}.
 package identity

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -47,13 +48,72 @@ func (d *Directory) SetPassword(userID, password string, now time.Time) error {
 	return nil
 }
 
-// RemoveUser deletes a user; false if there was none.
+// RemoveUser deletes a user; false if there was none. Its ID is retired.
 func (d *Directory) RemoveUser(userID string) bool {
 	i := d.userIndex(userID)
 	if i < 0 {
 		return false
 	}
 	d.Users = slices.Delete(d.Users, i, i+1)
+	d.retire(userID)
+	return true
+}
+
+// RemoveProject deletes a project, the role assignments on it, and the
+// users' default_project_id that named it; false if there was none. Its ID
+// is retired.
+func (d *Directory) RemoveProject(projectID string) bool {
+	i := slices.IndexFunc(d.Projects, func(p Project) bool { return p.ID == projectID })
+	if i < 0 {
+		return false
+	}
+	d.Projects = slices.Delete(d.Projects, i, i+1)
+	for k := range d.Users {
+		u := &d.Users[k]
+		delete(u.Roles, projectID)
+		if u.DefaultProjectID == projectID {
+			u.DefaultProjectID = ""
+		}
+	}
+	d.retire(projectID)
+	return true
+}
+
+func (d *Directory) retire(id string) {
+	if !slices.Contains(d.Retired, id) {
+		d.Retired = append(d.Retired, id)
+	}
+}
+
+// AddRole creates a role (not one of the built-in names).
+func (d *Directory) AddRole(name, description string) (Role, error) {
+	if name == "" {
+		return Role{}, errors.New("adding role: empty name")
+	}
+	if d.knownRole(name) {
+		return Role{}, fmt.Errorf("adding role %q: already exists", name)
+	}
+	r := Role{ID: RoleID(name), Name: name, Description: description}
+	d.Roles = append(d.Roles, r)
+	return r, nil
+}
+
+// RemoveRole deletes a role created through the API, and every assignment
+// of it; false if d has no such role (the built-in ones cannot be
+// removed).
+func (d *Directory) RemoveRole(id string) bool {
+	i := slices.IndexFunc(d.Roles, func(r Role) bool { return r.ID == id })
+	if i < 0 {
+		return false
+	}
+	name := d.Roles[i].Name
+	d.Roles = slices.Delete(d.Roles, i, i+1)
+	for k := range d.Users {
+		u := &d.Users[k]
+		for pid := range u.Roles {
+			d.Ungrant(u.ID, pid, name)
+		}
+	}
 	return true
 }
 
@@ -83,12 +143,18 @@ func (d *Directory) clone() (*Directory, error) {
 	return &out, nil
 }
 
-// Merge adds to d what of other it lacks: projects and users whose ID d
-// does not have (a user's roles only on projects d then has), and every
-// revocation. An entry whose name d already gives to another ID is
-// skipped. It returns the names added and skipped ("user alice",
-// "project p1").
+// Merge adds to d what of other it lacks: roles whose name d does not
+// have, projects and users whose ID d does not have (a user's roles only
+// on projects d then has), and every revocation and retired ID. An entry
+// whose name d already gives to another ID is skipped. It returns the
+// names added and skipped ("user alice", "project p1", "role r1").
 func (d *Directory) Merge(other *Directory) (added, skipped []string) {
+	for _, r := range other.Roles {
+		if _, ok := d.RoleByName(r.Name); !ok {
+			d.Roles = append(d.Roles, r)
+			added = append(added, "role "+r.Name)
+		}
+	}
 	for _, p := range other.Projects {
 		_, byID := d.Project(p.ID)
 		q, byName := d.ProjectByName(p.DomainID, p.Name)
@@ -127,6 +193,9 @@ func (d *Directory) Merge(other *Directory) (added, skipped []string) {
 		if !d.revoked(r.AuditID) {
 			d.Revoked = append(d.Revoked, r)
 		}
+	}
+	for _, id := range other.Retired {
+		d.retire(id)
 	}
 	return added, skipped
 }

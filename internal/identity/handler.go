@@ -36,17 +36,25 @@ const (
 //	GET  /identity/v3/projects[/{id}]        list (admin; ?name=, ?domain_id=) or show
 //	GET  /identity/v3/users[/{id}]           list (admin; ?name=, ?domain_id=) or show
 //	GET  /identity/v3/users/{id}/projects    the user's projects (admin or self)
-//	GET  /identity/v3/roles[/{id}]           the three roles
+//	GET  /identity/v3/roles[/{id}]           the built-in roles and those created
+//	GET  /identity/v3/domains[/{id}]         Default (and any other an entry names); list: admin
+//	GET  /identity/v3/role_assignments       every assignment, with Keystone's filters (admin)
 //	DELETE /identity/v3/auth/tokens          revoke X-Subject-Token (admin or its own user)
 //	POST /identity/v3/projects               create a project (admin)
+//	PATCH /identity/v3/projects/{id}         name, description, enabled (admin)
+//	DELETE /identity/v3/projects/{id}        delete a project and its assignments (admin)
+//	POST /identity/v3/roles                  create a role (admin)
+//	DELETE /identity/v3/roles/{id}           delete a role and its assignments (admin; not a built-in one)
 //	POST /identity/v3/users                  create a user (admin)
-//	PATCH /identity/v3/users/{id}            set password, default_project_id (admin)
+//	PATCH /identity/v3/users/{id}            name, password, enabled, description, email, default_project_id (admin)
 //	DELETE /identity/v3/users/{id}           delete a user (admin)
 //	POST /identity/v3/users/{id}/password    change one's own password
 //	PUT|DELETE|GET|HEAD /identity/v3/projects/{p}/users/{u}/roles/{r}  grant, revoke, check (admin)
 //
-// A password change revokes the user's older tokens; a role taken away
-// stops being honoured at once (roles are read at validation).
+// A password change revokes the user's older tokens; a role taken away,
+// a user or project disabled or deleted stops being honoured at once
+// (roles are read at validation). A member gets 403 from every admin
+// route, in Keystone's error shape.
 //
 // Every response carries X-Openstack-Request-Id.
 func (i *Issuer) Handler(base string) http.Handler {
@@ -79,6 +87,13 @@ func (i *Issuer) Handler(base string) http.Handler {
 	mux.Handle("GET /identity/v3/roles/{id}", auth(h.showRole))
 	mux.HandleFunc("DELETE /identity/v3/auth/tokens", h.revokeToken)
 	mux.Handle("POST /identity/v3/projects", auth(h.createProject))
+	mux.Handle("PATCH /identity/v3/projects/{id}", auth(h.updateProject))
+	mux.Handle("DELETE /identity/v3/projects/{id}", auth(h.deleteProject))
+	mux.Handle("POST /identity/v3/roles", auth(h.createRole))
+	mux.Handle("DELETE /identity/v3/roles/{id}", auth(h.deleteRole))
+	mux.Handle("GET /identity/v3/domains", auth(h.listDomains))
+	mux.Handle("GET /identity/v3/domains/{id}", auth(h.showDomain))
+	mux.Handle("GET /identity/v3/role_assignments", auth(h.listRoleAssignments))
 	mux.Handle("POST /identity/v3/users", auth(h.createUser))
 	mux.Handle("PATCH /identity/v3/users/{id}", auth(h.updateUser))
 	mux.Handle("DELETE /identity/v3/users/{id}", auth(h.deleteUser))

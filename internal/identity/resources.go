@@ -21,8 +21,8 @@ func (h *handler) projectJSON(r *http.Request, p Project) map[string]any {
 		"id":          p.ID,
 		"name":        p.Name,
 		"domain_id":   p.DomainID,
-		"description": "",
-		"enabled":     true,
+		"description": p.Description,
+		"enabled":     !p.Disabled,
 		"parent_id":   p.DomainID,
 		"is_domain":   false,
 		"tags":        []string{},
@@ -36,7 +36,7 @@ func (h *handler) userJSON(r *http.Request, u User) map[string]any {
 		"id":                  u.ID,
 		"name":                u.Name,
 		"domain_id":           u.DomainID,
-		"enabled":             true,
+		"enabled":             !u.Disabled,
 		"password_expires_at": nil,
 		"options":             map[string]any{},
 		"links":               map[string]string{"self": h.url(r, Prefix+"/v3/users/"+u.ID)},
@@ -44,17 +44,33 @@ func (h *handler) userJSON(r *http.Request, u User) map[string]any {
 	if u.DefaultProjectID != "" {
 		m["default_project_id"] = u.DefaultProjectID
 	}
+	// Keystone shows the attributes it keeps as extras only when set.
+	if u.Description != "" {
+		m["description"] = u.Description
+	}
+	if u.Email != "" {
+		m["email"] = u.Email
+	}
 	return m
 }
 
-func (h *handler) roleJSON(r *http.Request, name string) map[string]any {
+// roleJSON is a role in Keystone's shape: the built-in ones are
+// immutable, as keystone-manage bootstrap makes them.
+func (h *handler) roleJSON(r *http.Request, role Role) map[string]any {
+	var desc any
+	options := map[string]any{}
+	if builtinRole(role.Name) {
+		options["immutable"] = true
+	} else {
+		desc = role.Description
+	}
 	return map[string]any{
-		"id":          RoleID(name),
-		"name":        name,
+		"id":          role.ID,
+		"name":        role.Name,
 		"domain_id":   nil,
-		"description": nil,
-		"options":     map[string]any{},
-		"links":       map[string]string{"self": h.url(r, Prefix+"/v3/roles/"+RoleID(name))},
+		"description": desc,
+		"options":     options,
+		"links":       map[string]string{"self": h.url(r, Prefix+"/v3/roles/"+role.ID)},
 	}
 }
 
@@ -148,14 +164,12 @@ func (h *handler) userProjects(w http.ResponseWriter, r *http.Request, me Princi
 	}
 }
 
-var roleNames = []string{RoleAdmin, RoleMember, RoleReader}
-
 func (h *handler) listRoles(w http.ResponseWriter, r *http.Request, _ Principal) {
 	q := r.URL.Query()
 	out := []map[string]any{}
-	for _, name := range roleNames {
-		if !q.Has("name") || q.Get("name") == name {
-			out = append(out, h.roleJSON(r, name))
+	for _, role := range h.iss.dir().AllRoles() {
+		if !q.Has("name") || q.Get("name") == role.Name {
+			out = append(out, h.roleJSON(r, role))
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"roles": out, "links": h.collectionLinks(r)})
@@ -163,11 +177,9 @@ func (h *handler) listRoles(w http.ResponseWriter, r *http.Request, _ Principal)
 
 func (h *handler) showRole(w http.ResponseWriter, r *http.Request, _ Principal) {
 	id := r.PathValue("id")
-	for _, name := range roleNames {
-		if RoleID(name) == id {
-			writeJSON(w, http.StatusOK, map[string]any{"role": h.roleJSON(r, name)})
-			return
-		}
+	if role, ok := h.iss.dir().RoleByID(id); ok && role.ID == id {
+		writeJSON(w, http.StatusOK, map[string]any{"role": h.roleJSON(r, role)})
+		return
 	}
 	WriteError(w, http.StatusNotFound, "Could not find role: "+id+".")
 }

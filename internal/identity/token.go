@@ -150,7 +150,7 @@ func (i *Issuer) Issue(userID, projectID string) (string, Principal, error) {
 	if !ok {
 		return "", Principal{}, fmt.Errorf("issuing token for user %s: project %s: %w", u.Name, projectID, ErrUnknownProject)
 	}
-	roles := expandRoles(u.Roles[p.ID])
+	roles := d.rolesOf(u, p)
 	if len(roles) == 0 {
 		return "", Principal{}, fmt.Errorf("issuing token for user %s on project %s: %w", u.Name, p.Name, ErrNoRole)
 	}
@@ -229,7 +229,7 @@ func (i *Issuer) Validate(token string) (Principal, error) {
 	}
 	// The roles are the user's roles now, as Keystone computes them at
 	// validation: a role taken away ends the tokens that carried it.
-	payload.Roles = expandRoles(u.Roles[p.ID])
+	payload.Roles = d.rolesOf(u, p)
 	if len(payload.Roles) == 0 {
 		return Principal{}, fmt.Errorf("validating token for user %s on project %s: %w", u.Name, p.Name, ErrTokenRevoked)
 	}

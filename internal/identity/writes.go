@@ -101,33 +101,46 @@ func (h *handler) createProject(w http.ResponseWriter, r *http.Request, me Princ
 	}
 	var body struct {
 		Project *struct {
-			Name     string  `json:"name"`
-			DomainID *string `json:"domain_id"`
+			Name        string  `json:"name"`
+			DomainID    *string `json:"domain_id"`
+			Description *string `json:"description"`
+			Enabled     *bool   `json:"enabled"`
 		} `json:"project"`
 	}
 	if !decodeWrite(w, r, &body) {
 		return
 	}
-	if body.Project == nil {
+	b := body.Project
+	if b == nil {
 		WriteError(w, http.StatusBadRequest, "Invalid input for field 'project': 'project' is a required property.")
 		return
 	}
-	if err := checkEntityName("project", body.Project.Name); err != nil {
+	if err := checkEntityName("project", b.Name); err != nil {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := checkDomain(body.Project.DomainID); err != nil {
+	if err := checkDomain(b.DomainID); err != nil {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var p Project
 	if !h.update(w, r, func(d *Directory) error {
-		if _, ok := d.ProjectByName(DefaultDomainID, body.Project.Name); ok {
-			return conflict("project", body.Project.Name)
+		if _, ok := d.ProjectByName(DefaultDomainID, b.Name); ok {
+			return conflict("project", b.Name)
 		}
 		var err error
-		p, err = d.AddProject(body.Project.Name)
-		return err
+		if p, err = d.AddProject(b.Name); err != nil {
+			return err
+		}
+		i := len(d.Projects) - 1
+		if b.Description != nil {
+			d.Projects[i].Description = *b.Description
+		}
+		if b.Enabled != nil {
+			d.Projects[i].Disabled = !*b.Enabled
+		}
+		p = d.Projects[i]
+		return nil
 	}) {
 		return
 	}
@@ -146,6 +159,7 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 			Password         *string `json:"password"`
 			DomainID         *string `json:"domain_id"`
 			DefaultProjectID string  `json:"default_project_id"`
+			userAttrs
 		} `json:"user"`
 	}
 	if !decodeWrite(w, r, &body) {
@@ -185,13 +199,35 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 		if u, err = d.AddUser(b.Name, password); err != nil {
 			return err
 		}
-		d.Users[d.userIndex(u.ID)].DefaultProjectID = b.DefaultProjectID
-		u.DefaultProjectID = b.DefaultProjectID
+		nu := &d.Users[d.userIndex(u.ID)]
+		nu.DefaultProjectID = b.DefaultProjectID
+		b.apply(nu)
+		u = *nu
 		return nil
 	}) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"user": h.userJSON(r, u)})
+}
+
+// userAttrs are the user's attributes a create or an update may set
+// besides its name, password and default project.
+type userAttrs struct {
+	Enabled     *bool   `json:"enabled"`
+	Description *string `json:"description"`
+	Email       *string `json:"email"`
+}
+
+func (a userAttrs) apply(u *User) {
+	if a.Enabled != nil {
+		u.Disabled = !*a.Enabled
+	}
+	if a.Description != nil {
+		u.Description = *a.Description
+	}
+	if a.Email != nil {
+		u.Email = *a.Email
+	}
 }
 
 // randomSecret is a password nobody knows ("" if randomness failed).
@@ -203,40 +239,65 @@ func randomSecret() string {
 	return hex.EncodeToString(b)
 }
 
-// updateUser is PATCH /v3/users/{id} (admin): password and
-// default_project_id. A new password revokes the user's tokens.
+// updateUser is PATCH /v3/users/{id} (admin): name, password, enabled,
+// description, email and default_project_id. A new password revokes the
+// user's tokens; a disabled user's tokens stop working.
 func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principal) {
 	if !h.admin(w, me, "update_user") {
 		return
 	}
 	var body struct {
 		User *struct {
+			Name             *string `json:"name"`
 			Password         *string `json:"password"`
 			DefaultProjectID *string `json:"default_project_id"`
+			DomainID         *string `json:"domain_id"`
+			userAttrs
 		} `json:"user"`
 	}
 	if !decodeWrite(w, r, &body) {
 		return
 	}
-	if body.User == nil {
+	b := body.User
+	if b == nil {
 		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'user' is a required property.")
 		return
 	}
+	if b.Name != nil {
+		if err := checkEntityName("user", *b.Name); err != nil {
+			WriteError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	id := r.PathValue("id")
+	if id == me.UserID && b.Enabled != nil && !*b.Enabled {
+		WriteError(w, http.StatusForbidden, "You cannot disable the user you are logged in as.")
+		return
+	}
 	var u User
 	if !h.update(w, r, func(d *Directory) error {
 		i := d.userIndex(id)
 		if i < 0 {
 			return notFound("user", id)
 		}
-		if p := body.User.DefaultProjectID; p != nil {
+		if b.DomainID != nil && *b.DomainID != d.Users[i].DomainID {
+			return &apiError{http.StatusBadRequest, "Cannot change Domain ID."}
+		}
+		if b.Name != nil && *b.Name != d.Users[i].Name {
+			if _, ok := d.UserByName(d.Users[i].DomainID, *b.Name); ok {
+				return conflict("user", *b.Name)
+			}
+			d.Users[i].Name = *b.Name
+		}
+		if p := b.DefaultProjectID; p != nil {
 			if _, ok := d.Project(*p); !ok && *p != "" {
 				return notFound("project", *p)
 			}
 			d.Users[i].DefaultProjectID = *p
 		}
-		if body.User.Password != nil {
-			if err := d.SetPassword(id, *body.User.Password, h.iss.now()); err != nil {
+		b.apply(&d.Users[i])
+		if b.Password != nil {
+			if err := d.SetPassword(id, *b.Password, h.iss.now()); err != nil {
 				return err
 			}
 		}
@@ -303,16 +364,6 @@ func (h *handler) deleteUser(w http.ResponseWriter, r *http.Request, me Principa
 	}
 }
 
-// roleByID is the role with Keystone ID id (keel accepts the name too).
-func roleByID(id string) (string, bool) {
-	for _, name := range roleNames {
-		if RoleID(name) == id || name == id {
-			return name, true
-		}
-	}
-	return "", false
-}
-
 // roleAssignment is PUT, DELETE, GET and HEAD on
 // /v3/projects/{project}/users/{user}/roles/{role} (admin).
 func (h *handler) roleAssignment(w http.ResponseWriter, r *http.Request, me Principal) {
@@ -320,12 +371,13 @@ func (h *handler) roleAssignment(w http.ResponseWriter, r *http.Request, me Prin
 		return
 	}
 	pid, uid := r.PathValue("project"), r.PathValue("user")
-	role, ok := roleByID(r.PathValue("role"))
+	d := h.iss.dir()
+	rl, ok := d.RoleByID(r.PathValue("role"))
 	if !ok {
 		WriteError(w, http.StatusNotFound, "Could not find role: "+r.PathValue("role")+".")
 		return
 	}
-	d := h.iss.dir()
+	role := rl.Name
 	if _, ok := d.Project(pid); !ok {
 		WriteError(w, http.StatusNotFound, "Could not find project: "+pid+".")
 		return
