@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a selection of Tempest's compute API tests (Debian's tempest 33)
-# against `keel dev` on loopback, with pre-provisioned accounts and a
-# tempest.conf generated here. test.sh runs it after the Go tests.
+# against `keel dev` on loopback, with Tempest's dynamic credentials (a
+# project and users per test class, made through keel's Keystone admin
+# API) and a tempest.conf generated here. test.sh runs it after the Go tests.
 #
 #   tests/tempest.sh                 the selection in tests/tempest/include.txt
 #   tests/tempest.sh REGEX           only the selected tests matching REGEX
@@ -48,28 +49,13 @@ start_keel_dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS
 case "$keel_banner" in "keel dev: $HOSTS hosts "*) ;; *) fail "keel dev started [$keel_banner], not $HOSTS hosts" ;; esac
 url=$keel_url
 password=$(cat "$work/data/admin-password")
-demo_password=$(cat "$work/data/demo-password")
-alt_password=$(cat "$work/data/alt_demo-password")
 
 (cd "$work" && "$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null)
 ws=$work/ws
-# keel dev's identity: admin (role admin on project admin), demo and
-# alt_demo (role member on their own projects), each with its own password.
-cat >"$ws/etc/accounts.yaml" <<EOF
-- username: admin
-  project_name: admin
-  password: '$password'
-  types: [admin]
-  roles: [admin]
-- username: demo
-  project_name: demo
-  password: '$demo_password'
-  roles: [member]
-- username: alt_demo
-  project_name: alt_demo
-  password: '$alt_password'
-  roles: [member]
-EOF
+# Tempest's default dynamic credentials: keel dev's admin makes a project
+# and users (role member, or admin for the admin tests) per test class
+# through keel's Keystone admin API, and deletes them after, as Tempest
+# does against a real cloud.
 cat >"$ws/etc/tempest.conf" <<EOF
 [DEFAULT]
 log_file = $ws/tempest.log
@@ -79,8 +65,12 @@ debug = true
 lock_path = $ws/locks
 
 [auth]
-use_dynamic_credentials = False
-test_accounts_file = $ws/etc/accounts.yaml
+use_dynamic_credentials = True
+create_isolated_networks = False
+admin_username = admin
+admin_password = $password
+admin_project_name = admin
+admin_domain_name = Default
 default_credentials_domain_name = Default
 
 [identity]
