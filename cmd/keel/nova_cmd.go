@@ -129,6 +129,9 @@ func novaSetup(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, c
 	if err := novaplan.SaveConfig(dir, conf); err != nil {
 		return fail(err)
 	}
+	if err := novaplan.SaveRead(dir, &nc); err != nil {
+		return fail(err)
+	}
 	st, err := openNovaStore(ctx, dir)
 	if err != nil {
 		return fail(err)

@@ -55,6 +55,42 @@ func SaveConfig(dataDir string, c Config) error {
 	return os.Rename(tmp, configPath(dataDir))
 }
 
+// readMaxAge is how old a command's read of the cloud (SaveRead) may be
+// for the executor to start from it instead of reading the cloud again.
+const readMaxAge = time.Minute
+
+func readPath(dataDir string) string { return filepath.Join(dataDir, "cloud-read.json") }
+
+// SaveRead keeps the cloud a command just read (version checks done,
+// every provider's inventories and traits) in DATA_DIR/cloud-read.json:
+// the executor it starts refreshes it (client.RefreshNova) instead of
+// reading the whole cloud again.
+func SaveRead(dataDir string, nc *client.NovaCloud) error {
+	b, err := json.Marshal(nc)
+	if err != nil {
+		return err
+	}
+	tmp := readPath(dataDir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("saving the cloud's read: %w", err)
+	}
+	return os.Rename(tmp, readPath(dataDir))
+}
+
+// loadRead returns the read SaveRead kept, when it is younger than
+// readMaxAge.
+func loadRead(dataDir string) (*client.NovaCloud, bool) {
+	b, err := os.ReadFile(readPath(dataDir))
+	if err != nil {
+		return nil, false
+	}
+	var nc client.NovaCloud
+	if json.Unmarshal(b, &nc) != nil || time.Since(nc.TakenAt) > readMaxAge || len(nc.Hosts) == 0 {
+		return nil, false
+	}
+	return &nc, true
+}
+
 // DrainOptions are a drain's policy.
 type DrainOptions struct {
 	Hosts    []string

@@ -426,12 +426,18 @@ func (e *Executor) launch(ctx context.Context, p records.Plan, i int) {
 }
 
 // readCloud reads what a start decides on: the first time the whole
-// cloud (ReadNova, with its version checks), then only what moves change
+// cloud (ReadNova, with its version checks; or the read the command that
+// started the executor kept, SaveRead, if it is recent), then only what
+// moves change
 // (RefreshNova: the hosts' allocations and services in parallel; every
 // server too when server is in a server group, whose members' hosts the
 // scheduler's group filters read).
 func (e *Executor) readCloud(ctx context.Context, server string) (client.NovaCloud, error) {
 	e.cloudMu.Lock()
+	if e.cloud == nil && e.DataDir != "" {
+		// The command that started this executor has just read it.
+		e.cloud, _ = loadRead(e.DataDir)
+	}
 	if e.cloud == nil {
 		nc, _, err := e.Client.ReadNova(ctx)
 		if err != nil {
