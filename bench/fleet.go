@@ -472,6 +472,27 @@ func (g *fleetGen) profileServer(ctx context.Context, secs int, path string) err
 	return nil
 }
 
+// keepEvidence, when the server is being profiled, profiles it for half a
+// period as it is now (fallen behind), and keeps its goroutines and its
+// log next to the profile (FILE.goroutines, FILE.log).
+func (g *fleetGen) keepEvidence(ctx context.Context, r *run) {
+	path := r.opts.ServerProfile
+	if path == "" {
+		return
+	}
+	c := newHTTPClient(g.srv.url, g.srv.token, "")
+	if _, body, err := c.raw(ctx, "GET", "/debug/pprof/goroutine?debug=1", nil); err == nil {
+		_ = os.WriteFile(path+".goroutines", body, 0o644)
+	}
+	if err := g.profileServer(ctx, max(1, int(g.plan.Period.Seconds())/2), path); err != nil {
+		r.progress("fleet: %v", err)
+	}
+	if b, err := os.ReadFile(g.srv.logPath); err == nil {
+		_ = os.WriteFile(path+".log", b, 0o644)
+	}
+	r.progress("fleet: the server's profile, goroutines and log are in %s{,.goroutines,.log}", path)
+}
+
 // measure runs one step's period: the API client alongside the agents, the
 // server's and the generator's CPU read before and after.
 func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (FleetStep, error) {
@@ -601,6 +622,7 @@ func (r *run) fleet(ctx context.Context) error {
 			}
 			stopped = fmt.Sprintf("the ramp stopped adding agents towards %s hosts (%d running): %v", commas(int64(n)), len(g.agents), err)
 			r.progress("fleet: %s", stopped)
+			g.keepEvidence(ctx, r)
 			break
 		}
 		startS := time.Since(t0).Seconds()
@@ -619,11 +641,8 @@ func (r *run) fleet(ctx context.Context) error {
 			n, st.ServerCores, st.ServerRSSMiB, st.HeartbeatP99MS, st.ServersP99MS, st.HypervisorsP99MS, st.HostsDown, st.Load1)
 		if st.Behind != "" {
 			stopped = fmt.Sprintf("the ramp stopped at %s hosts: %s", commas(int64(n)), st.Behind)
-			if profile == "" && r.opts.ServerProfile != "" {
-				// The step that broke is the one to profile.
-				if err := g.profileServer(ctx, max(1, int(plan.Period.Seconds())/2), r.opts.ServerProfile); err != nil {
-					return err
-				}
+			if profile == "" {
+				g.keepEvidence(ctx, r) // the step that broke is the one to profile
 			}
 			break
 		}

@@ -34,11 +34,37 @@ func Wrap(st store.Store, n *Notifier, now func() time.Time, apiHost string) *St
 }
 
 func (s *Store) lock(key string) func() {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	l := &s.locks[h.Sum32()%uint32(len(s.locks))]
+	l := &s.locks[s.stripe(key)]
 	l.Lock()
 	return l.Unlock
+}
+
+// stripe is the index of key's lock.
+func (s *Store) stripe(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(s.locks)))
+}
+
+// lockAll takes the locks of keys, in the locks' order (so two callers
+// never wait for each other's), and returns what releases them.
+func (s *Store) lockAll(keys []string) func() {
+	var take [len(Store{}.locks)]bool
+	for _, k := range keys {
+		take[s.stripe(k)] = true
+	}
+	for i, t := range take {
+		if t {
+			s.locks[i].Lock()
+		}
+	}
+	return func() {
+		for i, t := range take {
+			if t {
+				s.locks[i].Unlock()
+			}
+		}
+	}
 }
 
 // source is who asked (the API caller, when ctx is a request's) and when.
@@ -119,6 +145,47 @@ func (s *Store) PutService(ctx context.Context, svc records.Service) error {
 		s.n.Emit(ServiceChange(s.source(ctx), &old, svc)...)
 	}
 	return nil
+}
+
+// UpdateServices implements store.ServiceBatch: in one transaction if
+// the wrapped store batches, else one service after the other (stopping
+// at the first error).
+func (s *Store) UpdateServices(ctx context.Context, hosts []string, fn func(i int, s *records.Service) error) ([]records.Service, error) {
+	keys := make([]string, len(hosts))
+	for i, h := range hosts {
+		keys[i] = "service:" + h
+	}
+	defer s.lockAll(keys)()
+	before := make([]records.Service, len(hosts))
+	var out []records.Service
+	if b, ok := s.Store.(store.ServiceBatch); ok {
+		var err error
+		out, err = b.UpdateServices(ctx, hosts, func(i int, svc *records.Service) error {
+			before[i] = *svc
+			return fn(i, svc)
+		})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		for i, h := range hosts {
+			sv, err := s.Store.UpdateService(ctx, h, func(svc *records.Service) error {
+				before[i] = *svc
+				return fn(i, svc)
+			})
+			if err != nil {
+				for j := range out {
+					s.n.Emit(ServiceChange(s.source(ctx), &before[j], out[j])...)
+				}
+				return nil, err
+			}
+			out = append(out, sv)
+		}
+	}
+	for i := range out {
+		s.n.Emit(ServiceChange(s.source(ctx), &before[i], out[i])...)
+	}
+	return out, nil
 }
 
 // UpdateService implements store.Hosts.

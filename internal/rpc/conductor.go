@@ -308,6 +308,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 	if clk == nil {
 		clk = clock.Real{}
 	}
+	beats := newHeartbeatRecorder(st)
 	copyOf := func(a reportArgs) about { return about{Migration: a.MigrationID} }
 	ofHost := func(a storeArgs) about { return onHost(a.Host) }
 	handlers := map[string]bus.Handler{
@@ -376,14 +377,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		}),
 		mHeartbeat: checked(st, log, mHeartbeat, ofHost,
 			func(ctx context.Context, a storeArgs) (any, error) {
-				_, err := st.UpdateService(ctx, a.Host, func(s *records.Service) error {
-					if a.At.After(s.LastSeenUp) {
-						s.LastSeenUp = a.At
-					}
-					s.UpdatedAt = a.At
-					return nil
-				})
-				return nil, err
+				return nil, beats.record(ctx, a.Host, a.At)
 			}),
 		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if err := providerOfSender(ctx, st, a.UUID); err != nil {

@@ -184,6 +184,18 @@ type Hosts interface {
 	ListServices(ctx context.Context) ([]records.Service, error)
 }
 
+// ServiceBatch is implemented by the stores that apply UpdateService to
+// many services in one write transaction: the agents' heartbeats that
+// arrive together commit once, not once each.
+type ServiceBatch interface {
+	// UpdateServices applies fn to the service of each of hosts (i its
+	// index in hosts), in that order, in one transaction: every one is
+	// written or none is. A missing service is ErrNotFound, and an error
+	// from fn aborts the whole update. Callers that may run at once pass
+	// hosts sorted, so that stores locking rows lock them in one order.
+	UpdateServices(ctx context.Context, hosts []string, fn func(i int, s *records.Service) error) ([]records.Service, error)
+}
+
 // Instances is the instance records and their action log.
 type Instances interface {
 	// CreateInstance stores a new instance with Version 1.

@@ -441,6 +441,29 @@ func (s *Store) UpdateService(_ context.Context, host string, fn func(*records.S
 	return sv, nil
 }
 
+// UpdateServices implements store.ServiceBatch.
+func (s *Store) UpdateServices(_ context.Context, hosts []string, fn func(i int, s *records.Service) error) ([]records.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]records.Service, len(hosts))
+	for i, host := range hosts {
+		sv, ok := s.services[host]
+		if !ok {
+			return nil, fmt.Errorf("service %s: %w", host, store.ErrNotFound)
+		}
+		if err := fn(i, &sv); err != nil {
+			return nil, err
+		}
+		sv.Host = host
+		out[i] = sv
+	}
+	for _, sv := range out {
+		s.services[sv.Host] = sv
+		s.note(store.ChangeService, sv.Host)
+	}
+	return out, nil
+}
+
 // GetService implements store.Store.
 func (s *Store) GetService(_ context.Context, host string) (records.Service, error) {
 	s.mu.Lock()

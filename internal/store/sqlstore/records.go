@@ -74,6 +74,34 @@ func (r *Records) UpdateService(ctx context.Context, host string, fn func(*recor
 	return sv, nil
 }
 
+// UpdateServices implements store.ServiceBatch: each service row is read
+// (and locked, where the dialect locks rows) in hosts' order, fn applied
+// and the result written, all in one write transaction.
+func (r *Records) UpdateServices(ctx context.Context, hosts []string, fn func(i int, s *records.Service) error) ([]records.Service, error) {
+	out := make([]records.Service, len(hosts))
+	err := r.db.Write(ctx, func(tx Tx) error {
+		for i, host := range hosts {
+			var sv records.Service
+			if err := scanJSON(tx.QueryRow(r.q.lockService, host), &sv); err != nil {
+				return fmt.Errorf("service %s: %w", host, err)
+			}
+			if err := fn(i, &sv); err != nil {
+				return fmt.Errorf("service %s: %w", host, err)
+			}
+			sv.Host = host
+			if err := r.putService(tx, sv); err != nil {
+				return fmt.Errorf("service %s: %w", host, err)
+			}
+			out[i] = sv
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("updating %d services: %w", len(hosts), err)
+	}
+	return out, nil
+}
+
 // GetService implements store.Store.
 func (r *Records) GetService(ctx context.Context, host string) (records.Service, error) {
 	var sv records.Service

@@ -24,6 +24,7 @@ var recordTests = []subtest{
 	{"ListMigrations", testListMigrations},
 	{"Flavors", testFlavors},
 	{"UpdateService", testUpdateService},
+	{"UpdateServices", testUpdateServices},
 	{"InstanceActions", testInstanceActions},
 	{"UpdateFlavor", testUpdateFlavor},
 }
@@ -518,6 +519,48 @@ func testFlavors(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteFlavor(ctx, "1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second delete: %v, want ErrNotFound", err)
+	}
+}
+
+// testUpdateServices checks the batched service update (heartbeats
+// committed together): each service gets its own change, all are written,
+// and a missing one writes none.
+func testUpdateServices(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	b, ok := s.(store.ServiceBatch)
+	if !ok {
+		t.Fatalf("%T does not batch service updates (store.ServiceBatch)", s)
+	}
+	hosts := []string{"h1", "h2", "h3"}
+	for _, h := range hosts {
+		if err := s.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func(i int, sv *records.Service) error {
+		sv.LastSeenUp = t0.Add(time.Duration(i+1) * time.Second)
+		return nil
+	}
+	out, err := b.UpdateServices(ctx, hosts, seen)
+	if err != nil || len(out) != 3 {
+		t.Fatalf("UpdateServices: %d services, %v", len(out), err)
+	}
+	for i, h := range hosts {
+		sv, err := s.GetService(ctx, h)
+		want := t0.Add(time.Duration(i+1) * time.Second)
+		if err != nil || !sv.LastSeenUp.Equal(want) || out[i].Host != h || !out[i].LastSeenUp.Equal(want) {
+			t.Errorf("%s: stored %v (%v), returned %+v, want last seen up %v", h, sv.LastSeenUp, err, out[i], want)
+		}
+	}
+	// A missing service: ErrNotFound, and h1 keeps its heartbeat.
+	if _, err := b.UpdateServices(ctx, []string{"h1", "nowhere"}, func(_ int, sv *records.Service) error {
+		sv.LastSeenUp = t0.Add(time.Hour)
+		return nil
+	}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a batch with a missing service: %v, want ErrNotFound", err)
+	}
+	if sv, _ := s.GetService(ctx, "h1"); !sv.LastSeenUp.Equal(t0.Add(time.Second)) {
+		t.Errorf("h1 after a failed batch: last seen up %v, want %v (unchanged)", sv.LastSeenUp, t0.Add(time.Second))
 	}
 }
 
