@@ -14,22 +14,29 @@ import (
 // maxHeartbeatBatch bounds how many heartbeats one transaction records.
 const maxHeartbeatBatch = 512
 
+// heartbeatGather is how long the writer waits, once a heartbeat is
+// pending, for others to join it: a heartbeat answers this much later
+// (agents send one every report_interval, 10 s), and at a hundred
+// heartbeats a second the server commits a few times per gather rather
+// than a hundred times.
+const heartbeatGather = 50 * time.Millisecond
+
 // heartbeatWriteTimeout bounds one batch's write (its callers wait for
 // it, each until its own deadline).
 const heartbeatWriteTimeout = 30 * time.Second
 
 // heartbeatRecorder records the agents' heartbeats. With a store that
-// batches (store.ServiceBatch), the heartbeats that arrive while one
-// batch is being written are written together next, in one transaction
-// (a group commit: no heartbeat waits for a timer, and a server with
-// thousands of agents commits a few times a second rather than once per
-// heartbeat); with any other store, each heartbeat is its own
-// UpdateService.
+// batches (store.ServiceBatch), the heartbeats that arrive within gather
+// of the first pending one, or while a batch is being written, are
+// written together, in one transaction (a server with thousands of agents
+// commits a few times a second rather than once per heartbeat); with any
+// other store, each heartbeat is its own UpdateService.
 type heartbeatRecorder struct {
 	st    ServedStore
 	batch store.ServiceBatch // nil: one write per heartbeat
 
 	mu      sync.Mutex
+	gather  time.Duration
 	pending []*heartbeat
 	writing bool
 }
@@ -43,7 +50,7 @@ type heartbeat struct {
 
 func newHeartbeatRecorder(st ServedStore) *heartbeatRecorder {
 	b, _ := st.(store.ServiceBatch)
-	return &heartbeatRecorder{st: st, batch: b}
+	return &heartbeatRecorder{st: st, batch: b, gather: heartbeatGather}
 }
 
 // seen applies a heartbeat at at to a service record.
@@ -83,6 +90,10 @@ func (r *heartbeatRecorder) record(ctx context.Context, host string, at time.Tim
 // write writes what is pending, batch after batch, until nothing is.
 func (r *heartbeatRecorder) write() {
 	for {
+		r.mu.Lock()
+		gather := r.gather
+		r.mu.Unlock()
+		time.Sleep(gather)
 		r.mu.Lock()
 		n := min(len(r.pending), maxHeartbeatBatch)
 		if n == 0 {

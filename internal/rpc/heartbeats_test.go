@@ -63,11 +63,42 @@ func TestHeartbeatsCommitTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t0 := time.Unix(1_700_000_000, 0)
 	r := newHeartbeatRecorder(st)
 	if r.batch == nil {
 		t.Fatal("a memory store batches service updates, but the recorder does not see it")
 	}
-	t0 := time.Unix(1_700_000_000, 0)
+	if r.gather <= 0 {
+		t.Fatalf("gather = %v: heartbeats would only commit together under contention", r.gather)
+	}
+	// Heartbeats sent at once, within the gather window, commit together.
+	r.mu.Lock()
+	r.gather = time.Second
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.record(ctx, fmt.Sprintf("h%02d", i), t0); err != nil {
+				t.Errorf("heartbeat: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	st.mu.Lock()
+	singles, batches := st.singles, st.batches
+	st.mu.Unlock()
+	if singles != 0 || len(batches) != 1 || len(batches[0]) != 10 {
+		t.Errorf("%d single writes and batches %v, want the 10 heartbeats in one batch", singles, batches)
+	}
+	// The rest gates the writes instead of waiting.
+	r.mu.Lock()
+	r.gather = 0
+	r.mu.Unlock()
+	st.mu.Lock()
+	st.batches = nil
+	st.mu.Unlock()
 	// beatAll sends hosts' heartbeats while the first one's write waits at
 	// the gate, opens it once the others are pending, and returns each
 	// heartbeat's error.
@@ -144,7 +175,9 @@ func TestHeartbeatsCommitTogether(t *testing.T) {
 
 	// A host without a service record fails the batch: each is then
 	// written alone, and only its heartbeat fails.
+	st.mu.Lock()
 	st.singles, st.batches = 0, nil
+	st.mu.Unlock()
 	errs := beatAll([]string{"h00", "h01", "ghost", "h02"})
 	for h, err := range errs {
 		if want := h == "ghost"; want != errors.Is(err, store.ErrNotFound) || (!want && err != nil) {
