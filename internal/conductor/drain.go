@@ -403,6 +403,24 @@ func (c *Conductor) CreatePlan(ctx context.Context, p records.Plan) (records.Pla
 	return saved, nil
 }
 
+// supersedeOlder supersedes the recommended plans of p's purpose older
+// than p, saying why.
+func (c *Conductor) supersedeOlder(ctx context.Context, p records.Plan, why string) {
+	plans, err := c.store.ListPlans(ctx, true)
+	if err != nil {
+		c.log.Warn("listing plans to supersede", "plan", p.ID, "err", err)
+		return
+	}
+	for _, o := range plans {
+		if o.ID < p.ID && o.Purpose == p.Purpose && o.State == records.PlanRecommended {
+			reason := fmt.Sprintf("superseded by plan %d (%s)", p.ID, why)
+			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: reason}, nil); err != nil {
+				c.log.Warn("superseding a plan", "plan", o.ID, "err", err)
+			}
+		}
+	}
+}
+
 // ApprovePlan approves a recommended plan (`keel rebalance apply`): the
 // executor starts it. Older recommended plans of the same purpose are
 // superseded.
@@ -412,16 +430,7 @@ func (c *Conductor) ApprovePlan(ctx context.Context, id int64) (records.Plan, er
 	if err != nil {
 		return p, err
 	}
-	plans, err := c.store.ListPlans(ctx, true)
-	if err == nil {
-		for _, o := range plans {
-			if o.ID < id && o.Purpose == p.Purpose && o.State == records.PlanRecommended {
-				if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("superseded by plan %d", id)}, nil); err != nil {
-					c.log.Warn("superseding a plan", "plan", o.ID, "err", err)
-				}
-			}
-		}
-	}
+	c.supersedeOlder(ctx, p, "approved")
 	c.kickPlans()
 	return p, nil
 }

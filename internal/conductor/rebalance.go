@@ -33,8 +33,20 @@ type RebalanceRequest struct {
 // destinations nor counted, instances moved within the cooldown left
 // alone — and stores its moves as a recommended plan (ApprovePlan runs
 // it). With no move to make it stores nothing and returns the planner's
-// answer alone (the returned plan's ID is 0).
+// answer alone (the returned plan's ID is 0). The older recommended
+// rebalance plans are superseded: they were computed on an older view of
+// the cloud, and left alone they would pile up.
 func (c *Conductor) PlanRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
+	p, rp, err := c.planRebalance(ctx, req)
+	if err == nil && p.ID != 0 {
+		c.supersedeOlder(context.WithoutCancel(ctx), p, "a newer recommendation")
+	}
+	return p, rp, err
+}
+
+// planRebalance is PlanRebalance without superseding the older
+// recommendations (the periodic rebalance leaves an operator's alone).
+func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
 	if req.Metric == "" {
 		req.Metric = "ram"
@@ -133,7 +145,7 @@ func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error)
 		c.log.Debug("periodic rebalance skipped: a plan has not ended", "plan", plans[0].ID, "purpose", plans[0].Purpose, "state", plans[0].State)
 		return records.Plan{}, nil
 	}
-	p, rp, err := c.PlanRebalance(ctx, RebalanceRequest{Threshold: c.cfg.RebalanceThreshold, MaxMoves: c.cfg.RebalanceMaxMoves,
+	p, rp, err := c.planRebalance(ctx, RebalanceRequest{Threshold: c.cfg.RebalanceThreshold, MaxMoves: c.cfg.RebalanceMaxMoves,
 		Seed: uint64(c.clock.Now().Unix())})
 	if err != nil {
 		return records.Plan{}, err
