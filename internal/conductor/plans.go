@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
+	"keel/internal/flow"
 	"keel/internal/placement"
 	"keel/internal/plan"
 	"keel/internal/records"
@@ -231,47 +233,53 @@ func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
 	return u, nil
 }
 
-// stepPlan feeds ev to plan id, saves the result, and performs the
-// actions, feeding their answers back, until none is left. u, when not
-// nil, is the executor's count of moves in flight, which a started move
-// adds to.
+// stepPlan feeds ev to plan id through the driver's loop (flow.Flow.Drive)
+// and the plan machine's effects, until none is left. u, when not nil, is
+// the executor's count of moves in flight, which a started move adds to.
+// The executor (planMu) is the one writer of its plans: no record lock.
 func (c *Conductor) stepPlan(ctx context.Context, id int64, ev plan.Event, u *plan.Usage) (records.Plan, error) {
-	queue := []plan.Event{ev}
-	var p records.Plan
-	for len(queue) > 0 {
-		ev, queue = queue[0], queue[1:]
-		var acts []plan.Action
-		err := retryConflicts(func() error {
-			cur, err := c.store.GetPlan(ctx, id)
-			if err != nil {
-				return err
-			}
-			ev.Now = c.clock.Now()
-			next, a, err := planMachine.Step(cur, ev)
-			if err != nil {
-				return err
-			}
-			next.UpdatedAt = ev.Now
-			if p, err = c.store.UpdatePlan(ctx, next); err != nil {
-				return err
-			}
-			acts = a
-			return nil
-		})
-		if err != nil {
-			return p, fmt.Errorf("plan %d: %s: %w", id, ev.Kind, err)
-		}
-		for _, a := range acts {
-			if ans, ok := c.performPlan(ctx, p, a, u); ok {
-				queue = append(queue, ans)
-			}
-		}
+	f := &flow.Flow[records.Plan, plan.Event, plan.Action]{
+		Name: "plan", Machine: planSteps{planMachine},
+		Get: func(ctx context.Context, p records.Plan) (records.Plan, error) {
+			return c.store.GetPlan(ctx, p.ID)
+		},
+		Save:     c.store.UpdatePlan,
+		Key:      func(p records.Plan) string { return "plan/" + strconv.FormatInt(p.ID, 10) },
+		Conflict: placement.IsConflict,
+		Stamp: func(p records.Plan, now time.Time) records.Plan {
+			p.UpdatedAt = now
+			return p
+		},
+		Perform: func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
+			ev, ok := c.performPlan(ctx, p, a, u)
+			return ev, ok, nil
+		},
+	}
+	p, err := f.Drive(ctx, c.flows, records.Plan{ID: id}, []plan.Event{ev}, nil)
+	if err != nil {
+		return p, fmt.Errorf("plan %d: %s: %w", id, ev.Kind, err)
 	}
 	return p, nil
 }
 
-// performPlan runs one action of the plan machine and returns its
-// answer, if it has one.
+// planSteps is the plan machine as the driver's loop steps it (the event
+// stamped with the clock's now). A plan's recovery and deadlines are its
+// executor's (TickPlans), so it has none here.
+type planSteps struct{ plan.Machine }
+
+func (m planSteps) Step(p records.Plan, ev plan.Event, now time.Time) (records.Plan, []plan.Action, error) {
+	ev.Now = now
+	return m.Machine.Step(p, ev)
+}
+
+func (planSteps) Deadline(records.Plan, time.Time) (time.Time, plan.Event, bool) {
+	return time.Time{}, plan.Event{}, false
+}
+
+func (planSteps) Resume(records.Plan) (plan.Event, bool) { return plan.Event{}, false }
+
+// performPlan is the plan machine's effect table: it runs one action and
+// returns its answer, if it has one.
 func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Action, u *plan.Usage) (plan.Event, bool) {
 	switch a.Kind {
 	case plan.StartMove:
