@@ -84,7 +84,7 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 	f.StringVar(&fl.generate, "generate", "", "instead of a file, run a generated scenario with this many hosts (see --hours)")
 	f.Float64("hours", 24, "simulated hours for --generate")
 	f.StringArrayVar(&fl.sets, "set", nil, "change an option, by its nova.conf name: --set filter_scheduler.host_subset_size=1 (repeatable)")
-	f.StringVar(&fl.drains, "drain", "", "drain these hosts (comma-separated) from t=0, the scheduler choosing each destination")
+	f.StringVar(&fl.drains, "drain", "", "drain these hosts (comma-separated) from t=0 as keel host drain does (largest first), the scheduler choosing each destination")
 	f.IntVar(&fl.inFlight, "in-flight", 1, "moves in flight at once for --drain and --rebalance (a drain's in_flight)")
 	f.BoolVar(&fl.rebal, "rebalance", false, "once the drains are done (at t=0 without any), plan a rebalance and run its moves")
 	f.StringVar(&fl.metric, "metric", "ram", "--rebalance's metric: ram, vcpu, disk or max")
@@ -275,7 +275,8 @@ func whatIf(sc *scenario.Scenario, sets []string, drains string, inFlight int) e
 	}
 	if drains != "" {
 		yes := true
-		sc.Drains = append(sc.Drains, scenario.Drain{InFlight: inFlight, Hosts: strings.Split(drains, ","), Disable: &yes})
+		// As keel host drain: its default order, the largest first.
+		sc.Drains = append(sc.Drains, scenario.Drain{InFlight: inFlight, Hosts: strings.Split(drains, ","), Disable: &yes, Order: "largest"})
 	}
 	if len(sets) > 0 || drains != "" {
 		if err := sc.Validate(); err != nil {

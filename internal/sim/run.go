@@ -13,6 +13,7 @@ import (
 
 	"keel/internal/compute"
 	"keel/internal/placement"
+	"keel/internal/plan"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 	"keel/internal/sim/scenario"
@@ -322,13 +323,21 @@ func (w *world) scheduleDrains(ctx context.Context) {
 				}
 			}
 			dr.d.started = true
+			var moves []records.PlanMove
 			for _, h := range spec.Hosts {
 				insts, _ := w.store.ListInstances(ctx, h) // creation order: UUIDs are a counter
 				for _, in := range insts {
 					if in.VMState == records.VMActive {
-						dr.d.queue = append(dr.d.queue, in.UUID)
+						moves = append(moves, records.PlanMove{Instance: in.UUID, RAMMB: in.Flavor.RAMMB})
 					}
 				}
+			}
+			// The order keel's plans use (validated with the scenario).
+			if spec.Order != "" {
+				_ = plan.Order(moves, spec.Order)
+			}
+			for _, mv := range moves {
+				dr.d.queue = append(dr.d.queue, mv.Instance)
 			}
 			if spec.Interval > 0 {
 				var tick func()

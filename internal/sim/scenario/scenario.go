@@ -239,6 +239,11 @@ type Drain struct {
 	Hosts    []string `toml:"hosts"`
 	// Disable the drained hosts at Start (default true).
 	Disable *bool `toml:"disable"`
+	// Order is the order of the drain's moves: "given" (the default: the
+	// hosts as listed, each one's instances in creation order, as Nova's
+	// host-evacuate-live), or "largest" or "smallest" (most or least RAM
+	// first, over all the drained hosts), as keel host drain --order.
+	Order string `toml:"order"`
 }
 
 // Workload is a stream of operations at a steady rate between Start and

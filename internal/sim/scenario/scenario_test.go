@@ -111,6 +111,7 @@ func TestParseErrors(t *testing.T) {
 		{"drain negative start", file(`[[drain]]`, `start = -1`, `hosts = ["h01"]`), 14, "drain[0].start: -1 is outside the run"},
 		{"drain negative interval", file(`[[drain]]`, `interval = -60`, `hosts = ["h01"]`), 14, "drain[0].interval: must be >= 0"},
 		{"drain negative in_flight", file(`[[drain]]`, `in_flight = -1`, `hosts = ["h01"]`), 14, "drain[0].in_flight: must be between 0 and 10000 (0 means 1), got -1"},
+		{"drain unknown order", file(`[[drain]]`, `order = "random"`, `hosts = ["h01"]`), 14, "drain[0].order: unknown move order random (want largest, smallest or given)"},
 
 		// Workloads.
 		{"workload kind", file(`[[workload]]`, `kind = "resize"`, `rate = 1`), 14, `workload[0].kind: unknown kind "resize" (known: boot, delete, migrate)`},

@@ -9,6 +9,7 @@ import (
 
 	"keel/internal/compute/workload"
 	"keel/internal/placement"
+	"keel/internal/plan"
 	"keel/internal/scheduler"
 )
 
@@ -693,6 +694,9 @@ func (s *Scenario) validateEvents(c *checker, names map[string]bool) {
 		checkSeconds(c, p+".interval", d.Interval, 0, " (0 means as soon as a slot frees)")
 		if d.InFlight < 0 || d.InFlight > MaxConcurrent {
 			c.errf(p+".in_flight", "must be between 0 and %d (0 means 1), got %d", MaxConcurrent, d.InFlight)
+		}
+		if err := plan.Order(nil, d.Order); err != nil {
+			c.errf(p+".order", "%v", err)
 		}
 		if len(d.Hosts) == 0 {
 			c.errf(p+".hosts", "missing: name the hosts to drain, e.g. hosts = [\"h01\"]")
