@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 
@@ -61,24 +62,10 @@ store of --data-dir.` + clientLong,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if cf.json() {
-				return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"rebalance": rp, "plan": p})
 			}
-			fmt.Fprintln(out, rebalanceLine(rp))
-			if p.ID == 0 {
-				return nil
-			}
-			names := serverNames(cmd.Context(), c)
-			t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "CV AFTER")
-			for i, m := range rp.Moves {
-				t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, fmt.Sprintf("%.4f", m.After))
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d runs it\n", p.ID, p.ID)
-			return nil
+			return printRebalancePlan(cmd.OutOrStdout(), rp, p.ID, serverNames(cmd.Context(), c), "")
 		},
 	}
 	cf = addClientFlags(cmd)
@@ -161,4 +148,23 @@ local store of --data-dir, and keel's executor runs it through Nova's API
 func rebalanceLine(rp rebalance.Plan) string {
 	return fmt.Sprintf("%s CV over %s: %.4f → %.4f in %s (%s)", rp.Metric, count(rp.Hosts, "enabled host", "enabled hosts"),
 		rp.Before, rp.After, count(len(rp.Moves), "move", "moves"), rp.Stopped)
+}
+
+// printRebalancePlan prints a rebalance plan's summary line, its moves and
+// how to run it, for keel's cloud and (cloudFlag "--os-cloud NOVA") a
+// Nova's alike.
+func printRebalancePlan(out io.Writer, rp rebalance.Plan, id int64, names serverNameMap, cloudFlag string) error {
+	fmt.Fprintln(out, rebalanceLine(rp))
+	if id == 0 {
+		return nil
+	}
+	t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "CV AFTER")
+	for i, m := range rp.Moves {
+		t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, fmt.Sprintf("%.4f", m.After))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d%s runs it\n", id, id, cloudFlag)
+	return nil
 }

@@ -515,27 +515,14 @@ func novaRebalancePlan(cmd *cobra.Command, c *client.Client, cf *clientFlags, o 
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
 	if cf.json() {
-		return writeJSON(out, map[string]any{"rebalance": rp, "plan": p})
+		return writeJSON(cmd.OutOrStdout(), map[string]any{"rebalance": rp, "plan": p})
 	}
-	fmt.Fprintln(out, rebalanceLine(rp))
-	if p.ID == 0 {
-		return nil
-	}
-	names := map[string]string{}
+	names := serverNameMap{}
 	for _, s := range nc.Servers {
 		names[s.UUID] = s.Name
 	}
-	t := newTable(out, "#", "INSTANCE", "NAME", "RAM MiB", "FROM", "TO", "CV AFTER")
-	for i, m := range rp.Moves {
-		t.row(fmt.Sprint(i+1), m.Instance, names[m.Instance], fmt.Sprint(m.RAMMB), m.Source, m.Destination, fmt.Sprintf("%.4f", m.After))
-	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d --os-cloud %s runs it\n", p.ID, p.ID, c.Cloud())
-	return nil
+	return printRebalancePlan(cmd.OutOrStdout(), rp, p.ID, names, " --os-cloud "+c.Cloud())
 }
 
 // novaRebalanceApply is keel rebalance apply on a Nova cloud: the plan

@@ -95,14 +95,7 @@ func (h *handler) deleteProject(w http.ResponseWriter, r *http.Request, me Princ
 		WriteError(w, http.StatusForbidden, "You cannot delete the project your token is scoped to.")
 		return
 	}
-	if h.update(w, r, func(d *Directory) error {
-		if !d.RemoveProject(id) {
-			return notFound("project", id)
-		}
-		return nil
-	}) {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	h.remove(w, r, "project", id, (*Directory).RemoveProject)
 }
 
 // createRole is POST /v3/roles (admin): a global role, which tokens carry
@@ -167,14 +160,7 @@ func (h *handler) deleteRole(w http.ResponseWriter, r *http.Request, me Principa
 			"Unable to delete immutable role resource: `%s`. The built-in roles admin, member and reader cannot be deleted.", id))
 		return
 	}
-	if h.update(w, r, func(d *Directory) error {
-		if !d.RemoveRole(id) {
-			return notFound("role", id)
-		}
-		return nil
-	}) {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	h.remove(w, r, "role", id, (*Directory).RemoveRole)
 }
 
 // domainIDs are the domains keel knows: Default, and any other a

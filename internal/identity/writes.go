@@ -344,6 +344,20 @@ func (h *handler) changePassword(w http.ResponseWriter, r *http.Request, me Prin
 	}
 }
 
+// remove is the end of a DELETE on a directory entry: the entry of kind
+// with id goes, by del, in one directory update, answered 204, or 404 in
+// Keystone's shape when there is none.
+func (h *handler) remove(w http.ResponseWriter, r *http.Request, kind, id string, del func(*Directory, string) bool) {
+	if h.update(w, r, func(d *Directory) error {
+		if !del(d, id) {
+			return notFound(kind, id)
+		}
+		return nil
+	}) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
 // deleteUser is DELETE /v3/users/{id} (admin; not oneself).
 func (h *handler) deleteUser(w http.ResponseWriter, r *http.Request, me Principal) {
 	if !h.admin(w, me, "delete_user") {
@@ -354,14 +368,7 @@ func (h *handler) deleteUser(w http.ResponseWriter, r *http.Request, me Principa
 		WriteError(w, http.StatusForbidden, "You cannot delete the user you are logged in as.")
 		return
 	}
-	if h.update(w, r, func(d *Directory) error {
-		if !d.RemoveUser(id) {
-			return notFound("user", id)
-		}
-		return nil
-	}) {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	h.remove(w, r, "user", id, (*Directory).RemoveUser)
 }
 
 // roleAssignment is PUT, DELETE, GET and HEAD on
