@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func (s *jobs) flow(clk clock.Clock) *Flow[job, jobEvent, string] {
 			for _, j := range s.byID {
 				out = append(out, j)
 			}
-			slices.SortFunc(out, func(a, b job) int { return cmpString(a.ID, b.ID) })
+			slices.SortFunc(out, func(a, b job) int { return strings.Compare(a.ID, b.ID) })
 			return out, nil
 		},
 		Get: func(_ context.Context, j job) (job, error) {
@@ -105,16 +106,6 @@ func (s *jobs) flow(clk clock.Clock) *Flow[job, jobEvent, string] {
 		},
 		Due: func(_ context.Context, j job, _ jobEvent) bool { return !j.WaitsOutsider },
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (s *jobs) fedAndReset() []string {
