@@ -257,6 +257,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "restart":
 		out = s.restart(t)
+	case "strand":
+		err = s.strand(t, d)
 	case "restart-agent":
 		// The source agent restarts: its copies end at once, reported
 		// interrupted by the restart (what keel agent reports at start).
@@ -609,6 +611,20 @@ func (s *script) fail(t *testing.T, d *datadriven.TestData) {
 		d.Fatalf(t, "fail: no host %q", host)
 	}
 	drv.FailNext(step, uuid, msg)
+}
+
+// strand gives an instance a task (strand a task=migrating) with no
+// migration: what a server killed between saving a move's task and
+// recording its migration leaves.
+func (s *script) strand(t *testing.T, d *datadriven.TestData) error {
+	ctx := context.Background()
+	in, err := s.c.Backing.GetInstance(ctx, s.uuid(t, d))
+	if err != nil {
+		return err
+	}
+	in.TaskState, in.UpdatedAt = records.TaskState(s.str(t, d, "task")), s.c.Clock.Now()
+	_, err = s.c.Backing.UpdateInstance(ctx, in)
+	return err
 }
 
 func (s *script) forceDown(host string, down bool) error {

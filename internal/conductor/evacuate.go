@@ -45,7 +45,7 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	if _, err := c.store.GetConsumer(ctx, inst.UUID); err != nil {
 		return records.Migration{}, fmt.Errorf("evacuating %s: its allocation: %w", instanceUUID, err)
 	}
-	inst.TaskState, inst.UpdatedAt = records.TaskRebuilding, c.clock.Now()
+	inst = c.moving(inst, records.TaskRebuilding)
 	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
 		return records.Migration{}, fmt.Errorf("evacuating %s: %w", instanceUUID, err)
 	}

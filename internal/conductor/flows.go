@@ -78,12 +78,30 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 			return in
 		},
 		Gone: func(in records.Instance) bool { return in.TaskState == records.TaskDeleting }, // the delete removes the guest
-		Saved: func(prev, next records.Instance, _ lifecycle.Event) {
-			if next.Action == "" {
+		Saved: func(prev, next records.Instance, ev lifecycle.Event) {
+			switch {
+			case ev.Kind == lifecycle.MoveLost:
+				c.log.Warn("cleared a move's task that no migration carries (the server that set it stopped before recording the move)",
+					"instance", next.UUID, "task", prev.TaskState, "host", next.Host, "vm_state", next.VMState)
+			case next.Action == "":
 				c.log.Info("lifecycle action ended", "instance", next.UUID, "action", prev.Action, "vm_state", next.VMState, "error", next.ActionError)
 			}
 		},
+		Due: c.lifecycleDue,
 	}
+}
+
+// lifecycleDue is what a lifecycle deadline needs besides its record: a
+// move's task is lost only when no migration of the instance is active.
+func (c *Conductor) lifecycleDue(ctx context.Context, in records.Instance, ev lifecycle.Event) bool {
+	if ev.Kind != lifecycle.MoveLost {
+		return true
+	}
+	moving, err := c.inMigration(ctx, in.UUID)
+	if err != nil {
+		c.log.Warn("checking a move's task for its migration; left for the next sweep", "instance", in.UUID, "err", err)
+	}
+	return err == nil && !moving
 }
 
 func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Event, migration.Action] {

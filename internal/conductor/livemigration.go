@@ -50,7 +50,7 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	if requestedHost == inst.Host {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
 	}
-	inst.TaskState, inst.UpdatedAt = records.TaskMigrating, c.clock.Now()
+	inst = c.moving(inst, records.TaskMigrating)
 	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
 		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
 	}
@@ -69,6 +69,14 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	}
 	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
 	return c.store.GetMigration(ctx, m.ID)
+}
+
+// moving returns inst with a move's task, as a move saves it before it
+// records its migration: owned by this replica, whose sweep clears the
+// task if it stops before the migration is recorded (lifecycle.MoveLost).
+func (c *Conductor) moving(inst records.Instance, task records.TaskState) records.Instance {
+	inst.TaskState, inst.Owner, inst.UpdatedAt = task, c.cfg.Owner, c.clock.Now()
+	return inst
 }
 
 // Abort asks to cancel a migration (DELETE /servers/{id}/migrations/{mid}).

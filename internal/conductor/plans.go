@@ -397,9 +397,12 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 }
 
 // inMigration reports whether inst has an active migration.
-func (c *Conductor) inMigration(ctx context.Context, inst string) bool {
+func (c *Conductor) inMigration(ctx context.Context, inst string) (bool, error) {
 	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst, ActiveOnly: true})
-	return err == nil && len(ms) > 0
+	if err != nil {
+		return false, fmt.Errorf("listing the migrations of %s: %w", inst, err)
+	}
+	return len(ms) > 0, nil
 }
 
 // lostOr answers a start that failed before or while creating the
@@ -455,8 +458,10 @@ func skipMove(format string, args ...any) plan.Event {
 // every kind of move does: gone, or no longer on the planned source, the
 // move is skipped; moved by another migration (one that started before
 // the plan: it may be arriving on a host being drained), it waits for it
-// to end. ok is false with the event to answer when the move does not
-// start now.
+// to end; with a move's task and no migration (one starting this instant,
+// or left by a server that died before recording it, which the sweep
+// clears: lifecycle.MoveLost), it waits too. ok is false with the event
+// to answer when the move does not start now.
 func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (inst records.Instance, ev plan.Event, ok bool) {
 	mv := p.Moves[i]
 	inst, err := c.store.GetInstance(ctx, mv.Instance)
@@ -465,8 +470,19 @@ func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (ins
 		return inst, skipMove("instance %s is gone", mv.Instance), false
 	case err != nil:
 		return inst, c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err)), false
-	case inst.TaskState != records.TaskNone && c.inMigration(ctx, inst.UUID):
-		return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}, false
+	}
+	if inst.TaskState != records.TaskNone {
+		moving, err := c.inMigration(ctx, inst.UUID)
+		switch {
+		case err != nil:
+			return inst, c.lostOr(ctx, p, i, err), false
+		case moving:
+			return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}, false
+		case records.MoveTask(inst.TaskState):
+			return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s has task %s and no migration; waiting for it to start or be cleared", mv.Instance, inst.TaskState)}, false
+		}
+	}
+	switch {
 	case inst.Host != mv.Source:
 		return inst, skipMove("instance %s is on %s, not on %s as planned", mv.Instance, inst.Host, mv.Source), false
 	}

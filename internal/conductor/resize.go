@@ -49,7 +49,7 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 	} else if newFlavor.ID == old.ID {
 		return records.Migration{}, &InvalidStateError{Msg: "When resizing, instances must change flavor!"}
 	}
-	inst.TaskState, inst.UpdatedAt = records.TaskResizePrep, c.clock.Now()
+	inst = c.moving(inst, records.TaskResizePrep)
 	if typ == records.MigrationTypeResize {
 		// Counted by the quotas from now on (the larger flavor), before
 		// the admission's count: racing resizes and boots see each other.

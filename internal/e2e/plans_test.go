@@ -256,7 +256,9 @@ func spread(v []float64) (mean, cv, maxOverMean float64) {
 // the audit is clean.
 func TestDrainRefusalTwoDrainsAndServerKill(t *testing.T) {
 	t.Parallel()
-	c := faultCloud(t, 5, "keel.memory_mb=24576", "DEFAULT.max_concurrent_live_migrations=2")
+	// service_down_time 20 s: a move whose task the kill left with no
+	// migration is cleared by the sweep after it (lifecycle.MoveLost).
+	c := faultCloud(t, 5, "keel.memory_mb=24576", "DEFAULT.max_concurrent_live_migrations=2", "DEFAULT.service_down_time=20")
 	onHost := map[string]string{}
 	var ids []string
 	for h := 1; h <= 5; h++ {

@@ -156,7 +156,8 @@ type Machine struct {
 // flight for StallAfter is asked again (ResumeEv), or ends (TimedOut)
 // when by then the action has also waited ActionTimeout for its agent;
 // an unshelve whose boot ended unseen is finished (Booted or
-// BootFailed). A building unshelve waits for its boot, and an action an
+// BootFailed); a move task StallAfter old is checked for its migration
+// (MoveLost). A building unshelve waits for its boot, and an action an
 // admin reset has nothing to resume.
 func (mc Machine) Deadline(inst records.Instance, now time.Time) (time.Time, Event, bool) {
 	switch {
@@ -165,6 +166,9 @@ func (mc Machine) Deadline(inst records.Instance, now time.Time) (time.Time, Eve
 	case inst.Action == "":
 		if inst.VMState == records.VMShelved && inst.TaskState == records.TaskNone && mc.ShelvedOffloadTime > 0 {
 			return inst.ShelvedAt.Add(mc.ShelvedOffloadTime), Event{Kind: OffloadDue}, true
+		}
+		if records.MoveTask(inst.TaskState) {
+			return inst.UpdatedAt.Add(mc.StallAfter), Event{Kind: MoveLost}, true
 		}
 		return time.Time{}, Event{}, false
 	}
@@ -297,6 +301,12 @@ const (
 	// OffloadDue is fed by the sweep for a shelved server past
 	// shelved_offload_time.
 	OffloadDue EventKind = "offload-due"
+	// MoveLost is fed by the sweep for a server whose move task has had
+	// no migration for StallAfter (the flow's Due checks there is none):
+	// the server that set the task died before it recorded the move. As
+	// Nova's compute does at start for an interrupted migration, the
+	// task is cleared; the server stays as and where it is.
+	MoveLost EventKind = "move-lost"
 )
 
 // Event is something that happened to an action.
@@ -362,6 +372,12 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 			return inst, nil, mc.illegal(inst, ev)
 		}
 		return mc.offload(inst, now)
+	case inst.Action == "" && ev.Kind == MoveLost:
+		if !records.MoveTask(inst.TaskState) {
+			return inst, nil, mc.illegal(inst, ev)
+		}
+		inst.TaskState = records.TaskNone
+		return inst, nil, nil
 	case inst.Action == "":
 		return inst, nil, mc.illegal(inst, ev)
 	}

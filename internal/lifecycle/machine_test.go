@@ -266,6 +266,12 @@ func TestDeadline(t *testing.T) {
 		{name: "unshelve booted unseen: finished", inst: inst(records.VMActive, records.TaskUnshelving, Unshelve, PhaseBoot, 0),
 			when: t0.Add(time.Minute), ev: Booted},
 		{name: "no action: nothing", inst: inst(records.VMActive, records.TaskNone, "", "", 0), none: true},
+		{name: "a move's task: checked for its migration", inst: inst(records.VMActive, records.TaskMigrating, "", "", 5*time.Second),
+			when: t0.Add(time.Minute + 5*time.Second), ev: MoveLost},
+		{name: "a resize's task: checked for its migration", inst: inst(records.VMActive, records.TaskResizePrep, "", "", 0),
+			when: t0.Add(time.Minute), ev: MoveLost},
+		{name: "a rebuild action's task: the action's", inst: inst(records.VMActive, records.TaskRebuilding, "rebuild", PhaseAgent, 0),
+			when: t0.Add(time.Minute), ev: ResumeEv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := tc.now
@@ -286,5 +292,28 @@ func TestDeadline(t *testing.T) {
 				t.Fatalf("the deadline's event is refused: %v", err)
 			}
 		})
+	}
+}
+
+// TestMoveLost: a move task with no migration is cleared and the server
+// stays as it was; a server with no move task refuses the event.
+func TestMoveLost(t *testing.T) {
+	mc := Machine{StallAfter: time.Minute}
+	in := records.Instance{UUID: "i", Host: "h1", VMState: records.VMPaused, TaskState: records.TaskMigrating}
+	got, acts, err := mc.Step(in, Event{Kind: MoveLost}, t0)
+	if err != nil || len(acts) != 0 {
+		t.Fatalf("MoveLost: %v, actions %v", err, acts)
+	}
+	if got.TaskState != records.TaskNone || got.VMState != records.VMPaused || got.Host != "h1" {
+		t.Fatalf("after MoveLost: %s/%q on %s, want paused with no task on h1", got.VMState, got.TaskState, got.Host)
+	}
+	if in.TaskState != records.TaskMigrating {
+		t.Fatal("Step mutated its input")
+	}
+	for _, task := range []records.TaskState{records.TaskNone, records.TaskRebooting} {
+		in.TaskState = task
+		if _, _, err := mc.Step(in, Event{Kind: MoveLost}, t0); err == nil {
+			t.Fatalf("MoveLost accepted for task %q", task)
+		}
 	}
 }

@@ -198,6 +198,17 @@ const (
 	TaskDeleting         TaskState = "deleting"
 )
 
+// MoveTask reports whether t is the task of a move, one a migration
+// record carries (live, cold, resize or evacuation): a server that set it
+// and died before recording its migration leaves it with none.
+func MoveTask(t TaskState) bool {
+	switch t {
+	case TaskMigrating, TaskResizePrep, TaskResizeReverting, TaskResizeConfirming, TaskRebuilding:
+		return true
+	}
+	return false
+}
+
 // Instance is a virtual machine's record.
 type Instance struct {
 	UUID      string `json:"uuid"`
