@@ -129,6 +129,9 @@ func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]b
 			}
 		}
 		ev, _ := f.Machine.Resume(r)
+		if f.Due != nil && !f.Due(ctx, r, ev) {
+			continue // not now: this replica's sweep feeds it when it is due
+		}
 		d.Log.Info("resuming", "flow", f.Name, "key", f.Key(r), "event", ev, "at_start", atStart)
 		if err := f.feed(ctx, d, r, ev); err != nil {
 			d.Log.Error("resuming", "flow", f.Name, "key", f.Key(r), "err", err)

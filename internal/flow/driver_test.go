@@ -171,6 +171,26 @@ func TestRecoverTakesWhatThisReplicaMay(t *testing.T) {
 	}
 }
 
+// A flow whose resume needs what its record cannot tell (Due says no) is
+// taken over but not fed: this replica's sweep feeds it when it is due.
+func TestRecoverLeavesWhatIsNotDueToTheSweep(t *testing.T) {
+	s := &jobs{byID: map[string]job{
+		"waits": {ID: "waits", Owner: "x", Goal: 2, WaitsOutsider: true},
+		"goes":  {ID: "goes", Owner: "x", Goal: 2},
+	}}
+	d, clk := newDriver("a")
+	Register(d, s.flow(clk))
+	if n, err := d.Recover(context.Background()); err != nil || n != 1 {
+		t.Fatalf("recovered %d, %v; want 1", n, err)
+	}
+	if got, want := s.fedAndReset(), []string{"goes:resume"}; !slices.Equal(got, want) {
+		t.Fatalf("recovery fed %v, want %v", got, want)
+	}
+	if o := s.byID["waits"].Owner; o != "a" {
+		t.Fatalf("the job left for the sweep is owned by %q, want a (the sweep feeds only its own)", o)
+	}
+}
+
 func TestRecoverWithoutOwnerResumesEverything(t *testing.T) {
 	s := &jobs{byID: map[string]job{"a": {ID: "a", Owner: "x", Goal: 1}, "b": {ID: "b", Goal: 1}}}
 	d, clk := newDriver("")

@@ -60,8 +60,9 @@ type Flow[R, E, A any] struct {
 	Stamp   func(r R, now time.Time) R
 	Gone    func(r R) bool
 	Saved   func(prev, next R, ev E)
-	// Due, when set, is the part of a passed deadline the record alone
-	// cannot tell: false leaves it for a later sweep.
+	// Due, when set, is the part of a passed deadline, or of a resume,
+	// the record alone cannot tell: false leaves it for a later sweep (a
+	// resumed flow is taken over first, so that sweep is this replica's).
 	Due func(ctx context.Context, r R, ev E) bool
 	// Conflict reports whether a Save's error means the record moved on.
 	Conflict func(err error) bool

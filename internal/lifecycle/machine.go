@@ -189,10 +189,14 @@ func (mc Machine) Deadline(inst records.Instance, now time.Time) (time.Time, Eve
 // Resume is the event that resumes inst's action after a restart, or
 // when another replica takes it over: the phase's action is asked again
 // (ResumeEv), or an unshelve whose boot ended is finished (Booted or
-// BootFailed). None for no action, a delete, a boot in flight (the boot
-// resumes itself) or an action an admin reset (os-resetState).
+// BootFailed); a move's task is checked for its migration (MoveLost, if
+// the flow's Due finds none). None for no action, a delete, a boot in
+// flight (the boot resumes itself) or an action an admin reset
+// (os-resetState).
 func (mc Machine) Resume(inst records.Instance) (Event, bool) {
 	switch {
+	case inst.Action == "" && records.MoveTask(inst.TaskState):
+		return Event{Kind: MoveLost}, true
 	case inst.Action == "" || inst.TaskState == records.TaskDeleting || inst.VMState == records.VMBuilding,
 		inst.TaskState == records.TaskNone && inst.ActionPhase != PhaseBoot:
 		return Event{}, false
