@@ -27,7 +27,8 @@ type Measurement struct {
 }
 
 // Measurer is a driver that can measure what its guests use: fake.Driver
-// (its workload models) and qemu.Driver (/proc).
+// (its workload models), qemu.Driver (the kernel's /proc) and
+// libvirt.Driver (libvirtd's domain and node statistics).
 type Measurer interface {
 	// Measure reads the host and its guests now; ErrUnmeasured when it
 	// cannot (the host's metrics are then unavailable).
@@ -38,21 +39,51 @@ type Measurer interface {
 var ErrUnmeasured = errors.New("usage cannot be measured")
 
 // CPUMetrics builds the host CPU metrics from fractions of the host's
-// CPU time (user, kernel, idle, iowait; cpu.percent is what is not idle),
-// as Nova's cpu.virt_driver monitor names them.
+// CPU time (user, kernel, idle, iowait; cpu.percent is the time neither
+// idle nor waiting for I/O, user + kernel), as Nova's cpu.virt_driver
+// monitor names and computes them. A frequency of 0 (the kernel does not
+// say) leaves cpu.frequency out: unavailable, never zero.
 func CPUMetrics(at time.Time, source string, freqMHz, user, kernel, idle, iowait float64) []records.Metric {
 	clamp := func(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
 	m := func(name string, v float64) records.Metric {
 		return records.Metric{Name: name, Value: v, Timestamp: at, Source: source}
 	}
-	return []records.Metric{
-		m(records.MetricCPUFrequency, freqMHz),
+	var out []records.Metric
+	if freqMHz > 0 {
+		out = append(out, m(records.MetricCPUFrequency, freqMHz))
+	}
+	return append(out,
 		m(records.MetricCPUUserPercent, clamp(user)),
 		m(records.MetricCPUKernelPercent, clamp(kernel)),
 		m(records.MetricCPUIdlePercent, clamp(idle)),
 		m(records.MetricCPUIOWaitPercent, clamp(iowait)),
-		m(records.MetricCPUPercent, clamp(1-idle)),
+		m(records.MetricCPUPercent, clamp(1-idle-iowait)),
+	)
+}
+
+// CPUTimes are a host's cumulative CPU times as its kernel counts them,
+// in any one unit (clock ticks from /proc/stat, nanoseconds from
+// libvirt's virNodeGetCPUStats): user (with nice), kernel (system, irq,
+// softirq), idle and iowait.
+type CPUTimes struct {
+	User, Kernel, Idle, IOWait uint64
+}
+
+// CPUMetricsBetween builds the host CPU metrics from two readings of its
+// cumulative CPU times, as Nova's cpu.virt_driver monitor does from
+// libvirt's: each share of the time that passed between them. ok is
+// false when no CPU time passed (or the counters went back: a reboot).
+func CPUMetricsBetween(at time.Time, source string, freqMHz float64, prev, cur CPUTimes) ([]records.Metric, bool) {
+	if cur.User < prev.User || cur.Kernel < prev.Kernel || cur.Idle < prev.Idle || cur.IOWait < prev.IOWait {
+		return nil, false
 	}
+	user, kernel := float64(cur.User-prev.User), float64(cur.Kernel-prev.Kernel)
+	idle, iowait := float64(cur.Idle-prev.Idle), float64(cur.IOWait-prev.IOWait)
+	total := user + kernel + idle + iowait
+	if total <= 0 {
+		return nil, false
+	}
+	return CPUMetrics(at, source, freqMHz, user/total, kernel/total, idle/total, iowait/total), true
 }
 
 // MetricsConfig is when an agent reports measured usage ([metrics]

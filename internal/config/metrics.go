@@ -10,14 +10,15 @@ import (
 )
 
 // DriverMetrics lists, for each [keel] driver, the metrics its agents
-// report: the fake driver measures its guests' workload models and
-// reports every name of records.MetricNames; the qemu and libvirt drivers
-// measure nothing yet (they are no compute.Measurer), so their hosts have
-// no metrics at all. TestDriverMetricsMatchTheDrivers keeps this true.
+// report: every name of records.MetricNames for all three — the fake
+// driver from its guests' workload models, the qemu driver from the
+// kernel's /proc/stat (cpu.frequency from /proc/cpuinfo, where the kernel
+// gives it), the libvirt driver from libvirtd's virNodeGetCPUStats.
+// TestDriverMetricsMatchTheDrivers keeps this true.
 var DriverMetrics = map[string][]string{
 	"fake":    records.MetricNames,
-	"qemu":    nil,
-	"libvirt": nil,
+	"qemu":    records.MetricNames,
+	"libvirt": records.MetricNames,
 }
 
 // CheckMetrics checks [metrics] weight_setting against what the agents of

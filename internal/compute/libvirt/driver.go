@@ -81,6 +81,14 @@ type Driver struct {
 	jobs        map[string]*copyJob // outgoing copies, by instance
 	interrupted []compute.Guest
 	resumable   []compute.Guest
+
+	// sampleMu serialises Measure; lastSample is its last reading.
+	// ownersMu guards owners: whether each run of an active domain is this
+	// host's (its keel metadata read once).
+	sampleMu   sync.Mutex
+	lastSample sample
+	ownersMu   sync.Mutex
+	owners     map[domainID]bool
 }
 
 var (
@@ -91,6 +99,7 @@ var (
 	_ compute.CopyReverter    = (*Driver)(nil)
 	_ compute.CopyDestination = (*Driver)(nil)
 	_ compute.ColdMover       = (*Driver)(nil)
+	_ compute.Measurer        = (*Driver)(nil)
 )
 
 // New connects to libvirtd and finds the guests of an earlier agent on

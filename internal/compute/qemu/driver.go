@@ -71,6 +71,10 @@ type Driver struct {
 	gone        map[string]string
 	interrupted []compute.Guest
 	resumable   []compute.Guest
+
+	// measureMu serialises Measure; lastSample is its last reading.
+	measureMu  sync.Mutex
+	lastSample sample
 }
 
 // vm is one guest and its QEMU process.
@@ -94,6 +98,7 @@ var (
 	_ compute.CopyReverter    = (*Driver)(nil)
 	_ compute.CopyDestination = (*Driver)(nil)
 	_ compute.ConsoleReader   = (*Driver)(nil)
+	_ compute.Measurer        = (*Driver)(nil)
 )
 
 // ErrNoQEMU says the QEMU binary is missing, and which package has it.
