@@ -87,6 +87,12 @@ import (
 //	cut H | mend H                     the conductor's calls to H's agent find
 //	                                   no agent (bus.ErrUnavailable), or do
 //	                                   again; the agent runs on and reports
+//	lose STEP host=H                   the next STEP cast (live_migration,
+//	                                   resize_instance) to H is lost: the
+//	                                   conductor sent it, the agent never got
+//	                                   it (a server killed mid-cast)
+//	deliver-lost host=H                that lost cast reaches H's agent now;
+//	                                   prints its refusal, if any
 //	reports lost | reports delivered   the agents' reports (build done, copy
 //	                                   progress and end) are dropped on the
 //	                                   way, or reach the conductor again
@@ -140,7 +146,8 @@ import (
 //	                                   migrations
 //	show migration N                   one migration's record in full (tried
 //	                                   hosts, attempts, times since the
-//	                                   epoch, memory copied, owner, plan)
+//	                                   epoch, memory copied, owner,
+//	                                   interrupted, plan)
 //	show instance NAME                 one instance's record: its state and
 //	                                   version, and its resize flavor, build
 //	                                   phase, action and action phase when
@@ -238,6 +245,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		s.fail(t, d)
 	case "cut", "mend":
 		s.c.Cut(d.CmdArgs[0].Key, d.Cmd == "cut")
+	case "lose":
+		if lerr := s.c.Lose(s.str(t, d, "host"), d.CmdArgs[0].Key); lerr != nil {
+			d.Fatalf(t, "%v", lerr)
+		}
+	case "deliver-lost":
+		err = s.c.DeliverLost(s.str(t, d, "host"))
 	case "force-down", "force-up":
 		err = s.forceDown(d.CmdArgs[0].Key, d.Cmd == "force-down")
 	case "reports":
@@ -794,6 +807,9 @@ func (s *script) showMigration(t *testing.T, d *datadriven.TestData, b *strings.
 	}
 	if m.Owner != "" {
 		fmt.Fprintf(b, "  owner: %s\n", m.Owner)
+	}
+	if m.Interrupted {
+		fmt.Fprintf(b, "  interrupted: keel's restart ended it\n")
 	}
 	if m.PlanMove != nil {
 		fmt.Fprintf(b, "  plan %d, move %d\n", m.PlanMove.Plan, m.PlanMove.Move)

@@ -498,3 +498,55 @@ func TestAbortWithoutACopyEndsTheMigration(t *testing.T) {
 		t.Fatal("an aborted copy left its guest not running")
 	}
 }
+
+// A conductor that resumes a migration in its copy after a restart asks
+// the source (CheckCopy): a copy the source never started (the server was
+// killed before its cast went out) is reported ended, interrupted, once,
+// and its cast, arriving late, is refused; a copy that runs is left to
+// report on its own; a migration whose source is another host is not
+// answered for. Live and cold moves alike.
+func TestCheckCopyEndsACopyNeverStarted(t *testing.T) {
+	e := newAgentEnv(t, "")
+	for _, uuid := range []string{"lost", "busy", "cold"} {
+		e.drv.AddGuest(compute.Guest{UUID: uuid, Flavor: small, State: compute.GuestRunning})
+	}
+	lost := e.instance("lost", "h1", records.VMActive, records.TaskMigrating)
+	busy := e.instance("busy", "h1", records.VMActive, records.TaskMigrating)
+	cold := e.instance("cold", "h1", records.VMActive, records.TaskResizePrep)
+	e.instance("other", "h2", records.VMActive, records.TaskMigrating)
+	ml := e.migration(records.Migration{InstanceUUID: "lost", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	mb := e.migration(records.Migration{InstanceUUID: "busy", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	mc := e.migration(records.Migration{InstanceUUID: "cold", Type: records.MigrationTypeCold, SourceHost: "h1", DestHost: "h2",
+		Phase: migration.PhaseResizeSource, Status: records.MigrationMigrating})
+	mo := e.migration(records.Migration{InstanceUUID: "other", SourceHost: "h2", DestHost: "h1", Phase: migration.PhaseCopy})
+	if err := e.mgr.LiveMigration(ctx, mb.ID, busy, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a repeat changes nothing
+		for _, id := range []int64{ml.ID, mb.ID, mc.ID} {
+			if err := e.mgr.CheckCopy(ctx, id); err != nil {
+				t.Fatalf("check of migration %d: %v", id, err)
+			}
+		}
+	}
+	if err := e.mgr.CheckCopy(ctx, mo.ID); err == nil {
+		t.Fatal("h1 answered for a copy from h2")
+	}
+	if err := e.mgr.LiveMigration(ctx, ml.ID, lost, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+		t.Fatalf("a late live_migration cast of a copy reported ended: %v, want refused", err)
+	}
+	if err := e.mgr.ResizeInstance(ctx, mc.ID, cold, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+		t.Fatalf("a late resize_instance cast of a copy reported ended: %v, want refused", err)
+	}
+	e.clk.Advance(10 * time.Second) // the running copy ends
+	got := strings.Join(e.cond.got(), " | ")
+	if strings.Count(got, "runs no copy for this migration") != 2 {
+		t.Fatalf("the conductor heard %q, want the two copies never started reported ended, once each", got)
+	}
+	if !strings.Contains(got, "copy ok") || len(e.cond.got()) != 3 {
+		t.Fatalf("the conductor heard %q, want the running copy's own end besides", got)
+	}
+	if e.guest("lost") != compute.GuestRunning || e.guest("cold") != compute.GuestRunning {
+		t.Fatal("a refused late cast touched its guest")
+	}
+}

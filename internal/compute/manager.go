@@ -78,9 +78,18 @@ type Manager struct {
 	auditStopped bool
 
 	copiesMu sync.Mutex
-	// copies are the memory copies this process started or re-attached to
-	// and whose end it has not reported yet, by migration ID.
+	// copies are the copies (a live migration's memory, a cold move's
+	// disk) this process started or re-attached to and whose end it has
+	// not reported yet, by migration ID.
 	copies map[int64]string
+
+	// startMu serialises starting a copy (its fence, then its place in
+	// copies) with CheckCopy, so a cast and a check never cross.
+	startMu sync.Mutex
+	// ended are the migrations CheckCopy reported ended because this
+	// process never started their copy: a late cast of one is refused.
+	// Guarded by startMu.
+	ended map[int64]bool
 
 	metricsMu sync.Mutex // guards metrics
 	metrics   metricsState
@@ -110,7 +119,7 @@ func NewManager(host string, driver Driver, tracker *Tracker, peers Peers, repor
 		log = slog.Default()
 	}
 	return &Manager{host: host, driver: driver, tracker: tracker, peers: peers, reporter: reporter, clock: clk, log: log.With("host", host),
-		copies: map[int64]string{}}
+		copies: map[int64]string{}, ended: map[int64]bool{}}
 }
 
 // Host returns the manager's host name.
@@ -243,7 +252,9 @@ func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (
 // destination), so a call that arrives late — after the conductor gave up
 // on it — refuses instead of starting a copy nobody waits for.
 func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	if err := m.fence(ctx, migID, inst.UUID, dest); err != nil {
+	m.startMu.Lock()
+	defer m.startMu.Unlock()
+	if err := m.startWanted(ctx, migID, inst.UUID, dest); err != nil {
 		m.log.Warn("refusing a copy the migration no longer asks for", "migration", migID, "instance", inst.UUID, "err", err)
 		return fmt.Errorf("live migration %d of %s from %s: %w", migID, inst.UUID, m.host, err)
 	}
@@ -280,16 +291,97 @@ func (m *Manager) fence(ctx context.Context, migID int64, uuid, dest string) err
 	return copyWanted(rec, m.host, uuid, dest)
 }
 
-// copyWanted is the fence's rule.
+// startWanted is the fence of a copy's start, called with startMu held:
+// besides the record's (fence), a copy CheckCopy reported ended, or whose
+// end a report still pending tells, is not started (again).
+func (m *Manager) startWanted(ctx context.Context, migID int64, uuid, dest string) error {
+	if m.ended[migID] {
+		return fmt.Errorf("%w: its copy was reported ended, never started here (the conductor asked after a restart)", ErrFenced)
+	}
+	if pending, ok := m.reporter.(ReportKeeper); ok && pending.HasCopy(migID) {
+		return fmt.Errorf("%w: the end of its copy is already reported", ErrFenced)
+	}
+	return m.fence(ctx, migID, uuid, dest)
+}
+
+// copyWanted is the fence's rule: the migration is in its copy (a live
+// migration's phase copy, status running; a cold move's resize-source,
+// status migrating), not aborted, and moves uuid from host to dest.
 func copyWanted(rec records.Migration, host, uuid, dest string) error {
+	phase, status := copyPhase(rec)
 	switch {
-	case rec.Phase != migration.PhaseCopy || rec.Status != records.MigrationRunning:
+	case rec.Phase != phase || rec.Status != status:
 		return fmt.Errorf("%w: migration %d is in phase %s, status %s", ErrFenced, rec.ID, rec.Phase, rec.Status)
 	case rec.AbortRequested:
 		return fmt.Errorf("%w: migration %d was aborted", ErrFenced, rec.ID)
 	case rec.SourceHost != host || rec.InstanceUUID != uuid || (dest != "" && rec.DestHost != dest):
 		return fmt.Errorf("%w: migration %d moves %s from %s to %s", ErrFenced, rec.ID, rec.InstanceUUID, rec.SourceHost, rec.DestHost)
 	}
+	return nil
+}
+
+// copyPhase is the phase and status of a migration of rec's type while
+// its source copies.
+func copyPhase(rec records.Migration) (records.MigrationPhase, records.MigrationStatus) {
+	if rec.Type == records.MigrationTypeCold || rec.Type == records.MigrationTypeResize {
+		return migration.PhaseResizeSource, records.MigrationMigrating
+	}
+	return migration.PhaseCopy, records.MigrationRunning
+}
+
+// CheckCopy answers a conductor that resumed migration migID in its copy
+// (after a restart of the server, or taking it over from another
+// replica) and cannot tell whether the copy's cast reached this host, its
+// source. A copy this process runs, or whose end it still holds
+// unreported, reports its end on its own: nothing to do. Otherwise the
+// cast never came: the copy is reported ended, interrupted
+// (ErrCopyRestarted: keel's restart, not the destination, is at fault),
+// so the conductor rolls the migration back at once instead of waiting
+// for migration_stall_timeout, and a late cast of it is refused from now
+// on. The agent answers only for its own host: a migration this host is
+// not the source of is refused. Calling it again changes nothing.
+func (m *Manager) CheckCopy(ctx context.Context, migID int64) error {
+	m.startMu.Lock()
+	defer m.startMu.Unlock()
+	m.copiesMu.Lock()
+	_, running := m.copies[migID]
+	m.copiesMu.Unlock()
+	pending, keeps := m.reporter.(ReportKeeper)
+	if running || m.ended[migID] || (keeps && pending.HasCopy(migID)) {
+		return nil
+	}
+	mr, ok := m.tracker.store.(MigrationReader)
+	if !ok {
+		return nil // no record to check against: the stall timeout decides
+	}
+	rec, err := mr.GetMigration(ctx, migID)
+	if err != nil {
+		return fmt.Errorf("checking the copy of migration %d on %s: %w", migID, m.host, err)
+	}
+	if rec.SourceHost != m.host || rec.Type == records.MigrationTypeEvac {
+		return fmt.Errorf("checking the copy of migration %d on %s: %s %d copies from %s, not from this host",
+			migID, m.host, rec.Type, migID, rec.SourceHost)
+	}
+	if phase, status := copyPhase(rec); rec.Phase != phase || rec.Status != status {
+		return nil // past its copy: its end was taken
+	}
+	m.ended[migID] = true
+	m.log.Info("the conductor resumed a copy this host never started; reporting it ended", "migration", migID, "instance", rec.InstanceUUID)
+	cerr := RestartedError(fmt.Sprintf("copy interrupted: the source %s runs no copy for this migration (keel restarted before its cast reached the source)", m.host))
+	bg := context.WithoutCancel(ctx)
+	if keeps {
+		// Kept on disk now and delivered later: the conductor waits for
+		// this answer while it holds the migration.
+		if err := m.reporter.CopyDone(bg, migID, cerr); err != nil {
+			return fmt.Errorf("reporting the copy of migration %d ended on %s: %w", migID, m.host, err)
+		}
+		return nil
+	}
+	m.clock.AfterFunc(0, func() { // after this answer, as a copy's report
+		if err := m.reporter.CopyDone(bg, migID, cerr); err != nil {
+			m.log.Error("copy report not taken", "migration", migID, "err", err)
+		}
+	})
 	return nil
 }
 

@@ -35,6 +35,10 @@ type ComputeAPI interface {
 	PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error)
 	LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error
 	AbortLiveMigration(ctx context.Context, uuid string) error
+	// CheckCopy asks the source of migration migID whether it runs the
+	// copy (or holds its unreported end); if not, the cast never reached
+	// it, and it reports the copy ended, interrupted (CopyDone).
+	CheckCopy(ctx context.Context, migID int64) error
 	ForceCompleteLiveMigration(ctx context.Context, uuid string) error
 	PostLiveMigrationAtSource(ctx context.Context, inst records.Instance) error
 	PostLiveMigrationAtDestination(ctx context.Context, inst records.Instance) error

@@ -259,6 +259,7 @@ func init() {
 		migration.RevertAllocations:  (*Conductor).actRevert,
 		migration.AcquireSlot:        (*Conductor).actAcquireSlot,
 		migration.HoldSlot:           (*Conductor).actHoldSlot,
+		migration.CheckCopy:          (*Conductor).actCheckCopy,
 		migration.ReleaseSlot:        (*Conductor).actReleaseSlot,
 		migration.PreLiveMigration:   (*Conductor).actPrepare,
 		migration.StartCopy:          (*Conductor).actStartCopy,
@@ -361,6 +362,16 @@ func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ record
 	c.mu.Lock()
 	c.slotTab.hold(a.Host, m.DestHost, m.ID)
 	c.mu.Unlock()
+	return noAnswer, false, nil
+}
+
+// actCheckCopy asks the source whether the copy's cast reached it, best
+// effort: a source that cannot be asked reports on its own restart
+// (compute.Manager.Reconcile), or the stall deadline ends the copy.
+func (c *Conductor) actCheckCopy(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCopy(ctx, m.ID) }); err != nil {
+		c.log.Warn("asking the source whether it runs the copy", "migration", m.ID, "source", a.Host, "err", err)
+	}
 	return noAnswer, false, nil
 }
 

@@ -150,12 +150,8 @@ func (c *cloud) actionAsync(id string, body map[string]any, version string, want
 }
 
 func runMoveKill(t *testing.T, k moveKill) {
-	// migration_stall_timeout 30 s (300 s by default): a server killed
-	// after it saved the disk copy's step but before its cast reached the
-	// source leaves a copy nobody runs, and only the stall deadline undoes
-	// it (seen once in a full run: the move waited past the minute below).
 	c := faultCloud(t, 2, "keel.fake_step_seconds=2", "libvirt.live_migration_bandwidth=200",
-		"DEFAULT.service_down_time=5", "DEFAULT.allow_resize_to_same_host=false", "keel.migration_stall_timeout=30")
+		"DEFAULT.service_down_time=5", "DEFAULT.allow_resize_to_same_host=false")
 	c.call("POST", "/compute/v2.1/flavors", map[string]any{"flavor": map[string]any{"name": "m1.tiny2", "ram": 1024, "vcpus": 2, "disk": 1, "id": "3"}}, nil)
 	id := c.bootAt("vm", "1", "h1")
 	body := map[string]any{"resize": map[string]any{"flavorRef": "3"}}

@@ -148,6 +148,8 @@ type Cloud struct {
 	seeded    map[string]bool   // hosts whose record Seed wrote
 	reports   Routed
 	cut       sync.Map // host → true: the conductors' calls to it find no agent
+	losing    sync.Map // host → method: the next such cast to host is lost
+	lost      sync.Map // host → func() error: the cast lost last, to deliver late
 	ids       atomic.Int64
 }
 
@@ -435,8 +437,41 @@ func (c *Cloud) Cut(host string, cut bool) {
 	}
 }
 
+// Lose makes the next cast of method (live_migration or resize_instance)
+// to host's agent lost: the conductor sees it sent, the agent never gets
+// it, as when a server is killed between saving the copy's step and
+// casting it. DeliverLost hands it to the agent late. Until that cast,
+// the conductors reach the agent through a wrapper that has only
+// conductor.ComputeAPI's methods (no optional capability).
+func (c *Cloud) Lose(host, method string) error {
+	switch method {
+	case castLiveMigration, castResizeInstance:
+	default:
+		return fmt.Errorf("inproc: only %s and %s casts can be lost, not %q", castLiveMigration, castResizeInstance, method)
+	}
+	c.losing.Store(host, method)
+	return nil
+}
+
+// DeliverLost hands host's agent the cast Lose lost last, now (a cast
+// that arrives after the conductor gave up on it), and returns its
+// answer.
+func (c *Cloud) DeliverLost(host string) error {
+	f, ok := c.lost.LoadAndDelete(host)
+	if !ok {
+		return fmt.Errorf("inproc: no cast to %s was lost", host)
+	}
+	return f.(func() error)()
+}
+
+// The casts Lose can lose, by Nova's names.
+const (
+	castLiveMigration  = "live_migration"
+	castResizeInstance = "resize_instance"
+)
+
 // reachable is the conductors' view of the agents: Agents, less the ones
-// Cut.
+// Cut, with the casts Lose loses.
 type reachable struct{ c *Cloud }
 
 // Compute implements conductor.Computes.
@@ -444,7 +479,49 @@ func (r reachable) Compute(host string) (conductor.ComputeAPI, error) {
 	if _, cut := r.c.cut.Load(host); cut {
 		return nil, fmt.Errorf("agent %s cut off: %w", host, bus.ErrUnavailable)
 	}
-	return r.c.Agents.Compute(host)
+	api, err := r.c.Agents.Compute(host)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := r.c.losing.Load(host); ok {
+		return lossy{ComputeAPI: api, c: r.c, host: host}, nil
+	}
+	return api, nil
+}
+
+// lossy is an agent whose next copy cast may be lost (Lose).
+type lossy struct {
+	conductor.ComputeAPI
+	c    *Cloud
+	host string
+}
+
+// lose reports whether the cast of method is to be lost, keeping send
+// for DeliverLost if so.
+func (l lossy) lose(method string, send func() error) bool {
+	if !l.c.losing.CompareAndDelete(l.host, method) {
+		return false
+	}
+	l.c.lost.Store(l.host, send)
+	return true
+}
+
+// LiveMigration implements conductor.ComputeAPI.
+func (l lossy) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	send := func() error { return l.ComputeAPI.LiveMigration(context.WithoutCancel(ctx), migID, inst, dest, data) }
+	if l.lose(castLiveMigration, send) {
+		return nil
+	}
+	return send()
+}
+
+// ResizeInstance implements conductor.ComputeAPI.
+func (l lossy) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+	send := func() error { return l.ComputeAPI.ResizeInstance(context.WithoutCancel(ctx), migID, inst, dest, data) }
+	if l.lose(castResizeInstance, send) {
+		return nil
+	}
+	return send()
 }
 
 // NewID is the cloud's own ID counter: UUID(1), UUID(2), …, so creation

@@ -106,6 +106,14 @@ const (
 	// HoldSlot counts a slot a running copy already holds (after a restart
 	// of the server). No answer.
 	HoldSlot ActionKind = "hold-slot"
+	// CheckCopy asks the source (Host), after a restart of the server or a
+	// take-over, whether it runs the copy (a live migration's memory, a
+	// cold move's disk) or holds its unreported end: if it does neither,
+	// the cast never reached it, and it reports the copy ended, interrupted
+	// (CopyFailed with Restarted), so the move rolls back at once instead
+	// of waiting for CopyStallTimeout. No answer (the source's report is
+	// the answer; a source that cannot be asked leaves the stall deadline).
+	CheckCopy ActionKind = "check-copy"
 	// PreLiveMigration on the destination. Answer: Prepared or
 	// PrepareFailed.
 	PreLiveMigration ActionKind = "pre-live-migration"
@@ -385,9 +393,11 @@ func resumePrepare(_ Machine, m records.Migration, _ Event) (records.Migration, 
 
 // resumeCopy: the copy runs on the source agent, which reports its end
 // (retrying until a server answers; after its own restart it reports the
-// copy interrupted). The slot it holds is counted again.
+// copy interrupted). The slot it holds is counted again, and the source
+// is asked whether the copy's cast reached it (the server may have been
+// killed between saving this phase and casting the copy).
 func resumeCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
-	return m, []Action{{Kind: HoldSlot, Host: m.SourceHost}}
+	return m, []Action{{Kind: HoldSlot, Host: m.SourceHost}, {Kind: CheckCopy, Host: m.SourceHost}}
 }
 
 func repeat(kind ActionKind, host func(records.Migration) string) transition {

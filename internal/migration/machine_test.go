@@ -658,8 +658,8 @@ func TestResumeAfterARestart(t *testing.T) {
 			{ev: Event{Kind: Resume}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRollbackDest, wantActions: []Action{act(ReleaseSlot, "src"), act(RollbackAtDest, "dst")}},
 			{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationPreparing, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
 		}, rollBack...)},
-		{"copy: count the slot again and wait for the source's report", at(PhaseCopy, records.MigrationRunning), []step{
-			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseCopy, wantActions: []Action{act(HoldSlot, "src")}},
+		{"copy: count the slot again and ask the source for its copy", at(PhaseCopy, records.MigrationRunning), []step{
+			{ev: Event{Kind: Resume}, wantStatus: records.MigrationRunning, wantPhase: PhaseCopy, wantActions: []Action{act(HoldSlot, "src"), act(CheckCopy, "src")}},
 			{ev: Event{Kind: Copied}, wantStatus: records.MigrationRunning, wantPhase: PhasePostSource,
 				wantActions: []Action{act(ReleaseSlot, "src"), act(PostAtSource, "src")}},
 		}},
@@ -769,7 +769,7 @@ func TestColdMoveScripts(t *testing.T) {
 		{ev: Event{Kind: Start}, wantStatus: records.MigrationAccepted, wantPhase: PhaseSchedule, wantActions: []Action{act(ClaimDestination, "")}},
 		{ev: Event{Kind: Claimed, Host: "dst"}, wantStatus: records.MigrationPreMigrating, wantPhase: PhasePrepResize, wantActions: []Action{act(PrepResize, "dst")}},
 		{ev: Event{Kind: Prepared}, wantStatus: records.MigrationMigrating, wantPhase: PhaseResizeSource, wantActions: []Action{act(ResizeInstance, "src")}},
-		{ev: Event{Kind: Resume}, wantStatus: records.MigrationMigrating, wantPhase: PhaseResizeSource},
+		{ev: Event{Kind: Resume}, wantStatus: records.MigrationMigrating, wantPhase: PhaseResizeSource, wantActions: []Action{act(CheckCopy, "src")}},
 		{ev: Event{Kind: Copied}, wantStatus: records.MigrationPostMigrating, wantPhase: PhaseFinishResize, wantActions: []Action{act(FinishResize, "dst")}},
 		{ev: Event{Kind: DestDone}, wantStatus: records.MigrationFinished, wantPhase: PhaseVerify, wantActions: []Action{settle("dst", &medium, records.VMResized)}},
 		{ev: Event{Kind: Resume}, wantStatus: records.MigrationFinished, wantPhase: PhaseVerify},
@@ -792,7 +792,26 @@ func TestColdMoveScripts(t *testing.T) {
 		step{ev: Event{Kind: StepFailed, Err: "no start"}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRevertLost, wantActions: []Action{act(RevertAllocations, "")}},
 		step{ev: Event{Kind: Reverted}, wantStatus: records.MigrationError, wantPhase: PhaseDone, wantActions: []Action{settle("src", &small, records.VMError)}},
 	)
-	for name, script := range map[string][]step{"confirm": confirm, "revert": revert, "failed copy, guest lost": failed} {
+	// A copy the source never started (the server was killed before its
+	// cast) is reported ended by the source when the resumed move asks
+	// (CheckCopy): rolled back, interrupted — keel's restart, not the move.
+	interrupted := func(want bool) func(t *testing.T, m records.Migration) {
+		return func(t *testing.T, m records.Migration) {
+			if m.Interrupted != want {
+				t.Fatalf("interrupted %v, want %v", m.Interrupted, want)
+			}
+		}
+	}
+	failed[3].check = interrupted(false)
+	neverStarted := append(append([]step{}, toVerify[:4]...),
+		step{ev: Event{Kind: CopyFailed, Err: "no copy", Restarted: true}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRollbackDest,
+			wantActions: []Action{act(RevertAtDest, "dst")}, check: interrupted(true)},
+		step{ev: Event{Kind: DestRolledBack}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRestartSource, wantActions: []Action{act(FinishRevertAtSource, "src")}},
+		step{ev: Event{Kind: SourceDone}, wantStatus: records.MigrationMigrating, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		step{ev: Event{Kind: Reverted}, wantStatus: records.MigrationFailed, wantPhase: PhaseDone, wantActions: []Action{settle("src", &small, records.VMActive)},
+			check: interrupted(true)},
+	)
+	for name, script := range map[string][]step{"confirm": confirm, "revert": revert, "failed copy, guest lost": failed, "copy never started": neverStarted} {
 		t.Run(name, func(t *testing.T) {
 			end := run(t, mc, fresh(records.VMActive), script)
 			assertRefusesEverything(t, mc, end)

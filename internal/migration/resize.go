@@ -102,7 +102,7 @@ var resizeTransitions = map[transitionKey]transition{
 	{PhaseRevertLost, Reset}:            repeat(RevertAllocations, func(records.Migration) string { return "" }),
 	{PhaseSchedule, Resume}:             resumeBeforeCopy,
 	{PhasePrepResize, Resume}:           coldFailedAt("interrupted by a restart of the server, or by a step that could not be done"),
-	{PhaseResizeSource, Resume}:         wait, // the source reports the disk copy's end
+	{PhaseResizeSource, Resume}:         checkCopy, // the source reports the disk copy's end
 	{PhaseFinishResize, Resume}:         repeat(FinishResize, destOf),
 	{PhaseVerify, Resume}:               wait,
 	{PhaseConfirmSource, Resume}:        repeat(ConfirmAtSource, sourceOf),
@@ -140,11 +140,16 @@ func settledState(m records.Migration) records.VMState {
 	return records.VMActive
 }
 
+// checkCopy: the source reports the disk copy's end, or, when the
+// copy's cast never reached it, that the copy ended interrupted.
+func checkCopy(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
+	return m, []Action{{Kind: CheckCopy, Host: m.SourceHost}}
+}
+
 func sourceOf(m records.Migration) string { return m.SourceHost }
 func destOf(m records.Migration) string   { return m.DestHost }
 
-// wait: the step in flight reports on its own (the source's disk copy),
-// or the user decides (VERIFY_RESIZE).
+// wait: the user decides (VERIFY_RESIZE).
 func wait(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) { return m, nil }
 
 func coldStart(_ Machine, m records.Migration, _ Event) (records.Migration, []Action) {
@@ -253,6 +258,9 @@ func coldFailedAt(step string) transition {
 			outcome = records.MigrationError
 		}
 		m.Phase, m.Outcome, m.Error = PhaseRollbackDest, outcome, reason
+		if ev.Kind == CopyFailed {
+			m.Interrupted = ev.Restarted // keel's own restart, not the move, ended it
+		}
 		return m, []Action{{Kind: RevertAtDest, Host: m.DestHost}}
 	}
 }

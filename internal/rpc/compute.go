@@ -28,6 +28,7 @@ const (
 	mRollbackDest  = "rollback_live_migration_at_destination"
 	mAudit         = "update_available_resource"
 	mCheckIncoming = "check_incoming"
+	mCheckCopy     = "check_copy"
 )
 
 // computeArgs is every agent method's request: only the fields a method
@@ -164,6 +165,12 @@ func (a *Agent) AbortLiveMigration(ctx context.Context, uuid string) error {
 	return a.call(ctx, mAbort, computeArgs{UUID: uuid}, nil)
 }
 
+// CheckCopy implements conductor.ComputeAPI: the source reports the copy
+// of migID ended if it never started it (compute.Manager.CheckCopy).
+func (a *Agent) CheckCopy(ctx context.Context, migID int64) error {
+	return a.call(ctx, mCheckCopy, computeArgs{MigrationID: migID}, nil)
+}
+
 // ForceCompleteLiveMigration implements conductor.ComputeAPI.
 func (a *Agent) ForceCompleteLiveMigration(ctx context.Context, uuid string) error {
 	return a.call(ctx, mForce, computeArgs{UUID: uuid}, nil)
@@ -210,7 +217,8 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		mLiveMigration: func(ctx context.Context, a computeArgs) (any, error) {
 			return nil, m.LiveMigration(ctx, a.MigrationID, a.Instance, a.Host, a.Data)
 		},
-		mAbort: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.AbortLiveMigration(ctx, a.UUID) },
+		mAbort:     func(ctx context.Context, a computeArgs) (any, error) { return nil, m.AbortLiveMigration(ctx, a.UUID) },
+		mCheckCopy: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckCopy(ctx, a.MigrationID) },
 		mForce: func(ctx context.Context, a computeArgs) (any, error) {
 			return nil, m.ForceCompleteLiveMigration(ctx, a.UUID)
 		},
