@@ -9,12 +9,15 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 need "$OPENSTACK" python3-openstackclient python3-osc-placement
 workspace
+oscd_start
 # A service of its own in the catalog, as Watcher's would be (nothing
 # listens there: only the catalog is read).
 start_keel_dev --hosts 3 --set keel.catalog_services=infra-optim:watcher=http://127.0.0.1:9/
 expect "keel dev: 3 hosts (fake driver)" "${keel_banner%%,*}" "keel dev started"
 
-expect "keel-fake" "$(os image list -f value -c Name)" "image list"
+# The installed command itself once; every other command runs in a fork
+# of tests/oscd.py's warmed-up openstack (the same code, started once).
+expect "keel-fake" "$("$OPENSTACK" --os-cloud keel image list -f value -c Name)" "image list (/usr/bin/openstack)"
 
 # The catalog: each service with a public, an internal and an admin
 # endpoint (keystonemiddleware looks for internal), Watcher's included.
@@ -268,9 +271,9 @@ osp trait delete CUSTOM_PICK_ME
 
 # Identity: keel dev's members log in with passwords of their own (their
 # own clouds in clouds.yaml), and the admin adds a project and a user.
-expect "$(os project show demo -f value -c id)" "$("$OPENSTACK" --os-cloud keel-demo token issue -f value -c project_id)" \
+expect "$(os project show demo -f value -c id)" "$(osc --os-cloud keel-demo token issue -f value -c project_id)" \
   "keel-demo logs in to project demo"
-if "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username demo --os-password "$(cat "$work/data/admin-password")" \
+if osc --os-auth-url "$keel_url/identity/v3" --os-username demo --os-password "$(cat "$work/data/admin-password")" \
   --os-project-name demo --os-user-domain-name Default --os-project-domain-name Default token issue >/dev/null 2>&1; then
   fail "demo logs in with the admin's password"
 fi
@@ -281,7 +284,7 @@ echo "ok  demo does not log in with the admin's password"
 expect "team1" "$(os project create team1 --description first -f value -c name)" "project create"
 expect "carol" "$(os user create --project team1 --password carol-pw-1 carol -f value -c name)" "user create"
 os role add --user carol --project team1 member
-carol() { "$OPENSTACK" --os-auth-url "$keel_url/identity/v3" --os-username "${CU:-carol}" --os-password "$1" \
+carol() { osc --os-auth-url "$keel_url/identity/v3" --os-username "${CU:-carol}" --os-password "$1" \
   --os-project-name "${CP:-team1}" --os-user-domain-name Default --os-project-domain-name Default --os-compute-api-version 2.79 "${@:2}"; }
 team1=$(os project show team1 -f value -c id)
 expect "$team1" "$(carol carol-pw-1 token issue -f value -c project_id)" "the new user logs in to its project"
@@ -319,8 +322,8 @@ os user set --disable carol2
 if CU=carol2 CP=team2 carol carol-pw-3 token issue >/dev/null 2>&1; then fail "a disabled user logs in"; fi
 echo "ok  user set --disable"
 os user set --enable carol2
-if "$OPENSTACK" --os-cloud keel-demo role assignment list >/dev/null 2>&1; then fail "a member listed role assignments"; fi
-if "$OPENSTACK" --os-cloud keel-demo project set --name x "$(os project show demo -f value -c id)" >/dev/null 2>&1; then fail "a member renamed its project"; fi
+if osc --os-cloud keel-demo role assignment list >/dev/null 2>&1; then fail "a member listed role assignments"; fi
+if osc --os-cloud keel-demo project set --name x "$(os project show demo -f value -c id)" >/dev/null 2>&1; then fail "a member renamed its project"; fi
 echo "ok  a member can do none of it"
 os role remove --user carol2 --project team2 member
 if CU=carol2 CP=team2 carol carol-pw-3 token issue >/dev/null 2>&1; then fail "carol logs in after role remove"; fi
@@ -333,17 +336,17 @@ os user delete carol2
 expect "" "$(os user list -f value -c Name | grep carol || true)" "user delete"
 tok=$(os token issue -f value -c id)
 os token revoke "$tok"
-if "$OPENSTACK" --os-auth-type token --os-token "$tok" --os-auth-url "$keel_url/identity/v3" --os-project-name admin \
+if osc --os-auth-type token --os-token "$tok" --os-auth-url "$keel_url/identity/v3" --os-project-name admin \
   --os-project-domain-name Default server list >/dev/null 2>&1; then fail "a revoked token still works"; fi
 echo "ok  token revoke"
 
 # Quotas: demo starts with Nova's defaults; the admin lowers them and
 # demo's next boot past the limit is refused with Nova's words.
-expect "10 20 51200" "$(os quota show demo -f json | python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"], q["ram"])')" \
+expect "10 20 51200" "$(os quota show demo -f json | /usr/bin/python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"], q["ram"])')" \
   "quota show (Nova's defaults)"
 os quota set --instances 1 --cores 4 demo
-expect "1 4" "$(os quota show demo -f json | python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"])')" "quota set"
-demo() { "$OPENSTACK" --os-cloud keel-demo "$@"; }
+expect "1 4" "$(os quota show demo -f json | /usr/bin/python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"])')" "quota set"
+demo() { osc --os-cloud keel-demo "$@"; }
 demo server create --flavor m1.tiny --image keel-fake --nic none --wait q1 >/dev/null
 if out=$(demo server create --flavor m1.tiny --image keel-fake --nic none q2 2>&1); then fail "a boot past instances=1 was accepted"; fi
 case "$out" in *"Quota exceeded for instances: Requested 1, but already used 1 of 1 instances"*"HTTP 403"*) echo "ok  a boot past the instances quota is refused (403)" ;;
@@ -420,7 +423,7 @@ expect "VERIFY_RESIZE" "$(os server show vmr -f value -c status)" "server resize
 rdst=$(hostof vmr)
 if [ "$rdst" = "$rsrc" ]; then fail "resize stayed on $rsrc"; fi
 os server resize confirm vmr
-expect "ACTIVE m1.small" "$(os server show vmr -f value -c status) $(os server show vmr -f json -c flavor | python3 -c 'import json,sys; print(json.load(sys.stdin)["flavor"]["original_name"])')" \
+expect "ACTIVE m1.small" "$(os server show vmr -f value -c status) $(os server show vmr -f json -c flavor | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["flavor"]["original_name"])')" \
   "server resize confirm: ACTIVE with the new flavor"
 os server migrate --wait vmr >/dev/null
 expect "VERIFY_RESIZE" "$(os server show vmr -f value -c status)" "server migrate --wait (cold): VERIFY_RESIZE"
@@ -458,7 +461,7 @@ expect "['$(os project show demo -f value -c id)']" "$(os flavor show m1.private
 case "$(demo flavor list -f value -c Name)" in *m1.private*) echo "ok  demo lists the private flavor once it has access" ;;
   *) fail "demo with access does not list m1.private" ;; esac
 demo server create --flavor m1.private --image keel-fake --nic none --wait pf1 >/dev/null
-expect "ACTIVE m1.private" "$(demo server show pf1 -f json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["status"], s["flavor"]["original_name"])')" "demo boots the private flavor"
+expect "ACTIVE m1.private" "$(demo server show pf1 -f json | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["status"], s["flavor"]["original_name"])')" "demo boots the private flavor"
 demo server delete --wait pf1
 os flavor unset --project demo m1.private
 case "$(demo flavor list -f value -c Name)" in *m1.private*) fail "demo still lists m1.private after flavor unset --project" ;; esac
@@ -493,7 +496,7 @@ demo_id=$(os project show demo -f value -c id)
 case "$(os usage list -f value -c Project -c Servers)" in *"$demo_id"*"'name': 'kv1'"*) echo "ok  usage list: kv1 in demo's project" ;;
   *) fail "usage list: [$(os usage list -f value)]" ;; esac
 # kv1 is minutes old: under an hour of CPU, as many MB-hours of RAM as 512 × hours.
-expect "kv1 True True" "$(demo usage show -f json | python3 -c 'import json,sys; u=json.load(sys.stdin); print(u["Servers"][0]["name"], 0 < u["CPU Hours"] < 1, abs(u["RAM MB-Hours"] - 512*u["CPU Hours"]) < 1e-6)')" \
+expect "kv1 True True" "$(demo usage show -f json | /usr/bin/python3 -c 'import json,sys; u=json.load(sys.stdin); print(u["Servers"][0]["name"], 0 < u["CPU Hours"] < 1, abs(u["RAM MB-Hours"] - 512*u["CPU Hours"]) < 1e-6)')" \
   "usage show: demo's own project, kv1's hours so far"
 demo server delete --wait kv1
 demo keypair delete kp1 kp2
