@@ -25,6 +25,7 @@ func rebalancePlanCommand() *cobra.Command {
 	var (
 		cf *clientFlags
 		o  client.RebalanceOptions
+		by string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -38,16 +39,35 @@ none moving an instance moved within the last hour. It acts only above
 as a recommended plan, which ` + "`keel rebalance apply PLAN`" + ` runs (each move
 re-checked just before it starts).
 
+--by measured evens out what the guests really use instead of what they
+claim: each host's CPU as its agent last measured it (cpu.percent, within
+[metrics] max_age) over its CPUs, moving only guests whose use was
+measured. The claims still bound every move: a destination must pass the
+same filters (RAM, vCPUs, disk left in Placement), so a host that measures
+idle but has no room is never chosen. The table shows each move's load on
+both hosts before and after.
+
 On a Nova cloud (--os-cloud of a cloud that is not keel) it reads the hosts'
 usage from Placement and the servers from Nova's API, applies the filters of
 --nova-conf (Nova's defaults without it), and stores the plan in the local
 store of --data-dir.` + clientLong,
 		Example: `  keel rebalance plan
-  keel rebalance plan --metric max --threshold 0.05 --max-moves 20`,
+  keel rebalance plan --metric max --threshold 0.05 --max-moves 20
+  keel rebalance plan --by measured`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkThreshold(o.Threshold); err != nil {
 				return err
+			}
+			switch by {
+			case "claims":
+			case "measured":
+				if cmd.Flags().Changed("metric") && o.Metric != string(rebalance.MetricMeasured) {
+					return fmt.Errorf("--by measured evens out measured CPU; --metric %s is a claims metric: drop one of them", o.Metric)
+				}
+				o.Metric = string(rebalance.MetricMeasured)
+			default:
+				return fmt.Errorf("--by must be claims or measured, got %q", by)
 			}
 			c, err := cf.connect(cmd)
 			if err != nil {
@@ -56,6 +76,9 @@ store of --data-dir.` + clientLong,
 			if nova, err := foreign(cmd.Context(), c); err != nil {
 				return err
 			} else if nova {
+				if o.Metric == string(rebalance.MetricMeasured) {
+					return fmt.Errorf("--by measured needs keel's measured usage: a Nova cloud's Placement and API have none (its compute_nodes.metrics are not served)")
+				}
 				return novaRebalancePlan(cmd, c, cf, o)
 			}
 			rp, p, err := c.PlanRebalance(cmd.Context(), o)
@@ -71,7 +94,8 @@ store of --data-dir.` + clientLong,
 	cf = addClientFlags(cmd)
 	addNovaFlags(cmd, cf, true)
 	f := cmd.Flags()
-	f.StringVar(&o.Metric, "metric", "ram", "what to even out: ram, vcpu, disk or max (the worst of the three per host)")
+	f.StringVar(&o.Metric, "metric", "ram", "what to even out: ram, vcpu, disk or max (the worst of the three per host) of the claims")
+	f.StringVar(&by, "by", "claims", "balance by the claims (Placement's usage, --metric) or by measured CPU (measured)")
 	f.Float64Var(&o.Threshold, "threshold", rebalance.DefaultThreshold, "act only above this CV (> 0); stop below half of it")
 	f.IntVar(&o.MaxMoves, "max-moves", 0, "at most this many moves (0: no cap)")
 	f.Uint64Var(&o.Seed, "seed", 1, "breaks ties between equally good moves (same seed and cloud, same plan)")
@@ -156,6 +180,23 @@ func rebalanceLine(rp rebalance.Plan) string {
 func printRebalancePlan(out io.Writer, rp rebalance.Plan, id int64, names serverNameMap, cloudFlag string) error {
 	fmt.Fprintln(out, rebalanceLine(rp))
 	if id == 0 {
+		return nil
+	}
+	if rp.Metric == rebalance.MetricMeasured {
+		// The measured CPU of both hosts, before → after each move.
+		t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "FROM CPU", "TO CPU", "CV AFTER")
+		for i, m := range rp.Moves {
+			load := func(before, after float64) string { return fmt.Sprintf("%.0f%% → %.0f%%", 100*before, 100*after) }
+			var from, to string
+			if m.Load != nil {
+				from, to = load(m.Load.SourceBefore, m.Load.SourceAfter), load(m.Load.DestBefore, m.Load.DestAfter)
+			}
+			t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, from, to, fmt.Sprintf("%.4f", m.After))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "plan %d recommended: keel rebalance apply %d%s runs it\n", id, id, cloudFlag)
 		return nil
 	}
 	t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "CV AFTER")

@@ -14,7 +14,9 @@ import (
 // RebalanceRequest asks the rebalance planner for a plan (`keel rebalance
 // plan`).
 type RebalanceRequest struct {
-	// Metric is ram (default), vcpu, disk or max.
+	// Metric is ram (default), vcpu, disk or max of the claims, or
+	// measured (the hosts' measured CPU, `keel rebalance plan --by
+	// measured`).
 	Metric string
 	// Threshold: act above it, stop below half of it (0: 0.10).
 	Threshold float64
@@ -72,7 +74,8 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 		return records.Plan{}, rebalance.Plan{}, err
 	}
 	planner, err := rebalance.New(rebalance.Options{Metric: metric, Threshold: req.Threshold, MaxMoves: req.MaxMoves,
-		Scheduler: c.sched.Config(), Now: c.clock.Now(), Cooldown: cooldown, MovedAt: movedAt, Exclude: draining, Seed: req.Seed})
+		Scheduler: c.sched.Config(), Now: c.clock.Now(), Cooldown: cooldown, MovedAt: movedAt, Exclude: draining, Seed: req.Seed,
+		MaxAge: c.sched.Config().Metrics.MaxAge})
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, &InvalidStateError{Msg: err.Error()}
 	}

@@ -37,6 +37,18 @@ type Host struct {
 	// Record is the host record, when there is one (NumInstancesFilter and
 	// IoOpsFilter read it).
 	Record *records.HostRecord
+	// Measured is the host's last measured CPU (MetricMeasured); nil when
+	// it reported none.
+	Measured *Measured
+}
+
+// Measured is a host's measured CPU.
+type Measured struct {
+	// CPUPercent is the share of the host's CPUs busy (cpu.percent, a
+	// fraction), everything on the host included.
+	CPUPercent float64
+	// At is when it was measured.
+	At time.Time
 }
 
 // Instance is one instance.
@@ -57,6 +69,10 @@ type Instance struct {
 	// Pinned instances count on their host but are never moved (not
 	// ACTIVE, a task in flight).
 	Pinned bool
+	// BusyCPUs is the CPU the instance was last measured using, in CPUs
+	// busy, when HasBusy (its host's last report measured it).
+	BusyCPUs float64
+	HasBusy  bool
 }
 
 // Group is a server group.
@@ -87,9 +103,11 @@ type Source interface {
 var _ Source = store.Store(nil)
 
 // FromStore reads the cloud from the store: every resource provider with
-// its usage (the host's), its compute service, host record and
-// aggregates; every instance on a host, pinned unless it is ACTIVE with no
-// task in flight; every server group with a policy.
+// its usage (the host's), its compute service, host record (and the
+// measured CPU its last report carried) and aggregates; every instance on
+// a host, pinned unless it is ACTIVE with no task in flight, with its
+// measured usage from its host's last report; every server group with a
+// policy.
 func FromStore(ctx context.Context, src Source) (Cloud, error) {
 	sums, err := src.ProviderSummaries(ctx, nil)
 	if err != nil {
@@ -122,8 +140,16 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		}
 	}
 	recBy := map[string]records.HostRecord{}
+	type usage struct {
+		host string
+		busy float64
+	}
+	busyBy := map[string]usage{}
 	for _, r := range recs {
 		recBy[r.Host] = r
+		for _, u := range r.InstanceUsage {
+			busyBy[u.UUID] = usage{r.Host, u.VCPUsBusy}
+		}
 	}
 	aggBy := map[string][]map[string]string{}
 	for _, a := range aggs {
@@ -147,6 +173,9 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		}
 		if r, ok := recBy[s.Name]; ok {
 			h.Record = &r
+			if m, ok := r.Metric(records.MetricCPUPercent); ok {
+				h.Measured = &Measured{CPUPercent: m.Value, At: m.Timestamp}
+			}
 		}
 		c.Hosts = append(c.Hosts, h)
 	}
@@ -157,6 +186,9 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		}
 		i := Instance{UUID: in.UUID, Host: in.Host, Flavor: in.Flavor, Zone: in.RequestedZone,
 			Pinned: in.VMState != records.VMActive || in.TaskState != records.TaskNone}
+		if u, ok := busyBy[in.UUID]; ok && u.host == in.Host {
+			i.BusyCPUs, i.HasBusy = u.busy, true
+		}
 		if in.Hints != nil {
 			i.Group, i.SameHost, i.DifferentHost = in.Hints.Group, in.Hints.SameHost, in.Hints.DifferentHost
 		}

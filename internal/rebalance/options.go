@@ -18,15 +18,22 @@ const (
 	MetricDisk Metric = "disk"
 	// MetricMax is each host's largest normalised usage of the three.
 	MetricMax Metric = "max"
+	// MetricMeasured is each host's measured CPU: the CPUs its agent
+	// last measured busy (cpu.percent) over its CPUs (the VCPU
+	// inventory's total, before the allocation ratio). A host with no
+	// measurement within Options.MaxAge is neither counted nor a
+	// destination, and only instances with a measured usage move; the
+	// filters still check every move against the claims.
+	MetricMeasured Metric = "measured"
 )
 
 // ParseMetric checks a metric name.
 func ParseMetric(s string) (Metric, error) {
 	switch m := Metric(s); m {
-	case MetricRAM, MetricVCPU, MetricDisk, MetricMax:
+	case MetricRAM, MetricVCPU, MetricDisk, MetricMax, MetricMeasured:
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown metric %q (ram, vcpu, disk or max)", s)
+	return "", fmt.Errorf("unknown metric %q (ram, vcpu, disk, max or measured)", s)
 }
 
 // DefaultThreshold is the CV above which a plan acts.
@@ -61,6 +68,10 @@ type Options struct {
 	// Exclude are hosts that are never a destination nor counted (hosts
 	// being drained).
 	Exclude []string
+	// MaxAge bounds MetricMeasured's measurements: a host measured longer
+	// than this before Now counts as unmeasured (0: no bound; keel passes
+	// [metrics] max_age).
+	MaxAge time.Duration
 	// Seed orders moves that are exactly as good, so that a given seed and
 	// cloud always give the same plan.
 	Seed uint64
@@ -82,6 +93,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("min gain must be a number ≥ 0, got %v", o.MinGain)
 	case o.MaxMoves < 0:
 		return o, fmt.Errorf("max moves must be ≥ 0 (0: no cap), got %d", o.MaxMoves)
+	case o.MaxAge < 0:
+		return o, fmt.Errorf("max age must be ≥ 0, got %s", o.MaxAge)
 	case o.Cooldown < 0:
 		return o, fmt.Errorf("cooldown must be ≥ 0, got %s", o.Cooldown)
 	}

@@ -24,6 +24,20 @@ type Move struct {
 	Before float64 `json:"cv_before"`
 	After  float64 `json:"cv_after"`
 	Gain   float64 `json:"gain"`
+	// Load is the two hosts' values before and after the move, under
+	// MetricMeasured (nil under the claims' metrics, whose usage the plan
+	// table shows).
+	Load *MoveLoad `json:"load,omitempty"`
+}
+
+// MoveLoad is a move's source and destination values of the metric
+// (MetricMeasured: the share of their CPUs measured busy) before and
+// after it, the instance's measured use moved with it.
+type MoveLoad struct {
+	SourceBefore float64 `json:"source_before"`
+	SourceAfter  float64 `json:"source_after"`
+	DestBefore   float64 `json:"dest_before"`
+	DestAfter    float64 `json:"dest_after"`
 }
 
 // Plan is the planner's answer.
@@ -101,7 +115,9 @@ func (p *Planner) Plan(c Cloud) (Plan, error) {
 			plan.Stopped = fmt.Sprintf("no move lowers the CV %.4f by at least %.2g", cv, st.minGain)
 			break
 		}
+		load := MoveLoad{SourceBefore: st.hosts[m.from].v, DestBefore: st.hosts[m.to].v}
 		st.apply(m)
+		load.SourceAfter, load.DestAfter = st.hosts[m.from].v, st.hosts[m.to].v
 		if len(plan.Moves)%256 == 255 {
 			st.resum() // keep rounding from accumulating
 		}
@@ -112,8 +128,12 @@ func (p *Planner) Plan(c Cloud) (Plan, error) {
 			break
 		}
 		in := &st.insts[m.inst]
-		plan.Moves = append(plan.Moves, Move{Instance: in.uuid, Source: st.hosts[m.from].name, Destination: st.hosts[m.to].name,
-			RAMMB: in.ram, Before: cv, After: after, Gain: cv - after})
+		mv := Move{Instance: in.uuid, Source: st.hosts[m.from].name, Destination: st.hosts[m.to].name,
+			RAMMB: in.ram, Before: cv, After: after, Gain: cv - after}
+		if o.Metric == MetricMeasured {
+			mv.Load = &load
+		}
+		plan.Moves = append(plan.Moves, mv)
 		cv = after
 	}
 	plan.After = cv
@@ -153,11 +173,18 @@ type state struct {
 	check   func(in *inst) *scheduler.FilterCheck
 }
 
+// The dimensions of a host's capacity and usage and an instance's amount:
+// the three classes (classes' order), then measured CPU (dimMeasured).
+const (
+	dims        = 4
+	dimMeasured = 3
+)
+
 type host struct {
 	name    string
 	hs      *scheduler.HostState
-	cap     [3]float64
-	used    [3]float64
+	cap     [dims]float64
+	used    [dims]float64
 	counted bool
 	v       float64
 	insts   []int32 // movable instances, by UUID
@@ -168,7 +195,7 @@ type inst struct {
 	in    *Instance
 	host  int32
 	res   placement.Resources
-	amt   [3]float64
+	amt   [dims]float64
 	ram   int64
 	moved bool
 	shape shape
@@ -180,7 +207,7 @@ type inst struct {
 type shape struct {
 	flavor string
 	zone   string
-	amt    [3]float64
+	amt    [dims]float64
 	uuid   string // set when the instance is unlike any other
 }
 
@@ -247,6 +274,7 @@ func (p *Planner) load(c Cloud) (*state, error) {
 		for k, rc := range classes {
 			x.amt[k] = float64(res[rc])
 		}
+		x.amt[dimMeasured] = in.BusyCPUs
 		x.shape = shape{flavor: in.Flavor.ID + "/" + in.Flavor.Name, zone: in.Zone, amt: x.amt}
 		if in.Group != "" || in.SameHost != nil || in.DifferentHost != nil || len(in.Flavor.ExtraSpecs) > 0 {
 			x.shape.uuid = in.UUID
@@ -262,7 +290,8 @@ func (p *Planner) load(c Cloud) (*state, error) {
 		if t, ok := o.MovedAt[in.UUID]; ok && o.Cooldown > 0 && o.Now.Sub(t) < o.Cooldown {
 			cool = true
 		}
-		if !in.Pinned && !cool {
+		unmeasured := o.Metric == MetricMeasured && !in.HasBusy // what moving it would change is unknown
+		if !in.Pinned && !cool && !unmeasured {
 			st.hosts[hi].insts = append(st.hosts[hi].insts, int32(i))
 		}
 	}
@@ -288,6 +317,10 @@ func (p *Planner) load(c Cloud) (*state, error) {
 				x.cap[k] = float64(inv.Capacity())
 			}
 			x.used[k] = float64(used[rc])
+		}
+		if m := h.Measured; m != nil && (o.MaxAge == 0 || o.Now.Sub(m.At) <= o.MaxAge) {
+			x.cap[dimMeasured] = float64(h.Inventories[placement.VCPU].Total)
+			x.used[dimMeasured] = m.CPUPercent * x.cap[dimMeasured]
 		}
 		x.counted = !h.Disabled && !h.ForcedDown && !p.exclude[h.Name] && st.hasCapacity(x)
 		slices.SortFunc(x.insts, func(a, b int32) int { return compareStr(st.insts[a].uuid, st.insts[b].uuid) })
@@ -329,13 +362,17 @@ func (st *state) hasCapacity(h *host) bool {
 		return h.cap[1] > 0
 	case MetricDisk:
 		return h.cap[2] > 0
+	case MetricMeasured:
+		return h.cap[dimMeasured] > 0
 	}
 	return h.cap[0] > 0 || h.cap[1] > 0 || h.cap[2] > 0
 }
 
 // value is a host's normalised usage of the metric with usage used.
-func (st *state) value(h *host, used *[3]float64) float64 {
+func (st *state) value(h *host, used *[dims]float64) float64 {
 	switch st.metric {
+	case MetricMeasured:
+		return used[dimMeasured] / h.cap[dimMeasured]
 	case MetricVCPU:
 		return used[0] / h.cap[0]
 	case MetricRAM:
@@ -502,7 +539,7 @@ func (st *state) fromSource(si int32, cv float64, out []cand) []cand {
 			continue
 		}
 		shapes = append(shapes, x.shape)
-		var nsrc [3]float64
+		var nsrc [dims]float64
 		for k := range nsrc {
 			nsrc[k] = src.used[k] - x.amt[k]
 		}
@@ -525,7 +562,7 @@ func (st *state) fromSource(si int32, cv float64, out []cand) []cand {
 				return true
 			}
 			passed++
-			var ndst [3]float64
+			var ndst [dims]float64
 			for j := range ndst {
 				ndst[j] = dst.used[j] + x.amt[j]
 			}
@@ -550,7 +587,7 @@ func (st *state) undo(c cand) { st.shift(c, c.to, c.from, false) }
 func (st *state) shift(c cand, from, to int32, moved bool) {
 	x := &st.insts[c.inst]
 	a, b := &st.hosts[from], &st.hosts[to]
-	for k := range classes {
+	for k := range x.amt {
 		a.used[k] -= x.amt[k]
 		b.used[k] += x.amt[k]
 	}

@@ -1,0 +1,94 @@
+package rebalance
+
+import (
+	"testing"
+	"time"
+
+	"keel/internal/placement"
+	"keel/internal/records"
+)
+
+// measuredHost is a host of 8 CPUs (× 4 for the claims) and 16 GiB,
+// measured pct busy at.
+func measuredHost(name string, pct float64, at time.Time) Host {
+	cpu := placement.NewInventory(8)
+	cpu.AllocationRatio = 4
+	return Host{Name: name, LastSeenUp: now, Measured: &Measured{CPUPercent: pct, At: at}, Inventories: placement.Inventories{
+		placement.VCPU: cpu, placement.MemoryMB: placement.NewInventory(16384), placement.DiskGB: placement.NewInventory(2000)}}
+}
+
+// TestPlanMeasured balances measured CPU without breaking the claims: h1
+// is busy (two guests spinning 3 CPUs each), h2 measures idlest but its
+// RAM is fully claimed by idle guests, h3 is half busy with room. Every
+// move goes h1 → h3 (h2 never passes the filters); the plan says each
+// move's load on both hosts; an unmeasured guest never moves; a host
+// whose measurement is older than MaxAge is not counted (nor a
+// destination); the claims' metrics are as before.
+func TestPlanMeasured(t *testing.T) {
+	var b builder
+	b.host(measuredHost("h1", 0.9, now))
+	b.host(measuredHost("h2", 0.05, now))
+	b.host(measuredHost("h3", 0.25, now))
+	b.host(measuredHost("h4", 0.0, now.Add(-10*time.Minute))) // stale: not counted
+	busy := records.Flavor{ID: "b", Name: "busy", VCPUs: 4, RAMMB: 2048, DiskGB: 20}
+	fill := records.Flavor{ID: "f", Name: "fill", VCPUs: 1, RAMMB: 8192, DiskGB: 20}
+	b.put("h1", busy, busy, busy) // i00001, i00002 measured at 3 CPUs; i00003 unmeasured
+	b.put("h2", fill, fill)       // 16 GiB claimed: full
+	b.put("h3", small)
+	for i := range b.c.Instances {
+		in := &b.c.Instances[i]
+		switch in.UUID {
+		case "i00001", "i00002":
+			in.BusyCPUs, in.HasBusy = 3, true
+		case "i00004", "i00005":
+			in.BusyCPUs, in.HasBusy = 0.2, true
+		case "i00006":
+			in.BusyCPUs, in.HasBusy = 2, true
+		}
+	}
+	p, err := New(Options{Metric: MetricMeasured, Now: now, MaxAge: time.Minute, Threshold: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := p.Plan(b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", plan)
+	if plan.Hosts != 3 {
+		t.Errorf("counted %d hosts, want 3 (h4's measurement is stale)", plan.Hosts)
+	}
+	if len(plan.Moves) == 0 || !(plan.After < plan.Before) {
+		t.Fatalf("plan %+v: want moves lowering the measured CV", plan)
+	}
+	for _, m := range plan.Moves {
+		if m.Source != "h1" || m.Destination != "h3" || (m.Instance != "i00001" && m.Instance != "i00002") {
+			t.Errorf("move %+v: want a measured busy guest h1 → h3 (h2 has no RAM left by its claims, h4 is unmeasured)", m)
+		}
+		if m.Load == nil || !(m.Load.SourceAfter < m.Load.SourceBefore) || !(m.Load.DestAfter > m.Load.DestBefore) {
+			t.Errorf("move %+v: want the load on both hosts before and after, the source's falling", m)
+			continue
+		}
+		if got, want := m.Load.SourceBefore-m.Load.SourceAfter, 3.0/8; got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("source load fell by %.4f, want the guest's 3 of 8 CPUs (%.4f)", got, want)
+		}
+	}
+	if plan.Moves[0].Load.SourceBefore != 0.9 || plan.Moves[0].Load.DestBefore != 0.25 {
+		t.Errorf("first move's load %+v, want h1 at 0.9 and h3 at 0.25 as measured", *plan.Moves[0].Load)
+	}
+
+	// Under the claims' RAM metric the same cloud plans no measured load.
+	p, _ = New(Options{Metric: MetricRAM, Now: now, Threshold: 0.05})
+	plan, err = p.Plan(b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range plan.Moves {
+		if m.Load != nil {
+			t.Errorf("ram move %+v carries a measured load", m)
+		}
+	}
+	if _, err := New(Options{Metric: MetricMeasured, MaxAge: -time.Second}); err == nil {
+		t.Error("a negative max age accepted")
+	}
+}
