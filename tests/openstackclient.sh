@@ -127,8 +127,32 @@ os server create --flavor m1.small --image keel-fake --nic none --wait vm2 >/dev
 [ "$(hostof vm2)" != "$target" ] || fail "vm2 was placed on disabled host $target"
 echo "ok  a disabled host gets no new server"
 
+# Deleting a compute service (DELETE /os-services/{id}): refused while its
+# host runs a server (vm1 is on $target), as Nova.
+svc=$(os compute service list --host "$target" -f value -c ID)
+rp_target=$(os resource provider list --name "$target" -f value -c uuid)
+if out=$(os compute service delete "$svc" 2>&1); then fail "compute service delete of $target, which hosts vm1, succeeded"; fi
+case "$out" in *"Unable to delete compute service that is hosting instances"*) echo "ok  compute service delete of a host with a server: 409" ;;
+  *) fail "compute service delete of a busy host: [$out]" ;; esac
+
 os server delete --wait vm1 vm2
 expect "" "$(os server list -f value -c Name)" "server delete --wait"
+
+# Once idle it goes. $target's agent keeps running, so its next heartbeat
+# (report_interval, 10 s) registers the host again, as a restarted
+# nova-compute does: enabled (it was disabled), its provider under the
+# same UUID. Then $target is disabled again for what follows.
+os compute service delete "$svc"
+echo "ok  compute service delete $target"
+back=
+for _ in $(seq 60); do
+  back=$(os compute service list --host "$target" -f value -c Status -c State)
+  [ "$back" = "enabled up" ] && break
+  sleep 1
+done
+expect "enabled up" "$back" "the running agent of $target registers again after its service was deleted"
+expect "$rp_target" "$(os resource provider list --name "$target" -f value -c uuid)" "$target's provider back under its UUID"
+os compute service set --disable "$target" nova-compute
 
 # Host aggregates and availability zones: a zone on an aggregate is its
 # hosts' zone, in the zone list and for the scheduler. $target is still

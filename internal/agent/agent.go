@@ -88,6 +88,9 @@ type Agent struct {
 	wg      sync.WaitGroup
 	log     *slog.Logger
 	stopped bool
+	// hc is the host as registered, with its provider's UUID: what the
+	// heartbeat registers again if the host's service was deleted.
+	hc compute.HostConfig
 }
 
 // Start connects, registers and starts serving. It returns once the agent
@@ -135,6 +138,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	hc.ProviderUUID = uuid
+	a.hc = hc
 	drv, interrupter, err := a.newDriver(hc)
 	if err != nil {
 		return err
@@ -379,6 +383,9 @@ func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, store.ErrNotFound) {
+				err = a.registerAgain(ctx, st)
+			}
 			if err != nil {
 				a.log.Warn("heartbeat failed", "err", err)
 			}
@@ -387,6 +394,30 @@ func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
 			}
 		}
 	}
+}
+
+// registerAgain registers the host again after its service was deleted
+// (os-services DELETE) while the agent ran, as a restarted nova-compute
+// does: the provider comes back under the UUID the tracker holds, the
+// service record (enabled, in the agent's zone) and the host record (the
+// audit writes it) with it, and a heartbeat marks the service up. The
+// host's aggregates and a disabled state do not come back: the delete
+// dropped them, as Nova's does.
+func (a *Agent) registerAgain(ctx context.Context, st *rpc.Store) error {
+	a.log.Warn("the servers have no service record for this host (deleted while the agent ran): registering again", "provider", a.hc.ProviderUUID)
+	rctx, cancel := context.WithTimeout(ctx, a.opts.ReportInterval)
+	defer cancel()
+	if _, err := st.RegisterHost(rctx, a.hc, a.opts.Zone); err != nil {
+		return fmt.Errorf("registering again: %w", err)
+	}
+	if err := st.Heartbeat(rctx, a.opts.Host, a.opts.Clock.Now()); err != nil {
+		return fmt.Errorf("first heartbeat after registering again: %w", err)
+	}
+	if _, err := a.mgr.Audit(rctx); err != nil {
+		a.log.Warn("audit after registering again failed; the periodic one will retry", "err", err)
+	}
+	a.log.Info("registered again", "provider", a.hc.ProviderUUID)
+	return nil
 }
 
 // workloadSeed seeds a host's fake workload models from its name, so a

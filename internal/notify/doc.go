@@ -7,7 +7,8 @@
 // compares the record before and after (Diff, pure) and emits what the
 // change means in Nova's terms: a task state entered or left is an
 // action's start or end, a migration's status or phase entered is a step
-// of its flow, a service disabled is service.update, and so on. No flow
+// of its flow, a service disabled is service.update, a service deleted
+// (DeleteService) service.delete, and so on. No flow
 // and no handler calls the notifier: a new flow is covered as soon as it
 // writes its records, and an event never describes state that did not
 // commit. Writes of one instance (its record and its migrations' records)

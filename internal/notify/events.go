@@ -183,6 +183,18 @@ func ServiceChange(src Source, old *records.Service, s records.Service) []Event 
 	return b.out
 }
 
+// ServiceDeleted is what the delete of a compute service means: Nova's
+// service.delete, its publisher the deleted service (as Service.destroy
+// sends it), the payload the record as it was.
+func ServiceDeleted(src Source, s records.Service) []Event {
+	if !s.IsCompute() {
+		return nil
+	}
+	b := &builder{src: src}
+	b.add("service.delete", PriorityInfo, compute(s.Host), servicePayload(s), "service:"+s.Host)
+	return b.out
+}
+
 // MigrationChange is what a committed change of a migration record means
 // (old nil for a new one), with in the instance as it is now: the steps of
 // a live migration (live_migration_pre, _post, _post_dest, _rollback,

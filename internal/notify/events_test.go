@@ -265,4 +265,14 @@ func TestServiceEvents(t *testing.T) {
 	if got := ServiceChange(src, nil, records.Service{Host: records.ServerServiceHost("a"), Binary: records.ServerBinary}); len(got) != 0 {
 		t.Errorf("a server replica: %v", types(got))
 	}
+	del := ServiceDeleted(src, off)
+	if len(del) != 1 || del[0].EventType != "service.delete" || del[0].Publisher != "nova-compute:h1" {
+		t.Fatalf("delete: %+v", del)
+	}
+	if d := del[0].Payload.Data.(map[string]any); d["disabled"] != true || d["uuid"] != ServiceUUID("h1") {
+		t.Errorf("delete payload %v", d)
+	}
+	if got := ServiceDeleted(src, records.Service{Host: records.ServerServiceHost("a"), Binary: records.ServerBinary}); len(got) != 0 {
+		t.Errorf("a server replica's delete: %v", types(got))
+	}
 }

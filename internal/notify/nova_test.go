@@ -80,6 +80,7 @@ func everyEvent() []Event {
 	off := s
 	off.Disabled, off.DisabledReason = true, "maintenance"
 	out = append(out, ServiceChange(src, &s, off)...)
+	out = append(out, ServiceDeleted(src, off)...)
 	return out
 }
 
@@ -106,7 +107,7 @@ var eventTypes = strings.Fields(`
 	instance.resize_prep.start instance.resize_prep.end instance.resize.start instance.resize.end instance.resize.error
 	instance.resize_finish.start instance.resize_finish.end
 	instance.resize_confirm.start instance.resize_confirm.end instance.resize_revert.start instance.resize_revert.end
-	instance.evacuate service.create service.update compute.exception`)
+	instance.evacuate service.create service.update service.delete compute.exception`)
 
 // TestNovaDecodes decodes every event keel makes with Nova 26's own
 // notification classes (Debian's python3-nova): envelope, event type,

@@ -201,3 +201,14 @@ func (s *Store) UpdateService(ctx context.Context, host string, fn func(*records
 	}
 	return out, err
 }
+
+// DeleteService implements store.Hosts: a deleted compute service sends
+// service.delete once the delete commits.
+func (s *Store) DeleteService(ctx context.Context, host string) (records.Service, error) {
+	defer s.lock("service:" + host)()
+	out, err := s.Store.DeleteService(ctx, host)
+	if err == nil {
+		s.n.Emit(ServiceDeleted(s.source(ctx), out)...)
+	}
+	return out, err
+}

@@ -332,6 +332,14 @@ func MigrationTerminal(status MigrationStatus) bool {
 	return false
 }
 
+// MigrationInProgress reports whether a migration in status still
+// involves its hosts as Nova reckons when it refuses to delete a compute
+// service (migration_get_in_progress_by_host_and_node): not terminal and
+// not an evacuation's done; finished (VERIFY_RESIZE) is in progress.
+func MigrationInProgress(status MigrationStatus) bool {
+	return !MigrationTerminal(status) && status != MigrationDone
+}
+
 // Migration is a live migration's record: the source of truth for a move in
 // flight, so recovery after a restart can finish or roll it back.
 type Migration struct {

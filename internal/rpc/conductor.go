@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+
 	"keel/internal/bus"
 	"keel/internal/clock"
 	"keel/internal/compute"
@@ -490,10 +492,21 @@ func decoded[A any](fn func(ctx context.Context, a A) (any, error)) bus.Handler 
 }
 
 // registerHost checks the agent's host name (a bus subject token) and
-// registers the host (compute.RegisterHost).
+// registers the host (compute.RegisterHost). An agent that registers
+// again while it runs (its service was deleted: Agent's heartbeat) names
+// the provider UUID its tracker holds, and a new provider takes it, as a
+// restarted nova-compute keeps its compute node's UUID; a UUID another
+// host's provider has is refused by RegisterHost (it exists under another
+// name).
 func registerHost(ctx context.Context, st ServedStore, cfg compute.HostConfig, zone string, newUUID func() string) (string, error) {
 	if err := bus.ValidHostName(cfg.Host); err != nil {
 		return "", &placement.InvalidError{Msg: err.Error()}
+	}
+	if cfg.ProviderUUID != "" {
+		if err := uuid.Validate(cfg.ProviderUUID); err != nil {
+			return "", &placement.InvalidError{Msg: fmt.Sprintf("provider UUID %q: %v", cfg.ProviderUUID, err)}
+		}
+		newUUID = func() string { return cfg.ProviderUUID }
 	}
 	return compute.RegisterHost(ctx, st, cfg, records.Service{Zone: zone}, newUUID)
 }

@@ -34,6 +34,12 @@ var (
 	// ErrForbidden: the servers refused an agent's store call about a
 	// record that does not concern the agent's host.
 	ErrForbidden = errors.New("the record does not concern this host")
+	// ErrHostHasInstances: DeleteService refused, an instance is on the
+	// host.
+	ErrHostHasInstances = errors.New("the host has instances")
+	// ErrHostHasMigrations: DeleteService refused, a migration in
+	// progress involves the host.
+	ErrHostHasMigrations = errors.New("the host has migrations in progress")
 )
 
 // ChangeKind says what a change-stream entry refers to.
@@ -182,6 +188,21 @@ type Hosts interface {
 	UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error)
 	GetService(ctx context.Context, host string) (records.Service, error)
 	ListServices(ctx context.Context) ([]records.Service, error)
+
+	// DeleteService deletes a compute host's service record and what
+	// belongs to the host, in one transaction (os-services DELETE): its
+	// host record, every provider of its tree (the root provider named
+	// host and its descendants; sharing pools stay) and its membership of
+	// the compute aggregates. It returns the deleted record, and notes a
+	// change for each record it removes or changes. ErrNotFound if there
+	// is no such service. Nothing is deleted, and the error wraps
+	// ErrHostHasInstances, while an instance's Host is host;
+	// ErrHostHasMigrations while a migration in progress
+	// (records.MigrationInProgress) comes from or goes to it; or a
+	// *placement.InUseError while a provider of the tree holds
+	// allocations (a build not yet on the host, a consumer of placement's
+	// API).
+	DeleteService(ctx context.Context, host string) (records.Service, error)
 }
 
 // ServiceBatch is implemented by the stores that apply UpdateService to

@@ -131,6 +131,7 @@ func (a *API) routes() {
 	route("GET /compute/v2.1/extensions/{alias}", false, a.showExtension)
 	route("GET /compute/v2.1/os-services", true, a.listServices)
 	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
+	route("DELETE /compute/v2.1/os-services/{id}", true, a.deleteService)
 	a.aggregateRoutes(route)
 	a.serverGroupRoutes(route)
 	a.quotaRoutes(route)

@@ -56,7 +56,7 @@ var extensions = []extension{
 	{"os-server-external-events", "ServerExternalEvents", "Events from other services (admin)."},
 	{"os-server-groups", "ServerGroups", "Server groups and their policies."},
 	{"os-server-start-stop", "ServerStartStop", "Start and stop a server."},
-	{"os-services", "Services", "Compute services: list, enable, disable, force down."},
+	{"os-services", "Services", "Compute services: list, enable, disable, force down, delete."},
 	{"os-shelve", "Shelve", "Shelve, offload and unshelve a server."},
 	{"os-simple-tenant-usage", "SimpleTenantUsage", "Usage per project."},
 	{"os-suspend-server", "SuspendServer", "Suspend and resume a server."},

@@ -24,6 +24,7 @@ type queries struct {
 	updatePlan                                                            string
 	insertTrait, listTraits, insertClass, listClasses                     string
 	identity                                                              identityQueries
+	hostDelete                                                            hostDeleteQueries
 }
 
 func newQueries(d *Dialect) *queries {
@@ -100,6 +101,7 @@ func newQueries(d *Dialect) *queries {
 	q.deleteKeyPair = w(`DELETE FROM key_pairs WHERE user_id = $1 AND name = $2`)
 
 	q.identity = newIdentityQueries(r, w)
+	q.hostDelete = newHostDeleteQueries(d, w, lock)
 
 	q.getQuota = r(`SELECT data FROM quota_limits WHERE project = $1`)
 	// One statement merges the new limits into the row, so concurrent sets

@@ -34,8 +34,10 @@ func TestWriteStatementsAreRebound(t *testing.T) {
 			locks++
 		}
 	}
-	if locks != 4 { // service, flavor, aggregate, server group
-		t.Errorf("PostgreSQL has %d locking reads, want 4", locks)
+	// service, flavor, aggregate, server group; DeleteService's host root,
+	// next child and next aggregate.
+	if locks != 7 {
+		t.Errorf("PostgreSQL has %d locking reads, want 7", locks)
 	}
 }
 

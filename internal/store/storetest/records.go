@@ -27,6 +27,7 @@ var recordTests = []subtest{
 	{"UpdateServices", testUpdateServices},
 	{"InstanceActions", testInstanceActions},
 	{"UpdateFlavor", testUpdateFlavor},
+	{"DeleteService", testDeleteService},
 }
 
 // t0 is a fixed instant in UTC with microsecond precision, which every store
