@@ -79,6 +79,20 @@ func (t *tasks) afterFunc(clk clock.Clock, d time.Duration, f func()) {
 	t.timers[tt] = struct{}{}
 }
 
+// context is ctx, also cancelled once the conductor closes: a task that
+// waits on an agent must not hold Close up.
+func (t *tasks) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-t.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // close refuses new work, cancels the pending timers and waits until what
 // runs has returned, or ctx ends.
 func (t *tasks) close(ctx context.Context) error {

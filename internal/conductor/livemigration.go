@@ -368,10 +368,22 @@ func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ record
 // actCheckCopy asks the source whether the copy's cast reached it, best
 // effort: a source that cannot be asked reports on its own restart
 // (compute.Manager.Reconcile), or the stall deadline ends the copy.
+//
+// The question goes on in the background, as a slot's hand-over does:
+// Recover resumes the copies before the server serves, when the agents
+// may not have (re)connected yet — keel dev starts its agents only once
+// the API is up, and agents of a restarted server reconnect within
+// seconds — and the call retries until one answers (rpc_timeout). Asked
+// inline, it held the API down that long for each such copy.
 func (c *Conductor) actCheckCopy(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCopy(ctx, m.ID) }); err != nil {
-		c.log.Warn("asking the source whether it runs the copy", "migration", m.ID, "source", a.Host, "err", err)
-	}
+	bg := context.WithoutCancel(ctx)
+	c.tasks.afterFunc(c.clock, 0, func() {
+		ctx, cancel := c.tasks.context(bg)
+		defer cancel()
+		if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCopy(ctx, m.ID) }); err != nil {
+			c.log.Warn("asking the source whether it runs the copy", "migration", m.ID, "source", a.Host, "err", err)
+		}
+	})
 	return noAnswer, false, nil
 }
 

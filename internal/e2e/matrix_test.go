@@ -72,19 +72,36 @@ func (c *cloud) waitStatus(mid int64, status string) string {
 	return dest
 }
 
-// waitPost waits until the copy is over and the post steps run.
-func (c *cloud) waitPost(id string, mid int64) {
+// waitPost waits until the copy is over and the post steps run: the
+// migration's phase (GET /keel/v1/ui/state) is past the copy. The copy's
+// last progress report (nothing remaining) comes before the source has
+// checked the destination and reported the copy done: a kill in between
+// is a kill during the copy, which rolls the move back.
+func (c *cloud) waitPost(mid int64) {
 	c.t.Helper()
+	var phase string
 	c.waitFor(fmt.Sprintf("migration %d to reach its post step", mid), 30*time.Second, func() bool {
 		var out struct {
-			Migrations []struct {
-				ID        int64 `json:"id"`
-				Total     int64 `json:"memory_total_bytes"`
-				Remaining int64 `json:"memory_remaining_bytes"`
-			} `json:"migrations"`
+			Moves []struct {
+				ID    int64  `json:"id"`
+				Phase string `json:"phase"`
+			} `json:"moves"`
 		}
-		c.tryCall("GET", "/compute/v2.1/servers/"+id+"/migrations", nil, &out)
-		return len(out.Migrations) == 1 && out.Migrations[0].Total > 0 && out.Migrations[0].Remaining == 0
+		if c.tryCall("GET", "/keel/v1/ui/state", nil, &out) != 200 {
+			return false
+		}
+		for _, m := range out.Moves {
+			if m.ID == mid {
+				phase = m.Phase
+			}
+		}
+		switch phase {
+		case "post-source", "post-dest":
+			return true
+		case "finish", "done", "rollback-dest", "revert":
+			c.t.Fatalf("migration %d is in phase %s: its post steps were missed", mid, phase)
+		}
+		return false
 	})
 }
 
@@ -191,7 +208,7 @@ func TestKillMatrixPost(t *testing.T) {
 			a := c.bootOn("a", "h1")
 			ma := c.migrate(a, "")
 			_, dest := c.migrationOf(ma)
-			c.waitPost(a, ma)
+			c.waitPost(ma)
 			var host string
 			switch who {
 			case "server":
