@@ -26,6 +26,13 @@ type Store struct {
 	locks   [64]sync.Mutex
 }
 
+// A Store batches what the store it wraps batches: the server's
+// heartbeats and host records go through it.
+var (
+	_ store.ServiceBatch    = (*Store)(nil)
+	_ store.HostRecordBatch = (*Store)(nil)
+)
+
 // Wrap returns st notifying n; now is the clock of the events' times and
 // apiHost this server's host name ([DEFAULT] host: the publisher of what
 // nova-api would send).
@@ -143,6 +150,21 @@ func (s *Store) PutService(ctx context.Context, svc records.Service) error {
 		s.n.Emit(ServiceChange(s.source(ctx), nil, svc)...)
 	case oldErr == nil:
 		s.n.Emit(ServiceChange(s.source(ctx), &old, svc)...)
+	}
+	return nil
+}
+
+// PutHostRecords implements store.HostRecordBatch (host records are not
+// notified): in one transaction if the wrapped store batches, else one
+// record after the other (stopping at the first error).
+func (s *Store) PutHostRecords(ctx context.Context, recs []records.HostRecord) error {
+	if b, ok := s.Store.(store.HostRecordBatch); ok {
+		return b.PutHostRecords(ctx, recs)
+	}
+	for _, h := range recs {
+		if err := s.Store.PutHostRecord(ctx, h); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -311,6 +311,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		clk = clock.Real{}
 	}
 	beats := newHeartbeatRecorder(st)
+	hostRecords := newHostRecordWriter(st)
 	copyOf := func(a reportArgs) about { return about{Migration: a.MigrationID} }
 	ofHost := func(a storeArgs) about { return onHost(a.Host) }
 	handlers := map[string]bus.Handler{
@@ -358,7 +359,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			if a.Record == nil {
 				return nil, &placement.InvalidError{Msg: "no host record given"}
 			}
-			return nil, st.PutHostRecord(ctx, *a.Record)
+			return nil, hostRecords.add(ctx, *a.Record)
 		}),
 		mListInstances: checked(st, log, mListInstances, ofHost, func(ctx context.Context, a storeArgs) (any, error) {
 			if a.Host == "" {

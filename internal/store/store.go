@@ -217,6 +217,17 @@ type ServiceBatch interface {
 	UpdateServices(ctx context.Context, hosts []string, fn func(i int, s *records.Service) error) ([]records.Service, error)
 }
 
+// HostRecordBatch is implemented by the stores that write many host
+// records in one write transaction: the agents' metrics reports that
+// arrive together commit once, not once each.
+type HostRecordBatch interface {
+	// PutHostRecords writes each of recs, in that order, as PutHostRecord
+	// does (each notes a ChangeHost), in one transaction: every one is
+	// written or none is. Callers that may run at once pass recs sorted
+	// by host, so that stores locking rows lock them in one order.
+	PutHostRecords(ctx context.Context, recs []records.HostRecord) error
+}
+
 // Instances is the instance records and their action log.
 type Instances interface {
 	// CreateInstance stores a new instance with Version 1.

@@ -393,6 +393,17 @@ func (s *Store) PutHostRecord(_ context.Context, h records.HostRecord) error {
 	return nil
 }
 
+// PutHostRecords implements store.HostRecordBatch.
+func (s *Store) PutHostRecords(_ context.Context, recs []records.HostRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range recs {
+		s.hosts[h.Host] = h
+		s.note(store.ChangeHost, h.Host)
+	}
+	return nil
+}
+
 // GetHostRecord implements store.Store.
 func (s *Store) GetHostRecord(_ context.Context, host string) (records.HostRecord, error) {
 	s.mu.Lock()

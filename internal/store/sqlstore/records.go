@@ -13,16 +13,35 @@ import (
 
 // PutHostRecord implements store.Store.
 func (r *Records) PutHostRecord(ctx context.Context, h records.HostRecord) error {
-	err := r.db.Write(ctx, func(tx Tx) error {
-		if err := putJSON(tx, r.q.putHostRecord, h, h.Host); err != nil {
-			return err
-		}
-		return tx.Note(store.ChangeHost, h.Host)
-	})
-	if err != nil {
+	if err := r.db.Write(ctx, func(tx Tx) error { return r.putHostRecord(tx, h) }); err != nil {
 		return fmt.Errorf("writing host record %s: %w", h.Host, err)
 	}
 	return nil
+}
+
+// PutHostRecords implements store.HostRecordBatch: every record in one
+// write transaction.
+func (r *Records) PutHostRecords(ctx context.Context, recs []records.HostRecord) error {
+	err := r.db.Write(ctx, func(tx Tx) error {
+		for _, h := range recs {
+			if err := r.putHostRecord(tx, h); err != nil {
+				return fmt.Errorf("host record %s: %w", h.Host, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("writing %d host records: %w", len(recs), err)
+	}
+	return nil
+}
+
+// putHostRecord writes a host record's row and notes the change.
+func (r *Records) putHostRecord(tx Tx, h records.HostRecord) error {
+	if err := putJSON(tx, r.q.putHostRecord, h, h.Host); err != nil {
+		return err
+	}
+	return tx.Note(store.ChangeHost, h.Host)
 }
 
 // GetHostRecord implements store.Store.

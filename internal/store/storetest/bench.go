@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"keel/internal/placement"
+	"keel/internal/records"
 	"keel/internal/store"
 )
 
@@ -59,4 +61,45 @@ func BenchWriteAllocations10k(b *testing.B, s store.Store) {
 		}
 		gens[p] = plan.Providers[uuids[p]]
 	}
+}
+
+// BenchHostRecords writes 2,000 hosts' records over and over, each with
+// a metrics report's six CPU metrics: "one" is a transaction per record
+// (PutHostRecord), "batch100" a transaction per 100 records
+// (store.HostRecordBatch, as the server groups the agents' reports).
+// ns/op is per record either way.
+func BenchHostRecords(b *testing.B, s store.Store) {
+	const hosts = 2000
+	ctx := context.Background()
+	rec := func(i int) records.HostRecord {
+		h := hostRecord(fmt.Sprintf("cmp-%05d", i%hosts), int64(i%7))
+		at := t0.Add(time.Duration(i) * time.Second)
+		for _, name := range records.MetricNames {
+			h.Metrics = append(h.Metrics, records.Metric{Name: name, Value: 0.25, Timestamp: at, Source: "bench"})
+		}
+		return h
+	}
+	b.Run("one", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if err := s.PutHostRecord(ctx, rec(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("batch100", func(b *testing.B) {
+		hb, ok := s.(store.HostRecordBatch)
+		if !ok {
+			b.Fatalf("%T does not batch host records", s)
+		}
+		batch := make([]records.HostRecord, 0, 100)
+		for i := 0; b.Loop(); i++ {
+			batch = append(batch, rec(i))
+			if len(batch) == cap(batch) {
+				if err := hb.PutHostRecords(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 
 var recordTests = []subtest{
 	{"HostRecords", testHostRecords},
+	{"PutHostRecords", testPutHostRecords},
 	{"Services", testServices},
 	{"Instances", testInstances},
 	{"ProjectInstances", testProjectInstances},
@@ -520,6 +521,55 @@ func testFlavors(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteFlavor(ctx, "1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second delete: %v, want ErrNotFound", err)
+	}
+}
+
+// testPutHostRecords checks the batched host record write (metrics
+// reports committed together): every record is written, replacing the
+// one before, an empty batch writes nothing, and each record notes its
+// own change, in the batch's order.
+func testPutHostRecords(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	b, ok := s.(store.HostRecordBatch)
+	if !ok {
+		t.Fatalf("%T does not batch host records (store.HostRecordBatch)", s)
+	}
+	if err := s.PutHostRecord(ctx, hostRecord("cmp-2", 1)); err != nil {
+		t.Fatal(err)
+	}
+	since, err := s.LastChange(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutHostRecords(ctx, nil); err != nil {
+		t.Fatalf("PutHostRecords of nothing: %v", err)
+	}
+	if got := changesSince(t, s, since); len(got) != 0 {
+		t.Errorf("an empty batch noted %v", got)
+	}
+	m := hostRecord("cmp-2", 7)
+	m.Metrics = []records.Metric{{Name: records.MetricCPUPercent, Value: 0.25, Timestamp: t0, Source: "test"}}
+	batch := []records.HostRecord{hostRecord("cmp-1", 5), m, hostRecord("cmp-3", 6)}
+	if err := b.PutHostRecords(ctx, batch); err != nil {
+		t.Fatalf("PutHostRecords: %v", err)
+	}
+	for _, w := range batch {
+		got, err := s.GetHostRecord(ctx, w.Host)
+		if err != nil || !reflect.DeepEqual(got, w) {
+			t.Errorf("GetHostRecord %s = %+v, %v\nwant %+v", w.Host, got, err, w)
+		}
+	}
+	if list, err := s.ListHostRecords(ctx); err != nil || len(list) != 3 {
+		t.Errorf("ListHostRecords: %d records, %v; want 3", len(list), err)
+	}
+	var keys []string
+	for _, c := range changesSince(t, s, since) {
+		keys = append(keys, string(c.Kind)+":"+c.Key)
+	}
+	h := string(store.ChangeHost) + ":"
+	want := []string{h + "cmp-1", h + "cmp-2", h + "cmp-3"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("changes of the batch = %v, want %v", keys, want)
 	}
 }
 
