@@ -228,7 +228,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store, Catalog: cfg.Keel.CatalogOptions()}
 	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
-		BaseURL: s.baseURL + "/compute", Log: s.log,
+		BaseURL: s.baseURL + "/compute", Log: s.log, Hosts: s.ui.view,
 		ImageExists: func(id string) bool { return id == fakeImage["id"] },
 		Caller: func(r *http.Request) (computeapi.Caller, bool) {
 			p, ok := identity.PrincipalFrom(r.Context())

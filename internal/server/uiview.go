@@ -214,6 +214,22 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 	return nil
 }
 
+// ComputeHosts implements computeapi.HostLister: the view, brought up to
+// date with the change stream first, so the hypervisor calls decode only
+// the records that changed since the view was last read.
+func (v *hostView) ComputeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error) {
+	if _, err := v.refresh(ctx); err != nil {
+		return nil, nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	recs := make([]records.HostRecord, 0, len(v.recs))
+	for _, h := range slices.Sorted(maps.Keys(v.recs)) {
+		recs = append(recs, v.recs[h])
+	}
+	return recs, maps.Clone(v.svcs), nil
+}
+
 // hosts returns every root provider's host (sharing pools are not
 // hosts), sorted by name.
 func (v *hostView) hosts() []viewHost {

@@ -45,6 +45,19 @@ type Config struct {
 	// Rand is where generated key pairs draw from (crypto/rand if nil).
 	Rand io.Reader
 	Log  *slog.Logger
+	// Hosts, if set, is what the hypervisor calls read instead of
+	// listing every host record and service from Store each time.
+	Hosts HostLister
+}
+
+// HostLister is a current picture of every host record and compute
+// service: the server's host view, which follows the store's change
+// stream and so re-reads only what changed since it was last asked.
+type HostLister interface {
+	// ComputeHosts returns every host record, sorted by host, and the
+	// compute services by host, as of the call: whatever was committed
+	// before it is in. The records are the caller's to read, not change.
+	ComputeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error)
 }
 
 // API is the compute API handler.

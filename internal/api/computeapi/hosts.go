@@ -23,18 +23,13 @@ type hypervisor struct {
 	running int64
 }
 
+// hypervisors is every host record, sorted by host, with its compute
+// service: from the configured HostLister if there is one, else read from
+// the store.
 func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
-	recs, err := a.cfg.Store.ListHostRecords(r.Context())
+	recs, byHost, err := a.computeHosts(r.Context())
 	if err != nil {
 		return nil, err
-	}
-	svcs, err := a.computeServices(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	byHost := map[string]records.Service{}
-	for _, s := range svcs {
-		byHost[s.Host] = s
 	}
 	out := make([]hypervisor, 0, len(recs))
 	for _, rec := range recs {
@@ -42,6 +37,31 @@ func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
 		out = append(out, hypervisor{rec: rec, svc: s, hasSvc: ok, uuid: rec.ProviderUUID})
 	}
 	return out, nil
+}
+
+// computeHosts is every host record, sorted by host, and the compute
+// services by host.
+func (a *API) computeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error) {
+	if a.cfg.Hosts != nil {
+		recs, svcs, err := a.cfg.Hosts.ComputeHosts(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the hosts: %w", err)
+		}
+		return recs, svcs, nil
+	}
+	recs, err := a.cfg.Store.ListHostRecords(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	svcs, err := a.computeServices(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byHost := make(map[string]records.Service, len(svcs))
+	for _, s := range svcs {
+		byHost[s.Host] = s
+	}
+	return recs, byHost, nil
 }
 
 func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
