@@ -28,7 +28,8 @@ func groupKey(group string) string   { return "group/" + group }
 func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log}
 	flow.Register(d, c.bootFlow())
-	flow.Register(d, c.migrationFlow())
+	c.migrations = c.migrationFlow()
+	flow.Register(d, c.migrations)
 	c.lifecycles = c.lifecycleFlow()
 	flow.Register(d, c.lifecycles)
 	return d
@@ -121,10 +122,20 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 			return m
 		},
 		Conflict: moved,
-		Feed: func(ctx context.Context, m records.Migration, ev migration.Event) error {
-			return c.Handle(ctx, m.ID, ev)
+		Perform:  c.migrationEffects(),
+		Stamp: func(m records.Migration, now time.Time) records.Migration {
+			m.UpdatedAt = now
+			return m
 		},
-		Due: c.migrationDue,
+		// The instance settles on its final host before the record says
+		// the migration ended (as Nova saves the instance before the
+		// migration's status): whoever reads "completed" finds the
+		// instance where it now runs. Settling is idempotent, so a crash
+		// between the two repeats it on recovery.
+		Early:   func(a migration.Action) bool { return a.Kind == migration.SettleInstance },
+		Saved:   c.migrationSaved,
+		Refused: c.migrationRefused,
+		Due:     c.migrationDue,
 	}
 }
 

@@ -151,81 +151,44 @@ func (c *Conductor) CopyDone(ctx context.Context, migID int64, copyErr error) er
 
 // Handle feeds one event to a migration and performs the resulting
 // actions, feeding their answers back, until the migration waits for
-// something outside (a slot, the memory copy) or ends. The record is saved
-// before each action runs.
+// something outside (a slot, the memory copy) or ends: the driver's loop
+// (flow.Flow.Run) over the migration flow (see migrationFlow). The
+// record is saved before each action runs, the instance settled before
+// the save that ends it.
 func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event) error {
-	defer c.flows.Lock(migrationKey(migID))()
-	queue := []migration.Event{ev}
-	conflicts := 0
-	for len(queue) > 0 {
-		ev, queue = queue[0], queue[1:]
-		m, err := c.store.GetMigration(ctx, migID)
-		if err != nil {
-			return fmt.Errorf("migration %d: %w", migID, err)
-		}
-		next, acts, err := c.machine.Step(m, ev, c.clock.Now())
-		if err != nil {
-			if records.MigrationTerminal(m.Status) {
-				c.forget(m) // a late answer (progress, a slot handed on) for an ended migration
-			}
-			c.log.Warn("migration event refused", "migration", migID, "err", err)
-			return err
-		}
-		next.UpdatedAt = c.clock.Now()
-		// The instance settles on its final host before the record says
-		// the migration ended (as Nova saves the instance before the
-		// migration's status): whoever reads "completed" finds the
-		// instance where it now runs. Settling is idempotent, so a crash
-		// between the two repeats it on recovery.
-		for _, a := range acts {
-			if a.Kind == migration.SettleInstance {
-				if _, _, err := c.perform(ctx, next, a); err != nil {
-					c.log.Warn("migration step left for the sweep", "migration", migID, "phase", m.Phase, "action", a.Kind, "err", err)
-					return fmt.Errorf("migration %d: %w", migID, err)
-				}
-			}
-		}
-		saved, err := c.store.UpdateMigration(ctx, next)
-		if placement.IsConflict(err) && conflicts < 3 {
-			// Another replica wrote the record between our read and
-			// write (it applied an agent's report, or took the migration
-			// over): step the same event again from what it wrote.
-			conflicts++
-			queue = append([]migration.Event{ev}, queue...)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("saving migration %d: %w", migID, err)
-		}
-		next = saved
-		if next.Phase != m.Phase || next.Status != m.Status {
-			c.log.Info("migration step", "migration", migID, "instance", next.InstanceUUID, "event", ev.Kind,
-				"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
-		}
-		for _, a := range acts {
-			if a.Kind == migration.SettleInstance {
-				continue // done above
-			}
-			ans, ok, err := c.perform(ctx, next, a)
-			if err != nil {
-				c.log.Warn("migration step left for the sweep", "migration", migID, "phase", next.Phase, "action", a.Kind, "err", err)
-				return fmt.Errorf("migration %d: %s: %w", migID, a.Kind, err)
-			}
-			if ok {
-				queue = append(queue, ans)
-			}
-		}
-		if records.MigrationTerminal(next.Status) {
-			c.forget(next)
-			if next.PlanMove != nil {
-				c.kickPlans() // its plan's move ended: the executor goes on
-			}
-			if c.hooks.MigrationDone != nil {
-				c.hooks.MigrationDone(next)
-			}
-		}
+	_, err := c.migrations.Run(ctx, c.flows, records.Migration{ID: migID}, ev)
+	return err
+}
+
+// migrationSaved observes each save of the migration loop: a step that
+// moved the migration on is logged, and an ended one is forgotten, its
+// plan's executor woken and the MigrationDone hook called (its instance
+// already settled: SettleInstance is performed before the save).
+func (c *Conductor) migrationSaved(prev, next records.Migration, ev migration.Event) {
+	if next.Phase != prev.Phase || next.Status != prev.Status {
+		c.log.Info("migration step", "migration", next.ID, "instance", next.InstanceUUID, "event", ev.Kind,
+			"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
 	}
-	return nil
+	if !records.MigrationTerminal(next.Status) {
+		return
+	}
+	c.forget(next)
+	if next.PlanMove != nil {
+		c.kickPlans() // its plan's move ended: the executor goes on
+	}
+	if c.hooks.MigrationDone != nil {
+		c.hooks.MigrationDone(next)
+	}
+}
+
+// migrationRefused observes an event the machine refused: a late answer
+// (progress, a slot handed on) for an ended migration makes the
+// conductor forget it.
+func (c *Conductor) migrationRefused(m records.Migration, _ migration.Event, err error) {
+	if records.MigrationTerminal(m.Status) {
+		c.forget(m)
+	}
+	c.log.Warn("migration event refused", "migration", m.ID, "err", err)
 }
 
 // forget drops what the conductor keeps in memory for an ended migration:
@@ -237,22 +200,17 @@ func (c *Conductor) forget(m records.Migration) {
 	c.slotTab.forget(m.ID)
 }
 
-// migrationActions perform the migration machine's actions, one method
-// per action kind: each returns the answer event, if the action has one
-// now, or an error when it cannot be done now (the migration then stays in
-// its phase, and the sweep of stalled flows resumes it). A compensation
-// that fails on an agent (the destination's rollback) is an answer with
-// the reason, which the record keeps; one that fails in the store is
-// retried.
-var migrationActions map[migration.ActionKind]migrationAction
-
-// migrationAction performs one kind of migration action.
-type migrationAction func(c *Conductor, ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error)
-
-// The table is filled in init: its methods lead back to Handle, which
-// reads it.
-func init() {
-	migrationActions = map[migration.ActionKind]migrationAction{
+// migrationEffects is the migration machine's effect table, as the
+// driver's loop (flow.Flow.Perform) calls it: one method per action kind,
+// each given the instance as stored now, returning the answer event, if
+// the action has one now, or an error when it cannot be done now (the
+// migration then stays in its phase, and the sweep of stalled flows
+// resumes it). A compensation that fails on an agent (the destination's
+// rollback) is an answer with the reason, which the record keeps; one
+// that fails in the store is retried.
+func (c *Conductor) migrationEffects() func(context.Context, records.Migration, migration.Action) (migration.Event, bool, error) {
+	type effect func(c *Conductor, ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error)
+	table := map[migration.ActionKind]effect{
 		migration.ClaimDestination:   (*Conductor).actClaim,
 		migration.CheckDestination:   (*Conductor).actCheck,
 		migration.ReleaseDestination: (*Conductor).actRevert,
@@ -282,23 +240,25 @@ func init() {
 		migration.CleanupSource: (*Conductor).actCleanupSource,
 		migration.Terminate:     (*Conductor).actTerminate,
 	}
-}
-
-// perform runs one action (see migrationActions).
-func (c *Conductor) perform(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool, error) {
-	f, ok := migrationActions[a.Kind]
-	if !ok {
-		return migration.Event{}, false, fmt.Errorf("unknown migration action %q", a.Kind)
-	}
-	inst, err := c.store.GetInstance(ctx, m.InstanceUUID)
-	if err != nil {
-		if !isNotFound(err) {
-			return migration.Event{}, false, fmt.Errorf("reading instance %s: %w", m.InstanceUUID, err)
+	return func(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool, error) {
+		f, ok := table[a.Kind]
+		if !ok {
+			return migration.Event{}, false, fmt.Errorf("migration %d: unknown action %q", m.ID, a.Kind)
 		}
-		c.log.Error("migration lost its instance", "migration", m.ID, "instance", m.InstanceUUID, "err", err)
-		inst = records.Instance{UUID: m.InstanceUUID}
+		inst, err := c.store.GetInstance(ctx, m.InstanceUUID)
+		if err != nil {
+			if !isNotFound(err) {
+				return migration.Event{}, false, fmt.Errorf("migration %d: reading instance %s: %w", m.ID, m.InstanceUUID, err)
+			}
+			c.log.Error("migration lost its instance", "migration", m.ID, "instance", m.InstanceUUID, "err", err)
+			inst = records.Instance{UUID: m.InstanceUUID}
+		}
+		ans, ok, err := f(c, ctx, m, inst, a)
+		if err != nil {
+			return ans, ok, fmt.Errorf("migration %d: %s: %w", m.ID, a.Kind, err)
+		}
+		return ans, ok, nil
 	}
-	return f(c, ctx, m, inst, a)
 }
 
 func answer(kind migration.EventKind) (migration.Event, bool, error) {

@@ -60,6 +60,16 @@ type Flow[R, E, A any] struct {
 	Stamp   func(r R, now time.Time) R
 	Gone    func(r R) bool
 	Saved   func(prev, next R, ev E)
+	// Early, when set, picks the actions performed before their step's
+	// save, on the record as stepped (a migration settles its instance
+	// before its record says it ended: whoever reads the end finds the
+	// instance where it now runs); they must be idempotent (a conflict or
+	// a crash repeats them) and have no answer. One that cannot be done
+	// now leaves the step unsaved, for the sweep.
+	Early func(a A) bool
+	// Refused, when set, observes an event the machine refused (logs, and
+	// what an ended flow must forget).
+	Refused func(r R, ev E, err error)
 	// Due, when set, is the part of a passed deadline, or of a resume,
 	// the record alone cannot tell: false leaves it for a later sweep (a
 	// resumed flow is taken over first, so that sweep is this replica's).

@@ -17,7 +17,8 @@ func (f *Flow[R, E, A]) Run(ctx context.Context, d *Driver, r R, ev E) (R, error
 // the answers of the actions it performs in turn — each step read, stepped
 // and saved with a version check (a conflict steps the event again from
 // what is stored, up to three times), its actions performed through the
-// flow's effect table (Perform) after the save — until nothing is left,
+// flow's effect table (Perform) after the save (those Early picks before
+// it) — until nothing is left,
 // the flow is out of its hands (Gone), the machine refuses an event (its
 // error), or an action cannot be done now (Perform's error: the record
 // stays in its phase for the sweep).
@@ -63,9 +64,16 @@ func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E) (R, []A,
 		now := d.Clock.Now()
 		next, acts, err := f.Machine.Step(cur, ev, now)
 		if err != nil {
+			if f.Refused != nil {
+				f.Refused(cur, ev, err)
+			}
 			return cur, nil, false, err
 		}
-		saved, err := f.Save(ctx, f.Stamp(next, now))
+		next = f.Stamp(next, now)
+		if acts, err = f.early(ctx, d, next, acts); err != nil {
+			return cur, nil, false, err
+		}
+		saved, err := f.Save(ctx, next)
 		if err != nil && f.Conflict(err) && conflicts < 3 {
 			continue // changed meanwhile: step the same event from what is there
 		}
@@ -77,4 +85,24 @@ func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E) (R, []A,
 		}
 		return saved, acts, false, nil
 	}
+}
+
+// early performs the actions Early picks, before their step's save, and
+// returns the others.
+func (f *Flow[R, E, A]) early(ctx context.Context, d *Driver, next R, acts []A) ([]A, error) {
+	if f.Early == nil {
+		return acts, nil
+	}
+	rest := acts[:0:0]
+	for _, a := range acts {
+		if !f.Early(a) {
+			rest = append(rest, a)
+			continue
+		}
+		if _, _, err := f.Perform(ctx, next, a); err != nil {
+			d.Log.Warn("flow step left for the sweep", "flow", f.Name, "key", f.Key(next), "action", a, "err", err)
+			return nil, err
+		}
+	}
+	return rest, nil
 }

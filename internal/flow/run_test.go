@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -89,5 +90,48 @@ func TestRunStopsWhenTheRecordIsGone(t *testing.T) {
 	runnable(f, -1, &stepped)
 	if _, err := f.Run(context.Background(), d, s.byID["j"], "go"); err != nil || len(stepped) != 0 || s.byID["j"].Count != 0 {
 		t.Fatalf("Run on a gone record: %v, stepped %v, count %d; want nothing done", err, stepped, s.byID["j"].Count)
+	}
+}
+
+// An action Early picks is performed before its step's save, on the
+// record as stepped; one that cannot be done now leaves the step unsaved.
+// An event the machine refuses is handed to Refused.
+func TestRunPerformsEarlyActionsBeforeTheSave(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 2}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, -1, &stepped)
+	var seen []string // what the early action saw: stepped count, stored count
+	fail := true
+	f.Early = func(a string) bool { return a == "settle" }
+	f.Perform = func(_ context.Context, j job, a string) (jobEvent, bool, error) {
+		if a != "settle" {
+			return "", false, nil
+		}
+		s.mu.Lock()
+		seen = append(seen, fmt.Sprintf("%d/%d", j.Count, s.byID[j.ID].Count))
+		s.mu.Unlock()
+		if fail {
+			return "", false, errors.New("store away")
+		}
+		return "", false, nil
+	}
+	var refused []string
+	f.Refused = func(j job, ev jobEvent, err error) { refused = append(refused, fmt.Sprintf("%s: %v", ev, err)) }
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "settle"); err == nil || s.byID["j"].Count != 0 || len(stepped) != 0 {
+		t.Fatalf("early action failing: %v, count %d, stepped %v; want the error, nothing saved", err, s.byID["j"].Count, stepped)
+	}
+	fail = false
+	for _, ev := range []jobEvent{"settle", "other"} {
+		if _, err := f.Run(context.Background(), d, s.byID["j"], ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"1/0", "1/0"}; !slices.Equal(seen, want) || s.byID["j"].Count != 2 {
+		t.Fatalf("the early action saw %v (stepped/stored), count %d; want %v, before each save, then 2", seen, s.byID["j"].Count, want)
+	}
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "late"); err == nil || !slices.Equal(refused, []string{"late: done"}) {
+		t.Fatalf("a refused event: %v, Refused saw %v", err, refused)
 	}
 }
