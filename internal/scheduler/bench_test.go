@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 // BenchmarkDecision times one decision (refresh, default filters and
@@ -25,16 +26,49 @@ func BenchmarkDecision(b *testing.B) {
 }
 
 func benchDecision(b *testing.B, n int, fullPass bool) {
+	benchDecisionWith(b, n, fullPass, false)
+}
+
+// BenchmarkDecisionMetrics is the cost of MetricsWeigher (issue 28): the
+// same decision as BenchmarkDecision on the same hosts, each with a host
+// record measured 0–100 % busy, without and with [metrics]
+// weight_setting = cpu.percent=-1.0 (every weigher of Nova's default
+// weight_classes runs in both; with no weight_setting MetricsWeigher
+// weighs nothing). MetricsWeigher reads each candidate's measurement for
+// the request (the claims assumed since are the request's view), so
+// decisions with it take the per-request path and weigh every
+// candidate; its share of a decision is (with − without) ÷ with.
+func BenchmarkDecisionMetrics(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("hosts=%d/without", n), func(b *testing.B) { benchDecisionWith(b, n, false, false) })
+		b.Run(fmt.Sprintf("hosts=%d/with", n), func(b *testing.B) { benchDecisionWith(b, n, false, true) })
+	}
+}
+
+// benchDecisionWith is BenchmarkDecision's decision; measured gives every
+// host a measured record, and metrics weighs it (MetricsWeigher).
+func benchDecisionWith(b *testing.B, n int, fullPass, metrics bool) {
 	c := newCloud(b, 0)
 	r := rand.New(rand.NewPCG(1, 2))
+	now := c.clk.Now()
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("h%06d", i)
 		c.addHost(b, name)
 		c.use(b, name, "init-"+name, placement.Resources{placement.VCPU: int64(r.IntN(30)) + 1, placement.MemoryMB: int64(r.IntN(60000)) + 1, placement.DiskGB: int64(r.IntN(900)) + 1})
+		cpu := r.Float64()
+		if err := c.st.PutHostRecord(context.Background(), records.HostRecord{Host: name, ProviderUUID: "rp-" + name, VCPUs: 32, MemoryMB: 131072,
+			Metrics: []records.Metric{{Name: records.MetricCPUPercent, Value: cpu, Timestamp: now, Source: "bench"},
+				{Name: records.MetricCPUIdlePercent, Value: 1 - cpu, Timestamp: now, Source: "bench"}}}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	cfg := DefaultConfig()
 	cfg.HostSubsetSize = 3
 	cfg.ShuffleBestSameWeighedHosts = fullPass
+	if metrics {
+		cfg.Metrics.WeightSetting = []MetricWeight{{Name: records.MetricCPUPercent, Ratio: -1}}
+		cfg.Metrics.MaxAge = 0 // the virtual clock does not move: no measurement ages
+	}
 	s := c.scheduler(b, cfg, PolicyClaim, 1)
 	req := &Request{Resources: small()}
 	ctx := context.Background()
