@@ -18,7 +18,11 @@
 // in a real deployment — heartbeating and auditing at Nova's intervals,
 // while a client times GET /servers/detail and /os-hypervisors/detail;
 // the server's CPU and memory are read from /proc/PID, apart from the
-// generator's (--server-cpuprofile profiles it).
+// generator's (--server-cpuprofile profiles it). The metrics section
+// runs the same server and 1,000 such agents (--fleet-steps N changes
+// it) and reads the server's CPU over periods with the agents'
+// measured-usage reporters running and stopped in turn: the difference
+// is what the reports cost.
 //
 //	go run ./bench/cmd/keelbench [--json|--markdown] [--quick] [--only SECTIONS]
 //

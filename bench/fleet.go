@@ -24,6 +24,7 @@ import (
 
 	"keel/internal/agent"
 	"keel/internal/bus"
+	"keel/internal/compute"
 	"keel/internal/config"
 )
 
@@ -340,6 +341,9 @@ type fleetGen struct {
 	hw     config.Config
 	agents []*agent.Agent
 	hb     heartbeats
+	// metrics is when the agents report measured usage (the zero value:
+	// keel's default, every 10 s).
+	metrics compute.MetricsConfig
 }
 
 // addAgents starts agents up to n hosts, eight at a time, each a real
@@ -361,7 +365,7 @@ func (g *fleetGen) addAgents(ctx context.Context, n int) error {
 			defer cancel()
 			a, err := agent.Start(sctx, agent.Options{Host: host, DataDir: filepath.Join(g.dir, "agents", host), BusURL: g.srv.busURL,
 				Creds: g.creds, Hardware: hw, UpdateResourcesInterval: g.plan.Audit, ReportInterval: g.plan.Report,
-				Log: slog.New(slog.DiscardHandler), OnHeartbeat: g.hb.record})
+				Metrics: g.metrics, Log: slog.New(slog.DiscardHandler), OnHeartbeat: g.hb.record})
 			if err != nil {
 				return fmt.Errorf("starting the agent of %s: %w", host, err)
 			}

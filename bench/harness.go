@@ -19,7 +19,7 @@ import (
 
 // Sections are the harness's parts, in the order they run; --only takes a
 // comma-separated subset of these names.
-var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim", "fleet"}
+var Sections = []string{"decision", "claims", "api", "placement", "nova", "sim", "fleet", "metrics"}
 
 // RequiredKeys are the figures a full or quick run of every section always
 // reports (the list); the harness's own test checks each is a
@@ -79,6 +79,8 @@ type Report struct {
 	Goals []Goal
 	// Fleet are the fleet section's steps.
 	Fleet []FleetStep
+	// Metrics is the metrics section's measurement (nil when not run).
+	Metrics *MetricsCost
 }
 
 // Goal is one of the goals and whether this run met it.
@@ -182,6 +184,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Sections = append(rep.Sections, p.rep.Sections...)
 		rep.Goals = append(rep.Goals, p.rep.Goals...)
 		rep.Fleet = append(rep.Fleet, p.rep.Fleet...)
+		if p.rep.Metrics != nil {
+			rep.Metrics = p.rep.Metrics
+		}
 		for k, v := range p.rep.Figures {
 			rep.Figures[k] = v
 		}
@@ -207,6 +212,8 @@ func (r *run) section(ctx context.Context, name string) error {
 		return r.sim(ctx)
 	case "fleet":
 		return r.fleet(ctx)
+	case "metrics":
+		return r.metricsCost(ctx)
 	}
 	return fmt.Errorf("unknown section %q", name)
 }
@@ -362,6 +369,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	out["goals"] = rep.Goals
 	if len(rep.Fleet) > 0 {
 		out["fleet"] = rep.Fleet
+	}
+	if rep.Metrics != nil {
+		out["metrics"] = rep.Metrics
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
