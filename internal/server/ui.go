@@ -351,6 +351,12 @@ type uiImbalance struct {
 	LeastLoaded   *uiLoad                             `json:"least_loaded,omitempty"`
 	LargestFlavor string                              `json:"largest_free_flavor"`
 	FitsOn        int                                 `json:"largest_free_flavor_hosts"`
+	// MeasuredCV is the coefficient of variation of the enabled hosts'
+	// measured CPU (cpu.percent, what `keel rebalance plan --by measured`
+	// evens out) over the MeasuredHosts of them that reported one; nil
+	// when none did.
+	MeasuredCV    *float64 `json:"measured_cpu_cv,omitempty"`
+	MeasuredHosts int      `json:"measured_hosts"`
 }
 
 type uiLoad struct {
@@ -617,6 +623,7 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 	}
 	var enabled []viewHost
+	var measured []float64
 	hosts := make([]uiHost, 0, len(vhs))
 	imb := &uiImbalance{}
 	for _, h := range vhs {
@@ -656,6 +663,9 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 		enabled = append(enabled, h)
 		imb.EnabledHosts++
+		if uh.Measured != nil {
+			measured = append(measured, uh.Measured.CPUPercent)
+		}
 		if usageZero(h.Used) {
 			imb.EmptyHosts++
 		}
@@ -667,6 +677,10 @@ func (u *uiHub) hostsOf(now time.Time, vhs []viewHost, ins []uiInstance, moves [
 		}
 	}
 	imb.CV = imbalance(enabled)
+	if imb.MeasuredHosts = len(measured); len(measured) > 0 {
+		v := cv(measured)
+		imb.MeasuredCV = &v
+	}
 	// The largest flavor that still fits on an enabled, up host, as the
 	// scheduler's placement step decides (provider trees, sharing pools,
 	// a flavor's request groups and traits).

@@ -294,6 +294,13 @@ func TestWebView(t *testing.T) {
 	// (the fake driver's default workload), as the agent reports it.
 	evalPoll(t, ctx, "the detail panel's measured CPU", `(() => { const r = document.querySelector("#detail [data-measured]");
 		return r ? r.dataset.measured : "" })()`, 20*time.Second, func(m string) bool { f, err := strconv.ParseFloat(m, 64); return err == nil && f > 0 && f <= 1 })
+	// The imbalance header has the measured CPU's CV beside the claims':
+	// every host reports (the fake driver's default workload on the three
+	// with guests, 0 % on an empty one).
+	evalPoll(t, ctx, "the imbalance header's measured CPU", `(() => { const c = document.querySelector('#imbalance [data-card="cv-measured"]');
+		return c ? c.textContent : "" })()`, 20*time.Second, func(s string) bool {
+		return regexp.MustCompile(`^imbalance measured CPU[0-9]+\.[0-9]{2}4 of 4 hosts measured$`).MatchString(s)
+	})
 
 	// A live migration h03 → h04: its arrow appears with progress, then
 	// goes soon after the migration ends, without a reload.

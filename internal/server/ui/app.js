@@ -218,6 +218,9 @@ function renderImbalance(s) {
     const v = im.cv[rc] || 0;
     cards.push(card(`imbalance ${LABEL[rc]}`, v.toFixed(2), "coefficient of variation", `cv-${rc}`));
   }
+  // The same on what the guests really use: the hosts' measured CPU.
+  cards.push(card("imbalance measured CPU", im.measured_cpu_cv == null ? "–" : im.measured_cpu_cv.toFixed(2),
+    `${im.measured_hosts || 0} of ${im.enabled_hosts || 0} hosts measured`, "cv-measured"));
   cards.push(card("most loaded", im.most_loaded ? im.most_loaded.host : "–",
     im.most_loaded ? `${pct(im.most_loaded.fill)} ${LABEL[im.most_loaded.class] || ""}` : "", "most"));
   cards.push(card("least loaded", im.least_loaded ? im.least_loaded.host : "–",
