@@ -10,9 +10,13 @@ import (
 // crashCloud is a server and three agents whose copies take long enough
 // to kill a process mid-copy: live_migration_bandwidth 400 MiB/s, so an
 // m1.small (2048 MiB) copies in about 5 s. Audits run every 2 s so an agent
-// reconciles soon after a restart.
+// reconciles soon after a restart; the conductor takes an agent for gone
+// after 8 s without an answer (rpc_timeout, 30 s by default: the
+// rollback at a killed destination waited that long).
 func crashCloud(t *testing.T) (*cloud, string) {
-	c := newCloud(t, "libvirt.live_migration_bandwidth=400", "DEFAULT.update_resources_interval=2", "DEFAULT.report_interval=1")
+	t.Parallel() // separate processes, ports and data dirs; mostly waiting
+	c := newCloud(t, "libvirt.live_migration_bandwidth=400", "DEFAULT.update_resources_interval=2", "DEFAULT.report_interval=1",
+		"keel.rpc_timeout=8")
 	for i := 1; i <= 3; i++ {
 		c.startAgent(fmt.Sprintf("h%d", i))
 	}
@@ -20,11 +24,29 @@ func crashCloud(t *testing.T) (*cloud, string) {
 	return c, c.boot("vm", "2")
 }
 
-// waitRunning waits until the migration is copying.
+// waitRunning waits until the migration is copying: running, with bytes
+// copied and some left.
 func (c *cloud) waitRunning(mid int64) {
 	c.t.Helper()
-	c.waitFor(fmt.Sprintf("migration %d to be running", mid), 20*time.Second, func() bool { return c.migrationStatus(mid) == "running" })
-	time.Sleep(time.Second) // well inside the 5 s copy
+	c.waitFor(fmt.Sprintf("migration %d to be copying", mid), 20*time.Second, func() bool {
+		var out struct {
+			Moves []struct {
+				ID        int64  `json:"id"`
+				Status    string `json:"status"`
+				Processed int64  `json:"memory_processed_bytes"`
+				Remaining int64  `json:"memory_remaining_bytes"`
+			} `json:"moves"`
+		}
+		if c.tryCall("GET", "/keel/v1/ui/state", nil, &out) != 200 {
+			return false
+		}
+		for _, m := range out.Moves {
+			if m.ID == mid {
+				return m.Status == "running" && m.Processed > 0 && m.Remaining > 0
+			}
+		}
+		return false
+	})
 }
 
 // settled checks the guarantees after a crash: the migration ended, the
