@@ -19,6 +19,7 @@ func TestSeedDrainThroughTheAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("144 boots and 12 migrations; skipped in -short mode")
 	}
+	t.Parallel() // its own keel dev, ports and data dir
 	c := &cloud{t: t, dataDir: t.TempDir(), agents: map[string]*proc{}}
 	c.server = start(t, "dev", "dev", "--hosts", "12", "--data-dir", c.dataDir, "--listen", "127.0.0.1:0",
 		"--set", "DEFAULT.update_resources_interval=3600",

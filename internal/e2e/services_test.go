@@ -14,6 +14,7 @@ var requestID = regexp.MustCompile(`^req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 // TestMigrationsUpdateBothHostsAtOnce: with hourly audits, after every live
 // migration both hosts' usage in os-hypervisors is already exact.
 func TestMigrationsUpdateBothHostsAtOnce(t *testing.T) {
+	t.Parallel() // its own processes, ports and data dir
 	c := newCloud(t, "DEFAULT.update_resources_interval=3600")
 	for i := 1; i <= 3; i++ {
 		c.startAgent(fmt.Sprintf("h%d", i))
