@@ -58,7 +58,7 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 		}
 		var rp rebalance.Plan
 		if p, rp, err = s.c.Cond.PlanRebalance(ctx, req); err == nil {
-			out = fmt.Sprintf("%d moves planned, CV %.3f → %.3f (%s)\n", len(rp.Moves), rp.Before, rp.After, rp.Stopped)
+			out = fmt.Sprintf("%s planned, CV %.3f → %.3f (%s)\n", plan.Count(len(rp.Moves), "move", "moves"), rp.Before, rp.After, rp.Stopped)
 			if p.ID != 0 {
 				out = s.planLine(p) + out
 			}
@@ -87,7 +87,7 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 	case "tick":
 		var n int
 		if n, err = s.c.Cond.TickPlans(ctx); err == nil {
-			out = fmt.Sprintf("started %d moves\n", n)
+			out = fmt.Sprintf("started %s\n", plan.Count(n, "move", "moves"))
 		}
 	case "run-plans":
 		out, err = s.runPlans(t)
@@ -115,13 +115,13 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 // planLine is a plan in one line.
 func (s *script) planLine(p records.Plan) string {
 	if p.ID == 0 && len(p.Moves) > 0 {
-		return fmt.Sprintf("dry run: %d moves\n", len(p.Moves))
+		return fmt.Sprintf("dry run: %s\n", plan.Count(len(p.Moves), "move", "moves"))
 	}
 	what := p.Purpose
 	if len(p.Hosts) > 0 {
 		what += " of " + strings.Join(p.Hosts, ", ")
 	}
-	return fmt.Sprintf("plan %d: %s %s, %d moves\n", p.ID, what, p.State, len(p.Moves))
+	return fmt.Sprintf("plan %d: %s %s, %s\n", p.ID, what, p.State, plan.Count(len(p.Moves), "move", "moves"))
 }
 
 func (s *script) planID(t *testing.T, d *datadriven.TestData) int64 {
@@ -184,8 +184,8 @@ func (s *script) runPlans(t *testing.T) (string, error) {
 		}
 		s.c.Advance(time.Second)
 	}
-	return fmt.Sprintf("plans ended after %s; at most %d moves at once (%d evacuations), %d out of one host, %d into one host\n",
-		s.c.Clock.Now().Sub(start), most, evac, perSrc, perDst), nil
+	return fmt.Sprintf("plans ended after %s; at most %s at once (%s), %d out of one host, %d into one host\n",
+		s.c.Clock.Now().Sub(start), plan.Count(most, "move", "moves"), plan.Count(evac, "evacuation", "evacuations"), perSrc, perDst), nil
 }
 
 // showPlans prints every plan: its state, summary and moves.
@@ -212,7 +212,7 @@ func (s *script) showPlans(t *testing.T, b *strings.Builder) {
 				fmt.Fprintf(b, " on %s", mv.Result)
 			}
 			if mv.Attempts > 0 {
-				fmt.Fprintf(b, ", %d attempts, migration %d", mv.Attempts, mv.Migration)
+				fmt.Fprintf(b, ", %s, migration %d", plan.Count(mv.Attempts, "attempt", "attempts"), mv.Migration)
 			}
 			if !mv.StartedAt.IsZero() {
 				fmt.Fprintf(b, ", started +%s", mv.StartedAt.Sub(clock.Epoch))

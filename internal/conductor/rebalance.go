@@ -87,7 +87,8 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 		return records.Plan{}, rp, nil
 	}
 	p := records.Plan{Purpose: records.PlanRebalance, Options: records.PlanOptions{Parallel: req.Parallel},
-		Reason: fmt.Sprintf("%s CV %.4f → %.4f over %d hosts in %d moves (%s)", rp.Metric, rp.Before, rp.After, rp.Hosts, len(rp.Moves), rp.Stopped)}
+		Reason: fmt.Sprintf("%s CV %.4f → %.4f over %s in %s (%s)", rp.Metric, rp.Before, rp.After,
+			plan.Count(rp.Hosts, "host", "hosts"), plan.Count(len(rp.Moves), "move", "moves"), rp.Stopped)}
 	for _, m := range rp.Moves {
 		p.Moves = append(p.Moves, records.PlanMove{Instance: m.Instance, Source: m.Source, Dest: m.Destination, RAMMB: m.RAMMB})
 	}

@@ -101,7 +101,8 @@ func PlanRebalance(ctx context.Context, st Store, nc *client.NovaCloud, o Rebala
 	}
 	p := records.Plan{Purpose: records.PlanRebalance, State: records.PlanRecommended, Options: records.PlanOptions{Parallel: o.Parallel},
 		CreatedAt: now.UTC(),
-		Reason:    fmt.Sprintf("%s CV %.4f → %.4f over %d hosts in %d moves (%s)", rp.Metric, rp.Before, rp.After, rp.Hosts, len(rp.Moves), rp.Stopped)}
+		Reason: fmt.Sprintf("%s CV %.4f → %.4f over %s in %s (%s)", rp.Metric, rp.Before, rp.After,
+			plan.Count(rp.Hosts, "host", "hosts"), plan.Count(len(rp.Moves), "move", "moves"), rp.Stopped)}
 	for _, m := range rp.Moves {
 		p.Moves = append(p.Moves, records.PlanMove{Instance: m.Instance, Source: m.Source, Dest: m.Destination, RAMMB: m.RAMMB, State: records.MovePending})
 	}

@@ -341,7 +341,7 @@ func settle(p *records.Plan, now time.Time) []Action {
 	case failed > 0:
 		p.State = records.PlanFailed
 		if p.Reason == "" {
-			p.Reason = fmt.Sprintf("%d of %d moves failed", failed, len(p.Moves))
+			p.Reason = fmt.Sprintf("%d of %s failed", failed, Count(len(p.Moves), "move", "moves"))
 		}
 	default:
 		p.State = records.PlanDone

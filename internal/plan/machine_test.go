@@ -314,3 +314,26 @@ func TestRedirectRetriesElsewhere(t *testing.T) {
 		t.Fatalf("plan %s, move %+v: want done on h03 after one counted attempt", p.State, p.Moves[0])
 	}
 }
+
+// A plan of one move that failed says so in the singular (issue 24 item
+// 11: it said "1 of 1 moves failed").
+func TestOneFailedMoveReason(t *testing.T) {
+	p, _ := run(t, Machine{}, drain(mv("a", "h01", 4096)),
+		Event{Kind: Run},
+		Event{Kind: Begin, Move: 0}, Event{Kind: Started, Move: 0, Migration: 1},
+		Event{Kind: Ended, Move: 0, Migration: 1, Status: records.MigrationFailed, Reason: "copy failed"},
+		Event{Kind: Begin, Move: 0}, Event{Kind: Started, Move: 0, Migration: 2},
+		Event{Kind: Ended, Move: 0, Migration: 2, Status: records.MigrationFailed, Reason: "copy failed"},
+	)
+	if p.State != records.PlanFailed || p.Reason != "1 of 1 move failed" {
+		t.Fatalf("plan %s (%s) moves %s", p.State, p.Reason, states(p))
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 moves", 1: "1 move", 2: "2 moves"} {
+		if got := Count(n, "move", "moves"); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

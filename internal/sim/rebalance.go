@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"keel/internal/plan"
 	"keel/internal/rebalance"
 	"keel/internal/records"
 	"keel/internal/sim/scenario"
@@ -167,6 +168,6 @@ func (r *RebalanceReport) String() string {
 	if r == nil {
 		return ""
 	}
-	return fmt.Sprintf("rebalance at t=%.0fs: %d moves planned (%s cv %.3f → %.3f), %d done, %d failed, %d skipped; %s",
-		r.At, r.Planned, r.Metric, r.CVBefore, r.CVPlanned, r.Moved, r.Failed, r.Skipped, r.Stopped)
+	return fmt.Sprintf("rebalance at t=%.0fs: %s planned (%s cv %.3f → %.3f), %d done, %d failed, %d skipped; %s",
+		r.At, plan.Count(r.Planned, "move", "moves"), r.Metric, r.CVBefore, r.CVPlanned, r.Moved, r.Failed, r.Skipped, r.Stopped)
 }
