@@ -121,13 +121,11 @@ func (v *hostView) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("web view: loading providers: %w", err)
 	}
-	recs, err := v.st.ListHostRecords(ctx)
-	if err != nil {
-		return fmt.Errorf("web view: loading host records: %w", err)
+	if err := v.loadRecordsLocked(ctx); err != nil {
+		return err
 	}
-	svcs, err := v.st.ListServices(ctx)
-	if err != nil {
-		return fmt.Errorf("web view: loading services: %w", err)
+	if err := v.loadServicesLocked(ctx); err != nil {
+		return err
 	}
 	aggs, err := v.st.ListAggregates(ctx)
 	if err != nil {
@@ -138,9 +136,28 @@ func (v *hostView) reloadLocked(ctx context.Context) error {
 	for _, s := range sums {
 		v.provs[s.UUID] = s
 	}
+	v.aggs, v.seq, v.ready = aggs, seq, true
+	return nil
+}
+
+// loadRecordsLocked reads every host record again.
+func (v *hostView) loadRecordsLocked(ctx context.Context) error {
+	recs, err := v.st.ListHostRecords(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: loading host records: %w", err)
+	}
 	v.recs = make(map[string]records.HostRecord, len(recs))
 	for _, r := range recs {
 		v.recs[r.Host] = r
+	}
+	return nil
+}
+
+// loadServicesLocked reads every compute service again.
+func (v *hostView) loadServicesLocked(ctx context.Context) error {
+	svcs, err := v.st.ListServices(ctx)
+	if err != nil {
+		return fmt.Errorf("web view: loading services: %w", err)
 	}
 	v.svcs = make(map[string]records.Service, len(svcs))
 	for _, s := range svcs {
@@ -148,14 +165,47 @@ func (v *hostView) reloadLocked(ctx context.Context) error {
 			v.svcs[s.Host] = s
 		}
 	}
-	v.aggs, v.seq, v.ready = aggs, seq, true
 	return nil
 }
+
+// listBeyond: once more than 1/listBeyond of the view's host records
+// (or services) changed, they are all read again with one listing rather
+// than one read each. A point read costs about as much as eleven rows of
+// a listing (SQLite, 2,000 hosts: 210 µs against 19), so a view read
+// rarely, with every agent reporting every 10 s, costs at most about a
+// listing, not one read per host.
+const listBeyond = 10
 
 func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 	var provs []string
 	seen := map[store.Change]bool{}
 	aggs := false
+	var hostKeys, svcKeys int
+	for _, c := range chs {
+		k := store.Change{Kind: c.Kind, Key: c.Key}
+		if !seen[k] {
+			seen[k] = true
+			switch c.Kind {
+			case store.ChangeHost:
+				hostKeys++
+			case store.ChangeService:
+				svcKeys++
+			}
+		}
+	}
+	listRecs := hostKeys > 1 && hostKeys > len(v.recs)/listBeyond
+	listSvcs := svcKeys > 1 && svcKeys > len(v.svcs)/listBeyond
+	if listRecs {
+		if err := v.loadRecordsLocked(ctx); err != nil {
+			return err
+		}
+	}
+	if listSvcs {
+		if err := v.loadServicesLocked(ctx); err != nil {
+			return err
+		}
+	}
+	clear(seen)
 	for _, c := range chs {
 		k := store.Change{Kind: c.Kind, Key: c.Key}
 		if seen[k] {
@@ -166,6 +216,9 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 		case store.ChangeProvider:
 			provs = append(provs, c.Key)
 		case store.ChangeHost:
+			if listRecs {
+				continue
+			}
 			r, err := v.st.GetHostRecord(ctx, c.Key)
 			if errors.Is(err, store.ErrNotFound) {
 				delete(v.recs, c.Key)
@@ -175,6 +228,9 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 				v.recs[c.Key] = r
 			}
 		case store.ChangeService:
+			if listSvcs {
+				continue
+			}
 			s, err := v.st.GetService(ctx, c.Key)
 			if errors.Is(err, store.ErrNotFound) {
 				delete(v.svcs, c.Key)

@@ -14,7 +14,8 @@ import (
 // read it (computeapi.HostLister): every host record sorted by host and
 // every compute service, equal to what the store lists, including a write
 // committed just before the call (the view catches up with the change
-// stream first), and no service that is not a compute's.
+// stream first: one changed record is read alone, several with one
+// listing), and no service that is not a compute's.
 func TestHostViewComputeHosts(t *testing.T) {
 	ctx := context.Background()
 	st := memory.New()
@@ -72,9 +73,13 @@ func TestHostViewComputeHosts(t *testing.T) {
 	if err := st.PutHostRecord(ctx, records.HostRecord{Host: "h0", VCPUs: 4}); err != nil {
 		t.Fatal(err)
 	}
-	check("after writes")
+	check("after writes") // two records changed: read with one listing
+	if err := st.PutHostRecord(ctx, records.HostRecord{Host: "h1", VCPUs: 8, VCPUsUsed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	check("after one write") // one record changed: read alone
 	recs, svcs, _ := v.ComputeHosts(ctx)
-	if len(recs) != 4 || recs[0].Host != "h0" || recs[2].VCPUsUsed != 5 || !svcs["h3"].Disabled {
-		t.Errorf("records %+v, services %+v: want h0 first, h2 using 5 vCPUs, h3 disabled", recs, svcs)
+	if len(recs) != 4 || recs[0].Host != "h0" || recs[1].VCPUsUsed != 2 || recs[2].VCPUsUsed != 5 || !svcs["h3"].Disabled {
+		t.Errorf("records %+v, services %+v: want h0 first, h1 using 2 vCPUs, h2 5, h3 disabled", recs, svcs)
 	}
 }
