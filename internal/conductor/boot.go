@@ -85,7 +85,8 @@ func (c *Conductor) refuse(ctx context.Context, inst records.Instance, why error
 // resulting actions, feeding their answers back, until the boot waits for
 // the agent or ends, or an action cannot be done now (the record then
 // stays in its phase for Recover or the sweep to resume; the error says
-// why). The record is saved before each action runs.
+// why). The record is saved before each action runs. It is the driver's
+// loop (flow.Flow.Run) over the boot flow (see bootFlow).
 func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
 	defer c.flows.Lock(instanceKey(uuid))()
 	return c.stepBoot(ctx, uuid, ev)
@@ -94,86 +95,61 @@ func (c *Conductor) StepBoot(ctx context.Context, uuid string, ev boot.Event) (r
 // stepBoot is StepBoot with the instance's lock held (the unshelve of a
 // lifecycle action boots under its own).
 func (c *Conductor) stepBoot(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error) {
-	ctx = context.WithoutCancel(ctx)
-	var unlockGroup func()
-	defer func() {
-		if unlockGroup != nil {
-			unlockGroup()
-		}
-	}()
-	queue := []boot.Event{ev}
-	var cur records.Instance
-	conflicts, steps := 0, 0
-	saved := false // cur is the record as this loop last saved it
-	for len(queue) > 0 {
-		ev, queue = queue[0], queue[1:]
-		answered := steps > 0 // an answer to an action of this loop, not the caller's event
-		if !saved {
-			// Read only when the record may have changed under us: at the
-			// start and after a conflict. After our own save, a change by
-			// anyone else (a delete's mark, another replica) fails the next
-			// versioned update, which reads again.
-			var err error
-			if cur, err = c.store.GetInstance(ctx, uuid); err != nil {
-				return cur, fmt.Errorf("boot of %s: %w", uuid, err)
-			}
-		}
-		saved = false
-		if cur.TaskState == records.TaskDeleting {
-			// A delete marked it: the delete terminates and releases.
-			return cur, nil
-		}
-		next, acts, err := c.boots.Step(cur, ev, c.clock.Now())
-		if err != nil {
-			if answered {
-				// The answer to our own action came after someone else
-				// moved the boot on (another replica applied the agent's
-				// report first): nothing is left for it to do.
-				c.log.Debug("boot answer no longer applies", "instance", uuid, "event", ev.Kind, "phase", cur.BuildPhase, "vm_state", cur.VMState)
-				return cur, nil
-			}
-			return cur, err
-		}
-		next.UpdatedAt = c.clock.Now()
-		written, err := c.store.UpdateInstance(ctx, next)
-		if placement.IsConflict(err) && conflicts < 3 {
-			conflicts++ // changed meanwhile: step the same event from what is there
-			queue = append([]boot.Event{ev}, queue...)
-			continue
-		}
-		if err != nil {
-			return cur, fmt.Errorf("boot of %s: saving phase %s: %w", uuid, next.BuildPhase, err)
-		}
-		if written.BuildPhase != cur.BuildPhase || written.VMState != cur.VMState {
-			c.log.Debug("boot step", "instance", uuid, "event", ev.Kind, "phase", written.BuildPhase, "vm_state", written.VMState, "host", written.Host, "fault", written.Fault)
-		}
-		cur, saved = written, true
-		steps++
-		if unlockGroup != nil && cur.BuildPhase != boot.PhaseSchedule && cur.BuildPhase != boot.PhaseConfirm {
-			unlockGroup()
-			unlockGroup = nil
-		}
-		if !boot.Building(cur) {
-			c.bootEnded(cur)
-		}
-		for _, a := range acts {
-			if a.Kind == boot.Schedule && unlockGroup == nil {
-				// The group's members are placed one at a time, from
-				// reading where the others are to confirming this one's
-				// host.
-				unlockGroup = c.groupLock(cur)
-			}
-			ans, ok, err := c.performBoot(ctx, cur, a)
-			if err != nil {
-				c.log.Warn("boot step left for the sweep", "instance", uuid, "phase", cur.BuildPhase, "action", a.Kind, "err", err)
-				return cur, fmt.Errorf("boot of %s: %s: %w", uuid, a.Kind, err)
-			}
-			if ok {
-				queue = append(queue, ans)
-			}
-		}
+	return c.bootRuns.Drive(context.WithoutCancel(ctx), c.flows, records.Instance{UUID: uuid}, []boot.Event{ev}, nil)
+}
+
+// groupHold is a boot loop's hold of its instance's server-group lock
+// (flow.Flow.Scope): the members of a group are placed one at a time,
+// from reading where the others are to confirming this one's host.
+type groupHold struct{ unlock func() }
+
+type groupHoldKey struct{}
+
+// bootScope gives a boot loop its group hold, released when the loop ends.
+func bootScope(ctx context.Context) (context.Context, func()) {
+	h := &groupHold{}
+	return context.WithValue(ctx, groupHoldKey{}, h), func() { h.release() }
+}
+
+func (h *groupHold) release() {
+	if h != nil && h.unlock != nil {
+		h.unlock()
+		h.unlock = nil
 	}
-	return cur, nil
+}
+
+// bootEffects is the boot machine's effect table, as the driver's loop
+// (flow.Flow.Perform) calls it: each action returns the answer event, if
+// it has one now, or an error when it cannot be done now (the boot is
+// then resumed later). The schedule effect takes the instance's group
+// lock, held until the boot leaves scheduling (schedule, confirm) or the
+// loop ends.
+func (c *Conductor) bootEffects() func(context.Context, records.Instance, boot.Action) (boot.Event, bool, error) {
+	table := map[boot.ActionKind]func(c *Conductor, ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error){
+		boot.Schedule:     (*Conductor).bootSchedule,
+		boot.ConfirmGroup: (*Conductor).bootConfirmGroup,
+		boot.CastBuild:    (*Conductor).bootCast,
+		boot.Terminate:    (*Conductor).bootTerminate,
+		boot.ReleaseClaim: (*Conductor).bootRelease,
+	}
+	return func(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+		hold, _ := ctx.Value(groupHoldKey{}).(*groupHold)
+		if inst.BuildPhase != boot.PhaseSchedule && inst.BuildPhase != boot.PhaseConfirm {
+			hold.release()
+		}
+		if a.Kind == boot.Schedule && hold != nil && hold.unlock == nil {
+			hold.unlock = c.groupLock(inst)
+		}
+		f, ok := table[a.Kind]
+		if !ok {
+			return boot.Event{}, false, fmt.Errorf("boot of %s: unknown action %q", inst.UUID, a.Kind)
+		}
+		ev, ok, err := f(c, ctx, inst, a)
+		if err != nil {
+			return ev, ok, fmt.Errorf("boot of %s: %s: %w", inst.UUID, a.Kind, err)
+		}
+		return ev, ok, nil
+	}
 }
 
 // decided records a scheduling decision: a log line an operator can
@@ -196,25 +172,6 @@ func (c *Conductor) bootEnded(inst records.Instance) {
 	if c.hooks.BuildDone != nil {
 		c.hooks.BuildDone(inst)
 	}
-}
-
-// bootActions perform the boot machine's actions: each returns the answer
-// event, if the action has one now, or an error when it cannot be done now
-// (the boot is then resumed later).
-var bootActions = map[boot.ActionKind]func(c *Conductor, ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error){
-	boot.Schedule:     (*Conductor).bootSchedule,
-	boot.ConfirmGroup: (*Conductor).bootConfirmGroup,
-	boot.CastBuild:    (*Conductor).bootCast,
-	boot.Terminate:    (*Conductor).bootTerminate,
-	boot.ReleaseClaim: (*Conductor).bootRelease,
-}
-
-func (c *Conductor) performBoot(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
-	f, ok := bootActions[a.Kind]
-	if !ok {
-		return boot.Event{}, false, fmt.Errorf("unknown boot action %q", a.Kind)
-	}
-	return f(c, ctx, inst, a)
 }
 
 // bootSchedule gives back any claim an earlier attempt left (a.GiveBack),

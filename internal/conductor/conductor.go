@@ -194,6 +194,9 @@ type Conductor struct {
 	// lifecycles is the lifecycle actions' flow (its machine, records and
 	// effect table), which the driver's loop runs.
 	lifecycles *flow.Flow[records.Instance, lifecycle.Event, lifecycle.Action]
+	// bootRuns is the boots' flow, which the driver's loop runs
+	// (StepBoot).
+	bootRuns *flow.Flow[records.Instance, boot.Event, boot.Action]
 	// migrations is the moves' flow (live, cold, resize, evacuation),
 	// which the driver's loop runs (Handle).
 	migrations *flow.Flow[records.Migration, migration.Event, migration.Action]

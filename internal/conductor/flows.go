@@ -16,7 +16,8 @@ import (
 
 // The flows the driver (package flow) recovers, takes over and sweeps,
 // in this order: boots, moves, lifecycle actions. Each is its machine,
-// where its records are, and the loop that feeds it.
+// where its records are, and its effect table and hooks; the driver's one
+// loop (flow.Flow.Run) feeds every one of them.
 
 // instanceKey and migrationKey are the driver's lock keys: a boot and a
 // lifecycle action of one instance share their record, and its lock.
@@ -27,7 +28,8 @@ func groupKey(group string) string   { return "group/" + group }
 // newDriver builds the conductor's flow driver and registers its flows.
 func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log}
-	flow.Register(d, c.bootFlow())
+	c.bootRuns = c.bootFlow()
+	flow.Register(d, c.bootRuns)
 	c.migrations = c.migrationFlow()
 	flow.Register(d, c.migrations)
 	c.lifecycles = c.lifecycleFlow()
@@ -59,10 +61,33 @@ func (c *Conductor) bootFlow() *flow.Flow[records.Instance, boot.Event, boot.Act
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Feed: func(ctx context.Context, in records.Instance, ev boot.Event) error {
-			_, err := c.StepBoot(ctx, in.UUID, ev)
-			return err
+		Perform: c.bootEffects(),
+		Stamp: func(in records.Instance, now time.Time) records.Instance {
+			in.UpdatedAt = now
+			return in
 		},
+		Gone: func(in records.Instance) bool { return in.TaskState == records.TaskDeleting }, // the delete terminates and releases
+		// Each save: a step logged, an ended boot told to the hooks.
+		Saved: func(prev, next records.Instance, ev boot.Event) {
+			if next.BuildPhase != prev.BuildPhase || next.VMState != prev.VMState {
+				c.log.Debug("boot step", "instance", next.UUID, "event", ev.Kind, "phase", next.BuildPhase, "vm_state", next.VMState, "host", next.Host, "fault", next.Fault)
+			}
+			if !boot.Building(next) {
+				c.bootEnded(next)
+			}
+		},
+		// An answer to the loop's own action that came after someone else
+		// moved the boot on (another replica applied the agent's report
+		// first) leaves nothing to do; the caller's event refused is an
+		// error.
+		Refused: func(in records.Instance, ev boot.Event, answer bool, err error) error {
+			if !answer {
+				return err
+			}
+			c.log.Debug("boot answer no longer applies", "instance", in.UUID, "event", ev.Kind, "phase", in.BuildPhase, "vm_state", in.VMState)
+			return nil
+		},
+		Scope: bootScope,
 	}
 }
 
@@ -132,10 +157,36 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 		// migration's status): whoever reads "completed" finds the
 		// instance where it now runs. Settling is idempotent, so a crash
 		// between the two repeats it on recovery.
-		Early:   func(a migration.Action) bool { return a.Kind == migration.SettleInstance },
-		Saved:   c.migrationSaved,
-		Refused: c.migrationRefused,
-		Due:     c.migrationDue,
+		Early: func(a migration.Action) bool { return a.Kind == migration.SettleInstance },
+		// Each save: a step that moved the migration on is logged, and an
+		// ended one forgotten, its plan's executor woken and the
+		// MigrationDone hook called (its instance already settled).
+		Saved: func(prev, next records.Migration, ev migration.Event) {
+			if next.Phase != prev.Phase || next.Status != prev.Status {
+				c.log.Info("migration step", "migration", next.ID, "instance", next.InstanceUUID, "event", ev.Kind,
+					"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
+			}
+			if !records.MigrationTerminal(next.Status) {
+				return
+			}
+			c.forget(next)
+			if next.PlanMove != nil {
+				c.kickPlans() // its plan's move ended: the executor goes on
+			}
+			if c.hooks.MigrationDone != nil {
+				c.hooks.MigrationDone(next)
+			}
+		},
+		// A late answer (progress, a slot handed on) for an ended
+		// migration makes the conductor forget it.
+		Refused: func(m records.Migration, _ migration.Event, _ bool, err error) error {
+			if records.MigrationTerminal(m.Status) {
+				c.forget(m)
+			}
+			c.log.Warn("migration event refused", "migration", m.ID, "err", err)
+			return err
+		},
+		Due: c.migrationDue,
 	}
 }
 

@@ -160,37 +160,6 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 	return err
 }
 
-// migrationSaved observes each save of the migration loop: a step that
-// moved the migration on is logged, and an ended one is forgotten, its
-// plan's executor woken and the MigrationDone hook called (its instance
-// already settled: SettleInstance is performed before the save).
-func (c *Conductor) migrationSaved(prev, next records.Migration, ev migration.Event) {
-	if next.Phase != prev.Phase || next.Status != prev.Status {
-		c.log.Info("migration step", "migration", next.ID, "instance", next.InstanceUUID, "event", ev.Kind,
-			"phase", next.Phase, "status", next.Status, "source", next.SourceHost, "dest", next.DestHost, "error", next.Error)
-	}
-	if !records.MigrationTerminal(next.Status) {
-		return
-	}
-	c.forget(next)
-	if next.PlanMove != nil {
-		c.kickPlans() // its plan's move ended: the executor goes on
-	}
-	if c.hooks.MigrationDone != nil {
-		c.hooks.MigrationDone(next)
-	}
-}
-
-// migrationRefused observes an event the machine refused: a late answer
-// (progress, a slot handed on) for an ended migration makes the
-// conductor forget it.
-func (c *Conductor) migrationRefused(m records.Migration, _ migration.Event, err error) {
-	if records.MigrationTerminal(m.Status) {
-		c.forget(m)
-	}
-	c.log.Warn("migration event refused", "migration", m.ID, "err", err)
-}
-
 // forget drops what the conductor keeps in memory for an ended migration:
 // its place in the slot queue (a migration aborted while queued must not
 // be handed the next slot).

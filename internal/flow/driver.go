@@ -264,11 +264,8 @@ type refMutex struct {
 	refs int
 }
 
-// feed feeds ev to r's flow: through the flow's Feed, or Run.
+// feed feeds ev to r's flow (Run).
 func (f *Flow[R, E, A]) feed(ctx context.Context, d *Driver, r R, ev E) error {
-	if f.Feed != nil {
-		return f.Feed(ctx, r, ev)
-	}
 	_, err := f.Run(ctx, d, r, ev)
 	return err
 }

@@ -46,11 +46,8 @@ type Flow[R, E, A any] struct {
 	Version func(r R) int64
 	Owned   func(r R, owner string, now time.Time) R
 
-	// Feed feeds ev to r's flow and performs what follows until the flow
-	// waits or ends; nil feeds it through Run.
-	Feed func(ctx context.Context, r R, ev E) error
-
-	// Run's loop (Drive). Perform is the flow's effect table: it does one
+	// Run's loop (Drive), which recovery, take-over and the sweep feed
+	// through too. Perform is the flow's effect table: it does one
 	// action and returns its answer, when it has one now, or an error
 	// when it cannot be done now. Stamp returns a record as it is saved
 	// at now (its UpdatedAt). Gone, when set, reports a record out of the
@@ -68,8 +65,16 @@ type Flow[R, E, A any] struct {
 	// now leaves the step unsaved, for the sweep.
 	Early func(a A) bool
 	// Refused, when set, observes an event the machine refused (logs, and
-	// what an ended flow must forget).
-	Refused func(r R, ev E, err error)
+	// what an ended flow must forget) and returns the loop's error: the
+	// refusal itself, or nil to stop quietly (an answer to one of the
+	// loop's own actions that came after someone else moved the record
+	// on). answer tells such an answer from the event the loop was given.
+	Refused func(r R, ev E, answer bool, err error) error
+	// Scope, when set, is called at the start of each loop (Drive) and
+	// its release at the end: per-loop state the effects share through
+	// the context (a boot's server-group lock, taken by its schedule
+	// effect and held while the boot places its instance).
+	Scope func(ctx context.Context) (context.Context, func())
 	// Due, when set, is the part of a passed deadline, or of a resume,
 	// the record alone cannot tell: false leaves it for a later sweep (a
 	// resumed flow is taken over first, so that sweep is this replica's).

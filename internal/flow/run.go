@@ -18,12 +18,18 @@ func (f *Flow[R, E, A]) Run(ctx context.Context, d *Driver, r R, ev E) (R, error
 // and saved with a version check (a conflict steps the event again from
 // what is stored, up to three times), its actions performed through the
 // flow's effect table (Perform) after the save (those Early picks before
-// it) — until nothing is left,
-// the flow is out of its hands (Gone), the machine refuses an event (its
-// error), or an action cannot be done now (Perform's error: the record
-// stays in its phase for the sweep).
+// it) — until nothing is left, the flow is out of its hands (Gone), the
+// machine refuses an event (its error, or what Refused makes of it), or an
+// action cannot be done now (Perform's error: the record stays in its
+// phase for the sweep).
 func (f *Flow[R, E, A]) Drive(ctx context.Context, d *Driver, r R, evs []E, acts []A) (R, error) {
+	if f.Scope != nil {
+		var release func()
+		ctx, release = f.Scope(ctx)
+		defer release()
+	}
 	cur := r
+	given := len(evs) // the first events are the caller's; the rest answers
 	for len(evs) > 0 || len(acts) > 0 {
 		for _, a := range acts {
 			ev, ok, err := f.Perform(ctx, cur, a)
@@ -41,8 +47,15 @@ func (f *Flow[R, E, A]) Drive(ctx context.Context, d *Driver, r R, evs []E, acts
 		}
 		ev := evs[0]
 		evs = evs[1:]
-		next, more, gone, err := f.step(ctx, d, cur, ev)
-		if err != nil || gone {
+		answer := given == 0
+		if !answer {
+			given--
+		}
+		next, more, gone, refused, err := f.step(ctx, d, cur, ev)
+		if refused && f.Refused != nil {
+			err = f.Refused(next, ev, answer, err)
+		}
+		if err != nil || gone || refused {
 			return next, err
 		}
 		cur, acts = next, more
@@ -51,39 +64,37 @@ func (f *Flow[R, E, A]) Drive(ctx context.Context, d *Driver, r R, evs []E, acts
 }
 
 // step applies ev to the stored record and saves the result; gone when
-// the record is out of the flow's hands.
-func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E) (R, []A, bool, error) {
+// the record is out of the flow's hands, refused when the machine
+// refused ev (err is its refusal).
+func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E) (next R, acts []A, gone, refused bool, err error) {
 	for conflicts := 0; ; conflicts++ {
 		cur, err := f.Get(ctx, r)
 		if err != nil {
-			return r, nil, false, fmt.Errorf("%s %s: %w", f.Name, f.Key(r), err)
+			return r, nil, false, false, fmt.Errorf("%s %s: %w", f.Name, f.Key(r), err)
 		}
 		if f.Gone != nil && f.Gone(cur) {
-			return cur, nil, true, nil
+			return cur, nil, true, false, nil
 		}
 		now := d.Clock.Now()
 		next, acts, err := f.Machine.Step(cur, ev, now)
 		if err != nil {
-			if f.Refused != nil {
-				f.Refused(cur, ev, err)
-			}
-			return cur, nil, false, err
+			return cur, nil, false, true, err
 		}
 		next = f.Stamp(next, now)
 		if acts, err = f.early(ctx, d, next, acts); err != nil {
-			return cur, nil, false, err
+			return cur, nil, false, false, err
 		}
 		saved, err := f.Save(ctx, next)
 		if err != nil && f.Conflict(err) && conflicts < 3 {
 			continue // changed meanwhile: step the same event from what is there
 		}
 		if err != nil {
-			return cur, nil, false, fmt.Errorf("%s %s: saving: %w", f.Name, f.Key(r), err)
+			return cur, nil, false, false, fmt.Errorf("%s %s: saving: %w", f.Name, f.Key(r), err)
 		}
 		if f.Saved != nil {
 			f.Saved(cur, saved, ev)
 		}
-		return saved, acts, false, nil
+		return saved, acts, false, false, nil
 	}
 }
 

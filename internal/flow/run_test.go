@@ -13,7 +13,6 @@ import (
 // step's action with "more" until the goal is reached (or fails on the
 // count failAt), and the events stepped are recorded in order.
 func runnable(f *Flow[job, jobEvent, string], failAt int, stepped *[]string) {
-	f.Feed = nil
 	f.Perform = func(_ context.Context, j job, a string) (jobEvent, bool, error) {
 		switch {
 		case j.Count == failAt:
@@ -118,7 +117,10 @@ func TestRunPerformsEarlyActionsBeforeTheSave(t *testing.T) {
 		return "", false, nil
 	}
 	var refused []string
-	f.Refused = func(j job, ev jobEvent, err error) { refused = append(refused, fmt.Sprintf("%s: %v", ev, err)) }
+	f.Refused = func(j job, ev jobEvent, answer bool, err error) error {
+		refused = append(refused, fmt.Sprintf("%s (answer %v): %v", ev, answer, err))
+		return err
+	}
 	if _, err := f.Run(context.Background(), d, s.byID["j"], "settle"); err == nil || s.byID["j"].Count != 0 || len(stepped) != 0 {
 		t.Fatalf("early action failing: %v, count %d, stepped %v; want the error, nothing saved", err, s.byID["j"].Count, stepped)
 	}
@@ -131,7 +133,42 @@ func TestRunPerformsEarlyActionsBeforeTheSave(t *testing.T) {
 	if want := []string{"1/0", "1/0"}; !slices.Equal(seen, want) || s.byID["j"].Count != 2 {
 		t.Fatalf("the early action saw %v (stepped/stored), count %d; want %v, before each save, then 2", seen, s.byID["j"].Count, want)
 	}
-	if _, err := f.Run(context.Background(), d, s.byID["j"], "late"); err == nil || !slices.Equal(refused, []string{"late: done"}) {
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "late"); err == nil || !slices.Equal(refused, []string{"late (answer false): done"}) {
 		t.Fatalf("a refused event: %v, Refused saw %v", err, refused)
+	}
+}
+
+// An answer the machine refuses (the record moved on) stops the loop as
+// Refused decides — quietly here — and Scope's state lives exactly as
+// long as the loop.
+func TestRunStopsOnARefusedAnswerAsRefusedSays(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 2}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, -1, &stepped)
+	f.Perform = func(context.Context, job, string) (jobEvent, bool, error) { return "more", true, nil }
+	var answers []bool
+	f.Refused = func(_ job, _ jobEvent, answer bool, err error) error {
+		answers = append(answers, answer)
+		if answer {
+			return nil
+		}
+		return err
+	}
+	type scopeKey struct{}
+	open := 0
+	f.Scope = func(ctx context.Context) (context.Context, func()) {
+		open++
+		return context.WithValue(ctx, scopeKey{}, open), func() { open-- }
+	}
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "go"); err != nil || s.byID["j"].Count != 2 {
+		t.Fatalf("Run: %v, count %d; want nil (the refused answer stops quietly), 2", err, s.byID["j"].Count)
+	}
+	if _, err := f.Run(context.Background(), d, s.byID["j"], "go"); err == nil {
+		t.Fatal("the caller's event refused: want its error")
+	}
+	if !slices.Equal(answers, []bool{true, false}) || open != 0 {
+		t.Fatalf("Refused saw answers %v, scope open %d; want [true false], 0", answers, open)
 	}
 }
