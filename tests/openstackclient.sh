@@ -26,6 +26,24 @@ expect "$(for t in compute identity image infra-optim placement; do printf '%s a
   "$(os endpoint list -f value -c 'Service Type' -c Interface | sort)" "endpoint list"
 expect "http://127.0.0.1:9" "$(os endpoint list --service infra-optim --interface internal -f value -c URL)" "endpoint list --service infra-optim"
 
+# The image service (Glance v2): an upload, its checksum and size, the same
+# bytes back, a server booted from it, and the image deleted.
+head -c 300000 /dev/urandom >"$work/disk.raw"
+os image create --file "$work/disk.raw" --disk-format raw --container-format bare --property os_distro=cirros img1 >/dev/null
+expect "$(md5sum <"$work/disk.raw" | cut -d' ' -f1) 300000 active" "$(os image show img1 -f value -c checksum -c size -c status | xargs)" \
+  "image create --file (its MD5, size, active)"
+expect "cirros" "$(os image show img1 -f json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["properties"]["os_distro"])')" \
+  "image create --property"
+os image save --file "$work/back.raw" img1
+cmp -s "$work/disk.raw" "$work/back.raw" || fail "image save: not the uploaded bytes"
+echo "ok  image save gives the uploaded bytes"
+expect "$(printf 'img1\nkeel-fake')" "$(os image list -f value -c Name | sort)" "image list after the upload"
+os server create --flavor m1.tiny --image img1 --nic none --wait fromimg >/dev/null
+expect "ACTIVE img1" "$(os server list --name fromimg -f value -c Status -c Image)" "server create --image (an uploaded image)"
+os server delete --wait fromimg
+os image delete img1
+expect "keel-fake" "$(os image list -f value -c Name)" "image delete"
+
 os server create --flavor m1.small --image keel-fake --nic none --wait vm1 >/dev/null
 expect "ACTIVE" "$(os server show vm1 -f value -c status)" "server create --nic none --wait"
 expect "vm1 ACTIVE keel-fake" "$(os server list -f value -c Name -c Status -c Image)" "server list"

@@ -1,39 +1,72 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
-	"strings"
+	"path/filepath"
+
+	"keel/internal/identity"
+	"keel/internal/image"
 )
 
-// fakeImage is the one image keel offers: its fake hypervisors boot
-// anything, and clients (openstackclient's `server create --image`) look
-// an image up before they boot. The image API proper is not keel's.
-var fakeImage = map[string]any{
-	"id": "7f3b0d5e-6a2c-4c1e-9a55-000000000001", "name": "keel-fake", "status": "active",
-	"visibility": "public", "disk_format": "raw", "container_format": "bare",
-	"min_disk": 0, "min_ram": 0, "size": 1 << 20, "protected": false,
-	"created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
-	"self": "/v2/images/7f3b0d5e-6a2c-4c1e-9a55-000000000001", "schema": "/v2/schemas/image", "tags": []string{},
+// Glance's defaults keel keeps: image_size_cap (1 TiB).
+const imageSizeCap int64 = 1 << 40
+
+// builtinImage is the image every keel cloud has: clients
+// (openstackclient's `server create --image`, Tempest's image_ref) need
+// one before anyone uploaded any, and the fake hypervisors boot
+// anything. Public and protected; its data is 1 MiB of zeros.
+var builtinImage = image.Image{ID: "7f3b0d5e-6a2c-4c1e-9a55-000000000001", Name: "keel-fake",
+	Visibility: "public", Protected: true, DiskFormat: "raw", ContainerFormat: "bare"}
+
+// openImages opens the image store under the data dir and makes sure the
+// built-in image is there (replicas sharing the directory may race to
+// add it: the one that loses finds it).
+func openImages(dataDir string) (*image.Store, error) {
+	st, err := image.NewStore(filepath.Join(dataDir, "images"), imageSizeCap, nil)
+	if err != nil {
+		return nil, err
+	}
+	im, err := st.Get(builtinImage.ID)
+	if errors.Is(err, image.ErrNotFound) {
+		im, err = st.Create(builtinImage)
+		if errors.Is(err, image.ErrExists) {
+			im, err = st.Get(builtinImage.ID)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the built-in image: %w", err)
+	}
+	if im.Status == image.StatusQueued {
+		_, err := st.Upload(im.ID, bytes.NewReader(make([]byte, 1<<20)))
+		if err != nil && !errors.Is(err, image.ErrBusy) && !errors.Is(err, image.ErrStatus) {
+			return nil, fmt.Errorf("the built-in image's data: %w", err)
+		}
+	}
+	return st, nil
 }
 
-// imageRoutes serves the minimal image list under /image/v2.
-func imageRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /image/v2/images", func(w http.ResponseWriter, r *http.Request) {
-		name := r.URL.Query().Get("name")
-		images := []any{}
-		if name == "" || name == fakeImage["name"] {
-			images = append(images, fakeImage)
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"images": images, "schema": "/v2/schemas/images", "first": "/v2/images"})
+// imageAPI is Glance's v2 API over st, the caller from the token.
+func imageAPI(st *image.Store) http.Handler {
+	return image.New(st, func(r *http.Request) (image.Caller, bool) {
+		p, ok := identity.PrincipalFrom(r.Context())
+		return image.Caller{ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok
 	})
-	mux.HandleFunc("GET /image/v2/images/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if id != fakeImage["id"] && !strings.EqualFold(id, fakeImage["name"].(string)) {
-			http.Error(w, "404 Not Found: no image with ID "+id, http.StatusNotFound)
-			return
-		}
-		writeJSON(w, http.StatusOK, fakeImage)
-	})
+}
+
+// imageUsable reports whether id names an active image the caller (the
+// request's principal in ctx) sees: a server can boot from it. Another
+// project's private image is not found, as Glance hides it from Nova.
+func imageUsable(ctx context.Context, st *image.Store, id string) bool {
+	p, ok := identity.PrincipalFrom(ctx)
+	if !ok {
+		return false
+	}
+	im, err := st.Get(id)
+	return err == nil && im.Status == image.StatusActive && image.Visible(image.Caller{ProjectID: p.ProjectID, Admin: p.IsAdmin()}, im)
 }
 
 // imageVersions is the image service's version document, which

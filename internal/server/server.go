@@ -223,13 +223,17 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	images, err := openImages(cfg.Keel.DataDir)
+	if err != nil {
+		return err
+	}
 	// Users, projects, roles and revocations are the store's: a change
 	// made through any replica holds on this one within DefaultRefresh.
 	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store, Catalog: cfg.Keel.CatalogOptions()}
 	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log, Hosts: s.ui.view,
-		ImageExists: func(id string) bool { return id == fakeImage["id"] },
+		ImageExists: func(ctx context.Context, id string) bool { return imageUsable(ctx, images, id) },
 		Caller: func(r *http.Request) (computeapi.Caller, bool) {
 			p, ok := identity.PrincipalFrom(r.Context())
 			return computeapi.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok
@@ -252,10 +256,8 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	})
 	openDocs(mux, pl, "/placement")
 	mux.Handle("/placement/", iss.Require(pl, s.baseURL, placementapi.WriteStatus))
-	images := http.NewServeMux()
-	imageRoutes(images)
 	openDocs(mux, imageVersions(s.baseURL), "/image")
-	mux.Handle("/image/", iss.Require(images, s.baseURL, nil))
+	mux.Handle("/image/", iss.Require(imageAPI(images), s.baseURL, nil))
 	s.metrics.reg.MustRegister(newCloudCollector(s.ui), notificationCollector{s.notifier})
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.

@@ -39,9 +39,9 @@ type Config struct {
 	// Caller returns the authenticated caller; the handler answers 401
 	// when it reports false.
 	Caller func(r *http.Request) (Caller, bool)
-	// ImageExists reports whether an image ID names an image servers can
-	// boot from; nil accepts any.
-	ImageExists func(id string) bool
+	// ImageExists reports whether an image ID names an image the caller
+	// (the request's, in ctx) can boot servers from; nil accepts any.
+	ImageExists func(ctx context.Context, id string) bool
 	// Rand is where generated key pairs draw from (crypto/rand if nil).
 	Rand io.Reader
 	Log  *slog.Logger

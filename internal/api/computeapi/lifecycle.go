@@ -99,7 +99,7 @@ func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.In
 		if err := strictArgs(raw, &args, "rescue"); err != nil {
 			return err
 		}
-		if args.Image != nil && a.cfg.ImageExists != nil && !a.cfg.ImageExists(*args.Image) {
+		if args.Image != nil && a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), *args.Image) {
 			return badRequest("Can not find requested image " + *args.Image)
 		}
 		pass := newPassword()
@@ -219,7 +219,7 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 		return nil, badRequest("Invalid input for field/attribute rebuild. Value: " + string(raw) + ". 'imageRef' is a required property")
 	}
 	image := ref[strings.LastIndex(ref, "/")+1:]
-	if a.cfg.ImageExists != nil && !a.cfg.ImageExists(image) {
+	if a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), image) {
 		return nil, badRequest("Cannot find requested image " + ref)
 	}
 	var tmp records.Instance

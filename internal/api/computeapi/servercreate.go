@@ -201,7 +201,7 @@ func (a *API) resolveCreate(r *http.Request, req createRequest) (records.Instanc
 		return in, 0, badRequest(err.Error())
 	}
 	in.Flavor = f
-	if in.ImageRef != "" && a.cfg.ImageExists != nil && !a.cfg.ImageExists(in.ImageRef) {
+	if in.ImageRef != "" && a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), in.ImageRef) {
 		return in, 0, badRequest("Can not find requested image " + req.ImageRef)
 	}
 	if in.Zone != "" {

@@ -1,0 +1,310 @@
+package image
+
+import (
+	"crypto/md5"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Image statuses, Glance's.
+const (
+	StatusQueued = "queued"
+	StatusSaving = "saving"
+	StatusActive = "active"
+)
+
+// Image is an image's record.
+type Image struct {
+	ID              string            `json:"id"`
+	Name            string            `json:"name,omitempty"`
+	Status          string            `json:"status"`
+	Visibility      string            `json:"visibility"`
+	Protected       bool              `json:"protected"`
+	Hidden          bool              `json:"os_hidden"`
+	Owner           string            `json:"owner"`
+	DiskFormat      string            `json:"disk_format,omitempty"`
+	ContainerFormat string            `json:"container_format,omitempty"`
+	MinDisk         int64             `json:"min_disk"`
+	MinRAM          int64             `json:"min_ram"`
+	Size            *int64            `json:"size,omitempty"`
+	Checksum        string            `json:"checksum,omitempty"`
+	HashAlgo        string            `json:"os_hash_algo,omitempty"`
+	HashValue       string            `json:"os_hash_value,omitempty"`
+	Tags            []string          `json:"tags,omitempty"`
+	Properties      map[string]string `json:"properties,omitempty"`
+	CreatedAt       time.Time         `json:"created_at"`
+	UpdatedAt       time.Time         `json:"updated_at"`
+}
+
+// Errors of the Store.
+var (
+	ErrNotFound = errors.New("image not found")
+	ErrExists   = errors.New("image exists")
+	// ErrTooLarge: the upload passed the size cap.
+	ErrTooLarge = errors.New("the image is larger than the size cap")
+	// ErrBusy: another upload of the image is in progress.
+	ErrBusy = errors.New("an upload of the image is in progress")
+	// ErrStatus: the image's status does not allow the operation.
+	ErrStatus = errors.New("the image's status does not allow it")
+)
+
+// Store keeps images in a directory: <id> is an image's data, <id>.json
+// its record, <id>.part an upload in progress.
+type Store struct {
+	dir string
+	cap int64
+	now func() time.Time
+	mu  sync.Mutex // orders this replica's record writes
+}
+
+// NewStore opens (creating it if need be) the directory dir; sizeCap
+// bounds an image's data (Glance's image_size_cap).
+func NewStore(dir string, sizeCap int64, now func() time.Time) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("image store %s: %w", dir, err)
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{dir: dir, cap: sizeCap, now: now}, nil
+}
+
+func (s *Store) path(id, ext string) string { return filepath.Join(s.dir, id+ext) }
+
+// validID keeps IDs to UUIDs, so a path is never built from anything
+// else.
+func validID(id string) bool { return uuid.Validate(id) == nil && !strings.ContainsAny(id, "/\\.") }
+
+// Create stores a new image record (status queued); ErrExists if the ID
+// is taken.
+func (s *Store) Create(im Image) (Image, error) {
+	if !validID(im.ID) {
+		return Image{}, fmt.Errorf("image id %q: %w", im.ID, ErrNotFound)
+	}
+	now := s.now().UTC().Truncate(time.Second)
+	im.Status, im.CreatedAt, im.UpdatedAt = StatusQueued, now, now
+	data, err := json.Marshal(im)
+	if err != nil {
+		return Image{}, fmt.Errorf("encoding image %s: %w", im.ID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := os.OpenFile(s.path(im.ID, ".json"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if errors.Is(err, fs.ErrExist) {
+		return Image{}, fmt.Errorf("image %s: %w", im.ID, ErrExists)
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("creating image %s: %w", im.ID, err)
+	}
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		_ = os.Remove(s.path(im.ID, ".json"))
+		return Image{}, fmt.Errorf("writing image %s: %w", im.ID, err)
+	}
+	return im, nil
+}
+
+// Get reads an image's record.
+func (s *Store) Get(id string) (Image, error) {
+	if !validID(id) {
+		return Image{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
+	}
+	data, err := os.ReadFile(s.path(id, ".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Image{}, fmt.Errorf("image %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("reading image %s: %w", id, err)
+	}
+	var im Image
+	if err := json.Unmarshal(data, &im); err != nil {
+		return Image{}, fmt.Errorf("decoding image %s: %w", id, err)
+	}
+	return im, nil
+}
+
+// List reads every image's record.
+func (s *Store) List() ([]Image, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	out := []Image{}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			continue
+		}
+		im, err := s.Get(id)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, im)
+	}
+	return out, nil
+}
+
+// put replaces an image's record (by rename: readers see the old or the
+// new one).
+func (s *Store) put(im Image) error {
+	data, err := json.Marshal(im)
+	if err != nil {
+		return fmt.Errorf("encoding image %s: %w", im.ID, err)
+	}
+	tmp, err := os.CreateTemp(s.dir, "."+im.ID+".json.*")
+	if err != nil {
+		return fmt.Errorf("writing image %s: %w", im.ID, err)
+	}
+	_, werr := tmp.Write(data)
+	if err := errors.Join(werr, tmp.Sync(), tmp.Close()); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("writing image %s: %w", im.ID, err)
+	}
+	if err := os.Rename(tmp.Name(), s.path(im.ID, ".json")); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("writing image %s: %w", im.ID, err)
+	}
+	return nil
+}
+
+// Update applies fn to an image's record and stores it.
+func (s *Store) Update(id string, fn func(*Image) error) (Image, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im, err := s.Get(id)
+	if err != nil {
+		return Image{}, err
+	}
+	if err := fn(&im); err != nil {
+		return Image{}, err
+	}
+	im.ID = id
+	im.UpdatedAt = s.now().UTC().Truncate(time.Second)
+	if err := s.put(im); err != nil {
+		return Image{}, err
+	}
+	return im, nil
+}
+
+// Delete removes an image's record, then its data.
+func (s *Store) Delete(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.Get(id); err != nil {
+		return err
+	}
+	if err := os.Remove(s.path(id, ".json")); err != nil {
+		return fmt.Errorf("deleting image %s: %w", id, err)
+	}
+	if err := os.Remove(s.path(id, "")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("deleting the data of image %s: %w", id, err)
+	}
+	return nil
+}
+
+// Upload stores r as a queued image's data and makes it active with its
+// size and hashes. The image is saving meanwhile; on any failure (r
+// failing or cut short, the cap passed) it is queued again and no data
+// stays. ErrStatus unless the image is queued, ErrBusy while another
+// upload of it runs, ErrTooLarge past the cap.
+func (s *Store) Upload(id string, r io.Reader) (Image, error) {
+	im, err := s.Get(id)
+	if err != nil {
+		return Image{}, err
+	}
+	if im.Status != StatusQueued {
+		return im, fmt.Errorf("image %s is %s: %w", id, im.Status, ErrStatus)
+	}
+	part := s.path(id, ".part")
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if errors.Is(err, fs.ErrExist) {
+		return im, fmt.Errorf("image %s: %w", id, ErrBusy)
+	}
+	if err != nil {
+		return im, fmt.Errorf("uploading image %s: %w", id, err)
+	}
+	fail := func(err error) (Image, error) {
+		_ = f.Close()
+		_ = os.Remove(part)
+		_, _ = s.Update(id, func(im *Image) error {
+			if im.Status == StatusSaving {
+				im.Status = StatusQueued
+			}
+			return nil
+		})
+		return im, err
+	}
+	if _, err := s.Update(id, func(im *Image) error {
+		if im.Status != StatusQueued {
+			return fmt.Errorf("image %s is %s: %w", id, im.Status, ErrStatus)
+		}
+		im.Status = StatusSaving
+		return nil
+	}); err != nil {
+		_ = f.Close()
+		_ = os.Remove(part)
+		return im, err
+	}
+	sum5, sum512 := md5.New(), sha512.New()
+	n, err := io.Copy(io.MultiWriter(f, sum5, sum512), io.LimitReader(r, s.cap+1))
+	if err != nil {
+		return fail(fmt.Errorf("uploading image %s: %w", id, err))
+	}
+	if n > s.cap {
+		return fail(fmt.Errorf("image %s: %w (%d bytes)", id, ErrTooLarge, s.cap))
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fail(fmt.Errorf("uploading image %s: %w", id, err))
+	}
+	if err := os.Rename(part, s.path(id, "")); err != nil {
+		return fail(fmt.Errorf("uploading image %s: %w", id, err))
+	}
+	out, err := s.Update(id, func(im *Image) error {
+		if im.Status != StatusSaving {
+			return fmt.Errorf("image %s became %s during the upload: %w", id, im.Status, ErrStatus)
+		}
+		im.Status, im.Size = StatusActive, &n
+		im.Checksum, im.HashAlgo, im.HashValue = hex.EncodeToString(sum5.Sum(nil)), "sha512", hex.EncodeToString(sum512.Sum(nil))
+		return nil
+	})
+	if err != nil {
+		_ = os.Remove(s.path(id, ""))
+		return fail(err)
+	}
+	return out, nil
+}
+
+// Open opens an active image's data.
+func (s *Store) Open(id string) (*os.File, error) {
+	if !validID(id) {
+		return nil, fmt.Errorf("image %s: %w", id, ErrNotFound)
+	}
+	f, err := os.Open(s.path(id, ""))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the data of image %s: %w", id, ErrNotFound)
+	}
+	return f, err
+}
+
+// sortedTags normalises tags: sorted, no duplicates.
+func sortedTags(tags []string) []string {
+	out := slices.Clone(tags)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
