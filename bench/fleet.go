@@ -588,34 +588,54 @@ func (st *FleetStep) judge(p fleetPlan) {
 // process, N agents ramped over the plan's steps, each measured for a
 // period with an API client alongside. The ramp stops at the first step
 // that falls behind.
-func (r *run) fleet(ctx context.Context) error {
-	plan := fleetPlanFor(r.opts)
-	dir, err := os.MkdirTemp("", "keelbench-fleet-")
+// startFleet starts a keel server process in a new temporary directory
+// (named from prefix) at plan's intervals, with extra settings, and
+// returns the generator that adds agents to it; stop stops the agents and
+// the server and removes the directory.
+func startFleet(ctx context.Context, prefix string, plan fleetPlan, extra ...string) (g *fleetGen, stop func(), err error) {
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
-		return fmt.Errorf("temp dir: %w", err)
+		return nil, nil, fmt.Errorf("temp dir: %w", err)
 	}
-	defer os.RemoveAll(dir)
 	bin, err := buildKeel(ctx, dir)
 	if err != nil {
-		return err
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
 	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Round(time.Second).Seconds())) }
-	sets := []string{"DEFAULT.report_interval=" + secs(plan.Report), "DEFAULT.service_down_time=" + secs(plan.DownTime),
-		"DEFAULT.update_resources_interval=" + secs(plan.Audit)}
+	sets := append([]string{"DEFAULT.report_interval=" + secs(plan.Report), "DEFAULT.service_down_time=" + secs(plan.DownTime),
+		"DEFAULT.update_resources_interval=" + secs(plan.Audit)}, extra...)
+	srv, err := startKeelProcess(ctx, bin, dir, sets)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	creds, err := bus.ReadCredentials(filepath.Join(srv.dir, bus.CredentialsFile))
+	if err != nil {
+		srv.stop()
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	g = &fleetGen{plan: plan, srv: srv, dir: dir, creds: creds, hw: config.Default()}
+	return g, func() {
+		g.stopAgents()
+		srv.stop()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+func (r *run) fleet(ctx context.Context) error {
+	plan := fleetPlanFor(r.opts)
+	var sets []string
 	if r.opts.ServerProfile != "" {
 		sets = append(sets, "keel.enable_pprof=true")
 	}
-	srv, err := startKeelProcess(ctx, bin, dir, sets)
+	g, stop, err := startFleet(ctx, "keelbench-fleet-", plan, sets...)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
-	creds, err := bus.ReadCredentials(filepath.Join(srv.dir, bus.CredentialsFile))
-	if err != nil {
-		return err
-	}
-	g := &fleetGen{plan: plan, srv: srv, dir: dir, creds: creds, hw: config.Default()}
-	defer g.stopAgents()
+	defer stop()
+	srv := g.srv
 	r.progress("fleet: keel server pid %d at %s; steps %v of %s each", srv.cmd.Process.Pid, srv.url, plan.Steps, plan.Period)
 	var stopped string
 	for i, n := range plan.Steps {

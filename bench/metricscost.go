@@ -3,14 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
-	"keel/internal/bus"
 	"keel/internal/compute"
-	"keel/internal/config"
 )
 
 // MetricsCost is what the metrics section measured: the keel server
@@ -52,31 +47,16 @@ func (r *run) metricsCost(ctx context.Context) error {
 	if r.opts.FleetPeriod > 0 {
 		period = r.opts.FleetPeriod
 	}
-	dir, err := os.MkdirTemp("", "keelbench-metrics-")
-	if err != nil {
-		return fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	bin, err := buildKeel(ctx, dir)
+	g, stop, err := startFleet(ctx, "keelbench-metrics-", plan)
 	if err != nil {
 		return err
 	}
-	secs := func(d time.Duration) string { return strconv.Itoa(int(d.Round(time.Second).Seconds())) }
-	srv, err := startKeelProcess(ctx, bin, dir, []string{"DEFAULT.report_interval=" + secs(plan.Report),
-		"DEFAULT.service_down_time=" + secs(plan.DownTime), "DEFAULT.update_resources_interval=" + secs(plan.Audit)})
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
-	creds, err := bus.ReadCredentials(filepath.Join(srv.dir, bus.CredentialsFile))
-	if err != nil {
-		return err
-	}
-	g := &fleetGen{plan: plan, srv: srv, dir: dir, creds: creds, hw: config.Default(), metrics: compute.DefaultMetricsConfig()}
+	defer stop()
+	srv := g.srv
+	g.metrics = compute.DefaultMetricsConfig()
 	if r.opts.Quick {
 		g.metrics.Interval, g.metrics.Sample = time.Second, time.Second
 	}
-	defer g.stopAgents()
 	t0 := time.Now()
 	if err := g.addAgents(ctx, hosts); err != nil {
 		return err
