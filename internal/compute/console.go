@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 
 	"keel/internal/store"
 )
@@ -41,6 +43,65 @@ func (m *Manager) ConsoleOutput(ctx context.Context, uuid string) ([]byte, error
 		return nil, fmt.Errorf("console output of %s on %s: %w", uuid, m.host, err)
 	}
 	return out, nil
+}
+
+// A guest's serial console log, as the QEMU and libvirt drivers keep it
+// in the guest's directory: written by QEMU in append mode across starts,
+// reboots and resumes; past a bound it is rotated into ConsoleLogOld (one
+// old file, as a log rotator keeps).
+const (
+	ConsoleLogFile = "console.log"
+	ConsoleLogOld  = "console.log.0"
+	// DefaultConsoleLogMax is the size past which a guest's console log
+	// is rotated unless a driver is told otherwise.
+	DefaultConsoleLogMax = 1 << 20
+)
+
+// RotateConsoleLog bounds the console log in a guest's directory: past
+// max bytes it is copied to ConsoleLogOld (replacing the older one) and
+// emptied. The writer holds it in append mode, so its next write lands at
+// the start of the emptied file; a line written between the copy and the
+// truncation is lost.
+func RotateConsoleLog(dir string, max int64) error {
+	path := filepath.Join(dir, ConsoleLogFile)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() <= max {
+		return nil // no log yet, or small enough
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("rotating the console log: %w", err)
+	}
+	defer f.Close()
+	tmp, err := os.CreateTemp(dir, ConsoleLogOld+".*")
+	if err != nil {
+		return fmt.Errorf("rotating the console log: %w", err)
+	}
+	_, err = io.Copy(tmp, f)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, ConsoleLogOld))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("rotating the console log: %w", err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		return fmt.Errorf("rotating the console log: %w", err)
+	}
+	return nil
+}
+
+// GuestConsoleLog is the end of the console log in a guest's directory
+// (at most MaxConsoleBytes, the rotated part first), bounding it to max
+// first. A log that is not there yet reads as empty.
+func GuestConsoleLog(dir string, max int64, log *slog.Logger) ([]byte, error) {
+	if err := RotateConsoleLog(dir, max); err != nil && log != nil {
+		log.Warn("bounding a guest's console log", "dir", dir, "err", err)
+	}
+	return TailFiles(MaxConsoleBytes, filepath.Join(dir, ConsoleLogOld), filepath.Join(dir, ConsoleLogFile))
 }
 
 // NoGuest is the error a driver's ConsoleOutput returns for a guest it

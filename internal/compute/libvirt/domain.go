@@ -3,6 +3,7 @@ package libvirt
 import (
 	"encoding/xml"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
@@ -145,10 +146,12 @@ func setMetaIn(d *libvirtxml.Domain, m meta) {
 func DomainName(uuid string) string { return "keel-" + uuid }
 
 // domainXML is the domain of a guest: the flavor's RAM and vCPUs, the
-// guest's disk file (IDE, raw, as the qemu driver's), no USB, no balloon
-// (the tiny guest has no drivers), keel's metadata.
+// guest's disk file (IDE, raw, as the qemu driver's), its first serial
+// port logged to the console log beside the disk, no USB, no balloon (the
+// tiny guest has no drivers), keel's metadata.
 func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m meta) (string, error) {
 	vcpus := max(flavor.VCPUs, 1)
+	port := uint(0)
 	dom := &libvirtxml.Domain{
 		Type: d.cfg.VirtType, Name: DomainName(uuid), UUID: uuid,
 		Memory: &libvirtxml.DomainMemory{Value: uint(flavor.RAMMB), Unit: "MiB"},
@@ -165,6 +168,10 @@ func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m me
 				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: disk}},
 				Target: &libvirtxml.DomainDiskTarget{Dev: "hda", Bus: "ide"},
 			}},
+			Serials: []libvirtxml.DomainSerial{{
+				Source: consoleSource(disk),
+				Target: &libvirtxml.DomainSerialTarget{Port: &port},
+			}},
 			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
 			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
 		},
@@ -172,6 +179,14 @@ func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m me
 	m.Flavor = flavorMeta(flavor)
 	setMetaIn(dom, m)
 	return dom.Marshal()
+}
+
+// consoleSource is a serial port's source that appends to the console
+// log in the directory of the guest's disk (libvirt opens it for QEMU;
+// append mode, so the driver's rotation can empty it under QEMU).
+func consoleSource(disk string) *libvirtxml.DomainChardevSource {
+	return &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{
+		Path: filepath.Join(filepath.Dir(disk), compute.ConsoleLogFile), Append: "on"}}
 }
 
 // guestOf is keel's view of a domain: its metadata and libvirt's state.

@@ -65,6 +65,10 @@ type Config struct {
 	// ProgressEvery how often progress is reported (default 1 s).
 	PollEvery     time.Duration
 	ProgressEvery time.Duration
+	// ConsoleLogMax is the size past which a guest's serial console log
+	// is rotated, when it is read and at each audit (default
+	// compute.DefaultConsoleLogMax).
+	ConsoleLogMax int64
 	Log           *slog.Logger
 }
 
@@ -123,6 +127,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if cfg.PowerDownWait <= 0 {
 		cfg.PowerDownWait = time.Second
+	}
+	if cfg.ConsoleLogMax <= 0 {
+		cfg.ConsoleLogMax = compute.DefaultConsoleLogMax
 	}
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = 100 * time.Millisecond
@@ -555,6 +562,9 @@ func (d *Driver) Guests(_ context.Context) ([]compute.Guest, error) {
 	for _, x := range xs {
 		out = append(out, x.guest())
 		seen[x.uuid] = true
+		if err := compute.RotateConsoleLog(d.guestDir(x.uuid), d.cfg.ConsoleLogMax); err != nil {
+			d.log.Warn("bounding a guest's console log", "instance", x.uuid, "err", err)
+		}
 	}
 	for _, g := range d.preparedIncoming() {
 		if !seen[g.UUID] {
@@ -616,4 +626,16 @@ func ReadHeartbeat(uri, uuid string) (uint32, error) {
 		return 0, err
 	}
 	return heartbeat(l, ld)
+}
+
+// ConsoleOutput implements compute.ConsoleReader: the end of the guest's
+// console log, the rotated part first, whether it runs or not (a stopped
+// guest keeps its directory and log).
+func (d *Driver) ConsoleOutput(_ context.Context, uuid string) ([]byte, error) {
+	if _, ok, err := d.lookup(uuid); err != nil {
+		return nil, fmt.Errorf("console output of %s: %w", uuid, err)
+	} else if !ok {
+		return nil, compute.NoGuest(uuid)
+	}
+	return compute.GuestConsoleLog(d.guestDir(uuid), d.cfg.ConsoleLogMax, d.log)
 }

@@ -16,6 +16,7 @@ import (
 	"keel/internal/compute/libvirt/lvhost"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
+	"keel/internal/store"
 	"keel/internal/testenv"
 )
 
@@ -175,6 +176,8 @@ func TestSpawnMigrateFindOwn(t *testing.T) {
 	dst := newDriver(t, "h02", Config{})
 	inst := instance("5a1f0c6e-0000-4000-8000-000000000001", "fill-8")
 	spawn(t, src, inst)
+	const running = "keel guest: running\r\n"
+	waitConsoleFor(t, src, inst.UUID, func(s string) bool { return strings.HasSuffix(s, running) }, "the guest's boot lines")
 	if s := stateOf(t, src, inst.UUID); s != compute.GuestRunning {
 		t.Fatalf("spawned guest is %q", s)
 	}
@@ -202,6 +205,12 @@ func TestSpawnMigrateFindOwn(t *testing.T) {
 	t.Logf("heartbeat %d on h01, %d on h02", hb, after)
 	if gs, _ := src.Guests(ctx); len(gs) != 0 {
 		t.Fatalf("source still lists %+v", gs)
+	}
+	// The console log goes on in the destination's directory (the guest
+	// wrote nothing since); the source has no guest to read.
+	waitConsole(t, dst, inst.UUID, "")
+	if _, err := src.ConsoleOutput(ctx, inst.UUID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("console on the source after the move: %v, want not found", err)
 	}
 	if s := stateOf(t, dst, inst.UUID); s != compute.GuestRunning {
 		t.Fatalf("arrived guest is %q", s)

@@ -226,6 +226,13 @@ func (d *Driver) destinationXML(x dom, data map[string]string, migID int64) (str
 				src.File.File = disk
 			}
 		}
+		// The console log goes on in the destination's guest directory
+		// (the source's stays with the source, as Nova's does).
+		for i := range dx.Devices.Serials {
+			if src := dx.Devices.Serials[i].Source; src != nil && src.File != nil {
+				dx.Devices.Serials[i].Source = consoleSource(disk)
+			}
+		}
 	}
 	m := x.m
 	m.Host, m.State, m.Migration, m.Dest, m.Paused = data["host"], stIncoming, migID, "", false

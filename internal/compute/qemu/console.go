@@ -2,67 +2,23 @@ package qemu
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 
 	"keel/internal/compute"
 )
 
 // A guest's serial console (its first serial port) is logged by QEMU to
-// fileConsole in the guest's directory, appended to across starts,
-// reboots and resumes; when it outgrows Config.ConsoleLogMax the driver
-// rotates it into fileConsoleOld (one old file, as a log rotator keeps).
-const (
-	fileConsole    = "console.log"
-	fileConsoleOld = "console.log.0"
-	// DefaultConsoleLogMax is Config.ConsoleLogMax's default.
-	DefaultConsoleLogMax = 1 << 20
-)
+// compute.ConsoleLogFile in the guest's directory, appended to across
+// starts, reboots and resumes, and rotated past Config.ConsoleLogMax.
+
+// DefaultConsoleLogMax is Config.ConsoleLogMax's default.
+const DefaultConsoleLogMax = compute.DefaultConsoleLogMax
 
 // consoleArgs are the QEMU arguments that log the first serial port to
-// fileConsole (relative: QEMU runs in the guest's directory). append=on
-// opens it O_APPEND, so the driver's truncation when it rotates the log
-// makes QEMU's next write land at the start of the emptied file.
+// the console log (relative: QEMU runs in the guest's directory).
+// append=on opens it O_APPEND, so the rotation's truncation makes QEMU's
+// next write land at the start of the emptied file.
 func consoleArgs() []string {
-	return []string{"-chardev", "file,id=console,path=" + fileConsole + ",append=on", "-serial", "chardev:console"}
-}
-
-// rotateConsole bounds a guest's console log: past max bytes it is
-// copied to fileConsoleOld (replacing the older one) and emptied. A line
-// the guest writes between the copy and the truncation is lost.
-func rotateConsole(dir string, max int64) error {
-	path := filepath.Join(dir, fileConsole)
-	fi, err := os.Stat(path)
-	if err != nil || fi.Size() <= max {
-		return nil // no log yet, or small enough
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("rotating the console log: %w", err)
-	}
-	defer f.Close()
-	old := filepath.Join(dir, fileConsoleOld)
-	tmp, err := os.CreateTemp(dir, fileConsoleOld+".*")
-	if err != nil {
-		return fmt.Errorf("rotating the console log: %w", err)
-	}
-	_, err = io.Copy(tmp, f)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), old)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("rotating the console log: %w", err)
-	}
-	if err := os.Truncate(path, 0); err != nil {
-		return fmt.Errorf("rotating the console log: %w", err)
-	}
-	return nil
+	return []string{"-chardev", "file,id=console,path=" + compute.ConsoleLogFile + ",append=on", "-serial", "chardev:console"}
 }
 
 // rotateConsoles bounds the console logs of every guest (the audit's
@@ -75,7 +31,7 @@ func (d *Driver) rotateConsoles() {
 	}
 	d.mu.Unlock()
 	for _, dir := range dirs {
-		if err := rotateConsole(dir, d.cfg.ConsoleLogMax); err != nil {
+		if err := compute.RotateConsoleLog(dir, d.cfg.ConsoleLogMax); err != nil {
 			d.log.Warn("bounding a guest's console log", "dir", dir, "err", err)
 		}
 	}
@@ -91,8 +47,5 @@ func (d *Driver) ConsoleOutput(_ context.Context, uuid string) ([]byte, error) {
 	if !ok {
 		return nil, compute.NoGuest(uuid)
 	}
-	if err := rotateConsole(v.dir, d.cfg.ConsoleLogMax); err != nil {
-		d.log.Warn("bounding a guest's console log", "instance", uuid, "err", err)
-	}
-	return compute.TailFiles(compute.MaxConsoleBytes, filepath.Join(v.dir, fileConsoleOld), filepath.Join(v.dir, fileConsole))
+	return compute.GuestConsoleLog(v.dir, d.cfg.ConsoleLogMax, d.log)
 }

@@ -297,7 +297,7 @@ func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, i
 	for _, s := range []string{sockQMP, sockPeek, sockIncoming} {
 		_ = os.Remove(filepath.Join(v.dir, s))
 	}
-	if err := rotateConsole(v.dir, d.cfg.ConsoleLogMax); err != nil {
+	if err := compute.RotateConsoleLog(v.dir, d.cfg.ConsoleLogMax); err != nil {
 		d.log.Warn("bounding a guest's console log", "instance", inst.UUID, "err", err)
 	}
 	logf, err := os.Create(filepath.Join(v.dir, fileLog))
