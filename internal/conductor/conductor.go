@@ -21,6 +21,7 @@ import (
 	"keel/internal/lifecycle"
 	"keel/internal/migration"
 	"keel/internal/placement"
+	"keel/internal/plan"
 	"keel/internal/rebalance"
 	"keel/internal/records"
 	"keel/internal/scheduler"
@@ -197,6 +198,9 @@ type Conductor struct {
 	// bootRuns is the boots' flow, which the driver's loop runs
 	// (StepBoot).
 	bootRuns *flow.Flow[records.Instance, boot.Event, boot.Action]
+	// plans is the plans' flow (drain, rebalance, evacuate-all): the
+	// driver recovers, takes over and starts them; TickPlans feeds them.
+	plans *flow.Flow[records.Plan, plan.Event, plan.Action]
 	// migrations is the moves' flow (live, cold, resize, evacuation),
 	// which the driver's loop runs (Handle).
 	migrations *flow.Flow[records.Migration, migration.Event, migration.Action]
@@ -214,9 +218,6 @@ type Conductor struct {
 	// migration ended, a plan was created or cancelled).
 	planMu   sync.Mutex
 	planKick chan struct{}
-	// plansResumed is set once the executor resumed the plans a restart
-	// left running.
-	plansResumed bool
 
 	// tasks are the goroutines and timers the conductor started, which
 	// Close waits for.

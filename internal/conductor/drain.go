@@ -217,7 +217,7 @@ func (c *Conductor) redirectInto(ctx context.Context, p records.Plan) {
 				continue
 			}
 			why := fmt.Sprintf("destination %s is being drained by plan %d: tried again elsewhere", m.DestHost, p.ID)
-			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Redirect, Move: i, Reason: why}, nil); err != nil {
+			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Redirect, Move: i, Reason: why}); err != nil {
 				c.log.Warn("redirecting a move off a draining host", "plan", o.ID, "move", i, "err", err)
 				continue
 			}
@@ -414,7 +414,7 @@ func (c *Conductor) supersedeOlder(ctx context.Context, p records.Plan, why stri
 	for _, o := range plans {
 		if o.ID < p.ID && o.Purpose == p.Purpose && o.State == records.PlanRecommended {
 			reason := fmt.Sprintf("superseded by plan %d (%s)", p.ID, why)
-			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: reason}, nil); err != nil {
+			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: reason}); err != nil {
 				c.log.Warn("superseding a plan", "plan", o.ID, "err", err)
 			}
 		}
@@ -457,7 +457,7 @@ func (c *Conductor) userPlanEvent(ctx context.Context, id int64, ev plan.Event) 
 	if _, _, err := planMachine.Step(cur, ev); err != nil {
 		return cur, &InvalidStateError{Msg: err.Error()}
 	}
-	return c.stepPlan(ctx, id, ev, nil)
+	return c.stepPlan(ctx, id, ev)
 }
 
 // UnknownHostError is a request naming a host with no compute service; it

@@ -15,7 +15,7 @@ import (
 )
 
 // The flows the driver (package flow) recovers, takes over and sweeps,
-// in this order: boots, moves, lifecycle actions. Each is its machine,
+// in this order: boots, moves, lifecycle actions, plans. Each is its machine,
 // where its records are, and its effect table and hooks; the driver's one
 // loop (flow.Flow.Run) feeds every one of them.
 
@@ -34,6 +34,8 @@ func (c *Conductor) newDriver() *flow.Driver {
 	flow.Register(d, c.migrations)
 	c.lifecycles = c.lifecycleFlow()
 	flow.Register(d, c.lifecycles)
+	c.plans = c.planFlow()
+	flow.Register(d, c.plans)
 	return d
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"keel/internal/flow"
-	"keel/internal/placement"
 	"keel/internal/plan"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -20,7 +19,8 @@ import (
 // this file reads and saves the plan records, re-checks and starts each
 // move, and feeds the moves' migrations' ends back. It runs on this
 // replica's plans only (see Config.Owner): those it created, and those of
-// a replica whose heartbeat stopped, taken over as migrations are.
+// a replica whose heartbeat stopped, taken over by the flow driver as
+// migrations are (planFlow).
 
 // planMachine is the executor's machine: a move's live migration is tried
 // twice (the scheduler choosing again) before it fails or falls back.
@@ -65,30 +65,31 @@ func (c *Conductor) RunPlans(ctx context.Context) {
 	})
 }
 
-// TickPlans does one round of the executor: it takes approved plans (and
-// those of dead replicas), resumes its own after a restart, feeds the
-// ends of the running moves' migrations to their plans, then starts the
-// pending moves Select chooses under the caps. It returns how many moves
-// it started.
+// TickPlans does one round of the executor: the plan flow's take-over
+// (dead replicas' plans) and deadlines (approved plans start running) at
+// once rather than at the driver's next round, then the ends of the
+// running moves' migrations fed to this replica's running plans, then the
+// pending moves Select chooses under the caps started. A restart's
+// running plans are resumed by Recover. It returns how many moves it
+// started.
 func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 	ctx = context.WithoutCancel(ctx)
 	c.planMu.Lock()
 	defer c.planMu.Unlock()
+	if _, err := c.plans.TakeOver(ctx, c.flows); err != nil {
+		c.log.Warn("taking dead replicas' plans over", "err", err)
+	}
+	if _, err := c.plans.Sweep(ctx, c.flows); err != nil {
+		c.log.Warn("starting approved plans", "err", err)
+	}
 	plans, err := c.store.ListPlans(ctx, true)
 	if err != nil {
 		return 0, fmt.Errorf("listing plans: %w", err)
 	}
-	live, err := c.planReplicas(ctx, plans)
-	if err != nil {
-		return 0, err
-	}
-	resumed := c.plansResumed
-	c.plansResumed = true
 	var mine []records.Plan
 	for _, p := range plans {
-		p, ok := c.takePlan(ctx, p, live, !resumed)
-		if !ok {
-			continue
+		if p.State != records.PlanRunning || (c.cfg.Owner != "" && p.Owner != c.cfg.Owner) {
+			continue // recommended, approved (the sweep runs it), or another replica's
 		}
 		if p, err = c.pollMoves(ctx, p); err != nil {
 			c.log.Warn("reading a plan's moves", "plan", p.ID, "err", err)
@@ -111,7 +112,7 @@ func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 	}
 	for _, pk := range plan.Select(mine, &u, c.PlanCaps()) {
 		p := byID[pk.Plan]
-		next, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Begin, Move: pk.Move}, &u)
+		next, err := c.stepPlan(withUsage(ctx, &u), p.ID, plan.Event{Kind: plan.Begin, Move: pk.Move})
 		if err != nil {
 			c.log.Warn("starting a plan move", "plan", p.ID, "move", pk.Move, "err", err)
 			continue
@@ -120,54 +121,6 @@ func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 		started++
 	}
 	return started, nil
-}
-
-// planReplicas returns the live replicas when some plan may need them
-// (ownership on); nil otherwise.
-func (c *Conductor) planReplicas(ctx context.Context, plans []records.Plan) (map[string]bool, error) {
-	if c.cfg.Owner == "" || len(plans) == 0 {
-		return nil, nil
-	}
-	return c.liveReplicas(ctx)
-}
-
-// takePlan decides whether this replica runs p now, taking it (and
-// resuming it) if it is approved, unowned at start, or its owner is dead.
-func (c *Conductor) takePlan(ctx context.Context, p records.Plan, live map[string]bool, atStart bool) (records.Plan, bool) {
-	if p.State != records.PlanApproved && p.State != records.PlanRunning {
-		return p, false // recommended: waits for an operator
-	}
-	mine := c.cfg.Owner == "" || p.Owner == c.cfg.Owner
-	switch {
-	case mine && p.State == records.PlanRunning && !atStart:
-		return p, true
-	case !mine && p.Owner != "" && live[p.Owner]:
-		return p, false // another replica runs it
-	}
-	if p.Owner != c.cfg.Owner {
-		prev := p.Owner
-		p.Owner, p.UpdatedAt = c.cfg.Owner, c.clock.Now()
-		saved, err := c.store.UpdatePlan(ctx, p)
-		if err != nil {
-			if !placement.IsConflict(err) {
-				c.log.Warn("taking a plan over", "plan", p.ID, "owner", prev, "err", err)
-			}
-			return p, false
-		}
-		c.log.Info("took plan over", "plan", p.ID, "previous_owner", prev, "owner", c.cfg.Owner)
-		p = saved
-	}
-	ev := plan.Event{Kind: plan.Run}
-	if p.State == records.PlanRunning {
-		ev.Kind = plan.Resume
-		c.log.Info("resuming plan", "plan", p.ID, "purpose", p.Purpose, "at_start", atStart)
-	}
-	next, err := c.stepPlan(ctx, p.ID, ev, nil)
-	if err != nil {
-		c.log.Warn("running plan", "plan", p.ID, "event", ev.Kind, "err", err)
-		return p, false
-	}
-	return next, true
 }
 
 // pollMoves feeds the ends (and progress) of p's running moves'
@@ -204,7 +157,7 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 		default:
 			continue
 		}
-		next, err := c.stepPlan(ctx, p.ID, ev, nil)
+		next, err := c.stepPlan(ctx, p.ID, ev)
 		if err != nil {
 			return p, err
 		}
@@ -233,38 +186,63 @@ func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
 	return u, nil
 }
 
-// stepPlan feeds ev to plan id through the driver's loop (flow.Flow.Drive)
-// and the plan machine's effects, until none is left. u, when not nil, is
-// the executor's count of moves in flight, which a started move adds to.
-// The executor (planMu) is the one writer of its plans: no record lock.
-func (c *Conductor) stepPlan(ctx context.Context, id int64, ev plan.Event, u *plan.Usage) (records.Plan, error) {
-	f := &flow.Flow[records.Plan, plan.Event, plan.Action]{
+// planFlow is the plans' flow: the driver recovers a restart's running
+// plans, takes dead replicas' over and starts approved ones (its
+// deadline); the executor (TickPlans) feeds the rest.
+func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action] {
+	return &flow.Flow[records.Plan, plan.Event, plan.Action]{
 		Name: "plan", Machine: planSteps{planMachine},
+		List: func(ctx context.Context) ([]records.Plan, error) { return c.store.ListPlans(ctx, true) },
 		Get: func(ctx context.Context, p records.Plan) (records.Plan, error) {
 			return c.store.GetPlan(ctx, p.ID)
 		},
-		Save:     c.store.UpdatePlan,
-		Key:      func(p records.Plan) string { return "plan/" + strconv.FormatInt(p.ID, 10) },
-		Conflict: placement.IsConflict,
+		Save:  c.store.UpdatePlan,
+		Key:   func(p records.Plan) string { return "plan/" + strconv.FormatInt(p.ID, 10) },
+		Owner: func(p records.Plan) string { return p.Owner }, Version: func(p records.Plan) int64 { return p.Version },
+		Owned: func(p records.Plan, owner string, now time.Time) records.Plan {
+			p.Owner, p.UpdatedAt = owner, now
+			return p
+		},
+		Conflict: moved,
 		Stamp: func(p records.Plan, now time.Time) records.Plan {
 			p.UpdatedAt = now
 			return p
 		},
 		Perform: func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
-			ev, ok := c.performPlan(ctx, p, a, u)
+			ev, ok := c.performPlan(ctx, p, a)
 			return ev, ok, nil
 		},
 	}
-	p, err := f.Drive(ctx, c.flows, records.Plan{ID: id}, []plan.Event{ev}, nil)
+}
+
+// stepPlan feeds ev to plan id through the driver's loop (flow.Flow.Run)
+// and the plan machine's effects, until none is left.
+func (c *Conductor) stepPlan(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
+	p, err := c.plans.Run(ctx, c.flows, records.Plan{ID: id}, ev)
 	if err != nil {
 		return p, fmt.Errorf("plan %d: %s: %w", id, ev.Kind, err)
 	}
 	return p, nil
 }
 
-// planSteps is the plan machine as the driver's loop steps it (the event
-// stamped with the clock's now). A plan's recovery and deadlines are its
-// executor's (TickPlans), so it has none here.
+// usageKey carries the executor's count of moves in flight
+// (withUsage), which a move it starts adds to.
+type usageKey struct{}
+
+func withUsage(ctx context.Context, u *plan.Usage) context.Context {
+	return context.WithValue(ctx, usageKey{}, u)
+}
+
+func usageOf(ctx context.Context) *plan.Usage {
+	u, _ := ctx.Value(usageKey{}).(*plan.Usage)
+	return u
+}
+
+// planSteps is the plan machine as the driver steps it (the event stamped
+// with the clock's now). A running plan resumes (its starting moves look
+// for their migration); an approved one is due at once: it starts
+// running. A running plan has no deadline: its executor feeds it every
+// tick.
 type planSteps struct{ plan.Machine }
 
 func (m planSteps) Step(p records.Plan, ev plan.Event, now time.Time) (records.Plan, []plan.Action, error) {
@@ -272,18 +250,29 @@ func (m planSteps) Step(p records.Plan, ev plan.Event, now time.Time) (records.P
 	return m.Machine.Step(p, ev)
 }
 
-func (planSteps) Deadline(records.Plan, time.Time) (time.Time, plan.Event, bool) {
+func (planSteps) Deadline(p records.Plan, _ time.Time) (time.Time, plan.Event, bool) {
+	if p.State == records.PlanApproved {
+		return time.Time{}, plan.Event{Kind: plan.Run}, true
+	}
 	return time.Time{}, plan.Event{}, false
 }
 
-func (planSteps) Resume(records.Plan) (plan.Event, bool) { return plan.Event{}, false }
+func (planSteps) Resume(p records.Plan) (plan.Event, bool) {
+	switch p.State {
+	case records.PlanRunning:
+		return plan.Event{Kind: plan.Resume}, true
+	case records.PlanApproved:
+		return plan.Event{Kind: plan.Run}, true
+	}
+	return plan.Event{}, false
+}
 
 // performPlan is the plan machine's effect table: it runs one action and
 // returns its answer, if it has one.
-func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Action, u *plan.Usage) (plan.Event, bool) {
+func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool) {
 	switch a.Kind {
 	case plan.StartMove:
-		ev := c.startMove(ctx, p, a.Move, a.Cold, u)
+		ev := c.startMove(ctx, p, a.Move, a.Cold, usageOf(ctx))
 		ev.Move = a.Move
 		return ev, true
 	case plan.FindMigration:

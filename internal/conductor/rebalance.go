@@ -165,7 +165,7 @@ func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error)
 	}
 	for _, o := range plans {
 		if o.ID < p.ID {
-			if _, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("plan %d came first", o.ID)}, nil); err != nil {
+			if _, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("plan %d came first", o.ID)}); err != nil {
 				return records.Plan{}, fmt.Errorf("yielding periodic rebalance plan %d to plan %d: %w", p.ID, o.ID, err)
 			}
 			c.log.Info("periodic rebalance yields to a plan recorded first", "plan", p.ID, "first", o.ID)

@@ -11,7 +11,8 @@ import (
 )
 
 // Recover resumes the flows a restart of the server left in flight (the
-// boots, the migrations, the lifecycle actions): the record is the source
+// boots, the migrations, the lifecycle actions, the running and approved
+// plans): the record is the source
 // of truth, and each machine's Resume says how it goes on. Before the
 // memory copy a migration is rolled back (the destination claim
 // returned, anything the destination prepared removed) and ends in

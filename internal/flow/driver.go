@@ -30,8 +30,25 @@ type Driver struct {
 
 // runner is a registered Flow, whatever its types.
 type runner interface {
-	resume(ctx context.Context, d *Driver, live map[string]bool, atStart bool) (int, error)
+	resume(ctx context.Context, d *Driver, live *liveSet, atStart bool) (int, error)
 	sweep(ctx context.Context, d *Driver) (int, error)
+}
+
+// liveSet is the live replicas, read once per round and only when a
+// record owned by another replica asks.
+type liveSet struct {
+	d    *Driver
+	read bool
+	live map[string]bool
+	err  error
+}
+
+func (l *liveSet) get(ctx context.Context) (map[string]bool, error) {
+	if !l.read {
+		l.read = true
+		l.live, l.err = l.d.Live(ctx)
+	}
+	return l.live, l.err
 }
 
 // Register adds f to d's flows; Recover, TakeOver and Sweep visit them in
@@ -58,13 +75,7 @@ func (d *Driver) TakeOver(ctx context.Context) (int, error) {
 }
 
 func (d *Driver) resume(ctx context.Context, atStart bool) (int, error) {
-	var live map[string]bool
-	if d.Owner != "" {
-		var err error
-		if live, err = d.Live(ctx); err != nil {
-			return 0, err
-		}
-	}
+	live := &liveSet{d: d}
 	n := 0
 	for _, f := range d.flows {
 		k, err := f.resume(ctx, d, live, atStart)
@@ -93,18 +104,36 @@ func (d *Driver) Sweep(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// mayTake reports whether this replica may resume a flow owned by owner:
-// one whose owner is dead, and at start also an unowned one or its own.
-func (d *Driver) mayTake(owner string, live map[string]bool, atStart bool) bool {
-	switch {
-	case owner == d.Owner, owner == "":
-		return atStart // a live replica already drives its own
-	default:
-		return !live[owner]
+// TakeOver is Driver.TakeOver for f alone: a flow's own executor calls it
+// between the driver's rounds (a plan's executor takes a dead replica's
+// plans over at its next tick). f need not be registered with d.
+func (f *Flow[R, E, A]) TakeOver(ctx context.Context, d *Driver) (int, error) {
+	if d.Owner == "" {
+		return 0, nil
 	}
+	return f.resume(ctx, d, &liveSet{d: d}, false)
 }
 
-func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]bool, atStart bool) (int, error) {
+// Sweep is Driver.Sweep for f alone (see TakeOver).
+func (f *Flow[R, E, A]) Sweep(ctx context.Context, d *Driver) (int, error) {
+	return f.sweep(context.WithoutCancel(ctx), d)
+}
+
+// mayTake reports whether this replica may resume a flow owned by owner:
+// one whose owner is dead, and at start also an unowned one or its own.
+func (d *Driver) mayTake(ctx context.Context, owner string, live *liveSet, atStart bool) (bool, error) {
+	switch {
+	case owner == d.Owner, owner == "":
+		return atStart, nil // a live replica already drives its own
+	}
+	l, err := live.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	return !l[owner], nil
+}
+
+func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live *liveSet, atStart bool) (int, error) {
 	rs, err := f.List(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("recovering %ss: %w", f.Name, err)
@@ -115,7 +144,9 @@ func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]b
 			continue
 		}
 		if d.Owner != "" {
-			if !d.mayTake(f.Owner(r), live, atStart) {
+			if ok, err := d.mayTake(ctx, f.Owner(r), live, atStart); err != nil {
+				return n, err
+			} else if !ok {
 				continue
 			}
 			if f.Owner(r) != d.Owner {
@@ -145,7 +176,7 @@ func (f *Flow[R, E, A]) resume(ctx context.Context, d *Driver, live map[string]b
 // takeOver makes this replica the owner of r's flow with a versioned
 // save; false when the record changed meanwhile (another replica took it,
 // or the flow moved on or ended).
-func (f *Flow[R, E, A]) takeOver(ctx context.Context, d *Driver, r R, live map[string]bool, atStart bool) (R, bool, error) {
+func (f *Flow[R, E, A]) takeOver(ctx context.Context, d *Driver, r R, live *liveSet, atStart bool) (R, bool, error) {
 	unlock := d.Lock(f.Key(r))
 	defer unlock()
 	cur, err := f.Get(ctx, r)
@@ -155,8 +186,11 @@ func (f *Flow[R, E, A]) takeOver(ctx context.Context, d *Driver, r R, live map[s
 		}
 		return r, false, fmt.Errorf("reading %s %s: %w", f.Name, f.Key(r), err)
 	}
-	if _, ok := f.Machine.Resume(cur); !ok || !d.mayTake(f.Owner(cur), live, atStart) {
+	if _, ok := f.Machine.Resume(cur); !ok {
 		return cur, false, nil
+	}
+	if ok, err := d.mayTake(ctx, f.Owner(cur), live, atStart); err != nil || !ok {
+		return cur, false, err
 	}
 	prev := f.Owner(cur)
 	saved, err := f.Save(ctx, f.Owned(cur, d.Owner, d.Clock.Now()))

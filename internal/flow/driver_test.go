@@ -316,3 +316,43 @@ func TestTryLock(t *testing.T) {
 		u()
 	}
 }
+
+// A flow's own executor takes over and sweeps that flow alone (the other
+// registered flows wait for the driver's round), and the live replicas
+// are read only when a record of another replica is there to take.
+func TestOneFlowsTakeOverAndSweep(t *testing.T) {
+	s := &jobs{byID: map[string]job{"dead": {ID: "dead", Owner: "x", Goal: 2, Updated: t0}}}
+	other := &jobs{byID: map[string]job{"dead": {ID: "dead", Owner: "x", Goal: 2, Updated: t0}}}
+	d, clk := newDriver("a")
+	reads := 0
+	live := d.Live
+	d.Live = func(ctx context.Context) (map[string]bool, error) {
+		reads++
+		return live(ctx)
+	}
+	f := s.flow(clk)
+	Register(d, f)
+	Register(d, other.flow(clk))
+	if n, err := f.TakeOver(context.Background(), d); err != nil || n != 1 {
+		t.Fatalf("the flow's take-over: %d, %v; want 1", n, err)
+	}
+	if got, want := s.fedAndReset(), []string{"dead:resume"}; !slices.Equal(got, want) {
+		t.Fatalf("take-over fed %v, want %v", got, want)
+	}
+	if got := other.fedAndReset(); len(got) != 0 || other.byID["dead"].Owner != "x" {
+		t.Fatalf("the other flow was taken over too (fed %v, owner %q)", got, other.byID["dead"].Owner)
+	}
+	if reads != 1 {
+		t.Fatalf("live replicas read %d times, want 1", reads)
+	}
+	if n, err := f.TakeOver(context.Background(), d); err != nil || n != 0 || reads != 1 {
+		t.Fatalf("second take-over: %d, %v, %d reads of the live replicas; want 0, nothing to take, no read", n, err, reads)
+	}
+	clk.Advance(2 * time.Minute)
+	if n, err := f.Sweep(context.Background(), d); err != nil || n != 1 {
+		t.Fatalf("the flow's sweep: %d, %v; want 1", n, err)
+	}
+	if got, want := s.fedAndReset(), []string{"dead:late"}; !slices.Equal(got, want) {
+		t.Fatalf("sweep fed %v, want %v", got, want)
+	}
+}

@@ -195,7 +195,7 @@ func (s *Server) start(ctx context.Context) error {
 	if n, err := s.cond.Recover(ctx); err != nil {
 		return err
 	} else if n > 0 {
-		s.log.Info("resumed boots and migrations interrupted by a restart", "count", n)
+		s.log.Info("resumed flows interrupted by a restart (boots, moves, lifecycle actions, plans)", "count", n)
 	}
 	// Heartbeats and the sweep for dead replicas' migrations run until
 	// Close.
