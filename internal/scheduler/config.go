@@ -89,9 +89,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("enabled_filters: unknown filter %q (known: %v)", f, KnownFilters)
 		}
 	}
-	for _, w := range c.Weighers {
+	for i, w := range c.Weighers {
 		if weigherSlot(w) < 0 {
 			return fmt.Errorf("weighers: unknown weigher %q (known: %v)", w, KnownWeighers)
+		}
+		// A weigher listed twice would weigh twice, which its multiplier
+		// says better; the ranked walk's bound counts each weigher once.
+		if slices.Contains(c.Weighers[:i], w) {
+			return fmt.Errorf("weighers: %s is listed twice (raise its multiplier instead)", w)
 		}
 	}
 	names := slices.Collect(maps.Keys(c.Options))

@@ -63,6 +63,7 @@ func (s *Scheduler) Explain(ctx context.Context, req *Request) (Explanation, err
 	hosts := v.snapshot()
 	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
+	v.dense.refreshMetrics(hosts, req.now)
 	if req.queryErr != nil {
 		return Explanation{}, &NoValidHostError{Hosts: len(hosts), Reason: req.queryErr.Error()}
 	}

@@ -88,38 +88,73 @@ var metricsWeigher = WeigherSpec{
 }
 
 // metricsRaw is Nova's MetricsWeigher._weigh_object over the host's
-// measured view: a missing or too old metric fails the decision when
-// required, else the host weighs weight_of_unavailable (unless its
-// ratio × multiplier is 0).
+// measured view at the request's time (Explain's reference reading; a
+// decision reads the same value from the host's dense row, metricsValue
+// at the view's refresh time): a missing or too old metric fails the
+// decision when required.
 func metricsRaw(h *HostState, r *Request) float64 {
-	mc := r.metrics
-	if mc == nil {
+	if r.metrics == nil {
 		return 0
 	}
-	v := 0.0
+	v, missing := metricsValue(h, r.metrics, r.metricsMult, r.now)
+	if missing != "" && r.metricErr == nil {
+		r.metricErr = metricMissingError(h.Name, missing)
+	}
+	return v
+}
+
+// metricsValue is MetricsWeigher's raw value of a host at now: the sum of
+// ratio × weighed value over weight_setting. A metric missing or older
+// than max_age makes the host weigh weight_of_unavailable (unless its
+// ratio × the host's multiplier is 0), or, when required, is returned as
+// missing (the value is then 0 and the decision fails if it weighs the
+// host).
+func metricsValue(h *HostState, mc *MetricsConfig, mult float64, now time.Time) (v float64, missing string) {
 	for _, w := range mc.WeightSetting {
-		m, ok := h.MeasuredMetric(w.Name, r.now, mc.MaxAge)
+		m, ok := h.MeasuredMetric(w.Name, now, mc.MaxAge)
 		if ok {
 			v += weighedValue(m) * w.Ratio
 			continue
 		}
 		if mc.Required {
-			if r.metricErr == nil {
-				r.metricErr = &NoValidHostError{Reason: fmt.Sprintf(
-					"MetricsWeigher: metric %s of host %s is unavailable (none reported, or older than [metrics] max_age) and [metrics] required is true; enable MetricFilter to skip such hosts, or set required = false",
-					w.Name, h.Name)}
-			}
-			return 0
+			return 0, w.Name
 		}
-		mult := r.metricsMult
 		if m, ok := h.multipliers[metricsAggregateKey]; ok {
 			mult = m // Nova asks the host's multiplier, its aggregates' if they set one
 		}
 		if w.Ratio*mult != 0 {
-			return mc.WeightOfUnavailable
+			return mc.WeightOfUnavailable, ""
 		}
 	}
-	return v
+	return v, ""
+}
+
+// metricsExpiry is when the host's MetricsWeigher value next changes by
+// age alone: the first moment after now at which a weighed metric
+// available at now is older than max_age (Unix nanoseconds; 0 never).
+func metricsExpiry(h *HostState, mc *MetricsConfig, now time.Time) int64 {
+	if mc.MaxAge <= 0 || !h.HasRecord {
+		return 0
+	}
+	var first int64
+	for _, w := range mc.WeightSetting {
+		m, ok := h.Record.Metric(w.Name)
+		if !ok || now.Sub(m.Timestamp) > mc.MaxAge {
+			continue
+		}
+		if e := m.Timestamp.Add(mc.MaxAge).UnixNano(); first == 0 || e < first {
+			first = e
+		}
+	}
+	return first
+}
+
+// metricMissingError is the decision's failure when a weighed host lacks
+// a metric and [metrics] required is true.
+func metricMissingError(host, metric string) *NoValidHostError {
+	return &NoValidHostError{Reason: fmt.Sprintf(
+		"MetricsWeigher: metric %s of host %s is unavailable (none reported, or older than [metrics] max_age) and [metrics] required is true; enable MetricFilter to skip such hosts, or set required = false",
+		metric, host)}
 }
 
 // weighedValue is a metric as Nova's scheduler weighs it: its HostState
@@ -278,12 +313,14 @@ func (v *View) assumeLoad(h *HostState, r *Request, now time.Time) {
 	if measured && u.host != h.Name {
 		if src := v.byName[u.host]; src != nil {
 			src.assumed = append(src.assumed, assumedLoad{uuid: r.InstanceUUID, busy: -busy, at: now})
+			v.dense.sync(src)
 		}
 	}
 	if measured && u.host == h.Name {
 		return // a resize on its own host: already measured here
 	}
 	h.assumed = append(h.assumed, assumedLoad{uuid: r.InstanceUUID, busy: busy, at: now})
+	v.dense.sync(h)
 }
 
 // MetricInput is one weighed metric of a host as a decision read it.

@@ -2,6 +2,9 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +158,129 @@ func TestMetricsUnavailable(t *testing.T) {
 	exp, _ = s.Explain(context.Background(), req())
 	if exp.Hosts[0].RejectedBy != "MetricFilter" || exp.Hosts[0].Reason != "metric cpu.percent unavailable" {
 		t.Errorf("MetricFilter on h01: %+v", exp.Hosts[0])
+	}
+}
+
+// TestMetricsRankedLikeExplain holds MetricsWeigher's place in the ranked
+// walk (its value kept in the dense rows, refreshed as measurements age
+// past max_age, as records arrive and as claims assume load) to Explain's
+// reading of every candidate's measurement at the decision's time: on a
+// cloud large enough for the walk, with measurements missing, stale,
+// ageing out between decisions and replaced, and claims that move measured
+// instances, every decision tries the hosts in Explain's order — and the
+// walk, not the full pass, answers most of them.
+func TestMetricsRankedLikeExplain(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		t.Run(fmt.Sprintf("required=%v", required), func(t *testing.T) {
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(28, 5))
+			n := rankedMin + 150
+			c := newCloud(t, 0)
+			names := make([]string, n)
+			measureAt := func(i int, age time.Duration) {
+				name := names[i]
+				insts := map[string]float64{}
+				for j := 0; j < r.IntN(3); j++ {
+					insts[fmt.Sprintf("i-%s-%d", name, j)] = float64(r.IntN(5)) / 2
+				}
+				c.measure(t, name, float64(r.IntN(21))/20, c.clk.Now().Add(-age), insts)
+			}
+			for i := range names {
+				names[i] = fmt.Sprintf("h%05d", i)
+				c.addHost(t, names[i])
+				if lv := r.IntN(6); lv > 0 {
+					c.use(t, names[i], "u-"+names[i], placement.Resources{placement.VCPU: int64(4 * lv), placement.MemoryMB: int64(lv * 14000), placement.DiskGB: int64(lv * 200)})
+				}
+				// Required: every host measured, so decisions succeed
+				// until measurements age out; otherwise one in ten has none.
+				if required || r.IntN(10) > 0 {
+					measureAt(i, time.Duration(r.IntN(50))*time.Second)
+				}
+			}
+			cfg := DefaultConfig()
+			if !slices.Contains(cfg.Weighers, "MetricsWeigher") {
+				t.Fatalf("MetricsWeigher is not among the default weighers %v", cfg.Weighers)
+			}
+			dup := cfg
+			dup.Weighers = append(slices.Clone(cfg.Weighers), "MetricsWeigher")
+			if err := dup.Validate(); err == nil || !strings.Contains(err.Error(), "MetricsWeigher is listed twice") {
+				t.Errorf("a weigher listed twice: Validate() = %v", err)
+			}
+			cfg.Metrics.WeightSetting = []MetricWeight{{Name: records.MetricCPUPercent, Ratio: -1}}
+			cfg.Metrics.Required = required
+			cfg.Metrics.WeightOfUnavailable = -50
+			cfg.MaxAttempts = 5
+			s := c.scheduler(t, cfg, PolicyClaim, 1)
+			// Every row holds the value Explain would read at the rows' time.
+			checkRows := func(trial int) {
+				t.Helper()
+				d := &s.view.dense
+				for i, h := range s.view.hosts {
+					v, missing := metricsValue(h, &d.metrics.cfg, d.metrics.mult, d.metrics.asOf)
+					if row := &d.rows[h.idx]; row.raw[metricsSlot] != v || row.metricMissing != (missing != "") {
+						t.Fatalf("trial %d, host %d %s: row holds %v (missing %v), the host weighs %v (missing %q)", trial, i, h.Name, row.raw[metricsSlot], row.metricMissing, v, missing)
+					}
+				}
+			}
+			failed := 0
+			for trial := 0; trial < 40; trial++ {
+				c.clk.Advance(3 * time.Second) // measurements age past max_age between decisions
+				for _, name := range names {
+					if trial%10 == 0 {
+						c.addService(t, name) // heard from: only the measurements age
+					}
+				}
+				for j := 0; j < 6; j++ {
+					measureAt(r.IntN(n), time.Duration(r.IntN(20))*time.Second)
+				}
+				uuid := fmt.Sprintf("i-%s-0", names[r.IntN(n)]) // measured on its host, or a new one
+				req := func() *Request {
+					return &Request{InstanceUUID: uuid, Resources: placement.Resources{placement.VCPU: int64(1 + r.IntN(8)), placement.MemoryMB: int64(512 * (1 + r.IntN(32)))}}
+				}
+				q := req()
+				exp, eerr := s.Explain(ctx, q)
+				want := make([]string, cfg.HostSubsetSize+cfg.MaxAttempts)
+				for _, h := range exp.Hosts {
+					if h.Rank >= 1 && h.Rank <= len(want) {
+						want[h.Rank-1] = h.Host
+					}
+				}
+				var got []string
+				_, err := s.Select(ctx, q, func(_ context.Context, cand Candidate) (int64, error) {
+					got = append(got, cand.Host)
+					return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
+				})
+				checkRows(trial)
+				if eerr != nil {
+					// Required and a weighed host's measurement aged out:
+					// Select fails the same way.
+					failed++
+					if err == nil || err.Error() != eerr.Error() {
+						t.Fatalf("trial %d: Explain fails with %v, Select with %v", trial, eerr, err)
+					}
+					continue
+				}
+				if !IsNoValidHost(err) {
+					t.Fatalf("trial %d: want NoValidHost after refused claims, got %v", trial, err)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want[:min(len(want), exp.Candidates)]) {
+					t.Fatalf("trial %d: Select tried %v, Explain ranks %v", trial, got, want)
+				}
+				// Half the time the claim succeeds: its load is assumed on
+				// the chosen host and credited to the one it was measured on.
+				if trial%2 == 0 {
+					if _, err := s.Select(ctx, q, storeClaim(c.st, fmt.Sprint("claim-", trial), q.Resources)); err != nil {
+						t.Fatalf("trial %d: claim: %v", trial, err)
+					}
+					checkRows(trial)
+				}
+			}
+			if required && failed == 0 {
+				t.Errorf("no decision met a measurement older than max_age: the test does not exercise required")
+			}
+			if !required && s.walks < 20 {
+				t.Errorf("the ranked walk answered %d of the decisions, want most", s.walks)
+			}
+		})
 	}
 }

@@ -14,9 +14,13 @@ import (
 //   - per host-only weigher in use, an order by raw value (ties by host
 //     index), from which the candidates' bounds (largest and smallest raw
 //     value) are read by walking in from either end;
-//   - one composite order by key(h) = Σ coef_j · max(raw_j(h), 0) over the
-//     weighers with a positive multiplier and a fixed minimum (RAM, CPU,
-//     Disk by default). A candidate's total weight is at most
+//   - one composite order by key(h) = Σ coef_j · max(raw_j(h) − base_j, 0)
+//     over the weighers with a positive multiplier (RAM, CPU, Disk by
+//     default, MetricsWeigher when it weighs); base_j is 0 for a fixed-min
+//     weigher, whose values are clamped there, and for any other the
+//     smallest value when the order was last keyed (any base keeps the
+//     bound below; one at or under every value keeps it tight). A
+//     candidate's total weight is at most
 //     R · key(h) + C for constants R and C of the decision (see
 //     thresholdTop), so walking the composite order from the top, the
 //     decision stops as soon as that bound falls below the k-th best weight
@@ -27,11 +31,13 @@ import (
 //     loaded — the walk passes over those that can only tie the k-th best
 //     after it (walkComposite).
 type rankIndex struct {
-	enabled [numWeighers]bool
-	inComp  [numWeighers]bool // part of the composite key
-	mult    [numWeighers]float64
-	coef    [numWeighers]float64
-	trees   [numWeighers]*btree.BTreeG[rankItem]
+	enabled  [numWeighers]bool
+	inComp   [numWeighers]bool // part of the composite key
+	fixedMin [numWeighers]bool
+	mult     [numWeighers]float64
+	coef     [numWeighers]float64
+	base     [numWeighers]float64
+	trees    [numWeighers]*btree.BTreeG[rankItem]
 	// comp is the composite order, ascending (compLess), as a slice: re-keying it
 	// after a change of coefficients is one pass plus an insertion sort of
 	// an almost sorted slice, cheap enough to do whenever scales drift.
@@ -77,8 +83,8 @@ func newTree(items []rankItem) *btree.BTreeG[rankItem] {
 func (ri *rankIndex) key(raw *[numWeighers]float64) float64 {
 	k := 0.0
 	for j := 0; j < numWeighers; j++ {
-		if ri.inComp[j] && raw[j] > 0 {
-			k += ri.coef[j] * raw[j]
+		if ri.inComp[j] && raw[j] > ri.base[j] {
+			k += ri.coef[j] * (raw[j] - ri.base[j])
 		}
 	}
 	return k
@@ -87,14 +93,21 @@ func (ri *rankIndex) key(raw *[numWeighers]float64) float64 {
 func (ri *rankIndex) rebuild(rows []fitRow) {
 	for j := 0; j < numWeighers; j++ {
 		ri.trees[j] = nil
-		top := 1.0
+		ri.base[j] = 0
+		if !ri.fixedMin[j] && len(rows) > 0 {
+			ri.base[j] = math.Inf(1)
+			for i := range rows {
+				ri.base[j] = math.Min(ri.base[j], rows[i].raw[j])
+			}
+		}
+		top := ri.base[j] + 1
 		for i := range rows {
 			top = math.Max(top, rows[i].raw[j])
 		}
-		// Coefficients normalise each weigher by its largest value now, so
-		// the composite key ranks hosts close to how a decision will (see
+		// Coefficients normalise each weigher by its range now, so the
+		// composite key ranks hosts close to how a decision will (see
 		// recoef for keeping them so).
-		ri.coef[j] = math.Max(ri.mult[j], 0) / top
+		ri.coef[j] = math.Max(ri.mult[j], 0) / (top - ri.base[j])
 		if !ri.enabled[j] {
 			continue
 		}
@@ -202,6 +215,13 @@ func (ri *rankIndex) recoef(rows []fitRow, live []boundWeigher, scale [numWeighe
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
 			ri.coef[w.raw] = scale[j]
+		}
+	}
+	for j := range ri.base {
+		if ri.inComp[j] && !ri.fixedMin[j] && ri.trees[j] != nil {
+			if it, ok := ri.trees[j].Min(); ok {
+				ri.base[j] = it.v
+			}
 		}
 	}
 	ri.rekey(rows)
@@ -341,8 +361,9 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // candidates it meets, until no host further down can beat the k-th best
 // found. A candidate's total is Σ_live (raw_j − lo_j)·scale_j. For a
 // weigher in the composite key that is ≤ (scale_j/coef_j)·coef_j·
-// max(raw_j, 0) − scale_j·lo_j; for any other, ≤ max(multiplier, 0) (a
-// normalised value is at most 1). Hence total ≤ R·key + C.
+// max(raw_j − base_j, 0) − scale_j·(lo_j − base_j); for any other,
+// ≤ max(multiplier, 0) (a normalised value is at most 1). Hence
+// total ≤ R·key + C.
 //
 // A host whose live weighers' raw values are all those of the k-th best
 // so far has its weight to the last bit (weightOf adds the same terms), so it is better
@@ -354,7 +375,7 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
 			r = math.Max(r, scale[j]/ri.coef[w.raw])
-			c -= scale[j] * w.lo
+			c -= scale[j] * (w.lo - ri.base[w.raw])
 		} else {
 			c += math.Max(w.mult, 0)
 		}

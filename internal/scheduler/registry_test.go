@@ -145,7 +145,9 @@ func fastPass(t *testing.T, s *Scheduler, req *Request) (cands []string, rejecte
 		t.Fatal(err)
 	}
 	hosts = v.snapshot()
+	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
+	v.dense.refreshMetrics(hosts, req.now)
 	active := s.activeFilters(req)
 	fast, _ := s.weighPlan(req)
 	idx, rejected := s.filter(hosts, req, active, fast)

@@ -152,6 +152,9 @@ type Scheduler struct {
 	fast2   []boundWeigher
 	ignored []bool
 	checks  candidateCheck
+	// walks counts the decisions the ranked walk answered (tests check
+	// which path a decision took).
+	walks   int
 	scratch []float64
 	totals  []float64
 }
@@ -196,7 +199,7 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 	}
 	cfg = cfg.Clone()
 	s := &Scheduler{cfg: cfg, view: view, clock: clk, rnd: rnd, filters: pipeline(cfg)}
-	view.SetMetricsMaxAge(cfg.Metrics.MaxAge)
+	var metricsMult *float64
 	for _, name := range cfg.Weighers {
 		if name == metricsWeigherName && len(cfg.Metrics.WeightSetting) == 0 {
 			continue // weighs nothing (Nova's default weight_setting)
@@ -208,14 +211,20 @@ func New(cfg Config, view *View, clk clock.Clock, rnd *rand.Rand) (*Scheduler, e
 			m = -m
 		}
 		slot := k
-		if w.Host == nil {
+		switch {
+		case k == metricsSlot:
+			// A host's value, kept in the dense rows as of the decision's
+			// time (dense.metrics).
+			metricsMult = &m
+		case w.Host == nil:
 			slot = -1
 		}
 		s.weighers = append(s.weighers, weigherEntry{spec: w, slot: slot, multiplier: m, pos: len(s.weighers)})
 		if slot >= 0 && m != 0 {
-			view.indexWeigher(slot, m, m > 0 && w.FixedMin)
+			view.indexWeigher(slot, m, w.FixedMin)
 		}
 	}
+	view.setMetrics(cfg.Metrics, metricsMult)
 	return s, nil
 }
 
@@ -228,6 +237,23 @@ func (s *Scheduler) prepareMetrics(req *Request) {
 			req.metrics, req.metricsMult = &s.cfg.Metrics, we.multiplier
 		}
 	}
+}
+
+// metricsMissing reports whether the decision weighs MetricsWeigher with
+// [metrics] required while some host lacks a weighed metric: the
+// candidates must then be looked at one by one, as a weighed one fails
+// the decision.
+func (s *Scheduler) metricsMissing(req *Request) bool {
+	m := s.view.dense.metrics
+	if m == nil || m.missing == 0 || !metricsWeigher.active(req) {
+		return false
+	}
+	for _, we := range s.weighers {
+		if we.slot == metricsSlot {
+			return we.multiplier != 0 || s.view.overrides(metricsAggregateKey)
+		}
+	}
+	return false
 }
 
 // View returns the scheduler's host view.
@@ -253,6 +279,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	hosts := v.snapshot()
 	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
+	v.dense.refreshMetrics(hosts, req.now)
 	if req.queryErr != nil {
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: map[string]int{"flavor request groups": len(hosts)}, Reason: req.queryErr.Error()}
 	}
@@ -705,12 +732,14 @@ const rankedMin = 512
 func (s *Scheduler) rank(hosts []*HostState, req *Request, active []stage) ([]ranked, map[string]int) {
 	k := s.cfg.HostSubsetSize + s.cfg.MaxAttempts
 	fast, slow := s.weighPlan(req)
-	if len(hosts) >= rankedMin && req.RequestedHost == "" && !req.Force && len(slow) == 0 && !s.cfg.ShuffleBestSameWeighedHosts {
+	missing := s.metricsMissing(req)
+	if len(hosts) >= rankedMin && req.RequestedHost == "" && !req.Force && len(slow) == 0 && !missing && !s.cfg.ShuffleBestSameWeighedHosts {
 		p, steps, done := s.prepareFilters(hosts, req, active)
 		check := s.newCheck(p, steps)
 		top, ok := s.thresholdTop(check, fast, k)
 		done()
 		if ok {
+			s.walks++
 			return top, nil
 		}
 		fast, _ = s.weighPlan(req) // bounds were narrowed: start again
@@ -718,6 +747,16 @@ func (s *Scheduler) rank(hosts []*HostState, req *Request, active []stage) ([]ra
 	cands, rejected := s.filter(hosts, req, active, fast)
 	if len(cands) == 0 {
 		return nil, rejected
+	}
+	if missing && len(cands) > 1 { // Nova weighs no single host
+		rows, m := s.view.dense.rows, s.view.dense.metrics
+		for _, i := range cands {
+			if rows[i].metricMissing {
+				_, name := metricsValue(hosts[i], &m.cfg, m.mult, m.asOf)
+				req.metricErr = metricMissingError(hosts[i].Name, name)
+				return nil, rejected
+			}
+		}
 	}
 	s.total(hosts, cands, req, fast, slow)
 	w := s.totals[:len(cands)]

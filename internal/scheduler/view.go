@@ -93,13 +93,19 @@ type View struct {
 	assumeFor time.Duration
 }
 
-// SetMetricsMaxAge sets how long the load a claim assumed on a host's
-// measured view waits for a measurement that sees it ([metrics]
-// max_age; 0: 60 s).
-func (v *View) SetMetricsMaxAge(d time.Duration) {
+// setMetrics sets how long the load a claim assumed on a host's measured
+// view waits for a measurement that sees it ([metrics] max_age; 0: 60 s),
+// and, when MetricsWeigher weighs (mult ≠ nil: its configured multiplier),
+// has the dense rows keep its value.
+func (v *View) setMetrics(mc MetricsConfig, mult *float64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.assumeFor = d
+	v.assumeFor = mc.MaxAge
+	v.dense.metrics = nil
+	if mult != nil {
+		v.dense.metrics = &metricsSetting{cfg: mc, mult: *mult}
+	}
+	v.sorted = false // every row again, with or without the value
 }
 
 // setRecord takes a host's new record: its measured instances indexed,
@@ -415,6 +421,9 @@ func (v *View) setAggregates(byHost map[string][]map[string]string) {
 	}
 	for _, h := range v.hosts {
 		h.setAggregates(v.aggMeta[h.Name])
+		if v.dense.metrics != nil {
+			v.dense.sync(h) // MetricsWeigher's value reads the host's multiplier
+		}
 	}
 }
 
@@ -467,15 +476,18 @@ func (v *View) snapshot() []*HostState {
 	return v.hosts
 }
 
-// indexWeigher keeps a rank order for a host-only weigher (its raw index);
-// the next decision rebuilds the orders if this adds one.
-func (v *View) indexWeigher(raw int, multiplier float64, composite bool) {
+// indexWeigher keeps a rank order for a host-only weigher (its raw index),
+// in the composite order too when its multiplier is positive; the next
+// decision rebuilds the orders if this adds one.
+func (v *View) indexWeigher(raw int, multiplier float64, fixedMin bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	ri := &v.dense.rank
-	if !ri.enabled[raw] || ri.inComp[raw] != composite {
+	composite := multiplier > 0
+	if !ri.enabled[raw] || ri.inComp[raw] != composite || ri.fixedMin[raw] != fixedMin {
 		ri.enabled[raw] = true
 		ri.inComp[raw] = ri.inComp[raw] || composite
+		ri.fixedMin[raw] = fixedMin
 		ri.mult[raw] = multiplier
 		v.sorted = false
 	}
