@@ -21,28 +21,15 @@ func (h *handler) updateProject(w http.ResponseWriter, r *http.Request, me Princ
 	if !h.admin(w, me, "update_project") {
 		return
 	}
-	var body struct {
-		Project *struct {
-			Name        *string `json:"name"`
-			DomainID    *string `json:"domain_id"`
-			Description *string `json:"description"`
-			Enabled     *bool   `json:"enabled"`
-			IsDomain    *bool   `json:"is_domain"`
-		} `json:"project"`
-	}
-	if !decodeWrite(w, r, &body) {
+	b := decodeEntity[struct {
+		Name        *string `json:"name"`
+		DomainID    *string `json:"domain_id"`
+		Description *string `json:"description"`
+		Enabled     *bool   `json:"enabled"`
+		IsDomain    *bool   `json:"is_domain"`
+	}](w, r, "project")
+	if b == nil || !entityOK(w, "project", b.Name, nil) {
 		return
-	}
-	b := body.Project
-	if b == nil {
-		WriteError(w, http.StatusBadRequest, "Invalid input for field 'project': 'project' is a required property.")
-		return
-	}
-	if b.Name != nil {
-		if err := checkEntityName("project", *b.Name); err != nil {
-			WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
 	}
 	id := r.PathValue("id")
 	if id == me.ProjectID && b.Enabled != nil && !*b.Enabled {
@@ -104,23 +91,12 @@ func (h *handler) createRole(w http.ResponseWriter, r *http.Request, me Principa
 	if !h.admin(w, me, "create_role") {
 		return
 	}
-	var body struct {
-		Role *struct {
-			Name        string  `json:"name"`
-			Description *string `json:"description"`
-			DomainID    *string `json:"domain_id"`
-		} `json:"role"`
-	}
-	if !decodeWrite(w, r, &body) {
-		return
-	}
-	b := body.Role
-	if b == nil {
-		WriteError(w, http.StatusBadRequest, "Invalid input for field 'role': 'role' is a required property.")
-		return
-	}
-	if err := checkEntityName("role", b.Name); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
+	b := decodeEntity[struct {
+		Name        string  `json:"name"`
+		Description *string `json:"description"`
+		DomainID    *string `json:"domain_id"`
+	}](w, r, "role")
+	if b == nil || !entityOK(w, "role", &b.Name, nil) {
 		return
 	}
 	if b.DomainID != nil {

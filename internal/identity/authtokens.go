@@ -240,28 +240,40 @@ func (i *Issuer) burnPasswordCheck(password string) {
 	i.checkPassword(dummyHash, password)
 }
 
-// validateToken is GET (and HEAD) /v3/auth/tokens: the caller's
+// subjectToken reads a request about another token: the caller's
 // X-Auth-Token must be valid and belong to an admin or to the subject
-// token's own user.
-func (h *handler) validateToken(w http.ResponseWriter, r *http.Request) {
+// token's (X-Subject-Token) own user, else it answers Keystone's 401, 400,
+// 404 or 403 (policy names the rule) and returns false.
+func (h *handler) subjectToken(w http.ResponseWriter, r *http.Request, policy string) (Principal, string, bool) {
 	caller, err := h.iss.Validate(r.Header.Get("X-Auth-Token"))
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
 		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
-		return
+		return Principal{}, "", false
 	}
-	subjectToken := r.Header.Get("X-Subject-Token")
-	if subjectToken == "" {
+	token := r.Header.Get("X-Subject-Token")
+	if token == "" {
 		WriteError(w, http.StatusBadRequest, "Expecting to find X-Subject-Token in the request headers.")
-		return
+		return Principal{}, "", false
 	}
-	subject, err := h.iss.Validate(subjectToken)
+	subject, err := h.iss.Validate(token)
 	if err != nil {
 		WriteError(w, http.StatusNotFound, msgNoToken)
-		return
+		return Principal{}, "", false
 	}
 	if !caller.IsAdmin() && caller.UserID != subject.UserID {
-		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, "identity:validate_token"))
+		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, policy))
+		return Principal{}, "", false
+	}
+	return subject, token, true
+}
+
+// validateToken is GET (and HEAD) /v3/auth/tokens: the caller's
+// X-Auth-Token must be valid and belong to an admin or to the subject
+// token's own user.
+func (h *handler) validateToken(w http.ResponseWriter, r *http.Request) {
+	subject, subjectToken, ok := h.subjectToken(w, r, "identity:validate_token")
+	if !ok {
 		return
 	}
 	w.Header().Set("X-Subject-Token", subjectToken)

@@ -1,8 +1,10 @@
 package identity
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,6 +29,41 @@ func decodeWrite(w http.ResponseWriter, r *http.Request, v any) bool {
 		} else {
 			WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body.")
 		}
+		return false
+	}
+	return true
+}
+
+// decodeEntity decodes a write's body, Keystone's {"<kind>": {...}}, and
+// returns the entity. A body that is not JSON, too large or without the
+// entity is answered as Keystone does (400, 413) and nil returned.
+func decodeEntity[T any](w http.ResponseWriter, r *http.Request, kind string) *T {
+	var body map[string]json.RawMessage
+	if !decodeWrite(w, r, &body) {
+		return nil
+	}
+	raw, ok := body[kind]
+	if !ok || string(raw) == "null" {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("Invalid input for field '%[1]s': '%[1]s' is a required property.", kind))
+		return nil
+	}
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		WriteError(w, http.StatusBadRequest, "Expecting to find valid JSON in the request body.")
+		return nil
+	}
+	return v
+}
+
+// entityOK checks a written entity's name (nil: the write leaves it as it
+// is) and domain (nil: none given) and answers 400 if either is wrong.
+func entityOK(w http.ResponseWriter, kind string, name, domainID *string) bool {
+	err := checkDomain(domainID)
+	if name != nil {
+		err = cmp.Or(checkEntityName(kind, *name), err)
+	}
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
 		return false
 	}
 	return true
@@ -99,28 +136,13 @@ func (h *handler) createProject(w http.ResponseWriter, r *http.Request, me Princ
 	if !h.admin(w, me, "create_project") {
 		return
 	}
-	var body struct {
-		Project *struct {
-			Name        string  `json:"name"`
-			DomainID    *string `json:"domain_id"`
-			Description *string `json:"description"`
-			Enabled     *bool   `json:"enabled"`
-		} `json:"project"`
-	}
-	if !decodeWrite(w, r, &body) {
-		return
-	}
-	b := body.Project
-	if b == nil {
-		WriteError(w, http.StatusBadRequest, "Invalid input for field 'project': 'project' is a required property.")
-		return
-	}
-	if err := checkEntityName("project", b.Name); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := checkDomain(b.DomainID); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
+	b := decodeEntity[struct {
+		Name        string  `json:"name"`
+		DomainID    *string `json:"domain_id"`
+		Description *string `json:"description"`
+		Enabled     *bool   `json:"enabled"`
+	}](w, r, "project")
+	if b == nil || !entityOK(w, "project", &b.Name, b.DomainID) {
 		return
 	}
 	var p Project
@@ -153,29 +175,14 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 	if !h.admin(w, me, "create_user") {
 		return
 	}
-	var body struct {
-		User *struct {
-			Name             string  `json:"name"`
-			Password         *string `json:"password"`
-			DomainID         *string `json:"domain_id"`
-			DefaultProjectID string  `json:"default_project_id"`
-			userAttrs
-		} `json:"user"`
-	}
-	if !decodeWrite(w, r, &body) {
-		return
-	}
-	b := body.User
-	if b == nil {
-		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'user' is a required property.")
-		return
-	}
-	if err := checkEntityName("user", b.Name); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := checkDomain(b.DomainID); err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
+	b := decodeEntity[struct {
+		Name             string  `json:"name"`
+		Password         *string `json:"password"`
+		DomainID         *string `json:"domain_id"`
+		DefaultProjectID string  `json:"default_project_id"`
+		userAttrs
+	}](w, r, "user")
+	if b == nil || !entityOK(w, "user", &b.Name, b.DomainID) {
 		return
 	}
 	password := ""
@@ -246,28 +253,15 @@ func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principa
 	if !h.admin(w, me, "update_user") {
 		return
 	}
-	var body struct {
-		User *struct {
-			Name             *string `json:"name"`
-			Password         *string `json:"password"`
-			DefaultProjectID *string `json:"default_project_id"`
-			DomainID         *string `json:"domain_id"`
-			userAttrs
-		} `json:"user"`
-	}
-	if !decodeWrite(w, r, &body) {
+	b := decodeEntity[struct {
+		Name             *string `json:"name"`
+		Password         *string `json:"password"`
+		DefaultProjectID *string `json:"default_project_id"`
+		DomainID         *string `json:"domain_id"`
+		userAttrs
+	}](w, r, "user")
+	if b == nil || !entityOK(w, "user", b.Name, nil) {
 		return
-	}
-	b := body.User
-	if b == nil {
-		WriteError(w, http.StatusBadRequest, "Invalid input for field 'user': 'user' is a required property.")
-		return
-	}
-	if b.Name != nil {
-		if err := checkEntityName("user", *b.Name); err != nil {
-			WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
 	}
 	id := r.PathValue("id")
 	if id == me.UserID && b.Enabled != nil && !*b.Enabled {
@@ -422,24 +416,8 @@ func (h *handler) roleAssignment(w http.ResponseWriter, r *http.Request, me Prin
 // revokeToken is DELETE /v3/auth/tokens: the X-Subject-Token is revoked
 // (an admin's, or the caller's own) until it would have expired.
 func (h *handler) revokeToken(w http.ResponseWriter, r *http.Request) {
-	caller, err := h.iss.Validate(r.Header.Get("X-Auth-Token"))
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
-		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
-		return
-	}
-	subjectToken := r.Header.Get("X-Subject-Token")
-	if subjectToken == "" {
-		WriteError(w, http.StatusBadRequest, "Expecting to find X-Subject-Token in the request headers.")
-		return
-	}
-	subject, err := h.iss.Validate(subjectToken)
-	if err != nil {
-		WriteError(w, http.StatusNotFound, msgNoToken)
-		return
-	}
-	if !caller.IsAdmin() && caller.UserID != subject.UserID {
-		WriteError(w, http.StatusForbidden, fmt.Sprintf(msgForbidden, "identity:revoke_token"))
+	subject, _, ok := h.subjectToken(w, r, "identity:revoke_token")
+	if !ok {
 		return
 	}
 	if h.update(w, r, func(d *Directory) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +183,55 @@ func TestIssuerPathSharesUpdates(t *testing.T) {
 			t.Fatalf("the other issuer never saw carol: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWriteErrorsAsKeystone: every admin write answers a body without its
+// entity, a bad name, another domain or bad JSON as Keystone does, and a
+// token request without a subject token or about another user's token is
+// refused with the policy named.
+func TestWriteErrorsAsKeystone(t *testing.T) {
+	ts := newTestServer(t)
+	admin, _ := ts.login(t, adminByName, projectScope("admin"))
+	demo, _ := ts.login(t, demoByName, projectScope("demo"))
+	demoUser := UserID(DefaultDomainID, "demo")
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		message            string
+	}{
+		{"POST", "/v3/projects", `{}`, 400, "Invalid input for field 'project': 'project' is a required property."},
+		{"POST", "/v3/projects", `{"project": null}`, 400, "Invalid input for field 'project': 'project' is a required property."},
+		{"POST", "/v3/projects", `{"project": "p"}`, 400, "Expecting to find valid JSON in the request body."},
+		{"POST", "/v3/projects", `{"project": {}}`, 400, "Invalid input for field 'project.name': the name must have 1 to 255 characters."},
+		{"POST", "/v3/projects", `{"project": {"name": "p", "domain_id": "other"}}`, 400, "Could not find domain: other."},
+		{"POST", "/v3/projects", `{"project": {"name": "", "domain_id": "other"}}`, 400, "Invalid input for field 'project.name': the name must have 1 to 255 characters."},
+		{"POST", "/v3/users", `{"users": {}}`, 400, "Invalid input for field 'user': 'user' is a required property."},
+		{"POST", "/v3/users", `{"user": {"name": "a\u0001b"}}`, 400, "Invalid input for field 'user.name': the name may not hold control characters."},
+		{"PATCH", "/v3/users/" + demoUser, `{"user": {"name": ""}}`, 400, "Invalid input for field 'user.name': the name must have 1 to 255 characters."},
+		{"PATCH", "/v3/users/" + demoUser, `{}`, 400, "Invalid input for field 'user': 'user' is a required property."},
+		{"PATCH", "/v3/projects/" + ProjectID(DefaultDomainID, "demo"), `{"project": {"name": ""}}`, 400, "Invalid input for field 'project.name': the name must have 1 to 255 characters."},
+		{"POST", "/v3/roles", `{"role": {}}`, 400, "Invalid input for field 'role.name': the name must have 1 to 255 characters."},
+		{"POST", "/v3/roles", `[]`, 400, "Expecting to find valid JSON in the request body."},
+	} {
+		r := ts.do(t, c.method, "/identity"+c.path, c.body, "X-Auth-Token", admin)
+		if r.status != c.status || !strings.Contains(string(r.body), c.message) {
+			t.Errorf("%s %s %s: %d %s, want %d %q", c.method, c.path, c.body, r.status, r.body, c.status, c.message)
+		}
+	}
+	for _, method := range []string{"GET", "DELETE"} {
+		if r := ts.do(t, method, "/identity/v3/auth/tokens", "", "X-Auth-Token", admin); r.status != 400 || !strings.Contains(string(r.body), "X-Subject-Token") {
+			t.Errorf("%s a token without X-Subject-Token: %d %s, want 400", method, r.status, r.body)
+		}
+		if r := ts.do(t, method, "/identity/v3/auth/tokens", "", "X-Auth-Token", admin, "X-Subject-Token", "nope"); r.status != 404 {
+			t.Errorf("%s an unknown token: %d %s, want 404", method, r.status, r.body)
+		}
+		if r := ts.do(t, method, "/identity/v3/auth/tokens", "", "X-Auth-Token", "nope", "X-Subject-Token", demo); r.status != 401 {
+			t.Errorf("%s with a bad X-Auth-Token: %d %s, want 401", method, r.status, r.body)
+		}
+		policy := map[string]string{"GET": "identity:validate_token", "DELETE": "identity:revoke_token"}[method]
+		if r := ts.do(t, method, "/identity/v3/auth/tokens", "", "X-Auth-Token", demo, "X-Subject-Token", admin); r.status != 403 || !strings.Contains(string(r.body), policy) {
+			t.Errorf("%s another user's token as a member: %d %s, want 403 naming %s", method, r.status, r.body, policy)
+		}
 	}
 }
