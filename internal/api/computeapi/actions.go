@@ -11,13 +11,13 @@ import (
 // server must be visible to them, or (from 2.21) be deleted with actions
 // from the caller's project, as Nova lets users see a deleted server's
 // actions.
-func (a *API) instanceActions(r *http.Request) ([]records.InstanceAction, error) {
+func (a *instanceActionsAPI) instanceActions(r *http.Request) ([]records.InstanceAction, error) {
 	id := r.PathValue("id")
 	_, err := a.instance(r, id)
 	if err != nil && statusOf(err) != http.StatusNotFound {
 		return nil, err
 	}
-	acts, lerr := a.cfg.Store.ListInstanceActions(r.Context(), id)
+	acts, lerr := a.store.ListInstanceActions(r.Context(), id)
 	if lerr != nil {
 		return nil, lerr
 	}
@@ -34,7 +34,7 @@ func (a *API) instanceActions(r *http.Request) ([]records.InstanceAction, error)
 
 // actionView renders an action; a live migration's outcome comes from its
 // migration record, so the action says how the migration ended.
-func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents bool) map[string]any {
+func (a *instanceActionsAPI) actionView(r *http.Request, act records.InstanceAction, withEvents bool) map[string]any {
 	var msg any
 	if act.Message != "" {
 		msg = act.Message
@@ -44,7 +44,7 @@ func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents
 	if act.MigrationID != 0 {
 		ev := map[string]any{"event": "compute_live_migration", "start_time": migrationTime(act.StartTime),
 			"finish_time": nil, "result": nil}
-		if m, err := a.cfg.Store.GetMigration(r.Context(), act.MigrationID); err == nil {
+		if m, err := a.store.GetMigration(r.Context(), act.MigrationID); err == nil {
 			if records.MigrationTerminal(m.Status) {
 				ev["finish_time"] = migrationTime(m.UpdatedAt)
 				updated = m.UpdatedAt
@@ -73,7 +73,7 @@ func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents
 		// error with the fault as the reason (nothing once it is deleted).
 		// keel does not record when a build ended, so a finished one shows
 		// the server's creation time, as its launched_at does.
-		if in, err := a.cfg.Store.GetInstance(r.Context(), act.InstanceUUID); err == nil {
+		if in, err := a.store.GetInstance(r.Context(), act.InstanceUUID); err == nil {
 			ev := map[string]any{"event": "compute_build_and_run_instance", "start_time": migrationTime(act.StartTime),
 				"finish_time": nil, "result": nil}
 			switch in.VMState {
@@ -116,7 +116,7 @@ func (a *API) actionView(r *http.Request, act records.InstanceAction, withEvents
 
 // listInstanceActions is GET /servers/{id}/os-instance-actions, newest
 // first.
-func (a *API) listInstanceActions(w http.ResponseWriter, r *http.Request) error {
+func (a *instanceActionsAPI) listInstanceActions(w http.ResponseWriter, r *http.Request) error {
 	// 2.58 changes-since, 2.66 changes-before: checked as Nova checks
 	// them (keel lists every action of a server: a handful).
 	if _, _, err := changesWindow(r, 58, 66); err != nil {
@@ -135,7 +135,7 @@ func (a *API) listInstanceActions(w http.ResponseWriter, r *http.Request) error 
 }
 
 // showInstanceAction is GET /servers/{id}/os-instance-actions/{request_id}.
-func (a *API) showInstanceAction(w http.ResponseWriter, r *http.Request) error {
+func (a *instanceActionsAPI) showInstanceAction(w http.ResponseWriter, r *http.Request) error {
 	acts, err := a.instanceActions(r)
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ import (
 
 type routeFunc func(pattern string, admin bool, h func(w http.ResponseWriter, r *http.Request) error)
 
-func (a *API) aggregateRoutes(route routeFunc) {
+func (a *aggregatesAPI) aggregateRoutes(route routeFunc) {
 	route("GET /compute/v2.1/os-aggregates", true, a.listAggregates)
 	route("POST /compute/v2.1/os-aggregates", true, a.createAggregate)
 	route("GET /compute/v2.1/os-aggregates/{id}", true, a.showAggregate)
@@ -60,20 +60,20 @@ func aggregateView(r *http.Request, ag records.Aggregate, full bool) map[string]
 	return v
 }
 
-func (a *API) aggregate(r *http.Request) (records.Aggregate, error) {
+func (a *aggregatesAPI) aggregate(r *http.Request) (records.Aggregate, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
 		return records.Aggregate{}, badRequest("Invalid aggregate id " + r.PathValue("id"))
 	}
-	ag, err := a.cfg.Store.GetAggregate(r.Context(), id)
+	ag, err := a.store.GetAggregate(r.Context(), id)
 	if isNotFound(err) {
 		return records.Aggregate{}, notFoundf("Aggregate %d could not be found.", id)
 	}
 	return ag, err
 }
 
-func (a *API) listAggregates(w http.ResponseWriter, r *http.Request) error {
-	aggs, err := a.cfg.Store.ListAggregates(r.Context())
+func (a *aggregatesAPI) listAggregates(w http.ResponseWriter, r *http.Request) error {
+	aggs, err := a.store.ListAggregates(r.Context())
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (a *API) listAggregates(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) showAggregate(w http.ResponseWriter, r *http.Request) error {
+func (a *aggregatesAPI) showAggregate(w http.ResponseWriter, r *http.Request) error {
 	ag, err := a.aggregate(r)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ func checkAggregateName(field string, s *string, required bool) error {
 	return checkPrintable(field, *s)
 }
 
-func (a *API) createAggregate(w http.ResponseWriter, r *http.Request) error {
+func (a *aggregatesAPI) createAggregate(w http.ResponseWriter, r *http.Request) error {
 	var body aggregateBody
 	if err := decodeStrict(r, &body); err != nil {
 		return err
@@ -134,12 +134,12 @@ func (a *API) createAggregate(w http.ResponseWriter, r *http.Request) error {
 	if err := checkAggregateName("availability_zone", b.Zone, false); err != nil {
 		return err
 	}
-	now := a.cfg.Clock.Now()
+	now := a.clock.Now()
 	ag := records.Aggregate{UUID: uuid.NewString(), Name: *b.Name, Hosts: []string{}, Metadata: map[string]string{}, CreatedAt: now}
 	if b.Zone != nil {
 		ag.Metadata[records.AggregateZoneKey] = *b.Zone
 	}
-	ag, err := a.cfg.Store.CreateAggregate(r.Context(), ag)
+	ag, err := a.store.CreateAggregate(r.Context(), ag)
 	if err != nil {
 		if statusOf(err) == http.StatusConflict {
 			return conflict(fmt.Sprintf("Aggregate %s already exists.", *b.Name))
@@ -150,7 +150,7 @@ func (a *API) createAggregate(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) updateAggregate(w http.ResponseWriter, r *http.Request) error {
+func (a *aggregatesAPI) updateAggregate(w http.ResponseWriter, r *http.Request) error {
 	ag, err := a.aggregate(r)
 	if err != nil {
 		return err
@@ -174,14 +174,14 @@ func (a *API) updateAggregate(w http.ResponseWriter, r *http.Request) error {
 			return badRequest(fmt.Sprintf("Cannot update aggregate %d. Reason: %v.", ag.ID, err))
 		}
 	}
-	ag, err = a.cfg.Store.UpdateAggregate(r.Context(), ag.ID, func(x *records.Aggregate) error {
+	ag, err = a.store.UpdateAggregate(r.Context(), ag.ID, func(x *records.Aggregate) error {
 		if b.Name != nil {
 			x.Name = *b.Name
 		}
 		if b.Zone != nil {
 			setMeta(x, records.AggregateZoneKey, *b.Zone)
 		}
-		x.UpdatedAt = a.cfg.Clock.Now()
+		x.UpdatedAt = a.clock.Now()
 		return nil
 	})
 	if err != nil {
@@ -201,7 +201,7 @@ func setMeta(ag *records.Aggregate, k, v string) {
 	ag.Metadata[k] = v
 }
 
-func (a *API) deleteAggregate(w http.ResponseWriter, r *http.Request) error {
+func (a *aggregatesAPI) deleteAggregate(w http.ResponseWriter, r *http.Request) error {
 	ag, err := a.aggregate(r)
 	if err != nil {
 		return err
@@ -209,7 +209,7 @@ func (a *API) deleteAggregate(w http.ResponseWriter, r *http.Request) error {
 	if len(ag.Hosts) > 0 {
 		return badRequest(fmt.Sprintf("Cannot remove aggregate %d. Reason: Host aggregate is not empty.", ag.ID))
 	}
-	if err := a.cfg.Store.DeleteAggregate(r.Context(), ag.ID); err != nil {
+	if err := a.store.DeleteAggregate(r.Context(), ag.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
@@ -218,7 +218,7 @@ func (a *API) deleteAggregate(w http.ResponseWriter, r *http.Request) error {
 
 // aggregateAction is POST /os-aggregates/{id}/action: add_host,
 // remove_host or set_metadata.
-func (a *API) aggregateAction(w http.ResponseWriter, r *http.Request) error {
+func (a *aggregatesAPI) aggregateAction(w http.ResponseWriter, r *http.Request) error {
 	ag, err := a.aggregate(r)
 	if err != nil {
 		return err
@@ -258,8 +258,8 @@ func (a *API) aggregateAction(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) addAggregateHost(ctx context.Context, ag records.Aggregate, host string) (records.Aggregate, error) {
-	if _, err := a.cfg.Store.GetService(ctx, host); err != nil {
+func (a *aggregatesAPI) addAggregateHost(ctx context.Context, ag records.Aggregate, host string) (records.Aggregate, error) {
+	if _, err := a.store.GetService(ctx, host); err != nil {
 		if isNotFound(err) {
 			return ag, notFoundf("Compute host %s could not be found.", host)
 		}
@@ -274,12 +274,12 @@ func (a *API) addAggregateHost(ctx context.Context, ag records.Aggregate, host s
 			return ag, conflict(fmt.Sprintf("Cannot add host to aggregate %d. Reason: One or more hosts already in availability zone(s) %v.", ag.ID, zones))
 		}
 	}
-	ag, err := a.cfg.Store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
+	ag, err := a.store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
 		if slices.Contains(x.Hosts, host) {
 			return conflict(fmt.Sprintf("Aggregate %d already has host %s.", x.ID, host))
 		}
 		x.Hosts = append(x.Hosts, host)
-		x.UpdatedAt = a.cfg.Clock.Now()
+		x.UpdatedAt = a.clock.Now()
 		return nil
 	})
 	if err != nil {
@@ -289,13 +289,13 @@ func (a *API) addAggregateHost(ctx context.Context, ag records.Aggregate, host s
 	return ag, nil
 }
 
-func (a *API) removeAggregateHost(ctx context.Context, ag records.Aggregate, host string) (records.Aggregate, error) {
-	ag, err := a.cfg.Store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
+func (a *aggregatesAPI) removeAggregateHost(ctx context.Context, ag records.Aggregate, host string) (records.Aggregate, error) {
+	ag, err := a.store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
 		if !slices.Contains(x.Hosts, host) {
 			return notFoundf("Cannot remove host %s in aggregate %d", host, x.ID)
 		}
 		x.Hosts = slices.DeleteFunc(x.Hosts, func(h string) bool { return h == host })
-		x.UpdatedAt = a.cfg.Clock.Now()
+		x.UpdatedAt = a.clock.Now()
 		return nil
 	})
 	if err != nil {
@@ -305,7 +305,7 @@ func (a *API) removeAggregateHost(ctx context.Context, ag records.Aggregate, hos
 	return ag, nil
 }
 
-func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md map[string]*string) (records.Aggregate, error) {
+func (a *aggregatesAPI) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md map[string]*string) (records.Aggregate, error) {
 	for k, v := range md {
 		if k == "" || len(k) > 255 || (v != nil && len(*v) > 255) {
 			return ag, badRequest(fmt.Sprintf("Invalid input for field/attribute metadata: key %q or its value is empty or longer than 255 characters", k))
@@ -319,7 +319,7 @@ func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md
 			return ag, badRequest(fmt.Sprintf("Cannot update metadata of aggregate %d. Reason: %v.", ag.ID, err))
 		}
 	}
-	return a.cfg.Store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
+	return a.store.UpdateAggregate(ctx, ag.ID, func(x *records.Aggregate) error {
 		for k, v := range md {
 			if v == nil {
 				delete(x.Metadata, k)
@@ -327,7 +327,7 @@ func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md
 				setMeta(x, k, *v)
 			}
 		}
-		x.UpdatedAt = a.cfg.Clock.Now()
+		x.UpdatedAt = a.clock.Now()
 		return nil
 	})
 }
@@ -335,7 +335,7 @@ func (a *API) setAggregateMetadata(ctx context.Context, ag records.Aggregate, md
 // checkZoneChange refuses to put an aggregate's hosts in zone when one of
 // them is already in another zone through another aggregate (a host is in
 // one zone only).
-func (a *API) checkZoneChange(ctx context.Context, ag records.Aggregate, zone string) error {
+func (a *aggregatesAPI) checkZoneChange(ctx context.Context, ag records.Aggregate, zone string) error {
 	for _, h := range ag.Hosts {
 		zones, err := a.hostAggregateZones(ctx, h, ag.ID)
 		if err != nil {
@@ -350,8 +350,8 @@ func (a *API) checkZoneChange(ctx context.Context, ag records.Aggregate, zone st
 
 // hostAggregateZones returns the zones a host's aggregates other than
 // except put it in, sorted.
-func (a *API) hostAggregateZones(ctx context.Context, host string, except int64) ([]string, error) {
-	aggs, err := a.cfg.Store.ListAggregates(ctx)
+func (a *aggregatesAPI) hostAggregateZones(ctx context.Context, host string, except int64) ([]string, error) {
+	aggs, err := a.store.ListAggregates(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -367,8 +367,8 @@ func (a *API) hostAggregateZones(ctx context.Context, host string, except int64)
 
 // hostZones maps each host in an aggregate with availability_zone metadata
 // to that zone; hosts not listed are in their service's zone.
-func (a *API) hostZones(ctx context.Context) (map[string]string, error) {
-	aggs, err := a.cfg.Store.ListAggregates(ctx)
+func (a *base) hostZones(ctx context.Context) (map[string]string, error) {
+	aggs, err := a.store.ListAggregates(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -401,9 +401,9 @@ func serviceZone(s records.Service, aggZones map[string]string) string {
 
 // mirror mirrors a membership change into placement; as in Nova, a
 // failure there is logged and does not undo the compute aggregate's change.
-func (a *API) mirror(ctx context.Context, host, aggUUID string, add bool) {
+func (a *aggregatesAPI) mirror(ctx context.Context, host, aggUUID string, add bool) {
 	if err := a.mirrorPlacement(ctx, host, aggUUID, add); err != nil {
-		a.cfg.Log.Warn("placement aggregate not updated", "host", host, "aggregate", aggUUID, "add", add, "err", err)
+		a.log.Warn("placement aggregate not updated", "host", host, "aggregate", aggUUID, "add", add, "err", err)
 	}
 }
 
@@ -411,8 +411,8 @@ func (a *API) mirror(ctx context.Context, host, aggUUID string, add bool) {
 // placement aggregates of host's resource provider, as Nova's API does
 // when a host joins or leaves a compute aggregate. A host without a
 // provider has nothing to mirror.
-func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add bool) error {
-	sums, err := a.cfg.Store.ProviderSummaries(ctx, nil)
+func (a *aggregatesAPI) mirrorPlacement(ctx context.Context, host, aggUUID string, add bool) error {
+	sums, err := a.store.ProviderSummaries(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("finding the provider of %s: %w", host, err)
 	}
@@ -429,7 +429,7 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 	// concurrent change to the provider means reading it again.
 	for attempt := 0; attempt < 5; attempt++ {
 		var p placement.Provider
-		if p, err = a.cfg.Store.GetProvider(ctx, rp); err != nil {
+		if p, err = a.store.GetProvider(ctx, rp); err != nil {
 			break
 		}
 		aggs := slices.DeleteFunc(slices.Clone(p.Aggregates), func(u string) bool { return u == aggUUID })
@@ -441,7 +441,7 @@ func (a *API) mirrorPlacement(ctx context.Context, host, aggUUID string, add boo
 			return nil
 		}
 		gen := p.Generation
-		if _, err = a.cfg.Store.SetProviderAggregates(ctx, rp, &gen, aggs); !placement.IsConflict(err) {
+		if _, err = a.store.SetProviderAggregates(ctx, rp, &gen, aggs); !placement.IsConflict(err) {
 			break
 		}
 	}

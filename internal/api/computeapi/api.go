@@ -60,11 +60,110 @@ type HostLister interface {
 	ComputeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error)
 }
 
-// API is the compute API handler.
+// API is the compute API handler: the version documents, the identity
+// and microversion checks every route shares, and the routes, each served
+// by one handler family below (Nova's controllers), which holds only what
+// it reads.
 type API struct {
-	cfg Config
-	mux *http.ServeMux
+	caller  func(r *http.Request) (Caller, bool)
+	log     *slog.Logger
+	baseURL string
+	mux     *http.ServeMux
+
+	flavors         *flavorsAPI
+	servers         *serversAPI
+	serverTags      *serverTagsAPI
+	serverMetadata  *serverMetadataAPI
+	serverActions   *serverActionsAPI
+	instanceActions *instanceActionsAPI
+	migrations      *migrationsAPI
+	hypervisors     *hypervisorsAPI
+	services        *servicesAPI
+	zones           *zonesAPI
+	osHosts         *osHostsAPI
+	aggregates      *aggregatesAPI
+	serverGroups    *serverGroupsAPI
+	quotas          *quotasAPI
+	keyPairs        *keyPairsAPI
+	usage           *usageAPI
 }
+
+// base is what every handler family reads: the store, the clock, the log,
+// the links' base URL and when a service counts as down. Its methods are
+// the lookups and views more than one family shares.
+type base struct {
+	store           store.Store
+	clock           clock.Clock
+	log             *slog.Logger
+	baseURL         string
+	serviceDownTime time.Duration
+}
+
+// flavorsAPI serves /flavors, their extra specs and access lists.
+type flavorsAPI struct{ *base }
+
+// serversAPI serves /servers: create, list, show, update, delete, the
+// addresses, diagnostics and external events.
+type serversAPI struct {
+	*base
+	conductor   *conductor.Conductor
+	imageExists func(ctx context.Context, id string) bool
+}
+
+// serverTagsAPI serves /servers/{id}/tags.
+type serverTagsAPI struct{ *base }
+
+// serverMetadataAPI serves /servers/{id}/metadata.
+type serverMetadataAPI struct{ *base }
+
+// serverActionsAPI serves POST /servers/{id}/action.
+type serverActionsAPI struct {
+	*base
+	conductor   *conductor.Conductor
+	imageExists func(ctx context.Context, id string) bool
+}
+
+// instanceActionsAPI serves /servers/{id}/os-instance-actions.
+type instanceActionsAPI struct{ *base }
+
+// migrationsAPI serves /os-migrations and /servers/{id}/migrations.
+type migrationsAPI struct {
+	*base
+	conductor *conductor.Conductor
+}
+
+// hypervisorsAPI serves /os-hypervisors.
+type hypervisorsAPI struct {
+	*base
+	hosts HostLister
+}
+
+// servicesAPI serves /os-services.
+type servicesAPI struct{ *base }
+
+// zonesAPI serves /os-availability-zone.
+type zonesAPI struct{ *base }
+
+// osHostsAPI serves /os-hosts.
+type osHostsAPI struct{ *base }
+
+// aggregatesAPI serves /os-aggregates.
+type aggregatesAPI struct{ *base }
+
+// serverGroupsAPI serves /os-server-groups.
+type serverGroupsAPI struct{ *base }
+
+// quotasAPI serves /os-quota-sets, /os-quota-class-sets and /limits.
+type quotasAPI struct{ *base }
+
+// keyPairsAPI serves /os-keypairs.
+type keyPairsAPI struct {
+	*base
+	rand io.Reader
+}
+
+// usageAPI serves /os-simple-tenant-usage and /os-instance_usage_audit_log.
+type usageAPI struct{ *base }
 
 type ctxKey int
 
@@ -78,7 +177,26 @@ func New(cfg Config) *API {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	a := &API{cfg: cfg, mux: http.NewServeMux()}
+	b := &base{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, baseURL: cfg.BaseURL, serviceDownTime: cfg.ServiceDownTime}
+	a := &API{
+		caller: cfg.Caller, log: cfg.Log, baseURL: cfg.BaseURL, mux: http.NewServeMux(),
+		flavors:         &flavorsAPI{b},
+		servers:         &serversAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
+		serverTags:      &serverTagsAPI{b},
+		serverMetadata:  &serverMetadataAPI{b},
+		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
+		instanceActions: &instanceActionsAPI{b},
+		migrations:      &migrationsAPI{base: b, conductor: cfg.Conductor},
+		hypervisors:     &hypervisorsAPI{base: b, hosts: cfg.Hosts},
+		services:        &servicesAPI{b},
+		zones:           &zonesAPI{b},
+		osHosts:         &osHostsAPI{b},
+		aggregates:      &aggregatesAPI{b},
+		serverGroups:    &serverGroupsAPI{b},
+		quotas:          &quotasAPI{b},
+		keyPairs:        &keyPairsAPI{base: b, rand: cfg.Rand},
+		usage:           &usageAPI{b},
+	}
 	a.routes()
 	return a
 }
@@ -94,69 +212,69 @@ func (a *API) routes() {
 	route := func(pattern string, admin bool, h func(w http.ResponseWriter, r *http.Request) error) {
 		m.HandleFunc(pattern, a.authed(admin, pattern, h))
 	}
-	route("GET /compute/v2.1/flavors", false, a.listFlavors(false))
-	route("GET /compute/v2.1/flavors/detail", false, a.listFlavors(true))
-	route("GET /compute/v2.1/flavors/{id}", false, a.showFlavor)
-	route("GET /compute/v2.1/flavors/{id}/os-extra_specs", false, a.flavorExtraSpecs)
-	route("POST /compute/v2.1/flavors/{id}/os-extra_specs", true, a.setExtraSpecs)
-	route("GET /compute/v2.1/flavors/{id}/os-extra_specs/{key}", false, a.showExtraSpec)
-	route("PUT /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.putExtraSpec)
-	route("DELETE /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.deleteExtraSpec)
-	route("POST /compute/v2.1/flavors", true, a.createFlavor)
-	route("DELETE /compute/v2.1/flavors/{id}", true, a.deleteFlavor)
+	route("GET /compute/v2.1/flavors", false, a.flavors.listFlavors(false))
+	route("GET /compute/v2.1/flavors/detail", false, a.flavors.listFlavors(true))
+	route("GET /compute/v2.1/flavors/{id}", false, a.flavors.showFlavor)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs", false, a.flavors.flavorExtraSpecs)
+	route("POST /compute/v2.1/flavors/{id}/os-extra_specs", true, a.flavors.setExtraSpecs)
+	route("GET /compute/v2.1/flavors/{id}/os-extra_specs/{key}", false, a.flavors.showExtraSpec)
+	route("PUT /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.flavors.putExtraSpec)
+	route("DELETE /compute/v2.1/flavors/{id}/os-extra_specs/{key}", true, a.flavors.deleteExtraSpec)
+	route("POST /compute/v2.1/flavors", true, a.flavors.createFlavor)
+	route("DELETE /compute/v2.1/flavors/{id}", true, a.flavors.deleteFlavor)
 
-	route("POST /compute/v2.1/servers", false, a.createServer)
-	route("GET /compute/v2.1/servers", false, a.listServers(false))
-	route("GET /compute/v2.1/servers/detail", false, a.listServers(true))
-	route("GET /compute/v2.1/servers/{id}", false, a.showServer)
-	route("DELETE /compute/v2.1/servers/{id}", false, a.deleteServer)
-	route("PUT /compute/v2.1/servers/{id}", false, a.updateServer)
-	route("POST /compute/v2.1/servers/{id}/action", false, a.serverAction)
-	route("GET /compute/v2.1/servers/{id}/ips", false, a.listAddresses)
-	route("GET /compute/v2.1/servers/{id}/ips/{network}", false, a.showNetworkAddresses)
-	route("GET /compute/v2.1/servers/{id}/tags", false, a.listTags)
-	route("PUT /compute/v2.1/servers/{id}/tags", false, a.replaceTags)
-	route("DELETE /compute/v2.1/servers/{id}/tags", false, a.deleteTags)
-	route("GET /compute/v2.1/servers/{id}/tags/{tag}", false, a.checkTagExists)
-	route("PUT /compute/v2.1/servers/{id}/tags/{tag}", false, a.addTag)
-	route("DELETE /compute/v2.1/servers/{id}/tags/{tag}", false, a.deleteTag)
-	route("GET /compute/v2.1/servers/{id}/os-instance-actions", false, a.listInstanceActions)
-	route("GET /compute/v2.1/servers/{id}/os-instance-actions/{rid}", false, a.showInstanceAction)
-	route("GET /compute/v2.1/servers/{id}/migrations", true, a.listServerMigrations)
-	route("GET /compute/v2.1/servers/{id}/migrations/{mid}", true, a.showServerMigration)
-	route("DELETE /compute/v2.1/servers/{id}/migrations/{mid}", true, a.abortServerMigration)
-	route("POST /compute/v2.1/servers/{id}/migrations/{mid}/action", true, a.serverMigrationAction)
+	route("POST /compute/v2.1/servers", false, a.servers.createServer)
+	route("GET /compute/v2.1/servers", false, a.servers.listServers(false))
+	route("GET /compute/v2.1/servers/detail", false, a.servers.listServers(true))
+	route("GET /compute/v2.1/servers/{id}", false, a.servers.showServer)
+	route("DELETE /compute/v2.1/servers/{id}", false, a.servers.deleteServer)
+	route("PUT /compute/v2.1/servers/{id}", false, a.servers.updateServer)
+	route("POST /compute/v2.1/servers/{id}/action", false, a.serverActions.serverAction)
+	route("GET /compute/v2.1/servers/{id}/ips", false, a.servers.listAddresses)
+	route("GET /compute/v2.1/servers/{id}/ips/{network}", false, a.servers.showNetworkAddresses)
+	route("GET /compute/v2.1/servers/{id}/tags", false, a.serverTags.listTags)
+	route("PUT /compute/v2.1/servers/{id}/tags", false, a.serverTags.replaceTags)
+	route("DELETE /compute/v2.1/servers/{id}/tags", false, a.serverTags.deleteTags)
+	route("GET /compute/v2.1/servers/{id}/tags/{tag}", false, a.serverTags.checkTagExists)
+	route("PUT /compute/v2.1/servers/{id}/tags/{tag}", false, a.serverTags.addTag)
+	route("DELETE /compute/v2.1/servers/{id}/tags/{tag}", false, a.serverTags.deleteTag)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions", false, a.instanceActions.listInstanceActions)
+	route("GET /compute/v2.1/servers/{id}/os-instance-actions/{rid}", false, a.instanceActions.showInstanceAction)
+	route("GET /compute/v2.1/servers/{id}/migrations", true, a.migrations.listServerMigrations)
+	route("GET /compute/v2.1/servers/{id}/migrations/{mid}", true, a.migrations.showServerMigration)
+	route("DELETE /compute/v2.1/servers/{id}/migrations/{mid}", true, a.migrations.abortServerMigration)
+	route("POST /compute/v2.1/servers/{id}/migrations/{mid}/action", true, a.migrations.serverMigrationAction)
 
-	route("GET /compute/v2.1/os-migrations", true, a.listMigrations)
-	route("GET /compute/v2.1/os-hypervisors", true, a.listHypervisors(false))
-	route("GET /compute/v2.1/os-hypervisors/detail", true, a.listHypervisors(true))
-	route("GET /compute/v2.1/os-hypervisors/{id}", true, a.showHypervisor)
-	route("GET /compute/v2.1/os-hypervisors/statistics", true, a.hypervisorStatistics)
-	route("GET /compute/v2.1/os-hypervisors/{id}/uptime", true, a.hypervisorUptime)
-	route("GET /compute/v2.1/os-hypervisors/{id}/search", true, a.searchHypervisors(false))
-	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.searchHypervisors(true))
-	route("GET /compute/v2.1/os-availability-zone", false, a.listZones(false))
-	route("GET /compute/v2.1/os-availability-zone/detail", true, a.listZones(true))
+	route("GET /compute/v2.1/os-migrations", true, a.migrations.listMigrations)
+	route("GET /compute/v2.1/os-hypervisors", true, a.hypervisors.listHypervisors(false))
+	route("GET /compute/v2.1/os-hypervisors/detail", true, a.hypervisors.listHypervisors(true))
+	route("GET /compute/v2.1/os-hypervisors/{id}", true, a.hypervisors.showHypervisor)
+	route("GET /compute/v2.1/os-hypervisors/statistics", true, a.hypervisors.hypervisorStatistics)
+	route("GET /compute/v2.1/os-hypervisors/{id}/uptime", true, a.hypervisors.hypervisorUptime)
+	route("GET /compute/v2.1/os-hypervisors/{id}/search", true, a.hypervisors.searchHypervisors(false))
+	route("GET /compute/v2.1/os-hypervisors/{id}/servers", true, a.hypervisors.searchHypervisors(true))
+	route("GET /compute/v2.1/os-availability-zone", false, a.zones.listZones(false))
+	route("GET /compute/v2.1/os-availability-zone/detail", true, a.zones.listZones(true))
 	for _, p := range goneRoutes {
 		route(p, false, a.gone)
 	}
 	route("GET /compute/v2.1/extensions", false, a.listExtensions)
 	route("GET /compute/v2.1/extensions/{alias}", false, a.showExtension)
-	route("GET /compute/v2.1/os-services", true, a.listServices)
-	route("PUT /compute/v2.1/os-services/{action}", true, a.updateService)
-	route("DELETE /compute/v2.1/os-services/{id}", true, a.deleteService)
-	a.aggregateRoutes(route)
-	a.serverGroupRoutes(route)
-	a.quotaRoutes(route)
-	a.flavorAccessRoutes(route)
-	a.serverMetadataRoutes(route)
-	a.keyPairRoutes(route)
-	a.usageRoutes(route)
-	a.osHostsRoutes(route)
-	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.serverDiagnostics)
-	route("POST /compute/v2.1/os-server-external-events", true, a.serverExternalEvents)
-	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.instanceUsageAuditLog(false))
-	route("GET /compute/v2.1/os-instance_usage_audit_log/{before}", true, a.instanceUsageAuditLog(true))
+	route("GET /compute/v2.1/os-services", true, a.services.listServices)
+	route("PUT /compute/v2.1/os-services/{action}", true, a.services.updateService)
+	route("DELETE /compute/v2.1/os-services/{id}", true, a.services.deleteService)
+	a.aggregates.aggregateRoutes(route)
+	a.serverGroups.serverGroupRoutes(route)
+	a.quotas.quotaRoutes(route)
+	a.flavors.flavorAccessRoutes(route)
+	a.serverMetadata.serverMetadataRoutes(route)
+	a.keyPairs.keyPairRoutes(route)
+	a.usage.usageRoutes(route)
+	a.osHosts.osHostsRoutes(route)
+	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.servers.serverDiagnostics)
+	route("POST /compute/v2.1/os-server-external-events", true, a.servers.serverExternalEvents)
+	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.usage.instanceUsageAuditLog(false))
+	route("GET /compute/v2.1/os-instance_usage_audit_log/{before}", true, a.usage.instanceUsageAuditLog(true))
 }
 
 // ServeHTTP implements http.Handler: every response carries the
@@ -219,7 +337,7 @@ func caller(r *http.Request) Caller {
 func (a *API) authed(admin bool, pattern string, h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
 	action := "os_compute_api:" + strings.TrimPrefix(strings.Fields(pattern)[1], "/compute/v2.1/")
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, ok := a.cfg.Caller(r)
+		c, ok := a.caller(r)
 		if !ok {
 			WriteError(w, http.StatusUnauthorized, "The request you have made requires authentication.")
 			return
@@ -232,7 +350,7 @@ func (a *API) authed(admin bool, pattern string, h func(w http.ResponseWriter, r
 		if err := h(w, r); err != nil {
 			status := statusOf(err)
 			if status >= 500 {
-				a.cfg.Log.Error("compute API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+				a.log.Error("compute API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
 			WriteError(w, status, err.Error())
 		}
@@ -262,10 +380,10 @@ func decodeWith(r *http.Request, v any, read func(*http.Request, int64, any) err
 	return nil
 }
 
-func (a *API) link(kind, id string) []map[string]string {
+func (a *base) link(kind, id string) []map[string]string {
 	return []map[string]string{
-		{"rel": "self", "href": a.cfg.BaseURL + "/v2.1/" + kind + "/" + id},
-		{"rel": "bookmark", "href": a.cfg.BaseURL + "/" + kind + "/" + id},
+		{"rel": "self", "href": a.baseURL + "/v2.1/" + kind + "/" + id},
+		{"rel": "bookmark", "href": a.baseURL + "/" + kind + "/" + id},
 	}
 }
 
@@ -273,7 +391,7 @@ func (a *API) versionEntry() map[string]any {
 	return map[string]any{
 		"id": "v2.1", "status": "CURRENT", "version": MaxVersion.String(), "min_version": MinVersion.String(),
 		"updated": "2013-07-23T11:33:21Z",
-		"links":   []map[string]string{{"rel": "self", "href": a.cfg.BaseURL + "/v2.1/"}},
+		"links":   []map[string]string{{"rel": "self", "href": a.baseURL + "/v2.1/"}},
 	}
 }
 
@@ -298,11 +416,11 @@ func timeStr(t time.Time) any {
 // intID gives a host a stable integer id for microversions before 2.53.
 func intID(host string) int64 { return int64(crc32.ChecksumIEEE([]byte(host)) & 0x7fffffff) }
 
-func (a *API) serviceUp(s records.Service) bool {
+func (a *base) serviceUp(s records.Service) bool {
 	if s.ForcedDown {
 		return false
 	}
-	return a.cfg.ServiceDownTime <= 0 || a.cfg.Clock.Now().Sub(s.LastSeenUp) <= a.cfg.ServiceDownTime
+	return a.serviceDownTime <= 0 || a.clock.Now().Sub(s.LastSeenUp) <= a.serviceDownTime
 }
 
 func notFoundf(format string, args ...any) error { return notFound(fmt.Sprintf(format, args...)) }

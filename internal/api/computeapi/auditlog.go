@@ -12,9 +12,9 @@ import (
 // last completed month before the given time (now by default). keel runs
 // no such audit (its usage comes from the instance records directly, see
 // os-simple-tenant-usage), so every compute host is listed as not run.
-func (a *API) instanceUsageAuditLog(one bool) func(http.ResponseWriter, *http.Request) error {
+func (a *usageAPI) instanceUsageAuditLog(one bool) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		before := a.cfg.Clock.Now().UTC()
+		before := a.clock.Now().UTC()
 		if one {
 			raw, err := url.PathUnescape(r.PathValue("before"))
 			if err != nil {

@@ -112,7 +112,7 @@ func consoleText(log []byte, n int) string {
 // schema documents -1 as unlimited, and so does keel (any negative
 // length). A server without a host (building, or shelved and offloaded)
 // is 409, as Nova's "not ready"; a guest its host does not have is 404.
-func (a *API) consoleOutput(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+func (a *serverActionsAPI) consoleOutput(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
 	n, err := consoleLength(raw)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (a *API) consoleOutput(w http.ResponseWriter, r *http.Request, in records.I
 	if in.Host == "" {
 		return conflict("Instance " + in.UUID + " is not ready")
 	}
-	log, err := a.cfg.Conductor.ConsoleOutput(r.Context(), in)
+	log, err := a.conductor.ConsoleOutput(r.Context(), in)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return notFoundf("Instance %s could not be found.", in.UUID)
@@ -137,7 +137,7 @@ func (a *API) consoleOutput(w http.ResponseWriter, r *http.Request, in records.I
 // with reclaim_instance_interval = 0: no server is ever soft-deleted, so
 // a server that exists cannot be restored — 409 with Nova's words (a
 // locked one's as Nova's lock check words it for a non-admin).
-func (a *API) restoreServer(r *http.Request, in records.Instance) error {
+func (a *serverActionsAPI) restoreServer(r *http.Request, in records.Instance) error {
 	if err := checkLocked(r, in); err != nil {
 		return conflict("Instance " + in.UUID + " is in an invalid state for 'restore'")
 	}
@@ -147,11 +147,11 @@ func (a *API) restoreServer(r *http.Request, in records.Instance) error {
 // forceDelete is the forceDelete action: with no soft-deleted servers it
 // is a delete (in any state, a locked server only by an admin), answered
 // 202 as Nova does.
-func (a *API) forceDelete(w http.ResponseWriter, r *http.Request, in records.Instance) error {
+func (a *serverActionsAPI) forceDelete(w http.ResponseWriter, r *http.Request, in records.Instance) error {
 	if err := checkLocked(r, in); err != nil {
 		return err
 	}
-	if err := a.cfg.Conductor.Delete(r.Context(), in.UUID); err != nil {
+	if err := a.conductor.Delete(r.Context(), in.UUID); err != nil {
 		return err
 	}
 	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "delete"})

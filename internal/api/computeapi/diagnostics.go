@@ -33,7 +33,7 @@ func diagnosticsState(in records.Instance) string {
 // diagnostics shape keel follows (Nova's own fake driver says the same);
 // hypervisor is what os-hypervisors reports as the hypervisor type. Before 2.48 the answer is the same
 // figures flat, as drivers then chose their own keys.
-func (a *API) serverDiagnostics(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) serverDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -42,7 +42,7 @@ func (a *API) serverDiagnostics(w http.ResponseWriter, r *http.Request) error {
 		return conflict("Cannot 'get_diagnostics' instance " + in.UUID + " while it is in vm_state " + string(in.VMState))
 	}
 	hyper := "fake" // as os-hypervisors' hypervisor_type says
-	uptime := int64(a.cfg.Clock.Now().Sub(in.CreatedAt).Seconds())
+	uptime := int64(a.clock.Now().Sub(in.CreatedAt).Seconds())
 	f := in.Flavor
 	if !version(r).AtLeast(48) {
 		writeJSON(w, http.StatusOK, map[string]any{

@@ -4,6 +4,16 @@
 // services, with Nova's JSON shapes, its microversion headers and its
 // error bodies ({"badRequest": {"code": 400, "message": …}}).
 //
+// The handlers are split by resource family as Nova's controllers are
+// (api.go wires them): flavorsAPI, serversAPI, serverTagsAPI,
+// serverMetadataAPI, serverActionsAPI, instanceActionsAPI, migrationsAPI,
+// hypervisorsAPI, servicesAPI, zonesAPI, osHostsAPI, aggregatesAPI,
+// serverGroupsAPI, quotasAPI, keyPairsAPI and usageAPI. Each holds base (the
+// store, the clock, the log, the links' base URL; the lookups and views
+// families share) and only the other dependencies it uses: the conductor
+// for the servers, their actions and migrations, the image check for
+// create and rebuild, the host view for the hypervisors.
+//
 // The servers' handlers are split by concern: serverview.go renders a
 // server for the request's microversion, servercreate.go is POST /servers
 // (parseCreate checks the body as Nova's schema does into a plain
@@ -12,7 +22,6 @@
 // GET /servers, serveraction.go dispatches the server actions (moves.go,
 // lifecycle.go and resetstate.go hold their own), servers.go the rest.
 //
-// The handlers hold no state: they read and write through a Backend (the
-// server's store and conductor), so several keel servers can serve the same
-// cloud.
+// The handlers hold no state: they read and write through the server's
+// store and conductor, so several keel servers can serve the same cloud.
 package computeapi

@@ -21,7 +21,7 @@ var externalEventStatuses = []string{"failed", "completed", "in-progress"}
 // acts on none: each event is checked and answered as Nova does (200 for
 // a placed server, 404 for an unknown one, 422 for one without a host);
 // the request is 404 if no event was accepted, 207 if some were not.
-func (a *API) serverExternalEvents(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) serverExternalEvents(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Events []map[string]json.RawMessage `json:"events"`
 	}
@@ -61,7 +61,7 @@ func (a *API) serverExternalEvents(w http.ResponseWriter, r *http.Request) error
 		if _, ok := str["status"]; !ok {
 			e["status"] = "completed"
 		}
-		in, err := a.cfg.Store.GetInstance(r.Context(), str["server_uuid"])
+		in, err := a.store.GetInstance(r.Context(), str["server_uuid"])
 		switch {
 		case isNotFound(err):
 			e["code"] = http.StatusNotFound

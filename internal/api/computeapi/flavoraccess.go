@@ -17,7 +17,7 @@ import (
 // access list is kept on the flavor's record. From microversion 2.55 a
 // flavor has a description, set on create and by PUT /flavors/{id}.
 
-func (a *API) flavorAccessRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *flavorsAPI) flavorAccessRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("PUT /compute/v2.1/flavors/{id}", true, a.updateFlavor)
 	route("GET /compute/v2.1/flavors/{id}/os-flavor-access", true, a.listFlavorAccess)
 	route("POST /compute/v2.1/flavors/{id}/action", true, a.flavorAction)
@@ -134,7 +134,7 @@ func decodeDescription(raw jsonRaw) (string, error) {
 
 // updateFlavor is PUT /flavors/{id} (2.55+): only the description
 // changes; the answer is the flavor's view.
-func (a *API) updateFlavor(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) updateFlavor(w http.ResponseWriter, r *http.Request) error {
 	if !version(r).AtLeast(55) {
 		return notFound("The resource could not be found.")
 	}
@@ -161,7 +161,7 @@ func (a *API) updateFlavor(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	f, err := a.cfg.Store.UpdateFlavor(r.Context(), id, func(f *records.Flavor) error {
+	f, err := a.store.UpdateFlavor(r.Context(), id, func(f *records.Flavor) error {
 		f.Description = d
 		return nil
 	})
@@ -184,9 +184,9 @@ func flavorAccessView(f records.Flavor) map[string]any {
 }
 
 // listFlavorAccess is GET /flavors/{id}/os-flavor-access.
-func (a *API) listFlavorAccess(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) listFlavorAccess(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	f, err := a.cfg.Store.GetFlavor(r.Context(), id)
+	f, err := a.store.GetFlavor(r.Context(), id)
 	if isNotFound(err) {
 		return notFoundf("Flavor %s could not be found.", id)
 	}
@@ -202,7 +202,7 @@ func (a *API) listFlavorAccess(w http.ResponseWriter, r *http.Request) error {
 
 // flavorAction is POST /flavors/{id}/action: addTenantAccess and
 // removeTenantAccess, answered with the flavor's access list.
-func (a *API) flavorAction(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) flavorAction(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]jsonRaw
 	if err := decode(r, &body); err != nil {
 		return err
@@ -228,14 +228,14 @@ func (a *API) flavorAction(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("Invalid input for field/attribute tenant. Value: " + p + ". must be 1 to 255 characters")
 	}
 	id := r.PathValue("id")
-	if _, err := a.cfg.Store.GetFlavor(r.Context(), id); err != nil {
+	if _, err := a.store.GetFlavor(r.Context(), id); err != nil {
 		if isNotFound(err) {
 			return notFoundf("Flavor %s could not be found.", id)
 		}
 		return err
 	}
 	var refused error
-	f, err := a.cfg.Store.UpdateFlavor(r.Context(), id, func(f *records.Flavor) error {
+	f, err := a.store.UpdateFlavor(r.Context(), id, func(f *records.Flavor) error {
 		has := slices.Contains(f.Projects, p)
 		switch {
 		case name == "addTenantAccess" && !f.Private:

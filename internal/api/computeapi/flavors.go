@@ -14,7 +14,7 @@ import (
 	"keel/internal/records"
 )
 
-func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[string]any {
+func (a *flavorsAPI) flavorView(r *http.Request, f records.Flavor, detail bool) map[string]any {
 	v := map[string]any{"id": f.ID, "name": f.Name, "links": a.link("flavors", f.ID)}
 	if version(r).AtLeast(55) {
 		v["description"] = nil
@@ -43,7 +43,7 @@ func (a *API) flavorView(r *http.Request, f records.Flavor, detail bool) map[str
 
 // listFlavors is GET /flavors[/detail], sorted by id as Nova does, with
 // Nova's minRam, minDisk, limit and marker.
-func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		q := r.URL.Query()
 		var minRAM, minDisk int64
@@ -71,7 +71,7 @@ func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Reque
 		if err != nil {
 			return err
 		}
-		fs, err := a.cfg.Store.ListFlavors(r.Context())
+		fs, err := a.store.ListFlavors(r.Context())
 		if err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func (a *API) listFlavors(detail bool) func(w http.ResponseWriter, r *http.Reque
 	}
 }
 
-func (a *API) showFlavor(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) showFlavor(w http.ResponseWriter, r *http.Request) error {
 	f, err := a.flavor(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func (a *API) showFlavor(w http.ResponseWriter, r *http.Request) error {
 
 // flavorExtraSpecs lists a flavor's extra specs (openstackclient reads
 // them for every flavor it shows).
-func (a *API) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) error {
 	f, err := a.flavor(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -132,15 +132,15 @@ func (a *API) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) error {
 
 // flavor finds a flavor by id (as Nova does), or by name for the
 // convenience of keel's own client.
-func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
-	f, err := a.cfg.Store.GetFlavor(r.Context(), ref)
+func (a *base) flavor(r *http.Request, ref string) (records.Flavor, error) {
+	f, err := a.store.GetFlavor(r.Context(), ref)
 	if err == nil && !flavorVisible(r, f) {
 		return records.Flavor{}, notFoundf("Flavor %s could not be found.", ref)
 	}
 	if err == nil || !isNotFound(err) {
 		return f, err
 	}
-	fs, lerr := a.cfg.Store.ListFlavors(r.Context())
+	fs, lerr := a.store.ListFlavors(r.Context())
 	if lerr != nil {
 		return records.Flavor{}, lerr
 	}
@@ -152,7 +152,7 @@ func (a *API) flavor(r *http.Request, ref string) (records.Flavor, error) {
 	return records.Flavor{}, notFoundf("Flavor %s could not be found.", ref)
 }
 
-func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) createFlavor(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Flavor *struct {
 			Name  string `json:"name"`
@@ -230,7 +230,7 @@ func (a *API) createFlavor(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return badRequest("Invalid input for field/attribute id")
 	}
-	f, err = a.cfg.Store.CreateFlavor(r.Context(), f)
+	f, err = a.store.CreateFlavor(r.Context(), f)
 	if err != nil {
 		if statusOf(err) == http.StatusConflict {
 			return conflict("Flavor with name or id already exists: " + err.Error())
@@ -267,8 +267,8 @@ func positiveInt(field string, v any, min int64) (int64, error) {
 	return n, nil
 }
 
-func (a *API) deleteFlavor(w http.ResponseWriter, r *http.Request) error {
-	if err := a.cfg.Store.DeleteFlavor(r.Context(), r.PathValue("id")); err != nil {
+func (a *flavorsAPI) deleteFlavor(w http.ResponseWriter, r *http.Request) error {
+	if err := a.store.DeleteFlavor(r.Context(), r.PathValue("id")); err != nil {
 		if isNotFound(err) {
 			return notFoundf("Flavor %s could not be found.", r.PathValue("id"))
 		}
@@ -312,12 +312,12 @@ func decodeExtraSpecs(raw jsonRaw) (map[string]string, error) {
 }
 
 // updateExtraSpecs applies fn to a flavor's extra specs in the store.
-func (a *API) updateExtraSpecs(r *http.Request, fn func(specs map[string]string) error) error {
+func (a *flavorsAPI) updateExtraSpecs(r *http.Request, fn func(specs map[string]string) error) error {
 	f, err := a.flavor(r, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	_, err = a.cfg.Store.UpdateFlavor(r.Context(), f.ID, func(f *records.Flavor) error {
+	_, err = a.store.UpdateFlavor(r.Context(), f.ID, func(f *records.Flavor) error {
 		if f.ExtraSpecs == nil {
 			f.ExtraSpecs = map[string]string{}
 		}
@@ -331,7 +331,7 @@ func (a *API) updateExtraSpecs(r *http.Request, fn func(specs map[string]string)
 
 // setExtraSpecs is POST /flavors/{id}/os-extra_specs: the given specs are
 // added or replaced, the others kept.
-func (a *API) setExtraSpecs(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) setExtraSpecs(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Specs jsonRaw `json:"extra_specs"`
 	}
@@ -356,7 +356,7 @@ func (a *API) setExtraSpecs(w http.ResponseWriter, r *http.Request) error {
 }
 
 // showExtraSpec is GET /flavors/{id}/os-extra_specs/{key}.
-func (a *API) showExtraSpec(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) showExtraSpec(w http.ResponseWriter, r *http.Request) error {
 	f, err := a.flavor(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -372,7 +372,7 @@ func (a *API) showExtraSpec(w http.ResponseWriter, r *http.Request) error {
 
 // putExtraSpec is PUT /flavors/{id}/os-extra_specs/{key}: the body names
 // exactly that key.
-func (a *API) putExtraSpec(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) putExtraSpec(w http.ResponseWriter, r *http.Request) error {
 	var raw jsonRaw
 	if err := decode(r, &raw); err != nil {
 		return err
@@ -396,7 +396,7 @@ func (a *API) putExtraSpec(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteExtraSpec is DELETE /flavors/{id}/os-extra_specs/{key}.
-func (a *API) deleteExtraSpec(w http.ResponseWriter, r *http.Request) error {
+func (a *flavorsAPI) deleteExtraSpec(w http.ResponseWriter, r *http.Request) error {
 	key := r.PathValue("key")
 	if err := a.updateExtraSpecs(r, func(cur map[string]string) error {
 		if _, ok := cur[key]; !ok {

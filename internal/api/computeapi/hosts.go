@@ -26,7 +26,7 @@ type hypervisor struct {
 // hypervisors is every host record, sorted by host, with its compute
 // service: from the configured HostLister if there is one, else read from
 // the store.
-func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
+func (a *hypervisorsAPI) hypervisors(r *http.Request) ([]hypervisor, error) {
 	recs, byHost, err := a.computeHosts(r.Context())
 	if err != nil {
 		return nil, err
@@ -41,15 +41,15 @@ func (a *API) hypervisors(r *http.Request) ([]hypervisor, error) {
 
 // computeHosts is every host record, sorted by host, and the compute
 // services by host.
-func (a *API) computeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error) {
-	if a.cfg.Hosts != nil {
-		recs, svcs, err := a.cfg.Hosts.ComputeHosts(ctx)
+func (a *hypervisorsAPI) computeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error) {
+	if a.hosts != nil {
+		recs, svcs, err := a.hosts.ComputeHosts(ctx)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the hosts: %w", err)
 		}
 		return recs, svcs, nil
 	}
-	recs, err := a.cfg.Store.ListHostRecords(ctx)
+	recs, err := a.store.ListHostRecords(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -64,7 +64,7 @@ func (a *API) computeHosts(ctx context.Context) ([]records.HostRecord, map[strin
 	return recs, byHost, nil
 }
 
-func (a *API) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
+func (a *hypervisorsAPI) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
 	state, status := "down", "disabled"
 	if h.hasSvc && a.serviceUp(h.svc) {
 		state = "up"
@@ -151,8 +151,8 @@ func metricsView(ms []records.Metric) []any {
 // withServers adds the names and UUIDs of the servers on a hypervisor to
 // its view (Nova adds the key only when there are some, or from 2.75
 // always when they were asked for).
-func (a *API) withServers(r *http.Request, v map[string]any, host string) error {
-	ins, err := a.cfg.Store.ListInstances(r.Context(), host)
+func (a *hypervisorsAPI) withServers(r *http.Request, v map[string]any, host string) error {
+	ins, err := a.store.ListInstances(r.Context(), host)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func wantServers(r *http.Request) (bool, error) {
 	return b, nil
 }
 
-func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		servers, err := wantServers(r)
 		if err != nil {
@@ -247,7 +247,7 @@ func (a *API) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.R
 // searchHypervisors is GET /os-hypervisors/{pattern}/search and, with
 // servers, /os-hypervisors/{pattern}/servers (both gone from 2.53, as in
 // Nova): the hypervisors whose hostname contains pattern.
-func (a *API) searchHypervisors(servers bool) func(w http.ResponseWriter, r *http.Request) error {
+func (a *hypervisorsAPI) searchHypervisors(servers bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if version(r).AtLeast(53) {
 			return notFound("The resource could not be found.")
@@ -282,7 +282,7 @@ func (a *API) searchHypervisors(servers bool) func(w http.ResponseWriter, r *htt
 // keel's agents report heartbeats, not their host's boot time, so the
 // uptime text says when the host last reported; a host that is down has
 // none (400, as Nova answers for an unreachable compute service).
-func (a *API) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
+func (a *hypervisorsAPI) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
 	if version(r).AtLeast(88) {
 		return notFound("The resource could not be found.")
 	}
@@ -294,7 +294,7 @@ func (a *API) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("Compute service of " + h.rec.Host + " is unavailable at this time.")
 	}
 	v := a.hypervisorView(r, h, false)
-	now := a.cfg.Clock.Now().UTC()
+	now := a.clock.Now().UTC()
 	v["uptime"] = fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
 		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second))
 	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
@@ -303,7 +303,7 @@ func (a *API) hypervisorUptime(w http.ResponseWriter, r *http.Request) error {
 
 // hypervisorStatistics is GET /os-hypervisors/statistics (gone from 2.88,
 // as in Nova): the sums of every host record.
-func (a *API) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error {
+func (a *hypervisorsAPI) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error {
 	if version(r).AtLeast(88) {
 		return notFoundf("The resource could not be found.")
 	}
@@ -336,7 +336,7 @@ func (a *API) hypervisorStatistics(w http.ResponseWriter, r *http.Request) error
 
 // findHypervisor finds the hypervisor of the path's id: its UUID from
 // 2.53, its integer id before (or its hostname, for keel's own client).
-func (a *API) findHypervisor(r *http.Request) (hypervisor, error) {
+func (a *hypervisorsAPI) findHypervisor(r *http.Request) (hypervisor, error) {
 	hs, err := a.hypervisors(r)
 	if err != nil {
 		return hypervisor{}, err
@@ -350,7 +350,7 @@ func (a *API) findHypervisor(r *http.Request) (hypervisor, error) {
 	return hypervisor{}, notFoundf("Hypervisor with ID '%s' could not be found.", id)
 }
 
-func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
+func (a *hypervisorsAPI) showHypervisor(w http.ResponseWriter, r *http.Request) error {
 	servers, err := wantServers(r)
 	if err != nil {
 		return err
@@ -372,7 +372,7 @@ func (a *API) showHypervisor(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
+func (a *servicesAPI) serviceView(r *http.Request, s records.Service) map[string]any {
 	state, status := "down", "enabled"
 	if a.serviceUp(s) {
 		state = "up"
@@ -396,7 +396,7 @@ func (a *API) serviceView(r *http.Request, s records.Service) map[string]any {
 	return v
 }
 
-func (a *API) listServices(w http.ResponseWriter, r *http.Request) error {
+func (a *servicesAPI) listServices(w http.ResponseWriter, r *http.Request) error {
 	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return err
@@ -434,7 +434,7 @@ func serviceID(host string) string {
 }
 
 // serviceHost finds the host of the service with the given id.
-func (a *API) serviceHost(r *http.Request, id string) (string, error) {
+func (a *servicesAPI) serviceHost(r *http.Request, id string) (string, error) {
 	svcs, err := a.computeServices(r.Context())
 	if err != nil {
 		return "", err
@@ -447,7 +447,7 @@ func (a *API) serviceHost(r *http.Request, id string) (string, error) {
 	return "", notFoundf("Service %s could not be found.", id)
 }
 
-func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
+func (a *servicesAPI) updateService(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Host           string  `json:"host"`
 		Binary         string  `json:"binary"`
@@ -509,7 +509,7 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	setStatus := action != "" && (body.Status != "" || action == "enable" || action == "disable" || action == "disable-log-reason")
-	s, err := a.cfg.Store.UpdateService(r.Context(), host, func(s *records.Service) error {
+	s, err := a.store.UpdateService(r.Context(), host, func(s *records.Service) error {
 		if setStatus {
 			s.Disabled, s.DisabledReason = disable, ""
 			if disable && body.DisabledReason != nil {
@@ -519,7 +519,7 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 		if body.ForcedDown != nil {
 			s.ForcedDown = *body.ForcedDown
 		}
-		s.UpdatedAt = a.cfg.Clock.Now()
+		s.UpdatedAt = a.clock.Now()
 		return nil
 	})
 	if err != nil {
@@ -542,7 +542,7 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request) error {
 
 // forceDownService is PUT /os-services/force-down (2.11 to 2.52): the
 // body names the service by host and binary and sets forced_down.
-func (a *API) forceDownService(w http.ResponseWriter, r *http.Request, host, binary string, forced *bool) error {
+func (a *servicesAPI) forceDownService(w http.ResponseWriter, r *http.Request, host, binary string, forced *bool) error {
 	for _, f := range []struct{ name, v string }{{"host", host}, {"binary", binary}} {
 		if f.v == "" {
 			return badRequest("Invalid input for the request body: '" + f.name + "' is a required property")
@@ -554,9 +554,9 @@ func (a *API) forceDownService(w http.ResponseWriter, r *http.Request, host, bin
 	if binary != "nova-compute" {
 		return badRequest("Updating a " + binary + " service is not supported. Only nova-compute services can be updated.")
 	}
-	_, err := a.cfg.Store.UpdateService(r.Context(), host, func(s *records.Service) error {
+	_, err := a.store.UpdateService(r.Context(), host, func(s *records.Service) error {
 		s.ForcedDown = *forced
-		s.UpdatedAt = a.cfg.Clock.Now()
+		s.UpdatedAt = a.clock.Now()
 		return nil
 	})
 	if isNotFound(err) {
@@ -571,8 +571,8 @@ func (a *API) forceDownService(w http.ResponseWriter, r *http.Request, host, bin
 
 // computeServices are the compute agents' service records: the keel
 // server replicas' heartbeats, kept beside them, are not compute services.
-func (a *API) computeServices(ctx context.Context) ([]records.Service, error) {
-	svcs, err := a.cfg.Store.ListServices(ctx)
+func (a *base) computeServices(ctx context.Context) ([]records.Service, error) {
+	svcs, err := a.store.ListServices(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ import (
 // imported, listed, shown and deleted, as Nova's at each microversion:
 // type (ssh, x509) from 2.2, an admin naming another user_id from 2.10,
 // paging from 2.35.
-func (a *API) keyPairRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *keyPairsAPI) keyPairRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("GET /compute/v2.1/os-keypairs", false, a.listKeyPairs)
 	route("POST /compute/v2.1/os-keypairs", false, a.createKeyPair)
 	route("GET /compute/v2.1/os-keypairs/{name}", false, a.showKeyPair)
@@ -74,12 +74,12 @@ func keyPairView(r *http.Request, kp records.KeyPair) map[string]any {
 }
 
 // listKeyPairs is GET /os-keypairs (limit and marker from 2.35).
-func (a *API) listKeyPairs(w http.ResponseWriter, r *http.Request) error {
+func (a *keyPairsAPI) listKeyPairs(w http.ResponseWriter, r *http.Request) error {
 	user, err := keyPairUser(r)
 	if err != nil {
 		return err
 	}
-	kps, err := a.cfg.Store.ListKeyPairs(r.Context(), user)
+	kps, err := a.store.ListKeyPairs(r.Context(), user)
 	if err != nil {
 		return err
 	}
@@ -120,20 +120,20 @@ func (a *API) listKeyPairs(w http.ResponseWriter, r *http.Request) error {
 		if q.Has("user_id") {
 			next.Set("user_id", user)
 		}
-		body["keypairs_links"] = []map[string]string{{"rel": "next", "href": a.cfg.BaseURL + "/v2.1/os-keypairs?" + next.Encode()}}
+		body["keypairs_links"] = []map[string]string{{"rel": "next", "href": a.baseURL + "/v2.1/os-keypairs?" + next.Encode()}}
 	}
 	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 
 // showKeyPair is GET /os-keypairs/{name}.
-func (a *API) showKeyPair(w http.ResponseWriter, r *http.Request) error {
+func (a *keyPairsAPI) showKeyPair(w http.ResponseWriter, r *http.Request) error {
 	user, err := keyPairUser(r)
 	if err != nil {
 		return err
 	}
 	name := r.PathValue("name")
-	kp, err := a.cfg.Store.GetKeyPair(r.Context(), user, name)
+	kp, err := a.store.GetKeyPair(r.Context(), user, name)
 	if isNotFound(err) {
 		return keyPairNotFound(name, user)
 	}
@@ -145,13 +145,13 @@ func (a *API) showKeyPair(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteKeyPair is DELETE /os-keypairs/{name}: 202 at 2.1, 204 from 2.2.
-func (a *API) deleteKeyPair(w http.ResponseWriter, r *http.Request) error {
+func (a *keyPairsAPI) deleteKeyPair(w http.ResponseWriter, r *http.Request) error {
 	user, err := keyPairUser(r)
 	if err != nil {
 		return err
 	}
 	name := r.PathValue("name")
-	if err := a.cfg.Store.DeleteKeyPair(r.Context(), user, name); isNotFound(err) {
+	if err := a.store.DeleteKeyPair(r.Context(), user, name); isNotFound(err) {
 		return keyPairNotFound(name, user)
 	} else if err != nil {
 		return err
@@ -181,7 +181,7 @@ func checkKeyPairName(name string) error {
 // createKeyPair is POST /os-keypairs: {"keypair": {"name", "public_key"
 // (to import; else one is generated), "type" (2.2+), "user_id" (2.10+,
 // an admin's for another user)}}. 200 at 2.1, 201 from 2.2.
-func (a *API) createKeyPair(w http.ResponseWriter, r *http.Request) error {
+func (a *keyPairsAPI) createKeyPair(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		KeyPair map[string]json.RawMessage `json:"keypair"`
 	}
@@ -231,7 +231,7 @@ func (a *API) createKeyPair(w http.ResponseWriter, r *http.Request) error {
 		}
 		user = u
 	}
-	kp := records.KeyPair{Name: name, UserID: user, Type: typ, CreatedAt: a.cfg.Clock.Now().UTC()}
+	kp := records.KeyPair{Name: name, UserID: user, Type: typ, CreatedAt: a.clock.Now().UTC()}
 	private := ""
 	if pub, ok := str["public_key"]; ok {
 		fp, err := keyFingerprint(typ, pub)
@@ -248,7 +248,7 @@ func (a *API) createKeyPair(w http.ResponseWriter, r *http.Request) error {
 	if err := a.checkKeyPairQuota(r, c.ProjectID, user); err != nil {
 		return err
 	}
-	kp, err := a.cfg.Store.CreateKeyPair(r.Context(), kp)
+	kp, err := a.store.CreateKeyPair(r.Context(), kp)
 	if errors.Is(err, store.ErrExists) {
 		return conflict("Key pair '" + name + "' already exists.")
 	}
@@ -272,8 +272,8 @@ func (a *API) createKeyPair(w http.ResponseWriter, r *http.Request) error {
 // key_pairs limit (Nova counts them per user). Two racing creates may
 // both pass at the limit: the count is not taken inside the store's
 // write.
-func (a *API) checkKeyPairQuota(r *http.Request, project, user string) error {
-	lim, err := quota.ProjectLimits(r.Context(), a.cfg.Store, project)
+func (a *keyPairsAPI) checkKeyPairQuota(r *http.Request, project, user string) error {
+	lim, err := quota.ProjectLimits(r.Context(), a.store, project)
 	if err != nil {
 		return err
 	}
@@ -281,7 +281,7 @@ func (a *API) checkKeyPairQuota(r *http.Request, project, user string) error {
 	if l < 0 {
 		return nil
 	}
-	have, err := a.cfg.Store.ListKeyPairs(r.Context(), user)
+	have, err := a.store.ListKeyPairs(r.Context(), user)
 	if err != nil {
 		return err
 	}
@@ -291,9 +291,9 @@ func (a *API) checkKeyPairQuota(r *http.Request, project, user string) error {
 	return nil
 }
 
-func (a *API) random() io.Reader {
-	if a.cfg.Rand != nil {
-		return a.cfg.Rand
+func (a *keyPairsAPI) random() io.Reader {
+	if a.rand != nil {
+		return a.rand
 	}
 	return rand.Reader
 }
@@ -403,14 +403,14 @@ func sshMPInt(out *bytes.Buffer, n *big.Int) {
 // generateKey makes a new 2048-bit RSA key pair as Nova does: for ssh an
 // OpenSSH public key line, for x509 a self-signed certificate naming the
 // user; the private key in PEM (PKCS #1).
-func (a *API) generateKey(typ, user string) (private, public, fingerprint string, err error) {
+func (a *keyPairsAPI) generateKey(typ, user string) (private, public, fingerprint string, err error) {
 	key, err := rsa.GenerateKey(a.random(), 2048)
 	if err != nil {
 		return "", "", "", err
 	}
 	private = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
 	if typ == records.KeyPairX509 {
-		now := a.cfg.Clock.Now()
+		now := a.clock.Now()
 		serial, err := rand.Int(a.random(), new(big.Int).Lsh(big.NewInt(1), 63))
 		if err != nil {
 			return "", "", "", err

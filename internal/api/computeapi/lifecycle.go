@@ -47,7 +47,7 @@ var lifecycleActions = map[string]lifecycleAction{
 // records the instance action and answers 202 (rescue: 200 with the
 // admin password; rebuild: 202 with the server). The action goes on
 // after the answer; the server's task_state shows it until it ends.
-func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.Instance, key string, raw jsonRaw) error {
+func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.Instance, key string, raw jsonRaw) error {
 	la := lifecycleActions[key]
 	c := caller(r)
 	if la.admin && !c.Admin {
@@ -99,7 +99,7 @@ func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.In
 		if err := strictArgs(raw, &args, "rescue"); err != nil {
 			return err
 		}
-		if args.Image != nil && a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), *args.Image) {
+		if args.Image != nil && a.imageExists != nil && !a.imageExists(r.Context(), *args.Image) {
 			return badRequest("Can not find requested image " + *args.Image)
 		}
 		pass := newPassword()
@@ -141,7 +141,7 @@ func (a *API) lifecycleAct(w http.ResponseWriter, r *http.Request, in records.In
 			}
 		}
 	}
-	saved, _, err := a.cfg.Conductor.Act(r.Context(), in.UUID, req, edits...)
+	saved, _, err := a.conductor.Act(r.Context(), in.UUID, req, edits...)
 	if err != nil {
 		var fe *conductor.ForbiddenError
 		if errors.As(err, &fe) {
@@ -193,7 +193,7 @@ func strictArgs(raw jsonRaw, v any, action string) error {
 // rebuildArgs reads rebuild's body: imageRef (required) and what a
 // rebuild may change besides (name, metadata, access addresses, disk
 // config, description from 2.19).
-func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance), error) {
+func (a *serverActionsAPI) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance), error) {
 	var sb serverBody
 	if err := json.Unmarshal(raw, &sb); err != nil || sb == nil {
 		return nil, badRequest("Invalid input for field/attribute rebuild. Value: " + string(raw) + ". 'imageRef' is a required property")
@@ -219,7 +219,7 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 		return nil, badRequest("Invalid input for field/attribute rebuild. Value: " + string(raw) + ". 'imageRef' is a required property")
 	}
 	image := ref[strings.LastIndex(ref, "/")+1:]
-	if a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), image) {
+	if a.imageExists != nil && !a.imageExists(r.Context(), image) {
 		return nil, badRequest("Cannot find requested image " + ref)
 	}
 	var tmp records.Instance
@@ -257,7 +257,7 @@ func (a *API) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance)
 		if err := json.Unmarshal(rawKey, &k); err != nil {
 			return nil, badRequest("Invalid input for field/attribute key_name. Value: " + string(rawKey) + ". It is not of type 'string', 'null'")
 		}
-		if kp, err = a.cfg.Store.GetKeyPair(r.Context(), caller(r).UserID, k); isNotFound(err) {
+		if kp, err = a.store.GetKeyPair(r.Context(), caller(r).UserID, k); isNotFound(err) {
 			return nil, badRequest("Invalid key_name provided.")
 		} else if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 // serverMetadataRoutes adds /servers/{id}/metadata: the list, replace
 // (PUT) and merge (POST) of a server's metadata, and per key show, put
 // and delete, as Nova's server metadata API.
-func (a *API) serverMetadataRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *serverMetadataAPI) serverMetadataRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("GET /compute/v2.1/servers/{id}/metadata", false, a.listServerMetadata)
 	route("PUT /compute/v2.1/servers/{id}/metadata", false, a.writeServerMetadata(true))
 	route("POST /compute/v2.1/servers/{id}/metadata", false, a.writeServerMetadata(false))
@@ -49,7 +49,7 @@ func metadataOf(in records.Instance) map[string]string {
 }
 
 // listServerMetadata is GET /servers/{id}/metadata.
-func (a *API) listServerMetadata(w http.ResponseWriter, r *http.Request) error {
+func (a *serverMetadataAPI) listServerMetadata(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -62,7 +62,7 @@ func (a *API) listServerMetadata(w http.ResponseWriter, r *http.Request) error {
 // items are all the server keeps) and POST (merge: the body's items are
 // added or changed, the others stay). Both answer with every item the
 // server then has; the total counts against metadata_items.
-func (a *API) writeServerMetadata(replace bool) func(http.ResponseWriter, *http.Request) error {
+func (a *serverMetadataAPI) writeServerMetadata(replace bool) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		var body map[string]json.RawMessage
 		if err := decode(r, &body); err != nil {
@@ -111,7 +111,7 @@ func (a *API) writeServerMetadata(replace bool) func(http.ResponseWriter, *http.
 }
 
 // showServerMetadataItem is GET /servers/{id}/metadata/{key}.
-func (a *API) showServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
+func (a *serverMetadataAPI) showServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func (a *API) showServerMetadataItem(w http.ResponseWriter, r *http.Request) err
 
 // putServerMetadataItem is PUT /servers/{id}/metadata/{key} with
 // {"meta": {key: value}}: exactly one item, named as in the path.
-func (a *API) putServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
+func (a *serverMetadataAPI) putServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]json.RawMessage
 	if err := decode(r, &body); err != nil {
 		return err
@@ -178,7 +178,7 @@ func (a *API) putServerMetadataItem(w http.ResponseWriter, r *http.Request) erro
 }
 
 // deleteServerMetadataItem is DELETE /servers/{id}/metadata/{key}.
-func (a *API) deleteServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
+func (a *serverMetadataAPI) deleteServerMetadataItem(w http.ResponseWriter, r *http.Request) error {
 	key := r.PathValue("key")
 	if _, err := a.modifyInstance(r, r.PathValue("id"), func(in *records.Instance) error {
 		if _, ok := in.Metadata[key]; !ok {

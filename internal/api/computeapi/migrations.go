@@ -10,7 +10,7 @@ import (
 	"keel/internal/store"
 )
 
-func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any {
+func (a *migrationsAPI) migrationView(r *http.Request, m records.Migration) map[string]any {
 	v := map[string]any{
 		"id": m.ID, "instance_uuid": m.InstanceUUID, "status": m.Status,
 		"source_compute": m.SourceHost, "source_node": m.SourceHost,
@@ -36,10 +36,10 @@ func (a *API) migrationView(r *http.Request, m records.Migration) map[string]any
 
 // migrationOwner is who started a migration (2.80's user_id and
 // project_id): the live-migration action that names it.
-func (a *API) migrationOwner(r *http.Request, m records.Migration) (user, project any) {
-	acts, err := a.cfg.Store.ListInstanceActions(r.Context(), m.InstanceUUID)
+func (a *migrationsAPI) migrationOwner(r *http.Request, m records.Migration) (user, project any) {
+	acts, err := a.store.ListInstanceActions(r.Context(), m.InstanceUUID)
 	if err != nil {
-		a.cfg.Log.Warn("reading the actions of a migrated instance", "instance", m.InstanceUUID, "err", err)
+		a.log.Warn("reading the actions of a migrated instance", "instance", m.InstanceUUID, "err", err)
 	}
 	for _, act := range acts {
 		if act.MigrationID == m.ID {
@@ -58,7 +58,7 @@ func nilIfEmpty(s string) any {
 
 // listMigrations is GET /os-migrations (admin), newest first, filtered by
 // host, status, instance_uuid and migration_type as Nova does.
-func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
+func (a *migrationsAPI) listMigrations(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	mt := q.Get("migration_type")
 	// 2.59: paging (limit, marker: a migration's uuid) and changes-since;
@@ -79,7 +79,7 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{
+	ms, err := a.store.ListMigrations(r.Context(), store.MigrationFilter{
 		Host: q.Get("host"), Status: records.MigrationStatus(q.Get("status")), InstanceUUID: q.Get("instance_uuid"),
 	})
 	if err != nil {
@@ -119,7 +119,7 @@ func (a *API) listMigrations(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) serverMigrationView(r *http.Request, m records.Migration) map[string]any {
+func (a *migrationsAPI) serverMigrationView(r *http.Request, m records.Migration) map[string]any {
 	v := map[string]any{
 		"id": m.ID, "server_uuid": m.InstanceUUID, "status": m.Status,
 		"source_compute": m.SourceHost, "source_node": m.SourceHost,
@@ -149,7 +149,7 @@ func migrationTime(t time.Time) any {
 
 // serverMigration loads migration mid of server id, or a 404 in Nova's
 // words.
-func (a *API) serverMigration(r *http.Request) (records.Migration, error) {
+func (a *migrationsAPI) serverMigration(r *http.Request) (records.Migration, error) {
 	if !version(r).AtLeast(23) {
 		return records.Migration{}, notFound("The resource could not be found.")
 	}
@@ -157,21 +157,21 @@ func (a *API) serverMigration(r *http.Request) (records.Migration, error) {
 	if err != nil {
 		return records.Migration{}, badRequest("migration id must be an integer")
 	}
-	m, err := a.cfg.Store.GetMigration(r.Context(), mid)
+	m, err := a.store.GetMigration(r.Context(), mid)
 	if isNotFound(err) || (err == nil && m.InstanceUUID != r.PathValue("id")) {
 		return records.Migration{}, notFoundf("Migration %d for instance %s could not be found.", mid, r.PathValue("id"))
 	}
 	return m, err
 }
 
-func (a *API) listServerMigrations(w http.ResponseWriter, r *http.Request) error {
+func (a *migrationsAPI) listServerMigrations(w http.ResponseWriter, r *http.Request) error {
 	if !version(r).AtLeast(23) {
 		return notFound("The resource could not be found.")
 	}
 	if _, err := a.instance(r, r.PathValue("id")); err != nil {
 		return err
 	}
-	ms, err := a.cfg.Store.ListMigrations(r.Context(), store.MigrationFilter{InstanceUUID: r.PathValue("id"), ActiveOnly: true})
+	ms, err := a.store.ListMigrations(r.Context(), store.MigrationFilter{InstanceUUID: r.PathValue("id"), ActiveOnly: true})
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func (a *API) listServerMigrations(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (a *API) showServerMigration(w http.ResponseWriter, r *http.Request) error {
+func (a *migrationsAPI) showServerMigration(w http.ResponseWriter, r *http.Request) error {
 	m, err := a.serverMigration(r)
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (a *API) showServerMigration(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (a *API) abortServerMigration(w http.ResponseWriter, r *http.Request) error {
+func (a *migrationsAPI) abortServerMigration(w http.ResponseWriter, r *http.Request) error {
 	if !version(r).AtLeast(24) {
 		return notFound("The resource could not be found.")
 	}
@@ -205,14 +205,14 @@ func (a *API) abortServerMigration(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	if err := a.cfg.Conductor.Abort(r.Context(), m.ID); err != nil {
+	if err := a.conductor.Abort(r.Context(), m.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
 
-func (a *API) serverMigrationAction(w http.ResponseWriter, r *http.Request) error {
+func (a *migrationsAPI) serverMigrationAction(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]jsonRaw
 	if err := decode(r, &body); err != nil {
 		return err
@@ -227,7 +227,7 @@ func (a *API) serverMigrationAction(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	if err := a.cfg.Conductor.ForceComplete(r.Context(), m.ID); err != nil {
+	if err := a.conductor.ForceComplete(r.Context(), m.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)

@@ -11,7 +11,7 @@ import (
 // moveAction answers the cold moves' server actions: migrate (admin; a
 // host from 2.56), resize (the server's owner), confirmResize and
 // revertResize. It reports false for any other action.
-func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Instance, body map[string]jsonRaw) (bool, error) {
+func (a *serverActionsAPI) moveAction(w http.ResponseWriter, r *http.Request, in records.Instance, body map[string]jsonRaw) (bool, error) {
 	var (
 		m      records.Migration
 		err    error
@@ -41,7 +41,7 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 				return true, badRequest("Invalid input for field/attribute migrate. Value: host. Additional properties are not allowed ('host' was unexpected)")
 			}
 			host = *args.Host
-			if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+			if _, err := a.store.GetService(r.Context(), host); err != nil {
 				if isNotFound(err) {
 					return true, badRequest("Compute host " + host + " could not be found.")
 				}
@@ -49,7 +49,7 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 			}
 		}
 		action = "migrate"
-		m, err = a.cfg.Conductor.ColdMigrate(r.Context(), in.UUID, host)
+		m, err = a.conductor.ColdMigrate(r.Context(), in.UUID, host)
 	case body["resize"] != nil:
 		var args struct {
 			FlavorRef  any     `json:"flavorRef"`
@@ -90,13 +90,13 @@ func (a *API) moveAction(w http.ResponseWriter, r *http.Request, in records.Inst
 			}
 		}
 		action = "resize"
-		m, err = a.cfg.Conductor.Resize(r.Context(), in.UUID, f)
+		m, err = a.conductor.Resize(r.Context(), in.UUID, f)
 	case body["evacuate"] != nil:
 		return true, a.evacuate(w, r, in, body["evacuate"])
 	case body["confirmResize"] != nil:
-		action, err = "confirmResize", a.cfg.Conductor.ConfirmResize(r.Context(), in.UUID)
+		action, err = "confirmResize", a.conductor.ConfirmResize(r.Context(), in.UUID)
 	case body["revertResize"] != nil:
-		action, err = "revertResize", a.cfg.Conductor.RevertResize(r.Context(), in.UUID)
+		action, err = "revertResize", a.conductor.RevertResize(r.Context(), in.UUID)
 	default:
 		return false, nil
 	}
@@ -127,7 +127,7 @@ func flavorRefString(v any) (string, bool) {
 // down is rebuilt elsewhere (host optional; force at 2.29–2.67, accepted
 // and ignored as the claim is checked anyway; onSharedStorage before
 // 2.14). It answers 200, with the adminPass given before 2.14.
-func (a *API) evacuate(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+func (a *serverActionsAPI) evacuate(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
 	if !caller(r).Admin {
 		return forbidden("os_compute_api:os-evacuate")
 	}
@@ -149,14 +149,14 @@ func (a *API) evacuate(w http.ResponseWriter, r *http.Request, in records.Instan
 	}
 	host, _ := args["host"].(string)
 	if host != "" {
-		if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+		if _, err := a.store.GetService(r.Context(), host); err != nil {
 			if isNotFound(err) {
 				return notFoundf("Compute host %s could not be found.", host)
 			}
 			return err
 		}
 	}
-	m, err := a.cfg.Conductor.Evacuate(r.Context(), in.UUID, host)
+	m, err := a.conductor.Evacuate(r.Context(), in.UUID, host)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 // one host's resources in total, in use and per project, enabling or
 // disabling its service, and the power actions keel's drivers do not
 // have (501).
-func (a *API) osHostsRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *osHostsAPI) osHostsRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("GET /compute/v2.1/os-hosts", true, a.listOSHosts)
 	route("GET /compute/v2.1/os-hosts/{host}", true, a.showOSHost)
 	route("PUT /compute/v2.1/os-hosts/{host}", true, a.updateOSHost)
@@ -31,7 +31,7 @@ func osHostsGone(r *http.Request) error {
 }
 
 // listOSHosts is GET /os-hosts (zone filters; a blank zone does not).
-func (a *API) listOSHosts(w http.ResponseWriter, r *http.Request) error {
+func (a *osHostsAPI) listOSHosts(w http.ResponseWriter, r *http.Request) error {
 	if err := osHostsGone(r); err != nil {
 		return err
 	}
@@ -57,9 +57,9 @@ func (a *API) listOSHosts(w http.ResponseWriter, r *http.Request) error {
 }
 
 // osHost finds a compute host's service, or Nova's 404.
-func (a *API) osHost(r *http.Request) (records.Service, error) {
+func (a *osHostsAPI) osHost(r *http.Request) (records.Service, error) {
 	host := r.PathValue("host")
-	s, err := a.cfg.Store.GetService(r.Context(), host)
+	s, err := a.store.GetService(r.Context(), host)
 	if (err == nil && !s.IsCompute()) || isNotFound(err) {
 		return s, notFoundf("Compute host %s could not be found.", host)
 	}
@@ -69,7 +69,7 @@ func (a *API) osHost(r *http.Request) (records.Service, error) {
 // showOSHost is GET /os-hosts/{host}: the host's resources as (total),
 // (used_now) (the host record's usage, reserved included), (used_max)
 // (its instances' flavors) and then per project.
-func (a *API) showOSHost(w http.ResponseWriter, r *http.Request) error {
+func (a *osHostsAPI) showOSHost(w http.ResponseWriter, r *http.Request) error {
 	if err := osHostsGone(r); err != nil {
 		return err
 	}
@@ -77,11 +77,11 @@ func (a *API) showOSHost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rec, err := a.cfg.Store.GetHostRecord(r.Context(), s.Host)
+	rec, err := a.store.GetHostRecord(r.Context(), s.Host)
 	if err != nil && !isNotFound(err) {
 		return err
 	}
-	ins, err := a.cfg.Store.ListInstances(r.Context(), s.Host)
+	ins, err := a.store.ListInstances(r.Context(), s.Host)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (a *API) showOSHost(w http.ResponseWriter, r *http.Request) error {
 // updateOSHost is PUT /os-hosts/{host} with status (enable/disable: the
 // host's compute service) and/or maintenance_mode (which keel's drivers
 // do not have: 501, as Nova's libvirt driver answers).
-func (a *API) updateOSHost(w http.ResponseWriter, r *http.Request) error {
+func (a *osHostsAPI) updateOSHost(w http.ResponseWriter, r *http.Request) error {
 	if err := osHostsGone(r); err != nil {
 		return err
 	}
@@ -151,9 +151,9 @@ func (a *API) updateOSHost(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{http.StatusNotImplemented, "Virt driver does not implement host maintenance mode."}
 	}
 	disable := vals["status"] == "disable"
-	if _, err := a.cfg.Store.UpdateService(r.Context(), s.Host, func(s *records.Service) error {
+	if _, err := a.store.UpdateService(r.Context(), s.Host, func(s *records.Service) error {
 		s.Disabled, s.DisabledReason = disable, ""
-		s.UpdatedAt = a.cfg.Clock.Now()
+		s.UpdatedAt = a.clock.Now()
 		return nil
 	}); err != nil {
 		return err
@@ -169,7 +169,7 @@ func (a *API) updateOSHost(w http.ResponseWriter, r *http.Request) error {
 // osHostPower is GET /os-hosts/{host}/{startup,shutdown,reboot}: keel's
 // drivers have no host power management (Nova's libvirt driver neither:
 // 501), an unknown host is 404.
-func (a *API) osHostPower(w http.ResponseWriter, r *http.Request) error {
+func (a *osHostsAPI) osHostPower(w http.ResponseWriter, r *http.Request) error {
 	if err := osHostsGone(r); err != nil {
 		return err
 	}

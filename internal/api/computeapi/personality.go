@@ -76,11 +76,11 @@ type personalityFile struct{ Path, Contents string }
 // (valid) personality, with Nova's 403s: at most injected_files files,
 // each path at most injected_file_path_bytes long and each contents (as
 // sent, in base64) at most injected_file_content_bytes.
-func (a *API) checkPersonalityQuota(ctx context.Context, project string, files []personalityFile) error {
+func (a *serversAPI) checkPersonalityQuota(ctx context.Context, project string, files []personalityFile) error {
 	if len(files) == 0 {
 		return nil
 	}
-	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, project)
+	lim, err := quota.ProjectLimits(ctx, a.store, project)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // The race-safe check of every boot is the conductor's (quota.Enforcer
 // through conductor.Config.Quota).
 
-func (a *API) quotaRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *quotasAPI) quotaRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("GET /compute/v2.1/os-quota-sets/{tenant}", false, a.showQuotaSet(false))
 	route("GET /compute/v2.1/os-quota-sets/{tenant}/detail", false, a.showQuotaSet(true))
 	route("GET /compute/v2.1/os-quota-sets/{tenant}/defaults", false, a.showQuotaDefaults)
@@ -31,7 +31,7 @@ func (a *API) quotaRoutes(route func(string, bool, func(http.ResponseWriter, *ht
 	route("GET /compute/v2.1/limits", false, a.showLimits)
 }
 
-func (a *API) enforcer() quota.Enforcer { return quota.Enforcer{Store: a.cfg.Store} }
+func (a *base) enforcer() quota.Enforcer { return quota.Enforcer{Store: a.store} }
 
 // quotaTenant is the project a quota request names; members may only name
 // their own.
@@ -56,12 +56,12 @@ func quotaView(r *http.Request, lim quota.Limits, id string) map[string]any {
 }
 
 // usageOf is what a project holds of each quota keel counts.
-func (a *API) usageOf(ctx context.Context, project string) (map[string]int64, error) {
+func (a *base) usageOf(ctx context.Context, project string) (map[string]int64, error) {
 	u, err := a.enforcer().Usage(ctx, project)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := a.cfg.Store.ListServerGroups(ctx)
+	groups, err := a.store.ListServerGroups(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("counting server groups: %w", err)
 	}
@@ -74,13 +74,13 @@ func (a *API) usageOf(ctx context.Context, project string) (map[string]int64, er
 	return map[string]int64{quota.Instances: u.Instances, quota.Cores: u.Cores, quota.RAM: u.RAM, quota.ServerGroups: n}, nil
 }
 
-func (a *API) showQuotaSet(detail bool) func(http.ResponseWriter, *http.Request) error {
+func (a *quotasAPI) showQuotaSet(detail bool) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		t, err := quotaTenant(r)
 		if err != nil {
 			return err
 		}
-		lim, err := quota.ProjectLimits(r.Context(), a.cfg.Store, t)
+		lim, err := quota.ProjectLimits(r.Context(), a.store, t)
 		if err != nil {
 			return err
 		}
@@ -99,8 +99,8 @@ func (a *API) showQuotaSet(detail bool) func(http.ResponseWriter, *http.Request)
 	}
 }
 
-func (a *API) showQuotaDefaults(w http.ResponseWriter, r *http.Request) error {
-	lim, err := quota.ClassLimits(r.Context(), a.cfg.Store)
+func (a *quotasAPI) showQuotaDefaults(w http.ResponseWriter, r *http.Request) error {
+	lim, err := quota.ClassLimits(r.Context(), a.store)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func quotaValue(raw json.RawMessage) (int64, error) {
 	return n, nil
 }
 
-func (a *API) updateQuotaSet(w http.ResponseWriter, r *http.Request) error {
+func (a *quotasAPI) updateQuotaSet(w http.ResponseWriter, r *http.Request) error {
 	t := r.PathValue("tenant")
 	set, force, err := decodeQuotaBody(r, "quota_set", true)
 	if err != nil {
@@ -200,10 +200,10 @@ func (a *API) updateQuotaSet(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	if _, err := a.cfg.Store.SetQuotaLimits(r.Context(), t, set); err != nil {
+	if _, err := a.store.SetQuotaLimits(r.Context(), t, set); err != nil {
 		return err
 	}
-	lim, err := quota.ProjectLimits(r.Context(), a.cfg.Store, t)
+	lim, err := quota.ProjectLimits(r.Context(), a.store, t)
 	if err != nil {
 		return err
 	}
@@ -211,8 +211,8 @@ func (a *API) updateQuotaSet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) deleteQuotaSet(w http.ResponseWriter, r *http.Request) error {
-	if err := a.cfg.Store.DeleteQuotaLimits(r.Context(), r.PathValue("tenant")); err != nil {
+func (a *quotasAPI) deleteQuotaSet(w http.ResponseWriter, r *http.Request) error {
+	if err := a.store.DeleteQuotaLimits(r.Context(), r.PathValue("tenant")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -223,8 +223,8 @@ func (a *API) deleteQuotaSet(w http.ResponseWriter, r *http.Request) error {
 // the defaults and cannot be set.
 const defaultQuotaClass = "default"
 
-func (a *API) showQuotaClass(w http.ResponseWriter, r *http.Request) error {
-	lim, err := quota.ClassLimits(r.Context(), a.cfg.Store)
+func (a *quotasAPI) showQuotaClass(w http.ResponseWriter, r *http.Request) error {
+	lim, err := quota.ClassLimits(r.Context(), a.store)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (a *API) showQuotaClass(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) updateQuotaClass(w http.ResponseWriter, r *http.Request) error {
+func (a *quotasAPI) updateQuotaClass(w http.ResponseWriter, r *http.Request) error {
 	if c := r.PathValue("class"); c != defaultQuotaClass {
 		return badRequest("keel has one quota class, 'default'; '" + c + "' cannot be set")
 	}
@@ -240,10 +240,10 @@ func (a *API) updateQuotaClass(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := a.cfg.Store.SetQuotaLimits(r.Context(), "", set); err != nil {
+	if _, err := a.store.SetQuotaLimits(r.Context(), "", set); err != nil {
 		return err
 	}
-	lim, err := quota.ClassLimits(r.Context(), a.cfg.Store)
+	lim, err := quota.ClassLimits(r.Context(), a.store)
 	if err != nil {
 		return err
 	}
@@ -253,12 +253,12 @@ func (a *API) updateQuotaClass(w http.ResponseWriter, r *http.Request) error {
 
 // showLimits is GET /limits: the caller's project's limits (an admin may
 // name another with ?tenant_id=) and what it uses.
-func (a *API) showLimits(w http.ResponseWriter, r *http.Request) error {
+func (a *quotasAPI) showLimits(w http.ResponseWriter, r *http.Request) error {
 	project := caller(r).ProjectID
 	if t := r.URL.Query().Get("tenant_id"); t != "" && caller(r).Admin {
 		project = t
 	}
-	lim, err := quota.ProjectLimits(r.Context(), a.cfg.Store, project)
+	lim, err := quota.ProjectLimits(r.Context(), a.store, project)
 	if err != nil {
 		return err
 	}
@@ -289,11 +289,11 @@ func (a *API) showLimits(w http.ResponseWriter, r *http.Request) error {
 
 // checkMetadataQuota refuses more metadata items than the project may
 // have, as Nova does (403).
-func (a *API) checkMetadataQuota(ctx context.Context, project string, n int) error {
+func (a *base) checkMetadataQuota(ctx context.Context, project string, n int) error {
 	if n == 0 {
 		return nil
 	}
-	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, project)
+	lim, err := quota.ProjectLimits(ctx, a.store, project)
 	if err != nil {
 		return err
 	}
@@ -307,8 +307,8 @@ func (a *API) checkMetadataQuota(ctx context.Context, project string, n int) err
 // flavor f: how many to boot (the most that fit, at least min), or Nova's
 // 403 if not even min fit. Each boot is checked again, race-safely, by the
 // conductor.
-func (a *API) fitCount(ctx context.Context, project string, f records.Flavor, lo, hi int) (int, error) {
-	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, project)
+func (a *serversAPI) fitCount(ctx context.Context, project string, f records.Flavor, lo, hi int) (int, error) {
+	lim, err := quota.ProjectLimits(ctx, a.store, project)
 	if err != nil {
 		return 0, err
 	}
@@ -331,8 +331,8 @@ func (a *API) fitCount(ctx context.Context, project string, f records.Flavor, lo
 // the project's groups, the new one included, so two racing creates
 // cannot both take the last place; over the limit, the caller deletes
 // the group.
-func (a *API) checkServerGroupQuota(ctx context.Context, g records.ServerGroup) error {
-	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, g.ProjectID)
+func (a *serverGroupsAPI) checkServerGroupQuota(ctx context.Context, g records.ServerGroup) error {
+	lim, err := quota.ProjectLimits(ctx, a.store, g.ProjectID)
 	if err != nil {
 		return err
 	}
@@ -359,12 +359,12 @@ func quotaRefused(err error) bool { return errors.Is(err, quota.ErrExceeded) }
 // (quota.Enforcer.AdmitResize, once the instance's record counts the
 // larger flavor): of two resizes racing past the quota, both may pass
 // this one, at most one passes that one.
-func (a *API) checkResizeQuota(ctx context.Context, in records.Instance, f records.Flavor) error {
+func (a *serverActionsAPI) checkResizeQuota(ctx context.Context, in records.Instance, f records.Flavor) error {
 	add := quota.Growth(in.Flavor, f)
 	if add.Cores == 0 && add.RAM == 0 {
 		return nil
 	}
-	lim, err := quota.ProjectLimits(ctx, a.cfg.Store, in.ProjectID)
+	lim, err := quota.ProjectLimits(ctx, a.store, in.ProjectID)
 	if err != nil || !lim.Counted() {
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 // in progress (409): the migration record owns the instance's task then;
 // abort it, or end it with keel migration reset. An instance left
 // migrating by a migration that has ended can be reset.
-func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
+func (a *serverActionsAPI) resetState(w http.ResponseWriter, r *http.Request, in records.Instance, raw jsonRaw) error {
 	if !caller(r).Admin {
 		return forbidden("os_compute_api:os-admin-actions:reset_state")
 	}
@@ -41,14 +41,14 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 	}
 	ctx := r.Context()
 	for range 5 {
-		cur, err := a.cfg.Store.GetInstance(ctx, in.UUID)
+		cur, err := a.store.GetInstance(ctx, in.UUID)
 		if err != nil {
 			if isNotFound(err) {
 				return notFoundf("Instance %s could not be found.", in.UUID)
 			}
 			return err
 		}
-		ms, err := a.cfg.Store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: in.UUID})
+		ms, err := a.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: in.UUID})
 		if err != nil {
 			return fmt.Errorf("reading the migrations of %s: %w", in.UUID, err)
 		}
@@ -62,7 +62,7 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 			return err
 		}
 		if len(writes) > 0 {
-			if _, err := a.cfg.Store.WriteAllocations(ctx, writes...); err != nil {
+			if _, err := a.store.WriteAllocations(ctx, writes...); err != nil {
 				if placement.IsConflict(err) {
 					continue // a consumer changed meanwhile: read again
 				}
@@ -74,8 +74,8 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 		}
 		// No move is open (refused above): a resize's new flavor, counted
 		// by quotas while one is, goes too.
-		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, a.cfg.Clock.Now()
-		if _, err = a.cfg.Store.UpdateInstance(ctx, cur); err == nil {
+		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, a.clock.Now()
+		if _, err = a.store.UpdateInstance(ctx, cur); err == nil {
 			msg := "state " + args.State
 			if len(fixed) > 0 {
 				msg += "; allocations put right: " + strings.Join(fixed, "; ")
@@ -95,12 +95,12 @@ func (a *API) resetState(w http.ResponseWriter, r *http.Request, in records.Inst
 // flavor's request on its host's tree, else what a claim there would
 // write (treeAllocation); to error, nothing; every ended migration's
 // consumer dropped. Writes name the consumer generations read.
-func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state records.VMState, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
+func (a *serverActionsAPI) resetAllocations(ctx context.Context, inst records.Instance, state records.VMState, ms []records.Migration) ([]placement.AllocationWrite, []string, error) {
 	var (
 		writes []placement.AllocationWrite
 		fixed  []string
 	)
-	sums, err := a.cfg.Store.ProviderSummaries(ctx, nil)
+	sums, err := a.store.ProviderSummaries(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading providers: %w", err)
 	}
@@ -112,7 +112,7 @@ func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state
 			rp = s.UUID
 		}
 	}
-	c, err := a.cfg.Store.GetConsumer(ctx, inst.UUID)
+	c, err := a.store.GetConsumer(ctx, inst.UUID)
 	found := err == nil
 	if err != nil && !isNotFound(err) {
 		return nil, nil, fmt.Errorf("reading the allocations of %s: %w", inst.UUID, err)
@@ -123,7 +123,7 @@ func (a *API) resetAllocations(ctx context.Context, inst records.Instance, state
 	var dropped []placement.AllocationWrite
 	var droppedMsgs []string
 	for _, m := range ms {
-		mc, err := a.cfg.Store.GetConsumer(ctx, m.UUID)
+		mc, err := a.store.GetConsumer(ctx, m.UUID)
 		if isNotFound(err) {
 			continue
 		}

@@ -185,7 +185,7 @@ func checkText(field, s string, max int) error {
 
 // checkZoneKnown refuses an availability zone no compute service or
 // aggregate is in, as Nova does.
-func (a *API) checkZoneKnown(ctx context.Context, zone string) error {
+func (a *serversAPI) checkZoneKnown(ctx context.Context, zone string) error {
 	if zone == "" {
 		return nil
 	}

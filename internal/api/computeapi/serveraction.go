@@ -23,7 +23,7 @@ var serverActions = func() map[string]bool {
 // serverAction handles POST /servers/{id}/action. As in Nova's dispatch,
 // an action keel does not know is a 400 before the server is looked up;
 // a known action on an unknown server is a 404.
-func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
+func (a *serverActionsAPI) serverAction(w http.ResponseWriter, r *http.Request) error {
 	var body map[string]jsonRaw
 	if err := decode(r, &body); err != nil {
 		return err
@@ -66,14 +66,14 @@ func (a *API) serverAction(w http.ResponseWriter, r *http.Request) error {
 	host := ""
 	if args.Host != nil {
 		host = *args.Host
-		if _, err := a.cfg.Store.GetService(r.Context(), host); err != nil {
+		if _, err := a.store.GetService(r.Context(), host); err != nil {
 			if isNotFound(err) {
 				return badRequest("Compute host " + host + " could not be found.")
 			}
 			return err
 		}
 	}
-	m, err := a.cfg.Conductor.LiveMigrate(r.Context(), in.UUID, host)
+	m, err := a.conductor.LiveMigrate(r.Context(), in.UUID, host)
 	if err != nil {
 		return err
 	}

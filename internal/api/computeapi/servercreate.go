@@ -152,7 +152,7 @@ func parseCreate(body createBody, mv Microversion) (createRequest, error) {
 
 // createServer is POST /servers: the request parsed (parseCreate), its
 // names looked up and its quotas checked, then the servers booted.
-func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) createServer(w http.ResponseWriter, r *http.Request) error {
 	var body createBody
 	if err := decodeStrict(r, &body); err != nil {
 		return err
@@ -187,7 +187,7 @@ func (a *API) createServer(w http.ResponseWriter, r *http.Request) error {
 // resolveCreate looks up what req names (flavor, image, zone, key pair,
 // server group) for the caller, checks the forced host's policy and the
 // quotas, and returns the server to boot and how many of it.
-func (a *API) resolveCreate(r *http.Request, req createRequest) (records.Instance, int, error) {
+func (a *serversAPI) resolveCreate(r *http.Request, req createRequest) (records.Instance, int, error) {
 	ctx := r.Context()
 	in := req.Server
 	f, err := a.flavor(r, req.FlavorRef)
@@ -201,7 +201,7 @@ func (a *API) resolveCreate(r *http.Request, req createRequest) (records.Instanc
 		return in, 0, badRequest(err.Error())
 	}
 	in.Flavor = f
-	if in.ImageRef != "" && a.cfg.ImageExists != nil && !a.cfg.ImageExists(r.Context(), in.ImageRef) {
+	if in.ImageRef != "" && a.imageExists != nil && !a.imageExists(r.Context(), in.ImageRef) {
 		return in, 0, badRequest("Can not find requested image " + req.ImageRef)
 	}
 	if in.Zone != "" {
@@ -216,7 +216,7 @@ func (a *API) resolveCreate(r *http.Request, req createRequest) (records.Instanc
 	}
 	if req.KeyName != nil {
 		// The caller's own key pair, as Nova looks it up.
-		kp, err := a.cfg.Store.GetKeyPair(ctx, c.UserID, *req.KeyName)
+		kp, err := a.store.GetKeyPair(ctx, c.UserID, *req.KeyName)
 		if isNotFound(err) {
 			return in, 0, badRequest("Invalid key_name provided.")
 		}
@@ -253,7 +253,7 @@ func (a *API) resolveCreate(r *http.Request, req createRequest) (records.Instanc
 // Nova's multi_instance_display_name_template does, each with its create
 // action; it returns the first. Once min_count are booted, a quota a
 // racing boot took ends the loop without an error.
-func (a *API) bootServers(w http.ResponseWriter, r *http.Request, in records.Instance, req createRequest, count int) (records.Instance, error) {
+func (a *serversAPI) bootServers(w http.ResponseWriter, r *http.Request, in records.Instance, req createRequest, count int) (records.Instance, error) {
 	var first records.Instance
 	for i := range count {
 		one := in
@@ -264,9 +264,9 @@ func (a *API) bootServers(w http.ResponseWriter, r *http.Request, in records.Ins
 		}
 		var err error
 		if req.Forced {
-			one, err = a.cfg.Conductor.BootOn(r.Context(), one, req.Host)
+			one, err = a.conductor.BootOn(r.Context(), one, req.Host)
 		} else {
-			one, err = a.cfg.Conductor.Boot(r.Context(), one)
+			one, err = a.conductor.Boot(r.Context(), one)
 		}
 		if one.UUID != "" {
 			a.recordAction(w, r, records.InstanceAction{InstanceUUID: one.UUID, Action: "create", Message: one.Fault})

@@ -19,7 +19,7 @@ import (
 // policy and, for anti-affinity, the rule max_server_per_host. The soft
 // policies exist from 2.15.
 
-func (a *API) serverGroupRoutes(route routeFunc) {
+func (a *serverGroupsAPI) serverGroupRoutes(route routeFunc) {
 	route("GET /compute/v2.1/os-server-groups", false, a.listServerGroups)
 	route("POST /compute/v2.1/os-server-groups", false, a.createServerGroup)
 	route("GET /compute/v2.1/os-server-groups/{id}", false, a.showServerGroup)
@@ -49,8 +49,8 @@ func serverGroupView(r *http.Request, g records.ServerGroup) map[string]any {
 
 // serverGroup loads a group the caller may see (its project's, or any for
 // an admin).
-func (a *API) serverGroup(r *http.Request, id string) (records.ServerGroup, error) {
-	g, err := a.cfg.Store.GetServerGroup(r.Context(), id)
+func (a *base) serverGroup(r *http.Request, id string) (records.ServerGroup, error) {
+	g, err := a.store.GetServerGroup(r.Context(), id)
 	c := caller(r)
 	if isNotFound(err) || (err == nil && !c.Admin && g.ProjectID != c.ProjectID) {
 		return records.ServerGroup{}, notFoundf("Instance group %s could not be found.", id)
@@ -58,8 +58,8 @@ func (a *API) serverGroup(r *http.Request, id string) (records.ServerGroup, erro
 	return g, err
 }
 
-func (a *API) listServerGroups(w http.ResponseWriter, r *http.Request) error {
-	gs, err := a.cfg.Store.ListServerGroups(r.Context())
+func (a *serverGroupsAPI) listServerGroups(w http.ResponseWriter, r *http.Request) error {
+	gs, err := a.store.ListServerGroups(r.Context())
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (a *API) listServerGroups(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) showServerGroup(w http.ResponseWriter, r *http.Request) error {
+func (a *serverGroupsAPI) showServerGroup(w http.ResponseWriter, r *http.Request) error {
 	g, err := a.serverGroup(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -98,12 +98,12 @@ func (a *API) showServerGroup(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) deleteServerGroup(w http.ResponseWriter, r *http.Request) error {
+func (a *serverGroupsAPI) deleteServerGroup(w http.ResponseWriter, r *http.Request) error {
 	g, err := a.serverGroup(r, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := a.cfg.Store.DeleteServerGroup(r.Context(), g.UUID); err != nil {
+	if err := a.store.DeleteServerGroup(r.Context(), g.UUID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -119,7 +119,7 @@ func policiesAt(r *http.Request) []string {
 	return ps
 }
 
-func (a *API) createServerGroup(w http.ResponseWriter, r *http.Request) error {
+func (a *serverGroupsAPI) createServerGroup(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Group *struct {
 			Name     *string                    `json:"name"`
@@ -140,7 +140,7 @@ func (a *API) createServerGroup(w http.ResponseWriter, r *http.Request) error {
 	}
 	allowed := policiesAt(r)
 	g := records.ServerGroup{UUID: uuid.NewString(), Name: *b.Name, ProjectID: caller(r).ProjectID, UserID: caller(r).UserID,
-		Members: []string{}, CreatedAt: a.cfg.Clock.Now()}
+		Members: []string{}, CreatedAt: a.clock.Now()}
 	if version(r).AtLeast(64) {
 		if b.Policies != nil {
 			return badRequest("Invalid input for field/attribute server_group. Additional properties are not allowed ('policies' was unexpected)")
@@ -171,12 +171,12 @@ func (a *API) createServerGroup(w http.ResponseWriter, r *http.Request) error {
 		}
 		g.Policy = b.Policies[0]
 	}
-	g, err := a.cfg.Store.CreateServerGroup(r.Context(), g)
+	g, err := a.store.CreateServerGroup(r.Context(), g)
 	if err != nil {
 		return err
 	}
 	if err := a.checkServerGroupQuota(r.Context(), g); err != nil {
-		return errors.Join(err, a.cfg.Store.DeleteServerGroup(r.Context(), g.UUID))
+		return errors.Join(err, a.store.DeleteServerGroup(r.Context(), g.UUID))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"server_group": serverGroupView(r, g)})
 	return nil
@@ -228,7 +228,7 @@ func parseSchedulerHints(raw json.RawMessage) (*records.SchedulerHints, error) {
 
 // resolveGroup replaces the hints' group by the server group the caller
 // may use (its UUID as stored); an unknown group is a 400.
-func (a *API) resolveGroup(r *http.Request, h *records.SchedulerHints) error {
+func (a *serversAPI) resolveGroup(r *http.Request, h *records.SchedulerHints) error {
 	if h == nil || h.Group == "" {
 		return nil
 	}

@@ -195,7 +195,7 @@ func (lq listQuery) project(c Caller) string {
 	return lq.tenant
 }
 
-func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) listServers(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		lq, err := parseListQuery(r)
 		if err != nil {
@@ -252,9 +252,9 @@ func (a *API) listServers(detail bool) func(w http.ResponseWriter, r *http.Reque
 
 // nextLink is a collection's "next" link: the same query from after
 // marker.
-func (a *API) nextLink(r *http.Request, collection, marker string) []map[string]string {
+func (a *base) nextLink(r *http.Request, collection, marker string) []map[string]string {
 	q := r.URL.Query()
 	q.Set("marker", marker)
 	path := strings.TrimPrefix(r.URL.Path, "/compute")
-	return []map[string]string{{"rel": "next", "href": a.cfg.BaseURL + path + "?" + q.Encode()}}
+	return []map[string]string{{"rel": "next", "href": a.baseURL + path + "?" + q.Encode()}}
 }

@@ -132,7 +132,7 @@ func decodeMetadata(raw json.RawMessage) (map[string]string, error) {
 
 // updateServer is PUT /servers/{id}: name, access addresses, disk config
 // and (2.19) description.
-func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) updateServer(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Server serverBody `json:"server"`
 	}
@@ -177,7 +177,7 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	for range 5 {
-		cur, err := a.cfg.Store.GetInstance(r.Context(), in.UUID)
+		cur, err := a.store.GetInstance(r.Context(), in.UUID)
 		if err != nil {
 			if isNotFound(err) {
 				return notFoundf("Instance %s could not be found.", in.UUID)
@@ -187,8 +187,8 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 		if err := apply(&cur); err != nil {
 			return err
 		}
-		cur.UpdatedAt = a.cfg.Clock.Now()
-		if in, err = a.cfg.Store.UpdateInstance(r.Context(), cur); err == nil {
+		cur.UpdatedAt = a.clock.Now()
+		if in, err = a.store.UpdateInstance(r.Context(), cur); err == nil {
 			break
 		} else if !placement.IsConflict(err) {
 			return err
@@ -200,8 +200,8 @@ func (a *API) updateServer(w http.ResponseWriter, r *http.Request) error {
 
 // instance loads a server the caller may see (its project's, or any for
 // an admin).
-func (a *API) instance(r *http.Request, id string) (records.Instance, error) {
-	in, err := a.cfg.Store.GetInstance(r.Context(), id)
+func (a *base) instance(r *http.Request, id string) (records.Instance, error) {
+	in, err := a.store.GetInstance(r.Context(), id)
 	c := caller(r)
 	if isNotFound(err) || (err == nil && !c.Admin && in.ProjectID != c.ProjectID) {
 		return records.Instance{}, notFoundf("Instance %s could not be found.", id)
@@ -209,7 +209,7 @@ func (a *API) instance(r *http.Request, id string) (records.Instance, error) {
 	return in, err
 }
 
-func (a *API) showServer(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) showServer(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -225,7 +225,7 @@ func (a *API) showServer(w http.ResponseWriter, r *http.Request) error {
 
 // listAddresses is GET /servers/{id}/ips: keel has no network service,
 // so a server has no addresses.
-func (a *API) listAddresses(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) listAddresses(w http.ResponseWriter, r *http.Request) error {
 	if _, err := a.instance(r, r.PathValue("id")); err != nil {
 		return err
 	}
@@ -234,14 +234,14 @@ func (a *API) listAddresses(w http.ResponseWriter, r *http.Request) error {
 }
 
 // showNetworkAddresses is GET /servers/{id}/ips/{network}: never found.
-func (a *API) showNetworkAddresses(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) showNetworkAddresses(w http.ResponseWriter, r *http.Request) error {
 	if _, err := a.instance(r, r.PathValue("id")); err != nil {
 		return err
 	}
 	return notFoundf("Instance is not a member of specified network %s: keel has no networks", r.PathValue("network"))
 }
 
-func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
+func (a *serversAPI) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	if err := checkLocked(r, in); err != nil {
 		return err
 	}
-	if err := a.cfg.Conductor.Delete(r.Context(), in.UUID); err != nil {
+	if err := a.conductor.Delete(r.Context(), in.UUID); err != nil {
 		return err
 	}
 	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "delete"})
@@ -260,12 +260,12 @@ func (a *API) deleteServer(w http.ResponseWriter, r *http.Request) error {
 // recordAction stores an instance action with the response's request id
 // and the caller. Failing to record it is logged, not returned: the
 // request itself has been carried out.
-func (a *API) recordAction(w http.ResponseWriter, r *http.Request, act records.InstanceAction) {
+func (a *base) recordAction(w http.ResponseWriter, r *http.Request, act records.InstanceAction) {
 	c := caller(r)
 	act.RequestID = requestid.Ensure(w)
 	act.UserID, act.ProjectID = c.UserID, c.ProjectID
-	act.StartTime = a.cfg.Clock.Now()
-	if err := a.cfg.Store.CreateInstanceAction(r.Context(), act); err != nil {
-		a.cfg.Log.Error("recording instance action", "instance", act.InstanceUUID, "action", act.Action, "err", err)
+	act.StartTime = a.clock.Now()
+	if err := a.store.CreateInstanceAction(r.Context(), act); err != nil {
+		a.log.Error("recording instance action", "instance", act.InstanceUUID, "action", act.Action, "err", err)
 	}
 }

@@ -61,7 +61,7 @@ const (
 // serverView renders an instance in the shape Nova gives the request's
 // microversion and caller: the fields every view has, then the detail
 // view's extended attributes (admin-only ones for admins).
-func (a *API) serverView(r *http.Request, in records.Instance, kind serverViewKind) map[string]any {
+func (a *base) serverView(r *http.Request, in records.Instance, kind serverViewKind) map[string]any {
 	v := map[string]any{"id": in.UUID, "name": in.Name, "links": a.link("servers", in.UUID)}
 	if kind == viewBrief {
 		return v
@@ -201,7 +201,7 @@ func hostnameOf(name string) string {
 // fillZones gives the placed instances booted without a zone their host's
 // zone, as Nova records the host's zone on the instance when it schedules
 // one.
-func (a *API) fillZones(r *http.Request, ins []records.Instance) error {
+func (a *base) fillZones(r *http.Request, ins []records.Instance) error {
 	if !slices.ContainsFunc(ins, func(in records.Instance) bool { return in.Zone == "" && in.Host != "" }) {
 		return nil
 	}

@@ -22,7 +22,7 @@ import (
 // host, a consumer placement's API wrote). An agent still running
 // registers its host again at its next heartbeat, as a restarted
 // nova-compute does (docs/openstack.md).
-func (a *API) deleteService(w http.ResponseWriter, r *http.Request) error {
+func (a *servicesAPI) deleteService(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	svcs, err := a.computeServices(r.Context())
 	if err != nil {
@@ -52,7 +52,7 @@ func (a *API) deleteService(w http.ResponseWriter, r *http.Request) error {
 	if host == "" {
 		return notFoundf("Service %s not found.", id)
 	}
-	_, err = a.cfg.Store.DeleteService(r.Context(), host)
+	_, err = a.store.DeleteService(r.Context(), host)
 	var inUse *placement.InUseError
 	switch {
 	case err == nil:

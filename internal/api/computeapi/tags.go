@@ -26,7 +26,7 @@ func checkTag(tag string) error {
 // modifyInstance applies fn to the latest copy of a server the caller may
 // see until the versioned write lands (another writer, such as the
 // conductor, may have moved it on meanwhile).
-func (a *API) modifyInstance(r *http.Request, id string, fn func(*records.Instance) error) (records.Instance, error) {
+func (a *base) modifyInstance(r *http.Request, id string, fn func(*records.Instance) error) (records.Instance, error) {
 	in, err := a.instance(r, id)
 	if err != nil {
 		return in, err
@@ -35,8 +35,8 @@ func (a *API) modifyInstance(r *http.Request, id string, fn func(*records.Instan
 		if err := fn(&in); err != nil {
 			return in, err
 		}
-		in.UpdatedAt = a.cfg.Clock.Now()
-		updated, err := a.cfg.Store.UpdateInstance(r.Context(), in)
+		in.UpdatedAt = a.clock.Now()
+		updated, err := a.store.UpdateInstance(r.Context(), in)
 		if err == nil {
 			return updated, nil
 		}
@@ -74,7 +74,7 @@ func tagList(in records.Instance) []string {
 }
 
 // listTags is GET /servers/{id}/tags.
-func (a *API) listTags(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) listTags(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func (a *API) listTags(w http.ResponseWriter, r *http.Request) error {
 }
 
 // replaceTags is PUT /servers/{id}/tags: the given list replaces them all.
-func (a *API) replaceTags(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) replaceTags(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (a *API) replaceTags(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deleteTags is DELETE /servers/{id}/tags.
-func (a *API) deleteTags(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) deleteTags(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (a *API) deleteTags(w http.ResponseWriter, r *http.Request) error {
 
 // checkTagExists is GET /servers/{id}/tags/{tag}: 204 if the server has
 // it, 404 if not.
-func (a *API) checkTagExists(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) checkTagExists(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (a *API) checkTagExists(w http.ResponseWriter, r *http.Request) error {
 
 // addTag is PUT /servers/{id}/tags/{tag}: 201 with a Location when added,
 // 204 when the server had it already.
-func (a *API) addTag(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) addTag(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}
@@ -192,13 +192,13 @@ func (a *API) addTag(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	w.Header().Set("Location", a.cfg.BaseURL+"/v2.1/servers/"+in.UUID+"/tags/"+tag)
+	w.Header().Set("Location", a.baseURL+"/v2.1/servers/"+in.UUID+"/tags/"+tag)
 	w.WriteHeader(http.StatusCreated)
 	return nil
 }
 
 // deleteTag is DELETE /servers/{id}/tags/{tag}.
-func (a *API) deleteTag(w http.ResponseWriter, r *http.Request) error {
+func (a *serverTagsAPI) deleteTag(w http.ResponseWriter, r *http.Request) error {
 	if err := tagsSupported(r); err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 // usageRoutes adds os-simple-tenant-usage: each project's usage over a
 // period, from the instance records (an admin lists every project's; a
 // member reads its own project's).
-func (a *API) usageRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
+func (a *usageAPI) usageRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
 	route("GET /compute/v2.1/os-simple-tenant-usage", true, a.listUsage)
 	route("GET /compute/v2.1/os-simple-tenant-usage/{tenant}", false, a.showUsage)
 }
@@ -34,8 +34,8 @@ func parseUsageTime(s string) (time.Time, bool) {
 
 // usagePeriod reads start and end (both default to now), refusing a
 // start after the end as Nova does; an end still to come counts up to now.
-func (a *API) usagePeriod(r *http.Request) (start, stop time.Time, err error) {
-	now := a.cfg.Clock.Now().UTC()
+func (a *usageAPI) usagePeriod(r *http.Request) (start, stop time.Time, err error) {
+	now := a.clock.Now().UTC()
 	q := r.URL.Query()
 	read := func(name string) (time.Time, error) {
 		if !q.Has(name) {
@@ -70,7 +70,7 @@ func usageTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 // its launch (keel's guests launch when their boot ends; the record's
 // creation stands for it) to stop. keel keeps no record of deleted
 // instances, so every instance counted is still there.
-func (a *API) serverUsage(in records.Instance, start, stop time.Time) (map[string]any, float64, bool) {
+func (a *usageAPI) serverUsage(in records.Instance, start, stop time.Time) (map[string]any, float64, bool) {
 	if in.VMState == records.VMBuilding || in.VMState == records.VMError || in.VMState == records.VMDeleted {
 		return nil, 0, false
 	}
@@ -88,14 +88,14 @@ func (a *API) serverUsage(in records.Instance, start, stop time.Time) (map[strin
 		"instance_id": in.UUID, "name": in.Name, "hours": hours,
 		"memory_mb": f.RAMMB, "local_gb": f.DiskGB, "vcpus": f.VCPUs,
 		"tenant_id": in.ProjectID, "flavor": f.Name, "started_at": usageTime(launched), "ended_at": nil,
-		"state": in.VMState, "uptime": int64(a.cfg.Clock.Now().Sub(launched).Seconds()),
+		"state": in.VMState, "uptime": int64(a.clock.Now().Sub(launched).Seconds()),
 	}, hours, true
 }
 
 // tenantUsages sums the usage of the instances given (of any projects)
 // per project, in project order; with detailed, each project's server
 // usages are listed.
-func (a *API) tenantUsages(ins []records.Instance, start, stop time.Time, detailed bool) []map[string]any {
+func (a *usageAPI) tenantUsages(ins []records.Instance, start, stop time.Time, detailed bool) []map[string]any {
 	by := map[string]map[string]any{}
 	var order []string
 	for _, in := range ins {
@@ -134,17 +134,17 @@ func (a *API) tenantUsages(ins []records.Instance, start, stop time.Time, detail
 
 // instancesOf lists project's instances, or every instance if project is
 // empty.
-func (a *API) instancesOf(ctx context.Context, project string) ([]records.Instance, error) {
+func (a *base) instancesOf(ctx context.Context, project string) ([]records.Instance, error) {
 	if project == "" {
-		return a.cfg.Store.ListInstances(ctx, "")
+		return a.store.ListInstances(ctx, "")
 	}
-	return a.cfg.Store.ListProjectInstances(ctx, project)
+	return a.store.ListProjectInstances(ctx, project)
 }
 
 // usageInstances lists the instances (of one project if project is not
 // empty) in UUID order, paged from 2.40 by limit and marker (an
 // instance's UUID); it reports the marker for the next page, if any.
-func (a *API) usageInstances(r *http.Request, project string) ([]records.Instance, string, error) {
+func (a *usageAPI) usageInstances(r *http.Request, project string) ([]records.Instance, string, error) {
 	ins, err := a.instancesOf(r.Context(), project)
 	if err != nil {
 		return nil, "", err
@@ -179,13 +179,13 @@ func (a *API) usageInstances(r *http.Request, project string) ([]records.Instanc
 
 // usageLink is the next page's link (2.40) with the request's own query
 // and the new marker.
-func (a *API) usageLink(r *http.Request, path, marker string) []map[string]string {
+func (a *usageAPI) usageLink(r *http.Request, path, marker string) []map[string]string {
 	q := url.Values{}
 	for k, v := range r.URL.Query() {
 		q[k] = v
 	}
 	q.Set("marker", marker)
-	return []map[string]string{{"rel": "next", "href": a.cfg.BaseURL + "/v2.1/" + path + "?" + q.Encode()}}
+	return []map[string]string{{"rel": "next", "href": a.baseURL + "/v2.1/" + path + "?" + q.Encode()}}
 }
 
 func detailedUsage(r *http.Request) bool {
@@ -194,7 +194,7 @@ func detailedUsage(r *http.Request) bool {
 }
 
 // listUsage is GET /os-simple-tenant-usage (admin): every project's.
-func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
+func (a *usageAPI) listUsage(w http.ResponseWriter, r *http.Request) error {
 	start, stop, err := a.usagePeriod(r)
 	if err != nil {
 		return err
@@ -213,7 +213,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 
 // showUsage is GET /os-simple-tenant-usage/{tenant}: one project's, with
 // its server usages, for an admin or the project's members.
-func (a *API) showUsage(w http.ResponseWriter, r *http.Request) error {
+func (a *usageAPI) showUsage(w http.ResponseWriter, r *http.Request) error {
 	tenant := r.PathValue("tenant")
 	if c := caller(r); !c.Admin && c.ProjectID != tenant {
 		return forbidden("os_compute_api:os-simple-tenant-usage:show")

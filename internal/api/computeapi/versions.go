@@ -10,7 +10,7 @@ func (a *API) legacyVersionEntry() map[string]any {
 	return map[string]any{
 		"id": "v2.0", "status": "SUPPORTED", "version": "", "min_version": "",
 		"updated": "2011-01-21T11:33:21Z",
-		"links":   []map[string]string{{"rel": "self", "href": a.cfg.BaseURL + "/v2/"}},
+		"links":   []map[string]string{{"rel": "self", "href": a.baseURL + "/v2/"}},
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 // listZones is GET /os-availability-zone: the zones that hold compute
 // services; with detail (admin) each zone's hosts and their services.
-func (a *API) listZones(detail bool) func(w http.ResponseWriter, r *http.Request) error {
+func (a *zonesAPI) listZones(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		svcs, err := a.computeServices(r.Context())
 		if err != nil {
