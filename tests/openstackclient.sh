@@ -27,7 +27,8 @@ expect "$(for t in compute identity image infra-optim placement; do printf '%s a
 expect "http://127.0.0.1:9" "$(os endpoint list --service infra-optim --interface internal -f value -c URL)" "endpoint list --service infra-optim"
 
 # The image service (Glance v2): an upload, its checksum and size, the same
-# bytes back, a server booted from it, and the image deleted.
+# bytes back, a server booted from it, the image changed, shared with
+# another project, and deleted.
 head -c 300000 /dev/urandom >"$work/disk.raw"
 os image create --file "$work/disk.raw" --disk-format raw --container-format bare --property os_distro=cirros img1 >/dev/null
 expect "$(md5sum <"$work/disk.raw" | cut -d' ' -f1) 300000 active" "$(os image show img1 -f value -c checksum -c size -c status | xargs)" \
@@ -41,7 +42,32 @@ expect "$(printf 'img1\nkeel-fake')" "$(os image list -f value -c Name | sort)" 
 os server create --flavor m1.tiny --image img1 --nic none --wait fromimg >/dev/null
 expect "ACTIVE img1" "$(os server list --name fromimg -f value -c Status -c Image)" "server create --image (an uploaded image)"
 os server delete --wait fromimg
-os image delete img1
+# image set/unset (Glance's JSON patch) and tags; a protected image is
+# not deleted.
+os image set --name img2 --property os_distro=debian --property hw_disk_bus=virtio --protected --tag t1 --tag t2 img1
+props() { os image show "$1" -f json | /usr/bin/python3 -c 'import json,sys; i=json.load(sys.stdin); p=i["properties"]; print(i["name"], i["protected"], ",".join(i["tags"]), p.get("os_distro"), p.get("hw_disk_bus"))'; }
+expect "img2 True t1,t2 debian virtio" "$(props img2)" "image set --name --property --protected --tag"
+os image unset --property hw_disk_bus --tag t1 img2
+expect "img2 True t2 debian None" "$(props img2)" "image unset --property --tag"
+if out=$(os image delete img2 2>&1); then fail "a protected image was deleted"; fi
+expect "403" "$(echo "$out" | grep -o 403 | head -1)" "image delete of a protected image (403)"
+os image set --unprotected img2
+demo() { osc --os-cloud keel-demo "$@"; }
+# Sharing with demo's project: demo shows the shared image by ID at once,
+# lists it once it accepted, and loses it when the owner removes it.
+img=$(os image show img2 -f value -c id)
+expect "pending" "$(os image add project img2 demo -f value -c status)" "image add project"
+expect "keel-fake" "$(demo image list -f value -c Name)" "a pending member does not list the image"
+expect "img2" "$(demo image show "$img" -f value -c name)" "a pending member shows the image by ID"
+demo image set --accept "$img"
+expect "$(printf 'img2\nkeel-fake')" "$(demo image list -f value -c Name | sort)" "image set --accept: the member lists it"
+expect "$(os project show demo -f value -c id) accepted" "$(os image member list img2 -f value -c 'Member ID' -c Status)" "image member list"
+if demo image set --name mine "$img" >/dev/null 2>&1; then fail "a member renamed the owner's image"; fi
+echo "ok  a member may not change the image"
+os image remove project img2 demo
+if demo image show "$img" >/dev/null 2>&1; then fail "a removed member still sees the image"; fi
+echo "ok  image remove project: the project no longer sees it"
+os image delete img2
 expect "keel-fake" "$(os image list -f value -c Name)" "image delete"
 
 os server create --flavor m1.small --image keel-fake --nic none --wait vm1 >/dev/null
@@ -388,7 +414,6 @@ expect "10 20 51200" "$(os quota show demo -f json | /usr/bin/python3 -c 'import
   "quota show (Nova's defaults)"
 os quota set --instances 1 --cores 4 demo
 expect "1 4" "$(os quota show demo -f json | /usr/bin/python3 -c 'import json,sys; q=json.load(sys.stdin); print(q["instances"], q["cores"])')" "quota set"
-demo() { osc --os-cloud keel-demo "$@"; }
 demo server create --flavor m1.tiny --image keel-fake --nic none --wait q1 >/dev/null
 if out=$(demo server create --flavor m1.tiny --image keel-fake --nic none q2 2>&1); then fail "a boot past instances=1 was accepted"; fi
 case "$out" in *"Quota exceeded for instances: Requested 1, but already used 1 of 1 instances"*"HTTP 403"*) echo "ok  a boot past the instances quota is refused (403)" ;;

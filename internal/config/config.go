@@ -145,6 +145,12 @@ type KeelGroup struct {
 	// DB is db: a postgres:// URL, or a SQLite path; empty means keel.db in
 	// DataDir.
 	DB string
+	// ImageDir is image_dir: the image service's directory (empty:
+	// DATA_DIR/images); replicas that share one share their images.
+	ImageDir string
+	// ImageSizeCap is image_size_cap (1 TiB, Glance's): the largest image
+	// data an upload may store, in bytes.
+	ImageSizeCap int
 	// Driver is driver: the agent's virt driver, fake (default), qemu or
 	// libvirt.
 	Driver string
@@ -327,6 +333,7 @@ func Default() Config {
 			VCPUs:                 32,
 			MemoryMB:              131072,
 			DiskGB:                2000,
+			ImageSizeCap:          1 << 40,
 			Policy:                scheduler.PolicyClaim,
 			CatalogServices:       []string{},
 		},

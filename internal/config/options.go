@@ -434,6 +434,11 @@ var options = slices.Concat([]*option{
 		"Address the embedded NATS server listens on (port 0 picks a free port); unused when nats_url is set."),
 	strOpt("keel", "db", func(c *Config) *string { return &c.Keel.DB },
 		"Database: a postgres:// URL for PostgreSQL, or a SQLite file path; empty means keel.db in data_dir."),
+	strOpt("keel", "image_dir", func(c *Config) *string { return &c.Keel.ImageDir },
+		"Directory of the image service's data and records (as Glance's file store: <id> the data, <id>.json the record); empty means images in data_dir. Several keel server replicas given one shared directory (NFS or another shared file system with working file locks) share their images; each replica at start queues again the uploads a crash left unfinished."),
+	intOpt("keel", "image_size_cap", func(c *Config) *int { return &c.Keel.ImageSizeCap },
+		"The largest image data an upload may store, in bytes (Glance's image_size_cap, 1 TiB); a larger upload is refused with 413 and leaves the image queued.").
+		alias("DEFAULT", "image_size_cap").atLeast(1),
 	strOpt("keel", "driver", func(c *Config) *string { return &c.Keel.Driver },
 		"The agent's virt driver: fake (simulated guests in a state file), qemu (each guest a qemu-system-x86_64 process under TCG, running keel's own tiny guest; needs Debian's qemu-system-x86) or libvirt (each guest a domain of the host's libvirtd at [libvirt] connection_uri, running the same guest; needs libvirtd with its QEMU driver).").
 		oneOf("fake", "qemu", "libvirt"),

@@ -38,20 +38,24 @@ func New(st *Store, caller func(*http.Request) (Caller, bool)) *API {
 	a.mux.HandleFunc("GET /image/v2/images", a.list)
 	a.mux.HandleFunc("POST /image/v2/images", a.create)
 	a.mux.HandleFunc("GET /image/v2/images/{id}", a.show)
+	a.mux.HandleFunc("PATCH /image/v2/images/{id}", a.update)
 	a.mux.HandleFunc("DELETE /image/v2/images/{id}", a.delete)
 	a.mux.HandleFunc("PUT /image/v2/images/{id}/file", a.upload)
 	a.mux.HandleFunc("GET /image/v2/images/{id}/file", a.download)
+	a.mux.HandleFunc("PUT /image/v2/images/{id}/tags/{tag}", a.addTag)
+	a.mux.HandleFunc("DELETE /image/v2/images/{id}/tags/{tag}", a.deleteTag)
+	a.mux.HandleFunc("POST /image/v2/images/{id}/members", a.createMember)
+	a.mux.HandleFunc("GET /image/v2/images/{id}/members", a.listMembers)
+	a.mux.HandleFunc("GET /image/v2/images/{id}/members/{member}", a.showMember)
+	a.mux.HandleFunc("PUT /image/v2/images/{id}/members/{member}", a.updateMember)
+	a.mux.HandleFunc("DELETE /image/v2/images/{id}/members/{member}", a.deleteMember)
+	a.mux.HandleFunc("GET /image/v2/schemas/{name}", a.schema)
 	return a
 }
 
 // ServeHTTP implements http.Handler.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
-
-// fail answers Glance's plain error: the status line, then the message.
-func fail(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, "%d %s\n\n%s\n", status, http.StatusText(status), msg)
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mux.ServeHTTP(&errorWriter{ResponseWriter: w, json: wantsJSON(r)}, r)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -95,10 +99,16 @@ func view(im Image) map[string]any {
 	return v
 }
 
-// Visible reports whether c sees im (community images are seen, though
-// not listed unless asked for): the images c may boot servers from.
+// Visible reports whether c sees im: its own, public and community ones
+// (the latter not listed unless asked for) and shared ones c is a member
+// of, whatever the member's status (listed once accepted) — the images c
+// may boot servers from, as Glance shows them to Nova.
 func Visible(c Caller, im Image) bool {
-	return c.Admin || im.Owner == c.ProjectID || im.Visibility == "public" || im.Visibility == "community"
+	if c.Admin || im.Owner == c.ProjectID || im.Visibility == "public" || im.Visibility == "community" {
+		return true
+	}
+	_, member := im.Member(c.ProjectID)
+	return im.Visibility == "shared" && member
 }
 
 // find reads the path's image as c sees it; it answers and returns false
@@ -181,10 +191,52 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 // (status and message).
 func (a *API) fromBody(c Caller, body map[string]json.RawMessage) (Image, int, string) {
 	im := Image{ID: uuid.NewString(), Visibility: "shared", Owner: c.ProjectID, Properties: map[string]string{}}
-	bad := func(field string) (Image, int, string) {
-		return Image{}, http.StatusBadRequest, "Provided object does not match schema 'image': invalid value for '" + field + "'"
+	for k, raw := range body {
+		if slices.Contains(readOnly, k) {
+			return Image{}, http.StatusForbidden, "Attribute '" + k + "' is read-only."
+		}
+		if k == "id" {
+			if json.Unmarshal(raw, &im.ID) != nil || uuid.Validate(im.ID) != nil {
+				return Image{}, http.StatusBadRequest, badValue("id")
+			}
+			continue
+		}
+		if status, msg := setField(c, &im, k, raw); status != 0 {
+			return Image{}, status, msg
+		}
 	}
-	str := func(raw json.RawMessage, into *string, allowed []string) bool {
+	if im.Visibility == "public" && !c.Admin {
+		return Image{}, http.StatusForbidden, "You are not authorized to complete publicize_image action."
+	}
+	if len(im.Properties) == 0 {
+		im.Properties = nil
+	}
+	return im, 0, ""
+}
+
+// badValue is Glance's schema message for a field's bad value.
+func badValue(field string) string {
+	return "Provided object does not match schema 'image': invalid value for '" + field + "'"
+}
+
+// baseFields are the image attributes a client may set (the others
+// of Glance's schema are read-only); any other name is a property.
+var baseFields = []string{"name", "visibility", "disk_format", "container_format", "owner", "protected", "os_hidden", "min_disk", "min_ram", "tags"}
+
+// Limits Glance keeps: image_tag_quota and image_property_quota, with
+// the lengths its schema allows.
+const (
+	maxTags       = 128
+	maxProperties = 128
+	maxTagLen     = 255
+	maxPropLen    = 65535
+)
+
+// setField sets one attribute (or, for a name not in baseFields, a
+// property) of im from its JSON value for c, or says why not (status and
+// message).
+func setField(c Caller, im *Image, k string, raw json.RawMessage) (int, string) {
+	str := func(into *string, allowed []string) bool {
 		if string(raw) == "null" {
 			*into = ""
 			return true
@@ -196,58 +248,55 @@ func (a *API) fromBody(c Caller, body map[string]json.RawMessage) (Image, int, s
 		*into = s
 		return true
 	}
-	for k, raw := range body {
-		if slices.Contains(readOnly, k) {
-			return Image{}, http.StatusForbidden, "Attribute '" + k + "' is read-only."
+	var ok bool
+	switch k {
+	case "name":
+		ok = str(&im.Name, nil)
+	case "visibility":
+		ok = str(&im.Visibility, visibilities)
+	case "disk_format":
+		ok = str(&im.DiskFormat, diskFormats)
+	case "container_format":
+		ok = str(&im.ContainerFormat, containerFormats)
+	case "owner":
+		ok = str(&im.Owner, nil)
+		if ok && im.Owner != c.ProjectID && !c.Admin {
+			return http.StatusForbidden, "You are not permitted to create images owned by '" + im.Owner + "'."
 		}
-		var ok bool
-		switch k {
-		case "id":
-			ok = str(raw, &im.ID, nil) && uuid.Validate(im.ID) == nil
-		case "name":
-			ok = str(raw, &im.Name, nil)
-		case "visibility":
-			ok = str(raw, &im.Visibility, visibilities)
-		case "disk_format":
-			ok = str(raw, &im.DiskFormat, diskFormats)
-		case "container_format":
-			ok = str(raw, &im.ContainerFormat, containerFormats)
-		case "owner":
-			ok = str(raw, &im.Owner, nil)
-			if ok && im.Owner != c.ProjectID && !c.Admin {
-				return Image{}, http.StatusForbidden, "You are not permitted to create images owned by '" + im.Owner + "'."
-			}
-		case "protected", "os_hidden":
-			b := &im.Protected
-			if k == "os_hidden" {
-				b = &im.Hidden
-			}
-			ok = json.Unmarshal(raw, b) == nil
-		case "min_disk", "min_ram":
-			n := &im.MinDisk
-			if k == "min_ram" {
-				n = &im.MinRAM
-			}
-			ok = json.Unmarshal(raw, n) == nil && *n >= 0
-		case "tags":
-			ok = json.Unmarshal(raw, &im.Tags) == nil
-			im.Tags = sortedTags(im.Tags)
-		default:
-			var s string
-			ok = json.Unmarshal(raw, &s) == nil && len(s) <= 65535
-			im.Properties[k] = s
+	case "protected", "os_hidden":
+		b := &im.Protected
+		if k == "os_hidden" {
+			b = &im.Hidden
 		}
-		if !ok {
-			return bad(k)
+		ok = json.Unmarshal(raw, b) == nil
+	case "min_disk", "min_ram":
+		n := &im.MinDisk
+		if k == "min_ram" {
+			n = &im.MinRAM
+		}
+		ok = json.Unmarshal(raw, n) == nil && *n >= 0
+	case "tags":
+		var tags []string
+		ok = json.Unmarshal(raw, &tags) == nil && !slices.ContainsFunc(tags, func(t string) bool { return len(t) > maxTagLen })
+		im.Tags = sortedTags(tags)
+		if len(im.Tags) > maxTags {
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("Maximum number of tags exceeded (%d)", maxTags)
+		}
+	default:
+		var s string
+		ok = json.Unmarshal(raw, &s) == nil && len(s) <= maxPropLen
+		if im.Properties == nil {
+			im.Properties = map[string]string{}
+		}
+		im.Properties[k] = s
+		if len(im.Properties) > maxProperties {
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("Maximum number of properties exceeded (%d)", maxProperties)
 		}
 	}
-	if im.Visibility == "public" && !c.Admin {
-		return Image{}, http.StatusForbidden, "You are not authorized to complete publicize_image action."
+	if !ok {
+		return http.StatusBadRequest, badValue(k)
 	}
-	if len(im.Properties) == 0 {
-		im.Properties = nil
-	}
-	return im, 0, ""
+	return 0, ""
 }
 
 func (a *API) show(w http.ResponseWriter, r *http.Request) {
@@ -445,12 +494,20 @@ var sortKeys = map[string]func(x, y Image) int{
 	"container_format": func(x, y Image) int { return strings.Compare(x.ContainerFormat, y.ContainerFormat) },
 }
 
-// filter returns what keeps an image in a list for c and the query q, or
-// a message saying which filter is wrong.
+// filter returns what keeps an image in a list for c and the query q
+// (Glance's filters, member_status for shared images among them), or a
+// message saying which filter is wrong.
 func filter(c Caller, q url.Values) (func(Image) bool, string) {
 	vis := q.Get("visibility")
 	if vis != "" && vis != "all" && !slices.Contains(visibilities, vis) {
 		return nil, "Invalid visibility value: " + vis
+	}
+	memberStatus := q.Get("member_status")
+	if memberStatus == "" {
+		memberStatus = MemberAccepted
+	}
+	if memberStatus != "all" && !slices.Contains(memberStatuses, memberStatus) {
+		return nil, "Invalid status value: " + memberStatus
 	}
 	var sizeMin, sizeMax int64 = -1, -1
 	for _, f := range []struct {
@@ -468,6 +525,12 @@ func filter(c Caller, q url.Values) (func(Image) bool, string) {
 	eq := func(name, got string) bool { return !q.Has(name) || q.Get(name) == got }
 	return func(im Image) bool {
 		if !Visible(c, im) {
+			return false
+		}
+		// A shared image c is a member of is listed while its membership
+		// has the member_status asked for (accepted unless said).
+		if m, member := im.Member(c.ProjectID); member && im.Visibility == "shared" && im.Owner != c.ProjectID &&
+			memberStatus != "all" && m.Status != memberStatus {
 			return false
 		}
 		switch {

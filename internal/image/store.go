@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,8 +46,36 @@ type Image struct {
 	HashValue       string            `json:"os_hash_value,omitempty"`
 	Tags            []string          `json:"tags,omitempty"`
 	Properties      map[string]string `json:"properties,omitempty"`
-	CreatedAt       time.Time         `json:"created_at"`
-	UpdatedAt       time.Time         `json:"updated_at"`
+	// Members are the projects a shared image is shared with.
+	Members   []Member  `json:"members,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Member statuses, Glance's: a member sees the shared image listed once
+// it accepted it.
+const (
+	MemberPending  = "pending"
+	MemberAccepted = "accepted"
+	MemberRejected = "rejected"
+)
+
+// Member is a project a shared image is shared with.
+type Member struct {
+	ProjectID string    `json:"member_id"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Member returns the image's member for a project, if there is one.
+func (im Image) Member(projectID string) (Member, bool) {
+	for _, m := range im.Members {
+		if m.ProjectID == projectID {
+			return m, true
+		}
+	}
+	return Member{}, false
 }
 
 // Errors of the Store.
@@ -223,25 +252,36 @@ func (s *Store) Delete(id string) error {
 // failing or cut short, the cap passed) it is queued again and no data
 // stays. ErrStatus unless the image is queued, ErrBusy while another
 // upload of it runs, ErrTooLarge past the cap.
+//
+// The upload holds an exclusive lock (flock) on its file from the moment
+// the file has its name until the image is active: what Sweep and a
+// later Upload read to tell an upload in progress, on this replica or
+// another sharing the directory, from one a crash left behind.
 func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 	im, err := s.Get(id)
 	if err != nil {
 		return Image{}, err
 	}
+	if im.Status == StatusSaving {
+		// Its upload may have died with its server: then it is queued
+		// again and this upload goes on.
+		if ok, err := s.reclaim(id); err != nil {
+			return im, err
+		} else if ok {
+			im.Status = StatusQueued
+		}
+	}
 	if im.Status != StatusQueued {
 		return im, fmt.Errorf("image %s is %s: %w", id, im.Status, ErrStatus)
 	}
 	part := s.path(id, ".part")
-	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
-	if errors.Is(err, fs.ErrExist) {
-		return im, fmt.Errorf("image %s: %w", id, ErrBusy)
-	}
+	f, err := s.createLocked(part)
 	if err != nil {
 		return im, fmt.Errorf("uploading image %s: %w", id, err)
 	}
 	fail := func(err error) (Image, error) {
-		_ = f.Close()
 		_ = os.Remove(part)
+		_ = f.Close()
 		_, _ = s.Update(id, func(im *Image) error {
 			if im.Status == StatusSaving {
 				im.Status = StatusQueued
@@ -257,8 +297,8 @@ func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 		im.Status = StatusSaving
 		return nil
 	}); err != nil {
-		_ = f.Close()
 		_ = os.Remove(part)
+		_ = f.Close()
 		return im, err
 	}
 	sum5, sum512 := md5.New(), sha512.New()
@@ -269,9 +309,10 @@ func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 	if n > s.cap {
 		return fail(fmt.Errorf("image %s: %w (%d bytes)", id, ErrTooLarge, s.cap))
 	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("uploading image %s: %w", id, err))
 	}
+	// Renamed, the file keeps its lock until the record says active.
 	if err := os.Rename(part, s.path(id, "")); err != nil {
 		return fail(fmt.Errorf("uploading image %s: %w", id, err))
 	}
@@ -286,6 +327,164 @@ func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 	if err != nil {
 		_ = os.Remove(s.path(id, ""))
 		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return out, fmt.Errorf("uploading image %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// createLocked creates path exclusively with an flock held on it: the
+// file is made and locked under a temporary name, then linked to path
+// (which fails if path exists), so no one ever sees path unlocked while
+// its upload lives. A path that exists but that no one holds was left by
+// a crash: it is removed and the creation tried again. ErrBusy while
+// another upload holds it.
+func (s *Store) createLocked(path string) (*os.File, error) {
+	tmp, err := os.CreateTemp(s.dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if err := syscall.Flock(int(tmp.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = tmp.Close()
+		return nil, fmt.Errorf("locking %s: %w", tmp.Name(), err)
+	}
+	for try := 0; ; try++ {
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			return tmp, nil
+		}
+		if !errors.Is(err, fs.ErrExist) || try > 0 {
+			_ = tmp.Close()
+			if errors.Is(err, fs.ErrExist) {
+				err = ErrBusy
+			}
+			return nil, err
+		}
+		busy, berr := held(path)
+		if berr != nil || busy {
+			_ = tmp.Close()
+			return nil, errors.Join(ErrBusy, berr)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = tmp.Close()
+			return nil, err
+		}
+	}
+}
+
+// held reports whether someone holds path's lock (an upload in progress);
+// false if there is no such file.
+func held(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return false, nil
+}
+
+// errUnchanged leaves a record as it was in Update.
+var errUnchanged = errors.New("unchanged")
+
+// reclaim queues again an image left saving by an upload that no longer
+// runs (its server crashed): its partial or unrecorded data is removed,
+// as nothing was stored. It reports whether it did.
+func (s *Store) reclaim(id string) (bool, error) {
+	for _, ext := range []string{".part", ""} {
+		if busy, err := held(s.path(id, ext)); err != nil || busy {
+			return false, err
+		}
+	}
+	for _, ext := range []string{".part", ""} {
+		if err := os.Remove(s.path(id, ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing the partial data of image %s: %w", id, err)
+		}
+	}
+	_, err := s.Update(id, func(im *Image) error {
+		if im.Status != StatusSaving {
+			return errUnchanged
+		}
+		im.Status = StatusQueued
+		return nil
+	})
+	if errors.Is(err, errUnchanged) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// staleAfter is how old a temporary file (a record being replaced, an
+// upload's file before it has its name) must be before Sweep takes it for
+// a crash's leftover.
+const staleAfter = time.Minute
+
+// Swept is what Sweep cleared.
+type Swept struct {
+	// Requeued are the images that were saving with no upload running.
+	Requeued []string
+	// Removed are the files no upload or record write held.
+	Removed []string
+}
+
+// Sweep clears what uploads and record writes a crash interrupted left in
+// the directory (a server runs it at start): images saving with no upload
+// running go back to queued, their partial data removed; upload files and
+// temporary records no one holds are removed. Uploads in progress on
+// other replicas sharing the directory are left alone (they hold their
+// files' locks).
+func (s *Store) Sweep() (Swept, error) {
+	var out Swept
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return out, fmt.Errorf("sweeping the image store: %w", err)
+	}
+	now := s.now()
+	for _, e := range ents {
+		name := e.Name()
+		if id, ok := strings.CutSuffix(name, ".json"); ok && validID(id) {
+			im, err := s.Get(id)
+			if err != nil || im.Status != StatusSaving {
+				continue
+			}
+			if ok, err := s.reclaim(id); err != nil {
+				return out, err
+			} else if ok {
+				out.Requeued = append(out.Requeued, id)
+			}
+			continue
+		}
+		stale := strings.HasSuffix(name, ".part")
+		if strings.HasPrefix(name, ".") {
+			info, err := e.Info()
+			stale = err == nil && now.Sub(info.ModTime()) > staleAfter
+		}
+		if !stale {
+			continue
+		}
+		path := filepath.Join(s.dir, name)
+		if busy, err := held(path); err != nil || busy {
+			continue
+		}
+		err := os.Remove(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // reclaimed with its image above
+		}
+		if err != nil {
+			return out, fmt.Errorf("sweeping the image store: %w", err)
+		}
+		out.Removed = append(out.Removed, name)
 	}
 	return out, nil
 }

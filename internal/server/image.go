@@ -5,30 +5,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 
+	"keel/internal/config"
 	"keel/internal/identity"
 	"keel/internal/image"
 )
 
-// Glance's defaults keel keeps: image_size_cap (1 TiB).
-const imageSizeCap int64 = 1 << 40
-
 // builtinImage is the image every keel cloud has: clients
 // (openstackclient's `server create --image`, Tempest's image_ref) need
 // one before anyone uploaded any, and the fake hypervisors boot
-// anything. Public and protected; its data is 1 MiB of zeros.
+// anything. Public and protected; its data is 1 MiB of zeros (less if
+// image_size_cap is smaller).
 var builtinImage = image.Image{ID: "7f3b0d5e-6a2c-4c1e-9a55-000000000001", Name: "keel-fake",
 	Visibility: "public", Protected: true, DiskFormat: "raw", ContainerFormat: "bare"}
 
-// openImages opens the image store under the data dir and makes sure the
-// built-in image is there (replicas sharing the directory may race to
-// add it: the one that loses finds it).
-func openImages(dataDir string) (*image.Store, error) {
-	st, err := image.NewStore(filepath.Join(dataDir, "images"), imageSizeCap, nil)
+// openImages opens the image store at [keel] image_dir (DATA_DIR/images
+// unless set), queues again the uploads a crash left unfinished (logged)
+// and makes sure the built-in image is there (replicas sharing the
+// directory may race to add it: the one that loses finds it).
+func openImages(cfg config.KeelGroup, log *slog.Logger) (*image.Store, error) {
+	dir := cfg.ImageDir
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "images")
+	}
+	st, err := image.NewStore(dir, int64(cfg.ImageSizeCap), nil)
 	if err != nil {
 		return nil, err
+	}
+	swept, err := st.Sweep()
+	if err != nil {
+		return nil, err
+	}
+	if len(swept.Requeued) > 0 || len(swept.Removed) > 0 {
+		log.Warn("image store: uploads a crash interrupted cleared", "dir", dir,
+			"requeued", swept.Requeued, "removed", swept.Removed)
 	}
 	im, err := st.Get(builtinImage.ID)
 	if errors.Is(err, image.ErrNotFound) {
@@ -41,7 +54,7 @@ func openImages(dataDir string) (*image.Store, error) {
 		return nil, fmt.Errorf("the built-in image: %w", err)
 	}
 	if im.Status == image.StatusQueued {
-		_, err := st.Upload(im.ID, bytes.NewReader(make([]byte, 1<<20)))
+		_, err := st.Upload(im.ID, bytes.NewReader(make([]byte, min(1<<20, cfg.ImageSizeCap))))
 		if err != nil && !errors.Is(err, image.ErrBusy) && !errors.Is(err, image.ErrStatus) {
 			return nil, fmt.Errorf("the built-in image's data: %w", err)
 		}

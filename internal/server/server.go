@@ -223,7 +223,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	images, err := openImages(cfg.Keel.DataDir)
+	images, err := openImages(cfg.Keel, s.log)
 	if err != nil {
 		return err
 	}
