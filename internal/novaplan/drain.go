@@ -154,6 +154,11 @@ func Lock(dataDir string) (release func(), ok bool, err error) {
 		f.Close()
 		return nil, false, nil
 	}
+	// The file may hold an earlier executor's longer pid: replace it.
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, false, err
+	}
 	fmt.Fprintf(f, "%d\n", os.Getpid())
 	return func() { f.Close() }, true, nil
 }
