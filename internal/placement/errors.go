@@ -81,8 +81,14 @@ func IsCapacity(err error) bool {
 	return errors.As(err, &c)
 }
 
-// InvalidError is a malformed input (HTTP 400).
-type InvalidError struct{ Msg string }
+// InvalidError is a malformed input (HTTP 400). An amount outside an
+// inventory's min_unit, max_unit or step_size also names the provider
+// and the class.
+type InvalidError struct {
+	Msg      string
+	Provider string
+	Class    ResourceClass
+}
 
 func (e *InvalidError) Error() string { return e.Msg }
 

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -184,7 +185,7 @@ func Fits(provider string, invs Inventories, usage, request Resources) error {
 		}
 		if err := inv.CheckAmount(rc, n); err != nil {
 			// A bad request (HTTP 400 in Placement), not a full host.
-			return invalidf("provider %s: %v", provider, err)
+			return &InvalidError{Msg: fmt.Sprintf("provider %s: %v", provider, err), Provider: provider, Class: rc}
 		}
 		if !FitsIn(usage[rc], n, inv.Capacity()) {
 			return &CapacityError{Provider: provider, Class: rc, Requested: n, Capacity: inv.Capacity(), Used: usage[rc], Reason: "exceeds capacity"}

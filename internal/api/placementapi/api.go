@@ -139,6 +139,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = errorf(http.StatusBadRequest, "content-type header required when content-length > 0")
 	}
 	if err == nil && r.Method == http.MethodGet && !acceptsJSON(r.Header.Values("Accept")) {
+		if miss, status, _ := httproute.Miss(a.mux, r); miss && status == http.StatusNotFound && strings.TrimSuffix(r.URL.Path, "/") != "/placement" {
+			// No route: Placement's router answers before its
+			// negotiation, in the form the client accepts.
+			notFoundPage(w, r)
+			return
+		}
 		err = errorf(http.StatusNotAcceptable, "Only application/json is provided")
 	}
 	if err != nil {
@@ -148,7 +154,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.TrimSuffix(r.URL.Path, "/") == "/placement" {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET")
-			writeError(w, errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource.", r.Method))
+			writeError(w, methodNotAllowed(r.Method))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"versions": []any{map[string]any{
@@ -167,13 +173,32 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				allow = strings.Join(a.methods[path], ", ")
 			}
 			w.Header().Set("Allow", allow)
-			writeError(w, errorf(status, "The method %s is not allowed for this resource.", r.Method))
+			writeError(w, methodNotAllowed(r.Method))
 			return
 		}
-		writeError(w, errorf(status, "The resource could not be found."))
+		writeError(w, errorf(status, ""))
 		return
 	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// notFoundPage answers a path with no route for a client that does not
+// take JSON: a 404 page in HTML when it takes HTML, in plain text
+// otherwise, as Placement's web framework writes one.
+func notFoundPage(w http.ResponseWriter, r *http.Request) {
+	html := false
+	for _, a := range r.Header.Values("Accept") {
+		html = html || strings.Contains(strings.ToLower(a), "text/html")
+	}
+	if html {
+		w.Header().Set("Content-Type", "text/html; charset=UTF-8")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<html>\n <head>\n  <title>404 Not Found</title>\n </head>\n <body>\n  <h1>404 Not Found</h1>\n  The resource could not be found.<br /><br />\n\n\n\n </body>\n</html>")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+	w.WriteHeader(http.StatusNotFound)
+	fmt.Fprint(w, "404 Not Found\n\nThe resource could not be found.\n\n   ")
 }
 
 // httpError is an error with Placement's status and error code.
@@ -184,6 +209,8 @@ type httpError struct {
 	// bare: the request named no usable microversion, so the error has
 	// no code (and a 406 names the versions there are).
 	bare bool
+	// method and media: what a 405 and a 415 name in their detail.
+	method, media string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -237,15 +264,15 @@ func asHTTPError(err error) *httpError {
 		return he
 	case errors.As(err, &conflict) && conflict.Kind == placement.ConsumerGeneration:
 		return fault(http.StatusConflict, codeConcurrentUpdate, fmt.Sprintf(
-			"consumer generation conflict - expected %s but got %s", genString(conflict.Actual), genString(conflict.Expected)))
+			"consumer generation conflict - expected %s but got %s", genString(conflict.Actual), givenString(conflict.Expected)))
 	case errors.As(err, &conflict) && conflict.Kind == placement.ProviderGeneration:
 		return fault(http.StatusConflict, codeConcurrentUpdate, "resource provider generation conflict: "+err.Error())
 	case placement.IsConflict(err):
 		return fault(http.StatusConflict, codeConcurrentUpdate, err.Error())
 	case errors.As(err, &inUse):
-		return fault(http.StatusConflict, codeInventoryInUse, err.Error())
-	case placement.IsCapacity(err):
-		return fault(http.StatusConflict, codeUndefined, "Unable to allocate inventory: "+err.Error())
+		return fault(http.StatusConflict, codeInventoryInUse, inUseMessage(inUse))
+	case placement.IsCapacity(err), isUnitError(err):
+		return fault(http.StatusConflict, codeUndefined, "Unable to allocate inventory: "+allocationMessage(err))
 	case placement.IsInvalid(err):
 		return fault(http.StatusBadRequest, codeUndefined, err.Error())
 	case errors.Is(err, store.ErrExists):
@@ -258,6 +285,36 @@ func asHTTPError(err error) *httpError {
 		return fault(http.StatusServiceUnavailable, codeUndefined, err.Error())
 	}
 	return fault(http.StatusInternalServerError, codeUndefined, "internal error: "+err.Error())
+}
+
+// inUseMessage is Placement's text for an inventory that cannot go
+// while allocations hold it.
+func inUseMessage(e *placement.InUseError) string {
+	return fmt.Sprintf("Inventory for '%s' on resource provider '%s' in use.", e.Class, e.Provider)
+}
+
+// isUnitError reports whether err is an amount outside an inventory's
+// min_unit, max_unit or step_size.
+func isUnitError(err error) bool {
+	var inv *placement.InvalidError
+	return errors.As(err, &inv) && inv.Class != ""
+}
+
+// allocationMessage is Placement's text for an allocation that does not
+// fit (its capacity, its unit constraints, or no inventory of the
+// class), err's own otherwise.
+func allocationMessage(err error) string {
+	var capErr *placement.CapacityError
+	var inv *placement.InvalidError
+	switch {
+	case errors.As(err, &capErr) && capErr.Capacity == 0 && capErr.Used == 0 && capErr.Reason == "no inventory of this class":
+		return fmt.Sprintf("Inventory for '%s' on resource provider '%s' invalid.", capErr.Class, capErr.Provider)
+	case errors.As(err, &capErr):
+		return fmt.Sprintf("Unable to create allocation for '%s' on resource provider '%s'. The requested amount would exceed the capacity.", capErr.Class, capErr.Provider)
+	case errors.As(err, &inv) && inv.Class != "":
+		return fmt.Sprintf("Unable to create allocation for '%s' on resource provider '%s'. The requested amount would violate inventory constraints.", inv.Class, inv.Provider)
+	}
+	return err.Error()
 }
 
 // Placement's error codes.
@@ -290,6 +347,15 @@ func normUUID(u string) string {
 func genString(g *int64) string {
 	if g == nil {
 		return "null"
+	}
+	return strconv.FormatInt(*g, 10)
+}
+
+// givenString renders the generation a request gave for a conflict
+// message ("None" for null, as Placement prints it).
+func givenString(g *int64) string {
+	if g == nil {
+		return "None"
 	}
 	return strconv.FormatInt(*g, 10)
 }
@@ -360,7 +426,7 @@ func WriteStatus(w http.ResponseWriter, status int, msg string) {
 // (the microversion the answer's header names), none when the request's
 // version was unusable, and then, for a 406, the versions there are.
 func writeFault(w http.ResponseWriter, he *httpError) {
-	e := map[string]any{"status": he.status, "title": http.StatusText(he.status), "detail": he.msg,
+	e := map[string]any{"status": he.status, "title": http.StatusText(he.status), "detail": detailText(he),
 		"request_id": requestid.Ensure(w)}
 	if minor, ok := answeredMinor(w); !he.bare && (!ok || minor >= 23) {
 		e["code"] = he.code
@@ -369,6 +435,40 @@ func writeFault(w http.ResponseWriter, he *httpError) {
 		e["min_version"], e["max_version"] = "1.0", "1."+strconv.Itoa(MaxMinor)
 	}
 	writeJSON(w, he.status, map[string]any{"errors": []any{e}})
+}
+
+// explanations are what Placement's web framework says of a status
+// before an error's message.
+var explanations = map[int]string{
+	http.StatusBadRequest:            "The server could not comply with the request since it is either malformed or otherwise incorrect.",
+	http.StatusForbidden:             "Access was denied to this resource.",
+	http.StatusNotFound:              "The resource could not be found.",
+	http.StatusConflict:              "There was a conflict when trying to complete your request.",
+	http.StatusRequestEntityTooLarge: "The request is too large.",
+}
+
+// detailText is an error's detail as Placement writes it: its web
+// framework's explanation of the status, a blank line, then the message
+// (a 405 and a 415 name the method or the media type first).
+func detailText(he *httpError) string {
+	switch {
+	case he.bare:
+		return he.msg
+	case he.status == http.StatusMethodNotAllowed && he.method != "":
+		return "The method " + he.method + " is not allowed for this resource. \n\n " + he.msg
+	case he.status == http.StatusUnsupportedMediaType && he.media != "":
+		return "The request media type " + he.media + " is not supported by this server. \n\n " + he.msg
+	}
+	if ex, ok := explanations[he.status]; ok {
+		return ex + "\n\n " + he.msg + "  "
+	}
+	return he.msg
+}
+
+// methodNotAllowed is a 405 for method, in Placement's words.
+func methodNotAllowed(method string) error {
+	return &httpError{status: http.StatusMethodNotAllowed, code: codeUndefined, method: method,
+		msg: "The method specified is not allowed for this resource."}
 }
 
 // answeredMinor reads the microversion an answer names in its
@@ -402,18 +502,11 @@ func writeJSONAsIs(w http.ResponseWriter, status int, v any) {
 // project's consumers hold, summed over every provider.
 func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) error {
 	if minor < 9 {
-		return errorf(http.StatusNotFound, "The resource could not be found.")
+		return errorf(http.StatusNotFound, "")
 	}
 	q := r.URL.Query()
 	project, user := q.Get("project_id"), q.Get("user_id")
-	if project == "" {
-		return errorf(http.StatusBadRequest, "'project_id' is a required property")
-	}
-	allowed := []string{"project_id", "user_id"}
-	if minor >= 38 {
-		allowed = append(allowed, "consumer_type")
-	}
-	if err := checkParams(q, allowed...); err != nil {
+	if err := validateQuery(r.URL.RawQuery, usagesSchema(minor)); err != nil {
 		return err
 	}
 	// consumer_type (1.38): one type, "unknown", or "all" (one group).

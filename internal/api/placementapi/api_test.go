@@ -52,7 +52,7 @@ func newServerOn(t *testing.T, st store.Store) (*httptest.Server, map[string]str
 		}
 		uuids[name] = p.UUID
 	}
-	if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "c1", ProjectID: "p1", UserID: "u1", Type: placement.ConsumerInstance,
+	if _, err := st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: "cc000011-0000-4000-8000-000000000000", ProjectID: "p1", UserID: "u1", Type: placement.ConsumerInstance,
 		Allocations: map[string]placement.Resources{uuids["h1"]: {placement.VCPU: 4, placement.MemoryMB: 8192}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 		return map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]int{"VCPU": vcpu}}},
 			"project_id": "p2", "user_id": "u2", "consumer_generation": gen, "consumer_type": "INSTANCE"}
 	}
-	if code, ec := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 3, nil), nil); code != 204 {
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "1.39", alloc(ext, 3, nil), nil); code != 204 {
 		t.Fatalf("new consumer: %d %s", code, ec)
 	}
 	var got struct {
@@ -266,34 +266,34 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 		ConsumerType       string `json:"consumer_type"`
 		ProjectID          string `json:"project_id"`
 	}
-	send(t, srv, "GET", "/placement/allocations/c2", "1.39", nil, &got)
+	send(t, srv, "GET", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "1.39", nil, &got)
 	if got.Allocations[ext].Resources["VCPU"] != 3 || got.ConsumerGeneration != 1 || got.ConsumerType != "INSTANCE" || got.ProjectID != "p2" {
 		t.Fatalf("GET allocations: %+v", got)
 	}
-	if code, ec := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 2, nil), nil); code != 409 || ec != "placement.concurrent_update" {
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "1.39", alloc(ext, 2, nil), nil); code != 409 || ec != "placement.concurrent_update" {
 		t.Errorf("stale consumer generation: %d %s", code, ec)
 	}
-	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.39", alloc(ext, 5, 1), nil); code != 409 {
+	if code, _ := send(t, srv, "PUT", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "1.39", alloc(ext, 5, 1), nil); code != 409 {
 		t.Errorf("5 VCPU of a total of 4: %d, want 409 (as Placement's capacity check)", code)
 	}
-	if code, ec := send(t, srv, "PUT", "/placement/allocations/c4", "1.39", alloc(ext, 2, nil), nil); code != 409 {
+	if code, ec := send(t, srv, "PUT", "/placement/allocations/cc000002-0000-4000-8000-000000000000", "1.39", alloc(ext, 2, nil), nil); code != 409 {
 		t.Errorf("2 more VCPU where 1 is free: %d %s, want 409", code, ec)
 	}
-	if code, _ := send(t, srv, "PUT", "/placement/allocations/c2", "1.28", map[string]any{"allocations": map[string]any{}, "project_id": "p2", "user_id": "u2"}, nil); code != 400 {
+	if code, _ := send(t, srv, "PUT", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "1.28", map[string]any{"allocations": map[string]any{}, "project_id": "p2", "user_id": "u2"}, nil); code != 400 {
 		t.Errorf("no consumer_generation at 1.28: %d, want 400", code)
 	}
 
 	// POST /allocations is all or nothing: c3 fits on h2, c2's move to h1
 	// (4 of 16 VCPU used, 13 more does not fit max_unit 8) does not.
-	both := map[string]any{"c2": alloc(uuids["h1"], 13, 1), "c3": alloc(uuids["h2"], 1, nil)}
+	both := map[string]any{"cc000001-0000-4000-8000-000000000000": alloc(uuids["h1"], 13, 1), "cc000003-0000-4000-8000-000000000000": alloc(uuids["h2"], 1, nil)}
 	if code, _ := send(t, srv, "POST", "/placement/allocations", "1.39", both, nil); code != 400 && code != 409 {
 		t.Errorf("POST with one bad consumer: %d, want 400 or 409", code)
 	}
 	got.Allocations = nil
-	if code, _ := send(t, srv, "GET", "/placement/allocations/c3", "1.39", nil, &got); code != 200 || len(got.Allocations) != 0 {
+	if code, _ := send(t, srv, "GET", "/placement/allocations/cc000003-0000-4000-8000-000000000000", "1.39", nil, &got); code != 200 || len(got.Allocations) != 0 {
 		t.Errorf("c3 written by a failed POST: %+v", got)
 	}
-	both = map[string]any{"c2": alloc(uuids["h1"], 2, 1), "c3": alloc(uuids["h2"], 1, nil)}
+	both = map[string]any{"cc000001-0000-4000-8000-000000000000": alloc(uuids["h1"], 2, 1), "cc000003-0000-4000-8000-000000000000": alloc(uuids["h2"], 1, nil)}
 	if code, ec := send(t, srv, "POST", "/placement/allocations", "1.39", both, nil); code != 204 {
 		t.Fatalf("POST allocations: %d %s", code, ec)
 	}
@@ -312,16 +312,16 @@ func TestWritesGoThroughGenerationsAndCapacity(t *testing.T) {
 		Allocations map[string]struct{ Resources map[string]int64 }
 	}
 	send(t, srv, "GET", "/placement/resource_providers/"+uuids["h1"]+"/allocations", "1.39", nil, &pa)
-	if len(pa.Allocations) != 2 || pa.Allocations["c2"].Resources["VCPU"] != 2 {
+	if len(pa.Allocations) != 2 || pa.Allocations["cc000001-0000-4000-8000-000000000000"].Resources["VCPU"] != 2 {
 		t.Errorf("h1's allocations: %+v", pa)
 	}
 	if code, ec := send(t, srv, "DELETE", "/placement/resource_providers/"+uuids["h2"], "1.39", nil, nil); code != 409 {
 		t.Errorf("delete a provider in use: %d %s", code, ec)
 	}
-	if code, _ := send(t, srv, "DELETE", "/placement/allocations/c3", "1.39", nil, nil); code != 204 {
+	if code, _ := send(t, srv, "DELETE", "/placement/allocations/cc000003-0000-4000-8000-000000000000", "1.39", nil, nil); code != 204 {
 		t.Errorf("delete allocations: %d", code)
 	}
-	if code, _ := send(t, srv, "DELETE", "/placement/allocations/c3", "1.39", nil, nil); code != 404 {
+	if code, _ := send(t, srv, "DELETE", "/placement/allocations/cc000003-0000-4000-8000-000000000000", "1.39", nil, nil); code != 404 {
 		t.Errorf("delete them again: %d, want 404", code)
 	}
 	if code, _ := send(t, srv, "DELETE", "/placement/resource_providers/"+ext, "1.39", nil, nil); code != 204 {

@@ -75,7 +75,7 @@ func (a *API) postClass(w http.ResponseWriter, r *http.Request, minor int) error
 	var body struct {
 		Name string `json:"name"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, schemaResourceClass, &body); err != nil {
 		return err
 	}
 	rc := placement.ResourceClass(body.Name)
@@ -127,7 +127,7 @@ func (a *API) renameClass(w http.ResponseWriter, r *http.Request, rc placement.R
 	var body struct {
 		Name string `json:"name"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, schemaResourceClass, &body); err != nil {
 		return err
 	}
 	to := placement.ResourceClass(body.Name)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -40,10 +41,17 @@ type rawBody struct {
 	data        string
 }
 
+// accepting is no body, sent with this Accept header.
+type accepting string
+
 func (s side) do(t *testing.T, method, path, version string, body any) answer {
 	t.Helper()
 	var rd io.Reader
 	ctype := "application/json"
+	accept, _ := body.(accepting)
+	if accept != "" {
+		body = nil
+	}
 	if raw, ok := body.(rawBody); ok {
 		rd, ctype = strings.NewReader(raw.data), raw.contentType
 	} else if body != nil {
@@ -58,6 +66,9 @@ func (s side) do(t *testing.T, method, path, version string, body any) answer {
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Auth-Token", "admin")
+	if accept != "" {
+		req.Header.Set("Accept", string(accept))
+	}
 	if version != "" {
 		req.Header.Set("OpenStack-API-Version", "placement "+version)
 	}
@@ -81,6 +92,9 @@ func (s side) do(t *testing.T, method, path, version string, body any) answer {
 type conformance struct {
 	t     *testing.T
 	sides [2]side // Placement, keel
+	// texts: an error's message must be Placement's too (see
+	// errorText); otherwise a different one is only logged.
+	texts bool
 }
 
 func startConformance(t *testing.T) *conformance {
@@ -131,6 +145,15 @@ func (c *conformance) both(method, path, version string, body any) [2]answer {
 	}
 	if a, b := strings.TrimPrefix(out[0].header.Get("Location"), c.sides[0].base), strings.TrimPrefix(out[1].header.Get("Location"), c.sides[1].base); a != b {
 		c.t.Errorf("%s %s at %s: Location %q from Placement, %q from keel", method, path, version, out[0].header.Get("Location"), out[1].header.Get("Location"))
+	}
+	if out[0].status >= 400 {
+		if a, b := errorText(out[0].body), errorText(out[1].body); a != b {
+			if c.texts {
+				c.t.Errorf("%s %s at %s: %d saying %q from Placement, %q from keel", method, path, version, out[0].status, a, b)
+			} else {
+				c.t.Logf("message differs: %s %s at %s: %d saying %q from Placement, %q from keel", method, path, version, out[0].status, a, b)
+			}
+		}
 	}
 	if out[0].status >= 400 && !strings.HasPrefix(version, "1.") || out[0].status >= 400 && minorOf(version) >= 23 {
 		if a, b := errorCode(out[0].body), errorCode(out[1].body); a != b {
@@ -189,6 +212,29 @@ func trim(b []byte) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// errorText is what an error answer says, as a client shows it, less
+// what keel leaves out on purpose: Placement's detail is its web
+// framework's explanation of the status, a blank line, the message, and
+// for a body its JSON schema refuses, the schema itself ("Failed
+// validating …", which keel does not repeat); keel's detail is the
+// message. A body that is not Placement's error JSON is compared whole.
+func errorText(body []byte) string {
+	var e struct {
+		Errors []struct {
+			Detail string `json:"detail"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Errors) == 0 {
+		return strings.TrimSpace(string(body))
+	}
+	d := e.Errors[0].Detail
+	if _, msg, ok := strings.Cut(d, "\n\n"); ok {
+		d = msg
+	}
+	d, _, _ = strings.Cut(d, "  Failed validating")
+	return strings.TrimSpace(d)
 }
 
 func errorCode(body []byte) string {
@@ -614,4 +660,220 @@ func TestConformanceHTTP(t *testing.T) {
 	c.both("DELETE", "/resource_providers/"+cfCN1, "1.39", nil)
 	c.both("DELETE", "/traits/CUSTOM_GOLD", "1.39", nil)
 	c.both("DELETE", "/resource_classes/CUSTOM_MAGIC", "1.39", nil)
+}
+
+// TestConformanceReshaperMove is Placement's own reshaper scenario: a
+// compute node with DISK_GB and VCPU and three consumers on it moves its
+// VCPU, and the allocations of it, to a new child; before that, requests
+// refused for each of the reasons Placement refuses one (none may change
+// a generation), and after, a move back and the same at the microversions
+// that take mappings or refuse them. Statuses, codes, texts and the
+// generations must all be Placement's.
+func TestConformanceReshaperMove(t *testing.T) {
+	c := startConformance(t)
+	c.texts = true
+	const (
+		rp      = "c2000001-0000-4000-8000-000000000000"
+		child   = "c2000001-0000-4000-8000-000000000001"
+		nowhere = "c2000001-0000-4000-8000-0000000000ff"
+		c0      = "d3000000-0000-4000-8000-000000000000"
+		c1      = "d3000000-0000-4000-8000-000000000001"
+		calt    = "d3000000-0000-4000-8000-000000000002"
+		inst    = "d3000000-0000-4000-8000-000000000003"
+		n1      = "d3000000-0000-4000-8000-000000000004"
+		n2      = "d3000000-0000-4000-8000-000000000005"
+	)
+	c.same("POST", "/resource_providers", "1.30", map[string]any{"uuid": rp, "name": "rp"})
+	c.both("POST", "/resource_providers/"+rp+"/inventories", "1.30", map[string]any{"resource_class": "DISK_GB", "total": 2048, "step_size": 10, "min_unit": 10, "max_unit": 1000, "resource_provider_generation": 0})
+	c.both("POST", "/resource_providers/"+rp+"/inventories", "1.30", map[string]any{"resource_class": "VCPU", "total": 10, "max_unit": 10, "resource_provider_generation": 1})
+	consumer := func(allocs map[string]any, user string, gen any) map[string]any {
+		return map[string]any{"allocations": allocs, "project_id": "p", "user_id": user, "consumer_generation": gen}
+	}
+	on := func(p string, res map[string]any) map[string]any {
+		return map[string]any{p: map[string]any{"resources": res}}
+	}
+	c.both("PUT", "/allocations/"+c0, "1.30", consumer(on(rp, map[string]any{"DISK_GB": 1000}), "u", nil))
+	c.both("PUT", "/allocations/"+c1, "1.30", consumer(on(rp, map[string]any{"VCPU": 6}), "u", nil))
+	c.both("PUT", "/allocations/"+calt, "1.30", consumer(on(rp, map[string]any{"DISK_GB": 20, "VCPU": 1}), "alt", nil))
+	gens := func(want ...int64) {
+		t.Helper()
+		for i, p := range []string{rp, child}[:len(want)] {
+			if a, b := c.generation(0, p), c.generation(1, p); a != want[i] || b != want[i] {
+				t.Errorf("generation of %s: Placement %d, keel %d, want %d", p, a, b, want[i])
+			}
+		}
+	}
+	gens(5)
+	vcpu1 := map[string]any{"VCPU": map[string]any{"total": 1}}
+	invOf := func(p string, gen int64, invs map[string]any) map[string]any {
+		return map[string]any{p: map[string]any{"resource_provider_generation": gen, "inventories": invs}}
+	}
+	c.both("GET", "/reshaper", "1.30", nil)
+	c.both("POST", "/reshaper", "1.29", map[string]any{})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"cows": "moo"})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"inventories": invOf(rp, 0, vcpu1)})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"inventories": invOf(rp, 5, vcpu1), "allocations": map[string]any{}})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"inventories": invOf(rp, 5, vcpu1), "allocations": map[string]any{inst: consumer(on(rp, map[string]any{"VCPU": 1}), "u", nil)}})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"inventories": invOf(rp, 4, vcpu1), "allocations": map[string]any{}})
+	c.both("POST", "/reshaper", "1.30", map[string]any{"inventories": invOf(rp, 5, vcpu1), "allocations": map[string]any{inst: consumer(on(rp, map[string]any{"VCPU": 1}), "u", 99)}})
+	c.same("POST", "/resource_providers", "1.30", map[string]any{"uuid": child, "name": "child", "parent_provider_uuid": rp})
+	disk := func(extra ...any) map[string]any {
+		d := map[string]any{"total": 2048, "step_size": 10, "min_unit": 10, "max_unit": 1200}
+		for i := 0; i+1 < len(extra); i += 2 {
+			d[extra[i].(string)] = extra[i+1]
+		}
+		return d
+	}
+	move := func(rpInv map[string]any, childUUID string, c0Extra ...any) map[string]any {
+		c0b := consumer(on(rp, map[string]any{"DISK_GB": 1000}), "u", 1)
+		for i := 0; i+1 < len(c0Extra); i += 2 {
+			c0b[c0Extra[i].(string)] = c0Extra[i+1]
+		}
+		invs := invOf(rp, 5, rpInv)
+		invs[childUUID] = map[string]any{"resource_provider_generation": 0, "inventories": map[string]any{"VCPU": map[string]any{"total": 10, "max_unit": 8}}}
+		both := on(rp, map[string]any{"DISK_GB": 20})
+		both[child] = map[string]any{"resources": map[string]any{"VCPU": 1}}
+		return map[string]any{"inventories": invs, "allocations": map[string]any{
+			c0: c0b, c1: consumer(on(child, map[string]any{"VCPU": 8}), "u", 1), calt: consumer(both, "alt", 1)}}
+	}
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk()}, nowhere))
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk("bad_field", "moo")}, child))
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk()}, child, "bad_field", "moo"))
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_OF_STEEL": disk()}, child))
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk("max_unit", 600)}, child))
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk("total", 2147483648)}, child))
+	gens(5, 0)
+	// The move.
+	c.both("POST", "/reshaper", "1.30", move(map[string]any{"DISK_GB": disk()}, child))
+	gens(8, 3)
+	for _, p := range []string{rp, child} {
+		c.same("GET", "/resource_providers/"+p+"/usages", "1.30", nil)
+		c.same("GET", "/resource_providers/"+p+"/inventories", "1.30", nil)
+	}
+	// And back, to two new consumers.
+	back := func(rpGen, childGen int64, gen0, genNew, gen1 any) map[string]any {
+		both := on(rp, map[string]any{"DISK_GB": 20, "VCPU": 1})
+		return map[string]any{
+			"inventories": map[string]any{
+				rp:    map[string]any{"resource_provider_generation": rpGen, "inventories": map[string]any{"DISK_GB": disk(), "VCPU": map[string]any{"total": 10, "max_unit": 8}}},
+				child: map[string]any{"resource_provider_generation": childGen, "inventories": map[string]any{}},
+			},
+			"allocations": map[string]any{
+				c0: consumer(on(rp, map[string]any{"DISK_GB": 1000}), "u", gen0), n1: consumer(on(rp, map[string]any{"VCPU": 8}), "u", genNew),
+				n2: consumer(both, "alt", genNew), c1: consumer(map[string]any{}, "u", gen1), calt: consumer(on(rp, map[string]any{"DISK_GB": 20}), "alt", gen0),
+			}}
+	}
+	c.both("POST", "/reshaper", "1.30", back(8, 3, 2, nil, 2))
+	gens(11, 5)
+	withMappings := back(11, 5, 3, 1, nil)
+	withMappings["allocations"].(map[string]any)[c0].(map[string]any)["mappings"] = map[string]any{"": []string{rp}}
+	c.both("POST", "/reshaper", "1.33", withMappings)
+	c.both("POST", "/reshaper", "1.34", withMappings)
+	gens(14, 6)
+	for _, u := range []string{c0, c1, calt, n1, n2} {
+		c.same("GET", "/allocations/"+u, "1.39", nil)
+	}
+}
+
+// TestConformanceValidation compares how Placement refuses bodies and
+// paths of the wrong form (its JSON schemas, consumer UUIDs, query
+// strings), the status codes of inventories past its limits and of
+// mappings, a route that does not exist asked for in HTML, and UUIDs
+// written without dashes: statuses, codes and texts.
+func TestConformanceValidation(t *testing.T) {
+	c := startConformance(t)
+	c.texts = true
+	const (
+		rp = "c3000001-0000-4000-8000-000000000000"
+		vm = "d4000000-0000-4000-8000-000000000001"
+	)
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": rp, "name": "v1"})
+	c.same("PUT", "/resource_providers/"+rp+"/inventories", "1.39", map[string]any{"resource_provider_generation": 0,
+		"inventories": map[string]any{"VCPU": map[string]any{"total": 8}, "DISK_GB": map[string]any{"total": 100}}})
+	gen := func(extra map[string]any) func(int) any {
+		return func(i int) any {
+			b := map[string]any{"resource_provider_generation": c.generation(i, rp)}
+			maps.Copy(b, extra)
+			return b
+		}
+	}
+	// PUT /resource_providers/{uuid}/traits.
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", gen(map[string]any{"traits": []string{}, "bogus": 1}))
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", gen(nil))
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", map[string]any{"traits": []string{}})
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", gen(map[string]any{"traits": []any{1}}))
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", gen(map[string]any{"traits": []string{"NOPE_NOT"}}))
+	// Resource classes.
+	c.both("POST", "/resource_classes", "1.39", map[string]any{"name": "CUSTOM_A1", "bogus": 1})
+	c.both("POST", "/resource_classes", "1.39", map[string]any{"name": "BAD"})
+	c.both("POST", "/resource_classes", "1.39", map[string]any{})
+	c.both("POST", "/resource_classes", "1.39", map[string]any{"name": "CUSTOM_" + strings.Repeat("X", 250)})
+	c.both("PUT", "/resource_classes/CUSTOM_A2", "1.2", map[string]any{"name": "CUSTOM_A3", "bogus": 1})
+	c.both("PUT", "/resource_classes/CUSTOM_A2", "1.2", map[string]any{"name": "CUSTOM_A3"})
+	// Allocations: consumer UUIDs, project and user, mappings.
+	alloc := func(extra ...any) map[string]any {
+		b := map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]any{"VCPU": 1}}},
+			"project_id": "p", "user_id": "u", "consumer_generation": nil}
+		for i := 0; i+1 < len(extra); i += 2 {
+			b[extra[i].(string)] = extra[i+1]
+		}
+		return b
+	}
+	c.both("PUT", "/allocations/not-a-uuid", "1.39", alloc("consumer_type", "INSTANCE"))
+	c.both("PUT", "/allocations/not-a-uuid", "1.28", alloc())
+	for _, kv := range [][2]any{{"project_id", strings.Repeat("p", 256)}, {"user_id", strings.Repeat("u", 256)}, {"project_id", ""}, {"user_id", ""}} {
+		c.both("PUT", "/allocations/"+vm, "1.28", alloc(kv[0], kv[1]))
+		c.both("POST", "/allocations", "1.28", map[string]any{vm: alloc(kv[0], kv[1])})
+	}
+	c.both("POST", "/allocations", "1.28", map[string]any{"not-a-uuid": alloc()})
+	for _, q := range []string{"project_id=" + strings.Repeat("p", 256), "project_id=", "project_id=p&user_id=", "project_id=p&user_id=" + strings.Repeat("u", 256), "user_id=u", "project_id=p&bogus=1"} {
+		c.both("GET", "/usages?"+q, "1.9", nil)
+	}
+	for i, m := range []any{[]any{}, map[string]any{"": []string{rp}, "x": 1}, map[string]any{}, map[string]any{"a": "x"}, map[string]any{"a": []any{}},
+		map[string]any{"a": []string{"nope"}}, map[string]any{"a": []any{1}}, nil} {
+		consumer := fmt.Sprintf("d4000000-0000-4000-8000-0000000001%02d", i)
+		c.both("PUT", "/allocations/"+consumer, "1.34", alloc("mappings", m))
+		c.both("POST", "/allocations", "1.34", map[string]any{consumer: alloc("mappings", m)})
+	}
+	c.both("PUT", "/allocations/"+vm, "1.33", alloc("mappings", map[string]any{"": []string{rp}}))
+	c.both("PUT", "/allocations/"+vm, "1.28", map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]any{}}}, "project_id": "p", "user_id": "u", "consumer_generation": nil})
+	// Inventories past Placement's limits, and of the wrong form.
+	for _, f := range []string{"total", "reserved", "min_unit", "max_unit", "step_size", "allocation_ratio"} {
+		var v any = 2147483648
+		if f == "allocation_ratio" {
+			v = 3.5e38
+		}
+		inv := map[string]any{"total": 10, f: v}
+		c.both("PUT", "/resource_providers/"+rp+"/inventories", "1.39", gen(map[string]any{"inventories": map[string]any{"VCPU": inv}}))
+		c.both("PUT", "/resource_providers/"+rp+"/inventories/VCPU", "1.39", gen(inv))
+		c.both("POST", "/resource_providers/"+rp+"/inventories", "1.39", gen(map[string]any{"resource_class": "CUSTOM_NOPE", "total": 10, f: v}))
+	}
+	for _, v := range []string{"1.25", "1.26"} {
+		c.both("PUT", "/resource_providers/"+rp+"/inventories/DISK_GB", v, gen(map[string]any{"total": 10, "reserved": 11}))
+		c.both("PUT", "/resource_providers/"+rp+"/inventories/DISK_GB", v, gen(map[string]any{"total": 10, "reserved": 10}))
+	}
+	c.both("PUT", "/resource_providers/"+rp+"/inventories/DISK_GB", "1.39", gen(map[string]any{"total": 10, "min_unit": 0}))
+	c.both("PUT", "/resource_providers/"+rp+"/inventories/DISK_GB", "1.39", gen(map[string]any{"total": 10, "bogus": 4}))
+	// Allocations that do not fit, in Placement's words.
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc("allocations", map[string]any{rp: map[string]any{"resources": map[string]any{"VCPU": 100}}}))
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc("allocations", map[string]any{rp: map[string]any{"resources": map[string]any{"MEMORY_MB": 1}}}))
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc())
+	c.both("PUT", "/allocations/"+vm, "1.28", alloc())
+	// A route that does not exist, asked for in another language.
+	for _, accept := range []string{"text/html", "text/plain", "application/xml"} {
+		c.both("GET", "/no/such/thing", "1.39", accepting(accept))
+		c.both("GET", "/resource_providers/"+rp+"/nope", "1.39", accepting(accept))
+	}
+	// Dashless UUIDs are the dashed ones: providers and consumers.
+	dl := "c3000002-0000-4000-8000-000000000000"
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": strings.ReplaceAll(dl, "-", ""), "name": "v2"})
+	c.both("POST", "/resource_providers", "1.39", map[string]any{"uuid": dl, "name": "v3"})
+	c.both("POST", "/resource_providers", "1.39", map[string]any{"uuid": "c3000003-0000-4000-8000-000000000000", "name": "v2"})
+	c.same("GET", "/resource_providers/"+dl, "1.39", nil)
+	consumer := "d4000000-0000-4000-8000-000000000fff"
+	c.both("PUT", "/allocations/"+strings.ReplaceAll(consumer, "-", ""), "1.28", alloc())
+	c.same("GET", "/allocations/"+consumer, "1.28", nil)
+	c.both("PUT", "/allocations/"+consumer, "1.28", alloc())
+	c.both("PUT", "/allocations/"+consumer, "1.28", alloc("consumer_generation", 1))
+	c.same("GET", "/resource_providers/"+rp+"/allocations", "1.28", nil)
 }

@@ -388,22 +388,22 @@ func TestAllocationShapesAndConsumerTypes(t *testing.T) {
 	// Before 1.12: a list of {resource_provider: {uuid}, resources}.
 	old := map[string]any{"allocations": []any{map[string]any{"resource_provider": map[string]any{"uuid": h2}, "resources": map[string]int{"VCPU": 2}}},
 		"project_id": "p9", "user_id": "u9"}
-	expect(t, srv, "PUT", "/placement/allocations/c-old", "1.11", old, 204, "", nil)
-	expect(t, srv, "PUT", "/placement/allocations/c-old2", "1.12", old, 400, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.11", old, 204, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000005-0000-4000-8000-000000000000", "1.12", old, 400, "", nil)
 	noProject := map[string]any{"allocations": old["allocations"]}
-	expect(t, srv, "PUT", "/placement/allocations/c-old3", "1.7", noProject, 204, "", nil)
-	expect(t, srv, "PUT", "/placement/allocations/c-old4", "1.8", noProject, 400, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000006-0000-4000-8000-000000000000", "1.7", noProject, 204, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000007-0000-4000-8000-000000000000", "1.8", noProject, 400, "", nil)
 	var got struct {
 		Allocations map[string]struct{ Resources map[string]int64 }
 		ProjectID   string `json:"project_id"`
 		Generation  int64  `json:"consumer_generation"`
 		Type        string `json:"consumer_type"`
 	}
-	expect(t, srv, "GET", "/placement/allocations/c-old", "1.38", nil, 200, "", &got)
+	expect(t, srv, "GET", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.38", nil, 200, "", &got)
 	if got.Allocations[h2].Resources["VCPU"] != 2 || got.Type != "unknown" || got.ProjectID != "p9" || got.Generation != 1 {
 		t.Errorf("an allocation written at 1.11, read at 1.38: %+v", got)
 	}
-	expect(t, srv, "GET", "/placement/allocations/c-old3", "1.12", nil, 200, "", &got)
+	expect(t, srv, "GET", "/placement/allocations/cc000006-0000-4000-8000-000000000000", "1.12", nil, 200, "", &got)
 	if got.ProjectID != "00000000-0000-0000-0000-000000000000" {
 		t.Errorf("a consumer written at 1.7 has project %q", got.ProjectID)
 	}
@@ -417,22 +417,22 @@ func TestAllocationShapesAndConsumerTypes(t *testing.T) {
 		}
 		return b
 	}
-	code, msg := send(t, srv, "PUT", "/placement/allocations/c-old", "1.28", body(nil, ""), nil)
+	code, msg := send(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.28", body(nil, ""), nil)
 	if code != 409 || msg != "placement.concurrent_update" {
 		t.Errorf("null generation for an existing consumer: %d %s", code, msg)
 	}
-	expect(t, srv, "PUT", "/placement/allocations/c-new", "1.28", body(3, ""), 409, "placement.concurrent_update", nil)
-	expect(t, srv, "PUT", "/placement/allocations/c-old", "1.28", body(1, ""), 204, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000008-0000-4000-8000-000000000000", "1.28", body(3, ""), 409, "placement.concurrent_update", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.28", body(1, ""), 204, "", nil)
 	bad := body(nil, "")
 	bad["allocations"] = map[string]any{"00000000-0000-0000-0000-0000000000ff": map[string]any{"resources": map[string]int{"VCPU": 1}}}
-	expect(t, srv, "PUT", "/placement/allocations/c-nowhere", "1.28", bad, 400, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000009-0000-4000-8000-000000000000", "1.28", bad, 400, "", nil)
 	// 1.38: any [A-Z0-9_]+ type; an existing consumer's type is replaced.
-	expect(t, srv, "PUT", "/placement/allocations/c-old", "1.38", body(2, "lower"), 400, "", nil)
-	expect(t, srv, "PUT", "/placement/allocations/c-old", "1.38", body(2, "MIGRATION"), 204, "", nil)
-	expect(t, srv, "PUT", "/placement/allocations/c-new", "1.38", body(nil, "BAREMETAL_NODE"), 204, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.38", body(2, "lower"), 400, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.38", body(2, "MIGRATION"), 204, "", nil)
+	expect(t, srv, "PUT", "/placement/allocations/cc000008-0000-4000-8000-000000000000", "1.38", body(nil, "BAREMETAL_NODE"), 204, "", nil)
 	// Written at 1.28 (no type) after that: the type stays.
-	expect(t, srv, "PUT", "/placement/allocations/c-old", "1.28", body(3, ""), 204, "", nil)
-	expect(t, srv, "GET", "/placement/allocations/c-old", "1.38", nil, 200, "", &got)
+	expect(t, srv, "PUT", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.28", body(3, ""), 204, "", nil)
+	expect(t, srv, "GET", "/placement/allocations/cc000004-0000-4000-8000-000000000000", "1.38", nil, 200, "", &got)
 	if got.Type != "MIGRATION" || got.Generation != 4 {
 		t.Errorf("type after an untyped write: %+v", got)
 	}
@@ -582,7 +582,7 @@ func TestOddBodiesNeverFail5xx(t *testing.T) {
 		"/placement/resource_classes/CUSTOM_X",
 		"/placement/traits/CUSTOM_X",
 		"/placement/allocations",
-		"/placement/allocations/c5",
+		"/placement/allocations/cc000010-0000-4000-8000-000000000000",
 	}
 	bodies := []any{nil, "x", 7, []any{}, []any{1, "x"}, map[string]any{},
 		map[string]any{"name": 5, "traits": []any{1}, "aggregates": "x", "resource_provider_generation": "1"},

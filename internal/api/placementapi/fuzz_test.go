@@ -24,8 +24,8 @@ var placementWrites = []struct{ method, path string }{
 	{"POST", "/placement/resource_providers/{rp}/inventories"},
 	{"PUT", "/placement/resource_providers/{rp}/traits"},
 	{"PUT", "/placement/resource_providers/{rp}/aggregates"},
-	{"PUT", "/placement/allocations/c1"},
-	{"PUT", "/placement/allocations/c2"},
+	{"PUT", "/placement/allocations/cc000011-0000-4000-8000-000000000000"},
+	{"PUT", "/placement/allocations/cc000001-0000-4000-8000-000000000000"},
 	{"POST", "/placement/allocations"},
 	{"POST", "/placement/resource_classes"},
 	{"PUT", "/placement/traits/CUSTOM_FUZZ"},
@@ -66,7 +66,7 @@ var placementSeeds = []string{
 	`{"allocations": {"00000000-0000-0000-0000-000000000001": {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u", "consumer_generation": null}`,
 	`{"allocations": {"00000000-0000-0000-0000-000000000001": {"resources": {"VCPU": 1000}}}, "project_id": "p", "user_id": "u", "consumer_generation": 1}`,
 	`{"allocations": [{"resource_provider": {"uuid": "00000000-0000-0000-0000-000000000002"}, "resources": {"MEMORY_MB": 64}}]}`,
-	`{"c9": {"allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": null}}`,
+	`{"cc0000c9-0000-4000-8000-000000000000": {"allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": null}}`,
 	`{"name": "CUSTOM_GPU"}`,
 	`null`, `[]`, `{`, ``, `{"allocations": {"x": {"resources": {"VCPU": 1.5}}}}`,
 	`{"name": "n\u0000"}`,
@@ -102,7 +102,7 @@ func FuzzPlacementRequests(f *testing.F) {
 // go test -fuzz runs it for longer (tests/fuzz.sh --postgres).
 func FuzzPlacementRequestsPostgres(f *testing.F) {
 	byKey := map[string][]int{
-		"name": {0, 1, 10}, "resource_provider_generation": {2, 3, 4, 5, 6}, "allocations": {7, 8}, "c9": {9},
+		"name": {0, 1, 10}, "resource_provider_generation": {2, 3, 4, 5, 6}, "allocations": {7, 8}, "cc0000c9-0000-4000-8000-000000000000": {9},
 	}
 	for i, seed := range placementSeeds {
 		writes := []int{i % len(placementWrites)}
@@ -130,7 +130,7 @@ func fuzzPlacement(t *testing.T, srv *httptest.Server, uuids map[string]string, 
 	h := srv.Config.Handler
 	snapshot := func() string {
 		var b strings.Builder
-		paths := []string{"/placement/resource_providers", "/placement/allocations/c1", "/placement/allocations/c2", "/placement/resource_classes", "/placement/traits?name=startswith:CUSTOM_"}
+		paths := []string{"/placement/resource_providers", "/placement/allocations/cc000011-0000-4000-8000-000000000000", "/placement/allocations/cc000001-0000-4000-8000-000000000000", "/placement/resource_classes", "/placement/traits?name=startswith:CUSTOM_"}
 		for _, name := range []string{"h1", "h2", "h3"} {
 			for _, sub := range []string{"", "/inventories", "/usages", "/traits", "/aggregates", "/allocations"} {
 				paths = append(paths, "/placement/resource_providers/"+uuids[name]+sub)

@@ -29,7 +29,7 @@ const maxInt = 2147483647
 const maxRatio = 3.40282e+38
 
 // inventory turns the body into an inventory with Placement's defaults.
-func (b inventoryBody) inventory(rc string, minor int) (placement.Inventory, error) {
+func (b inventoryBody) inventory(provider, rc string, minor int) (placement.Inventory, error) {
 	if b.Total == nil {
 		return placement.Inventory{}, errorf(http.StatusBadRequest, "inventory of %s: 'total' is a required property", rc)
 	}
@@ -59,8 +59,11 @@ func (b inventoryBody) inventory(rc string, minor int) (placement.Inventory, err
 		}
 		inv.AllocationRatio = *b.AllocationRatio
 	}
-	if minor < 26 && inv.Reserved == inv.Total {
-		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider: reserved %d must be less than total %d before placement 1.26", inv.Reserved, inv.Total)
+	if minor < 26 && inv.Reserved >= inv.Total {
+		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider %s: Invalid inventory for '%s' on resource provider '%s'. The reserved value is greater than or equal to total.", provider, rc, provider)
+	}
+	if inv.Reserved > inv.Total {
+		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider %s: Invalid inventory for '%s' on resource provider '%s'. The reserved value is greater than total.", provider, rc, provider)
 	}
 	if err := inv.Validate(placement.ResourceClass(rc)); err != nil {
 		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider: %v", err)
@@ -125,7 +128,7 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 		Generation  *int64                   `json:"resource_provider_generation"`
 		Inventories map[string]inventoryBody `json:"inventories"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, schemaPutInventories, &body); err != nil {
 		return err
 	}
 	if body.Generation == nil || body.Inventories == nil {
@@ -133,7 +136,7 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 	}
 	invs := placement.Inventories{}
 	for rc, b := range body.Inventories {
-		inv, err := b.inventory(rc, minor)
+		inv, err := b.inventory(p.UUID, rc, minor)
 		if err != nil {
 			return err
 		}
@@ -151,7 +154,7 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 // (1.5): removes every inventory, refused while any is in use.
 func (a *API) deleteInventories(w http.ResponseWriter, r *http.Request, minor int) error {
 	if minor < 5 {
-		return errorf(http.StatusMethodNotAllowed, "DELETE of all inventories needs placement 1.5 or newer")
+		return methodNotAllowed(r.Method)
 	}
 	p, _, err := a.provider(r)
 	if err != nil {
@@ -188,13 +191,13 @@ func (a *API) putInventory(w http.ResponseWriter, r *http.Request, minor int) er
 	}
 	rc := r.PathValue("rc")
 	var body inventoryBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, inventoryRecord, &body); err != nil {
 		return err
 	}
 	if body.Generation == nil {
 		return errorf(http.StatusBadRequest, "'resource_provider_generation' is a required property")
 	}
-	inv, err := body.inventory(rc, minor)
+	inv, err := body.inventory(p.UUID, rc, minor)
 	if err != nil {
 		return err
 	}
@@ -215,7 +218,7 @@ func (a *API) postInventory(w http.ResponseWriter, r *http.Request, minor int) e
 		return err
 	}
 	var body inventoryBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, schemaPostInventory, &body); err != nil {
 		return err
 	}
 	// Placement takes resource_provider_generation here and checks
@@ -227,7 +230,7 @@ func (a *API) postInventory(w http.ResponseWriter, r *http.Request, minor int) e
 		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate,
 			msg: fmt.Sprintf("Update conflict: Inventory for '%s' on resource provider '%s' already exists.", body.ResourceClass, p.UUID)}
 	}
-	inv, err := body.inventory(body.ResourceClass, minor)
+	inv, err := body.inventory(p.UUID, body.ResourceClass, minor)
 	if err != nil {
 		return err
 	}

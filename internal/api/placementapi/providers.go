@@ -2,6 +2,7 @@ package placementapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -371,6 +372,14 @@ func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	}
 	p, err := a.st.CreateProvider(r.Context(), np)
 	if err != nil {
+		if errors.Is(err, store.ErrExists) {
+			dup := "name: " + body.Name
+			if v, verr := a.views.get(r.Context()); verr == nil && v.byUUID[body.UUID] != nil {
+				dup = "uuid: " + body.UUID
+			}
+			return &httpError{status: http.StatusConflict, code: codeDuplicateName,
+				msg: fmt.Sprintf("Conflicting resource provider %s already exists.", dup)}
+		}
 		if placement.IsInvalid(err) {
 			return errorf(http.StatusBadRequest, "Unable to create resource provider %q, %s: %v", body.Name, body.UUID, err)
 		}
@@ -414,6 +423,10 @@ func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	}
 	p, err := a.st.UpdateProvider(r.Context(), cur.UUID, body.Name, parent, minor >= 37)
 	if err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return &httpError{status: http.StatusConflict, code: codeDuplicateName,
+				msg: fmt.Sprintf("Conflicting resource provider %s already exists.", body.Name)}
+		}
 		if placement.IsInvalid(err) {
 			return errorf(http.StatusBadRequest, "Unable to save resource provider %s: %v", cur.UUID, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -25,7 +26,7 @@ func (a *API) reshaper(w http.ResponseWriter, r *http.Request, minor int) error 
 		return err
 	}
 	var body map[string]json.RawMessage
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, reshaperSchema(minor), &body); err != nil {
 		return err
 	}
 	for k := range body {
@@ -67,47 +68,63 @@ func (a *API) reshaper(w http.ResponseWriter, r *http.Request, minor int) error 
 		p, ok := v.byUUID[u]
 		if !ok {
 			return &httpError{status: http.StatusBadRequest, code: codeProviderNotFound,
-				msg: fmt.Sprintf("Resource provider %s in inventories not found", u)}
+				msg: fmt.Sprintf("Resource provider %s in inventories not found: No resource provider with uuid %s found", u, u)}
 		}
 		if *ib.Generation != p.Generation {
 			return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate,
 				msg: fmt.Sprintf("resource provider generation conflict for provider %s: actual: %d, given: %d", u, p.Generation, *ib.Generation)}
 		}
 		iw := placement.InventoryWrite{UUID: u, Generation: *ib.Generation, Inventories: placement.Inventories{}}
-		res := placement.Resources{}
 		for rc, b := range ib.Inventories {
-			inv, err := b.inventory(rc, minor)
+			if placement.ResourceClass(rc).Validate() != nil {
+				// Of the schema's form, but no class there could be.
+				return errorf(http.StatusBadRequest, "malformed reshaper data: No such resource class %s.", rc)
+			}
+			inv, err := b.inventory(u, rc, minor)
 			if err != nil {
 				return err
 			}
 			iw.Inventories[placement.ResourceClass(rc)] = inv
-			res[placement.ResourceClass(rc)] = 1
-		}
-		if err := a.knownClasses(r, res); err != nil {
-			return err
 		}
 		invs = append(invs, iw)
 	}
 	writes := make([]placement.AllocationWrite, 0, len(allocBody))
 	for _, consumer := range slices.Sorted(maps.Keys(allocBody)) {
 		b := allocBody[consumer]
-		wr, err := b.toWrite(consumer, max(minor, 28))
+		wr, err := b.toWrite(normUUID(consumer), max(minor, 28))
 		if err != nil {
 			return err
 		}
 		writes = append(writes, wr)
 	}
+	// A class that does not exist is found once the consumers are (as
+	// Placement finds it, in its write).
+	for _, iw := range invs {
+		res := placement.Resources{}
+		for rc := range iw.Inventories {
+			res[rc] = 1
+		}
+		if err := a.knownClasses(r, res); err != nil {
+			return errorf(http.StatusBadRequest, "malformed reshaper data: %s", strings.TrimPrefix(err.Error(), "Invalid resource class in resources parameter: "))
+		}
+	}
 	if _, err := a.st.Reshape(r.Context(), invs, writes); err != nil {
 		var inUse *placement.InUseError
+		var conflict *placement.ConflictError
 		switch {
+		case errors.As(err, &conflict) && conflict.Kind == placement.ConsumerGeneration:
+			return asHTTPError(conflict)
+		case errors.As(err, &conflict) && conflict.Kind == placement.ProviderGeneration && conflict.Expected != nil && conflict.Actual != nil:
+			return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate,
+				msg: fmt.Sprintf("resource provider generation conflict for provider %s: actual: %d, given: %d", conflict.UUID, *conflict.Actual, *conflict.Expected)}
 		case errors.As(err, &inUse):
-			return &httpError{status: http.StatusConflict, code: codeInventoryInUse, msg: "update conflict: " + err.Error()}
+			return &httpError{status: http.StatusConflict, code: codeInventoryInUse, msg: "update conflict: " + inUseMessage(inUse)}
 		case placement.IsConflict(err):
 			return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: "update conflict: " + err.Error()}
 		case errors.Is(err, store.ErrNotFound):
 			return errorf(http.StatusBadRequest, "malformed reshaper data: %v", err)
 		case placement.IsCapacity(err), placement.IsInvalid(err):
-			return errorf(http.StatusConflict, "Unable to allocate inventory: %v", err)
+			return errorf(http.StatusConflict, "Unable to allocate inventory: %s", allocationMessage(err))
 		}
 		return err
 	}
@@ -124,7 +141,8 @@ func requireJSON(r *http.Request) error {
 		if ct == "" {
 			ct = "None"
 		}
-		return errorf(http.StatusUnsupportedMediaType, "The media type %s is not supported, use application/json", ct)
+		return &httpError{status: http.StatusUnsupportedMediaType, code: codeUndefined, media: ct,
+			msg: fmt.Sprintf("The media type %s is not supported, use application/json", ct)}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 // (Placement answers 404 for a route that does not exist yet).
 func needs(minor, since int) error {
 	if minor < since {
-		return errorf(http.StatusNotFound, "The resource could not be found.")
+		return errorf(http.StatusNotFound, "")
 	}
 	return nil
 }
@@ -176,13 +176,17 @@ func (a *API) putProviderTraits(w http.ResponseWriter, r *http.Request, minor in
 		Traits     []string `json:"traits"`
 		Generation *int64   `json:"resource_provider_generation"`
 	}
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, schemaProviderTraits, &body); err != nil {
 		return err
 	}
 	if body.Traits == nil || body.Generation == nil {
 		return errorf(http.StatusBadRequest, "'traits' and 'resource_provider_generation' are required properties")
 	}
 	np, err := a.st.SetProviderTraits(r.Context(), p.UUID, *body.Generation, body.Traits)
+	if placement.IsInvalid(err) && strings.Contains(err.Error(), "No such trait(s): ") {
+		_, names, _ := strings.Cut(err.Error(), "No such trait(s): ")
+		return errorf(http.StatusBadRequest, "No such trait %s", names)
+	}
 	if err != nil {
 		return err
 	}

@@ -14,20 +14,37 @@ import (
 // decode reads a JSON body into v; the body must say it is JSON (415
 // otherwise, as Placement's handlers that take one).
 func decode(r *http.Request, v any) error {
+	return decodeAs(r, nil, v)
+}
+
+// decodeAs is decode with the body checked against Placement's schema s
+// first (nil: none), so that a body of the wrong form is refused as
+// Placement refuses it, before anything is looked up.
+func decodeAs(r *http.Request, s *schema, v any) error {
 	if err := requireJSON(r); err != nil {
 		return err
 	}
-	if err := httpbody.DecodeJSON(r, httpbody.DefaultLimit, v); err != nil {
+	body, err := httpbody.Read(r, httpbody.DefaultLimit)
+	if err != nil {
 		if httpbody.IsTooLarge(err) {
 			return errorf(http.StatusRequestEntityTooLarge, "Request is too large: %v", err)
 		}
 		return errorf(http.StatusBadRequest, "Malformed JSON: %v", err)
 	}
+	if s != nil && len(body) > 0 {
+		if err := validateBody(body, s); err != nil {
+			return err
+		}
+	}
+	if err := httpbody.Unmarshal(body, v); err != nil {
+		return errorf(http.StatusBadRequest, "Malformed JSON: %v", err)
+	}
 	return nil
 }
 
-// providerAllocations is GET /resource_providers/{uuid}/allocations.
-func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, _ int) error {
+// providerAllocations is GET /resource_providers/{uuid}/allocations:
+// the consumers' allocations there (with their generations from 1.28).
+func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
 	p, _, err := a.provider(r)
 	if err != nil {
 		return err
@@ -38,7 +55,12 @@ func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, _ int)
 	}
 	out := map[string]any{}
 	for _, c := range cs {
-		out[c.UUID] = map[string]any{"resources": c.Allocations[p.UUID]}
+		e := map[string]any{"resources": c.Allocations[p.UUID]}
+		if minor >= 28 {
+			// From 1.28 each consumer's generation too, as Placement.
+			e["consumer_generation"] = c.Generation
+		}
+		out[c.UUID] = e
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"allocations": out, "resource_provider_generation": p.Generation})
 	return nil
@@ -47,7 +69,7 @@ func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, _ int)
 // consumerAllocations is GET /allocations/{consumer}; an unknown consumer
 // has no allocations (200, empty), as in Placement.
 func (a *API) consumerAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
-	c, err := a.st.GetConsumer(r.Context(), r.PathValue("consumer"))
+	c, err := a.st.GetConsumer(r.Context(), normUUID(r.PathValue("consumer")))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -243,11 +265,15 @@ func (b allocationBody) toWrite(consumer string, minor int) (placement.Allocatio
 }
 
 func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
+	consumer := r.PathValue("consumer")
+	if !isUUID(consumer) {
+		return errorf(http.StatusBadRequest, "Malformed consumer_uuid: %s", consumer)
+	}
 	var body allocationBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, allocationSchema(minor, false), &body); err != nil {
 		return err
 	}
-	wr, err := body.toWrite(r.PathValue("consumer"), minor)
+	wr, err := body.toWrite(normUUID(consumer), minor)
 	if err != nil {
 		return err
 	}
@@ -265,15 +291,15 @@ func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) 
 // all or nothing.
 func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
 	if minor < 13 {
-		return errorf(http.StatusNotFound, "The resource could not be found.")
+		return errorf(http.StatusNotFound, "")
 	}
 	var body map[string]allocationBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, postAllocationsSchema(minor, 1), &body); err != nil {
 		return err
 	}
 	writes := make([]placement.AllocationWrite, 0, len(body))
 	for consumer, b := range body {
-		wr, err := b.toWrite(consumer, minor)
+		wr, err := b.toWrite(normUUID(consumer), minor)
 		if err != nil {
 			return err
 		}
@@ -303,14 +329,14 @@ func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error 
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusBadRequest, "Allocation names a resource provider that does not exist: %v", err)
-	case placement.IsInvalid(err):
-		return errorf(http.StatusConflict, "Unable to allocate inventory: %v", err)
+	case placement.IsInvalid(err), placement.IsCapacity(err):
+		return errorf(http.StatusConflict, "Unable to allocate inventory: %s", allocationMessage(err))
 	}
 	return err
 }
 
 func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) error {
-	consumer := r.PathValue("consumer")
+	consumer := normUUID(r.PathValue("consumer"))
 	if _, err := a.st.GetConsumer(r.Context(), consumer); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errorf(http.StatusNotFound, "No allocations for consumer '%s'", consumer)
