@@ -183,15 +183,17 @@ func printRebalancePlan(out io.Writer, rp rebalance.Plan, id int64, names server
 		return nil
 	}
 	if rp.Metric == rebalance.MetricMeasured {
-		// The measured CPU of both hosts, before → after each move.
-		t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "FROM CPU", "TO CPU", "CV AFTER")
+		// The measured CPU and guests' resident memory of both hosts,
+		// before → after each move.
+		t := newTable(out, "#", "INSTANCE", "RAM MiB", "FROM", "TO", "FROM CPU", "TO CPU", "FROM MEM", "TO MEM", "CV AFTER")
 		for i, m := range rp.Moves {
 			load := func(before, after float64) string { return fmt.Sprintf("%.0f%% → %.0f%%", 100*before, 100*after) }
-			var from, to string
-			if m.Load != nil {
-				from, to = load(m.Load.SourceBefore, m.Load.SourceAfter), load(m.Load.DestBefore, m.Load.DestAfter)
+			var from, to, fromMem, toMem string
+			if l := m.Load; l != nil {
+				from, to = load(l.SourceBefore, l.SourceAfter), load(l.DestBefore, l.DestAfter)
+				fromMem, toMem = load(l.SourceMemoryBefore, l.SourceMemoryAfter), load(l.DestMemoryBefore, l.DestMemoryAfter)
 			}
-			t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, from, to, fmt.Sprintf("%.4f", m.After))
+			t.row(strconv.Itoa(i+1), names.of(m.Instance), strconv.FormatInt(m.RAMMB, 10), m.Source, m.Destination, from, to, fromMem, toMem, fmt.Sprintf("%.4f", m.After))
 		}
 		if err := t.flush(); err != nil {
 			return err

@@ -144,6 +144,10 @@ type Config struct {
 	RebalanceInterval  time.Duration
 	RebalanceThreshold float64
 	RebalanceMaxMoves  int
+	// RebalanceBy is what the periodic rebalance balances ([keel]
+	// rebalance_by): "measured" for the hosts' measured use, anything
+	// else the RAM claimed.
+	RebalanceBy string
 	// ShelvedOffloadTime is [DEFAULT] shelved_offload_time: 0 offloads a
 	// shelved server at once, a negative value never, a positive one
 	// after that long (see lifecycle.go).

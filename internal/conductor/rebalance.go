@@ -114,6 +114,15 @@ func (c *Conductor) lastMoves(ctx context.Context) (map[string]time.Time, error)
 	return out, nil
 }
 
+// rebalanceMetric is the periodic rebalance's metric: measured use when
+// [keel] rebalance_by says so, else the RAM claimed.
+func (c *Conductor) rebalanceMetric() string {
+	if c.cfg.RebalanceBy == "measured" {
+		return string(rebalance.MetricMeasured)
+	}
+	return string(rebalance.MetricRAM)
+}
+
 // RunRebalance runs the periodic rebalance until ctx ends, when
 // Config.RebalanceInterval turns it on (it is off by default):
 // PeriodicRebalance every interval on the conductor's clock.
@@ -122,7 +131,7 @@ func (c *Conductor) RunRebalance(ctx context.Context) {
 		return
 	}
 	c.log.Info("periodic rebalance on", "interval", c.cfg.RebalanceInterval, "threshold", c.cfg.RebalanceThreshold,
-		"max_moves", c.cfg.RebalanceMaxMoves)
+		"max_moves", c.cfg.RebalanceMaxMoves, "by", c.rebalanceMetric())
 	c.repeat(ctx, c.cfg.RebalanceInterval, func() {
 		if _, err := c.PeriodicRebalance(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("periodic rebalance", "err", err)
@@ -134,7 +143,8 @@ func (c *Conductor) RunRebalance(ctx context.Context) {
 // has not ended (a drain, an evacuation, the last rebalance, or one an
 // operator has yet to approve: nothing is planned on a cloud in motion,
 // nor over an operator's pending plan), it runs the rebalance planner as
-// PlanRebalance does (RAM, the configured threshold and move cap) and
+// PlanRebalance does (RAM claimed, or measured use when [keel]
+// rebalance_by = measured; the configured threshold and move cap) and
 // approves the plan it proposes, which the executor then runs under the
 // same caps as any plan. Every replica runs it: of plans made at once the
 // first recorded (the lowest ID) is the one approved, the others are
@@ -149,8 +159,8 @@ func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error)
 		c.log.Debug("periodic rebalance skipped: a plan has not ended", "plan", plans[0].ID, "purpose", plans[0].Purpose, "state", plans[0].State)
 		return records.Plan{}, nil
 	}
-	p, rp, err := c.planRebalance(ctx, RebalanceRequest{Threshold: c.cfg.RebalanceThreshold, MaxMoves: c.cfg.RebalanceMaxMoves,
-		Seed: uint64(c.clock.Now().Unix())})
+	p, rp, err := c.planRebalance(ctx, RebalanceRequest{Metric: c.rebalanceMetric(), Threshold: c.cfg.RebalanceThreshold,
+		MaxMoves: c.cfg.RebalanceMaxMoves, Seed: uint64(c.clock.Now().Unix())})
 	if err != nil {
 		return records.Plan{}, err
 	}

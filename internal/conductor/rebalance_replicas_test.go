@@ -2,6 +2,10 @@ package conductor_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,5 +82,61 @@ func TestPeriodicRebalanceOnReplicas(t *testing.T) {
 	}
 	if ps, _ := c.Store.ListPlans(ctx, false); len(ps) != 2 {
 		t.Fatalf("periodic runs over a pending plan made %d more plans", len(ps)-2)
+	}
+}
+
+// TestPeriodicRebalanceByMeasured: [keel] rebalance_by = measured makes
+// the periodic rebalance balance measured use. h1 holds two guests of one
+// flavor, h2–h4 one each: by the claims no move helps (moving one off h1
+// only moves the pair), so a periodic run by claims plans nothing. h1's
+// guests are measured spinning 3 of its 16 CPUs in all, the others
+// idling: a run by measured use plans moving one of h1's guests and
+// approves the plan (its first move takes one of h1's guests away).
+func TestPeriodicRebalanceByMeasured(t *testing.T) {
+	ctx := context.Background()
+	for _, by := range []string{"claims", "measured"} {
+		t.Run(by, func(t *testing.T) {
+			c := cloudtest.New(t, cloudtest.Options{Hosts: 4, NoProgress: true,
+				Conductor: conductor.Config{RebalanceInterval: 10 * time.Minute, RebalanceBy: by, RebalanceThreshold: 0.05}})
+			guests := map[string][]float64{"h1": {1.5, 1.5}, "h2": {0.1}, "h3": {0.1}, "h4": {0.1}}
+			var h1 []string
+			for _, h := range []string{"h1", "h2", "h3", "h4"} {
+				var usage []records.InstanceUsage
+				sum := 0.0
+				for k, b := range guests[h] {
+					in := c.Seed(h, fmt.Sprintf("guest-%s-%d", h, k), cloudtest.Medium)
+					usage = append(usage, records.InstanceUsage{UUID: in.UUID, VCPUsBusy: b, MemoryMB: 1024, Timestamp: c.Clock.Now()})
+					sum += b
+					if h == "h1" {
+						h1 = append(h1, in.UUID)
+					}
+				}
+				rec, err := c.Store.GetHostRecord(ctx, h)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					t.Fatal(err)
+				}
+				rec.Host, rec.InstanceUsage = h, usage
+				rec.Metrics = []records.Metric{{Name: records.MetricCPUPercent, Value: sum / 16, Timestamp: c.Clock.Now(), Source: "test"}}
+				if err := c.Store.PutHostRecord(ctx, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := c.Cond.PeriodicRebalance(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if by == "claims" {
+				if p.ID != 0 {
+					t.Fatalf("by claims: planned %d moves (%+v), want none (no move lowers the RAM CV)", len(p.Moves), p.Moves)
+				}
+				return
+			}
+			if p.ID == 0 || p.State != records.PlanApproved || !strings.HasPrefix(p.Reason, "measured CV") {
+				t.Fatalf("by measured: plan %d %s (%q), want an approved plan on measured CV", p.ID, p.State, p.Reason)
+			}
+			if len(p.Moves) == 0 || p.Moves[0].Source != "h1" || !slices.Contains(h1, p.Moves[0].Instance) {
+				t.Fatalf("by measured: moves %+v, want one of h1's busy guests %v moved off h1 first", p.Moves, h1)
+			}
+		})
 	}
 }

@@ -197,6 +197,11 @@ type KeelGroup struct {
 	RebalanceInterval  time.Duration
 	RebalanceThreshold float64
 	RebalanceMaxMoves  int
+	// RebalanceBy is rebalance_by: what the periodic rebalance balances —
+	// "claims" (RAM claimed in placement, the default) or "measured" (the
+	// hosts' measured CPU and guests' memory, as keel rebalance plan --by
+	// measured).
+	RebalanceBy string
 	// The fake host's size: vcpus (32), memory_mb (131072), disk_gb (2000).
 	VCPUs    int
 	MemoryMB int
@@ -327,6 +332,7 @@ func Default() Config {
 			MigrationStallTimeout: 300 * time.Second,
 			LostGuestTimeout:      300 * time.Second,
 			RebalanceThreshold:    0.10,
+			RebalanceBy:           "claims",
 			Driver:                "fake",
 			QEMUBinary:            "qemu-system-x86_64",
 			FakeWorkload:          "constant cpu=25%",

@@ -42,11 +42,15 @@ type Host struct {
 	Measured *Measured
 }
 
-// Measured is a host's measured CPU.
+// Measured is a host's measured CPU and memory.
 type Measured struct {
 	// CPUPercent is the share of the host's CPUs busy (cpu.percent, a
 	// fraction), everything on the host included.
 	CPUPercent float64
+	// MemoryMB is the memory its guests were measured resident in (the
+	// sum over the instances its report measured; the host's own use is
+	// not counted: what a move changes is the guests').
+	MemoryMB int64
 	// At is when it was measured.
 	At time.Time
 }
@@ -70,9 +74,11 @@ type Instance struct {
 	// ACTIVE, a task in flight).
 	Pinned bool
 	// BusyCPUs is the CPU the instance was last measured using, in CPUs
-	// busy, when HasBusy (its host's last report measured it).
-	BusyCPUs float64
-	HasBusy  bool
+	// busy, and ResidentMB its resident memory, when HasBusy (its host's
+	// last report measured it).
+	BusyCPUs   float64
+	ResidentMB int64
+	HasBusy    bool
 }
 
 // Group is a server group.
@@ -143,12 +149,13 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 	type usage struct {
 		host string
 		busy float64
+		mem  int64
 	}
 	busyBy := map[string]usage{}
 	for _, r := range recs {
 		recBy[r.Host] = r
 		for _, u := range r.InstanceUsage {
-			busyBy[u.UUID] = usage{r.Host, u.VCPUsBusy}
+			busyBy[u.UUID] = usage{r.Host, u.VCPUsBusy, u.MemoryMB}
 		}
 	}
 	aggBy := map[string][]map[string]string{}
@@ -175,6 +182,9 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 			h.Record = &r
 			if m, ok := r.Metric(records.MetricCPUPercent); ok {
 				h.Measured = &Measured{CPUPercent: m.Value, At: m.Timestamp}
+				for _, u := range r.InstanceUsage {
+					h.Measured.MemoryMB += u.MemoryMB
+				}
 			}
 		}
 		c.Hosts = append(c.Hosts, h)
@@ -187,7 +197,7 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		i := Instance{UUID: in.UUID, Host: in.Host, Flavor: in.Flavor, Zone: in.RequestedZone,
 			Pinned: in.VMState != records.VMActive || in.TaskState != records.TaskNone}
 		if u, ok := busyBy[in.UUID]; ok && u.host == in.Host {
-			i.BusyCPUs, i.HasBusy = u.busy, true
+			i.BusyCPUs, i.ResidentMB, i.HasBusy = u.busy, u.mem, true
 		}
 		if in.Hints != nil {
 			i.Group, i.SameHost, i.DifferentHost = in.Hints.Group, in.Hints.SameHost, in.Hints.DifferentHost

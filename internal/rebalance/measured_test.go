@@ -92,3 +92,52 @@ func TestPlanMeasured(t *testing.T) {
 		t.Error("a negative max age accepted")
 	}
 }
+
+// TestPlanMeasuredMemory: measured use is the larger of measured CPU and
+// the guests' resident memory. Three hosts measure the same CPU, but h1's
+// two guests hold 12 of its 16 GiB resident: the plan moves one of them
+// (memory-heavy, CPU-light) to a host whose guests hold little, and says
+// both hosts' memory before and after.
+func TestPlanMeasuredMemory(t *testing.T) {
+	var b builder
+	for _, h := range []struct {
+		name string
+		mem  int64
+	}{{"h1", 12288}, {"h2", 1024}, {"h3", 1024}} {
+		mh := measuredHost(h.name, 0.25, now)
+		mh.Measured.MemoryMB = h.mem
+		b.host(mh)
+	}
+	fat := records.Flavor{ID: "f", Name: "fat", VCPUs: 2, RAMMB: 6144, DiskGB: 20}
+	b.put("h1", fat, fat) // i00001, i00002: 6 GiB resident each
+	b.put("h2", small)    // i00003
+	b.put("h3", small)    // i00004
+	for i := range b.c.Instances {
+		in := &b.c.Instances[i]
+		in.HasBusy, in.BusyCPUs, in.ResidentMB = true, 0.5, 1024
+		if in.Host == "h1" {
+			in.ResidentMB = 6144
+		}
+	}
+	p, err := New(Options{Metric: MetricMeasured, Now: now, MaxAge: time.Minute, Threshold: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := p.Plan(b.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Moves) == 0 {
+		t.Fatalf("plan %+v: want a move off h1, whose guests hold 75%% of its memory (CPU is even)", plan)
+	}
+	m := plan.Moves[0]
+	if m.Source != "h1" || m.Load == nil {
+		t.Fatalf("first move %+v: want one off h1 with its load", m)
+	}
+	if l := m.Load; l.SourceMemoryBefore != 0.75 || l.SourceMemoryAfter != 0.375 || l.DestMemoryBefore != 1024.0/16384 || l.DestMemoryAfter != 7168.0/16384 {
+		t.Errorf("memory load %+v: want h1 0.75 → 0.375 and the destination 1/16 → 7/16", *l)
+	}
+	if l := m.Load; l.SourceBefore != 0.25 || l.SourceAfter != 0.25-0.5/8 {
+		t.Errorf("CPU load %+v: want h1 0.25 → %.4f (the guest's half CPU of 8)", *l, 0.25-0.5/8)
+	}
+}

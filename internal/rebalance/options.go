@@ -18,9 +18,11 @@ const (
 	MetricDisk Metric = "disk"
 	// MetricMax is each host's largest normalised usage of the three.
 	MetricMax Metric = "max"
-	// MetricMeasured is each host's measured CPU: the CPUs its agent
-	// last measured busy (cpu.percent) over its CPUs (the VCPU
-	// inventory's total, before the allocation ratio). A host with no
+	// MetricMeasured is each host's measured use: the larger of the CPUs
+	// its agent last measured busy (cpu.percent) over its CPUs (the VCPU
+	// inventory's total, before the allocation ratio) and the memory its
+	// guests were measured resident in over its memory (the MEMORY_MB
+	// inventory's total). A host with no
 	// measurement within Options.MaxAge is neither counted nor a
 	// destination, and only instances with a measured usage move; the
 	// filters still check every move against the claims.

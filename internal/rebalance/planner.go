@@ -30,14 +30,28 @@ type Move struct {
 	Load *MoveLoad `json:"load,omitempty"`
 }
 
-// MoveLoad is a move's source and destination values of the metric
-// (MetricMeasured: the share of their CPUs measured busy) before and
-// after it, the instance's measured use moved with it.
+// MoveLoad is a move's source and destination measured use before and
+// after it, the instance's measured use moved with it: the share of their
+// CPUs measured busy, and of their memory resident in guests. The plan
+// balances the larger of the two on each host.
 type MoveLoad struct {
-	SourceBefore float64 `json:"source_before"`
-	SourceAfter  float64 `json:"source_after"`
-	DestBefore   float64 `json:"dest_before"`
-	DestAfter    float64 `json:"dest_after"`
+	SourceBefore       float64 `json:"source_before"`
+	SourceAfter        float64 `json:"source_after"`
+	DestBefore         float64 `json:"dest_before"`
+	DestAfter          float64 `json:"dest_after"`
+	SourceMemoryBefore float64 `json:"source_memory_before"`
+	SourceMemoryAfter  float64 `json:"source_memory_after"`
+	DestMemoryBefore   float64 `json:"dest_memory_before"`
+	DestMemoryAfter    float64 `json:"dest_memory_after"`
+}
+
+// share is the host's usage of dimension k over its capacity (0 without
+// capacity).
+func (h *host) share(k int) float64 {
+	if h.cap[k] <= 0 {
+		return 0
+	}
+	return h.used[k] / h.cap[k]
 }
 
 // Plan is the planner's answer.
@@ -115,9 +129,12 @@ func (p *Planner) Plan(c Cloud) (Plan, error) {
 			plan.Stopped = fmt.Sprintf("no move lowers the CV %.4f by at least %.2g", cv, st.minGain)
 			break
 		}
-		load := MoveLoad{SourceBefore: st.hosts[m.from].v, DestBefore: st.hosts[m.to].v}
+		src, dst := &st.hosts[m.from], &st.hosts[m.to]
+		load := MoveLoad{SourceBefore: src.share(dimMeasured), DestBefore: dst.share(dimMeasured),
+			SourceMemoryBefore: src.share(dimMeasuredMem), DestMemoryBefore: dst.share(dimMeasuredMem)}
 		st.apply(m)
-		load.SourceAfter, load.DestAfter = st.hosts[m.from].v, st.hosts[m.to].v
+		load.SourceAfter, load.DestAfter = src.share(dimMeasured), dst.share(dimMeasured)
+		load.SourceMemoryAfter, load.DestMemoryAfter = src.share(dimMeasuredMem), dst.share(dimMeasuredMem)
 		if len(plan.Moves)%256 == 255 {
 			st.resum() // keep rounding from accumulating
 		}
@@ -174,10 +191,12 @@ type state struct {
 }
 
 // The dimensions of a host's capacity and usage and an instance's amount:
-// the three classes (classes' order), then measured CPU (dimMeasured).
+// the three classes (classes' order), then measured CPU (dimMeasured) and
+// measured memory (dimMeasuredMem: the guests' resident memory).
 const (
-	dims        = 4
-	dimMeasured = 3
+	dims           = 5
+	dimMeasured    = 3
+	dimMeasuredMem = 4
 )
 
 type host struct {
@@ -275,6 +294,7 @@ func (p *Planner) load(c Cloud) (*state, error) {
 			x.amt[k] = float64(res[rc])
 		}
 		x.amt[dimMeasured] = in.BusyCPUs
+		x.amt[dimMeasuredMem] = float64(in.ResidentMB)
 		x.shape = shape{flavor: in.Flavor.ID + "/" + in.Flavor.Name, zone: in.Zone, amt: x.amt}
 		if in.Group != "" || in.SameHost != nil || in.DifferentHost != nil || len(in.Flavor.ExtraSpecs) > 0 {
 			x.shape.uuid = in.UUID
@@ -321,6 +341,8 @@ func (p *Planner) load(c Cloud) (*state, error) {
 		if m := h.Measured; m != nil && (o.MaxAge == 0 || o.Now.Sub(m.At) <= o.MaxAge) {
 			x.cap[dimMeasured] = float64(h.Inventories[placement.VCPU].Total)
 			x.used[dimMeasured] = m.CPUPercent * x.cap[dimMeasured]
+			x.cap[dimMeasuredMem] = float64(h.Inventories[placement.MemoryMB].Total)
+			x.used[dimMeasuredMem] = float64(m.MemoryMB)
 		}
 		x.counted = !h.Disabled && !h.ForcedDown && !p.exclude[h.Name] && st.hasCapacity(x)
 		slices.SortFunc(x.insts, func(a, b int32) int { return compareStr(st.insts[a].uuid, st.insts[b].uuid) })
@@ -372,7 +394,11 @@ func (st *state) hasCapacity(h *host) bool {
 func (st *state) value(h *host, used *[dims]float64) float64 {
 	switch st.metric {
 	case MetricMeasured:
-		return used[dimMeasured] / h.cap[dimMeasured]
+		v := used[dimMeasured] / h.cap[dimMeasured]
+		if h.cap[dimMeasuredMem] > 0 {
+			v = max(v, used[dimMeasuredMem]/h.cap[dimMeasuredMem])
+		}
+		return v
 	case MetricVCPU:
 		return used[0] / h.cap[0]
 	case MetricRAM:

@@ -186,6 +186,7 @@ func (s *Server) start(ctx context.Context) error {
 		RebalanceInterval:                   cfg.Keel.RebalanceInterval,
 		RebalanceThreshold:                  cfg.Keel.RebalanceThreshold,
 		RebalanceMaxMoves:                   cfg.Keel.RebalanceMaxMoves,
+		RebalanceBy:                         cfg.Keel.RebalanceBy,
 		Quota:                               quota.Enforcer{Store: s.store},
 		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
