@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,17 +161,56 @@ func chromium(t *testing.T) (context.Context, context.CancelFunc) {
 // it or the time runs out.
 func evalPoll[T any](t *testing.T, ctx context.Context, what, expr string, within time.Duration, ok func(T) bool) T {
 	t.Helper()
+	awaitingNow(t, what)
 	deadline := time.Now().Add(within)
 	for {
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+		// One evaluation may not hang past the wait (a browser starved
+		// under load): it ends with the wait and says so below.
+		ectx, cancel := context.WithDeadline(ctx, deadline.Add(2*time.Second))
+		v, err := chromedp.Run(ectx, chromedp.Evaluate[T](expr))
+		cancel()
 		if err == nil && ok(v) {
 			return v
 		}
 		if time.Now().After(deadline) {
-			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: not within %s (last %v, err %v); the page reads:\n%s", what, within, v, err, page)
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			page, perr := chromedp.Run(pctx, chromedp.Evaluate[string](`document.body.innerText`))
+			cancel()
+			if perr != nil {
+				page = fmt.Sprintf("(unread: %v)", perr)
+			}
+			budget := ""
+			if ctx.Err() != nil {
+				budget = " — the test's browser time ran out"
+			}
+			t.Fatalf("awaiting %s: not within %s%s (last %v, err %v); the page reads:\n%s", what, within, budget, v, err, page)
 		}
 		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// awaited is what each browser test awaits now (evalPoll, or a step
+// named with awaitingNow), so a failure anywhere — a t.Fatal in a helper,
+// a timeout, a cleanup — says what the page was waiting for.
+var awaited sync.Map // *testing.T → awaitedStep
+
+type awaitedStep struct {
+	what  string
+	since time.Time
+}
+
+// awaitingNow records what t awaits from now on; the first call also has
+// t's failure report it.
+func awaitingNow(t *testing.T, what string) {
+	if _, loaded := awaited.Swap(t, awaitedStep{what, time.Now()}); !loaded {
+		began := time.Now()
+		t.Cleanup(func() {
+			if st, ok := awaited.LoadAndDelete(t); ok && t.Failed() {
+				s := st.(awaitedStep)
+				t.Logf("%s failed %s in, awaiting %s (for %s)", t.Name(), time.Since(began).Round(time.Millisecond),
+					s.what, time.Since(s.since).Round(time.Millisecond))
+			}
+		})
 	}
 }
 
@@ -262,6 +302,7 @@ func TestWebView(t *testing.T) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelTimeout()
 	start := time.Now()
+	awaitingNow(t, "the admin's login")
 	browserLogin(t, ctx, base+"/keel/ui/", "admin", cloud.Password)
 
 	type cell struct {
@@ -281,7 +322,7 @@ func TestWebView(t *testing.T) {
 	}
 	cardText, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#imbalance")))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("reading the imbalance header: %v", err)
 	}
 	for _, want := range []string{"most loaded" + most, "least loaded" + least, fmt.Sprintf("empty hosts%d / 4", empty), "largest free slotr1.big"} {
 		if !strings.Contains(cardText, want) {
@@ -301,6 +342,7 @@ func TestWebView(t *testing.T) {
 		return c ? c.textContent : "" })()`, 20*time.Second, func(s string) bool {
 		return regexp.MustCompile(`^imbalance measured CPU[0-9]+\.[0-9]{2}4 of 4 hosts measured$`).MatchString(s)
 	})
+	checkColourByMeasured(t, ctx, admin, wantFill)
 
 	// A live migration h03 → h04: its arrow appears with progress, then
 	// goes soon after the migration ends, without a reload.
@@ -315,13 +357,14 @@ func TestWebView(t *testing.T) {
 	shot := filepath.Join(t.ArtifactDir(), "webview.png")
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("taking the screenshot: %v", err)
 	}
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", shot)
 	var done time.Time
+	awaitingNow(t, "the mover's migration completed (os-migrations)")
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var out struct {
 			Migrations []struct {
@@ -830,4 +873,82 @@ func TestWebViewStream(t *testing.T) {
 	if bytes.Contains(page, []byte("http://")) || bytes.Contains(page, []byte("https://")) {
 		t.Errorf("the page refers to another origin:\n%s", page)
 	}
+}
+
+// checkColourByMeasured switches the grid to measured CPU: every tile
+// then takes its host's measured CPU (the ui state's hosts[].measured, as
+// the agents report it) and its colour, and at least one host's colour
+// differs from its claims'; switched back, every tile is coloured by its
+// claims again.
+func checkColourByMeasured(t *testing.T, ctx context.Context, admin *api, wantFill map[string]float64) {
+	t.Helper()
+	type tile struct {
+		Host, By, Value, Colour string
+	}
+	tiles := `[...document.querySelectorAll("#grid g.host")].map(g => ({
+		Host: g.dataset.host, By: document.querySelector("#grid").dataset.by, Value: g.dataset.value, Colour: g.dataset.colour}))`
+	awaitingNow(t, "a click on the grid's \"measured CPU\" toggle")
+	if err := clickWithin(ctx, `#colourby button[data-by="measured"]`, 5*time.Second); err != nil {
+		t.Fatalf("clicking the measured CPU toggle: %v", err)
+	}
+	near := func(c string, v float64) bool { return c == colour(v) || c == colour(v-5e-5) || c == colour(v+5e-5) }
+	got := evalPoll(t, ctx, "every tile coloured by its measured CPU", tiles, 5*time.Second, func(ts []tile) bool {
+		if len(ts) != 4 {
+			return false
+		}
+		for _, c := range ts {
+			v, err := strconv.ParseFloat(c.Value, 64)
+			if c.By != "measured" || err != nil || v < 0 || v > 1 || !near(c.Colour, v) {
+				return false
+			}
+		}
+		return true
+	})
+	var st struct {
+		Hosts []struct {
+			Name     string `json:"name"`
+			Measured *struct {
+				CPUPercent float64 `json:"cpu_percent"`
+			} `json:"measured"`
+		} `json:"hosts"`
+	}
+	admin.do("GET", "/keel/v1/ui/state", nil, &st, http.StatusOK)
+	differs := false
+	for _, c := range got {
+		v, _ := strconv.ParseFloat(c.Value, 64)
+		for _, h := range st.Hosts {
+			if h.Name == c.Host && (h.Measured == nil || math.Abs(h.Measured.CPUPercent-v) > 1e-3) {
+				t.Errorf("host %s: tile shows measured CPU %s, the ui state %+v", c.Host, c.Value, h.Measured)
+			}
+		}
+		if c.Colour != colour(wantFill[c.Host]) {
+			differs = true
+		}
+	}
+	if !differs {
+		t.Errorf("tiles by measured CPU %+v: every colour is its claims' (%v): the toggle shows nothing new", got, wantFill)
+	}
+	awaitingNow(t, "a click on the grid's \"claims\" toggle")
+	if err := clickWithin(ctx, `#colourby button[data-by="claims"]`, 5*time.Second); err != nil {
+		t.Fatalf("clicking the claims toggle: %v", err)
+	}
+	evalPoll(t, ctx, "every tile coloured by its claims again", tiles, 5*time.Second, func(ts []tile) bool {
+		for _, c := range ts {
+			if c.By != "claims" || c.Colour != colour(wantFill[c.Host]) {
+				return false
+			}
+		}
+		return len(ts) == 4
+	})
+}
+
+// clickWithin clicks the element sel names, waiting at most within for it
+// to be visible.
+func clickWithin(ctx context.Context, sel string, within time.Duration) error {
+	cctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if _, err := chromedp.Run(cctx, chromedp.Click(chromedp.CSS(sel))); err != nil {
+		return fmt.Errorf("clicking %s: %w", sel, err)
+	}
+	return nil
 }

@@ -13,6 +13,10 @@ const LABEL = { VCPU: "vCPU", MEMORY_MB: "RAM", DISK_GB: "disk" };
 let token = null;
 let abort = null;
 let state = null;
+// colourBy is what the grid's tiles are coloured by: "claims" (the largest
+// of a host's classes' used / capacity) or "measured" (its CPU as the
+// agent last measured it).
+let colourBy = "claims";
 let selected = null; // host name shown in the detail panel
 let hovered = null;
 
@@ -249,10 +253,25 @@ function hostState(hs) {
   return st;
 }
 
+// tileValue is what a host's tile shows under colourBy: its fill by the
+// claims, or its measured CPU (null when it has none within max_age).
+function tileValue(hs) {
+  if (colourBy !== "measured") return hs.fill;
+  return hs.measured ? hs.measured.cpu_percent : null;
+}
+
+function setColourBy(by) {
+  colourBy = by;
+  for (const b of document.querySelectorAll("#colourby button")) b.setAttribute("aria-pressed", String(b.dataset.by === by));
+  $("legendhi").textContent = by === "measured" ? "100% of CPUs busy (measured)" : "100% of capacity";
+  if (state) render();
+}
+
 function renderGrid(s) {
   const svg = $("grid");
   const hosts = s.hosts || [];
   $("hostcount").textContent = `${hosts.length}`;
+  svg.dataset.by = colourBy;
   const width = svg.clientWidth || 800;
   const L = layout(Math.max(hosts.length, 1), width);
   svg.setAttribute("viewBox", `0 0 ${width} ${L.height}`);
@@ -268,17 +287,24 @@ function renderGrid(s) {
     const y = Math.floor(i / L.cols) * (L.size + L.gap) + 20;
     pos[hs.name] = { x: x + L.size / 2, y: y + L.size / 2 };
     const empty = hs.fill === 0;
-    const fillColour = !hs.up ? "#39424d" : empty ? "#d9e0e6" : colour(hs.fill);
+    const v = tileValue(hs);
+    const measured = colourBy === "measured";
+    // Measured: an unmeasured host is grey, an idle one green (its guests,
+    // if any, use nothing); by claims an empty host is grey.
+    const fillColour = !hs.up ? "#39424d" : (measured ? v == null : empty) ? "#d9e0e6" : colour(v);
     const cls = ["host", ...hostState(hs)];
     if (empty) cls.push("empty");
+    if (measured && v == null) cls.push("unmeasured");
     if (hs.name === selected) cls.push("sel");
+    const label = measured ? (v == null ? "CPU unmeasured" : `${pct(v)} CPU busy`) : `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}`;
     const g = h("svg:g", {
-      class: cls.join(" "), "data-host": hs.name, "data-fill": hs.fill.toFixed(4), "data-colour": colour(hs.fill),
+      class: cls.join(" "), "data-host": hs.name, "data-fill": hs.fill.toFixed(4),
+      "data-value": v == null ? "unavailable" : v.toFixed(4), "data-colour": v == null ? "unavailable" : colour(v),
       onmouseenter: () => { hovered = hs.name; renderDetail(state); },
       onmouseleave: () => { hovered = null; renderDetail(state); },
       onclick: () => { selected = selected === hs.name ? null : hs.name; render(); },
     },
-    h("svg:title", { text: `${hs.name}: ${pct(hs.fill)} ${LABEL[hs.fill_class] || ""} · ${hostState(hs).join(", ")}` }),
+    h("svg:title", { text: `${hs.name}: ${label} · ${hostState(hs).join(", ")}` }),
     h("svg:rect", { class: "cell", x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: fillColour }));
     if (!hs.enabled) g.append(h("svg:rect", { x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: "url(#hatch)" }));
     if (hs.draining || hs.drained) {
@@ -287,7 +313,7 @@ function renderGrid(s) {
     }
     if (L.size >= 46) {
       g.append(h("svg:text", { x: x + 8, y: y + 18, text: hs.name }));
-      g.append(h("svg:text", { class: "small", x: x + 8, y: y + 34, text: `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}` }));
+      g.append(h("svg:text", { class: "small", x: x + 8, y: y + 34, text: label }));
       if (L.size >= 78) {
         const plan = hs.drain_plan ? ` (plan ${hs.drain_plan})` : "";
         const tag = !hs.up ? "down" : hs.draining ? `draining${plan}` : hs.drained ? `drained${plan}` : !hs.enabled ? "disabled" : `${hs.instances} VM${hs.instances === 1 ? "" : "s"}`;
@@ -488,5 +514,6 @@ window.addEventListener("resize", () => { if (state && state.admin) renderGrid(s
 document.addEventListener("DOMContentLoaded", () => {
   $("loginform").addEventListener("submit", login);
   $("logout").addEventListener("click", () => logout(""));
+  for (const b of document.querySelectorAll("#colourby button")) b.addEventListener("click", () => setColourBy(b.dataset.by));
   $("user").focus();
 });
