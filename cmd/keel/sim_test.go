@@ -162,3 +162,39 @@ func TestSimTableSaysNoHostWasBest(t *testing.T) {
 		t.Errorf("table lacks %q:\n%s", want, out)
 	}
 }
+
+// TestSimRebalanceByMeasured: `keel sim --rebalance --metric measured`
+// rebalances on the hosts' measured CPU. After seed-metrics' drain under
+// the claim policy the hosts measure within 0.03 of each other (CV); at a
+// threshold of 0.02 the planner moves guests until the measured CV falls,
+// every planned move is made, and the JSON report says the metric.
+func TestSimRebalanceByMeasured(t *testing.T) {
+	out, err := run(t, "sim", filepath.Join("..", "..", "scenarios", "seed-metrics.toml"), "--policy", "claim",
+		"--rebalance", "--metric", "measured", "--threshold", "0.02", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Policies []struct {
+			Policy    string `json:"policy"`
+			Rebalance *struct {
+				Metric    string  `json:"metric"`
+				CVBefore  float64 `json:"cv_before"`
+				CVPlanned float64 `json:"cv_planned"`
+				Planned   int     `json:"planned"`
+				Moved     int     `json:"moved"`
+				Failed    int     `json:"failed"`
+			} `json:"rebalance"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--format json printed something else: %v\n%s", err, out)
+	}
+	if len(rep.Policies) != 1 || rep.Policies[0].Rebalance == nil {
+		t.Fatalf("report %+v: want claim's rebalance", rep)
+	}
+	r := rep.Policies[0].Rebalance
+	if r.Metric != "measured" || r.Planned == 0 || r.Moved != r.Planned || r.Failed != 0 || !(r.CVPlanned < r.CVBefore) || r.CVBefore <= 0.02 {
+		t.Errorf("rebalance %+v: want moves planned and made on the measured CV (above 0.02), lowering it", *r)
+	}
+}

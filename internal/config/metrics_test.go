@@ -102,3 +102,22 @@ func TestDriverMetricsMatchTheDrivers(t *testing.T) {
 		t.Errorf("DriverMetrics has %d drivers, want fake, qemu and libvirt", len(DriverMetrics))
 	}
 }
+
+// TestFakeWorkloadRefusedWithLine: an impossible [keel] fake_workload (a
+// negative CPU, a percentage above 100 %, an unknown kind) is refused when
+// the file is read, with the file and line.
+func TestFakeWorkloadRefusedWithLine(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{"constant cpu=-1", "keel.conf:3: [keel] fake_workload: cpu=-1: must not be negative"},
+		{"constant cpu=150%", "keel.conf:3: [keel] fake_workload:"},
+		{"steady cpu=1", `keel.conf:3: [keel] fake_workload: unknown workload kind "steady"`},
+	} {
+		_, _, err := Parse("keel.conf", []byte("[keel]\ndriver = fake\nfake_workload = "+tc.value+"\n"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("fake_workload = %s: err = %v, want %q", tc.value, err, tc.want)
+		}
+	}
+	if _, _, err := Parse("keel.conf", []byte("[keel]\nfake_workload = diurnal cpu=0.5 peak=2\n")); err != nil {
+		t.Errorf("a possible workload refused: %v", err)
+	}
+}
