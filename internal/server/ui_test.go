@@ -663,7 +663,7 @@ func checkThousandHosts(t *testing.T, ctx context.Context, base string) {
 		t.Errorf("at 1,000 hosts: %+v (want 1000 cells of 16 px or more, 50 arrows, a grid within one screen)", r)
 	}
 	// The draw times are figures, not a bound: on a loaded machine (load
-	// 40 seen) a redraw took 2.3 s where it takes 0.2 s quiet; the page's
+	// 40 seen) a redraw took 2.3 s; the page's
 	// cost is measured by BenchmarkUIBuild and this log line.
 	if png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)); err != nil {
 		t.Fatal(err)
