@@ -98,7 +98,12 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
+	// The caller's context bounds the wait; without a deadline of its
+	// own, a minute.
+	deadline := time.Now().Add(time.Minute)
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl
+	}
 	for {
 		if resp, err := http.Get(p.URL + "/"); err == nil {
 			resp.Body.Close()
@@ -115,7 +120,7 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("placement did not answer on %s within 60 s: %s", p.URL, p.tail())
+			return nil, fmt.Errorf("placement did not answer on %s by %s: %s", p.URL, deadline.Format(time.TimeOnly), p.tail())
 		}
 	}
 }

@@ -211,6 +211,9 @@ type httpError struct {
 	bare bool
 	// method and media: what a 405 and a 415 name in their detail.
 	method, media string
+	// unknownTrait: a trait query named a trait that does not exist, and
+	// this says so without naming the parameter (as candidates do).
+	unknownTrait string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -236,12 +239,20 @@ func negotiate(r *http.Request) (int, error) {
 		maj, err1 := strconv.Atoi(major)
 		n, err2 := strconv.Atoi(minor)
 		if !ok || err1 != nil || err2 != nil || maj < 0 || n < 0 {
-			return 0, &httpError{status: http.StatusBadRequest, code: codeUndefined, bare: true,
-				msg: fmt.Sprintf("Invalid microversion: invalid version string: %s", ver)}
+			msg := fmt.Sprintf("Invalid microversion: invalid version string: %s", ver)
+			// Placement's parser reads each of the two parts as a
+			// Python int and says which one is not.
+			for _, part := range strings.SplitN(ver, ".", 2) {
+				if _, err := strconv.Atoi(part); err != nil {
+					msg += "; invalid literal for int() with base 10: " + pyStr(part)
+					break
+				}
+			}
+			return 0, &httpError{status: http.StatusBadRequest, code: codeUndefined, bare: true, msg: msg}
 		}
 		if maj != 1 || n > MaxMinor {
 			return 0, &httpError{status: http.StatusNotAcceptable, code: codeUndefined, bare: true,
-				msg: fmt.Sprintf("Unacceptable version header: %s", ver)}
+				msg: fmt.Sprintf("Invalid microversion: Unacceptable version header: %s", ver)}
 		}
 		return n, nil
 	}
@@ -452,8 +463,8 @@ var explanations = map[int]string{
 // (a 405 and a 415 name the method or the media type first).
 func detailText(he *httpError) string {
 	switch {
-	case he.bare:
-		return he.msg
+	case he.status == http.StatusNotAcceptable && he.bare:
+		return "The resource could not be generated that was acceptable to your browser (content of type application/json. \n\n " + he.msg
 	case he.status == http.StatusMethodNotAllowed && he.method != "":
 		return "The method " + he.method + " is not allowed for this resource. \n\n " + he.msg
 	case he.status == http.StatusUnsupportedMediaType && he.media != "":
@@ -506,7 +517,7 @@ func (a *API) projectUsages(w http.ResponseWriter, r *http.Request, minor int) e
 	}
 	q := r.URL.Query()
 	project, user := q.Get("project_id"), q.Get("user_id")
-	if err := validateQuery(r.URL.RawQuery, usagesSchema(minor)); err != nil {
+	if err := validateQuery(r.URL.RawQuery, usagesSchemas[minor]); err != nil {
 		return err
 	}
 	// consumer_type (1.38): one type, "unknown", or "all" (one group).

@@ -118,7 +118,7 @@ func groupKey(k string, minor int) (param, suffix string, ok bool) {
 // checks, and the first to fail answers.
 func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQuery, error) {
 	q := r.URL.Query()
-	if err := checkCandidateKeys(q, minor); err != nil {
+	if err := checkCandidateKeys(r.URL.RawQuery, minor); err != nil {
 		return nil, err
 	}
 	cq := &placement.CandidateQuery{NestedAware: minor >= 29}
@@ -166,26 +166,11 @@ func (a *API) parseCandidates(r *http.Request, minor int) (*placement.CandidateQ
 	return cq, nil
 }
 
-// checkCandidateKeys refuses a query parameter the schema of minor does not
-// have, and a query before 1.25 without resources.
-func checkCandidateKeys(q url.Values, minor int) error {
-	for k := range q {
-		switch {
-		case k == "limit" && minor >= 16, k == "group_policy" && minor >= 25,
-			k == "root_required" && minor >= 35, k == "same_subtree" && minor >= 36:
-		case minor < 25 && (k == "resources" || k == "required" && minor >= 17 || k == "member_of" && minor >= 21):
-		case minor >= 25:
-			if _, _, ok := groupKey(k, minor); !ok {
-				return errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
-			}
-		default:
-			return errorf(http.StatusBadRequest, "Invalid query string parameters: Additional properties are not allowed ('%s' was unexpected)", k)
-		}
-	}
-	if minor < 25 && !q.Has("resources") {
-		return errorf(http.StatusBadRequest, "Invalid query string parameters: 'resources' is a required property")
-	}
-	return nil
+// checkCandidateKeys checks the query's parameters against Placement's
+// schema of minor: one it does not have, resources missing before 1.25,
+// a limit that is not a positive integer.
+func checkCandidateKeys(raw string, minor int) error {
+	return validateQuery(raw, candidatesSchemas[minor])
 }
 
 // parseLimitAndPolicy sets cq's limit and isolation from limit and
@@ -196,7 +181,7 @@ func parseLimitAndPolicy(q url.Values, cq *placement.CandidateQuery) (string, er
 		l := q["limit"][len(q["limit"])-1]
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || l[0] == '0' || strings.TrimLeft(l, "0123456789") != "" {
-			return "", errorf(http.StatusBadRequest, "Invalid query string parameters: %q does not match '^[1-9][0-9]*$'", l)
+			return "", errorf(http.StatusBadRequest, "Invalid query string parameters: %s does not match '^[1-9][0-9]*$'", pyStr(l))
 		}
 		cq.Limit = n
 	}
@@ -222,6 +207,9 @@ func (a *API) parseRootRequired(r *http.Request, vals []string, minor int) (plac
 		return placement.TraitQuery{}, errorf(http.StatusBadRequest, "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39. Got: %s", vals[0])
 	}
 	rt, err := a.parseRequired(r, vals, "root_required", minor)
+	if he, ok := err.(*httpError); ok && he.unknownTrait != "" {
+		err = &httpError{status: he.status, code: he.code, msg: he.unknownTrait}
+	}
 	if err != nil {
 		return placement.TraitQuery{}, err
 	}
@@ -287,6 +275,9 @@ func (a *API) parseRequestGroups(r *http.Request, q url.Values, minor int) (map[
 			}
 		case "required":
 			t, err := a.parseRequired(r, vals, k, minor)
+			if he, ok := err.(*httpError); ok && he.unknownTrait != "" {
+				err = &httpError{status: he.status, code: he.code, msg: he.unknownTrait}
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -332,7 +323,7 @@ func checkResourcelessGroups(groups map[string]*placement.RequestGroup, sfxs []s
 	}
 	if len(bad) > 0 {
 		return &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
-			msg: fmt.Sprintf("Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %q.", bad)}
+			msg: fmt.Sprintf("Resourceless suffixed group request should be specified in `same_subtree` query param: bad group(s) - %s.", pyList(bad))}
 	}
 	for _, sfx := range slices.Sorted(maps.Keys(inSubtree)) {
 		if groups[sfx] == nil {
@@ -341,7 +332,7 @@ func checkResourcelessGroups(groups map[string]*placement.RequestGroup, sfxs []s
 	}
 	if len(bad) > 0 {
 		return &httpError{status: http.StatusBadRequest, code: codeQueryBadValue,
-			msg: fmt.Sprintf("Real suffixes should be specified in `same_subtree`: %q not found in %q.", bad, sfxs)}
+			msg: fmt.Sprintf("Real suffixes should be specified in `same_subtree`: %s not found in %s.", pyList(bad), pyList(sfxs))}
 	}
 	return nil
 }

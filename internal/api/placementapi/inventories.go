@@ -62,7 +62,9 @@ func (b inventoryBody) inventory(provider, rc string, minor int) (placement.Inve
 	if minor < 26 && inv.Reserved >= inv.Total {
 		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider %s: Invalid inventory for '%s' on resource provider '%s'. The reserved value is greater than or equal to total.", provider, rc, provider)
 	}
-	if inv.Reserved > inv.Total {
+	if inv.Reserved > inv.Total || inv.AllocationRatio < 0 {
+		// (A negative ratio makes the capacity negative, which Placement
+		// reports as it reports reserved past total.)
 		return inv, errorf(http.StatusBadRequest, "Unable to update inventory for resource provider %s: Invalid inventory for '%s' on resource provider '%s'. The reserved value is greater than total.", provider, rc, provider)
 	}
 	if err := inv.Validate(placement.ResourceClass(rc)); err != nil {
@@ -205,7 +207,7 @@ func (a *API) putInventory(w http.ResponseWriter, r *http.Request, minor int) er
 		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: "resource provider generation conflict"}
 	}
 	if _, ok := p.Inventories[placement.ResourceClass(rc)]; !ok {
-		return errorf(http.StatusBadRequest, "No inventory record with resource class for resource provider %s", p.UUID)
+		return errorf(http.StatusBadRequest, "No inventory record with resource class for resource provider %s: No inventory of class %s found.", p.UUID, rc)
 	}
 	return a.changeInventory(w, r, p, *body.Generation, rc, &inv, http.StatusOK)
 }

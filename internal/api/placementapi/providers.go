@@ -103,8 +103,12 @@ func (a *API) parseFilter(r *http.Request, minor int, since map[string]int) (*pr
 		return nil, err
 	}
 	f := &providerFilter{name: q.Get("name"), uuid: normUUID(q.Get("uuid"))}
+	// (Placement's schema checks both as its validator's uuid format.)
 	if q.Has("uuid") && !isUUID(q.Get("uuid")) {
-		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: '%s' is not a 'uuid'", q.Get("uuid"))
+		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: %s is not a 'uuid'", pyStr(q.Get("uuid")))
+	}
+	if q.Has("in_tree") && minor >= 14 && !isUUID(q.Get("in_tree")) {
+		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: %s is not a 'uuid'", pyStr(q.Get("in_tree")))
 	}
 	if q.Has("resources") {
 		res, err := parseResources(q.Get("resources"))
@@ -213,7 +217,13 @@ func (a *API) parseRequired(r *http.Request, vals []string, param string, minor 
 	}
 	if len(names) > 0 {
 		if err := a.knownTraits(r, names); err != nil {
-			return q, errorf(http.StatusBadRequest, "Invalid trait(s) in %q parameter: %v", param, err)
+			// Placement names the first trait it does not find.
+			msg := err.Error()
+			if head, list, ok := strings.Cut(msg, "No such trait(s): "); ok {
+				first, _, _ := strings.Cut(list, ", ")
+				msg = head + "No such trait(s): " + strings.TrimSuffix(first, ".") + "."
+			}
+			return q, &httpError{status: http.StatusBadRequest, code: codeUndefined, msg: fmt.Sprintf("Invalid trait(s) in %q parameter: %s", param, msg), unknownTrait: msg}
 		}
 	}
 	return q, nil
@@ -349,7 +359,7 @@ func (b *providerBody) check(minor int, create bool) error {
 
 func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) error {
 	var body providerBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, createProviderSchemas[minor], &body); err != nil {
 		return err
 	}
 	if err := body.check(minor, true); err != nil {
@@ -408,7 +418,7 @@ func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, minor int) 
 		return err
 	}
 	var body providerBody
-	if err := decode(r, &body); err != nil {
+	if err := decodeAs(r, updateProviderSchemas[minor], &body); err != nil {
 		return err
 	}
 	if err := body.check(minor, false); err != nil {

@@ -26,7 +26,7 @@ func (a *API) reshaper(w http.ResponseWriter, r *http.Request, minor int) error 
 		return err
 	}
 	var body map[string]json.RawMessage
-	if err := decodeAs(r, reshaperSchema(minor), &body); err != nil {
+	if err := decodeAs(r, reshaperSchemas[minor], &body); err != nil {
 		return err
 	}
 	for k := range body {

@@ -11,8 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/google/uuid"
+	"sync"
 )
 
 // This file checks request bodies against the forms Placement's JSON
@@ -68,9 +67,40 @@ func newSchema(order string) *schema {
 func (s *schema) with(f func(*schema)) *schema { f(s); return s }
 
 func (s *schema) patternProp(pattern string, sub *schema) *schema {
-	s.patterns = append(s.patterns, namedSchema{name: pattern, s: sub, re: regexp.MustCompile(pattern)})
+	s.patterns = append(s.patterns, namedSchema{name: pattern, s: sub, re: compiled(pattern)})
 	return s
 }
+
+// regexps holds every pattern a schema names, compiled once.
+var regexps sync.Map // string → *regexp.Regexp
+
+func compiled(pattern string) *regexp.Regexp {
+	if re, ok := regexps.Load(pattern); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile(pattern)
+	regexps.Store(pattern, re)
+	return re
+}
+
+// byMinor builds a schema for every microversion once, at start.
+func byMinor(build func(minor int) *schema) [MaxMinor + 1]*schema {
+	var out [MaxMinor + 1]*schema
+	for m := range out {
+		out[m] = build(m)
+	}
+	return out
+}
+
+// The schemas by microversion (minor clamped to 0–MaxMinor by the
+// negotiation before any handler runs).
+var (
+	putAllocationSchemas  = byMinor(func(m int) *schema { return allocationSchema(m, false) })
+	postAllocationSchemas = byMinor(func(m int) *schema { return postAllocationsSchema(m, 1) })
+	reshaperSchemas       = byMinor(reshaperSchema)
+	usagesSchemas         = byMinor(usagesSchema)
+	candidatesSchemas     = byMinor(candidatesSchema)
+)
 
 // clone copies s deeply enough for a later version's schema to add to
 // it (the sub-schemas it names are shared, not copied).
@@ -339,13 +369,20 @@ func (s *schema) check(n *jsonNode) string {
 	if len(errs) == 0 {
 		return ""
 	}
+	return pick(errs).msg
+}
+
+// pick is the error the validator reports first of errs: the nearest the
+// top, a type error (or one of a schema naming no type) before others
+// there, then the first found.
+func pick(errs []schemaError) schemaError {
 	best := errs[0]
 	for _, e := range errs[1:] {
 		if e.depth < best.depth || e.depth == best.depth && e.typeUnmet && !best.typeUnmet {
 			best = e
 		}
 	}
-	return best.msg
+	return best
 }
 
 func (s *schema) matchesType(n *jsonNode) bool {
@@ -448,7 +485,7 @@ func (s *schema) collect(n *jsonNode, depth int, errs *[]schemaError) {
 				add("%s is too long", n.repr())
 			}
 		case "pattern":
-			if n.kind == "string" && s.pattern != "" && !regexp.MustCompile(s.pattern).MatchString(n.str) {
+			if n.kind == "string" && s.pattern != "" && !compiled(s.pattern).MatchString(n.str) {
 				add("%s does not match %s", n.repr(), pyStr(s.pattern))
 			}
 		case "minimum", "maximum":
@@ -489,38 +526,44 @@ func (s *schema) collect(n *jsonNode, depth int, errs *[]schemaError) {
 				}
 			}
 		case "format":
-			if n.kind == "string" && s.formatUUID && !isDashedUUID(n.str) {
+			// (Placement's uuid format is whatever Python's UUID()
+			// reads: dashless too.)
+			if n.kind == "string" && s.formatUUID && !isUUID(n.str) {
 				add("%s is not a 'uuid'", n.repr())
 			}
 		case "anyOf":
-			fits := false
+			// None fits: the validator reports the least relevant of the
+			// alternatives' best errors (deepest, of a matching type),
+			// or the anyOf itself when they tie.
+			var bests []schemaError
 			for _, alt := range s.anyOf {
 				var sub []schemaError
 				alt.collect(n, depth, &sub)
 				if len(sub) == 0 {
-					fits = true
+					bests = nil
 					break
 				}
+				bests = append(bests, pick(sub))
 			}
-			if !fits {
+			if len(bests) == 0 {
+				continue
+			}
+			least, tie := bests[0], false
+			for _, b := range bests[1:] {
+				switch {
+				case b.depth > least.depth || b.depth == least.depth && !b.typeUnmet && least.typeUnmet:
+					least, tie = b, false
+				case b.depth == least.depth && b.typeUnmet == least.typeUnmet:
+					tie = true
+				}
+			}
+			if tie {
 				add("%s is not valid under any of the given schemas", n.repr())
+				continue
 			}
+			add("%s", least.msg)
 		}
 	}
-}
-
-// isDashedUUID is the validator's uuid format: a UUID with its four
-// dashes where they belong.
-func isDashedUUID(s string) bool {
-	if _, err := uuid.Parse(s); err != nil || len(s) < 24 {
-		return false
-	}
-	for _, i := range []int{8, 13, 18, 23} {
-		if s[i] != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // validateBody checks a JSON body against s: 400 "JSON does not
@@ -690,3 +733,73 @@ func validateQuery(raw string, s *schema) error {
 	}
 	return nil
 }
+
+// pyList renders strings as Python's repr of a list of them.
+func pyList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = pyStr(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// candidatesSchema is GET /allocation_candidates' query at minor.
+func candidatesSchema(minor int) *schema {
+	limit := str(1, -1, "^[1-9][0-9]*$")
+	limit.types = []string{"integer", "string"}
+	if minor < 25 {
+		s := object("type,properties,required,additionalProperties", "resources", typed("string")).
+			with(func(s *schema) { s.noExtra, s.required = true, []string{"resources"} })
+		if minor >= 16 {
+			s = s.withProp("limit", limit, false)
+		}
+		if minor >= 17 {
+			s = s.withProp("required", typed("string"), false)
+		}
+		if minor >= 21 {
+			s = s.withProp("member_of", typed("string"), false)
+		}
+		return s
+	}
+	s := object("type,properties,additionalProperties,patternProperties", "limit", limit, "group_policy", typed("string")).
+		with(func(s *schema) { s.noExtra = true })
+	group := "[1-9][0-9]*"
+	if minor >= 33 {
+		group = groupPattern133
+	}
+	kinds := []string{"resources", "required", "member_of"}
+	if minor >= 31 {
+		kinds = append(kinds, "in_tree")
+	}
+	for _, k := range kinds {
+		s.patternProp("^"+k+"("+group+")?$", typed("string"))
+	}
+	if minor >= 35 {
+		s = s.withProp("root_required", typed("string"), false)
+	}
+	if minor >= 36 {
+		s = s.withProp("same_subtree", typed("string"), false)
+	}
+	return s
+}
+
+// providerSchemas are POST (create) and PUT /resource_providers' bodies
+// at minor.
+func providerSchema(minor int, create bool) *schema {
+	s := object("type,properties,required,additionalProperties", "name", str(-1, 200, "")).
+		with(func(s *schema) { s.noExtra, s.required = true, []string{"name"} })
+	if create {
+		s = s.withProp("uuid", uuidString(), false)
+	}
+	if minor >= 14 {
+		parent := newSchema("anyOf")
+		parent.anyOf = []*schema{uuidString(), typed("null")}
+		s = s.withProp("parent_provider_uuid", parent, false)
+	}
+	return s
+}
+
+var (
+	createProviderSchemas = byMinor(func(m int) *schema { return providerSchema(m, true) })
+	updateProviderSchemas = byMinor(func(m int) *schema { return providerSchema(m, false) })
+)

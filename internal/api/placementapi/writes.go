@@ -3,8 +3,11 @@ package placementapi
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
+	"strings"
 
 	"keel/internal/httpbody"
 	"keel/internal/placement"
@@ -270,7 +273,7 @@ func (a *API) putAllocations(w http.ResponseWriter, r *http.Request, minor int) 
 		return errorf(http.StatusBadRequest, "Malformed consumer_uuid: %s", consumer)
 	}
 	var body allocationBody
-	if err := decodeAs(r, allocationSchema(minor, false), &body); err != nil {
+	if err := decodeAs(r, putAllocationSchemas[minor], &body); err != nil {
 		return err
 	}
 	wr, err := body.toWrite(normUUID(consumer), minor)
@@ -294,7 +297,7 @@ func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int)
 		return errorf(http.StatusNotFound, "")
 	}
 	var body map[string]allocationBody
-	if err := decodeAs(r, postAllocationsSchema(minor, 1), &body); err != nil {
+	if err := decodeAs(r, postAllocationSchemas[minor], &body); err != nil {
 		return err
 	}
 	writes := make([]placement.AllocationWrite, 0, len(body))
@@ -312,20 +315,38 @@ func (a *API) postAllocations(w http.ResponseWriter, r *http.Request, minor int)
 	return nil
 }
 
-// write applies allocation writes as Placement answers them: a class
-// that does not exist is 400, and so is a provider that does not exist
-// (the store's ErrNotFound); an amount outside an inventory's min_unit,
+// write applies allocation writes as Placement answers them: a stale
+// consumer generation is 409 before anything else; then a class that does
+// not exist is 400, and so is a provider that does not exist (the
+// store's ErrNotFound); an amount outside an inventory's min_unit,
 // max_unit or step_size (the store's InvalidError, the request being
-// well-formed by then) is 409, as a full provider is.
+// well-formed by then) is 409, as a full provider is. (A class that does
+// not exist is in no inventory, so no write naming one succeeds: the
+// classes are looked up only when the write fails.)
 func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error {
-	for _, w := range writes {
-		for _, res := range w.Allocations {
-			if err := a.knownClasses(r, res); err != nil {
-				return errorf(http.StatusBadRequest, "Unable to allocate inventory for consumer %s: %v", w.ConsumerUUID, err)
+	_, err := a.st.WriteAllocations(r.Context(), writes...)
+	if err == nil || placement.IsConflict(err) {
+		return err
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		if v, verr := a.views.get(r.Context()); verr == nil {
+			for _, w := range writes {
+				for _, p := range slices.Sorted(maps.Keys(w.Allocations)) {
+					if v.byUUID[p] == nil {
+						return errorf(http.StatusBadRequest, "Allocation for resource provider '%s' that does not exist.", p)
+					}
+				}
 			}
 		}
 	}
-	_, err := a.st.WriteAllocations(r.Context(), writes...)
+	for _, w := range writes {
+		for _, res := range w.Allocations {
+			if cerr := a.knownClasses(r, res); cerr != nil {
+				return errorf(http.StatusBadRequest, "Unable to allocate inventory for consumer %s: %s", w.ConsumerUUID,
+					strings.TrimPrefix(cerr.Error(), "Invalid resource class in resources parameter: "))
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusBadRequest, "Allocation names a resource provider that does not exist: %v", err)
