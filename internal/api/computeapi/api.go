@@ -15,6 +15,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/httpbody"
 	"keel/internal/httproute"
+	"keel/internal/image"
 	"keel/internal/records"
 	"keel/internal/requestid"
 	"keel/internal/store"
@@ -42,6 +43,11 @@ type Config struct {
 	// ImageExists reports whether an image ID names an image the caller
 	// (the request's, in ctx) can boot servers from; nil accepts any.
 	ImageExists func(ctx context.Context, id string) bool
+	// Images is the image service the image proxy (/images, up to 2.35)
+	// reads and changes; nil: no proxy (404). ImageURL is the image
+	// service's base URL, for the proxy's alternate links.
+	Images   *image.Store
+	ImageURL string
 	// Rand is where generated key pairs draw from (crypto/rand if nil).
 	Rand io.Reader
 	Log  *slog.Logger
@@ -86,6 +92,7 @@ type API struct {
 	quotas          *quotasAPI
 	keyPairs        *keyPairsAPI
 	usage           *usageAPI
+	images          *imagesAPI
 }
 
 // base is what every handler family reads: the store, the clock, the log,
@@ -196,6 +203,7 @@ func New(cfg Config) *API {
 		quotas:          &quotasAPI{b},
 		keyPairs:        &keyPairsAPI{base: b, rand: cfg.Rand},
 		usage:           &usageAPI{b},
+		images:          &imagesAPI{base: b, images: cfg.Images, imageURL: cfg.ImageURL},
 	}
 	a.routes()
 	return a
@@ -271,6 +279,7 @@ func (a *API) routes() {
 	a.keyPairs.keyPairRoutes(route)
 	a.usage.usageRoutes(route)
 	a.osHosts.osHostsRoutes(route)
+	a.images.imageRoutes(route)
 	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.servers.serverDiagnostics)
 	route("POST /compute/v2.1/os-server-external-events", true, a.servers.serverExternalEvents)
 	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.usage.instanceUsageAuditLog(false))

@@ -2,6 +2,7 @@ package computeapi_test
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -87,5 +88,146 @@ func TestGophercloudBootFromUploadedImage(t *testing.T) {
 	got, err := servers.Get(ctx, sc, s.ID).Extract()
 	if err != nil || got.Image["id"] != up.ID {
 		t.Errorf("the server's image: %v %v, want %s", got.Image, err, up.ID)
+	}
+}
+
+// TestImageProxyBelow236: Nova's image proxy over keel's image service —
+// list (summary and detail, Nova's statuses and progress, filters, paging),
+// show, the metadata calls, a protected image's delete refused, an image
+// in use deleted (the server keeps running and naming it), another
+// project's image not found; all 404 from 2.36.
+func TestImageProxyBelow236(t *testing.T) {
+	ctx := testenv.Context(t)
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
+	cl := cloud.Connect(t)
+	sc, sc36 := computeAt(cl, "2.35"), computeAt(cl, "2.36")
+	ic, err := openstack.NewImageV2(sc.ProviderClient, gophercloud.EndpointOpts{Region: "RegionOne"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := images.Create(ctx, ic, images.CreateOpts{Name: "empty", DiskFormat: "raw", ContainerFormat: "bare", MinRAM: 64}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := images.Create(ctx, ic, images.CreateOpts{Name: "uploaded", DiskFormat: "raw", ContainerFormat: "bare",
+		Properties: map[string]string{"os_distro": "debian"}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imagedata.Upload(ctx, ic, up.ID, bytes.NewReader(make([]byte, 4096))).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	type novaImage struct {
+		ID, Name, Status string
+		Progress         int
+		MinRAM           int               `json:"minRam"`
+		Metadata         map[string]string `json:"metadata"`
+		Size             *int64            `json:"OS-EXT-IMG-SIZE:size"`
+		Links            []struct{ Rel, Href, Type string }
+	}
+	get := func(sc *gophercloud.ServiceClient, path string, out any) int {
+		t.Helper()
+		resp, err := sc.Get(ctx, sc.ServiceURL(strings.Split(path, "/")...), out, &gophercloud.RequestOpts{OkCodes: []int{200}})
+		if err != nil {
+			var e gophercloud.ErrUnexpectedResponseCode
+			if errors.As(err, &e) {
+				return e.Actual
+			}
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	var list struct {
+		Images []novaImage
+		Links  []struct{ Rel, Href string } `json:"images_links"`
+	}
+	if st := get(sc, "images/detail", &list); st != 200 {
+		t.Fatalf("images/detail: %d", st)
+	}
+	byName := map[string]novaImage{}
+	for _, im := range list.Images {
+		byName[im.Name] = im
+	}
+	if e := byName["empty"]; e.Status != "SAVING" || e.Progress != 25 || e.MinRAM != 64 || e.Size != nil {
+		t.Errorf("the queued image through the proxy: %+v", e)
+	}
+	if u := byName["uploaded"]; u.Status != "ACTIVE" || u.Progress != 100 || u.Size == nil || *u.Size != 4096 ||
+		u.Metadata["os_distro"] != "debian" || len(u.Links) != 3 || u.Links[2].Rel != "alternate" {
+		t.Errorf("the uploaded image through the proxy: %+v", u)
+	}
+	if _, ok := byName["keel-fake"]; !ok || len(list.Images) != 3 {
+		t.Errorf("images/detail: %d images %v", len(list.Images), byName)
+	}
+	if st := get(sc, "images?status=ACTIVE&limit=1", &list); st != 200 || len(list.Images) != 1 || len(list.Links) != 1 {
+		t.Errorf("images?status=ACTIVE&limit=1: %d %+v", st, list)
+	}
+	var one struct{ Image novaImage }
+	if st := get(sc, "images/"+queued.ID, &one); st != 200 || one.Image.Name != "empty" {
+		t.Errorf("images/%s: %d %+v", queued.ID, st, one)
+	}
+	if st := get(sc36, "images", nil); st != 404 {
+		t.Errorf("images at 2.36: %d, want 404", st)
+	}
+	demo, err := client.Connect(ctx, client.Options{Cloud: "keel-demo", ConfigFile: cloud.CloudsYAML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := get(computeAt(demo, "2.35"), "images/"+up.ID, nil); st != 404 {
+		t.Errorf("another project's image: %d, want 404", st)
+	}
+
+	// Metadata: merge, one item set, read and deleted, replace.
+	call := func(method, path string, body any, want int) map[string]map[string]string {
+		t.Helper()
+		var out map[string]map[string]string
+		opts := &gophercloud.RequestOpts{JSONBody: body, OkCodes: []int{want}}
+		if want < 300 {
+			opts.JSONResponse = &out
+		}
+		resp, err := sc.Request(ctx, method, sc.ServiceURL(strings.Split(path, "/")...), opts)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		resp.Body.Close()
+		return out
+	}
+	meta := "images/" + up.ID + "/metadata"
+	if got := call("POST", meta, map[string]any{"metadata": map[string]string{"a": "1"}}, 200); got["metadata"]["a"] != "1" || got["metadata"]["os_distro"] != "debian" {
+		t.Errorf("metadata merge: %v", got)
+	}
+	if got := call("PUT", meta+"/b", map[string]any{"meta": map[string]string{"b": "2"}}, 200); got["meta"]["b"] != "2" {
+		t.Errorf("metadata item set: %v", got)
+	}
+	call("PUT", meta+"/b", map[string]any{"meta": map[string]string{"c": "2"}}, 400)
+	if got := call("GET", meta+"/b", nil, 200); got["meta"]["b"] != "2" {
+		t.Errorf("metadata item: %v", got)
+	}
+	call("DELETE", meta+"/b", nil, 204)
+	call("GET", meta+"/b", nil, 404)
+	if got := call("PUT", meta, map[string]any{"metadata": map[string]string{"only": "x"}}, 200); len(got["metadata"]) != 1 || got["metadata"]["only"] != "x" {
+		t.Errorf("metadata replace: %v", got)
+	}
+	if got, err := images.Get(ctx, ic, up.ID).Extract(); err != nil || got.Properties["only"] != "x" || got.Properties["a"] != nil {
+		t.Errorf("the image service after the proxy's metadata calls: %+v %v", got, err)
+	}
+
+	// keel-fake is protected; an image in use is deleted and its server
+	// keeps running, still naming it.
+	call("DELETE", "images/7f3b0d5e-6a2c-4c1e-9a55-000000000001", nil, 403)
+	fl, err := cl.FindFlavor(ctx, "m1.tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "vm1", FlavorRef: fl.ID, ImageRef: up.ID, Networks: "none"}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := cl.WaitServer(ctx, s.ID, 20*time.Millisecond, func(s client.Server) bool { return s.Status != "BUILD" }); err != nil || srv.Status != "ACTIVE" {
+		t.Fatalf("a server from the uploaded image: %+v %v", srv, err)
+	}
+	call("DELETE", "images/"+up.ID, nil, 204)
+	call("GET", "images/"+up.ID, nil, 404)
+	if got, err := servers.Get(ctx, sc, s.ID).Extract(); err != nil || got.Status != "ACTIVE" || got.Image["id"] != up.ID {
+		t.Errorf("the server after its image was deleted: %+v %v", got, err)
 	}
 }
