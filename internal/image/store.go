@@ -118,12 +118,13 @@ func (s *Store) path(id, ext string) string { return filepath.Join(s.dir, id+ext
 func validID(id string) bool { return uuid.Validate(id) == nil && !strings.ContainsAny(id, "/\\.") }
 
 // Create stores a new image record (status queued); ErrExists if the ID
-// is taken.
+// is taken. Its times keep their nanoseconds (the API shows seconds), so
+// images created in one second still sort by creation.
 func (s *Store) Create(im Image) (Image, error) {
 	if !validID(im.ID) {
 		return Image{}, fmt.Errorf("image id %q: %w", im.ID, ErrNotFound)
 	}
-	now := s.now().UTC().Truncate(time.Second)
+	now := s.now().UTC()
 	im.Status, im.CreatedAt, im.UpdatedAt = StatusQueued, now, now
 	data, err := json.Marshal(im)
 	if err != nil {
@@ -224,7 +225,7 @@ func (s *Store) Update(id string, fn func(*Image) error) (Image, error) {
 		return Image{}, err
 	}
 	im.ID = id
-	im.UpdatedAt = s.now().UTC().Truncate(time.Second)
+	im.UpdatedAt = s.now().UTC()
 	if err := s.put(im); err != nil {
 		return Image{}, err
 	}

@@ -128,6 +128,9 @@ type serverActionsAPI struct {
 	*base
 	conductor   *conductor.Conductor
 	imageExists func(ctx context.Context, id string) bool
+	// images and imageURL: where createImage and createBackup write.
+	images   *image.Store
+	imageURL string
 }
 
 // instanceActionsAPI serves /servers/{id}/os-instance-actions.
@@ -191,7 +194,7 @@ func New(cfg Config) *API {
 		servers:         &serversAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
 		serverTags:      &serverTagsAPI{b},
 		serverMetadata:  &serverMetadataAPI{b},
-		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
+		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists, images: cfg.Images, imageURL: cfg.ImageURL},
 		instanceActions: &instanceActionsAPI{b},
 		migrations:      &migrationsAPI{base: b, conductor: cfg.Conductor},
 		hypervisors:     &hypervisorsAPI{base: b, hosts: cfg.Hosts},

@@ -2,8 +2,12 @@ package computeapi_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +233,113 @@ func TestImageProxyBelow236(t *testing.T) {
 	call("GET", "images/"+up.ID, nil, 404)
 	if got, err := servers.Get(ctx, sc, s.ID).Extract(); err != nil || got.Status != "ACTIVE" || got.Image["id"] != up.ID {
 		t.Errorf("the server after its image was deleted: %+v %v", got, err)
+	}
+}
+
+// TestGophercloudCreateImageAndBackup: createImage writes an active,
+// private image of the server's project with Nova's snapshot properties,
+// the base image's own and the request's metadata, and the base's data
+// (Location before 2.45, image_id from 2.45); createBackup keeps the
+// newest rotation backups of its type; a server in error is 409 with
+// Nova's words, a missing name 400.
+func TestGophercloudCreateImageAndBackup(t *testing.T) {
+	ctx := testenv.Context(t)
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
+	cl := cloud.Connect(t)
+	sc44, sc45 := computeAt(cl, "2.44"), computeAt(cl, "2.45")
+	ic, err := openstack.NewImageV2(sc44.ProviderClient, gophercloud.EndpointOpts{Region: "RegionOne"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := images.Create(ctx, ic, images.CreateOpts{Name: "base", DiskFormat: "qcow2", ContainerFormat: "bare",
+		Properties: map[string]string{"os_distro": "debian"}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("disk"), 1024)
+	if err := imagedata.Upload(ctx, ic, base.ID, bytes.NewReader(data)).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := cl.FindFlavor(ctx, "m1.tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := servers.Create(ctx, sc44, servers.CreateOpts{Name: "vm1", FlavorRef: fl.ID, ImageRef: base.ID, Networks: "none"}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := cl.WaitServer(ctx, s.ID, 20*time.Millisecond, func(s client.Server) bool { return s.Status != "BUILD" }); err != nil || srv.Status != "ACTIVE" {
+		t.Fatalf("boot: %+v %v", srv, err)
+	}
+	action := func(sc *gophercloud.ServiceClient, body any, want int) (*http.Response, map[string]any) {
+		t.Helper()
+		var out map[string]any
+		opts := &gophercloud.RequestOpts{JSONBody: body, OkCodes: []int{want}, KeepResponseBody: true}
+		resp, err := sc.Post(ctx, sc.ServiceURL("servers", s.ID, "action"), body, nil, opts)
+		if err != nil {
+			t.Fatalf("%v: %v", body, err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(raw, &out)
+		return resp, out
+	}
+	resp, _ := action(sc44, map[string]any{"createImage": map[string]any{"name": "snap1", "metadata": map[string]string{"purpose": "test"}}}, 202)
+	loc := resp.Header.Get("Location")
+	snapID := loc[strings.LastIndex(loc, "/")+1:]
+	snap, err := images.Get(ctx, ic, snapID).Extract()
+	if err != nil {
+		t.Fatalf("the snapshot at %q: %v", loc, err)
+	}
+	if snap.Status != images.ImageStatusActive || snap.Name != "snap1" || snap.Visibility != images.ImageVisibilityPrivate ||
+		snap.DiskFormat != "qcow2" || snap.SizeBytes != int64(len(data)) || snap.Properties["image_type"] != "snapshot" ||
+		snap.Properties["instance_uuid"] != s.ID || snap.Properties["base_image_ref"] != base.ID ||
+		snap.Properties["os_distro"] != "debian" || snap.Properties["purpose"] != "test" {
+		t.Errorf("the snapshot: %+v", snap)
+	}
+	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "snap2"}}, 202); out["image_id"] == nil {
+		t.Errorf("createImage at 2.45: %v, want an image_id", out)
+	}
+	action(sc45, map[string]any{"createImage": map[string]any{}}, 400)
+
+	backups := func() []string {
+		t.Helper()
+		pages, err := images.List(ic, images.ListOpts{SortKey: "created_at", SortDir: "desc"}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := images.ExtractImages(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, im := range all {
+			if im.Properties["image_type"] == "backup" {
+				out = append(out, im.ID)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var made []string
+	for range 3 {
+		_, out := action(sc45, map[string]any{"createBackup": map[string]any{"name": "b", "backup_type": "daily", "rotation": 2}}, 202)
+		id, _ := out["image_id"].(string)
+		made = append(made, id)
+	}
+	want := slices.Clone(made[1:])
+	slices.Sort(want)
+	if got := backups(); !slices.Equal(got, want) {
+		t.Errorf("backups after 3 with rotation 2: %v, want the last two %v", got, want)
+	}
+	if resp, _ := action(sc44, map[string]any{"createBackup": map[string]any{"name": "b", "backup_type": "daily", "rotation": "0"}}, 202); resp.Header.Get("Location") != "" {
+		t.Errorf("a backup rotated away at once has a Location: %s", resp.Header.Get("Location"))
+	}
+	if got := backups(); len(got) != 0 {
+		t.Errorf("backups after rotation 0: %v", got)
+	}
+	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "error"}}, 202)
+	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "late"}}, 409); !strings.Contains(fmt.Sprint(out), "Cannot 'createImage' instance "+s.ID+" while it is in vm_state error") {
+		t.Errorf("createImage of a server in error: %v", out)
 	}
 }

@@ -26,8 +26,8 @@ func TestAnswersAsNova(t *testing.T) {
 	}{
 		{"an unknown server action", "POST", "/compute/v2.1/servers/" + id + "/action", "member", "", map[string]any{"noSuchAction": nil},
 			400, "badRequest", "There is no such action: noSuchAction"},
-		{"one Nova has and keel does not", "POST", "/compute/v2.1/servers/" + id + "/action", "admin", "", map[string]any{"createImage": map[string]any{"name": "x"}},
-			400, "badRequest", "There is no such action: createImage"},
+		{"one Nova has and keel does not", "POST", "/compute/v2.1/servers/" + id + "/action", "admin", "", map[string]any{"addSecurityGroup": map[string]any{"name": "default"}},
+			400, "badRequest", "There is no such action: addSecurityGroup"},
 		{"an unknown action on a server that is not there", "POST", "/compute/v2.1/servers/00000000-0000-0000-0000-000000000000/action", "admin", "", map[string]any{"noSuchAction": nil},
 			400, "badRequest", "There is no such action: noSuchAction"},
 		{"an unknown migration action", "POST", "/compute/v2.1/servers/" + id + "/migrations/1/action", "admin", "2.22", map[string]any{"noSuchAction": nil},

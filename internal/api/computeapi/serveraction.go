@@ -7,13 +7,14 @@ import (
 )
 
 // serverActions are the server actions keel implements; Nova's others
-// (createImage, addSecurityGroup, …) are refused as unknown. restore is
+// (addSecurityGroup, …) are refused as unknown. restore is
 // known (a 404 for a server that does not exist) though it never
 // succeeds: keel deletes at once (see restoreServer).
 var serverActions = func() map[string]bool {
 	m := map[string]bool{"os-migrateLive": true, "migrate": true, "resize": true, "confirmResize": true,
 		"revertResize": true, "evacuate": true, "os-resetState": true,
-		"os-getConsoleOutput": true, "forceDelete": true, "restore": true}
+		"os-getConsoleOutput": true, "forceDelete": true, "restore": true,
+		"createImage": true, "createBackup": true}
 	for k := range lifecycleActions {
 		m[k] = true
 	}
@@ -46,6 +47,11 @@ func (a *serverActionsAPI) serverAction(w http.ResponseWriter, r *http.Request) 
 	}
 	if _, ok := body["restore"]; ok {
 		return a.restoreServer(r, in)
+	}
+	for _, act := range []string{"createImage", "createBackup"} {
+		if raw, ok := body[act]; ok {
+			return a.snapshot(w, r, in, act, raw)
+		}
 	}
 	if handled, err := a.moveAction(w, r, in, body); handled {
 		return err
