@@ -392,7 +392,8 @@ func (a *API) download(w http.ResponseWriter, r *http.Request) {
 
 // list is GET /v2/images: Glance's filters (name, status, visibility,
 // owner, disk_format, container_format, tag, size_min, size_max,
-// protected, os_hidden), sort_key/sort_dir (created_at desc by default)
+// protected, os_hidden, member_status, and any other name for the
+// property of that name), sort_key/sort_dir (created_at desc by default)
 // and limit/marker paging with a next link.
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	c, ok := a.caller(r)
@@ -474,6 +475,17 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// listParams are the list's parameters other than property filters:
+// any other name filters on the property of that name, as Glance's.
+var listParams = map[string]bool{"name": true, "status": true, "visibility": true, "owner": true, "disk_format": true,
+	"container_format": true, "tag": true, "size_min": true, "size_max": true, "protected": true, "os_hidden": true,
+	"member_status": true, "sort_key": true, "sort_dir": true, "limit": true, "marker": true}
+
+func hasProp(im Image, k string) bool {
+	_, ok := im.Properties[k]
+	return ok
+}
+
 // sortKeys are the sort keys Glance takes that keel keeps.
 var sortKeys = map[string]func(x, y Image) int{
 	"created_at": func(x, y Image) int { return x.CreatedAt.Compare(y.CreatedAt) },
@@ -544,6 +556,11 @@ func filter(c Caller, q url.Values) (func(Image) bool, string) {
 			return false
 		case q.Get("os_hidden") != "true" && im.Hidden, q.Get("os_hidden") == "true" && !im.Hidden:
 			return false
+		}
+		for k, vs := range q {
+			if !listParams[k] && (im.Properties[k] != vs[0] || vs[0] == "" && !hasProp(im, k)) {
+				return false
+			}
 		}
 		for _, t := range q["tag"] {
 			if !slices.Contains(im.Tags, t) {

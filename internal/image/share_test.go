@@ -142,6 +142,14 @@ func TestGophercloudImageUpdate(t *testing.T) {
 	if st, _ := c.do(t, "demo", "PATCH", "/image/v2/images/"+im.ID, patchType, `[{"op": "replace", "path": "/disk_format", "value": "raw"}]`, ""); st != http.StatusForbidden {
 		t.Errorf("disk_format of an active image: %d, want 403", st)
 	}
+	// Any other list parameter filters on the property of that name, as
+	// Glance's (Tempest lists a server's backups so).
+	for q, want := range map[string]bool{"hw_disk_bus=virtio": true, "hw_disk_bus=ide": false, "x%2Fy=1&os_distro=debian": true, "nope=1": false} {
+		st, body := c.do(t, "demo", "GET", "/image/v2/images?"+q, "", "", "")
+		if st != http.StatusOK || strings.Contains(body, im.ID) != want {
+			t.Errorf("list ?%s: %d, lists the image %v, want %v", q, st, !want, want)
+		}
+	}
 	admin := c.client("admin")
 	if got, err := images.Update(ctx, admin, im.ID, images.UpdateOpts{images.UpdateVisibility{Visibility: images.ImageVisibilityPublic}}).Extract(); err != nil || got.Visibility != images.ImageVisibilityPublic {
 		t.Errorf("public by an admin: %+v %v", got, err)

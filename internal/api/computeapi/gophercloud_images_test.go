@@ -99,7 +99,8 @@ func TestGophercloudBootFromUploadedImage(t *testing.T) {
 // list (summary and detail, Nova's statuses and progress, filters, paging),
 // show, the metadata calls, a protected image's delete refused, an image
 // in use deleted (the server keeps running and naming it), another
-// project's image not found; all 404 from 2.36.
+// project's image not found; all 404 from 2.36 (the metadata calls from
+// 2.39).
 func TestImageProxyBelow236(t *testing.T) {
 	ctx := testenv.Context(t)
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
@@ -171,6 +172,12 @@ func TestImageProxyBelow236(t *testing.T) {
 	}
 	if st := get(sc36, "images", nil); st != 404 {
 		t.Errorf("images at 2.36: %d, want 404", st)
+	}
+	if st := get(computeAt(cl, "2.38"), "images/"+up.ID+"/metadata", nil); st != 200 {
+		t.Errorf("image metadata at 2.38: %d, want 200", st)
+	}
+	if st := get(computeAt(cl, "2.39"), "images/"+up.ID+"/metadata", nil); st != 404 {
+		t.Errorf("image metadata at 2.39: %d, want 404", st)
 	}
 	demo, err := client.Connect(ctx, client.Options{Cloud: "keel-demo", ConfigFile: cloud.CloudsYAML})
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 )
 
 // imagesAPI serves /images: Nova's image proxy, up to 2.35 (404 from
-// 2.36), over keel's image service as the caller sees it there.
+// 2.36; the metadata calls up to 2.38, 404 from 2.39), over keel's image
+// service as the caller sees it there.
 type imagesAPI struct {
 	*base
 	images *image.Store
@@ -23,23 +24,24 @@ type imagesAPI struct {
 
 // imageRoutes adds the image proxy's routes.
 func (a *imagesAPI) imageRoutes(route func(string, bool, func(http.ResponseWriter, *http.Request) error)) {
-	route("GET /compute/v2.1/images", false, a.proxied(a.listImages(false)))
-	route("GET /compute/v2.1/images/detail", false, a.proxied(a.listImages(true)))
-	route("GET /compute/v2.1/images/{id}", false, a.proxied(a.showImage))
-	route("DELETE /compute/v2.1/images/{id}", false, a.proxied(a.deleteImage))
-	route("GET /compute/v2.1/images/{id}/metadata", false, a.proxied(a.listImageMetadata))
-	route("POST /compute/v2.1/images/{id}/metadata", false, a.proxied(a.setImageMetadata(false)))
-	route("PUT /compute/v2.1/images/{id}/metadata", false, a.proxied(a.setImageMetadata(true)))
-	route("GET /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(a.showImageMetadataItem))
-	route("PUT /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(a.putImageMetadataItem))
-	route("DELETE /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(a.deleteImageMetadataItem))
+	route("GET /compute/v2.1/images", false, a.proxied(36, a.listImages(false)))
+	route("GET /compute/v2.1/images/detail", false, a.proxied(36, a.listImages(true)))
+	route("GET /compute/v2.1/images/{id}", false, a.proxied(36, a.showImage))
+	route("DELETE /compute/v2.1/images/{id}", false, a.proxied(36, a.deleteImage))
+	route("GET /compute/v2.1/images/{id}/metadata", false, a.proxied(39, a.listImageMetadata))
+	route("POST /compute/v2.1/images/{id}/metadata", false, a.proxied(39, a.setImageMetadata(false)))
+	route("PUT /compute/v2.1/images/{id}/metadata", false, a.proxied(39, a.setImageMetadata(true)))
+	route("GET /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(39, a.showImageMetadataItem))
+	route("PUT /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(39, a.putImageMetadataItem))
+	route("DELETE /compute/v2.1/images/{id}/metadata/{key}", false, a.proxied(39, a.deleteImageMetadataItem))
 }
 
-// proxied refuses the proxy from 2.36 (404, as Nova) and without an image
-// service.
-func (a *imagesAPI) proxied(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+// proxied refuses a proxy call from the microversion Nova removed it at
+// (2.36 for the images, 2.39 for their metadata: 404, as Nova) and
+// without an image service.
+func (a *imagesAPI) proxied(removedAt int, h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if version(r).AtLeast(36) || a.images == nil {
+		if version(r).AtLeast(removedAt) || a.images == nil {
 			return notFound("The resource could not be found.")
 		}
 		return h(w, r)
