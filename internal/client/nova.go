@@ -224,7 +224,7 @@ func (c *Client) ReadNova(ctx context.Context) (NovaCloud, []string, error) {
 	cc := at(c.compute, NovaReadMicroversion)
 
 	// Hypervisors (admin): the host name and provider UUID of each.
-	var hv struct {
+	type hypervisors struct {
 		Hypervisors []struct {
 			ID       string `json:"id"`
 			Hostname string `json:"hypervisor_hostname"`
@@ -235,8 +235,23 @@ func (c *Client) ReadNova(ctx context.Context) (NovaCloud, []string, error) {
 			} `json:"service"`
 		} `json:"hypervisors"`
 	}
-	if _, err := cc.Get(ctx, cc.ServiceURL("os-hypervisors", "detail"), &hv, nil); err != nil {
-		return NovaCloud{}, nil, c.adminError("listing hypervisors (os-hypervisors)", err)
+	var hv hypervisors
+	// From 2.33 Nova answers at most [api] max_limit hypervisors a page
+	// (1,000 by default): follow the pages.
+	for marker := ""; ; {
+		q := url.Values{"limit": {strconv.Itoa(novaServerPageSize)}}
+		if marker != "" {
+			q.Set("marker", marker)
+		}
+		var page hypervisors
+		if _, err := cc.Get(ctx, cc.ServiceURL("os-hypervisors", "detail")+"?"+q.Encode(), &page, nil); err != nil {
+			return NovaCloud{}, nil, c.adminError("listing hypervisors (os-hypervisors)", err)
+		}
+		hv.Hypervisors = append(hv.Hypervisors, page.Hypervisors...)
+		if len(page.Hypervisors) < novaServerPageSize {
+			break
+		}
+		marker = page.Hypervisors[len(page.Hypervisors)-1].ID
 	}
 	// Services: disabled, forced down, zone.
 	svcs, err := c.novaServices(ctx)

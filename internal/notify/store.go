@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ type Store struct {
 var (
 	_ store.ServiceBatch    = (*Store)(nil)
 	_ store.HostRecordBatch = (*Store)(nil)
+	_ store.HostBatchReader = (*Store)(nil)
 )
 
 // Wrap returns st notifying n; now is the clock of the events' times and
@@ -167,6 +169,41 @@ func (s *Store) PutHostRecords(ctx context.Context, recs []records.HostRecord) e
 		}
 	}
 	return nil
+}
+
+// GetHostRecords implements store.HostBatchReader: in one read if the
+// wrapped store reads by many keys, else one host after the other.
+func (s *Store) GetHostRecords(ctx context.Context, hosts []string) ([]records.HostRecord, error) {
+	if b, ok := s.Store.(store.HostBatchReader); ok {
+		return b.GetHostRecords(ctx, hosts)
+	}
+	return eachFound(ctx, hosts, s.Store.GetHostRecord)
+}
+
+// GetServices implements store.HostBatchReader: in one read if the
+// wrapped store reads by many keys, else one host after the other.
+func (s *Store) GetServices(ctx context.Context, hosts []string) ([]records.Service, error) {
+	if b, ok := s.Store.(store.HostBatchReader); ok {
+		return b.GetServices(ctx, hosts)
+	}
+	return eachFound(ctx, hosts, s.Store.GetService)
+}
+
+// eachFound reads each of hosts, sorted and once each, with get, leaving
+// out those not found.
+func eachFound[T any](ctx context.Context, hosts []string, get func(context.Context, string) (T, error)) ([]T, error) {
+	out := []T{}
+	for _, h := range slices.Compact(slices.Sorted(slices.Values(hosts))) {
+		v, err := get(ctx, h)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // UpdateServices implements store.ServiceBatch: in one transaction if

@@ -168,44 +168,24 @@ func (v *hostView) loadServicesLocked(ctx context.Context) error {
 	return nil
 }
 
-// listBeyond: once more than 1/listBeyond of the view's host records
-// (or services) changed, they are all read again with one listing rather
-// than one read each. A point read costs about as much as eleven rows of
-// a listing (SQLite, 2,000 hosts: 210 µs against 19), so a view read
-// rarely, with every agent reporting every 10 s, costs at most about a
-// listing, not one read per host.
+// listBeyond: with a store that reads one host at a time, once more
+// than 1/listBeyond of the view's host records (or services) changed,
+// they are all read again with one listing rather than one read each. A
+// point read costs about as much as eleven rows of a listing (SQLite,
+// 2,000 hosts: 210 µs against 19), so a view read rarely, with every
+// agent reporting every 10 s, costs at most about a listing, not one
+// read per host.
 const listBeyond = 10
 
+// listBeyondBatch is listBeyond for a store that reads many hosts by key
+// in one query (store.HostBatchReader): a row read so costs about what a
+// listed row does, so the view lists only once more than half changed.
+const listBeyondBatch = 2
+
 func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
-	var provs []string
+	var provs, hosts, svcs []string
 	seen := map[store.Change]bool{}
 	aggs := false
-	var hostKeys, svcKeys int
-	for _, c := range chs {
-		k := store.Change{Kind: c.Kind, Key: c.Key}
-		if !seen[k] {
-			seen[k] = true
-			switch c.Kind {
-			case store.ChangeHost:
-				hostKeys++
-			case store.ChangeService:
-				svcKeys++
-			}
-		}
-	}
-	listRecs := hostKeys > 1 && hostKeys > len(v.recs)/listBeyond
-	listSvcs := svcKeys > 1 && svcKeys > len(v.svcs)/listBeyond
-	if listRecs {
-		if err := v.loadRecordsLocked(ctx); err != nil {
-			return err
-		}
-	}
-	if listSvcs {
-		if err := v.loadServicesLocked(ctx); err != nil {
-			return err
-		}
-	}
-	clear(seen)
 	for _, c := range chs {
 		k := store.Change{Kind: c.Kind, Key: c.Key}
 		if seen[k] {
@@ -216,32 +196,18 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 		case store.ChangeProvider:
 			provs = append(provs, c.Key)
 		case store.ChangeHost:
-			if listRecs {
-				continue
-			}
-			r, err := v.st.GetHostRecord(ctx, c.Key)
-			if errors.Is(err, store.ErrNotFound) {
-				delete(v.recs, c.Key)
-			} else if err != nil {
-				return fmt.Errorf("web view: reading host record %s: %w", c.Key, err)
-			} else {
-				v.recs[c.Key] = r
-			}
+			hosts = append(hosts, c.Key)
 		case store.ChangeService:
-			if listSvcs {
-				continue
-			}
-			s, err := v.st.GetService(ctx, c.Key)
-			if errors.Is(err, store.ErrNotFound) {
-				delete(v.svcs, c.Key)
-			} else if err != nil {
-				return fmt.Errorf("web view: reading service %s: %w", c.Key, err)
-			} else if s.IsCompute() {
-				v.svcs[c.Key] = s
-			}
+			svcs = append(svcs, c.Key)
 		case store.ChangeAggregate:
 			aggs = true
 		}
+	}
+	if err := v.readRecordsLocked(ctx, hosts); err != nil {
+		return err
+	}
+	if err := v.readServicesLocked(ctx, svcs); err != nil {
+		return err
 	}
 	if len(provs) > 0 {
 		v.forest = nil
@@ -266,6 +232,88 @@ func (v *hostView) applyLocked(ctx context.Context, chs []store.Change) error {
 			return fmt.Errorf("web view: loading aggregates: %w", err)
 		}
 		v.aggs = a
+	}
+	return nil
+}
+
+// listAll says whether n changed rows of a view of have rows are read
+// again with one listing rather than by key.
+func (v *hostView) listAll(n, have int) bool {
+	beyond := listBeyond
+	if _, ok := v.st.(store.HostBatchReader); ok {
+		beyond = listBeyondBatch
+	}
+	return n > 1 && n > have/beyond
+}
+
+// readRecordsLocked reads the host records of hosts, which changed,
+// again: all of them with one listing if many changed, else by key (in
+// one query per batch, where the store can).
+func (v *hostView) readRecordsLocked(ctx context.Context, hosts []string) error {
+	switch b, batch := v.st.(store.HostBatchReader); {
+	case len(hosts) == 0:
+		return nil
+	case v.listAll(len(hosts), len(v.recs)):
+		return v.loadRecordsLocked(ctx)
+	case batch:
+		recs, err := b.GetHostRecords(ctx, hosts)
+		if err != nil {
+			return fmt.Errorf("web view: %w", err)
+		}
+		for _, h := range hosts {
+			delete(v.recs, h) // left out of the read: deleted
+		}
+		for _, r := range recs {
+			v.recs[r.Host] = r
+		}
+		return nil
+	}
+	for _, h := range hosts {
+		r, err := v.st.GetHostRecord(ctx, h)
+		if errors.Is(err, store.ErrNotFound) {
+			delete(v.recs, h)
+		} else if err != nil {
+			return fmt.Errorf("web view: reading host record %s: %w", h, err)
+		} else {
+			v.recs[h] = r
+		}
+	}
+	return nil
+}
+
+// readServicesLocked reads the services of hosts, which changed, again,
+// as readRecordsLocked reads host records; only compute services are
+// kept.
+func (v *hostView) readServicesLocked(ctx context.Context, hosts []string) error {
+	switch b, batch := v.st.(store.HostBatchReader); {
+	case len(hosts) == 0:
+		return nil
+	case v.listAll(len(hosts), len(v.svcs)):
+		return v.loadServicesLocked(ctx)
+	case batch:
+		svcs, err := b.GetServices(ctx, hosts)
+		if err != nil {
+			return fmt.Errorf("web view: %w", err)
+		}
+		for _, h := range hosts {
+			delete(v.svcs, h)
+		}
+		for _, s := range svcs {
+			if s.IsCompute() {
+				v.svcs[s.Host] = s
+			}
+		}
+		return nil
+	}
+	for _, h := range hosts {
+		s, err := v.st.GetService(ctx, h)
+		if errors.Is(err, store.ErrNotFound) {
+			delete(v.svcs, h)
+		} else if err != nil {
+			return fmt.Errorf("web view: reading service %s: %w", h, err)
+		} else if s.IsCompute() {
+			v.svcs[h] = s
+		}
 	}
 	return nil
 }

@@ -14,12 +14,25 @@ import (
 // read it (computeapi.HostLister): every host record sorted by host and
 // every compute service, equal to what the store lists, including a write
 // committed just before the call (the view catches up with the change
-// stream first: one changed record is read alone, several with one
-// listing), and no service that is not a compute's.
+// stream first: a few changed records are read by key, many with one
+// listing), a deleted host gone, and no service that is not a compute's.
+// It runs over a store that reads many hosts in one query
+// (store.HostBatchReader) and over one that reads one host at a time.
 func TestHostViewComputeHosts(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			st := memory.New()
+			var vs hostViewStore = st
+			if !batch {
+				vs = struct{ hostViewStore }{st} // hides GetHostRecords, GetServices
+			}
+			testHostViewComputeHosts(t, st, newHostView(vs))
+		})
+	}
+}
+
+func testHostViewComputeHosts(t *testing.T, st *memory.Store, v *hostView) {
 	ctx := context.Background()
-	st := memory.New()
-	v := newHostView(st)
 	check := func(when string) {
 		t.Helper()
 		recs, svcs, err := v.ComputeHosts(ctx)
@@ -47,39 +60,47 @@ func TestHostViewComputeHosts(t *testing.T) {
 			t.Errorf("%s: services\n got %+v\nwant %+v", when, svcs, wantSvcs)
 		}
 	}
-	for i := 3; i >= 1; i-- {
-		h := fmt.Sprintf("h%d", i)
-		if err := st.PutHostRecord(ctx, records.HostRecord{Host: h, VCPUs: 8}); err != nil {
+	put := func(h string, used int64) {
+		t.Helper()
+		if err := st.PutHostRecord(ctx, records.HostRecord{Host: h, VCPUs: 8, VCPUsUsed: used}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for i := 30; i >= 1; i-- {
+		h := fmt.Sprintf("h%02d", i)
+		put(h, 0)
 		if err := st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PutService(ctx, records.Service{Host: "ctl", Binary: "nova-scheduler"}); err != nil {
+	if err := st.PutService(ctx, records.Service{Host: records.ServerServiceHost("ctl"), Binary: records.ServerBinary}); err != nil {
 		t.Fatal(err)
 	}
 	check("first read")
 	// Writes since the last read are in the next one.
-	if err := st.PutHostRecord(ctx, records.HostRecord{Host: "h2", VCPUs: 8, VCPUsUsed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.UpdateService(ctx, "h3", func(s *records.Service) error {
+	put("h02", 5)
+	if _, err := st.UpdateService(ctx, "h03", func(s *records.Service) error {
 		s.Disabled, s.DisabledReason = true, "maintenance"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutHostRecord(ctx, records.HostRecord{Host: "h0", VCPUs: 4}); err != nil {
+	put("h00", 0)
+	check("after a few writes") // read by key (in one query, or one each)
+	put("h01", 2)
+	check("after one write") // read alone
+	for i := 1; i <= 20; i++ {
+		put(fmt.Sprintf("h%02d", i), int64(i))
+	}
+	check("after many writes") // read with one listing
+	if _, err := st.DeleteService(ctx, "h04"); err != nil {
 		t.Fatal(err)
 	}
-	check("after writes") // two records changed: read with one listing
-	if err := st.PutHostRecord(ctx, records.HostRecord{Host: "h1", VCPUs: 8, VCPUsUsed: 2}); err != nil {
-		t.Fatal(err)
-	}
-	check("after one write") // one record changed: read alone
+	put("h05", 9)
+	check("after a delete")
 	recs, svcs, _ := v.ComputeHosts(ctx)
-	if len(recs) != 4 || recs[0].Host != "h0" || recs[1].VCPUsUsed != 2 || recs[2].VCPUsUsed != 5 || !svcs["h3"].Disabled {
-		t.Errorf("records %+v, services %+v: want h0 first, h1 using 2 vCPUs, h2 5, h3 disabled", recs, svcs)
+	if len(recs) != 30 || recs[0].Host != "h00" || recs[1].VCPUsUsed != 1 || recs[4].Host != "h05" || recs[4].VCPUsUsed != 9 ||
+		!svcs["h03"].Disabled || svcs[records.ServerServiceHost("ctl")].Host != "" || svcs["h04"].Host != "" {
+		t.Errorf("records %+v, services %+v: want h00 first, h01 using 1 vCPU, h04 gone, h05 9, h03 disabled, no server replica", recs, svcs)
 	}
 }

@@ -228,6 +228,19 @@ type HostRecordBatch interface {
 	PutHostRecords(ctx context.Context, recs []records.HostRecord) error
 }
 
+// HostBatchReader is implemented by the stores that read many host
+// records or services by host in one query: a view that follows the
+// change stream re-reads the hosts that changed without a round trip
+// for each.
+type HostBatchReader interface {
+	// GetHostRecords returns the host records of hosts, sorted by host
+	// and each once; a host without one is left out.
+	GetHostRecords(ctx context.Context, hosts []string) ([]records.HostRecord, error)
+	// GetServices returns the services of hosts, sorted by host and each
+	// once; a host without one is left out.
+	GetServices(ctx context.Context, hosts []string) ([]records.Service, error)
+}
+
 // Instances is the instance records and their action log.
 type Instances interface {
 	// CreateInstance stores a new instance with Version 1.

@@ -64,7 +64,77 @@ func (a *hypervisorsAPI) computeHosts(ctx context.Context) ([]records.HostRecord
 	return recs, byHost, nil
 }
 
-func (a *hypervisorsAPI) hypervisorView(r *http.Request, h hypervisor, detail bool) map[string]any {
+// hypervisorJSON is one hypervisor as the API shows it: a typed value,
+// not a map, because a listing shows every host. What a listing or a
+// microversion leaves out is nil (an embedded nil pointer's fields are
+// left out too).
+type hypervisorJSON struct {
+	ID       any    `json:"id"` // an integer before 2.53, a UUID from it
+	Hostname string `json:"hypervisor_hostname"`
+	State    string `json:"state"`
+	Status   string `json:"status"`
+	*hypervisorDetail
+	*hypervisorUsage
+	Metrics *[]metricJSON       `json:"metrics,omitempty"`
+	Servers *[]hypervisorServer `json:"servers,omitempty"`
+	Uptime  *string             `json:"uptime,omitempty"`
+}
+
+// hypervisorDetail is what a detailed view adds at every microversion.
+type hypervisorDetail struct {
+	Type    string            `json:"hypervisor_type"`
+	Version int               `json:"hypervisor_version"`
+	HostIP  string            `json:"host_ip"`
+	Service hypervisorService `json:"service"`
+}
+
+// hypervisorService is a detailed view's compute service.
+type hypervisorService struct {
+	Host           string  `json:"host"`
+	ID             any     `json:"id"`
+	DisabledReason *string `json:"disabled_reason"`
+}
+
+// hypervisorUsage is what a detailed view adds before 2.88.
+type hypervisorUsage struct {
+	VCPUs              int64 `json:"vcpus"`
+	VCPUsUsed          int64 `json:"vcpus_used"`
+	MemoryMB           int64 `json:"memory_mb"`
+	MemoryMBUsed       int64 `json:"memory_mb_used"`
+	FreeRAMMB          int64 `json:"free_ram_mb"`
+	LocalGB            int64 `json:"local_gb"`
+	LocalGBUsed        int64 `json:"local_gb_used"`
+	FreeDiskGB         int64 `json:"free_disk_gb"`
+	DiskAvailableLeast int64 `json:"disk_available_least"`
+	RunningVMs         int64 `json:"running_vms"`
+	CurrentWorkload    int64 `json:"current_workload"`
+	CPUInfo            any   `json:"cpu_info"` // an object from 2.28, a string before
+}
+
+// hypervisorServer is one server of a hypervisor (with_servers).
+type hypervisorServer struct {
+	UUID string `json:"uuid"`
+	Name string `json:"name"`
+}
+
+// metricJSON is one measured metric as Nova stores it.
+type metricJSON struct {
+	Name      string  `json:"name"`
+	Value     float64 `json:"value"`
+	Source    string  `json:"source"`
+	Timestamp string  `json:"timestamp"`
+}
+
+// hypervisorID is a hypervisor's id: its provider's UUID from 2.53, an
+// integer derived from its host before.
+func hypervisorID(r *http.Request, h hypervisor) any {
+	if version(r).AtLeast(53) {
+		return h.uuid
+	}
+	return intID(h.rec.Host)
+}
+
+func (a *hypervisorsAPI) hypervisorView(r *http.Request, h hypervisor, detail bool) *hypervisorJSON {
 	state, status := "down", "disabled"
 	if h.hasSvc && a.serviceUp(h.svc) {
 		state = "up"
@@ -72,41 +142,39 @@ func (a *hypervisorsAPI) hypervisorView(r *http.Request, h hypervisor, detail bo
 	if h.hasSvc && !h.svc.Disabled {
 		status = "enabled"
 	}
-	var id any = intID(h.rec.Host)
-	if version(r).AtLeast(53) {
-		id = h.uuid
-	}
-	v := map[string]any{"id": id, "hypervisor_hostname": h.rec.Host, "state": state, "status": status}
+	v := &hypervisorJSON{ID: hypervisorID(r, h), Hostname: h.rec.Host, State: state, Status: status}
 	if !detail {
 		return v
 	}
 	rec := h.rec
-	v["hypervisor_type"], v["hypervisor_version"] = "fake", 1000
-	v["host_ip"] = "127.0.0.1"
 	var svcID any = intID(rec.Host)
 	if version(r).AtLeast(53) {
 		svcID = serviceID(rec.Host)
 	}
-	var reason any
+	var reason *string
 	if h.svc.DisabledReason != "" {
-		reason = h.svc.DisabledReason
+		reason = &h.svc.DisabledReason
 	}
-	v["service"] = map[string]any{"host": rec.Host, "id": svcID, "disabled_reason": reason}
+	v.hypervisorDetail = &hypervisorDetail{Type: "fake", Version: 1000, HostIP: "127.0.0.1",
+		Service: hypervisorService{Host: rec.Host, ID: svcID, DisabledReason: reason}}
 	if wantMetrics(r) {
-		v["metrics"] = metricsView(rec.Metrics)
+		ms := metricsView(rec.Metrics)
+		v.Metrics = &ms
 	}
 	if version(r).AtLeast(88) {
 		return v
 	}
-	v["vcpus"], v["vcpus_used"] = rec.VCPUs, rec.VCPUsUsed
-	v["memory_mb"], v["memory_mb_used"], v["free_ram_mb"] = rec.MemoryMB, rec.MemoryMBUsed, rec.FreeRAMMB
-	v["local_gb"], v["local_gb_used"], v["free_disk_gb"] = rec.LocalGB, rec.LocalGBUsed, rec.FreeDiskGB
-	v["disk_available_least"] = rec.FreeDiskGB
-	v["running_vms"], v["current_workload"] = rec.RunningVMs, rec.NumIOOps
+	var cpuInfo any = "{}"
 	if version(r).AtLeast(28) {
-		v["cpu_info"] = map[string]any{}
-	} else {
-		v["cpu_info"] = "{}"
+		cpuInfo = struct{}{}
+	}
+	v.hypervisorUsage = &hypervisorUsage{
+		VCPUs: rec.VCPUs, VCPUsUsed: rec.VCPUsUsed,
+		MemoryMB: rec.MemoryMB, MemoryMBUsed: rec.MemoryMBUsed, FreeRAMMB: rec.FreeRAMMB,
+		LocalGB: rec.LocalGB, LocalGBUsed: rec.LocalGBUsed, FreeDiskGB: rec.FreeDiskGB,
+		DiskAvailableLeast: rec.FreeDiskGB,
+		RunningVMs:         rec.RunningVMs, CurrentWorkload: rec.NumIOOps,
+		CPUInfo: cpuInfo,
 	}
 	return v
 }
@@ -139,11 +207,11 @@ func checkMetricsParam(r *http.Request) error {
 // compute_nodes.metrics (MonitorMetric.to_dict: the percents as
 // fractions, the timestamp as Nova's strtime); an unavailable metric is
 // absent, never 0.
-func metricsView(ms []records.Metric) []any {
-	out := make([]any, 0, len(ms))
+func metricsView(ms []records.Metric) []metricJSON {
+	out := make([]metricJSON, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, map[string]any{"name": m.Name, "value": m.Value, "source": m.Source,
-			"timestamp": m.Timestamp.UTC().Format("2006-01-02T15:04:05.000000")})
+		out = append(out, metricJSON{Name: m.Name, Value: m.Value, Source: m.Source,
+			Timestamp: m.Timestamp.UTC().Format("2006-01-02T15:04:05.000000")})
 	}
 	return out
 }
@@ -151,7 +219,7 @@ func metricsView(ms []records.Metric) []any {
 // withServers adds the names and UUIDs of the servers on a hypervisor to
 // its view (Nova adds the key only when there are some, or from 2.75
 // always when they were asked for).
-func (a *hypervisorsAPI) withServers(r *http.Request, v map[string]any, host string) error {
+func (a *hypervisorsAPI) withServers(r *http.Request, v *hypervisorJSON, host string) error {
 	ins, err := a.store.ListInstances(r.Context(), host)
 	if err != nil {
 		return err
@@ -159,11 +227,11 @@ func (a *hypervisorsAPI) withServers(r *http.Request, v map[string]any, host str
 	if len(ins) == 0 && !version(r).AtLeast(75) {
 		return nil
 	}
-	servers := make([]any, 0, len(ins))
+	servers := make([]hypervisorServer, 0, len(ins))
 	for _, in := range ins {
-		servers = append(servers, map[string]any{"uuid": in.UUID, "name": in.Name})
+		servers = append(servers, hypervisorServer{UUID: in.UUID, Name: in.Name})
 	}
-	v["servers"] = servers
+	v.Servers = &servers
 	return nil
 }
 
@@ -179,6 +247,11 @@ func wantServers(r *http.Request) (bool, error) {
 	}
 	return b, nil
 }
+
+// maxLimit is the most items a page of a paged listing holds, limit or
+// not: Nova's [api] max_limit default. Only the hypervisor listings (from
+// 2.33) apply it yet.
+const maxLimit = 1000
 
 func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
@@ -197,11 +270,17 @@ func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter
 		if version(r).AtLeast(53) {
 			pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
 		}
-		// 2.33: paging with limit and a hypervisor's id as marker.
+		// 2.33: paging with limit and a hypervisor's id as marker, at
+		// most maxLimit a page as in Nova (its [api] max_limit), so a
+		// listing without limit shows the first maxLimit hosts and a link
+		// to the next. A hostname pattern (2.53) is not paged.
 		body := map[string]any{}
 		if version(r).AtLeast(33) {
 			q := r.URL.Query()
-			idOf := func(h hypervisor) string { return fmt.Sprint(a.hypervisorView(r, h, false)["id"]) }
+			if pattern != "" && (q.Has("limit") || q.Has("marker")) {
+				return badRequest("Paging over hypervisors with the hypervisor_hostname_pattern query parameter is not supported.")
+			}
+			idOf := func(h hypervisor) string { return fmt.Sprint(hypervisorID(r, h)) }
 			if m := q.Get("marker"); m != "" {
 				i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
 				if i < 0 {
@@ -209,20 +288,22 @@ func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter
 				}
 				hs = hs[i+1:]
 			}
+			n := maxLimit
 			if q.Has("limit") {
-				n, err := strconv.Atoi(q.Get("limit"))
-				if err != nil || n < 0 {
+				l, err := strconv.Atoi(q.Get("limit"))
+				if err != nil || l < 0 {
 					return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
 				}
-				if len(hs) > n {
-					hs = hs[:n]
-					if n > 0 {
-						body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
-					}
+				n = min(l, maxLimit)
+			}
+			if pattern == "" && len(hs) > n {
+				hs = hs[:n]
+				if n > 0 {
+					body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
 				}
 			}
 		}
-		out := make([]any, 0, len(hs))
+		out := make([]*hypervisorJSON, 0, len(hs))
 		for _, h := range hs {
 			if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
 				continue
@@ -257,7 +338,7 @@ func (a *hypervisorsAPI) searchHypervisors(servers bool) func(w http.ResponseWri
 		if err != nil {
 			return err
 		}
-		out := []any{}
+		out := []*hypervisorJSON{}
 		for _, h := range hs {
 			if !strings.Contains(h.rec.Host, pattern) {
 				continue
@@ -295,8 +376,9 @@ func (a *hypervisorsAPI) hypervisorUptime(w http.ResponseWriter, r *http.Request
 	}
 	v := a.hypervisorView(r, h, false)
 	now := a.clock.Now().UTC()
-	v["uptime"] = fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
+	uptime := fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
 		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second))
+	v.Uptime = &uptime
 	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
 	return nil
 }

@@ -426,6 +426,32 @@ func (s *Store) ListHostRecords(_ context.Context) ([]records.HostRecord, error)
 	return out, nil
 }
 
+// GetHostRecords implements store.HostBatchReader.
+func (s *Store) GetHostRecords(_ context.Context, hosts []string) ([]records.HostRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return byKeys(s.hosts, hosts), nil
+}
+
+// GetServices implements store.HostBatchReader.
+func (s *Store) GetServices(_ context.Context, hosts []string) ([]records.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return byKeys(s.services, hosts), nil
+}
+
+// byKeys returns m's values of keys that are in m, sorted by key and
+// each once.
+func byKeys[T any](m map[string]T, keys []string) []T {
+	out := []T{}
+	for _, k := range slices.Compact(slices.Sorted(slices.Values(keys))) {
+		if v, ok := m[k]; ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // PutService implements store.Store.
 func (s *Store) PutService(_ context.Context, sv records.Service) error {
 	s.mu.Lock()

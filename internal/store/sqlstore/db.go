@@ -63,8 +63,9 @@ type Records struct {
 }
 
 var (
-	_ store.Records       = (*Records)(nil)
-	_ store.IdentityStore = (*Records)(nil)
+	_ store.Records         = (*Records)(nil)
+	_ store.IdentityStore   = (*Records)(nil)
+	_ store.HostBatchReader = (*Records)(nil)
 )
 
 // NewRecords returns the shared record tables over db, which speaks d.

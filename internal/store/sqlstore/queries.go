@@ -1,5 +1,10 @@
 package sqlstore
 
+import (
+	"fmt"
+	"strings"
+)
+
 // queries holds the shared statements in one dialect. Those run in a write
 // transaction or by DB.Exec are listed in write too.
 type queries struct {
@@ -7,6 +12,7 @@ type queries struct {
 
 	getHostRecord, listHostRecords, putHostRecord                         string
 	getService, listServices, lockService, putService                     string
+	getHostRecords, getServices                                           string
 	getInstance, listInstances, listInstancesOn, instanceVersion          string
 	listProjectInstances                                                  string
 	insertInstance, updateInstance, deleteInstance                        string
@@ -42,7 +48,9 @@ func newQueries(d *Dialect) *queries {
 	q.putHostRecord = w(`INSERT INTO host_records (host, data) VALUES ($1, $2)
 		ON CONFLICT (host) DO UPDATE SET data = excluded.data`)
 
+	q.getHostRecords = r(`SELECT data FROM host_records WHERE host IN (` + numbered(byKeysBatch) + `) ORDER BY host`)
 	q.getService = r(`SELECT data FROM services WHERE host = $1`)
+	q.getServices = r(`SELECT data FROM services WHERE host IN (` + numbered(byKeysBatch) + `) ORDER BY host`)
 	q.listServices = r(`SELECT data FROM services ORDER BY host`)
 	q.lockService = lock(`SELECT data FROM services WHERE host = $1`)
 	q.putService = w(`INSERT INTO services (host, data) VALUES ($1, $2)
@@ -124,4 +132,21 @@ func newQueries(d *Dialect) *queries {
 	q.insertClass = w(`INSERT INTO custom_resource_classes (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`)
 	q.listClasses = r(`SELECT name FROM custom_resource_classes ORDER BY name`)
 	return q
+}
+
+// byKeysBatch is how many keys one statement of the reads by many keys
+// (getHostRecords, getServices) takes: a fixed count, so that each is one
+// prepared statement; a shorter batch repeats its last key.
+const byKeysBatch = 100
+
+// numbered returns n numbered placeholders, "$1, $2, … $n".
+func numbered(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		if i > 1 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d", i)
+	}
+	return b.String()
 }

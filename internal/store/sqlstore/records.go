@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"keel/internal/placement"
@@ -58,6 +59,48 @@ func (r *Records) ListHostRecords(ctx context.Context) ([]records.HostRecord, er
 	out, err := listJSON[records.HostRecord](ctx, r, nil, r.q.listHostRecords)
 	if err != nil {
 		return nil, fmt.Errorf("listing host records: %w", err)
+	}
+	return out, nil
+}
+
+// GetHostRecords implements store.HostBatchReader: byKeysBatch hosts a
+// query.
+func (r *Records) GetHostRecords(ctx context.Context, hosts []string) ([]records.HostRecord, error) {
+	out, err := listByKeys[records.HostRecord](ctx, r, r.q.getHostRecords, hosts)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d host records: %w", len(hosts), err)
+	}
+	return out, nil
+}
+
+// GetServices implements store.HostBatchReader: byKeysBatch hosts a
+// query.
+func (r *Records) GetServices(ctx context.Context, hosts []string) ([]records.Service, error) {
+	out, err := listByKeys[records.Service](ctx, r, r.q.getServices, hosts)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d services: %w", len(hosts), err)
+	}
+	return out, nil
+}
+
+// listByKeys decodes the rows of keys, sorted and each once, with query:
+// a statement taking byKeysBatch keys, run once per byKeysBatch of them
+// (a shorter last batch repeats its last key).
+func listByKeys[T any](ctx context.Context, r *Records, query string, keys []string) ([]T, error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	out := make([]T, 0, len(keys))
+	args := make([]any, byKeysBatch)
+	for len(keys) > 0 {
+		n := min(len(keys), byKeysBatch)
+		for i := range args {
+			args[i] = keys[min(i, n-1)]
+		}
+		part, err := listJSON[T](ctx, r, nil, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, part...)
+		keys = keys[n:]
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 var recordTests = []subtest{
 	{"HostRecords", testHostRecords},
 	{"PutHostRecords", testPutHostRecords},
+	{"GetByHosts", testGetByHosts},
 	{"Services", testServices},
 	{"Instances", testInstances},
 	{"ProjectInstances", testProjectInstances},
@@ -570,6 +571,66 @@ func testPutHostRecords(t *testing.T, s store.Store) {
 	want := []string{h + "cmp-1", h + "cmp-2", h + "cmp-3"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("changes of the batch = %v, want %v", keys, want)
+	}
+}
+
+// testGetByHosts checks the reads of many host records and services by
+// host (store.HostBatchReader): more hosts than one statement takes, given
+// out of order, some twice and some missing, come back sorted, once each,
+// the missing left out; no hosts read nothing.
+func testGetByHosts(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	b, ok := s.(store.HostBatchReader)
+	if !ok {
+		t.Fatalf("%T does not read by many hosts (store.HostBatchReader)", s)
+	}
+	const n = 250
+	var recs []records.HostRecord
+	var svcs []records.Service
+	for i := range n {
+		h := fmt.Sprintf("cmp-%03d", i)
+		recs = append(recs, hostRecord(h, int64(i)))
+		if i%2 == 0 {
+			sv := records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: t0.Add(time.Duration(i) * time.Second)}
+			if err := s.PutService(ctx, sv); err != nil {
+				t.Fatal(err)
+			}
+			svcs = append(svcs, sv)
+		}
+	}
+	if err := s.(store.HostRecordBatch).PutHostRecords(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	// Every host backwards, every tenth twice, and two that are not there.
+	var ask []string
+	for i := n - 1; i >= 0; i-- {
+		ask = append(ask, recs[i].Host)
+		if i%10 == 0 {
+			ask = append(ask, recs[i].Host)
+		}
+	}
+	ask = append(ask, "nowhere", "cmp-999")
+	gotRecs, err := b.GetHostRecords(ctx, ask)
+	if err != nil {
+		t.Fatalf("GetHostRecords: %v", err)
+	}
+	if !reflect.DeepEqual(gotRecs, recs) {
+		t.Errorf("GetHostRecords of %d hosts: %d records, want the %d stored, sorted", len(ask), len(gotRecs), len(recs))
+	}
+	gotSvcs, err := b.GetServices(ctx, ask)
+	if err != nil {
+		t.Fatalf("GetServices: %v", err)
+	}
+	if !reflect.DeepEqual(gotSvcs, svcs) {
+		t.Errorf("GetServices of %d hosts: %d services, want the %d stored, sorted", len(ask), len(gotSvcs), len(svcs))
+	}
+	// One host, a short batch.
+	one, err := b.GetHostRecords(ctx, []string{"cmp-007", "nowhere"})
+	if err != nil || len(one) != 1 || one[0].Host != "cmp-007" {
+		t.Errorf("GetHostRecords(cmp-007, nowhere) = %+v, %v; want cmp-007's", one, err)
+	}
+	if none, err := b.GetServices(ctx, nil); err != nil || len(none) != 0 {
+		t.Errorf("GetServices(nil) = %+v, %v; want none", none, err)
 	}
 }
 
