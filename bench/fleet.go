@@ -691,6 +691,10 @@ func (r *run) fleetFigures(plan fleetPlan, stopped string) {
 	r.figure("fleet_max_hosts_one_replica", float64(held))
 	r.figure("fleet_largest_hosts", float64(last.Hosts))
 	r.figure("fleet_server_cores_at_largest", last.ServerCores)
+	if last.ServerCores > 0 {
+		// Where the ramp stopped (or its last step): the break point.
+		r.figure("fleet_hosts_per_core_at_largest", float64(last.Hosts)/last.ServerCores)
+	}
 	r.figure("fleet_api_p99_ms_at_largest", max(last.ServersP99MS, last.HypervisorsP99MS))
 	var at1k *FleetStep
 	for i := range steps {
@@ -720,8 +724,12 @@ func (r *run) fleetFigures(plan fleetPlan, stopped string) {
 	if stopped == "" {
 		stopped = "the ramp ran every step"
 	}
-	result := fmt.Sprintf("%s hosts held (largest step %s: server %.2f cores, API p99 %s)", commas(int64(held)), commas(int64(last.Hosts)),
-		last.ServerCores, fmtMS(max(last.ServersP99MS, last.HypervisorsP99MS)))
+	perCore := "-"
+	if last.ServerCores > 0 {
+		perCore = commas(int64(float64(last.Hosts) / last.ServerCores))
+	}
+	result := fmt.Sprintf("%s hosts held (largest step %s: server %.2f cores, %s hosts per core, API p99 %s)", commas(int64(held)), commas(int64(last.Hosts)),
+		last.ServerCores, perCore, fmtMS(max(last.ServersP99MS, last.HypervisorsP99MS)))
 	cond := fmt.Sprintf("one `keel server` process (SQLite, embedded NATS); steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; the ramp stops where the server falls behind (a host down, a heartbeat lost, API p50 past %[6]s); %s; ",
 		stepList(plan.Steps), plan.Period, plan.Report, plan.Audit, plan.DownTime, fmtMS(ms(plan.APIBound)), stopped)
 	r.row("7", "hosts one server replica carries", result, cond+r.goal("fleet_max_hosts_one_replica", held >= 10000, "one replica holds 10,000 hosts"))

@@ -59,6 +59,9 @@ func TestFleetQuick(t *testing.T) {
 	if _, ok := figures["fleet_max_hosts_one_replica"].(float64); !ok {
 		t.Errorf("no fleet_max_hosts_one_replica in %s", out.String())
 	}
+	if v, _ := figures["fleet_hosts_per_core_at_largest"].(float64); v <= 12 {
+		t.Errorf("fleet_hosts_per_core_at_largest = %v, want more than the 12 hosts (the server under one core)", figures["fleet_hosts_per_core_at_largest"])
+	}
 	if len(got.Rows) != 1 || got.Rows[0]["section"] != "7" {
 		t.Errorf("rows %v, want the fleet's one row", got.Rows)
 	}
