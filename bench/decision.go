@@ -153,8 +153,15 @@ func (r *run) decision(ctx context.Context) error {
 		r.figure("decision_p50_ms_"+sz.key, p50)
 		r.figure("decision_p99_ms_"+sz.key, p99)
 		res := fmt.Sprintf("p50 %s, p99 %s", fmtMS(p50), fmtMS(p99))
-		if sz.key == "10k" {
+		switch sz.key {
+		case "10k":
 			res += " (" + r.goal("decision_p99_ms_10k", p99 <= 2, "p99 ≤ 2 ms") + ")"
+		case "100k":
+			// The goal holds at a load below 3: the load is
+			// part of the figure.
+			load := loadAverage()
+			r.figure("decision_load1_100k", load)
+			res += fmt.Sprintf(" at load %.1f (%s)", load, r.goal("decision_p99_ms_100k", p99 <= 0.1, "p99 ≤ 0.1 ms at a load below 3"))
 		}
 		r.row("1", fmt.Sprintf("scheduler decision, %s hosts", commas(int64(sz.n))), res,
 			fmt.Sprintf("%s decisions after %d warm-up, one at a time; each: refresh the view, Nova's default filters + all weighers, host_subset_size 3, claim m1.small in the memory store; hosts 32 vCPU ×4 / 128 GiB / 2 TB, random usage", commas(int64(n)), warm))
