@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"keel/internal/clock"
-	"keel/internal/conductor"
 	"keel/internal/httpbody"
 	"keel/internal/httproute"
 	"keel/internal/image"
@@ -29,8 +28,8 @@ type Caller struct {
 
 // Config wires the API.
 type Config struct {
-	Store     store.Store
-	Conductor *conductor.Conductor
+	Store     Store
+	Conductor Conductor
 	Clock     clock.Clock
 	// ServiceDownTime is [DEFAULT] service_down_time: a service whose last
 	// heartbeat is older is reported down.
@@ -99,7 +98,7 @@ type API struct {
 // the links' base URL and when a service counts as down. Its methods are
 // the lookups and views more than one family shares.
 type base struct {
-	store           store.Store
+	store           Store
 	clock           clock.Clock
 	log             *slog.Logger
 	baseURL         string
@@ -113,7 +112,7 @@ type flavorsAPI struct{ *base }
 // addresses, diagnostics and external events.
 type serversAPI struct {
 	*base
-	conductor   *conductor.Conductor
+	conductor   booter
 	imageExists func(ctx context.Context, id string) bool
 }
 
@@ -126,7 +125,7 @@ type serverMetadataAPI struct{ *base }
 // serverActionsAPI serves POST /servers/{id}/action.
 type serverActionsAPI struct {
 	*base
-	conductor   *conductor.Conductor
+	conductor   Conductor
 	imageExists func(ctx context.Context, id string) bool
 	// images and imageURL: where createImage and createBackup write.
 	images   *image.Store
@@ -139,7 +138,7 @@ type instanceActionsAPI struct{ *base }
 // migrationsAPI serves /os-migrations and /servers/{id}/migrations.
 type migrationsAPI struct {
 	*base
-	conductor *conductor.Conductor
+	conductor mover
 }
 
 // hypervisorsAPI serves /os-hypervisors.

@@ -22,6 +22,10 @@
 // GET /servers, serveraction.go dispatches the server actions (moves.go,
 // lifecycle.go and resetstate.go hold their own), servers.go the rest.
 //
-// The handlers hold no state: they read and write through the server's
-// store and conductor, so several keel servers can serve the same cloud.
+// The handlers hold no state: they read and write through the two
+// interfaces this package declares (deps.go), Store (the records it serves
+// and placement's provider reads) and Conductor (the intents it hands on:
+// boots, deletes, lifecycle actions, moves, state resets), so several keel
+// servers can serve the same cloud. A handler parses, checks and answers;
+// what writes allocations or calls an agent is the conductor's.
 package computeapi
