@@ -25,6 +25,7 @@ import (
 // it right the operator's way (os-resetState, keel migration reset) and
 // checks the audit is clean again.
 func TestAuditSeesWhatABugLeavesAndResetsPutItRight(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
 	useCloud(t, cloud)
 	ctx := context.Background()

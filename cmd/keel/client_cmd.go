@@ -71,7 +71,7 @@ func (cf *clientFlags) connect(cmd *cobra.Command) (*client.Client, error) {
 	if cf.format != "table" && cf.format != "json" {
 		return nil, fmt.Errorf("--format must be table or json, got %q", cf.format)
 	}
-	return client.Connect(cmd.Context(), client.Options{Cloud: cf.cloud, Microversion: cf.microversion})
+	return client.Connect(cmd.Context(), environOf(cmd.Context()).clientOptions(client.Options{Cloud: cf.cloud, Microversion: cf.microversion}))
 }
 
 func (cf *clientFlags) json() bool { return cf.format == "json" }

@@ -10,6 +10,7 @@ import (
 // TestPrintCandidatesOne: with one candidate, explain names it as picked
 // without weighing, with no WEIGHT 0.000 column and no empty multipliers.
 func TestPrintCandidatesOne(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	one := []client.HostExplanation{{Rank: 1, Host: "h01"}}
 	if err := printCandidates(&b, one, 1); err != nil {

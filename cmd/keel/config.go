@@ -58,13 +58,20 @@ func addConfigFlags(cmd *cobra.Command, only ...string) *configFlags {
 }
 
 // load reads the file (if any), applies the flags that were given, and
-// logs the file's warnings.
+// logs the file's warnings. The file and a relative data_dir are found
+// from the command's working directory (environ).
 func (cf *configFlags) load(cmd *cobra.Command, log *slog.Logger) (config.Config, error) {
+	cfg, err := cf.loadFlags(cmd, log)
+	cfg.Keel.DataDir = environOf(cmd.Context()).path(cfg.Keel.DataDir)
+	return cfg, err
+}
+
+func (cf *configFlags) loadFlags(cmd *cobra.Command, log *slog.Logger) (config.Config, error) {
 	cfg := config.Default()
 	if cf.file != "" {
 		var warns []config.Warning
 		var err error
-		cfg, warns, err = config.Load(cf.file)
+		cfg, warns, err = config.Load(environOf(cmd.Context()).path(cf.file))
 		if errors.Is(err, fs.ErrNotExist) {
 			return cfg, fmt.Errorf("configuration file %s does not exist", cf.file)
 		}

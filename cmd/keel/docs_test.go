@@ -91,6 +91,7 @@ func keelArgs(line string) (args []string, skip bool, ok bool) {
 }
 
 func TestKeelArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		line     string
 		want     string
@@ -117,6 +118,7 @@ func TestKeelArgs(t *testing.T) {
 // getting-started commands stay true. A line that is no keel command
 // fails the test: mark only blocks it can run.
 func TestDocsShellBlocks(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -127,9 +129,10 @@ func TestDocsShellBlocks(t *testing.T) {
 	}
 	for _, b := range blocks {
 		t.Run(b.where, func(t *testing.T) {
+			t.Parallel()
 			cloud := clienttest.Start(t, clienttest.Options{Hosts: 3})
 			useCloud(t, cloud)
-			t.Chdir(root) // the blocks name files from the repository root
+			chdir(t, root) // the blocks name files from the repository root
 			ran := 0
 			for _, line := range b.lines {
 				args, skip, ok := keelArgs(line)
@@ -160,6 +163,7 @@ func TestDocsShellBlocks(t *testing.T) {
 // that every line of the figure begins a line of what it prints now,
 // spacing aside; a line ending in "…" is cut there.
 func TestReadmeFigureIsCurrent(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	data, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
@@ -173,7 +177,7 @@ func TestReadmeFigureIsCurrent(t *testing.T) {
 	block, _, _ := strings.Cut(rest, "```")
 	lines := strings.Split(block, "\n")
 	args := strings.Fields(lines[0])
-	t.Chdir(root)
+	chdir(t, root)
 	out, err := run(t, args...)
 	if err != nil {
 		t.Fatalf("keel %s: %v", lines[0], err)

@@ -20,13 +20,11 @@ import (
 // evacuate-all plan rebuilds each of its servers on another host, printing
 // a line per move, and keel plan show has it done.
 func TestHostEvacuatePlan(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 3})
 	useCloud(t, cloud)
 	ctx := context.Background()
-	c, err := client.Connect(ctx, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloud.Connect(t)
 	fl, err := c.FindFlavor(ctx, "m1.small")
 	if err != nil {
 		t.Fatal(err)

@@ -44,20 +44,21 @@ func addNovaFlags(cmd *cobra.Command, cf *clientFlags, withConf bool) {
 // compute API and Placement): the tests drive the Nova path against keel
 // with it.
 func foreign(ctx context.Context, c *client.Client) (bool, error) {
-	if os.Getenv("KEEL_CLOUD_AS_NOVA") == "1" {
+	if environOf(ctx).getenv("KEEL_CLOUD_AS_NOVA") == "1" {
 		return true, nil
 	}
 	k, err := c.IsKeel(ctx)
 	return !k, err
 }
 
-// novaDataDir is the data dir of a Nova cloud's plans.
-func novaDataDir(cf *clientFlags, cloud string) (string, error) {
-	dir := cf.dataDir
+// novaDataDir is the data dir of a Nova cloud's plans, in the environ
+// env.
+func novaDataDir(env environ, cf *clientFlags, cloud string) (string, error) {
+	dir := env.path(cf.dataDir)
 	if dir == "" {
-		base := os.Getenv("XDG_STATE_HOME")
+		base := env.getenv("XDG_STATE_HOME")
 		if base == "" {
-			home, err := os.UserHomeDir()
+			home, err := env.homeDir()
 			if err != nil {
 				return "", fmt.Errorf("no --data-dir and no home directory: pass --data-dir")
 			}
@@ -88,7 +89,8 @@ func novaSetup(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, c
 	fail := func(err error) (string, config.Config, client.NovaCloud, *sqlite.Store, error) {
 		return "", config.Config{}, client.NovaCloud{}, nil, err
 	}
-	dir, err := novaDataDir(cf, c.Cloud())
+	env := environOf(ctx)
+	dir, err := novaDataDir(env, cf, c.Cloud())
 	if err != nil {
 		return fail(err)
 	}
@@ -99,7 +101,7 @@ func novaSetup(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, c
 	if ok && prev.ComputeEndpoint != c.ComputeEndpoint() {
 		return fail(fmt.Errorf("--data-dir %s holds the plans of cloud %s at %s, not of %s at %s: pass another --data-dir", dir, prev.Cloud, prev.ComputeEndpoint, c.Cloud(), c.ComputeEndpoint()))
 	}
-	cfg, err := novaOptions(cf.novaConf, os.Stderr)
+	cfg, err := novaOptions(env.path(cf.novaConf), cmd.ErrOrStderr())
 	if err != nil {
 		return fail(err)
 	}
@@ -108,14 +110,14 @@ func novaSetup(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, c
 	}
 	nc, notes, err := c.ReadNova(ctx)
 	for _, n := range notes {
-		fmt.Fprintln(os.Stderr, "keel:", n)
+		fmt.Fprintln(cmd.ErrOrStderr(), "keel:", n)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	conf := novaplan.Config{Cloud: c.Cloud(), CloudsYAML: client.CloudsYAMLPath(""), ComputeEndpoint: c.ComputeEndpoint(), Hosts: map[string]string{}}
+	conf := novaplan.Config{Cloud: c.Cloud(), CloudsYAML: c.CloudsYAML(), ComputeEndpoint: c.ComputeEndpoint(), Hosts: map[string]string{}}
 	if cf.novaConf != "" {
-		conf.NovaConf, _ = filepath.Abs(cf.novaConf)
+		conf.NovaConf, _ = filepath.Abs(env.path(cf.novaConf))
 	}
 	for _, h := range nc.Hosts {
 		conf.Hosts[h.Name] = h.ProviderUUID
@@ -158,7 +160,7 @@ func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan
 	pace := plan.PaceOf(p, novaCaps(cfg), float64(cfg.Libvirt.LiveMigrationBandwidth))
 	fmt.Fprintf(out, "plan %d: draining %s on %s: %s (%s, order %s); services disabled (keel drain plan %d); plans in %s\n",
 		p.ID, strings.Join(p.Hosts, ", "), c.Cloud(), count(len(p.Moves), "move", "moves"), paceText(&pace, p.Options.Parallel), orDefault(p.Options.Order, "largest"), p.ID, dir)
-	if err := ensureExecutor(dir); err != nil {
+	if err := ensureExecutor(environOf(cmd.Context()), dir); err != nil {
 		return err
 	}
 	if !wait {
@@ -168,8 +170,9 @@ func novaDrain(cmd *cobra.Command, c *client.Client, cf *clientFlags, o novaplan
 	return followNovaPlan(cmd, st, dir, c.Cloud(), p.ID, out)
 }
 
-// ensureExecutor starts a detached executor on dir unless one runs.
-func ensureExecutor(dir string) error {
+// ensureExecutor starts a detached executor on dir, in the environ env,
+// unless one runs.
+func ensureExecutor(env environ, dir string) error {
 	release, ok, err := novaplan.Lock(dir)
 	if err != nil {
 		return err
@@ -188,7 +191,7 @@ func ensureExecutor(dir string) error {
 	}
 	defer logf.Close()
 	ex := exec.Command(exe, "nova-executor", "--data-dir", dir)
-	ex.Env = append(os.Environ(), "KEEL_BE_MAIN=1")
+	ex.Env = append(env.environment(), "KEEL_BE_MAIN=1")
 	ex.Stdout, ex.Stderr = logf, logf
 	ex.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := ex.Start(); err != nil {
@@ -408,7 +411,7 @@ func novaPlanShow(cmd *cobra.Command, c *client.Client, cf *clientFlags, id int6
 	}
 	defer st.Close()
 	if wait {
-		if err := ensureExecutor(dir); err != nil {
+		if err := ensureExecutor(environOf(cmd.Context()), dir); err != nil {
 			return err
 		}
 		if err := followNovaPlan(cmd, st, dir, c.Cloud(), id, cmd.OutOrStdout()); err != nil {
@@ -435,7 +438,7 @@ func novaPlanShow(cmd *cobra.Command, c *client.Client, cf *clientFlags, id int6
 }
 
 func novaStoreOf(cmd *cobra.Command, c *client.Client, cf *clientFlags) (string, *sqlite.Store, error) {
-	dir, err := novaDataDir(cf, c.Cloud())
+	dir, err := novaDataDir(environOf(cmd.Context()), cf, c.Cloud())
 	if err != nil {
 		return "", nil, err
 	}
@@ -493,7 +496,7 @@ func novaPlanCancel(cmd *cobra.Command, c *client.Client, cf *clientFlags, id in
 	if next, err = st.UpdatePlan(cmd.Context(), next); err != nil {
 		return err
 	}
-	if err := ensureExecutor(dir); err != nil {
+	if err := ensureExecutor(environOf(cmd.Context()), dir); err != nil {
 		return err
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), novaHeadline(novaPlanView(dir, next)))
@@ -540,7 +543,7 @@ func novaRebalanceApply(cmd *cobra.Command, c *client.Client, cf *clientFlags, i
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintln(out, novaHeadline(novaPlanView(dir, p)))
-	if err := ensureExecutor(dir); err != nil {
+	if err := ensureExecutor(environOf(cmd.Context()), dir); err != nil {
 		return err
 	}
 	if !wait {

@@ -22,6 +22,7 @@ import (
 	"keel/internal/config"
 	"keel/internal/novaplan"
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // TestMain lets a test start the test binary as keel itself: the drain's
@@ -73,7 +74,7 @@ func novaDrainCloudLog(t *testing.T, hosts, n int, log io.Writer) (*clienttest.C
 		}
 	}
 	novaCloudsYAML(t, cloud)
-	t.Setenv("KEEL_CLOUD_AS_NOVA", "1")
+	setenv(t, "KEEL_CLOUD_AS_NOVA", "1")
 	return cloud, ids
 }
 
@@ -81,7 +82,7 @@ func novaDrainCloudLog(t *testing.T, hosts, n int, log io.Writer) (*clienttest.C
 // once no plan is active).
 func waitExecutorGone(t *testing.T, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	ctx := testenv.Context(t)
 	for {
 		release, ok, err := novaplan.Lock(dir)
 		if err != nil {
@@ -91,7 +92,7 @@ func waitExecutorGone(t *testing.T, dir string) {
 			release()
 			return
 		}
-		if time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			t.Fatalf("the executor of %s did not exit", dir)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -115,6 +116,7 @@ func novaPlanJSON(t *testing.T, dir string, id int) NovaPlan {
 // spread over the other hosts (keel's claims count each destination at
 // once), and plan show --format json has the figures.
 func TestNovaDrainSpreads(t *testing.T) {
+	t.Parallel()
 	cloud, ids := novaDrainCloud(t, 4, 6)
 	dir := t.TempDir()
 	out := mustRun(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h01", "--wait")
@@ -163,11 +165,12 @@ func TestNovaDrainSpreads(t *testing.T) {
 // TestNovaDrainResumes: the executor killed mid-drain and started again
 // (by plan show --wait) resumes the plan; every server moves exactly once.
 func TestNovaDrainResumes(t *testing.T) {
+	t.Parallel()
 	cloud, ids := novaDrainCloud(t, 3, 4)
 	dir := t.TempDir()
 	mustRun(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h01", "--parallel", "1")
 	// Kill it once a move has ended and others are left.
-	deadline := time.Now().Add(60 * time.Second)
+	ctx := testenv.Context(t)
 	for {
 		v := novaPlanJSON(t, dir, 1)
 		if v.Progress.Done >= 1 {
@@ -176,7 +179,7 @@ func TestNovaDrainResumes(t *testing.T) {
 			}
 			break
 		}
-		if time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			t.Fatalf("no move ended: %+v", v.Progress)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -211,6 +214,7 @@ func TestNovaDrainResumes(t *testing.T) {
 // TestNovaDrainBadInput: an unknown host is refused naming the cloud's
 // hosts, and nothing is stored or disabled.
 func TestNovaDrainBadInput(t *testing.T) {
+	t.Parallel()
 	novaDrainCloud(t, 2, 1)
 	dir := t.TempDir()
 	_, err := run(t, "host", "drain", "--os-cloud", "nova", "--data-dir", dir, "h09")
@@ -249,6 +253,7 @@ func (l *lockedBuffer) String() string {
 // its read, 2 of each. Every move's figures have its pre-request reads and
 // its Nova time from its request.
 func TestNovaDrainReadsOnce(t *testing.T) {
+	t.Parallel()
 	var log lockedBuffer
 	const hosts, servers = 4, 6
 	novaDrainCloudLog(t, hosts, servers, &log)
@@ -301,6 +306,7 @@ func TestNovaDrainReadsOnce(t *testing.T) {
 // approves it and the executor moves each server to its planned
 // destination through os-migrateLive, lowering the RAM imbalance.
 func TestNovaRebalance(t *testing.T) {
+	t.Parallel()
 	cloud, ids := novaDrainCloud(t, 3, 6)
 	dir := t.TempDir()
 	out := mustRun(t, "rebalance", "plan", "--os-cloud", "nova", "--data-dir", dir)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -46,8 +45,8 @@ func writeNovaCloudsYAML(t *testing.T, token, compute, placement string) string 
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("OS_CLIENT_CONFIG_FILE", path)
-	t.Setenv("OS_CLOUD", "")
+	setenv(t, "OS_CLIENT_CONFIG_FILE", path)
+	setenv(t, "OS_CLOUD", "")
 	return path
 }
 
@@ -59,6 +58,7 @@ func writeNovaCloudsYAML(t *testing.T, token, compute, placement string) string 
 // nova.conf's scheduler options are in the file and a filter keel does
 // not have is named on stderr.
 func TestSimExportReadsANovaCloud(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 3})
 	useCloud(t, cloud)
 	mustRun(t, "server", "create", "web1", "--flavor", "m1.small", "--wait")
@@ -82,18 +82,11 @@ weight_classes = nova.scheduler.weights.all_weighers
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	root := rootCommand()
-	var out, stderr strings.Builder
-	root.SetOut(&out)
-	root.SetErr(&stderr)
-	root.SetArgs([]string{"sim", "export", "--os-cloud", "nova", "--as-nova", "--nova-conf", conf})
-	// The notes go to the process's stderr: capture it.
-	notes := captureStderr(t, func() {
-		if err := root.ExecuteContext(context.Background()); err != nil {
-			t.Fatalf("keel sim export --as-nova: %v\n%s", err, out.String())
-		}
-	})
-	wantContains(t, notes, "PciPassthroughFilter is not one keel has", "Placement's inventories")
+	var out, notes strings.Builder
+	if err := runIO(t, &out, &notes, "sim", "export", "--os-cloud", "nova", "--as-nova", "--nova-conf", conf); err != nil {
+		t.Fatalf("keel sim export --as-nova: %v\n%s", err, out.String())
+	}
+	wantContains(t, notes.String(), "PciPassthroughFilter is not one keel has", "Placement's inventories")
 	nova := filepath.Join(dir, "nova.toml")
 	if err := os.WriteFile(nova, []byte(out.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -140,16 +133,10 @@ weight_classes = nova.scheduler.weights.all_weighers
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{nil, {"--nova-conf", bare}} {
-		root := rootCommand()
-		var out strings.Builder
-		root.SetOut(&out)
-		root.SetErr(io.Discard)
-		root.SetArgs(append([]string{"sim", "export", "--os-cloud", "nova", "--as-nova"}, args...))
-		notes := captureStderr(t, func() {
-			if err := root.ExecuteContext(context.Background()); err != nil {
-				t.Fatalf("keel sim export --as-nova %v: %v", args, err)
-			}
-		})
+		var out, notes strings.Builder
+		if err := runIO(t, &out, &notes, append([]string{"sim", "export", "--os-cloud", "nova", "--as-nova"}, args...)...); err != nil {
+			t.Fatalf("keel sim export --as-nova %v: %v", args, err)
+		}
 		path := filepath.Join(dir, "defaults.toml")
 		if err := os.WriteFile(path, []byte(out.String()), 0o600); err != nil {
 			t.Fatal(err)
@@ -162,40 +149,10 @@ weight_classes = nova.scheduler.weights.all_weighers
 		if !slices.Equal(s.Scheduler.EnabledFilters, want) {
 			t.Errorf("export %v: enabled_filters %v, want Nova 26's defaults %v", args, s.Scheduler.EnabledFilters, want)
 		}
-		if args == nil && strings.Contains(notes, "AvailabilityZoneFilter") {
-			t.Errorf("export without --nova-conf names AvailabilityZoneFilter among Nova's defaults: %s", notes)
+		if args == nil && strings.Contains(notes.String(), "AvailabilityZoneFilter") {
+			t.Errorf("export without --nova-conf names AvailabilityZoneFilter among Nova's defaults: %s", notes.String())
 		}
 	}
-}
-
-// captureStderr runs f with os.Stderr sent to a pipe and returns what was
-// written.
-func captureStderr(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	done := make(chan string)
-	go func() {
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := r.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				done <- b.String()
-				return
-			}
-		}
-	}()
-	defer func() { os.Stderr = old }()
-	f()
-	w.Close()
-	os.Stderr = old
-	return <-done
 }
 
 // TestNovaBadInput: a cloud that does not answer, one that is not an
@@ -203,6 +160,7 @@ func captureStderr(t *testing.T, f func()) string {
 // without admin each fail with an error that names the thing and what to
 // do.
 func TestNovaBadInput(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
 	cc := cloud.Connect(t).ComputeClient()
 	compute := strings.TrimSuffix(cc.Endpoint, "/")

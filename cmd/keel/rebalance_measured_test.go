@@ -24,6 +24,7 @@ import (
 // filters. The table shows both hosts' measured CPU before and after;
 // applied, h01 measures less than before.
 func TestRebalanceByMeasured(t *testing.T) {
+	t.Parallel()
 	ctx := testenv.Context(t)
 	busy := records.Flavor{ID: "10", Name: "busy", VCPUs: 2, RAMMB: 1024, DiskGB: 1, ExtraSpecs: map[string]string{"keel:workload": "constant cpu=2"}}
 	hog := records.Flavor{ID: "11", Name: "hog", VCPUs: 1, RAMMB: 8192, DiskGB: 1, ExtraSpecs: map[string]string{"keel:workload": "constant cpu=0"}}

@@ -122,7 +122,7 @@ func runSim(cmd *cobra.Command, args []string, fl simFlags) error {
 		return err
 	}
 	if fl.svgPath != "" {
-		if err := writeSimChart(rep, fl.svgPath); err != nil {
+		if err := writeSimChart(rep, environOf(cmd.Context()).path(fl.svgPath)); err != nil {
 			return err
 		}
 	}
@@ -136,7 +136,7 @@ func runSim(cmd *cobra.Command, args []string, fl simFlags) error {
 // --generate hosts over --hours.
 func simScenario(cmd *cobra.Command, args []string, generate string) (*scenario.Scenario, error) {
 	if len(args) == 1 {
-		return scenario.Load(args[0])
+		return scenario.Load(environOf(cmd.Context()).path(args[0]))
 	}
 	var hosts int
 	if _, err := fmt.Sscan(generate, &hosts); err != nil || hosts < 1 {

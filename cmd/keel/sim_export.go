@@ -57,17 +57,18 @@ placement_endpoint_override).` + clientLong,
 			if !(duration > 0) || duration > scenario.MaxDuration {
 				return fmt.Errorf("--duration must be more than 0 and at most %v seconds, got %v", scenario.MaxDuration, duration)
 			}
-			c, err := client.Connect(cmd.Context(), client.Options{Cloud: cloud})
+			env := environOf(cmd.Context())
+			c, err := client.Connect(cmd.Context(), env.clientOptions(client.Options{Cloud: cloud}))
 			if err != nil {
 				return err
 			}
-			snap, err := exportSnapshot(cmd.Context(), c, novaConf, asNova, os.Stderr)
+			snap, err := exportSnapshot(cmd.Context(), c, env.path(novaConf), asNova, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			sc, notes, err := scenario.FromSnapshot(snap)
 			for _, n := range notes {
-				fmt.Fprintln(os.Stderr, "keel sim export:", n)
+				fmt.Fprintln(cmd.ErrOrStderr(), "keel sim export:", n)
 			}
 			if err != nil {
 				return fmt.Errorf("exporting cloud %s: %w", c.Cloud(), err)

@@ -22,13 +22,11 @@ import (
 // aggregate is exported through the API; the file loads with the
 // scenario loader and its hosts and instances are the cloud's.
 func TestSimExportWritesTheLiveCloud(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 3})
 	useCloud(t, cloud)
 	ctx := context.Background()
-	c, err := client.Connect(ctx, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloud.Connect(t)
 	cc := c.ComputeClient()
 	g, err := servergroups.Create(ctx, cc, servergroups.CreateOpts{Name: "apart", Policies: []string{"anti-affinity"}}).Extract()
 	if err != nil {

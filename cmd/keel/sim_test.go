@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,20 +9,17 @@ import (
 	"testing"
 )
 
-// run executes the keel command line with args and returns stdout and the
-// error.
+// run executes the keel command line with args in t's environ and
+// returns stdout and the error.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := rootCommand()
 	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
+	err := runIO(t, &out, &bytes.Buffer{}, args...)
 	return out.String(), err
 }
 
 func TestSimCommandPrintsEachPolicy(t *testing.T) {
+	t.Parallel()
 	out, err := run(t, "sim", filepath.Join("..", "..", "scenarios", "seed-hour.toml"))
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +32,7 @@ func TestSimCommandPrintsEachPolicy(t *testing.T) {
 }
 
 func TestSimCommandJSONAndSVG(t *testing.T) {
+	t.Parallel()
 	svg := filepath.Join(t.TempDir(), "skew.svg")
 	out, err := run(t, "sim", filepath.Join("..", "..", "scenarios", "seed-hour.toml"), "--policy", "legacy,claim", "--format", "json", "--svg", svg)
 	if err != nil {
@@ -65,6 +62,7 @@ func TestSimCommandJSONAndSVG(t *testing.T) {
 }
 
 func TestSimCommandRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.toml")
 	if err := os.WriteFile(bad, []byte("name = \"x\"\nseed = 1\nduration = -5\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -86,6 +84,7 @@ func TestSimCommandRefusesBadInput(t *testing.T) {
 }
 
 func TestSimCommandRefusesRepeatsAndAChartWithoutSamples(t *testing.T) {
+	t.Parallel()
 	seed := filepath.Join("..", "..", "scenarios", "seed-hour.toml")
 	if _, err := run(t, "sim", seed, "--policy", "legacy,claim,legacy"); err == nil || err.Error() != `--policy lists "legacy" twice` {
 		t.Errorf("--policy legacy,claim,legacy: error %v, want one naming the repeat", err)
@@ -104,6 +103,7 @@ func TestSimCommandRefusesRepeatsAndAChartWithoutSamples(t *testing.T) {
 // runs (accept6 D2, D7 and the ignored --generate), and no chart is left
 // behind.
 func TestSimCommandRefusesBadFlagsUpFront(t *testing.T) {
+	t.Parallel()
 	seed := filepath.Join("..", "..", "scenarios", "seed-hour.toml")
 	svg := filepath.Join(t.TempDir(), "x.svg")
 	cases := []struct {
@@ -149,6 +149,7 @@ func TestSimCommandRefusesBadFlagsUpFront(t *testing.T) {
 // TestSimTableSaysNoHostWasBest: with no host passing the filters at t=0
 // the table says so instead of an empty list.
 func TestSimTableSaysNoHostWasBest(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "off.toml")
 	data := "duration = 10\npolicies = [\"claim\"]\n[[hosts]]\nprefix = \"h\"\ncount = 1\nvcpus = 1\nmemory_mb = 1024\ndisk_gb = 1\ndisabled = true\n"
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
@@ -169,6 +170,7 @@ func TestSimTableSaysNoHostWasBest(t *testing.T) {
 // threshold of 0.02 the planner moves guests until the measured CV falls,
 // every planned move is made, and the JSON report says the metric.
 func TestSimRebalanceByMeasured(t *testing.T) {
+	t.Parallel()
 	out, err := run(t, "sim", filepath.Join("..", "..", "scenarios", "seed-metrics.toml"), "--policy", "claim",
 		"--rebalance", "--metric", "measured", "--threshold", "0.02", "--format", "json")
 	if err != nil {

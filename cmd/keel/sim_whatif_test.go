@@ -15,6 +15,7 @@ import (
 // drained again here — the same instances), host_subset_size=1 changes
 // where they go, and the rebalance's report and chart come out.
 func TestSimWhatIf(t *testing.T) {
+	t.Parallel()
 	seed := filepath.Join("..", "..", "scenarios", "seed-hour.toml")
 	svg := filepath.Join(t.TempDir(), "whatif.svg")
 	out, err := run(t, "sim", seed, "--policy", "legacy,claim", "--set", "filter_scheduler.host_subset_size=1",

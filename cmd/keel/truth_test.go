@@ -29,6 +29,7 @@ import (
 // Placement counts it, refused flags, errors that name what the user typed
 // and what to run, no stutters, servers in natural order.
 func TestCommandsTellTheTruth(t *testing.T) {
+	t.Parallel()
 	big := records.Flavor{ID: "90", Name: "m1.big", VCPUs: 2, RAMMB: 100 << 10, DiskGB: 10} // one a host
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2, Flavors: append(slices.Clone(clienttest.Flavors), big),
 		Config: func(c *config.Config) { c.Default.CPUAllocationRatio = 4 }})
@@ -121,9 +122,9 @@ func TestCommandsTellTheTruth(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, ".keel", "clouds.yaml"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Chdir(dir)
-	t.Setenv("OS_CLIENT_CONFIG_FILE", "")
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	chdir(t, dir)
+	setenv(t, "OS_CLIENT_CONFIG_FILE", "")
+	setenv(t, "XDG_CONFIG_HOME", t.TempDir())
 	wantContains(t, mustRun(t, "host", "list"), "h01", "h02")
 }
 
@@ -135,6 +136,7 @@ func asAPI(err error, ae **client.APIError) bool { return errors.As(err, ae) }
 // follows a plan to its end, a line per move; a wait stopped (Ctrl-C)
 // says the plan goes on and how to follow it again.
 func TestPlanShowWaitFollows(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
 	useCloud(t, cloud)
 	mustRun(t, "server", "create", "a", "--flavor", "m1.tiny", "--wait")
@@ -162,6 +164,7 @@ func TestPlanShowWaitFollows(t *testing.T) {
 // take, not "parallel unlimited" while they go one at a time; plan show
 // says the same while moves are left.
 func TestDrainHeaderNamesTheBindingCap(t *testing.T) {
+	t.Parallel()
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
 	useCloud(t, cloud)
 	ctx := t.Context()
@@ -206,6 +209,7 @@ func TestDrainHeaderNamesTheBindingCap(t *testing.T) {
 // keel agent's --set with a misspelt option says what it may have meant,
 // as the scenario loader does.
 func TestSetSuggests(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ set, want string }{
 		{"filter_scheduler.host_subset_sise=3", "--set filter_scheduler.host_subset_sise=3: [filter_scheduler] host_subset_sise: unknown option; did you mean host_subset_size?"},
 		{"DEFAULT.cpu_alocation_ratio=4", "did you mean cpu_allocation_ratio?"},
@@ -240,6 +244,7 @@ func (s *syncBuffer) String() string {
 // cancels its context) says the state is kept and how to start it again,
 // instead of exiting silently.
 func TestDevSaysWhatItLeaves(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	root := rootCommand()
 	var out syncBuffer
@@ -267,6 +272,7 @@ func TestDevSaysWhatItLeaves(t *testing.T) {
 // TestRebalanceLineCounts (issue 24, item 11): the rebalance planner's
 // line, on keel's cloud and Nova's, says "1 move" and "1 enabled host".
 func TestRebalanceLineCounts(t *testing.T) {
+	t.Parallel()
 	rp := rebalance.Plan{Metric: "ram", Before: 0.2, After: 0.1, Hosts: 1, Moves: make([]rebalance.Move, 1), Stopped: "done"}
 	if got, want := rebalanceLine(rp), "ram CV over 1 enabled host: 0.2000 → 0.1000 in 1 move (done)"; got != want {
 		t.Errorf("got %q, want %q", got, want)

@@ -63,15 +63,81 @@ type Options struct {
 	// Microversion is the compute API microversion; "" means
 	// DefaultMicroversion.
 	Microversion string
+	// Getenv reads the environment the client is run in (OS_CLOUD,
+	// OS_CLIENT_CONFIG_FILE, XDG_CONFIG_HOME, HOME); nil means the
+	// process's (os.Getenv).
+	Getenv func(string) string
+	// Dir is the working directory the client is run in: a relative
+	// clouds.yaml (./clouds.yaml, ./.keel/clouds.yaml, a relative
+	// ConfigFile) is found from it; "" means the process's.
+	Dir string
+}
+
+// getenv reads the variable key of the environment o runs in.
+func (o Options) getenv(key string) string {
+	if o.Getenv == nil {
+		return os.Getenv(key)
+	}
+	return o.Getenv(key)
+}
+
+// path resolves p, relative to the working directory, against o.Dir.
+func (o Options) path(p string) string {
+	if p == "" || o.Dir == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(o.Dir, p)
+}
+
+// parseEnv are the variables gophercloud's clouds.Parse reads from the
+// process (OS_REGION_NAME, OS_INTERFACE, OS_CACERT, OS_CERT, OS_KEY),
+// taken from Getenv instead when it is set.
+func (o Options) parseEnv() []clouds.ParseOption {
+	if o.Getenv == nil {
+		return nil
+	}
+	var opts []clouds.ParseOption
+	for _, v := range []struct {
+		key  string
+		path bool
+		opt  func(string) clouds.ParseOption
+	}{
+		{"OS_REGION_NAME", false, clouds.WithRegion},
+		{"OS_INTERFACE", false, clouds.WithEndpointType},
+		{"OS_CACERT", true, clouds.WithCACertPath},
+		{"OS_CERT", true, clouds.WithClientCertPath},
+		{"OS_KEY", true, clouds.WithClientKeyPath},
+	} {
+		if val := o.Getenv(v.key); val != "" {
+			if v.path {
+				val = o.path(val)
+			}
+			opts = append(opts, v.opt(val))
+		}
+	}
+	return opts
+}
+
+// configFile is the clouds.yaml Connect reads: ConfigFile, else
+// $OS_CLIENT_CONFIG_FILE; "" when neither names one (the search path is
+// then looked through).
+func (o Options) configFile() string {
+	if o.ConfigFile != "" {
+		return o.ConfigFile
+	}
+	return o.getenv("OS_CLIENT_CONFIG_FILE")
 }
 
 // CloudName resolves a cloud name as openstackclient does: the flag's
 // value, else $OS_CLOUD, else DefaultCloud.
-func CloudName(flag string) string {
+func CloudName(flag string) string { return Options{}.cloudName(flag) }
+
+// cloudName is CloudName in the environment o runs in.
+func (o Options) cloudName(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	if env := os.Getenv("OS_CLOUD"); env != "" {
+	if env := o.getenv("OS_CLOUD"); env != "" {
 		return env
 	}
 	return DefaultCloud
@@ -83,12 +149,13 @@ func CloudName(flag string) string {
 // working directory.
 var cloudsYAMLPlaces = []string{"./clouds.yaml", "./.keel/clouds.yaml", "~/.config/openstack/clouds.yaml", "/etc/openstack/clouds.yaml"}
 
-// findCloudsYAML returns the first of cloudsYAMLPlaces that exists, or "".
-func findCloudsYAML() string {
+// findCloudsYAML returns the first of cloudsYAMLPlaces that exists in
+// the environment o runs in, or "".
+func (o Options) findCloudsYAML() string {
 	for _, p := range cloudsYAMLPlaces {
 		if rest, ok := strings.CutPrefix(p, "~/"); ok {
-			dir := os.Getenv("XDG_CONFIG_HOME")
-			if home, err := os.UserHomeDir(); dir == "" && err == nil {
+			dir := o.getenv("XDG_CONFIG_HOME")
+			if home := o.homeDir(); dir == "" && home != "" {
 				dir = filepath.Join(home, ".config")
 			}
 			if dir == "" {
@@ -96,11 +163,22 @@ func findCloudsYAML() string {
 			}
 			p = filepath.Join(dir, strings.TrimPrefix(rest, ".config/"))
 		}
+		p = o.path(p)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p
 		}
 	}
 	return ""
+}
+
+// homeDir is the user's home directory ("" when there is none): the
+// process's, or $HOME of the environment Getenv reads.
+func (o Options) homeDir() string {
+	if o.Getenv != nil {
+		return o.Getenv("HOME")
+	}
+	home, _ := os.UserHomeDir()
+	return home
 }
 
 // cloudNames lists the clouds a clouds.yaml holds, sorted (nil if it
@@ -119,9 +197,11 @@ func cloudNames(file string) []string {
 
 // Client is a logged-in connection to one cloud.
 type Client struct {
-	cloud   string
-	compute *gophercloud.ServiceClient
-	keel    *gophercloud.ServiceClient
+	cloud string
+	// cloudsYAML is the clouds.yaml the cloud was read from (absolute).
+	cloudsYAML string
+	compute    *gophercloud.ServiceClient
+	keel       *gophercloud.ServiceClient
 	// placement is the placement API (nil when the cloud has none in its
 	// catalog and no placement_endpoint_override); placementErr says why.
 	placement    *gophercloud.ServiceClient
@@ -130,30 +210,28 @@ type Client struct {
 
 // Connect reads clouds.yaml, logs in and finds the compute endpoint.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
-	cloud := CloudName(opts.Cloud)
+	cloud := opts.cloudName(opts.Cloud)
 	parse := []clouds.ParseOption{clouds.WithCloudName(cloud)}
-	file := opts.ConfigFile
-	if file == "" {
-		file = os.Getenv("OS_CLIENT_CONFIG_FILE")
-	}
+	file := opts.path(opts.configFile())
 	if file != "" {
 		if _, err := os.Stat(file); err != nil {
 			return nil, fmt.Errorf("%w at %s (OS_CLIENT_CONFIG_FILE): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, file)
 		}
 	} else {
-		file = findCloudsYAML()
+		file = opts.findCloudsYAML()
 		if file == "" {
 			return nil, fmt.Errorf("%w (looked in %s): run `keel dev` and `export OS_CLIENT_CONFIG_FILE=DATA_DIR/clouds.yaml`, or pass --os-cloud", ErrNoCloudsYAML, strings.Join(cloudsYAMLPlaces, ", "))
 		}
 	}
-	extras, _, err := readExtras(cloudsYAMLPath(file), cloud)
+	extras, _, err := readExtras(file, cloud)
 	if err != nil {
 		return nil, err
 	}
 	if extras.tokenAuth() {
-		return connectToken(cloud, extras, opts)
+		return connectToken(cloud, file, extras, opts)
 	}
 	parse = append(parse, clouds.WithLocations(file))
+	parse = append(parse, opts.parseEnv()...)
 	ao, eo, tlsConfig, err := clouds.Parse(parse...)
 	if err != nil {
 		if strings.Contains(err.Error(), "not found in clouds.yaml") {
@@ -186,13 +264,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		placement = nil
 		placementErr = fmt.Errorf("cloud %q: finding the placement endpoint in the catalog: %w (or set placement_endpoint_override in clouds.yaml)", cloud, placementErr)
 	}
-	return newClient(cloud, pc, sc, placement, placementErr, opts)
+	return newClient(cloud, file, pc, sc, placement, placementErr, opts)
 }
 
 // connectToken connects with a token given in clouds.yaml (auth_type
 // admin_token: auth.token, sent as is) and the endpoints it names: no
 // identity service is asked.
-func connectToken(cloud string, e cloudExtras, opts Options) (*Client, error) {
+func connectToken(cloud, file string, e cloudExtras, opts Options) (*Client, error) {
 	compute := e.ComputeOverride
 	if compute == "" {
 		compute = e.Auth.Endpoint
@@ -214,10 +292,10 @@ func connectToken(cloud string, e cloudExtras, opts Options) (*Client, error) {
 	} else {
 		placementErr = fmt.Errorf("cloud %q has no placement_endpoint_override (auth_type %s has no catalog to find placement in): add placement_endpoint_override: http://HOST:8778", cloud, e.AuthType)
 	}
-	return newClient(cloud, pc, sc, placement, placementErr, opts)
+	return newClient(cloud, file, pc, sc, placement, placementErr, opts)
 }
 
-func newClient(cloud string, pc *gophercloud.ProviderClient, sc, placement *gophercloud.ServiceClient, placementErr error, opts Options) (*Client, error) {
+func newClient(cloud, file string, pc *gophercloud.ProviderClient, sc, placement *gophercloud.ServiceClient, placementErr error, opts Options) (*Client, error) {
 	sc.Microversion = opts.Microversion
 	if sc.Microversion == "" {
 		sc.Microversion = DefaultMicroversion
@@ -227,7 +305,10 @@ func newClient(cloud string, pc *gophercloud.ProviderClient, sc, placement *goph
 		return nil, err
 	}
 	keel := &gophercloud.ServiceClient{ProviderClient: pc, Endpoint: base + "/keel/v1/", Type: "keel"}
-	return &Client{cloud: cloud, compute: sc, keel: keel, placement: placement, placementErr: placementErr}, nil
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return &Client{cloud: cloud, cloudsYAML: file, compute: sc, keel: keel, placement: placement, placementErr: placementErr}, nil
 }
 
 // slashed ends an endpoint URL with one slash, as gophercloud's
@@ -246,6 +327,10 @@ func keelBase(computeEndpoint string) (string, error) {
 
 // Cloud is the name of the cloud the client is connected to.
 func (c *Client) Cloud() string { return c.cloud }
+
+// CloudsYAML is the clouds.yaml the cloud was read from, as an absolute
+// path.
+func (c *Client) CloudsYAML() string { return c.cloudsYAML }
 
 // ComputeEndpoint is the compute API's URL (from the catalog).
 func (c *Client) ComputeEndpoint() string { return c.compute.Endpoint }

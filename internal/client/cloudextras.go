@@ -3,7 +3,6 @@ package client
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"gopkg.in/yaml.v2"
 )
@@ -29,16 +28,6 @@ func (e cloudExtras) tokenAuth() bool {
 	return e.AuthType == "admin_token" || e.AuthType == "none" || e.AuthType == "noauth"
 }
 
-// cloudsYAMLPath is the clouds.yaml openstackclient reads: file, else
-// cloudsYAMLPlaces (./clouds.yaml, ./.keel/clouds.yaml, ~/.config/openstack/clouds.yaml,
-// /etc/openstack/clouds.yaml: the first that exists).
-func cloudsYAMLPath(file string) string {
-	if file != "" {
-		return file
-	}
-	return findCloudsYAML()
-}
-
 // readExtras reads cloud's extra keys from the clouds.yaml at path.
 func readExtras(path, cloud string) (cloudExtras, bool, error) {
 	if path == "" {
@@ -56,18 +45,4 @@ func readExtras(path, cloud string) (cloudExtras, bool, error) {
 	}
 	e, ok := f.Clouds[cloud]
 	return e, ok, nil
-}
-
-// CloudsYAMLPath is the clouds.yaml Connect reads for file (""
-// meaning $OS_CLIENT_CONFIG_FILE, then openstackclient's search path), as
-// an absolute path ("" when there is none).
-func CloudsYAMLPath(file string) string {
-	if file == "" {
-		file = os.Getenv("OS_CLIENT_CONFIG_FILE")
-	}
-	p := cloudsYAMLPath(file)
-	if abs, err := filepath.Abs(p); err == nil && p != "" {
-		return abs
-	}
-	return p
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"sync"
 )
 
 // DefaultMemoryLimit is the soft heap limit TuneGC sets (900 MiB). The
@@ -24,23 +25,47 @@ const DefaultMemoryLimit = 900 << 20
 // puts the previous settings back. The simulator allocates many
 // short-lived records: a high GOGC (400) trades memory for fewer
 // collections, and a soft memory limit caps what that trade may cost. A
-// GOMEMLIMIT or GOGC in the environment wins.
+// GOMEMLIMIT or GOGC in the environment wins. The settings are the
+// process's: runs at once (tests in parallel) share one tuning, set by
+// the first and put back by the last.
 func TuneGC() (restore func()) {
-	oldPercent, oldLimit := -2, int64(-2)
-	if os.Getenv("GOGC") == "" {
-		oldPercent = debug.SetGCPercent(400)
+	gcTuning.Lock()
+	defer gcTuning.Unlock()
+	if gcTuning.runs == 0 {
+		oldPercent, oldLimit := -2, int64(-2)
+		if os.Getenv("GOGC") == "" {
+			oldPercent = debug.SetGCPercent(400)
+		}
+		if os.Getenv("GOMEMLIMIT") == "" {
+			oldLimit = debug.SetMemoryLimit(DefaultMemoryLimit)
+		}
+		gcTuning.restore = func() {
+			if oldPercent != -2 {
+				debug.SetGCPercent(oldPercent)
+			}
+			if oldLimit != -2 {
+				debug.SetMemoryLimit(oldLimit)
+			}
+		}
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		oldLimit = debug.SetMemoryLimit(DefaultMemoryLimit)
-	}
+	gcTuning.runs++
+	var once sync.Once
 	return func() {
-		if oldPercent != -2 {
-			debug.SetGCPercent(oldPercent)
-		}
-		if oldLimit != -2 {
-			debug.SetMemoryLimit(oldLimit)
-		}
+		once.Do(func() {
+			gcTuning.Lock()
+			defer gcTuning.Unlock()
+			if gcTuning.runs--; gcTuning.runs == 0 {
+				gcTuning.restore()
+			}
+		})
 	}
+}
+
+// gcTuning counts the runs TuneGC tuned for and holds how to undo it.
+var gcTuning struct {
+	sync.Mutex
+	runs    int
+	restore func()
 }
 
 // ResetPeakRSS starts a new peak-RSS measurement (Linux: writing 5 to
