@@ -356,22 +356,32 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			}
 		}
 	}
-	// Anchors every group can be satisfied in, in provider order.
+	// Anchors every group can be satisfied in, in provider order, and
+	// how many combinations they have at most (the answer's size when
+	// every combination fits, as it mostly does: reqs is made that big
+	// once rather than grown).
 	var anchors []int
+	most := 0
 	for a := range f.Providers {
-		ok := true
+		combos := 1
 		for _, m := range perGroup {
-			if m.off[a] == m.off[a+1] {
-				ok = false
+			combos = min(combos*(m.off[a+1]-m.off[a]), 1<<16)
+			if combos == 0 {
 				break
 			}
 		}
-		if ok {
+		if combos > 0 {
 			anchors = append(anchors, a)
+			most += combos
 		}
 	}
-	if q.FirstPerTree || q.Limit == 0 {
+	switch {
+	case q.FirstPerTree:
 		reqs = make([]AllocationRequest, 0, len(anchors))
+	case q.Limit > 0:
+		reqs = make([]AllocationRequest, 0, min(most, q.Limit))
+	default:
+		reqs = make([]AllocationRequest, 0, min(most, 1<<20))
 	}
 	for _, a := range anchors {
 		treeDone = false
@@ -397,6 +407,13 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 		}
 		return reqs, summaries
 	}
+	n := 0
+	for _, p := range f.Providers {
+		if usedRoots[p.Root] {
+			n++
+		}
+	}
+	summaries = make([]int, 0, n)
 	for i, p := range f.Providers {
 		if usedRoots[p.Root] {
 			summaries = append(summaries, i)
