@@ -892,19 +892,7 @@ func checkColourByMeasured(t *testing.T, ctx context.Context, admin *api, wantFi
 		t.Fatalf("clicking the measured CPU toggle: %v", err)
 	}
 	near := func(c string, v float64) bool { return c == colour(v) || c == colour(v-5e-5) || c == colour(v+5e-5) }
-	got := evalPoll(t, ctx, "every tile coloured by its measured CPU", tiles, 5*time.Second, func(ts []tile) bool {
-		if len(ts) != 4 {
-			return false
-		}
-		for _, c := range ts {
-			v, err := strconv.ParseFloat(c.Value, 64)
-			if c.By != "measured" || err != nil || v < 0 || v > 1 || !near(c.Colour, v) {
-				return false
-			}
-		}
-		return true
-	})
-	var st struct {
+	type uiState struct {
 		Hosts []struct {
 			Name     string `json:"name"`
 			Measured *struct {
@@ -912,15 +900,30 @@ func checkColourByMeasured(t *testing.T, ctx context.Context, admin *api, wantFi
 			} `json:"measured"`
 		} `json:"hosts"`
 	}
-	admin.do("GET", "/keel/v1/ui/state", nil, &st, http.StatusOK)
-	differs := false
-	for _, c := range got {
-		v, _ := strconv.ParseFloat(c.Value, 64)
-		for _, h := range st.Hosts {
-			if h.Name == c.Host && (h.Measured == nil || math.Abs(h.Measured.CPUPercent-v) > 1e-3) {
-				t.Errorf("host %s: tile shows measured CPU %s, the ui state %+v", c.Host, c.Value, h.Measured)
+	// The tiles against the ui state read at the same time (a report may
+	// land between the two: read both again until they agree).
+	got := evalPoll(t, ctx, "every tile coloured by its measured CPU, as the ui state has it", tiles, 5*time.Second, func(ts []tile) bool {
+		if len(ts) != 4 {
+			return false
+		}
+		var st uiState
+		admin.do("GET", "/keel/v1/ui/state", nil, &st, http.StatusOK)
+		for _, c := range ts {
+			v, err := strconv.ParseFloat(c.Value, 64)
+			if c.By != "measured" || err != nil || v < 0 || v > 1 || !near(c.Colour, v) {
+				return false
+			}
+			for _, h := range st.Hosts {
+				if h.Name == c.Host && (h.Measured == nil || math.Abs(h.Measured.CPUPercent-v) > 1e-3) {
+					awaitingNow(t, fmt.Sprintf("every tile's measured CPU as the ui state has it (last: host %s's tile shows %s, the state %+v)", c.Host, c.Value, h.Measured))
+					return false
+				}
 			}
 		}
+		return true
+	})
+	differs := false
+	for _, c := range got {
 		if c.Colour != colour(wantFill[c.Host]) {
 			differs = true
 		}
