@@ -304,8 +304,11 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 		snap.Properties["os_distro"] != "debian" || snap.Properties["purpose"] != "test" {
 		t.Errorf("the snapshot: %+v", snap)
 	}
-	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "snap2"}}, 202); out["image_id"] == nil {
+	_, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "snap2", "metadata": map[string]string{"image_type": "test"}}}, 202)
+	if id, _ := out["image_id"].(string); id == "" {
 		t.Errorf("createImage at 2.45: %v, want an image_id", out)
+	} else if snap2, err := images.Get(ctx, ic, id).Extract(); err != nil || snap2.Properties["image_type"] != "test" {
+		t.Errorf("a snapshot whose metadata names image_type: %+v %v, want the request's over Nova's", snap2, err)
 	}
 	action(sc45, map[string]any{"createImage": map[string]any{}}, 400)
 

@@ -72,7 +72,7 @@ func readSnapshotArgs(raw jsonRaw, action string, backup bool) (snapshotArgs, in
 // Nova's snapshot properties (image_type snapshot or backup,
 // instance_uuid, base_image_ref, user_id, backup_type), the base image's
 // own properties and formats, min_disk and min_ram, and the request's
-// metadata — whose data is written at once and which is active when the
+// metadata over them — whose data is written at once and which is active when the
 // call returns. A server in another state than ACTIVE, SHUTOFF, PAUSED or
 // SUSPENDED, or with a task at work, is 409 with Nova's words. A backup
 // then keeps the newest rotation backups of the server of that type and
@@ -109,7 +109,6 @@ func (a *serverActionsAPI) snapshot(w http.ResponseWriter, r *http.Request, in r
 		im.DiskFormat, im.ContainerFormat, im.MinRAM = base.DiskFormat, base.ContainerFormat, base.MinRAM
 		im.MinDisk = max(im.MinDisk, base.MinDisk)
 	}
-	maps.Copy(im.Properties, args.Metadata)
 	im.Properties["image_type"], im.Properties["instance_uuid"] = "snapshot", in.UUID
 	im.Properties["base_image_ref"], im.Properties["user_id"] = in.ImageRef, c.UserID
 	if backup {
@@ -118,6 +117,8 @@ func (a *serverActionsAPI) snapshot(w http.ResponseWriter, r *http.Request, in r
 	for _, k := range []string{"owner_specified.openstack.md5", "owner_specified.openstack.sha256", "owner_specified.openstack.object"} {
 		delete(im.Properties, k)
 	}
+	// The request's metadata comes last, over Nova's own, as in Nova.
+	maps.Copy(im.Properties, args.Metadata)
 	if _, err := a.images.Create(im); err != nil {
 		return fmt.Errorf("creating the snapshot image of %s: %w", in.UUID, err)
 	}
