@@ -283,6 +283,8 @@ func (a *API) routes() {
 	a.osHosts.osHostsRoutes(route)
 	a.images.imageRoutes(route)
 	route("GET /compute/v2.1/servers/{id}/diagnostics", true, a.servers.serverDiagnostics)
+	route("GET /compute/v2.1/servers/{id}/os-server-password", false, a.servers.showServerPassword)
+	route("DELETE /compute/v2.1/servers/{id}/os-server-password", false, a.servers.clearServerPassword)
 	route("POST /compute/v2.1/os-server-external-events", true, a.servers.serverExternalEvents)
 	route("GET /compute/v2.1/os-instance_usage_audit_log", true, a.usage.instanceUsageAuditLog(false))
 	route("GET /compute/v2.1/os-instance_usage_audit_log/{before}", true, a.usage.instanceUsageAuditLog(true))

@@ -13,8 +13,9 @@ type extension struct {
 
 // extensions are the v2 extensions whose API keel serves, under Nova's
 // aliases and names (the identifiers clients look for); the descriptions
-// are keel's own. Nova's further ones (networks, volumes, consoles other
-// than the log, cells, …) are left out: keel does not serve them.
+// are keel's own. Nova's further ones (networks, volumes, cells, …) are
+// left out: keel does not serve them. os-consoles stays, as clients (and
+// Tempest) look it up in every Nova.
 var extensions = []extension{
 	{"OS-DCF", "DiskConfig", "A server's disk config (AUTO or MANUAL)."},
 	{"OS-EXT-AZ", "ExtendedAvailabilityZone", "A server's availability zone in its view."},
@@ -25,10 +26,11 @@ var extensions = []extension{
 	{"OS-SCH-HNT", "SchedulerHints", "Scheduler hints at boot."},
 	{"OS-SRV-USG", "ServerUsage", "A server's launch and termination times."},
 	{"os-access-ips", "AccessIPs", "A server's access addresses."},
-	{"os-admin-actions", "AdminActions", "Reset a server's state (admin)."},
+	{"os-admin-actions", "AdminActions", "Reset a server's state, inject its network info (admin)."},
 	{"os-aggregates", "Aggregates", "Host aggregates."},
 	{"os-availability-zone", "AvailabilityZone", "Availability zones."},
 	{"os-console-output", "ConsoleOutput", "A server's serial console log."},
+	{"os-consoles", "Consoles", "Interactive consoles (Nova lists it in every deployment; keel serves the console log, no console proxy)."},
 	{"os-deferred-delete", "DeferredDelete", "Force delete and restore (keel deletes at once)."},
 	{"os-evacuate", "Evacuate", "Rebuild a server of a failed host on another."},
 	{"os-extended-hypervisors", "ExtendedHypervisors", "More hypervisor fields."},
@@ -55,6 +57,7 @@ var extensions = []extension{
 	{"os-server-diagnostics", "ServerDiagnostics", "A server's diagnostics (admin)."},
 	{"os-server-external-events", "ServerExternalEvents", "Events from other services (admin)."},
 	{"os-server-groups", "ServerGroups", "Server groups and their policies."},
+	{"os-server-password", "ServerPassword", "A server's password as its guest posted it (always empty: keel has no metadata service)."},
 	{"os-server-start-stop", "ServerStartStop", "Start and stop a server."},
 	{"os-services", "Services", "Compute services: list, enable, disable, force down, delete."},
 	{"os-shelve", "Shelve", "Shelve, offload and unshelve a server."},

@@ -32,7 +32,8 @@ var goneRoutes = []string{
 	"GET /compute/v2.1/servers/{id}/os-virtual-interfaces",
 }
 
-// gone answers a removed API: 410 with webob's words, as Nova does.
-func (a *API) gone(http.ResponseWriter, *http.Request) error {
-	return &apiError{http.StatusGone, "This resource is no longer available.  No forwarding address is given."}
-}
+// errGone is a removed API's answer: 410 with webob's words, as Nova's.
+var errGone = &apiError{http.StatusGone, "This resource is no longer available.  No forwarding address is given."}
+
+// gone answers a removed API.
+func (a *API) gone(http.ResponseWriter, *http.Request) error { return errGone }

@@ -101,3 +101,53 @@ func TestRemovedAPIsAreGone(t *testing.T) {
 		}
 	}
 }
+
+// TestServerPasswordAndNetworkActions: a server's password reads empty and
+// clears with 204 for its owner (another project's server is 404);
+// resetNetwork is 410 as Nova's, even for a server that does not exist;
+// injectNetworkInfo is an admin's 202; the extensions Tempest looks up
+// (os-consoles, os-server-password) are listed.
+func TestServerPasswordAndNetworkActions(t *testing.T) {
+	e := newEnv(t)
+	var created struct{ Server struct{ ID string } }
+	if resp := e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "pw", "flavorRef": "1"}}, &created); resp.StatusCode != 202 {
+		t.Fatalf("boot: %d", resp.StatusCode)
+	}
+	id := created.Server.ID
+	e.waitStatus(id, "member", "ACTIVE")
+	var pw map[string]any
+	if resp := e.call("GET", "/compute/v2.1/servers/"+id+"/os-server-password", "member", "", nil, &pw); resp.StatusCode != 200 || pw["password"] != "" || len(pw) != 1 {
+		t.Errorf("password: %d %v, want 200 {\"password\": \"\"}", resp.StatusCode, pw)
+	}
+	if resp := e.call("DELETE", "/compute/v2.1/servers/"+id+"/os-server-password", "member", "", nil, nil); resp.StatusCode != 204 {
+		t.Errorf("clear password: %d, want 204", resp.StatusCode)
+	}
+	other := e.call("GET", "/compute/v2.1/servers/"+id+"/os-server-password", "admin", "", nil, nil).StatusCode
+	if other != 200 {
+		t.Errorf("admin reads the password: %d, want 200", other)
+	}
+	var fault map[string]map[string]any
+	if resp := e.call("GET", "/compute/v2.1/servers/00000000-0000-4000-8000-000000000000/os-server-password", "member", "", nil, &fault); resp.StatusCode != 404 || fault["itemNotFound"] == nil {
+		t.Errorf("password of no server: %d %v, want 404", resp.StatusCode, fault)
+	}
+	for _, c := range []struct {
+		server, token, action string
+		status                int
+	}{
+		{id, "admin", "resetNetwork", 410},
+		{"00000000-0000-4000-8000-000000000000", "member", "resetNetwork", 410},
+		{id, "admin", "injectNetworkInfo", 202},
+		{id, "member", "injectNetworkInfo", 403},
+		{"00000000-0000-4000-8000-000000000000", "admin", "injectNetworkInfo", 404},
+	} {
+		if resp := e.call("POST", "/compute/v2.1/servers/"+c.server+"/action", c.token, "", map[string]any{c.action: nil}, nil); resp.StatusCode != c.status {
+			t.Errorf("%s by %s on %s: %d, want %d", c.action, c.token, c.server, resp.StatusCode, c.status)
+		}
+	}
+	for _, alias := range []string{"os-consoles", "os-server-password"} {
+		var one struct{ Extension map[string]any }
+		if resp := e.call("GET", "/compute/v2.1/extensions/"+alias, "member", "", nil, &one); resp.StatusCode != 200 || one.Extension["alias"] != alias {
+			t.Errorf("extension %s: %d %v", alias, resp.StatusCode, one)
+		}
+	}
+}

@@ -18,6 +18,9 @@ var serverActions = func() map[string]bool {
 	for k := range lifecycleActions {
 		m[k] = true
 	}
+	for k := range networkActions {
+		m[k] = true
+	}
 	return m
 }()
 
@@ -32,9 +35,15 @@ func (a *serverActionsAPI) serverAction(w http.ResponseWriter, r *http.Request) 
 	if err := knownAction(body, serverActions); err != nil {
 		return err
 	}
+	if _, ok := body["resetNetwork"]; ok {
+		return errGone // before the lookup, as Nova's
+	}
 	in, err := a.instance(r, r.PathValue("id"))
 	if err != nil {
 		return err
+	}
+	if _, ok := body["injectNetworkInfo"]; ok {
+		return a.injectNetworkInfo(w, r, in)
 	}
 	if raw, ok := body["os-resetState"]; ok {
 		return a.resetState(w, r, in, raw)
