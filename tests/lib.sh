@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# What tests/openstackclient.sh, tests/qemu.sh and tests/tempest.sh share:
+# What tests/openstackclient.sh, qemu.sh, libvirt.sh, watcher.sh and
+# tempest.sh share:
 # a workspace removed on exit, `keel dev` built from this tree and started
 # on loopback, and the helpers their checks use. Source it from the top of
 # the keel tree after `set -euo pipefail`:

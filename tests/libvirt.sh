@@ -35,6 +35,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 workspace
+oscd_start # openstackclient imported once, warming up while keel builds
 go build -o "$work/lvhosts" ./internal/compute/libvirt/lvhost/lvhosts
 on_exit() { [ -f "$work/lv/cluster.json" ] && "$work/lvhosts" down "$work/lv"; }
 "$work/lvhosts" up "$work/lv" h01 h02 >"$work/lvhosts.out" || fail "starting the libvirt daemons: $(cat "$work/lvhosts.out")"

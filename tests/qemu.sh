@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 need "$OPENSTACK" python3-openstackclient
 need /usr/bin/qemu-system-x86_64 qemu-system-x86
 workspace
+oscd_start # openstackclient imported once, warming up while keel builds
 # The guests' QEMU outlive keel dev by design: stop any left behind.
 on_exit() {
   for f in "$work"/data/agents/*/qemu/*/qemu.pid; do
@@ -27,7 +28,8 @@ qemuof() {
   [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f" || true
 }
 
-# One openstack command costs seconds of Python: they are kept few.
+# Each openstack command runs in a fork of tests/oscd.py's warmed-up
+# openstackclient; they are still kept few.
 # (-f value prints the columns in the server's field order: host, id, status.)
 read -r src id status <<<"$(os server create --flavor m1.tiny --image keel-fake --property keel_guest=fill-32 --nic none --wait \
   -f value -c id -c status -c OS-EXT-SRV-ATTR:host vm1 | tr '\n' ' ')"

@@ -27,6 +27,7 @@ need /usr/lib/rabbitmq/bin/rabbitmq-server rabbitmq-server
 /usr/bin/python3 -c 'import watcherclient' 2>/dev/null || { echo "watcherclient missing: apt-get install -y python3-watcherclient" >&2; exit 1; }
 workspace
 keep_work=${KEEL_KEEP_WORK:-}
+oscd_start # openstackclient imported once, warming up while RabbitMQ and keel start
 
 pids=()
 on_exit() {
