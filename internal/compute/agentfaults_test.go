@@ -550,3 +550,42 @@ func TestCheckCopyEndsACopyNeverStarted(t *testing.T) {
 		t.Fatal("a refused late cast touched its guest")
 	}
 }
+
+// A restarted source agent reports the cold moves' and resizes' disk
+// copies the store shows in flight from it but it no longer runs, as it
+// does live copies: the conductor rolls them back at once instead of
+// waiting for migration_stall_timeout. A disk copy running here, one
+// into this host, and a live copy's own report are left alone.
+func TestReconcileReportsInterruptedDiskCopies(t *testing.T) {
+	e := newAgentEnv(t, "")
+	for _, u := range []string{"cold", "resize", "running", "inbound"} {
+		e.drv.AddGuest(compute.Guest{UUID: u, Flavor: small, State: compute.GuestRunning})
+	}
+	e.instance("cold", "h1", records.VMActive, records.TaskResizePrep)
+	e.instance("resize", "h1", records.VMActive, records.TaskResizePrep)
+	running := e.instance("running", "h1", records.VMActive, records.TaskResizePrep)
+	e.instance("inbound", "h2", records.VMActive, records.TaskResizePrep)
+	coldMove := func(uuid, src, dst string, typ string) records.Migration {
+		return e.migration(records.Migration{InstanceUUID: uuid, Type: typ, SourceHost: src, DestHost: dst,
+			Phase: migration.PhaseResizeSource, Status: records.MigrationMigrating, NewFlavor: &small})
+	}
+	coldMove("cold", "h1", "h2", records.MigrationTypeCold)
+	coldMove("resize", "h1", "h1", records.MigrationTypeResize)
+	mr := coldMove("running", "h1", "h2", records.MigrationTypeCold)
+	coldMove("inbound", "h2", "h1", records.MigrationTypeCold)
+	if err := e.mgr.ResizeInstance(ctx, mr.ID, running, "h2", nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.mgr.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(6 * time.Second) // the reports are delivered
+	got := strings.Join(e.cond.got(), " | ")
+	if n != 2 || strings.Count(got, "copy failed: disk copy interrupted: the source h1 restarted") != 2 {
+		t.Fatalf("Reconcile made %d reports (%q), want the cold move's and the resize's disk copies reported interrupted", n, got)
+	}
+	if strings.Count(got, "copy failed") != 2 {
+		t.Fatalf("the conductor heard %q: the running disk copy or the inbound one reported failed", got)
+	}
+}

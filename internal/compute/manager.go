@@ -646,9 +646,10 @@ func (m *Manager) RollbackLiveMigrationAtDestination(ctx context.Context, inst r
 // state: an instance BUILDING here is reported built if its guest runs
 // (the report was lost with the agent) or failed if there is no guest
 // once its cast was answered (boot phase spawn); a
-// live migration in its copy with this host as the source and no copy
-// running here is reported interrupted, so the conductor rolls it back
-// (aborted or not). Reports still pending in an outbox are left to it. It
+// live migration in its copy, or a cold move or resize in its disk copy
+// (resize_instance), with this host as the source and no copy running
+// here is reported interrupted, so the conductor rolls it back (aborted
+// or not) at once rather than after migration_stall_timeout. Reports still pending in an outbox are left to it. It
 // returns how many reports it made; it needs a store that lists instances
 // (InstanceLister).
 func (m *Manager) Reconcile(ctx context.Context) (int, error) {
@@ -721,7 +722,9 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 	var copies []records.Migration
 	m.copiesMu.Lock()
 	for _, mg := range migs {
-		if mg.SourceHost != m.host || mg.Phase != migration.PhaseCopy {
+		// A live copy, or a cold move's or resize's disk copy
+		// (resize_instance), that this host is the source of.
+		if phase, _ := copyPhase(mg); mg.SourceHost != m.host || mg.Type == records.MigrationTypeEvac || mg.Phase != phase {
 			continue
 		}
 		if _, running := m.copies[mg.ID]; running || (pending != nil && pending.HasCopy(mg.ID)) {
@@ -764,8 +767,12 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 		n++
 	}
 	for _, mg := range copies {
-		m.log.Info("reporting a copy the store still shows in flight but this host does not run", "migration", mg.ID, "instance", mg.InstanceUUID)
-		err := fmt.Errorf("memory copy interrupted: the source %s restarted and runs no copy for this migration", m.host)
+		m.log.Info("reporting a copy the store still shows in flight but this host does not run", "migration", mg.ID, "instance", mg.InstanceUUID, "type", mg.Type)
+		what := "memory"
+		if mg.Type == records.MigrationTypeCold || mg.Type == records.MigrationTypeResize {
+			what = "disk"
+		}
+		err := fmt.Errorf("%s copy interrupted: the source %s restarted and runs no copy for this migration", what, m.host)
 		if err := m.reporter.CopyDone(ctx, mg.ID, err); err != nil {
 			m.log.Error("copy report not taken", "migration", mg.ID, "err", err)
 			continue
