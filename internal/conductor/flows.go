@@ -27,7 +27,7 @@ func groupKey(group string) string   { return "group/" + group }
 
 // newDriver builds the conductor's flow driver and registers its flows.
 func (c *Conductor) newDriver() *flow.Driver {
-	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log}
+	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff}
 	c.bootRuns = c.bootFlow()
 	flow.Register(d, c.bootRuns)
 	c.migrations = c.migrationFlow()
@@ -63,7 +63,7 @@ func (c *Conductor) bootFlow() *flow.Flow[records.Instance, boot.Event, boot.Act
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Perform: c.bootEffects(),
+		Perform: closable(c.tasks, c.bootEffects()),
 		Stamp: func(in records.Instance, now time.Time) records.Instance {
 			in.UpdatedAt = now
 			return in
@@ -90,6 +90,8 @@ func (c *Conductor) bootFlow() *flow.Flow[records.Instance, boot.Event, boot.Act
 			return nil
 		},
 		Scope: bootScope,
+		// The cast and the removal of a guest wait on its agent.
+		Remote: func(a boot.Action) bool { return a.Kind == boot.CastBuild || a.Kind == boot.Terminate },
 	}
 }
 
@@ -100,7 +102,7 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Perform: c.lifecycleEffects(),
+		Perform: closable(c.tasks, c.lifecycleEffects()),
 		Stamp: func(in records.Instance, now time.Time) records.Instance {
 			in.UpdatedAt = now
 			return in
@@ -116,6 +118,8 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 			}
 		},
 		Due: c.lifecycleDue,
+		// The agent's operation, and an unshelve's boot (its cast).
+		Remote: func(a lifecycle.Action) bool { return a.Kind == lifecycle.CallAgent || a.Kind == lifecycle.StartBoot },
 	}
 }
 
@@ -149,7 +153,7 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 			return m
 		},
 		Conflict: moved,
-		Perform:  c.migrationEffects(),
+		Perform:  closable(c.tasks, c.migrationEffects()),
 		Stamp: func(m records.Migration, now time.Time) records.Migration {
 			m.UpdatedAt = now
 			return m
@@ -160,6 +164,9 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 		// instance where it now runs. Settling is idempotent, so a crash
 		// between the two repeats it on recovery.
 		Early: func(a migration.Action) bool { return a.Kind == migration.SettleInstance },
+		// The actions that call an agent; the claims, slots and the
+		// instance's settling are the store's and this replica's.
+		Remote: func(a migration.Action) bool { return !localMigrationActions[a.Kind] },
 		// Each save: a step that moved the migration on is logged, and an
 		// ended one forgotten, its plan's executor woken and the
 		// MigrationDone hook called (its instance already settled).
@@ -205,4 +212,11 @@ func (c *Conductor) migrationDue(ctx context.Context, m records.Migration, ev mi
 		return !c.isWaiting(m)
 	}
 	return true
+}
+
+// localMigrationActions are the migration actions that call no agent.
+var localMigrationActions = map[migration.ActionKind]bool{
+	migration.ClaimDestination: true, migration.ReleaseDestination: true, migration.RevertAllocations: true,
+	migration.AcquireSlot: true, migration.HoldSlot: true, migration.ReleaseSlot: true,
+	migration.FinishAllocations: true, migration.SettleInstance: true,
 }

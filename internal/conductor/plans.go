@@ -57,7 +57,7 @@ func (c *Conductor) RunPlans(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.tasks.done:
+			case <-c.tasks.closing.Done():
 				return
 			case <-c.planKick:
 			}
@@ -208,10 +208,10 @@ func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action]
 			p.UpdatedAt = now
 			return p
 		},
-		Perform: func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
+		Perform: closable(c.tasks, func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
 			ev, ok := c.performPlan(ctx, p, a)
 			return ev, ok, nil
-		},
+		}),
 	}
 }
 

@@ -21,6 +21,11 @@ type Driver struct {
 	Live  func(ctx context.Context) (map[string]bool, error)
 	Clock clock.Clock
 	Log   *slog.Logger
+	// Spawn, when set, runs the rest of a flow that recovery, a take-over
+	// or the sweep feeds in the background from its first remote action
+	// on (see Flow.Start), so a round never waits on an agent (at start,
+	// the agents may not be back yet).
+	Spawn func(rest func(run bool))
 
 	flows []runner
 
@@ -298,8 +303,12 @@ type refMutex struct {
 	refs int
 }
 
-// feed feeds ev to r's flow (Run).
+// feed feeds ev to r's flow: Run, or Start with d's Spawn.
 func (f *Flow[R, E, A]) feed(ctx context.Context, d *Driver, r R, ev E) error {
+	if d.Spawn != nil {
+		_, err := f.Start(ctx, d, r, ev, d.Spawn)
+		return err
+	}
 	_, err := f.Run(ctx, d, r, ev)
 	return err
 }

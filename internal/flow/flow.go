@@ -79,6 +79,10 @@ type Flow[R, E, A any] struct {
 	// the record alone cannot tell: false leaves it for a later sweep (a
 	// resumed flow is taken over first, so that sweep is this replica's).
 	Due func(ctx context.Context, r R, ev E) bool
+	// Remote, when set, picks the actions that wait on someone outside
+	// the store (an agent call): Start hands the loop over before the
+	// first of them, so its caller answers without waiting on them.
+	Remote func(a A) bool
 	// Conflict reports whether a Save's error means the record moved on.
 	Conflict func(err error) bool
 }

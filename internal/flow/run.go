@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Run feeds ev to r's flow under r's lock and performs what follows; see
@@ -10,6 +11,32 @@ import (
 func (f *Flow[R, E, A]) Run(ctx context.Context, d *Driver, r R, ev E) (R, error) {
 	defer d.Lock(f.Key(r))()
 	return f.Drive(ctx, d, r, []E{ev}, nil)
+}
+
+// Start is Run for a flow's first event, fed by a request: it steps and
+// saves the flow and performs its actions in the caller as far as the
+// store alone decides them (the intent, a schedule and claim), and hands
+// the loop over, r's lock and the Scope with it, to spawn before the first
+// action Remote picks (an agent call). The caller answers with the record
+// as it is then; what follows is reported on the record. spawn runs its
+// function later, exactly once, with true, or with false when it will not
+// run the loop (closing): the record is then left in its step for
+// Recover. Without Remote, Start is Run.
+func (f *Flow[R, E, A]) Start(ctx context.Context, d *Driver, r R, ev E, spawn func(func(run bool))) (R, error) {
+	unlock := d.Lock(f.Key(r))
+	var rest func(run bool)
+	cur, err := f.drive(ctx, d, r, []E{ev}, nil, func(resume func(run bool)) {
+		rest = resume
+	})
+	if rest == nil {
+		unlock()
+		return cur, err
+	}
+	spawn(func(run bool) {
+		defer unlock()
+		rest(run)
+	})
+	return cur, err
 }
 
 // Drive is the driver's one loop, with r's lock held by the caller: it
@@ -23,14 +50,51 @@ func (f *Flow[R, E, A]) Run(ctx context.Context, d *Driver, r R, ev E) (R, error
 // action cannot be done now (Perform's error: the record stays in its
 // phase for the sweep).
 func (f *Flow[R, E, A]) Drive(ctx context.Context, d *Driver, r R, evs []E, acts []A) (R, error) {
+	return f.drive(ctx, d, r, evs, acts, nil)
+}
+
+// drive is Drive; with handOff it stops before the first remote action
+// (Remote) and gives handOff the loop's rest, which owns the Scope from
+// then on: called with true it goes on from there, with false it only
+// releases.
+func (f *Flow[R, E, A]) drive(ctx context.Context, d *Driver, r R, evs []E, acts []A, handOff func(rest func(run bool))) (R, error) {
+	release := func() {}
 	if f.Scope != nil {
-		var release func()
 		ctx, release = f.Scope(ctx)
-		defer release()
 	}
-	cur := r
-	given := len(evs) // the first events are the caller's; the rest answers
+	handed := false
+	defer func() {
+		if !handed {
+			release()
+		}
+	}()
+	return f.loop(ctx, d, r, evs, len(evs), acts, func(cur R, evs []E, given int, acts []A) bool {
+		if handOff == nil || f.Remote == nil || !slices.ContainsFunc(acts, f.Remote) {
+			return false
+		}
+		handed = true
+		handOff(func(run bool) {
+			defer release()
+			if !run {
+				d.Log.Info("flow handed over left for recovery", "flow", f.Name, "key", f.Key(cur))
+				return
+			}
+			if _, err := f.loop(ctx, d, cur, evs, given, acts, nil); err != nil {
+				d.Log.Warn("flow handed over stopped", "flow", f.Name, "key", f.Key(cur), "err", err)
+			}
+		})
+		return true
+	})
+}
+
+// loop is Drive's loop after its Scope; given is how many of evs are the
+// caller's (the rest answers). stop, when set, is asked before each
+// batch of actions whether the loop stops there (handed over).
+func (f *Flow[R, E, A]) loop(ctx context.Context, d *Driver, cur R, evs []E, given int, acts []A, stop func(cur R, evs []E, given int, acts []A) bool) (R, error) {
 	for len(evs) > 0 || len(acts) > 0 {
+		if len(acts) > 0 && stop != nil && stop(cur, evs, given, acts) {
+			return cur, nil
+		}
 		for _, a := range acts {
 			ev, ok, err := f.Perform(ctx, cur, a)
 			if err != nil {

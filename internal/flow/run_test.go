@@ -172,3 +172,62 @@ func TestRunStopsOnARefusedAnswerAsRefusedSays(t *testing.T) {
 		t.Fatalf("Refused saw answers %v, scope open %d; want [true false], 0", answers, open)
 	}
 }
+
+// Start steps and performs in its caller up to the first remote action,
+// then hands the rest over with the record's lock and the loop's Scope:
+// run, it finishes the flow; dropped (closing), it leaves the record in
+// its step and releases both.
+func TestStartHandsOverBeforeTheRemoteAction(t *testing.T) {
+	for _, run := range []bool{true, false} {
+		s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 3}}}
+		d, clk := newDriver("a")
+		f := s.flow(clk)
+		var stepped []string
+		runnable(f, -1, &stepped)
+		f.Remote = func(a string) bool { return a == "more" }
+		scopes := 0
+		f.Scope = func(ctx context.Context) (context.Context, func()) {
+			scopes++
+			return ctx, func() { scopes-- }
+		}
+		var rest func(bool)
+		got, err := f.Start(context.Background(), d, s.byID["j"], "go", func(r func(bool)) { rest = r })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"go", "more"}; !slices.Equal(stepped, want) || got.Count != 2 || rest == nil {
+			t.Fatalf("Start stepped %v to count %d (handed over: %v); want %v, count 2, the remote action handed over", stepped, got.Count, rest != nil, want)
+		}
+		if d.Locks() != 1 || scopes != 1 {
+			t.Fatalf("after the hand-over %d locks, %d scopes held; want the record's lock and the scope kept for the rest", d.Locks(), scopes)
+		}
+		if _, ok := d.TryLock("job/j"); ok {
+			t.Fatal("the record's lock was free between Start and its rest")
+		}
+		rest(run)
+		wantCount, wantStepped := 3, []string{"go", "more", "more"}
+		if !run {
+			wantCount, wantStepped = 2, []string{"go", "more"}
+		}
+		if s.byID["j"].Count != wantCount || !slices.Equal(stepped, wantStepped) {
+			t.Fatalf("rest(%v): stored count %d, stepped %v; want %d, %v", run, s.byID["j"].Count, stepped, wantCount, wantStepped)
+		}
+		if d.Locks() != 0 || scopes != 0 {
+			t.Fatalf("rest(%v) left %d locks, %d scopes held", run, d.Locks(), scopes)
+		}
+	}
+}
+
+// Without a remote action (or without Remote) Start is Run: nothing is
+// handed over.
+func TestStartWithoutARemoteActionIsRun(t *testing.T) {
+	s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 3}}}
+	d, clk := newDriver("a")
+	f := s.flow(clk)
+	var stepped []string
+	runnable(f, -1, &stepped)
+	got, err := f.Start(context.Background(), d, s.byID["j"], "go", func(func(bool)) { t.Fatal("handed over with no remote action") })
+	if err != nil || got.Count != 3 || d.Locks() != 0 {
+		t.Fatalf("Start: count %d, %v, %d locks; want 3, nil, none", got.Count, err, d.Locks())
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -332,20 +333,40 @@ func (s *Server) Close() {
 		_ = s.http.Shutdown(ctx)
 		cancel()
 	}
-	for _, sub := range s.subs {
-		_ = sub.Unsubscribe()
-	}
+	// The bus's subscriptions stop delivering and are drained: the
+	// handlers already running (an agent's report driving a flow) are
+	// waited for, as the conductor's own flows are. Closing the conductor
+	// cancels the agent calls in flight of both and refuses their next
+	// effects, so neither waits for rpc_timeout; what is left stays in
+	// its records for the next start's Recover. Then the bus and the
+	// store close, nothing running over them.
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Keel.RPCTimeout+5*time.Second)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		var wg sync.WaitGroup
+		for _, sub := range s.subs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := sub.Drain(); err != nil {
+					_ = sub.Unsubscribe()
+				}
+			}()
+		}
+		wg.Wait()
+	}()
 	if s.cond != nil {
-		// The flows the conductor runs on its own finish their step (an
-		// agent call answers or times out within rpc_timeout) before the
-		// bus and the store close under them; what is left is resumed by
-		// the next start's Recover.
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Keel.RPCTimeout+5*time.Second)
 		if err := s.cond.Close(ctx); err != nil {
 			s.log.Warn("closing the conductor", "err", err)
 		}
-		cancel()
 	}
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		s.log.Warn("closing the bus's subscriptions: handlers still running", "err", ctx.Err())
+	}
+	cancel()
 	s.notifier.Close()
 	if s.conn != nil {
 		s.conn.Close()
