@@ -19,17 +19,27 @@ import (
 // changes nothing, and a flow interrupted by a crash is resumed by Recover
 // or the sweep (see RunOwnership).
 func (c *Conductor) Boot(ctx context.Context, inst records.Instance) (records.Instance, error) {
-	return c.boot(ctx, inst, "")
+	return c.boot(ctx, inst, "", false)
 }
 
 // BootOn boots an instance on a named host, bypassing the filters (Nova's
 // admin-only availability_zone "zone:host"); the claim is still checked
 // against the host's capacity.
 func (c *Conductor) BootOn(ctx context.Context, inst records.Instance, host string) (records.Instance, error) {
-	return c.boot(ctx, inst, host)
+	return c.boot(ctx, inst, host, false)
 }
 
-func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost string) (records.Instance, error) {
+// StartBoot is Boot (BootOn with a host) answering early, as a request
+// does (Nova's create answers 202 before the build): it returns once the
+// store alone has decided what it can — the instance created, admitted,
+// scheduled and its claim made, or in ERROR (no valid host) — and the
+// build's cast to the agent goes on in the background, its outcome
+// reported on the instance. No agent is waited on (rpc_timeout).
+func (c *Conductor) StartBoot(ctx context.Context, inst records.Instance, host string) (records.Instance, error) {
+	return c.boot(ctx, inst, host, true)
+}
+
+func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost string, early bool) (records.Instance, error) {
 	ctx = context.WithoutCancel(ctx)
 	if inst.UUID == "" {
 		inst.UUID = c.cfg.NewID()
@@ -57,6 +67,11 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 		}
 		c.bootEnded(failed)
 		return failed, nil
+	}
+	if early {
+		// The cast and what follows go on in the background
+		// (flow.Flow.Start).
+		return c.bootRuns.Start(ctx, c.flows, records.Instance{UUID: created.UUID}, boot.Event{Kind: boot.Start}, c.handOff)
 	}
 	return c.StepBoot(ctx, created.UUID, boot.Event{Kind: boot.Start})
 }

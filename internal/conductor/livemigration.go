@@ -21,10 +21,22 @@ func (c *Conductor) LiveMigrate(ctx context.Context, instanceUUID, requestedHost
 	return c.liveMigrate(ctx, instanceUUID, requestedHost, moveOpts{})
 }
 
-// moveOpts are what a plan's move adds to a migration it starts.
+// StartLiveMigration is LiveMigrate answering early (Nova from 2.34: the
+// pre-checks are asynchronous): it returns once the store alone has
+// decided what it can — the state checks, the migration recorded, the
+// destination chosen and claimed (or the migration in error: no valid
+// host) — and the destination's pre-check, the copy and what follows go on
+// in the background, reported on the migration record.
+func (c *Conductor) StartLiveMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.liveMigrate(ctx, instanceUUID, requestedHost, moveOpts{early: true})
+}
+
+// moveOpts are what a plan's move adds to a migration it starts, and
+// whether the start answers early (see StartLiveMigration).
 type moveOpts struct {
 	ref   *records.MoveRef
 	avoid []string
+	early bool
 }
 
 func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error) {
@@ -66,6 +78,12 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
 		}
 		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
+	}
+	if o.early {
+		// As Handle's: an error leaves the migration in its step for the
+		// sweep; the record says where it is.
+		_, _ = c.migrations.Start(ctx, c.flows, m, migration.Event{Kind: migration.Start}, c.handOff)
+		return c.store.GetMigration(ctx, m.ID)
 	}
 	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
 	return c.store.GetMigration(ctx, m.ID)

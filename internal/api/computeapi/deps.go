@@ -52,10 +52,9 @@ type Conductor interface {
 
 // booter starts and deletes servers (POST and DELETE /servers).
 type booter interface {
-	// Boot schedules and boots inst; BootOn boots it on host (an admin's
-	// host in the request).
-	Boot(ctx context.Context, inst records.Instance) (records.Instance, error)
-	BootOn(ctx context.Context, inst records.Instance, host string) (records.Instance, error)
+	// StartBoot schedules and claims inst (on host when not empty: an
+	// admin's host in the request) and answers; its build goes on behind.
+	StartBoot(ctx context.Context, inst records.Instance, host string) (records.Instance, error)
 	// Delete deletes an instance and what it holds.
 	Delete(ctx context.Context, uuid string) error
 }
@@ -63,7 +62,10 @@ type booter interface {
 // mover starts the moves (live and cold migration, resize, evacuation)
 // and ends them (confirm, revert, abort, force-complete).
 type mover interface {
+	// LiveMigrate runs the pre-checks before it answers (before 2.34);
+	// StartLiveMigration answers once the destination is claimed.
 	LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
+	StartLiveMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	ColdMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	Resize(ctx context.Context, instanceUUID string, flavor records.Flavor) (records.Migration, error)
 	Evacuate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)

@@ -88,13 +88,20 @@ func (a *serverActionsAPI) serverAction(w http.ResponseWriter, r *http.Request) 
 			return err
 		}
 	}
-	m, err := a.conductor.LiveMigrate(r.Context(), in.UUID, host)
+	// From 2.34 the pre-checks are asynchronous (Nova's): the answer comes
+	// once the store has the migration and its claim, and the checks'
+	// outcome is reported on the migration record and the instance action.
+	// Before 2.34 they were synchronous: a migration that ended in error
+	// at once is a 400 with its reason.
+	start := a.conductor.LiveMigrate
+	if version(r).AtLeast(34) {
+		start = a.conductor.StartLiveMigration
+	}
+	m, err := start(r.Context(), in.UUID, host)
 	if err != nil {
 		return err
 	}
 	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: "live-migration", MigrationID: m.ID})
-	// Before 2.34 the pre-checks were synchronous: a migration that ended
-	// in error at once is a 400 with its reason.
 	if !version(r).AtLeast(34) && m.Status == records.MigrationError {
 		return badRequest(m.Error)
 	}

@@ -262,12 +262,13 @@ func (a *serversAPI) bootServers(w http.ResponseWriter, r *http.Request, in reco
 		if count > 1 {
 			one.Name = fmt.Sprintf("%s-%d", in.Name, i+1)
 		}
-		var err error
+		// Each boot answers once the store has it scheduled and claimed
+		// (or in ERROR: no valid host); its build goes on behind.
+		host := ""
 		if req.Forced {
-			one, err = a.conductor.BootOn(r.Context(), one, req.Host)
-		} else {
-			one, err = a.conductor.Boot(r.Context(), one)
+			host = req.Host
 		}
+		one, err := a.conductor.StartBoot(r.Context(), one, host)
 		if one.UUID != "" {
 			a.recordAction(w, r, records.InstanceAction{InstanceUUID: one.UUID, Action: "create", Message: one.Fault})
 		}
