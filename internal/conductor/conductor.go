@@ -253,12 +253,6 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 	return c
 }
 
-// InvalidStateError is a request the instance's state does not allow (HTTP
-// 409 in the API).
-type InvalidStateError struct{ Msg string }
-
-func (e *InvalidStateError) Error() string { return e.Msg }
-
 // requestFor builds the scheduler request for an instance.
 func requestFor(inst records.Instance) *scheduler.Request {
 	return &scheduler.Request{InstanceUUID: inst.UUID, Flavor: inst.Flavor.Name, Resources: inst.Flavor.Resources(), ExtraSpecs: inst.Flavor.ExtraSpecs}

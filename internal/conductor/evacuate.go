@@ -68,11 +68,6 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	return c.store.GetMigration(ctx, m.ID)
 }
 
-// BadRequestError is a request Nova answers with 400 (the API maps it).
-type BadRequestError struct{ Msg string }
-
-func (e *BadRequestError) Error() string { return e.Msg }
-
 // serviceDown reports whether host's compute service is down: forced
 // down, or with no heartbeat for ServiceDownTime.
 func (c *Conductor) serviceDown(ctx context.Context, host string) (bool, error) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"keel/internal/boot"
-	"keel/internal/bus"
 	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -20,12 +19,6 @@ import (
 type LifecycleAPI interface {
 	InstanceLifecycle(ctx context.Context, inst records.Instance, op string) error
 }
-
-// ForbiddenError is a request the caller's role does not allow (HTTP 403
-// in the API): unlocking a server an admin locked.
-type ForbiddenError struct{ Msg string }
-
-func (e *ForbiddenError) Error() string { return e.Msg }
 
 func (c *Conductor) lifecycle() lifecycle.Machine {
 	return lifecycle.Machine{ShelvedOffloadTime: c.cfg.ShelvedOffloadTime, StallAfter: c.stallAfter(), ActionTimeout: c.actionTimeout()}
@@ -172,9 +165,10 @@ func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, l
 }
 
 // unreachable reports whether an agent call failed without an answer
-// (the agent is down, restarting or cut off): the step is repeated later.
+// (the agent is down, restarting or cut off: ErrAgentUnreachable, or the
+// call's time ran out): the step is repeated later.
 func unreachable(err error) bool {
-	return errors.Is(err, bus.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	return errors.Is(err, ErrAgentUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // unshelveBoot boots a shelved_offloaded instance again through the boot

@@ -426,7 +426,8 @@ func (c *Cloud) newConductor(cfg conductor.Config, sched *scheduler.Scheduler, h
 func (c *Cloud) Route(rep compute.Reporter) { c.reports.Route(rep) }
 
 // Cut makes host's agent unreachable to the conductors (their calls fail
-// as the bus fails when no agent answers: bus.ErrUnavailable), or
+// as rpc's do when no agent answers: bus.ErrUnavailable, marked
+// conductor.ErrAgentUnreachable), or
 // reachable again; the agent itself runs on and still reports, as one
 // behind a one-way partition or restarting would.
 func (c *Cloud) Cut(host string, cut bool) {
@@ -477,7 +478,7 @@ type reachable struct{ c *Cloud }
 // Compute implements conductor.Computes.
 func (r reachable) Compute(host string) (conductor.ComputeAPI, error) {
 	if _, cut := r.c.cut.Load(host); cut {
-		return nil, fmt.Errorf("agent %s cut off: %w", host, bus.ErrUnavailable)
+		return nil, conductor.Unreachable(fmt.Errorf("agent %s cut off: %w", host, bus.ErrUnavailable))
 	}
 	api, err := r.c.Agents.Compute(host)
 	if err != nil {

@@ -98,15 +98,27 @@ func (a *Agent) call(ctx context.Context, method string, args computeArgs, resp 
 			return nil
 		}
 		if !repeatable(err) {
-			return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+			return callError(method, a.host, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s on %s: %w", method, a.host, decode(err))
+			return callError(method, a.host, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// callError is the error of an agent call that failed with err: the
+// agent's own error decoded, and a call that got no answer
+// (bus.ErrUnavailable) marked conductor.ErrAgentUnreachable for the
+// conductor, which repeats such steps later.
+func callError(method, host string, err error) error {
+	out := fmt.Errorf("%s on %s: %w", method, host, decode(err))
+	if errors.Is(err, bus.ErrUnavailable) {
+		return conductor.Unreachable(out)
+	}
+	return out
 }
 
 // attemptTime is how long one attempt of a call waits for its answer

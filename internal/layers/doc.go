@@ -1,0 +1,14 @@
+// Package layers holds no code: its test checks that no keel package
+// imports one above it. The layers, lowest first: utilities (clock, the
+// HTTP helpers, flow, the drivers' low-level parts), placement, records,
+// the pure machines (boot, lifecycle, migration, plan), the store
+// interface, what reads it (the store backends, quota, scheduler,
+// rebalance), compute (the agent's manager and the driver interface),
+// what drives compute (the drivers, the audit, the conductor), the
+// transport (bus, rpc, inproc), the edges (the agent, the HTTP APIs,
+// identity, notifications, config, the simulator), the server and the
+// client, and the commands. A package may import its own layer or
+// below; the conductor, for one, may not import the bus, nor the store
+// backends the compute package. A new package is placed in the table in
+// layers_test.go.
+package layers
