@@ -120,31 +120,7 @@ func testDeleteService(t *testing.T, s store.Store) {
 	if gone.Host != host || gone.Zone != "az1" || !gone.LastSeenUp.Equal(t0) {
 		t.Errorf("DeleteService returned %+v, want the deleted record", gone)
 	}
-	_, err = s.GetService(ctx, host)
-	wantNotFound(t, "GetService after DeleteService", err)
-	_, err = s.GetHostRecord(ctx, host)
-	wantNotFound(t, "GetHostRecord after DeleteService", err)
-	for _, u := range []string{root, numa, gpu} {
-		_, err = s.GetProvider(ctx, u)
-		wantNotFound(t, "GetProvider of the deleted host's tree", err)
-	}
-	for _, u := range []string{otherRoot, pool} {
-		if _, err := s.GetProvider(ctx, u); err != nil {
-			t.Errorf("provider %s not of the host's tree: %v", u, err)
-		}
-	}
-	if svcs, err := s.ListServices(ctx); err != nil || len(svcs) != 1 || svcs[0].Host != other {
-		t.Errorf("ListServices after DeleteService = %+v, %v; want %s only", svcs, err, other)
-	}
-	if _, err := s.GetHostRecord(ctx, other); err != nil {
-		t.Errorf("the other host's record: %v", err)
-	}
-	for name, want := range map[string][]string{"both": {other}, "other-only": {other}, "host-only": {}} {
-		a, err := s.GetAggregate(ctx, aggs[name].ID)
-		if err != nil || !slices.Equal(a.Hosts, want) && len(a.Hosts)+len(want) > 0 || a.Name != name {
-			t.Errorf("aggregate %s after DeleteService: %+v, %v; want hosts %v", name, a, err, want)
-		}
-	}
+	checkHostGone(t, s, host, other, []string{root, numa, gpu}, []string{otherRoot, pool}, aggs)
 	_, err = s.DeleteService(ctx, host)
 	wantNotFound(t, "DeleteService of a deleted service", err)
 	_, err = s.DeleteService(ctx, "never-was")
@@ -169,4 +145,38 @@ func testDeleteService(t *testing.T, s store.Store) {
 		}
 		return []string{string(store.ChangeService) + ":bare"}
 	})
+}
+
+// checkHostGone checks what testDeleteService's delete of host left: no
+// service, host record or provider of its tree, the providers kept (the
+// other host's, the pool) and the other host's records still there, and
+// host out of every aggregate.
+func checkHostGone(t *testing.T, s store.Store, host, other string, tree, kept []string, aggs map[string]records.Aggregate) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.GetService(ctx, host)
+	wantNotFound(t, "GetService after DeleteService", err)
+	_, err = s.GetHostRecord(ctx, host)
+	wantNotFound(t, "GetHostRecord after DeleteService", err)
+	for _, u := range tree {
+		_, err = s.GetProvider(ctx, u)
+		wantNotFound(t, "GetProvider of the deleted host's tree", err)
+	}
+	for _, u := range kept {
+		if _, err := s.GetProvider(ctx, u); err != nil {
+			t.Errorf("provider %s not of the host's tree: %v", u, err)
+		}
+	}
+	if svcs, err := s.ListServices(ctx); err != nil || len(svcs) != 1 || svcs[0].Host != other {
+		t.Errorf("ListServices after DeleteService = %+v, %v; want %s only", svcs, err, other)
+	}
+	if _, err := s.GetHostRecord(ctx, other); err != nil {
+		t.Errorf("the other host's record: %v", err)
+	}
+	for name, want := range map[string][]string{"both": {other}, "other-only": {other}, "host-only": {}} {
+		a, err := s.GetAggregate(ctx, aggs[name].ID)
+		if err != nil || !slices.Equal(a.Hosts, want) && len(a.Hosts)+len(want) > 0 || a.Name != name {
+			t.Errorf("aggregate %s after DeleteService: %+v, %v; want hosts %v", name, a, err, want)
+		}
+	}
 }
