@@ -139,7 +139,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	hc.ProviderUUID = uuid
 	a.hc = hc
-	drv, interrupter, err := a.newDriver(hc)
+	drv, err := a.newDriver(hc)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	// Operations a restart cut short are reported as ended, so the
 	// conductor finishes the build or rolls the migration back.
-	for _, g := range interrupter.Interrupted() {
+	for _, g := range drv.Interrupted() {
 		switch g.State {
 		case compute.GuestBuilding:
 			var rebuilding bool
@@ -286,14 +286,14 @@ func (a *Agent) destroyEvacuated(ctx context.Context, st *rpc.Store, drv compute
 }
 
 // newDriver makes the configured virt driver.
-func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interrupter, error) {
+func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, error) {
 	opts := a.opts
 	switch opts.Driver {
 	case "", "fake":
 		drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
 			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc), Log: a.log,
 			HostCPUs: hc.VCPUs, Workload: opts.Workload, WorkloadSeed: workloadSeed(opts.Host)})
-		return drv, drv, err
+		return drv, err
 	case "qemu":
 		qc := opts.QEMU
 		if qc.Dir == "" {
@@ -304,9 +304,9 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 		}
 		drv, err := qemu.New(qc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("agent %s: %w", opts.Host, err)
+			return nil, fmt.Errorf("agent %s: %w", opts.Host, err)
 		}
-		return drv, drv, nil
+		return drv, nil
 	case "libvirt":
 		lc := opts.Libvirt
 		if lc.Dir == "" {
@@ -321,11 +321,11 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, compute.Interr
 		}
 		drv, err := libvirt.New(context.Background(), lc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("agent %s: %w", opts.Host, err)
+			return nil, fmt.Errorf("agent %s: %w", opts.Host, err)
 		}
-		return drv, drv, nil
+		return drv, nil
 	}
-	return nil, nil, fmt.Errorf("agent %s: unknown virt driver %q (fake, qemu or libvirt)", opts.Host, opts.Driver)
+	return nil, fmt.Errorf("agent %s: unknown virt driver %q (fake, qemu or libvirt)", opts.Host, opts.Driver)
 }
 
 // register registers the host, waiting for a server to answer (the agent

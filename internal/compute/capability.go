@@ -12,12 +12,12 @@ import (
 )
 
 // Optional capabilities: what the tracker and the manager use when the
-// store, the driver or the reporter they were given has it, and do without
-// otherwise. Each names its implementers, which assert it at compile time
-// (`var _ compute.X = (*T)(nil)`). The driver's own optional capabilities
-// (Interrupter, IncomingChecker, Resumer, CopyReverter, ColdMover,
-// LifecycleDriver) are in driver.go, coldmove.go and lifecycle.go;
-// MigrationReader and InstanceLister in manager.go.
+// store or the reporter they were given has it, and do without otherwise
+// (ConsumerLister, ProviderLister, InstanceFaulter, ReportKeeper here;
+// MigrationReader and InstanceLister in manager.go). Each names its
+// implementers, which assert it at compile time (`var _ compute.X =
+// (*T)(nil)`). A driver chooses between two (driver.go): ConsoleReader
+// and DetachedCopier; the rest of what it does is Driver.
 
 // ConsumerLister is implemented by stores that can list the consumers
 // holding allocations on a provider without copying their allocations:
@@ -144,10 +144,9 @@ var (
 	_ ArrivalFinisher = Driver(nil)
 )
 
-// CopyDestination is implemented by drivers that keep a memory copy's
-// destination host with the copy (qemu.Driver), so that a copy resumed
-// after a restart reports its end having asked the destination for its
-// guest.
+// CopyDestination is the part of DetachedCopier that keeps a memory
+// copy's destination host with the copy, so that a copy resumed after a
+// restart reports its end having asked the destination for its guest.
 type CopyDestination interface {
 	DestinationOf(uuid string) string
 }

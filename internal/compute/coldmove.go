@@ -17,7 +17,7 @@ const (
 	GuestResized GuestState = "resized"
 )
 
-// ColdMover is implemented by drivers that can cold-migrate and resize
+// ColdMover is the part of Driver that cold-migrates and resizes
 // (Nova's resize_instance / finish_resize family). inst carries the flavor
 // the host is to hold, and in FinishMigration and FinishRevertMigration
 // the vm_state the guest is to end in: a stopped instance's guest is not
@@ -52,24 +52,12 @@ func MovedGuestState(inst records.Instance) GuestState {
 	return GuestRunning
 }
 
-func (m *Manager) coldMover() (ColdMover, error) {
-	cm, ok := m.driver.(ColdMover)
-	if !ok {
-		return nil, fmt.Errorf("the virt driver of %s cannot cold-migrate or resize", m.host)
-	}
-	return cm, nil
-}
-
 // PrepResize is prep_resize on the destination: its checks, and a busy
 // mark that keeps the coming guest from the audit until the move ends.
 func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ string) (map[string]string, error) {
-	cm, err := m.coldMover()
-	if err != nil {
-		return nil, err
-	}
 	m.res.Lock()
 	defer m.res.Unlock()
-	data, err := cm.PrepResize(ctx, inst)
+	data, err := m.driver.PrepResize(ctx, inst)
 	if err != nil {
 		return nil, fmt.Errorf("prep_resize of %s on %s: %w", inst.UUID, m.host, err)
 	}
@@ -82,10 +70,6 @@ func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ strin
 // left resize-source (or after CheckCopy reported the copy ended) is
 // refused, and a repeat of a copy running here is answered nil.
 func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	cm, err := m.coldMover()
-	if err != nil {
-		return err
-	}
 	m.startMu.Lock()
 	defer m.startMu.Unlock()
 	m.copiesMu.Lock()
@@ -105,7 +89,7 @@ func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.
 	m.copiesMu.Unlock()
 	m.tracker.Busy(inst.UUID, true)
 	_, done := m.copyReports(ctx, migID, inst.UUID, "")
-	cm.MigrateDiskAndPowerOff(ctx, migID, inst, dest, data, done)
+	m.driver.MigrateDiskAndPowerOff(ctx, migID, inst, dest, data, done)
 	return nil
 }
 
@@ -113,13 +97,9 @@ func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.
 // the new flavor and the host counts it at once (both hosts' records are
 // exact the moment the move is done).
 func (m *Manager) FinishResize(ctx context.Context, inst records.Instance) error {
-	cm, err := m.coldMover()
-	if err != nil {
-		return err
-	}
 	m.res.Lock()
 	defer m.res.Unlock()
-	if err := cm.FinishMigration(ctx, inst); err != nil {
+	if err := m.driver.FinishMigration(ctx, inst); err != nil {
 		return fmt.Errorf("finish_resize of %s on %s: %w", inst.UUID, m.host, err)
 	}
 	m.tracker.Track(inst.UUID, inst.Flavor)
@@ -128,13 +108,9 @@ func (m *Manager) FinishResize(ctx context.Context, inst records.Instance) error
 
 // ConfirmResize is confirm_resize on the source: the stopped guest goes.
 func (m *Manager) ConfirmResize(ctx context.Context, inst records.Instance) error {
-	cm, err := m.coldMover()
-	if err != nil {
-		return err
-	}
 	m.res.Lock()
 	defer m.res.Unlock()
-	if err := cm.ConfirmMigration(ctx, inst.UUID); err != nil {
+	if err := m.driver.ConfirmMigration(ctx, inst.UUID); err != nil {
 		return fmt.Errorf("confirm_resize of %s on %s: %w", inst.UUID, m.host, err)
 	}
 	m.tracker.Busy(inst.UUID, false)
@@ -154,13 +130,9 @@ func (m *Manager) RevertResize(ctx context.Context, inst records.Instance) error
 // FinishRevertResize is finish_revert_resize on the source: the guest
 // starts again with its old flavor.
 func (m *Manager) FinishRevertResize(ctx context.Context, inst records.Instance) error {
-	cm, err := m.coldMover()
-	if err != nil {
-		return err
-	}
 	m.res.Lock()
 	defer m.res.Unlock()
-	if err := cm.FinishRevertMigration(ctx, inst); err != nil {
+	if err := m.driver.FinishRevertMigration(ctx, inst); err != nil {
 		return fmt.Errorf("finish_revert_resize of %s on %s: %w", inst.UUID, m.host, err)
 	}
 	m.tracker.Busy(inst.UUID, false)
@@ -198,10 +170,7 @@ func (m *Manager) RebuildInstance(ctx context.Context, migID int64, inst records
 		bg := context.WithoutCancel(ctx)
 		if err == nil && inst.VMState == records.VMStopped {
 			// Evacuated stopped: rebuilt, then powered off (Nova's).
-			ld, ok := m.driver.(LifecycleDriver)
-			if !ok {
-				err = fmt.Errorf("rebuilding stopped %s on %s: the virt driver cannot power a guest off", inst.UUID, m.host)
-			} else if err = ld.Lifecycle(bg, inst, lifecycle.OpStop); err != nil {
+			if err = m.driver.Lifecycle(bg, inst, lifecycle.OpStop); err != nil {
 				err = fmt.Errorf("powering off rebuilt %s on %s: %w", inst.UUID, m.host, err)
 			}
 		}

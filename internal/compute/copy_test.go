@@ -12,9 +12,9 @@ import (
 	"keel/internal/records"
 )
 
-// copyDriver is a driver whose copies outlive the agent (a Resumer), can
-// be taken back (a CopyReverter) and says why an incoming guest is gone
-// (an IncomingChecker). Only the copy's methods are implemented.
+// copyDriver is a driver whose copies outlive the agent (a DetachedCopier)
+// and can be taken back (RevertCopy). Only the copy's methods are
+// implemented.
 type copyDriver struct {
 	compute.Driver
 	outcome   error // what every copy ends with
@@ -34,7 +34,8 @@ func (d *copyDriver) RevertCopy(_ context.Context, uuid string) error {
 	d.reverted = append(d.reverted, uuid)
 	return nil
 }
-func (d *copyDriver) DestinationOf(string) string { return "h2" }
+func (d *copyDriver) DestinationOf(string) string                 { return "h2" }
+func (d *copyDriver) CheckIncoming(context.Context, string) error { return nil }
 
 // peers answers CheckIncoming for every host with err.
 type peers struct{ err error }

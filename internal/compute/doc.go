@@ -19,11 +19,14 @@
 // so a race loses safely: the write is a conflict, and the audit leaves
 // that consumer to its owner.
 //
-// What a store, a driver or a reporter may offer beyond the interfaces
-// the package requires (ConsumerLister, ProviderLister, InstanceFaulter,
-// GuestRemover, ArrivalFinisher, CopyDestination, ReportKeeper, and the
-// driver's Interrupter, Resumer, …) is a named interface whose doc names
-// its implementers, each of which asserts it at compile time.
+// What a store or a reporter may offer beyond the interfaces the package
+// requires (ConsumerLister, ProviderLister, InstanceFaulter, ReportKeeper,
+// MigrationReader, InstanceLister) is a named interface whose doc names
+// its implementers, each of which asserts it at compile time. A driver is
+// a Driver (spawn, the live and cold moves, the lifecycle, what a restart
+// cut short, measuring) and chooses two things beyond it: ConsoleReader
+// (it keeps console logs) and DetachedCopier (its copies run outside the
+// agent and outlive it).
 //
 // Long driver operations (spawn, the memory copy) are asynchronous: they
 // report through a callback, so the same code runs on the wall clock in

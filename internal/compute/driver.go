@@ -79,6 +79,37 @@ type Driver interface {
 	// LifecycleDriver: stop, start, reboot, pause, suspend, rescue,
 	// rebuild and shelve the guests (see lifecycle.go).
 	LifecycleDriver
+	// ColdMover: cold migration and resize (see coldmove.go).
+	ColdMover
+	// Interrupter: what an agent restart cut short.
+	Interrupter
+	// CopyReverter: the source guest of a copy taken as failed runs again.
+	CopyReverter
+	// Measurer: what the host and its guests use (ErrUnmeasured when the
+	// driver cannot tell).
+	Measurer
+}
+
+// The driver's optional capabilities are two, the choices a driver makes
+// beyond Driver:
+//
+//   - ConsoleReader: it keeps each guest's serial console log (fake.Driver,
+//     qemu.Driver); without it os-getConsoleOutput is 501 (libvirt.Driver).
+//   - DetachedCopier: its memory copies run outside the agent (a real
+//     hypervisor's: qemu.Driver, libvirt.Driver), so they outlive an agent
+//     restart, keep their destination, and the destination's hypervisor
+//     says why an incoming guest is gone. Without it (fake.Driver) a copy
+//     ends with the agent, and the destination answers from its guests.
+//
+// The other optional interfaces in this package are the store's and the
+// reporter's (capability.go).
+
+// DetachedCopier is implemented by drivers whose memory copies run outside
+// the agent: IncomingChecker, Resumer and CopyDestination together.
+type DetachedCopier interface {
+	IncomingChecker
+	Resumer
+	CopyDestination
 }
 
 // Steps that can fail, named as Nova's RPC methods; the fake driver's
@@ -93,7 +124,7 @@ const (
 	StepPostAtDestination = "post_live_migration_at_destination"
 )
 
-// Interrupter is implemented by drivers that can tell, after a restart of
+// Interrupter is the part of Driver that tells, after a restart of
 // the agent, which operations the restart cut short: guests that were
 // building, or being copied away (with the migration's ID). The agent
 // reports how each ended so the conductor can finish or roll back.
@@ -101,7 +132,7 @@ type Interrupter interface {
 	Interrupted() []Guest
 }
 
-// IncomingChecker is implemented by drivers that can tell why an incoming
+// IncomingChecker is the part of DetachedCopier that tells why an incoming
 // guest is gone (a real hypervisor's process exited, with its stderr):
 // the destination's answer to the source after a copy, which becomes the
 // migration's fault message.
@@ -109,7 +140,7 @@ type IncomingChecker interface {
 	CheckIncoming(ctx context.Context, uuid string) error
 }
 
-// Resumer is implemented by drivers whose memory copies outlive the agent
+// Resumer is the part of DetachedCopier for memory copies that outlive the agent
 // (a real hypervisor keeps copying while the agent restarts). After a
 // restart the agent asks for the copies still in progress and re-attaches
 // to each, so it reports its outcome as LiveMigration would have.
@@ -122,10 +153,10 @@ type Resumer interface {
 	Reattach(ctx context.Context, uuid string, progress func(total, processed, remaining int64), done func(error))
 }
 
-// CopyReverter is implemented by drivers whose completed copy leaves the
-// source guest stopped (a real hypervisor's): when the destination turns
-// out to have lost the guest after all, the copy is taken as failed and
-// RevertCopy makes the source guest run again.
+// CopyReverter is the part of Driver that undoes a completed copy whose
+// destination turns out to have lost the guest after all: the copy is
+// taken as failed and RevertCopy makes the source guest run again (a real
+// hypervisor's completed copy leaves it stopped; the fake's, as it was).
 type CopyReverter interface {
 	RevertCopy(ctx context.Context, uuid string) error
 }

@@ -386,10 +386,10 @@ func (m *Manager) CheckCopy(ctx context.Context, migID int64) error {
 }
 
 // ResumeCopies re-attaches to the copies that outlived a restart of the
-// agent (drivers that are Resumers), so each reports its outcome; it
-// returns how many.
+// agent (drivers that are DetachedCopiers), so each reports its outcome;
+// it returns how many.
 func (m *Manager) ResumeCopies(ctx context.Context) int {
-	r, ok := m.driver.(Resumer)
+	r, ok := m.driver.(DetachedCopier)
 	if !ok {
 		return 0
 	}
@@ -409,11 +409,11 @@ func (m *Manager) ResumeCopies(ctx context.Context) int {
 }
 
 // destinationOf is the host a resumed copy goes to, as the driver kept
-// it with the copy (a CopyDestination, as QEMU's); "" when the
-// driver cannot tell, and the copy's end is then reported without asking
-// the destination for its guest.
+// it with the copy (a DetachedCopier); "" when the driver cannot tell,
+// and the copy's end is then reported without asking the destination for
+// its guest.
 func (m *Manager) destinationOf(g Guest) string {
-	if dl, ok := m.driver.(CopyDestination); ok {
+	if dl, ok := m.driver.(DetachedCopier); ok {
 		return dl.DestinationOf(g.UUID)
 	}
 	return ""
@@ -494,12 +494,10 @@ func (m *Manager) stillWanted(ctx context.Context, migID int64, uuid, dest strin
 }
 
 // revertCopy makes the source guest of a copy taken as failed run here
-// again (drivers that are CopyReverters).
+// again.
 func (m *Manager) revertCopy(ctx context.Context, uuid string) {
-	if r, ok := m.driver.(CopyReverter); ok {
-		if rerr := r.RevertCopy(ctx, uuid); rerr != nil {
-			m.log.Error("resuming the source guest of a copy taken as failed", "instance", uuid, "err", rerr)
-		}
+	if rerr := m.driver.RevertCopy(ctx, uuid); rerr != nil {
+		m.log.Error("resuming the source guest of a copy taken as failed", "instance", uuid, "err", rerr)
 	}
 }
 
@@ -519,7 +517,7 @@ func (m *Manager) checkDestination(ctx context.Context, dest, uuid string) error
 // CheckIncoming is the destination's answer to the source at the end of a
 // copy: it still holds the incoming (or already running) guest.
 func (m *Manager) CheckIncoming(ctx context.Context, uuid string) error {
-	if ic, ok := m.driver.(IncomingChecker); ok {
+	if ic, ok := m.driver.(DetachedCopier); ok {
 		if err := ic.CheckIncoming(ctx, uuid); err != nil {
 			return fmt.Errorf("destination %s: %w", m.host, err)
 		}
@@ -753,10 +751,8 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 		err := r.err
 		if err == nil && migration.StartedStopped(r.mig) {
 			// Evacuated stopped: powered off, as the rebuild would have.
-			if ld, ok := m.driver.(LifecycleDriver); ok {
-				if serr := ld.Lifecycle(ctx, records.Instance{UUID: r.mig.InstanceUUID, Flavor: flavorOf(r.mig)}, lifecycle.OpStop); serr != nil {
-					err = fmt.Errorf("powering off rebuilt %s on %s: %w", r.mig.InstanceUUID, m.host, serr)
-				}
+			if serr := m.driver.Lifecycle(ctx, records.Instance{UUID: r.mig.InstanceUUID, Flavor: flavorOf(r.mig)}, lifecycle.OpStop); serr != nil {
+				err = fmt.Errorf("powering off rebuilt %s on %s: %w", r.mig.InstanceUUID, m.host, serr)
 			}
 		}
 		m.log.Info("reporting an evacuation's rebuild the restart cut short", "migration", r.mig.ID, "instance", r.mig.InstanceUUID, "failed", err != nil)

@@ -26,8 +26,8 @@ type Measurement struct {
 	Instances []records.InstanceUsage
 }
 
-// Measurer is a driver that can measure what its guests use: fake.Driver
-// (its workload models), qemu.Driver (the kernel's /proc) and
+// Measurer is the part of Driver that measures what the guests use:
+// fake.Driver (its workload models), qemu.Driver (the kernel's /proc) and
 // libvirt.Driver (libvirtd's domain and node statistics).
 type Measurer interface {
 	// Measure reads the host and its guests now; ErrUnmeasured when it
@@ -168,11 +168,7 @@ func (m *Manager) SetMetricsConfig(c MetricsConfig) {
 // reporting rule says so (or always, with force); it reports whether it
 // wrote. A driver that cannot measure makes the metrics unavailable.
 func (m *Manager) ReportMetrics(ctx context.Context, force bool) (bool, error) {
-	ms, ok := m.driver.(Measurer)
-	if !ok {
-		return false, nil
-	}
-	meas, err := ms.Measure(ctx)
+	meas, err := m.driver.Measure(ctx)
 	available := err == nil
 	if err != nil && !errors.Is(err, ErrUnmeasured) {
 		m.log.Warn("measuring usage failed: metrics unavailable", "err", err)

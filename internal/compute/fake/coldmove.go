@@ -10,8 +10,6 @@ import (
 	"keel/internal/records"
 )
 
-var _ compute.ColdMover = (*Driver)(nil)
-
 // Steps of a cold migration or resize that can fail (FailNext).
 const (
 	StepPrepResize   = "prep_resize"

@@ -101,10 +101,7 @@ type fault struct {
 
 var (
 	_ compute.Driver        = (*Driver)(nil)
-	_ compute.Interrupter   = (*Driver)(nil)
-	_ compute.CopyReverter  = (*Driver)(nil)
 	_ compute.ConsoleReader = (*Driver)(nil)
-	_ compute.Measurer      = (*Driver)(nil)
 )
 
 // DefaultBandwidthMiBps is the copy speed of a driver configured with

@@ -96,14 +96,8 @@ type Driver struct {
 }
 
 var (
-	_ compute.Driver          = (*Driver)(nil)
-	_ compute.Interrupter     = (*Driver)(nil)
-	_ compute.IncomingChecker = (*Driver)(nil)
-	_ compute.Resumer         = (*Driver)(nil)
-	_ compute.CopyReverter    = (*Driver)(nil)
-	_ compute.CopyDestination = (*Driver)(nil)
-	_ compute.ColdMover       = (*Driver)(nil)
-	_ compute.Measurer        = (*Driver)(nil)
+	_ compute.Driver         = (*Driver)(nil)
+	_ compute.DetachedCopier = (*Driver)(nil)
 )
 
 // New connects to libvirtd and finds the guests of an earlier agent on

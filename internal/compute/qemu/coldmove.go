@@ -12,8 +12,6 @@ import (
 	"keel/internal/records"
 )
 
-var _ compute.ColdMover = (*Driver)(nil)
-
 // The cold migration and resize, as Nova's libvirt driver does them:
 //
 //   - prep_resize (destination): checks, then the guest's directory is

@@ -91,14 +91,9 @@ type vm struct {
 }
 
 var (
-	_ compute.Driver          = (*Driver)(nil)
-	_ compute.Interrupter     = (*Driver)(nil)
-	_ compute.IncomingChecker = (*Driver)(nil)
-	_ compute.Resumer         = (*Driver)(nil)
-	_ compute.CopyReverter    = (*Driver)(nil)
-	_ compute.CopyDestination = (*Driver)(nil)
-	_ compute.ConsoleReader   = (*Driver)(nil)
-	_ compute.Measurer        = (*Driver)(nil)
+	_ compute.Driver         = (*Driver)(nil)
+	_ compute.DetachedCopier = (*Driver)(nil)
+	_ compute.ConsoleReader  = (*Driver)(nil)
 )
 
 // ErrNoQEMU says the QEMU binary is missing, and which package has it.
