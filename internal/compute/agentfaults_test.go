@@ -264,6 +264,9 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 	}
 	e.clk.Advance(6 * time.Second) // the outbox delivers, the kept report included
 	got := strings.Join(e.cond.got(), " | ")
+	if strings.Contains(got, "[restarted]") {
+		t.Errorf("the conductor heard %q: the aborted copy was reported as ended by a restart, not as the abort asked", got)
+	}
 	for _, want := range []string{"build built ok", "build lost failed: no guest on h1", "copy failed: memory copy interrupted", "build kept ok"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the conductor heard %q, missing %q", got, want)
@@ -587,5 +590,8 @@ func TestReconcileReportsInterruptedDiskCopies(t *testing.T) {
 	}
 	if strings.Count(got, "copy failed") != 2 {
 		t.Fatalf("the conductor heard %q: the running disk copy or the inbound one reported failed", got)
+	}
+	if strings.Count(got, "[restarted]") != 2 {
+		t.Fatalf("the conductor heard %q, want both reported as ended by keel's restart (the move does not count them)", got)
 	}
 }

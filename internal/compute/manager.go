@@ -768,7 +768,15 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 		if mg.Type == records.MigrationTypeCold || mg.Type == records.MigrationTypeResize {
 			what = "disk"
 		}
-		err := fmt.Errorf("%s copy interrupted: the source %s restarted and runs no copy for this migration", what, m.host)
+		// keel's own restart ended it (the agent's, or the server's
+		// before its cast reached this host): the move does not count
+		// the attempt, as for a copy the agent's restart cut short. An
+		// abort the user asked for stays an abort.
+		msg := fmt.Sprintf("%s copy interrupted: the source %s restarted and runs no copy for this migration", what, m.host)
+		err := RestartedError(msg)
+		if mg.AbortRequested {
+			err = errors.New(msg)
+		}
 		if err := m.reporter.CopyDone(ctx, mg.ID, err); err != nil {
 			m.log.Error("copy report not taken", "migration", mg.ID, "err", err)
 			continue

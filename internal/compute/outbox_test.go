@@ -44,6 +44,9 @@ func (c *conductorStub) BuildDone(_ context.Context, uuid, host string, err erro
 }
 func (c *conductorStub) CopyProgress(context.Context, int64, int64, int64, int64) {}
 func (c *conductorStub) CopyDone(_ context.Context, migID int64, err error) error {
+	if errors.Is(err, compute.ErrCopyRestarted) {
+		return c.take("copy failed: " + err.Error() + " [restarted]")
+	}
 	if err != nil {
 		return c.take("copy failed: " + err.Error())
 	}
