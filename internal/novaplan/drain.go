@@ -3,6 +3,7 @@ package novaplan
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -143,10 +144,13 @@ func Drain(ctx context.Context, c *client.Client, st Store, nc *client.NovaCloud
 	return p, nil
 }
 
+// lockPath is the data dir's executor lock file.
+func lockPath(dataDir string) string { return filepath.Join(dataDir, "executor.lock") }
+
 // Lock takes the data dir's executor lock: ok is false when another
 // executor holds it. The lock goes with the process.
 func Lock(dataDir string) (release func(), ok bool, err error) {
-	f, err := os.OpenFile(filepath.Join(dataDir, "executor.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(lockPath(dataDir), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, false, err
 	}
@@ -163,11 +167,44 @@ func Lock(dataDir string) (release func(), ok bool, err error) {
 	return func() { f.Close() }, true, nil
 }
 
+// ErrDataDirGone is Run's error when the data dir's lock file is gone or
+// is another file: the data dir was removed (a test's temporary one, an
+// operator's rm -r), and with it the plans the executor ran.
+var ErrDataDirGone = errors.New("the executor's data dir is gone")
+
+// stillHeld reports ErrDataDirGone unless the data dir's lock file is
+// still held, the file the executor locked when it started.
+func stillHeld(dataDir string, held os.FileInfo) error {
+	now, err := os.Stat(lockPath(dataDir))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDataDirGone, err)
+	}
+	if !os.SameFile(held, now) {
+		return fmt.Errorf("%w: %s is another executor's lock file", ErrDataDirGone, lockPath(dataDir))
+	}
+	return nil
+}
+
 // Run ticks the executor every tick until no plan is active or ctx ends,
-// then waits for the starts in flight.
+// then waits for the starts in flight. The caller holds the data dir's
+// lock (Lock); Run ends with ErrDataDirGone, logging it, when the lock
+// file is gone or replaced: the plans it ran went with their data dir,
+// and a detached executor must not outlive them (retrying a cloud that may
+// be gone too, for ever).
 func (e *Executor) Run(ctx context.Context, tick time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	defer e.starts.Wait()
+	held, err := os.Stat(lockPath(e.DataDir))
+	if err != nil {
+		return fmt.Errorf("running the plans of %s: its executor lock: %w", e.DataDir, err)
+	}
 	for {
+		if err := stillHeld(e.DataDir, held); err != nil {
+			e.Log.Error("stopping the executor: its data dir is gone", "data_dir", e.DataDir, "err", err)
+			cancel() // the starts in flight end with it
+			return err
+		}
 		active, err := e.Tick(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.init()
