@@ -48,9 +48,12 @@ func TestFleetQuick(t *testing.T) {
 		if st.Heartbeats < 2*st.Hosts {
 			t.Errorf("%d hosts: %d heartbeats in %.1f s, want at least %d", st.Hosts, st.Heartbeats, st.PeriodS, 2*st.Hosts)
 		}
-		if st.ServerRSSMiB <= 0 || st.StoreMiB <= 0 || st.ServersCalls == 0 || st.BusMsgsPerS <= 0 {
-			t.Errorf("%d hosts: RSS %.1f MiB, store %.1f MiB, %d API calls, %.0f bus msgs/s: want all positive",
-				st.Hosts, st.ServerRSSMiB, st.StoreMiB, st.ServersCalls, st.BusMsgsPerS)
+		if st.ServerRSSMiB <= 0 || st.StoreMiB <= 0 || st.ServersCalls == 0 || st.BusMsgsPerS <= 0 || st.StoreWritesPerS <= 0 {
+			t.Errorf("%d hosts: RSS %.1f MiB, store %.1f MiB, %d API calls, %.0f bus msgs/s, %.0f store writes/s: want all positive",
+				st.Hosts, st.ServerRSSMiB, st.StoreMiB, st.ServersCalls, st.BusMsgsPerS, st.StoreWritesPerS)
+		}
+		if st.Store != "sqlite" || st.Replicas != 1 {
+			t.Errorf("%d hosts: store %q, %d replicas, want sqlite and 1", st.Hosts, st.Store, st.Replicas)
 		}
 	}
 	if v, _ := figures["fleet_largest_hosts"].(float64); v != 12 {
@@ -62,6 +65,20 @@ func TestFleetQuick(t *testing.T) {
 	if v, _ := figures["fleet_hosts_per_core_at_largest"].(float64); v <= 12 {
 		t.Errorf("fleet_hosts_per_core_at_largest = %v, want more than the 12 hosts (the server under one core)", figures["fleet_hosts_per_core_at_largest"])
 	}
+	// The 10,000-host figures are there, null, with the reason.
+	var unmeasured map[string]string
+	if b, ok := figures["unmeasured"]; ok {
+		raw, _ := json.Marshal(b)
+		_ = json.Unmarshal(raw, &unmeasured)
+	}
+	for _, k := range []string{"fleet_server_cores_at_10k", "fleet_api_p99_ms_at_10k", "fleet_cpu_per_host_ratio_10k_to_1k"} {
+		if v, ok := figures[k]; !ok || v != nil {
+			t.Errorf("%s = %v (present %v), want null", k, v, ok)
+		}
+		if !strings.Contains(unmeasured[k], "do not include 10,000") {
+			t.Errorf("unmeasured[%s] = %q, want the reason", k, unmeasured[k])
+		}
+	}
 	if len(got.Rows) != 1 || got.Rows[0]["section"] != "7" {
 		t.Errorf("rows %v, want the fleet's one row", got.Rows)
 	}
@@ -72,7 +89,7 @@ func TestFleetQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(text.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[2], "4 ") || !strings.HasPrefix(lines[3], "12 ") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[2], "4 ") || !strings.HasPrefix(lines[3], "12 ") || !strings.Contains(lines[1], "replicas") {
 		t.Errorf("fleet table:\n%s\nwant a heading, a header and the rows of 4 and 12 hosts", text.String())
 	}
 }

@@ -64,6 +64,10 @@ type Row struct {
 type Report struct {
 	// Figures are the numbers, by JSON key.
 	Figures map[string]float64
+	// Unmeasured are the figures a section names but did not reach, by
+	// JSON key, with the reason: printed as null, the reason under
+	// "unmeasured".
+	Unmeasured map[string]string
 	// Rows are the table.
 	Rows []Row
 	// Quick tells whether the sizes were shrunk.
@@ -112,6 +116,14 @@ func (r *run) progress(format string, args ...any) {
 }
 
 func (r *run) figure(key string, v float64) { r.rep.Figures[key] = v }
+
+// unmeasured notes a figure the run did not reach, and why.
+func (r *run) unmeasured(key, why string) {
+	if r.rep.Unmeasured == nil {
+		r.rep.Unmeasured = map[string]string{}
+	}
+	r.rep.Unmeasured[key] = why
+}
 
 func (r *run) row(section, what, result, conditions string) {
 	r.rep.Rows = append(r.rep.Rows, Row{Section: section, What: what, Result: result, Conditions: conditions})
@@ -189,6 +201,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		for k, v := range p.rep.Figures {
 			rep.Figures[k] = v
+		}
+		for k, why := range p.rep.Unmeasured {
+			if rep.Unmeasured == nil {
+				rep.Unmeasured = map[string]string{}
+			}
+			rep.Unmeasured[k] = why
 		}
 	}
 	rep.Wall = time.Since(rep.Started)
@@ -353,10 +371,17 @@ func quickNote(quick bool) string {
 }
 
 // WriteJSON prints the figures as one JSON object: every figure under its
-// key at the top level, and besides them "quick", "started", "wall_s" and
+// key at the top level (null for a figure not reached, with the reason
+// under "unmeasured"), and besides them "quick", "started", "wall_s" and
 // "rows" (the table, with each figure's conditions).
 func (rep *Report) WriteJSON(w io.Writer) error {
 	out := map[string]any{}
+	for k := range rep.Unmeasured {
+		out[k] = nil
+	}
+	if len(rep.Unmeasured) > 0 {
+		out["unmeasured"] = rep.Unmeasured
+	}
 	for k, v := range rep.Figures {
 		out[k] = round(v)
 	}
