@@ -142,6 +142,15 @@ func Building(inst records.Instance) bool {
 	return inst.VMState == records.VMBuilding && inst.BuildPhase != ""
 }
 
+// Spawning reports whether inst's host has its guest, or had it: the
+// boot's cast was answered and the boot waits for the spawn's report (a
+// building instance without a phase was written before phases existed,
+// when the cast came first). An agent decides from it, never from the
+// phase names, so the machine may rename its phases alone.
+func Spawning(inst records.Instance) bool {
+	return inst.VMState == records.VMBuilding && (inst.BuildPhase == "" || inst.BuildPhase == PhaseSpawn)
+}
+
 // Deadline is when inst's boot must be fed an event if nothing else
 // happens, and which, as seen at now: a boot created but never stepped
 // is started after StallAfter; one building longer than BuildTimeout

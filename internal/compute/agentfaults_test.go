@@ -2,6 +2,10 @@ package compute_test
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -139,7 +143,7 @@ func TestCopyFailsWhenItsReportCannotBeKept(t *testing.T) {
 	e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
 	inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
 	m := e.migration(records.Migration{InstanceUUID: "i1", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
-	if err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil); err != nil {
+	if err := e.mgr.LiveMigration(ctx, m.ID, m.Version, inst, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	disk.Fill()
@@ -156,19 +160,28 @@ func TestCopyFailsWhenItsReportCannotBeKept(t *testing.T) {
 	}
 }
 
-// The source starts a copy only for a migration whose record still asks
-// for it; a late call refuses and leaves the guest alone (issue row 7).
+// The source starts a copy only for a call made from the newest version
+// of the migration record it knows: a late call, made before the
+// conductor saved a later step (whatever its phase, even one keeping the
+// phase and status, as another replica's take-over does), refuses and
+// leaves the guest alone (issue row 7), as does a call for a record that
+// does not move this guest from here to there.
 func TestLateCopyIsRefused(t *testing.T) {
+	copying := records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy}
 	cases := []struct {
 		name string
 		m    records.Migration
-		want string
+		// moveOn, when set, is the step the conductor saved after the call
+		// was made; the call then carries the version before it.
+		moveOn func(m *records.Migration)
+		want   string
 	}{
-		{"rolled back meanwhile", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseRollbackDest}, "phase rollback-dest"},
-		{"failed meanwhile", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseDone, Status: records.MigrationFailed}, "status failed"},
-		{"aborted", records.Migration{SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true}, "aborted"},
-		{"another source", records.Migration{SourceHost: "h3", DestHost: "h2", Phase: migration.PhaseCopy}, "from h3"},
-		{"another destination", records.Migration{SourceHost: "h1", DestHost: "h3", Phase: migration.PhaseCopy}, "to h3"},
+		{"rolled back meanwhile", copying, func(m *records.Migration) { m.Phase = migration.PhaseRollbackDest }, "moved on to version 2"},
+		{"failed meanwhile", copying, func(m *records.Migration) { m.Phase, m.Status = migration.PhaseDone, records.MigrationFailed }, "moved on to version 2"},
+		{"aborted", copying, func(m *records.Migration) { m.AbortRequested = true }, "moved on to version 2"},
+		{"taken over by another replica", copying, func(m *records.Migration) { m.Owner = "r2" }, "moved on to version 2"},
+		{"another source", records.Migration{SourceHost: "h3", DestHost: "h2", Phase: migration.PhaseCopy}, nil, "from h3"},
+		{"another destination", records.Migration{SourceHost: "h1", DestHost: "h3", Phase: migration.PhaseCopy}, nil, "to h3"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,7 +190,14 @@ func TestLateCopyIsRefused(t *testing.T) {
 			inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
 			c.m.InstanceUUID = "i1"
 			m := e.migration(c.m)
-			err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil)
+			called := m.Version
+			if c.moveOn != nil {
+				c.moveOn(&m)
+				if _, err := e.st.UpdateMigration(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := e.mgr.LiveMigration(ctx, m.ID, called, inst, "h2", nil)
 			if !errors.Is(err, compute.ErrFenced) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("LiveMigration: %v, want a fenced refusal saying %q", err, c.want)
 			}
@@ -193,10 +213,68 @@ func TestLateCopyIsRefused(t *testing.T) {
 	t.Run("unknown migration", func(t *testing.T) {
 		e := newAgentEnv(t, "")
 		e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
-		if err := e.mgr.LiveMigration(ctx, 42, records.Instance{UUID: "i1", Flavor: small}, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+		if err := e.mgr.LiveMigration(ctx, 42, 1, records.Instance{UUID: "i1", Flavor: small}, "h2", nil); !errors.Is(err, compute.ErrFenced) {
 			t.Fatalf("LiveMigration of a migration that does not exist: %v", err)
 		}
 	})
+}
+
+// A call older than one the agent already took is refused by the version
+// it carries, even where the stored record would let it through (a store
+// read that lags, or no store to read): the agent remembers the newest
+// version each call carried. Live copies and disk copies alike.
+func TestStaleCallAfterANewerOneIsRefused(t *testing.T) {
+	e := newAgentEnv(t, "")
+	e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
+	e.drv.AddGuest(compute.Guest{UUID: "c1", Flavor: small, State: compute.GuestRunning})
+	inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
+	cold := e.instance("c1", "h1", records.VMActive, records.TaskResizePrep)
+	m := e.migration(records.Migration{InstanceUUID: "i1", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
+	mc := e.migration(records.Migration{InstanceUUID: "c1", Type: records.MigrationTypeCold, SourceHost: "h1", DestHost: "h2",
+		Phase: migration.PhaseResizeSource, Status: records.MigrationMigrating, NewFlavor: &small})
+	// The newer calls come first: made from a version the store has not
+	// shown the agent yet (the conductor saved it; the agent's read lags).
+	if err := e.mgr.LiveMigration(ctx, m.ID, m.Version+1, inst, "h2", nil); err != nil {
+		t.Fatalf("the newer live_migration: %v", err)
+	}
+	if err := e.mgr.ResizeInstance(ctx, mc.ID, mc.Version+1, cold, "h2", nil); err != nil {
+		t.Fatalf("the newer resize_instance: %v", err)
+	}
+	err := e.mgr.LiveMigration(ctx, m.ID, m.Version, inst, "h2", nil)
+	if !errors.Is(err, compute.ErrFenced) || !strings.Contains(err.Error(), "version 2 was seen here") {
+		t.Fatalf("a stale live_migration after a newer one: %v, want refused by its version", err)
+	}
+	err = e.mgr.ResizeInstance(ctx, mc.ID, mc.Version, cold, "h2", nil)
+	if !errors.Is(err, compute.ErrFenced) || !strings.Contains(err.Error(), "version 2 was seen here") {
+		t.Fatalf("a stale resize_instance after a newer one: %v, want refused by its version", err)
+	}
+}
+
+// The agent decides from the record's version and the machines' own
+// predicates (migration.SourceCopying, boot.Spawning, …), never from the
+// machines' phase names: a phase the conductor renames or adds needs no
+// change here. No non-test file of the agent's packages names a phase.
+func TestAgentNamesNoPhase(t *testing.T) {
+	for _, dir := range []string{".", "../agent"} {
+		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pkg := range pkgs {
+			for name, f := range pkg.Files {
+				ast.Inspect(f, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if x, ok := sel.X.(*ast.Ident); ok && (x.Name == "migration" || x.Name == "boot") && strings.HasPrefix(sel.Sel.Name, "Phase") {
+						t.Errorf("%s names %s.%s: decide from the record's version or the machine's predicates", name, x.Name, sel.Sel.Name)
+					}
+					return true
+				})
+			}
+		}
+	}
 }
 
 // A copy that ran while its migration gave up on it (its start outran the
@@ -206,7 +284,7 @@ func TestZombieCopyIsReverted(t *testing.T) {
 	e.drv.AddGuest(compute.Guest{UUID: "i1", Flavor: small, State: compute.GuestRunning})
 	inst := e.instance("i1", "h1", records.VMActive, records.TaskMigrating)
 	m := e.migration(records.Migration{InstanceUUID: "i1", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
-	if err := e.mgr.LiveMigration(ctx, m.ID, inst, "h2", nil); err != nil {
+	if err := e.mgr.LiveMigration(ctx, m.ID, m.Version, inst, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	// The conductor's call timed out: it rolled the migration back.
@@ -249,7 +327,7 @@ func TestReconcileReportsWhatTheStoreShowsInFlight(t *testing.T) {
 	mc := e.migration(records.Migration{InstanceUUID: "copying", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
 	e.migration(records.Migration{InstanceUUID: "aborted", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
 	e.migration(records.Migration{InstanceUUID: "inbound", SourceHost: "h2", DestHost: "h1", Phase: migration.PhaseCopy})
-	if err := e.mgr.LiveMigration(ctx, mc.ID, copying, "h2", nil); err != nil {
+	if err := e.mgr.LiveMigration(ctx, mc.ID, mc.Version, copying, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Advance(time.Millisecond)
@@ -483,7 +561,7 @@ func TestAbortWithoutACopyEndsTheMigration(t *testing.T) {
 	busy := e.instance("busy", "h1", records.VMActive, records.TaskMigrating)
 	e.migration(records.Migration{InstanceUUID: "idle", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy, AbortRequested: true})
 	mb := e.migration(records.Migration{InstanceUUID: "busy", SourceHost: "h1", DestHost: "h2", Phase: migration.PhaseCopy})
-	if err := e.mgr.LiveMigration(ctx, mb.ID, busy, "h2", nil); err != nil {
+	if err := e.mgr.LiveMigration(ctx, mb.ID, mb.Version, busy, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.mgr.AbortLiveMigration(ctx, "idle"); err != nil {
@@ -522,7 +600,7 @@ func TestCheckCopyEndsACopyNeverStarted(t *testing.T) {
 	mc := e.migration(records.Migration{InstanceUUID: "cold", Type: records.MigrationTypeCold, SourceHost: "h1", DestHost: "h2",
 		Phase: migration.PhaseResizeSource, Status: records.MigrationMigrating})
 	mo := e.migration(records.Migration{InstanceUUID: "other", SourceHost: "h2", DestHost: "h1", Phase: migration.PhaseCopy})
-	if err := e.mgr.LiveMigration(ctx, mb.ID, busy, "h2", nil); err != nil {
+	if err := e.mgr.LiveMigration(ctx, mb.ID, mb.Version, busy, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // a repeat changes nothing
@@ -535,10 +613,10 @@ func TestCheckCopyEndsACopyNeverStarted(t *testing.T) {
 	if err := e.mgr.CheckCopy(ctx, mo.ID); err == nil {
 		t.Fatal("h1 answered for a copy from h2")
 	}
-	if err := e.mgr.LiveMigration(ctx, ml.ID, lost, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+	if err := e.mgr.LiveMigration(ctx, ml.ID, ml.Version, lost, "h2", nil); !errors.Is(err, compute.ErrFenced) {
 		t.Fatalf("a late live_migration cast of a copy reported ended: %v, want refused", err)
 	}
-	if err := e.mgr.ResizeInstance(ctx, mc.ID, cold, "h2", nil); !errors.Is(err, compute.ErrFenced) {
+	if err := e.mgr.ResizeInstance(ctx, mc.ID, mc.Version, cold, "h2", nil); !errors.Is(err, compute.ErrFenced) {
 		t.Fatalf("a late resize_instance cast of a copy reported ended: %v, want refused", err)
 	}
 	e.clk.Advance(10 * time.Second) // the running copy ends
@@ -576,7 +654,7 @@ func TestReconcileReportsInterruptedDiskCopies(t *testing.T) {
 	coldMove("resize", "h1", "h1", records.MigrationTypeResize)
 	mr := coldMove("running", "h1", "h2", records.MigrationTypeCold)
 	coldMove("inbound", "h2", "h1", records.MigrationTypeCold)
-	if err := e.mgr.ResizeInstance(ctx, mr.ID, running, "h2", nil); err != nil {
+	if err := e.mgr.ResizeInstance(ctx, mr.ID, mr.Version, running, "h2", nil); err != nil {
 		t.Fatal(err)
 	}
 	n, err := e.mgr.Reconcile(ctx)

@@ -66,20 +66,25 @@ func (m *Manager) PrepResize(ctx context.Context, inst records.Instance, _ strin
 
 // ResizeInstance is resize_instance on the source: the guest stops and
 // its disk moves; the end is reported as the migration's copy. It is
-// fenced as LiveMigration is: a cast that arrives after the migration
-// left resize-source (or after CheckCopy reported the copy ended) is
-// refused, and a repeat of a copy running here is answered nil.
-func (m *Manager) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+// fenced as LiveMigration is, on the record's version the call carries: a
+// cast made from a version older than one seen here (the migration moved
+// on, or CheckCopy reported the copy ended) is refused, and a repeat of a
+// copy running here is answered nil.
+func (m *Manager) ResizeInstance(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
 	m.startMu.Lock()
 	defer m.startMu.Unlock()
 	m.copiesMu.Lock()
 	_, dup := m.copies[migID]
 	m.copiesMu.Unlock()
-	if dup {
+	err := m.older(migID, version)
+	if dup && err == nil {
 		return nil // its end is reported when it comes
 	}
-	if err := m.startWanted(ctx, migID, inst.UUID, dest); err != nil {
-		m.log.Warn("refusing a disk move the migration no longer asks for", "migration", migID, "instance", inst.UUID, "err", err)
+	if err == nil {
+		err = m.startWanted(ctx, migID, version, inst.UUID, dest)
+	}
+	if err != nil {
+		m.log.Warn("refusing a disk move the migration no longer asks for", "migration", migID, "version", version, "instance", inst.UUID, "err", err)
 		return fmt.Errorf("resize_instance %d of %s on %s: %w", migID, inst.UUID, m.host, err)
 	}
 	m.res.Lock()

@@ -87,8 +87,8 @@ func TestCopyOutcomeCheckedWithTheDestination(t *testing.T) {
 			drv := &copyDriver{outcome: c.outcome}
 			rep := &copyReports{done: make(chan error, 1)}
 			m := compute.NewManager("h1", drv, e.tracker, peers{err: c.destErr}, rep, e.clk, nil)
-			mid := e.copying(inst.UUID, "h1", "h2")
-			if err := m.LiveMigration(ctx, mid, inst, "h2", nil); err != nil {
+			mg := e.copying(inst.UUID, "h1", "h2")
+			if err := m.LiveMigration(ctx, mg.ID, mg.Version, inst, "h2", nil); err != nil {
 				t.Fatal(err)
 			}
 			err := rep.wait(t)

@@ -90,6 +90,12 @@ type Manager struct {
 	// process never started their copy: a late cast of one is refused.
 	// Guarded by startMu.
 	ended map[int64]bool
+	// seen is, by migration ID, the newest version of its record this
+	// process has seen, carried by a call or read from the store: a call
+	// made from an older version is refused (the fence). Guarded by
+	// startMu; one entry per migration this host was asked to copy for,
+	// as ended.
+	seen map[int64]int64
 
 	metricsMu sync.Mutex // guards metrics
 	metrics   metricsState
@@ -119,7 +125,7 @@ func NewManager(host string, driver Driver, tracker *Tracker, peers Peers, repor
 		log = slog.Default()
 	}
 	return &Manager{host: host, driver: driver, tracker: tracker, peers: peers, reporter: reporter, clock: clk, log: log.With("host", host),
-		copies: map[int64]string{}, ended: map[int64]bool{}}
+		copies: map[int64]string{}, ended: map[int64]bool{}, seen: map[int64]int64{}}
 }
 
 // Host returns the manager's host name.
@@ -246,16 +252,18 @@ func (m *Manager) PreLiveMigration(ctx context.Context, inst records.Instance) (
 }
 
 // LiveMigration starts the memory copy from this host (the source) and
-// reports progress and the outcome for migration migID. It is fenced: the
-// copy starts only if the migration record still asks for it (phase copy,
-// status running, no abort requested, this host the source, dest the
-// destination), so a call that arrives late — after the conductor gave up
-// on it — refuses instead of starting a copy nobody waits for.
-func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
+// reports progress and the outcome for migration migID. It is fenced on
+// the record's version the call carries: the copy starts only if no
+// newer version of the migration record is known here (read from the
+// store, or carried by an earlier call) and the record moves inst from
+// this host to dest, so a call that arrives late — after the conductor
+// moved the migration on, gave up on it, or another replica took it
+// over — refuses instead of starting a copy nobody waits for.
+func (m *Manager) LiveMigration(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
 	m.startMu.Lock()
 	defer m.startMu.Unlock()
-	if err := m.startWanted(ctx, migID, inst.UUID, dest); err != nil {
-		m.log.Warn("refusing a copy the migration no longer asks for", "migration", migID, "instance", inst.UUID, "err", err)
+	if err := m.startWanted(ctx, migID, version, inst.UUID, dest); err != nil {
+		m.log.Warn("refusing a copy the migration no longer asks for", "migration", migID, "version", version, "instance", inst.UUID, "err", err)
 		return fmt.Errorf("live migration %d of %s from %s: %w", migID, inst.UUID, m.host, err)
 	}
 	m.res.Lock()
@@ -277,9 +285,17 @@ func (m *Manager) LiveMigration(ctx context.Context, migID int64, inst records.I
 // migration record no longer asks for it.
 var ErrFenced = errors.New("the migration no longer asks for this step")
 
-// fence checks that migration migID still asks this host to copy uuid to
-// dest. Without a MigrationReader there is no fence.
-func (m *Manager) fence(ctx context.Context, migID int64, uuid, dest string) error {
+// fence checks a call made from version of migration migID's record,
+// called with startMu held: it is refused if a newer version was seen
+// here (carried by an earlier call, or stored now), or if the record does
+// not move uuid from this host to dest. The record's phase is not read:
+// any step the conductor saved since the call's makes it stale. Without a
+// MigrationReader only the versions calls carried fence.
+func (m *Manager) fence(ctx context.Context, migID, version int64, uuid, dest string) error {
+	if err := m.older(migID, version); err != nil {
+		return err
+	}
+	m.seen[migID] = version
 	mr, ok := m.tracker.store.(MigrationReader)
 	if !ok {
 		return nil
@@ -288,45 +304,41 @@ func (m *Manager) fence(ctx context.Context, migID int64, uuid, dest string) err
 	if err != nil {
 		return fmt.Errorf("%w: reading migration %d: %v", ErrFenced, migID, err)
 	}
-	return copyWanted(rec, m.host, uuid, dest)
+	if rec.Version > version {
+		m.seen[migID] = rec.Version
+		return fmt.Errorf("%w: the call is from version %d of migration %d, the record moved on to version %d", ErrFenced, version, migID, rec.Version)
+	}
+	return movesFrom(rec, m.host, uuid, dest)
+}
+
+// older refuses a call made from version of migration migID's record
+// when a newer version was seen here; called with startMu held.
+func (m *Manager) older(migID, version int64) error {
+	if seen := m.seen[migID]; version < seen {
+		return fmt.Errorf("%w: the call is from version %d of migration %d, version %d was seen here", ErrFenced, version, migID, seen)
+	}
+	return nil
 }
 
 // startWanted is the fence of a copy's start, called with startMu held:
 // besides the record's (fence), a copy CheckCopy reported ended, or whose
 // end a report still pending tells, is not started (again).
-func (m *Manager) startWanted(ctx context.Context, migID int64, uuid, dest string) error {
+func (m *Manager) startWanted(ctx context.Context, migID, version int64, uuid, dest string) error {
 	if m.ended[migID] {
 		return fmt.Errorf("%w: its copy was reported ended, never started here (the conductor asked after a restart)", ErrFenced)
 	}
 	if pending, ok := m.reporter.(ReportKeeper); ok && pending.HasCopy(migID) {
 		return fmt.Errorf("%w: the end of its copy is already reported", ErrFenced)
 	}
-	return m.fence(ctx, migID, uuid, dest)
+	return m.fence(ctx, migID, version, uuid, dest)
 }
 
-// copyWanted is the fence's rule: the migration is in its copy (a live
-// migration's phase copy, status running; a cold move's resize-source,
-// status migrating), not aborted, and moves uuid from host to dest.
-func copyWanted(rec records.Migration, host, uuid, dest string) error {
-	phase, status := copyPhase(rec)
-	switch {
-	case rec.Phase != phase || rec.Status != status:
-		return fmt.Errorf("%w: migration %d is in phase %s, status %s", ErrFenced, rec.ID, rec.Phase, rec.Status)
-	case rec.AbortRequested:
-		return fmt.Errorf("%w: migration %d was aborted", ErrFenced, rec.ID)
-	case rec.SourceHost != host || rec.InstanceUUID != uuid || (dest != "" && rec.DestHost != dest):
+// movesFrom checks that rec moves uuid from host to dest ("": any).
+func movesFrom(rec records.Migration, host, uuid, dest string) error {
+	if rec.SourceHost != host || rec.InstanceUUID != uuid || (dest != "" && rec.DestHost != dest) {
 		return fmt.Errorf("%w: migration %d moves %s from %s to %s", ErrFenced, rec.ID, rec.InstanceUUID, rec.SourceHost, rec.DestHost)
 	}
 	return nil
-}
-
-// copyPhase is the phase and status of a migration of rec's type while
-// its source copies.
-func copyPhase(rec records.Migration) (records.MigrationPhase, records.MigrationStatus) {
-	if rec.Type == records.MigrationTypeCold || rec.Type == records.MigrationTypeResize {
-		return migration.PhaseResizeSource, records.MigrationMigrating
-	}
-	return migration.PhaseCopy, records.MigrationRunning
 }
 
 // CheckCopy answers a conductor that resumed migration migID in its copy
@@ -362,7 +374,7 @@ func (m *Manager) CheckCopy(ctx context.Context, migID int64) error {
 		return fmt.Errorf("checking the copy of migration %d on %s: %s %d copies from %s, not from this host",
 			migID, m.host, rec.Type, migID, rec.SourceHost)
 	}
-	if phase, status := copyPhase(rec); rec.Phase != phase || rec.Status != status {
+	if !migration.SourceCopying(rec) {
 		return nil // past its copy: its end was taken
 	}
 	m.ended[migID] = true
@@ -485,10 +497,15 @@ func (m *Manager) stillWanted(ctx context.Context, migID int64, uuid, dest strin
 	if err != nil {
 		return nil
 	}
-	if err := copyWanted(rec, m.host, uuid, dest); err != nil && !(rec.AbortRequested && rec.Phase == migration.PhaseCopy) {
-		// An abort that came too late to stop the copy is not a reason
-		// to undo it (Nova completes such a move); anything else is.
+	if err := movesFrom(rec, m.host, uuid, dest); err != nil {
 		return err
+	}
+	// The record moved on with the copy's progress reports, so its
+	// version tells nothing here: the migration must still wait for the
+	// copy. An abort that came too late to stop the copy is not a reason
+	// to undo it (Nova completes such a move); anything else is.
+	if !migration.SourceCopying(rec) && !(rec.AbortRequested && migration.LiveCopying(rec)) {
+		return fmt.Errorf("%w: migration %d no longer waits for its copy (phase %s, status %s)", ErrFenced, rec.ID, rec.Phase, rec.Status)
 	}
 	return nil
 }
@@ -558,7 +575,7 @@ func (m *Manager) AbortLiveMigration(ctx context.Context, uuid string) error {
 		return m.driver.AbortLiveMigration(ctx, uuid)
 	}
 	for _, mg := range migs {
-		if mg.SourceHost != m.host || mg.Phase != migration.PhaseCopy || pending.HasCopy(mg.ID) {
+		if mg.SourceHost != m.host || !migration.LiveCopying(mg) || pending.HasCopy(mg.ID) {
 			continue
 		}
 		m.log.Info("abort of a copy this host does not run; reporting it ended", "migration", mg.ID, "instance", uuid)
@@ -691,7 +708,7 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 			builds = append(builds, build{uuid: inst.UUID})
 		case ok:
 			continue // building: the driver reports its end
-		case inst.BuildPhase == "" || inst.BuildPhase == boot.PhaseSpawn:
+		case boot.Spawning(inst):
 			// The cast was answered, so this host had the guest: lost.
 			builds = append(builds, build{inst.UUID, fmt.Errorf("no guest on %s when its agent restarted: the spawn was lost", m.host)})
 		default:
@@ -707,7 +724,7 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 	}
 	var rebuilds []rebuild
 	for _, mg := range migs {
-		if mg.Type != records.MigrationTypeEvac || mg.DestHost != m.host || mg.Phase != migration.PhaseRebuild ||
+		if !migration.Rebuilding(mg) || mg.DestHost != m.host ||
 			m.tracker.isBusy(mg.InstanceUUID) || (pending != nil && pending.HasCopy(mg.ID)) {
 			continue
 		}
@@ -722,7 +739,7 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 	for _, mg := range migs {
 		// A live copy, or a cold move's or resize's disk copy
 		// (resize_instance), that this host is the source of.
-		if phase, _ := copyPhase(mg); mg.SourceHost != m.host || mg.Type == records.MigrationTypeEvac || mg.Phase != phase {
+		if mg.SourceHost != m.host || !migration.SourceCopying(mg) {
 			continue
 		}
 		if _, running := m.copies[mg.ID]; running || (pending != nil && pending.HasCopy(mg.ID)) {

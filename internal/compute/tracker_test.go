@@ -137,14 +137,14 @@ func (e *env) migration(instanceUUID, uuid, src, dst string, status records.Migr
 
 // copying records a live migration of instanceUUID in its copy (what the
 // source's fence reads) and returns its ID.
-func (e *env) copying(instanceUUID, src, dst string) int64 {
+func (e *env) copying(instanceUUID, src, dst string) records.Migration {
 	e.t.Helper()
 	m, err := e.st.CreateMigration(ctx, records.Migration{UUID: "mig-" + instanceUUID, InstanceUUID: instanceUUID, SourceHost: src, DestHost: dst,
 		Status: records.MigrationRunning, Phase: migration.PhaseCopy})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return m.ID
+	return m
 }
 
 func (e *env) write() {

@@ -34,7 +34,10 @@ type ComputeAPI interface {
 	TerminateInstance(ctx context.Context, uuid string) error
 	CheckCanLiveMigrateDestination(ctx context.Context, inst records.Instance, source string) error
 	PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error)
-	LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error
+	// LiveMigration and ResizeInstance carry the version of the migration
+	// record they are made from: the agent refuses one older than a
+	// version it has seen (no copy for a flow that moved on).
+	LiveMigration(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error
 	AbortLiveMigration(ctx context.Context, uuid string) error
 	// CheckCopy asks the source of migration migID whether it runs the
 	// copy (or holds its unreported end); if not, the cast never reached
@@ -54,7 +57,7 @@ type ComputeAPI interface {
 	PrepResize(ctx context.Context, inst records.Instance, source string) (map[string]string, error)
 	// ResizeInstance stops the guest and moves its disk to dest; the agent
 	// reports the end as a copy's (CopyDone of migID).
-	ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error
+	ResizeInstance(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error
 	FinishResize(ctx context.Context, inst records.Instance) error
 	ConfirmResize(ctx context.Context, inst records.Instance) error
 	RevertResize(ctx context.Context, inst records.Instance) error

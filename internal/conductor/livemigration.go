@@ -348,7 +348,7 @@ func (c *Conductor) actPrepare(ctx context.Context, _ records.Migration, inst re
 }
 
 func (c *Conductor) actStartCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, inst, m.DestHost, a.Data) }); err != nil {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil

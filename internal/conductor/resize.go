@@ -160,7 +160,7 @@ func (c *Conductor) actPrepResize(ctx context.Context, m records.Migration, inst
 }
 
 func (c *Conductor) actResizeInstance(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, inst, m.DestHost, a.Data) }); err != nil {
+	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil // the source reports the disk copy's end

@@ -508,8 +508,10 @@ func (l lossy) lose(method string, send func() error) bool {
 }
 
 // LiveMigration implements conductor.ComputeAPI.
-func (l lossy) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	send := func() error { return l.ComputeAPI.LiveMigration(context.WithoutCancel(ctx), migID, inst, dest, data) }
+func (l lossy) LiveMigration(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
+	send := func() error {
+		return l.ComputeAPI.LiveMigration(context.WithoutCancel(ctx), migID, version, inst, dest, data)
+	}
 	if l.lose(castLiveMigration, send) {
 		return nil
 	}
@@ -517,8 +519,10 @@ func (l lossy) LiveMigration(ctx context.Context, migID int64, inst records.Inst
 }
 
 // ResizeInstance implements conductor.ComputeAPI.
-func (l lossy) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	send := func() error { return l.ComputeAPI.ResizeInstance(context.WithoutCancel(ctx), migID, inst, dest, data) }
+func (l lossy) ResizeInstance(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
+	send := func() error {
+		return l.ComputeAPI.ResizeInstance(context.WithoutCancel(ctx), migID, version, inst, dest, data)
+	}
 	if l.lose(castResizeInstance, send) {
 		return nil
 	}

@@ -34,11 +34,14 @@ const (
 // computeArgs is every agent method's request: only the fields a method
 // needs are set.
 type computeArgs struct {
-	Instance    records.Instance  `json:"instance,omitempty"`
-	UUID        string            `json:"uuid,omitempty"`
-	Host        string            `json:"host,omitempty"` // source or destination, per method
-	MigrationID int64             `json:"migration_id,omitempty"`
-	Data        map[string]string `json:"data,omitempty"`
+	Instance    records.Instance `json:"instance,omitempty"`
+	UUID        string           `json:"uuid,omitempty"`
+	Host        string           `json:"host,omitempty"` // source or destination, per method
+	MigrationID int64            `json:"migration_id,omitempty"`
+	// Version is the migration record's version the call was made from
+	// (the agent's fence: a call older than a version it saw is refused).
+	Version int64             `json:"version,omitempty"`
+	Data    map[string]string `json:"data,omitempty"`
 }
 
 // Agents reaches agents over the bus: it implements conductor.Computes
@@ -168,8 +171,8 @@ func (a *Agent) PreLiveMigration(ctx context.Context, inst records.Instance) (ma
 
 // LiveMigration implements conductor.ComputeAPI: the agent accepts the copy
 // and reports its end through the conductor's reporter subjects.
-func (a *Agent) LiveMigration(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	return a.call(ctx, mLiveMigration, computeArgs{MigrationID: migID, Instance: inst, Host: dest, Data: data}, nil)
+func (a *Agent) LiveMigration(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
+	return a.call(ctx, mLiveMigration, computeArgs{MigrationID: migID, Version: version, Instance: inst, Host: dest, Data: data}, nil)
 }
 
 // AbortLiveMigration implements conductor.ComputeAPI.
@@ -227,7 +230,7 @@ func ServeAgent(conn *bus.Conn, m *compute.Manager) ([]bus.Subscription, error) 
 		},
 		mPreLive: func(ctx context.Context, a computeArgs) (any, error) { return m.PreLiveMigration(ctx, a.Instance) },
 		mLiveMigration: func(ctx context.Context, a computeArgs) (any, error) {
-			return nil, m.LiveMigration(ctx, a.MigrationID, a.Instance, a.Host, a.Data)
+			return nil, m.LiveMigration(ctx, a.MigrationID, a.Version, a.Instance, a.Host, a.Data)
 		},
 		mAbort:     func(ctx context.Context, a computeArgs) (any, error) { return nil, m.AbortLiveMigration(ctx, a.UUID) },
 		mCheckCopy: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.CheckCopy(ctx, a.MigrationID) },

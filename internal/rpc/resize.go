@@ -26,8 +26,8 @@ func (a *Agent) PrepResize(ctx context.Context, inst records.Instance, source st
 
 // ResizeInstance implements conductor.ComputeAPI: the agent accepts the
 // disk move and reports its end through the conductor's copy subjects.
-func (a *Agent) ResizeInstance(ctx context.Context, migID int64, inst records.Instance, dest string, data map[string]string) error {
-	return a.call(ctx, mResizeInstance, computeArgs{MigrationID: migID, Instance: inst, Host: dest, Data: data}, nil)
+func (a *Agent) ResizeInstance(ctx context.Context, migID, version int64, inst records.Instance, dest string, data map[string]string) error {
+	return a.call(ctx, mResizeInstance, computeArgs{MigrationID: migID, Version: version, Instance: inst, Host: dest, Data: data}, nil)
 }
 
 // FinishResize implements conductor.ComputeAPI.
@@ -57,7 +57,7 @@ func resizeHandlers(m *compute.Manager) map[string]func(ctx context.Context, a c
 			return m.PrepResize(ctx, a.Instance, a.Host)
 		},
 		mResizeInstance: func(ctx context.Context, a computeArgs) (any, error) {
-			return nil, m.ResizeInstance(ctx, a.MigrationID, a.Instance, a.Host, a.Data)
+			return nil, m.ResizeInstance(ctx, a.MigrationID, a.Version, a.Instance, a.Host, a.Data)
 		},
 		mFinishResize:  func(ctx context.Context, a computeArgs) (any, error) { return nil, m.FinishResize(ctx, a.Instance) },
 		mConfirmResize: func(ctx context.Context, a computeArgs) (any, error) { return nil, m.ConfirmResize(ctx, a.Instance) },
