@@ -392,178 +392,217 @@ func (s *schema) matchesType(n *jsonNode) bool {
 	return slices.ContainsFunc(s.types, n.is)
 }
 
+// collect appends to errs what n breaks of s, keyword by keyword in s's
+// order (the validator's), descending into n's members at depth+1.
 func (s *schema) collect(n *jsonNode, depth int, errs *[]schemaError) {
-	add := func(format string, args ...any) {
-		*errs = append(*errs, schemaError{msg: fmt.Sprintf(format, args...), depth: depth, typeUnmet: !s.matchesType(n), sequenceNo: len(*errs)})
+	add := func(msg string) {
+		*errs = append(*errs, schemaError{msg: msg, depth: depth, typeUnmet: !s.matchesType(n), sequenceNo: len(*errs)})
 	}
 	for _, kw := range s.order {
 		switch kw {
-		case "type":
-			if len(s.types) > 0 && !s.matchesType(n) {
-				quoted := make([]string, len(s.types))
-				for i, t := range s.types {
-					quoted[i] = pyStr(t)
-				}
-				add("%s is not of type %s", n.repr(), strings.Join(quoted, ", "))
-			}
-		case "properties":
-			if n.kind == "object" {
-				for _, p := range s.props {
-					if v, ok := n.obj[p.name]; ok {
-						p.s.collect(v, depth+1, errs)
-					}
-				}
-			}
-		case "patternProperties":
-			if n.kind == "object" {
-				for _, p := range s.patterns {
-					for _, k := range n.keys {
-						if p.re.MatchString(k) {
-							p.s.collect(n.obj[k], depth+1, errs)
-						}
-					}
-				}
-			}
+		case "properties", "patternProperties", "items":
+			s.collectMembers(kw, n, depth+1, errs)
 		case "additionalProperties":
-			if n.kind != "object" || !s.noExtra {
-				continue
-			}
-			var extras []string
-			for _, k := range n.keys {
-				if s.prop(k) != nil || slices.ContainsFunc(s.patterns, func(p namedSchema) bool { return p.re.MatchString(k) }) {
-					continue
-				}
-				extras = append(extras, k)
-			}
-			if len(extras) == 0 {
-				continue
-			}
-			slices.Sort(extras)
-			quoted := make([]string, len(extras))
-			for i, e := range extras {
-				quoted[i] = pyStr(e)
-			}
-			if len(s.patterns) > 0 {
-				pats := make([]string, len(s.patterns))
-				for i, p := range s.patterns {
-					pats[i] = p.name
-				}
-				slices.Sort(pats)
-				for i := range pats {
-					pats[i] = pyStr(pats[i])
-				}
-				verb := "does"
-				if len(extras) > 1 {
-					verb = "do"
-				}
-				add("%s %s not match any of the regexes: %s", strings.Join(quoted, ", "), verb, strings.Join(pats, ", "))
-				continue
-			}
-			verb := "was"
-			if len(extras) > 1 {
-				verb = "were"
-			}
-			add("Additional properties are not allowed (%s %s unexpected)", strings.Join(quoted, ", "), verb)
-		case "required":
-			if n.kind == "object" {
-				for _, r := range s.required {
-					if _, ok := n.obj[r]; !ok {
-						add("%s is a required property", pyStr(r))
-					}
-				}
-			}
-		case "minProperties":
-			if n.kind == "object" && s.minProps >= 0 && len(n.keys) < s.minProps {
-				add("%s does not have enough properties", n.repr())
-			}
-		case "minLength":
-			if n.kind == "string" && s.minLen >= 0 && len([]rune(n.str)) < s.minLen {
-				add("%s is too short", n.repr())
-			}
-		case "maxLength":
-			if n.kind == "string" && s.maxLen >= 0 && len([]rune(n.str)) > s.maxLen {
-				add("%s is too long", n.repr())
-			}
-		case "pattern":
-			if n.kind == "string" && s.pattern != "" && !compiled(s.pattern).MatchString(n.str) {
-				add("%s does not match %s", n.repr(), pyStr(s.pattern))
-			}
-		case "minimum", "maximum":
-			bound := s.minimum
-			if kw == "maximum" {
-				bound = s.maximum
-			}
-			if n.kind != "number" || bound == "" {
-				continue
-			}
-			v, _ := n.num.Float64()
-			b, _ := strconv.ParseFloat(bound, 64)
-			if kw == "minimum" && v < b {
-				add("%s is less than the minimum of %s", n.repr(), bound)
-			}
-			if kw == "maximum" && v > b {
-				add("%s is greater than the maximum of %s", n.repr(), bound)
-			}
-		case "items":
-			if n.kind == "array" && s.items != nil {
-				for _, e := range n.arr {
-					s.items.collect(e, depth+1, errs)
-				}
-			}
-		case "minItems":
-			if n.kind == "array" && s.minItems >= 0 && len(n.arr) < s.minItems {
-				add("%s is too short", n.repr())
-			}
-		case "uniqueItems":
-			if n.kind == "array" && s.unique {
-				seen := map[string]bool{}
-				for _, e := range n.arr {
-					if seen[e.repr()] {
-						add("%s has non-unique elements", n.repr())
-						break
-					}
-					seen[e.repr()] = true
-				}
-			}
-		case "format":
-			// (Placement's uuid format is whatever Python's UUID()
-			// reads: dashless too.)
-			if n.kind == "string" && s.formatUUID && !isUUID(n.str) {
-				add("%s is not a 'uuid'", n.repr())
+			if msg := s.extrasError(n); msg != "" {
+				add(msg)
 			}
 		case "anyOf":
-			// None fits: the validator reports the least relevant of the
-			// alternatives' best errors (deepest, of a matching type),
-			// or the anyOf itself when they tie.
-			var bests []schemaError
-			for _, alt := range s.anyOf {
-				var sub []schemaError
-				alt.collect(n, depth, &sub)
-				if len(sub) == 0 {
-					bests = nil
-					break
-				}
-				bests = append(bests, pick(sub))
+			if msg := s.anyOfError(n, depth); msg != "" {
+				add(msg)
 			}
-			if len(bests) == 0 {
-				continue
+		default:
+			for _, msg := range s.keywordErrors(kw, n) {
+				add(msg)
 			}
-			least, tie := bests[0], false
-			for _, b := range bests[1:] {
-				switch {
-				case b.depth > least.depth || b.depth == least.depth && !b.typeUnmet && least.typeUnmet:
-					least, tie = b, false
-				case b.depth == least.depth && b.typeUnmet == least.typeUnmet:
-					tie = true
-				}
-			}
-			if tie {
-				add("%s is not valid under any of the given schemas", n.repr())
-				continue
-			}
-			add("%s", least.msg)
 		}
 	}
+}
+
+// collectMembers checks n's members against the subschemas keyword kw
+// gives them (properties, patternProperties, items), at depth.
+func (s *schema) collectMembers(kw string, n *jsonNode, depth int, errs *[]schemaError) {
+	switch {
+	case kw == "properties" && n.kind == "object":
+		for _, p := range s.props {
+			if v, ok := n.obj[p.name]; ok {
+				p.s.collect(v, depth, errs)
+			}
+		}
+	case kw == "patternProperties" && n.kind == "object":
+		for _, p := range s.patterns {
+			for _, k := range n.keys {
+				if p.re.MatchString(k) {
+					p.s.collect(n.obj[k], depth, errs)
+				}
+			}
+		}
+	case kw == "items" && n.kind == "array" && s.items != nil:
+		for _, e := range n.arr {
+			s.items.collect(e, depth, errs)
+		}
+	}
+}
+
+// extrasError is additionalProperties' message for n's members that no
+// property or pattern of s names ("" when none, or extras are allowed).
+func (s *schema) extrasError(n *jsonNode) string {
+	if n.kind != "object" || !s.noExtra {
+		return ""
+	}
+	var extras []string
+	for _, k := range n.keys {
+		if s.prop(k) != nil || slices.ContainsFunc(s.patterns, func(p namedSchema) bool { return p.re.MatchString(k) }) {
+			continue
+		}
+		extras = append(extras, k)
+	}
+	if len(extras) == 0 {
+		return ""
+	}
+	slices.Sort(extras)
+	quoted := make([]string, len(extras))
+	for i, e := range extras {
+		quoted[i] = pyStr(e)
+	}
+	if len(s.patterns) > 0 {
+		pats := make([]string, len(s.patterns))
+		for i, p := range s.patterns {
+			pats[i] = p.name
+		}
+		slices.Sort(pats)
+		for i := range pats {
+			pats[i] = pyStr(pats[i])
+		}
+		verb := "does"
+		if len(extras) > 1 {
+			verb = "do"
+		}
+		return fmt.Sprintf("%s %s not match any of the regexes: %s", strings.Join(quoted, ", "), verb, strings.Join(pats, ", "))
+	}
+	verb := "was"
+	if len(extras) > 1 {
+		verb = "were"
+	}
+	return fmt.Sprintf("Additional properties are not allowed (%s %s unexpected)", strings.Join(quoted, ", "), verb)
+}
+
+// anyOfError is anyOf's message when n fits none of s's alternatives
+// ("" when one fits): the validator reports the least relevant of the
+// alternatives' best errors (deepest, of a matching type), or the anyOf
+// itself when they tie.
+func (s *schema) anyOfError(n *jsonNode, depth int) string {
+	var bests []schemaError
+	for _, alt := range s.anyOf {
+		var sub []schemaError
+		alt.collect(n, depth, &sub)
+		if len(sub) == 0 {
+			return ""
+		}
+		bests = append(bests, pick(sub))
+	}
+	if len(bests) == 0 {
+		return ""
+	}
+	least, tie := bests[0], false
+	for _, b := range bests[1:] {
+		switch {
+		case b.depth > least.depth || b.depth == least.depth && !b.typeUnmet && least.typeUnmet:
+			least, tie = b, false
+		case b.depth == least.depth && b.typeUnmet == least.typeUnmet:
+			tie = true
+		}
+	}
+	if tie {
+		return fmt.Sprintf("%s is not valid under any of the given schemas", n.repr())
+	}
+	return least.msg
+}
+
+// keywordErrors is what n itself breaks of s's keyword kw, for the
+// keywords that look at n alone (type, required, the bounds, format).
+func (s *schema) keywordErrors(kw string, n *jsonNode) []string {
+	one := func(format string, args ...any) []string { return []string{fmt.Sprintf(format, args...)} }
+	switch kw {
+	case "type":
+		if len(s.types) > 0 && !s.matchesType(n) {
+			quoted := make([]string, len(s.types))
+			for i, t := range s.types {
+				quoted[i] = pyStr(t)
+			}
+			return one("%s is not of type %s", n.repr(), strings.Join(quoted, ", "))
+		}
+	case "required":
+		if n.kind != "object" {
+			return nil
+		}
+		var msgs []string
+		for _, r := range s.required {
+			if _, ok := n.obj[r]; !ok {
+				msgs = append(msgs, fmt.Sprintf("%s is a required property", pyStr(r)))
+			}
+		}
+		return msgs
+	case "minProperties":
+		if n.kind == "object" && s.minProps >= 0 && len(n.keys) < s.minProps {
+			return one("%s does not have enough properties", n.repr())
+		}
+	case "minLength":
+		if n.kind == "string" && s.minLen >= 0 && len([]rune(n.str)) < s.minLen {
+			return one("%s is too short", n.repr())
+		}
+	case "maxLength":
+		if n.kind == "string" && s.maxLen >= 0 && len([]rune(n.str)) > s.maxLen {
+			return one("%s is too long", n.repr())
+		}
+	case "pattern":
+		if n.kind == "string" && s.pattern != "" && !compiled(s.pattern).MatchString(n.str) {
+			return one("%s does not match %s", n.repr(), pyStr(s.pattern))
+		}
+	case "minimum", "maximum":
+		return s.boundErrors(kw, n)
+	case "minItems":
+		if n.kind == "array" && s.minItems >= 0 && len(n.arr) < s.minItems {
+			return one("%s is too short", n.repr())
+		}
+	case "uniqueItems":
+		if n.kind == "array" && s.unique {
+			seen := map[string]bool{}
+			for _, e := range n.arr {
+				if seen[e.repr()] {
+					return one("%s has non-unique elements", n.repr())
+				}
+				seen[e.repr()] = true
+			}
+		}
+	case "format":
+		// (Placement's uuid format is whatever Python's UUID() reads:
+		// dashless too.)
+		if n.kind == "string" && s.formatUUID && !isUUID(n.str) {
+			return one("%s is not a 'uuid'", n.repr())
+		}
+	}
+	return nil
+}
+
+// boundErrors is minimum's or maximum's (kw) message for a number n out
+// of s's bound.
+func (s *schema) boundErrors(kw string, n *jsonNode) []string {
+	bound := s.minimum
+	if kw == "maximum" {
+		bound = s.maximum
+	}
+	if n.kind != "number" || bound == "" {
+		return nil
+	}
+	v, _ := n.num.Float64()
+	b, _ := strconv.ParseFloat(bound, 64)
+	if kw == "minimum" && v < b {
+		return []string{fmt.Sprintf("%s is less than the minimum of %s", n.repr(), bound)}
+	}
+	if kw == "maximum" && v > b {
+		return []string{fmt.Sprintf("%s is greater than the maximum of %s", n.repr(), bound)}
+	}
+	return nil
 }
 
 // validateBody checks a JSON body against s: 400 "JSON does not
