@@ -94,19 +94,29 @@ type API struct {
 	images          *imagesAPI
 }
 
-// base is what every handler family reads: the store, the clock, the log,
-// the links' base URL and when a service counts as down. Its methods are
-// the lookups and views more than one family shares.
+// base is what the handler families over instances, hosts and moves
+// read: the whole Store, the clock, the log, the links and when a service
+// counts as down. Its methods are the lookups and views more than one
+// family shares. Families that need less (flavors, key pairs, the image
+// proxy) hold only that, not a base.
 type base struct {
+	links
 	store           Store
 	clock           clock.Clock
 	log             *slog.Logger
-	baseURL         string
 	serviceDownTime time.Duration
 }
 
-// flavorsAPI serves /flavors, their extra specs and access lists.
-type flavorsAPI struct{ *base }
+// links makes the views' links from the API's externally visible base
+// URL.
+type links struct{ baseURL string }
+
+// flavorsAPI serves /flavors, their extra specs and access lists: the
+// flavor store role is all it reads and writes.
+type flavorsAPI struct {
+	links
+	store store.Flavors
+}
 
 // serversAPI serves /servers: create, list, show, update, delete, the
 // addresses, diagnostics and external events.
@@ -165,10 +175,19 @@ type serverGroupsAPI struct{ *base }
 // quotasAPI serves /os-quota-sets, /os-quota-class-sets and /limits.
 type quotasAPI struct{ *base }
 
-// keyPairsAPI serves /os-keypairs.
+// keyPairsAPI serves /os-keypairs: over the key pairs and the quota
+// limits that cap them.
 type keyPairsAPI struct {
-	*base
-	rand io.Reader
+	store   keyPairStore
+	clock   clock.Clock
+	baseURL string
+	rand    io.Reader
+}
+
+// keyPairStore is what os-keypairs reads and writes of the store.
+type keyPairStore interface {
+	store.KeyPairs
+	store.Quotas
 }
 
 // usageAPI serves /os-simple-tenant-usage and /os-instance_usage_audit_log.
@@ -186,10 +205,11 @@ func New(cfg Config) *API {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	b := &base{store: cfg.Store, clock: cfg.Clock, log: cfg.Log, baseURL: cfg.BaseURL, serviceDownTime: cfg.ServiceDownTime}
+	l := links{baseURL: cfg.BaseURL}
+	b := &base{links: l, store: cfg.Store, clock: cfg.Clock, log: cfg.Log, serviceDownTime: cfg.ServiceDownTime}
 	a := &API{
 		caller: cfg.Caller, log: cfg.Log, baseURL: cfg.BaseURL, mux: http.NewServeMux(),
-		flavors:         &flavorsAPI{b},
+		flavors:         &flavorsAPI{links: l, store: cfg.Store},
 		servers:         &serversAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
 		serverTags:      &serverTagsAPI{b},
 		serverMetadata:  &serverMetadataAPI{b},
@@ -203,9 +223,9 @@ func New(cfg Config) *API {
 		aggregates:      &aggregatesAPI{b},
 		serverGroups:    &serverGroupsAPI{b},
 		quotas:          &quotasAPI{b},
-		keyPairs:        &keyPairsAPI{base: b, rand: cfg.Rand},
+		keyPairs:        &keyPairsAPI{store: cfg.Store, clock: cfg.Clock, baseURL: cfg.BaseURL, rand: cfg.Rand},
 		usage:           &usageAPI{b},
-		images:          &imagesAPI{base: b, images: cfg.Images, imageURL: cfg.ImageURL},
+		images:          &imagesAPI{links: l, images: cfg.Images, imageURL: cfg.ImageURL},
 	}
 	a.routes()
 	return a
@@ -393,7 +413,7 @@ func decodeWith(r *http.Request, v any, read func(*http.Request, int64, any) err
 	return nil
 }
 
-func (a *base) link(kind, id string) []map[string]string {
+func (a links) link(kind, id string) []map[string]string {
 	return []map[string]string{
 		{"rel": "self", "href": a.baseURL + "/v2.1/" + kind + "/" + id},
 		{"rel": "bookmark", "href": a.baseURL + "/" + kind + "/" + id},

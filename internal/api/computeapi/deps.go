@@ -3,7 +3,6 @@ package computeapi
 import (
 	"context"
 
-	"keel/internal/conductor"
 	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -34,7 +33,8 @@ type Store interface {
 // hands on (boots and deletes, lifecycle actions, moves and their ends,
 // state resets with the allocation repair they take) and the one read
 // that needs an agent (the console log).
-// *conductor.Conductor implements it.
+// *conductor.Conductor implements it (the server wires it; its refusals
+// are told apart by their HTTPStatus, see refusal).
 type Conductor interface {
 	booter
 	mover
@@ -75,7 +75,4 @@ type mover interface {
 	ForceComplete(ctx context.Context, migID int64) error
 }
 
-var (
-	_ Store     = store.Store(nil)
-	_ Conductor = (*conductor.Conductor)(nil)
-)
+var _ Store = store.Store(nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"keel/internal/conductor"
 	"keel/internal/placement"
 	"keel/internal/quota"
 	"keel/internal/scheduler"
@@ -43,24 +42,31 @@ func WriteError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{key: map[string]any{"code": status, "message": msg}})
 }
 
+// refusal is an error with which the conductor refuses a request,
+// saying with which status the API answers it (the conductor's
+// InvalidStateError 409, BadRequestError 400, ForbiddenError 403).
+type refusal interface {
+	error
+	HTTPStatus() int
+}
+
 // statusOf maps an error from the backend to an HTTP status: typed API
-// errors as they are, not found → 404, conflicts and bad states → 409,
-// invalid input → 400, no valid host → 400, anything else 500 (with the
-// message, never a bare 500).
+// errors as they are, the conductor's refusals with their status, not
+// found → 404, conflicts → 409, invalid input → 400, no valid host → 400,
+// anything else 500 (with the message, never a bare 500).
 func statusOf(err error) int {
 	var ae *apiError
-	var ise *conductor.InvalidStateError
-	var bre *conductor.BadRequestError
+	var re refusal
 	switch {
 	case errors.As(err, &ae):
 		return ae.status
-	case errors.As(err, &bre):
-		return http.StatusBadRequest
+	case errors.As(err, &re):
+		return re.HTTPStatus()
 	case errors.Is(err, quota.ErrExceeded):
 		return http.StatusForbidden
 	case errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
-	case errors.As(err, &ise), placement.IsConflict(err), errors.Is(err, store.ErrExists):
+	case placement.IsConflict(err), errors.Is(err, store.ErrExists):
 		return http.StatusConflict
 	case placement.IsInvalid(err), scheduler.IsNoValidHost(err):
 		return http.StatusBadRequest

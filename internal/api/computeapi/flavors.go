@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"keel/internal/records"
+	"keel/internal/store"
 )
 
 func (a *flavorsAPI) flavorView(r *http.Request, f records.Flavor, detail bool) map[string]any {
@@ -133,14 +134,24 @@ func (a *flavorsAPI) flavorExtraSpecs(w http.ResponseWriter, r *http.Request) er
 // flavor finds a flavor by id (as Nova does), or by name for the
 // convenience of keel's own client.
 func (a *base) flavor(r *http.Request, ref string) (records.Flavor, error) {
-	f, err := a.store.GetFlavor(r.Context(), ref)
+	return findFlavor(r, a.store, ref)
+}
+
+func (a *flavorsAPI) flavor(r *http.Request, ref string) (records.Flavor, error) {
+	return findFlavor(r, a.store, ref)
+}
+
+// findFlavor finds a flavor visible to r's caller in flavors by id, or
+// by name.
+func findFlavor(r *http.Request, flavors store.Flavors, ref string) (records.Flavor, error) {
+	f, err := flavors.GetFlavor(r.Context(), ref)
 	if err == nil && !flavorVisible(r, f) {
 		return records.Flavor{}, notFoundf("Flavor %s could not be found.", ref)
 	}
 	if err == nil || !isNotFound(err) {
 		return f, err
 	}
-	fs, lerr := a.store.ListFlavors(r.Context())
+	fs, lerr := flavors.ListFlavors(r.Context())
 	if lerr != nil {
 		return records.Flavor{}, lerr
 	}

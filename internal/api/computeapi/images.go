@@ -16,7 +16,7 @@ import (
 // 2.36; the metadata calls up to 2.38, 404 from 2.39), over keel's image
 // service as the caller sees it there.
 type imagesAPI struct {
-	*base
+	links
 	images *image.Store
 	// imageURL is the image service's base URL (the alternate links).
 	imageURL string

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"keel/internal/conductor"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
@@ -143,9 +142,9 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 	}
 	saved, _, err := a.conductor.Act(r.Context(), in.UUID, req, edits...)
 	if err != nil {
-		var fe *conductor.ForbiddenError
-		if errors.As(err, &fe) {
-			return &apiError{http.StatusForbidden, fe.Msg}
+		// A refused unlock answers with the refusal's own message.
+		if re := refusal(nil); errors.As(err, &re) && re.HTTPStatus() == http.StatusForbidden {
+			return &apiError{http.StatusForbidden, re.Error()}
 		}
 		return err
 	}

@@ -252,7 +252,7 @@ func (a *serversAPI) listServers(detail bool) func(w http.ResponseWriter, r *htt
 
 // nextLink is a collection's "next" link: the same query from after
 // marker.
-func (a *base) nextLink(r *http.Request, collection, marker string) []map[string]string {
+func (a links) nextLink(r *http.Request, collection, marker string) []map[string]string {
 	q := r.URL.Query()
 	q.Set("marker", marker)
 	path := strings.TrimPrefix(r.URL.Path, "/compute")
