@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,13 @@ func run(t *testing.T, mc Machine, m records.Migration, script []step) records.M
 		}
 		if s.check != nil {
 			s.check(t, next)
+		}
+		// The agents' predicate (agent.go) holds where the machine casts
+		// a copy, live or cold.
+		for _, a := range acts {
+			if (a.Kind == StartCopy || a.Kind == ResizeInstance) && !SourceCopying(next) {
+				t.Fatalf("step %d (%s): %s cast from a record not SourceCopying (%q/%q)", i, s.ev.Kind, a.Kind, next.Phase, next.Status)
+			}
 		}
 		m = next
 	}
@@ -602,6 +610,19 @@ func TestMachineRandomEvents(t *testing.T) {
 			}
 			if next.Attempts > max(mc.MaxAttempts, 1) {
 				t.Fatalf("seed %d %v: %d attempts with max %d", seed, trace, next.Attempts, mc.MaxAttempts)
+			}
+			// The agents' predicate (agent.go) agrees with the machine: a
+			// step that casts the copy leaves the record SourceCopying, and
+			// a SourceCopying record takes the copy's end either way.
+			if slices.ContainsFunc(acts, func(a Action) bool { return a.Kind == StartCopy }) && !SourceCopying(next) {
+				t.Fatalf("seed %d %v: start-copy cast from a record not SourceCopying (%q/%q)", seed, trace, next.Phase, next.Status)
+			}
+			if SourceCopying(next) {
+				for _, end := range []EventKind{Copied, CopyFailed} {
+					if _, _, err := mc.Step(next, Event{Kind: end}, time.Time{}); err != nil {
+						t.Fatalf("seed %d %v: a SourceCopying record refuses %s: %v", seed, trace, end, err)
+					}
+				}
 			}
 			m = next
 		}
