@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"keel/internal/bus"
+	"keel/internal/testenv"
 )
 
 // testLog returns a logger writing to the test log, silenced once the test
@@ -560,22 +561,6 @@ func TestPublishSubscribe(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestReconnectAfterServerRestart(t *testing.T) {
 	log := testLog(t)
 	creds := testCreds(t)
@@ -592,7 +577,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 	}
 
 	s1.Shutdown()
-	waitFor(t, 5*time.Second, "caller notices the outage", func() error {
+	testenv.Poll(t, "caller notices the outage", func() error {
 		if caller.IsConnected() {
 			return errors.New("still connected")
 		}
@@ -613,7 +598,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 	}
 	restarted := time.Now()
 	var resp echoResp
-	waitFor(t, 10*time.Second, "call after restart", func() error {
+	testenv.Poll(t, "call after restart", func() error {
 		return caller.Call(callCtx(t, time.Second), subj, echoReq{Text: "after"}, &resp)
 	})
 	t.Logf("working again %s after the restart", time.Since(restarted).Round(time.Millisecond))
@@ -648,7 +633,7 @@ func TestClusterURLList(t *testing.T) {
 	default:
 		t.Fatalf("connected to %q, neither %s nor %s", first, a.URL(), b.URL())
 	}
-	waitFor(t, 10*time.Second, "call after failover", func() error {
+	testenv.Poll(t, "call after failover", func() error {
 		return c.Call(callCtx(t, time.Second), subj, echoReq{Text: "y"}, nil)
 	})
 	if got := c.ConnectedURL(); got != other {
@@ -760,7 +745,7 @@ func TestRepeatedCallRunsOnce(t *testing.T) {
 
 	startServer(t, log, creds, port)
 	var resp echoResp
-	waitFor(t, 15*time.Second, "the repeated call", func() error { return caller.Call(ctx, subj, echoReq{}, &resp) })
+	testenv.Poll(t, "the repeated call", func() error { return caller.Call(ctx, subj, echoReq{}, &resp) })
 	if resp.Text != "1" || runs.Load() != 1 {
 		t.Fatalf("repeat answered %q with %d runs; want the first run's answer (1) and one run", resp.Text, runs.Load())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"keel/internal/bus"
+	"keel/internal/testenv"
 )
 
 // agentStates is a table of hosts' identity states.
@@ -156,16 +157,10 @@ func TestAgentRevokedOnExternalNATS(t *testing.T) {
 	var ca *nats.Conn
 	var aClosed chan struct{}
 	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if ca, aClosed, err = dial(url, a2); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A at epoch 2: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(t, "A dials at epoch 2", func() error {
+		ca, aClosed, err = dial(url, a2)
+		return err
+	})
 	defer ca.Close()
 	if nc, _, err := dial(url, a0); err == nil {
 		nc.Close()

@@ -12,6 +12,7 @@ import (
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 	"keel/internal/store/memory"
+	"keel/internal/testenv"
 )
 
 // closingStore is a store that the test closes once Conductor.Close
@@ -140,12 +141,12 @@ func TestCloseCancelsAndWaitsForWhatItStarted(t *testing.T) {
 	}
 	// The agent call goes on in the background (Recover does not wait on
 	// agents).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for waitCtx := testenv.Context(t); ; time.Sleep(5 * time.Millisecond) {
 		got, _ := st.GetInstance(ctx, in.UUID)
 		if got.VMState == records.VMStopped && got.Action == "" {
 			break
 		}
-		if time.Now().After(deadline) {
+		if waitCtx.Err() != nil {
 			t.Fatalf("after the recovery the instance is %s with action %q, want stopped, no action", got.VMState, got.Action)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/roles"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/users"
+
+	"keel/internal/testenv"
 )
 
 // gopherLogin logs in with gophercloud and returns an identity v3 client.
@@ -175,15 +177,10 @@ func TestIssuerPathSharesUpdates(t *testing.T) {
 		t.Fatalf("file after the update: %v", err)
 	}
 	carol := UserID(DefaultDomainID, "carol")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, _, err := b.Issue(carol, ProjectID(DefaultDomainID, "carol")); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the other issuer never saw carol: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(t, "the other issuer sees carol", func() error {
+		_, _, err := b.Issue(carol, ProjectID(DefaultDomainID, "carol"))
+		return err
+	})
 }
 
 // TestWriteErrorsAsKeystone: every admin write answers a body without its

@@ -12,6 +12,7 @@ import (
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
 	"keel/internal/notify"
+	"keel/internal/testenv"
 )
 
 // TestCloudNotifies runs a real keel (server, bus, two agents), boots a
@@ -72,7 +73,7 @@ func TestCloudNotifies(t *testing.T) {
 	}
 	wait := func(what string, done func([]notify.Message) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
+		waitCtx := testenv.Context(t)
 		for {
 			mu.Lock()
 			ok := done(msgs)
@@ -80,8 +81,8 @@ func TestCloudNotifies(t *testing.T) {
 			if ok {
 				return
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s in a minute; got %v", what, typesOf(msgs, ""))
+			if waitCtx.Err() != nil {
+				t.Fatalf("no %s before the test's time ran out; got %v", what, typesOf(msgs, ""))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

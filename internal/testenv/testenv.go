@@ -38,3 +38,25 @@ func Context(tb testing.TB) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// Poll calls cond every 20 ms until it returns nil, bounded by Context(tb)
+// rather than a fixed time: a wait on readiness that passes in 100 ms on a
+// quiet machine may need seconds at a load of 30. When the time runs out it
+// fails tb with what was awaited, how long, and cond's last error.
+func Poll(tb testing.TB, what string, cond func() error) {
+	tb.Helper()
+	ctx := Context(tb)
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("%s: still not so after %s, when the test's time ran out: %v", what, time.Since(start).Round(time.Millisecond), err)
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

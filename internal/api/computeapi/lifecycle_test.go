@@ -2,9 +2,12 @@ package computeapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"keel/internal/testenv"
 )
 
 // waitStatus polls the server until its status is want (the action goes
@@ -13,17 +16,15 @@ import (
 func (e *env) waitStatus(id, token, want string) map[string]any {
 	e.t.Helper()
 	var show struct{ Server map[string]any }
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Poll(e.t, "server "+id+" "+want, func() error {
 		e.call("GET", "/compute/v2.1/servers/"+id, token, "2.73", nil, &show)
 		if show.Server["status"] == want && show.Server["OS-EXT-STS:task_state"] == nil {
-			return show.Server
+			return nil
 		}
 		e.clk.Advance(500 * time.Millisecond)
-		time.Sleep(2 * time.Millisecond)
-	}
-	e.t.Fatalf("server %s: status %v task %v, want %s", id, show.Server["status"], show.Server["OS-EXT-STS:task_state"], want)
-	return nil
+		return fmt.Errorf("status %v task %v", show.Server["status"], show.Server["OS-EXT-STS:task_state"])
+	})
+	return show.Server
 }
 
 func (e *env) act(id, token, version string, body map[string]any, want int) map[string]any {

@@ -16,6 +16,7 @@ import (
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // TestGophercloudBootsOnAProviderTree: child providers made through the
@@ -165,9 +166,9 @@ func TestGophercloudBootsOnAProviderTree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	waitCtx := testenv.Context(t)
 	for _, h := range []string{"h01", "h02"} {
-		for (used(child[h])["CUSTOM_X"] != 0 || used(root[h])["VCPU"] != 0) && time.Now().Before(deadline) {
+		for (used(child[h])["CUSTOM_X"] != 0 || used(root[h])["VCPU"] != 0) && waitCtx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if u, r := used(child[h]), used(root[h]); u["CUSTOM_X"] != 0 || r["VCPU"] != 0 {

@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -51,17 +52,15 @@ func heartbeatOf(d *Driver, uuid string) (uint32, error) {
 // still be booting at first).
 func waitRising(t *testing.T, d *Driver, uuid string, from uint32) uint32 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		hb, err := heartbeatOf(d, uuid)
-		if err == nil && hb > from {
-			return hb
+	var hb uint32
+	testenv.Poll(t, "the heartbeat of "+uuid+" rises", func() error {
+		var err error
+		if hb, err = heartbeatOf(d, uuid); err == nil && hb <= from {
+			err = fmt.Errorf("stuck at %d", hb)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("heartbeat of %s: stuck at %d (%v)", uuid, hb, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
+	return hb
 }
 
 // TestSpawnMigrateAdopt boots an idle guest, migrates it between two
