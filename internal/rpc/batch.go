@@ -37,11 +37,23 @@ type groupCommit[T any] struct {
 	coalesce  bool
 	writeMany func(ctx context.Context, items []T) error // nil: no batches
 	writeOne  func(ctx context.Context, item T) error
+	// unchanged, when set (and writes are batched), tells whether item
+	// need not be written over last, the item of its key this writer last
+	// committed: its caller is answered at once, without a write, as
+	// long as no other item of the key is pending or being written
+	// (last is then what the store holds, unless another process wrote
+	// the key since).
+	unchanged func(last, item T) bool
 
 	mu      sync.Mutex
 	gather  time.Duration
 	pending []*pendingWrite[T]
 	writing bool
+	// last is, per key, the item last committed (only with unchanged);
+	// queued counts the items of a key pending or being written.
+	last    map[string]T
+	queued  map[string]int
+	skipped int // items answered without a write (unchanged)
 }
 
 // pendingWrite is one item waiting to be written.
@@ -58,6 +70,18 @@ func (g *groupCommit[T]) add(ctx context.Context, item T) error {
 	}
 	p := &pendingWrite[T]{ctx: ctx, item: item, done: make(chan error, 1)}
 	g.mu.Lock()
+	if g.unchanged != nil {
+		k := g.key(item)
+		if last, ok := g.last[k]; ok && g.queued[k] == 0 && g.unchanged(last, item) {
+			g.skipped++
+			g.mu.Unlock()
+			return nil
+		}
+		if g.queued == nil {
+			g.queued, g.last = map[string]int{}, map[string]T{}
+		}
+		g.queued[k]++
+	}
 	g.pending = append(g.pending, p)
 	if !g.writing {
 		g.writing = true
@@ -111,17 +135,24 @@ func (g *groupCommit[T]) writeBatch(batch []*pendingWrite[T]) {
 		}
 		groups = append(groups, []*pendingWrite[T]{p})
 	}
+	// Each group's outcome is noted (settle) before its callers are
+	// answered, so a caller's next item compares with what it stored.
+	var abandoned [][]*pendingWrite[T]
 	groups = slices.DeleteFunc(groups, func(grp []*pendingWrite[T]) bool {
 		for _, p := range grp {
 			if p.ctx.Err() == nil {
 				return false
 			}
 		}
+		abandoned = append(abandoned, grp)
+		return true
+	})
+	for _, grp := range abandoned {
+		g.settle(grp, nil, false)
 		for _, p := range grp {
 			p.done <- p.ctx.Err()
 		}
-		return true
-	})
+	}
 	if len(groups) == 0 {
 		return
 	}
@@ -132,6 +163,7 @@ func (g *groupCommit[T]) writeBatch(batch []*pendingWrite[T]) {
 		}
 		if err := g.writeMany(ctx, items); err == nil {
 			for _, grp := range groups {
+				g.settle(grp, nil, true)
 				for _, p := range grp {
 					p.done <- nil
 				}
@@ -141,8 +173,39 @@ func (g *groupCommit[T]) writeBatch(batch []*pendingWrite[T]) {
 	}
 	for _, grp := range groups {
 		err := g.writeOne(ctx, grp[len(grp)-1].item)
+		g.settle(grp, err, true)
 		for _, p := range grp {
 			p.done <- err
 		}
 	}
+}
+
+// settle notes a group's outcome when items may be skipped (unchanged):
+// the item written is the key's last, a failed write forgets the key
+// (the next item is written whatever it holds), and an abandoned group
+// (not written) leaves the last committed item as it was.
+func (g *groupCommit[T]) settle(grp []*pendingWrite[T], err error, written bool) {
+	if g.unchanged == nil {
+		return
+	}
+	k := g.key(grp[0].item)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case written && err == nil:
+		g.last[k] = grp[len(grp)-1].item
+	case written:
+		delete(g.last, k)
+	}
+	if g.queued[k] -= len(grp); g.queued[k] <= 0 {
+		delete(g.queued, k)
+	}
+}
+
+// forget drops what the writer knows it last committed for key, so the
+// key's next item is written whatever it holds.
+func (g *groupCommit[T]) forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.last, key)
 }

@@ -376,6 +376,10 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			if a.HostConfig == nil {
 				return nil, &placement.InvalidError{Msg: "no host configuration given"}
 			}
+			// A host registering (again: its agent restarted, or its
+			// service was deleted) has its next record written whatever
+			// it holds.
+			hostRecords.forget(a.HostConfig.Host)
 			return registerHost(ctx, st, *a.HostConfig, a.Zone, h.NewProviderUUID)
 		}),
 		mHeartbeat: checked(st, log, mHeartbeat, ofHost,

@@ -152,3 +152,82 @@ func TestHostRecordsCommitTogether(t *testing.T) {
 		t.Errorf("%d single writes and batches %v, want one batch of h00 and h01", st.singles, st.batches)
 	}
 }
+
+// TestUnchangedHostRecordsSkipped checks that a report that changes
+// nothing beyond the tolerance over the record the writer last committed
+// is answered without a write, until its measurement is recordRefresh
+// newer; a change of any value beyond the tolerance, of the usage, or a
+// host registering again is written at once.
+func TestUnchangedHostRecordsSkipped(t *testing.T) {
+	ctx := context.Background()
+	st := &batchingStore{Store: memory.New()}
+	w := newHostRecordWriter(st)
+	t0 := time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC)
+	rec := func(at time.Duration, cpu float64, used int64) records.HostRecord {
+		ts := t0.Add(at)
+		return records.HostRecord{Host: "h01", VCPUs: 8, VCPUsUsed: used, UpdatedAt: t0,
+			Metrics: []records.Metric{
+				{Name: records.MetricCPUFrequency, Value: 2400, Timestamp: ts, Source: "fake"},
+				{Name: records.MetricCPUPercent, Value: cpu, Timestamp: ts, Source: "fake"}},
+			InstanceUsage: []records.InstanceUsage{{UUID: "i1", VCPUsBusy: 1, MemoryMB: 1024, Timestamp: ts}}}
+	}
+	writes := func() int {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.singles + len(st.batches)
+	}
+	stored := func() records.HostRecord {
+		got, err := st.GetHostRecord(ctx, "h01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for i, step := range []struct {
+		what  string
+		rec   records.HostRecord
+		write bool
+		cpu   float64 // stored after the step
+	}{
+		{"the first report", rec(0, 0.25, 2), true, 0.25},
+		{"the same values 10 s later", rec(10*time.Second, 0.25, 2), false, 0.25},
+		{"cpu.percent within half a point", rec(12*time.Second, 0.254, 2), false, 0.25},
+		{"cpu.percent moved a point", rec(13*time.Second, 0.26, 2), true, 0.26},
+		{"the same values a refresh later", rec(13*time.Second+recordRefresh, 0.26, 2), true, 0.26},
+		{"an older measurement", rec(14*time.Second, 0.26, 2), true, 0.26},
+		{"the usage changed", rec(15*time.Second, 0.26, 3), true, 0.26},
+	} {
+		before := writes()
+		if err := w.add(ctx, step.rec); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		if wrote := writes() > before; wrote != step.write {
+			t.Errorf("step %d, %s: wrote %v, want %v", i, step.what, wrote, step.write)
+		}
+		if got, _ := stored().Metric(records.MetricCPUPercent); got.Value != step.cpu {
+			t.Errorf("step %d, %s: stored cpu.percent %v, want %v", i, step.what, got.Value, step.cpu)
+		}
+	}
+	// A host that registers again has its next report written.
+	before := writes()
+	w.forget("h01")
+	if err := w.add(ctx, rec(16*time.Second, 0.26, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if writes() == before {
+		t.Error("the first report after forget was not written")
+	}
+	if got := stored().Metrics[0].Timestamp; !got.Equal(t0.Add(16 * time.Second)) {
+		t.Errorf("stored measurement at %v, want the report's %v", got, t0.Add(16*time.Second))
+	}
+	// Another guest measured is a change, however close the values.
+	r := rec(17*time.Second, 0.26, 3)
+	r.InstanceUsage = append(r.InstanceUsage, records.InstanceUsage{UUID: "i2", Timestamp: r.Metrics[0].Timestamp})
+	before = writes()
+	if err := w.add(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if writes() == before || len(stored().InstanceUsage) != 2 {
+		t.Errorf("a new guest's measurement was not written: %+v", stored().InstanceUsage)
+	}
+}
