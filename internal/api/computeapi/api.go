@@ -154,7 +154,8 @@ type migrationsAPI struct {
 // hypervisorsAPI serves /os-hypervisors.
 type hypervisorsAPI struct {
 	*base
-	hosts HostLister
+	hosts    HostLister
+	listings *listingCache // the large unpaged listings, kept
 }
 
 // servicesAPI serves /os-services.
@@ -216,7 +217,7 @@ func New(cfg Config) *API {
 		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists, images: cfg.Images, imageURL: cfg.ImageURL},
 		instanceActions: &instanceActionsAPI{b},
 		migrations:      &migrationsAPI{base: b, conductor: cfg.Conductor},
-		hypervisors:     &hypervisorsAPI{base: b, hosts: cfg.Hosts},
+		hypervisors:     &hypervisorsAPI{base: b, hosts: cfg.Hosts, listings: newListingCache(b.now)},
 		services:        &servicesAPI{b},
 		zones:           &zonesAPI{b},
 		osHosts:         &osHostsAPI{b},

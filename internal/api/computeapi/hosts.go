@@ -262,67 +262,103 @@ func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter
 		if err := checkMetricsParam(r); err != nil {
 			return err
 		}
-		hs, err := a.hypervisors(r)
+		// A large listing is kept (listingCache), but not one with
+		// servers: those are read from the instances, per host.
+		key := ""
+		if !servers {
+			key = fmt.Sprintf("%t %v %s", detail, version(r), r.URL.Query().Encode())
+		}
+		build := func(ctx context.Context) ([]byte, int, error) {
+			body, n, err := a.hypervisorList(r.WithContext(ctx), detail, servers)
+			if err != nil {
+				return nil, 0, err
+			}
+			b, err := encodeBody(body)
+			if err != nil {
+				return nil, 0, fmt.Errorf("encoding the hypervisors: %w", err)
+			}
+			return b, n, nil
+		}
+		if key != "" && a.listings.serve(w, r, key, build) {
+			return nil
+		}
+		at := a.listings.now()
+		b, n, err := build(r.Context())
 		if err != nil {
 			return err
 		}
-		pattern := ""
-		if version(r).AtLeast(53) {
-			pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
+		if key != "" {
+			a.listings.keep(key, b, n, at)
 		}
-		// 2.33: paging with limit and a hypervisor's id as marker, at
-		// most maxLimit a page as in Nova (its [api] max_limit), so a
-		// listing without limit shows the first maxLimit hosts and a link
-		// to the next. A hostname pattern (2.53) is not paged.
-		body := map[string]any{}
-		if version(r).AtLeast(33) {
-			q := r.URL.Query()
-			if pattern != "" && (q.Has("limit") || q.Has("marker")) {
-				return badRequest("Paging over hypervisors with the hypervisor_hostname_pattern query parameter is not supported.")
-			}
-			idOf := func(h hypervisor) string { return fmt.Sprint(hypervisorID(r, h)) }
-			if m := q.Get("marker"); m != "" {
-				i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
-				if i < 0 {
-					return badRequest("marker [" + m + "] not found")
-				}
-				hs = hs[i+1:]
-			}
-			n := maxLimit
-			if q.Has("limit") {
-				l, err := strconv.Atoi(q.Get("limit"))
-				if err != nil || l < 0 {
-					return badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
-				}
-				n = min(l, maxLimit)
-			}
-			if pattern == "" && len(hs) > n {
-				hs = hs[:n]
-				if n > 0 {
-					body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
-				}
-			}
-		}
-		out := make([]*hypervisorJSON, 0, len(hs))
-		for _, h := range hs {
-			if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
-				continue
-			}
-			v := a.hypervisorView(r, h, detail)
-			if servers {
-				if err := a.withServers(r, v, h.rec.Host); err != nil {
-					return err
-				}
-			}
-			out = append(out, v)
-		}
-		if pattern != "" && len(out) == 0 {
-			return notFoundf("No hypervisor matching '%s' could be found.", pattern)
-		}
-		body["hypervisors"] = out
-		writeJSON(w, http.StatusOK, body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
 		return nil
 	}
+}
+
+// hypervisorList is a hypervisor listing's body and how many hypervisors
+// it shows.
+func (a *hypervisorsAPI) hypervisorList(r *http.Request, detail, servers bool) (map[string]any, int, error) {
+	hs, err := a.hypervisors(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	pattern := ""
+	if version(r).AtLeast(53) {
+		pattern = r.URL.Query().Get("hypervisor_hostname_pattern")
+	}
+	// 2.33: paging with limit and a hypervisor's id as marker, at
+	// most maxLimit a page as in Nova (its [api] max_limit), so a
+	// listing without limit shows the first maxLimit hosts and a link
+	// to the next. A hostname pattern (2.53) is not paged.
+	body := map[string]any{}
+	if version(r).AtLeast(33) {
+		q := r.URL.Query()
+		if pattern != "" && (q.Has("limit") || q.Has("marker")) {
+			return nil, 0, badRequest("Paging over hypervisors with the hypervisor_hostname_pattern query parameter is not supported.")
+		}
+		idOf := func(h hypervisor) string { return fmt.Sprint(hypervisorID(r, h)) }
+		if m := q.Get("marker"); m != "" {
+			i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
+			if i < 0 {
+				return nil, 0, badRequest("marker [" + m + "] not found")
+			}
+			hs = hs[i+1:]
+		}
+		n := maxLimit
+		if q.Has("limit") {
+			l, err := strconv.Atoi(q.Get("limit"))
+			if err != nil || l < 0 {
+				return nil, 0, badRequest("Invalid input for query parameters limit. Value: " + q.Get("limit") + ". not a non-negative integer")
+			}
+			n = min(l, maxLimit)
+		}
+		if pattern == "" && len(hs) > n {
+			hs = hs[:n]
+			if n > 0 {
+				body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
+			}
+		}
+	}
+	out := make([]*hypervisorJSON, 0, len(hs))
+	for _, h := range hs {
+		if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
+			continue
+		}
+		v := a.hypervisorView(r, h, detail)
+		if servers {
+			if err := a.withServers(r, v, h.rec.Host); err != nil {
+				return nil, 0, err
+			}
+		}
+		out = append(out, v)
+	}
+	if pattern != "" && len(out) == 0 {
+		return nil, 0, notFoundf("No hypervisor matching '%s' could be found.", pattern)
+	}
+	body["hypervisors"] = out
+	return body, len(out), nil
 }
 
 // searchHypervisors is GET /os-hypervisors/{pattern}/search and, with

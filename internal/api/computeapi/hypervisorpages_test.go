@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"keel/internal/records"
+	"keel/internal/testenv"
 )
 
 // TestHypervisorViewKeys checks the keys of a hypervisor's view at the
@@ -126,4 +128,90 @@ func TestHypervisorPages(t *testing.T) {
 			t.Errorf("pattern with %s: %d, want 400", q, code)
 		}
 	}
+}
+
+// TestLargeHypervisorListingKept checks that an unpaged listing of more
+// than 1,000 hosts is kept and served again: a host added after it shows
+// only once the kept listing is past its fresh age (rebuilt in the
+// background, the old one served meanwhile) or past its stale bound
+// (rebuilt before it is served); a listing of at most 1,000 (a page) is
+// always read afresh.
+func TestLargeHypervisorListingKept(t *testing.T) {
+	e := newEnv(t)
+	ctx := testenv.Context(t)
+	add := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			h := fmt.Sprintf("pg%04d", i)
+			if err := e.st.PutHostRecord(ctx, records.HostRecord{Host: h, ProviderUUID: uuid.NewString(), VCPUs: 8}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.st.PutService(ctx, records.Service{Host: h, Binary: "nova-compute", Zone: "nova", LastSeenUp: e.clk.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func(path, version string) int {
+		t.Helper()
+		var p struct {
+			Hypervisors []struct {
+				Hostname string `json:"hypervisor_hostname"`
+			}
+		}
+		if resp := e.call("GET", path, "admin", version, nil, &p); resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return len(p.Hypervisors)
+	}
+	const detail = "/compute/v2.1/os-hypervisors/detail"
+	add(0, 1002)
+	all := 1002 + 3
+	if got := count(detail, "2.1"); got != all {
+		t.Fatalf("first listing: %d hypervisors, want %d", got, all)
+	}
+	// A page (2.53) of a large cloud is read afresh: the page past the
+	// first shows a host added just now.
+	add(5000, 1)
+	if got := count(detail+"?marker="+url.QueryEscape(pageMarker(t, e)), "2.53"); got != all+1-1000 {
+		t.Errorf("second page after a host was added: %d hypervisors, want %d", got, all+1-1000)
+	}
+	if got := count(detail, "2.1"); got != all {
+		t.Errorf("listing again at once: %d hypervisors, want the kept %d", got, all)
+	}
+	// Past the fresh age: the kept listing is served, and rebuilt.
+	e.clk.Advance(2 * time.Second)
+	if got := count(detail, "2.1"); got != all {
+		t.Errorf("listing past the fresh age: %d hypervisors, want the kept %d while it is rebuilt", got, all)
+	}
+	for count(detail, "2.1") != all+1 {
+		if ctx.Err() != nil {
+			t.Fatal("the kept listing was never rebuilt")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Past the stale bound: rebuilt before it is served.
+	add(5001, 1)
+	e.clk.Advance(10 * time.Second)
+	if got := count(detail, "2.1"); got != all+2 {
+		t.Errorf("listing past the stale bound: %d hypervisors, want %d (rebuilt first)", got, all+2)
+	}
+	// Another query is another listing.
+	if got := count(detail+"?with_metrics=true", "2.1"); got != all+2 {
+		t.Errorf("with_metrics listing: %d hypervisors, want %d", got, all+2)
+	}
+}
+
+// pageMarker is the id of the 1,000th hypervisor (2.53), the marker of
+// the second page.
+func pageMarker(t *testing.T, e *env) string {
+	t.Helper()
+	var p struct {
+		Hypervisors []struct {
+			ID string `json:"id"`
+		}
+	}
+	if resp := e.call("GET", "/compute/v2.1/os-hypervisors?limit=1000", "admin", "2.53", nil, &p); resp.StatusCode != 200 || len(p.Hypervisors) != 1000 {
+		t.Fatalf("first page: %d, %d hypervisors", resp.StatusCode, len(p.Hypervisors))
+	}
+	return p.Hypervisors[999].ID
 }
