@@ -726,8 +726,17 @@ func (r *run) fleet(ctx context.Context) error {
 		r.progress("fleet: %d hosts: server %.2f cores, %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
 			n, st.ServerCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
 			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.HostsDown, st.Load1)
+		if st.Behind != "" && r.opts.FleetNoStop && i < len(plan.Steps)-1 {
+			r.progress("fleet: %d hosts fell behind (%s); going on (--fleet-no-stop)", n, st.Behind)
+			if stopped == "" {
+				stopped = fmt.Sprintf("the ramp fell behind first at %s hosts (%s) and went on (--fleet-no-stop)", commas(int64(n)), st.Behind)
+			}
+			continue
+		}
 		if st.Behind != "" {
-			stopped = fmt.Sprintf("the ramp stopped at %s hosts: %s", commas(int64(n)), st.Behind)
+			if stopped == "" {
+				stopped = fmt.Sprintf("the ramp stopped at %s hosts: %s", commas(int64(n)), st.Behind)
+			}
 			if profile == "" {
 				g.keepEvidence(ctx, r) // the step that broke is the one to profile
 			}

@@ -46,6 +46,9 @@ type Options struct {
 	// ramp (host counts) and the time each step is measured.
 	FleetSteps  []int
 	FleetPeriod time.Duration
+	// FleetNoStop measures every step of the ramp, also past one that
+	// fell behind (which then holds no more than it would have).
+	FleetNoStop bool
 	// ServerProfile, if set, is where the fleet section writes a CPU
 	// profile of the keel server process over its last step.
 	ServerProfile string

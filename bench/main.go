@@ -26,8 +26,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverProfile := fs.String("server-cpuprofile", "", "fleet: write a CPU profile of the keel server process over the ramp's last step (or the one that fell behind) to this file")
 	fleetSteps := fs.String("fleet-steps", "", "fleet: the ramp's host counts, comma-separated (default 100,1000,2000,5000,10000; quick 4,12)")
 	fleetPeriod := fs.Duration("fleet-period", 0, "fleet: how long each step is measured (default 1m; quick 4s)")
+	fleetNoStop := fs.Bool("fleet-no-stop", false, "fleet: measure every step even after one fell behind (a loaded machine's figures; such a step never holds)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D]\n\n"+
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D] [--fleet-no-stop]\n\n"+
 			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
 			"Sections: %s.\n\n", strings.Join(Sections, ", "))
 		fs.PrintDefaults()
@@ -40,7 +41,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
 	}
-	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod}
+	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod, FleetNoStop: *fleetNoStop}
 	if *fleetSteps != "" {
 		for _, s := range strings.Split(*fleetSteps, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
