@@ -234,12 +234,21 @@ func (c *Conductor) bootConfirmGroup(ctx context.Context, inst records.Instance,
 	return boot.Event{Kind: boot.GroupConfirmed}, true, nil
 }
 
-// bootCast casts the build. A host whose agent cannot be reached or
-// refuses fails the boot (the claim is given back).
+// bootCast casts the build. An agent that refuses it fails the boot (the
+// claim is given back). A cast that got no answer (ErrAgentUnreachable:
+// the agent restarting or cut off, or too busy to answer within
+// rpc_timeout) may still have reached it, and its guest be building: the
+// boot stays in its cast step, as any step whose agent cannot be reached
+// does; the agent's report ends it, or the sweep casts again (the agent
+// answers a repeat from the guest it has), and instance_build_timeout
+// ends a boot whose agent never comes back.
 func (c *Conductor) bootCast(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
 	api, err := c.compute(a.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)
+	}
+	if errors.Is(err, ErrAgentUnreachable) {
+		return boot.Event{}, false, err
 	}
 	if err != nil {
 		return boot.Event{Kind: boot.CastFailed, Err: err.Error()}, true, nil

@@ -103,6 +103,18 @@ func (p *proc) mustRun(t *testing.T) {
 	}
 }
 
+// linesWith is the lines of p's log that hold s (an instance's UUID).
+func (p *proc) linesWith(s string) string {
+	data, _ := os.ReadFile(p.log)
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // interrupt sends SIGINT (Ctrl-C) and waits for the process to exit.
 func (p *proc) interrupt(t *testing.T, timeout time.Duration) {
 	t.Helper()

@@ -146,7 +146,8 @@ func TestServerFaultClientHangUps(t *testing.T) {
 	all := c.waitBuilt(60 * time.Second)
 	for id, st := range all {
 		if st != "ACTIVE" {
-			t.Errorf("server %s is %s after the hang-ups, want ACTIVE (the cloud has room)", id, st)
+			t.Errorf("server %s is %s after the hang-ups, want ACTIVE (the cloud has room); its fault: %v; the server's lines on it:\n%s",
+				id, st, c.server_(id)["fault"], c.server.linesWith(id))
 		}
 		var acts struct {
 			Actions []struct{ Action string } `json:"instanceActions"`
