@@ -1017,6 +1017,13 @@ func (st scriptStore) UpdateInstance(ctx context.Context, in records.Instance) (
 	return st.Store.UpdateInstance(ctx, in)
 }
 
+func (st scriptStore) BeginMove(ctx context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error) {
+	if st.s.diskFull.Load() {
+		return records.Instance{}, records.Migration{}, fmt.Errorf("starting the move of instance %s: %w", in.UUID, errDiskFull)
+	}
+	return st.Store.BeginMove(ctx, in, m)
+}
+
 func (st scriptStore) WriteAllocations(ctx context.Context, ws ...placement.AllocationWrite) (placement.WritePlan, error) {
 	if st.s.diskFull.Load() {
 		return placement.WritePlan{}, fmt.Errorf("writing allocations: %w", errDiskFull)

@@ -37,6 +37,11 @@ func (s *closingStore) UpdateInstance(ctx context.Context, in records.Instance) 
 	return s.Store.UpdateInstance(ctx, in)
 }
 
+func (s *closingStore) BeginMove(ctx context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error) {
+	s.wrote("BeginMove " + in.UUID)
+	return s.Store.BeginMove(ctx, in, m)
+}
+
 func (s *closingStore) UpdateService(ctx context.Context, host string, fn func(*records.Service) error) (records.Service, error) {
 	s.wrote("UpdateService " + host)
 	return s.Store.UpdateService(ctx, host, fn)

@@ -166,9 +166,10 @@ type Admission interface {
 	// group or is scheduled. A resize or unshelve that adds usage calls
 	// it the same way once the instance's record counts the new usage.
 	AdmitBoot(ctx context.Context, inst records.Instance) error
-	// AdmitResize is called with a resized instance's record already
-	// carrying its new flavor (ResizeFlavor) in the store, so racing
-	// resizes and boots see each other's, and before anything is claimed.
+	// AdmitResize is called for a resize that adds usage, with the
+	// resized instance's record already carrying its new flavor
+	// (ResizeFlavor) in the store, so racing resizes and boots see each
+	// other's, and before anything is claimed.
 	AdmitResize(ctx context.Context, inst records.Instance) error
 	// GroupMembersLimit is the most members a server group of the project
 	// may have (-1: unlimited), checked as the member joins.

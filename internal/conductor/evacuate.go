@@ -45,22 +45,15 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	if _, err := c.store.GetConsumer(ctx, inst.UUID); err != nil {
 		return records.Migration{}, fmt.Errorf("evacuating %s: its allocation: %w", instanceUUID, err)
 	}
-	inst = c.moving(inst, records.TaskRebuilding)
-	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		return records.Migration{}, fmt.Errorf("evacuating %s: %w", instanceUUID, err)
-	}
 	now := c.clock.Now()
 	f := inst.Flavor
-	m, err := c.store.CreateMigration(ctx, records.Migration{
+	m, err := c.beginMove(ctx, c.moving(inst, records.TaskRebuilding), records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: records.MigrationTypeEvac, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner, OldFlavor: &f, NewFlavor: &f,
 		PlanMove: o.ref, AvoidHosts: o.avoid, OldVMState: inst.VMState,
 	})
 	if err != nil {
-		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
-			c.log.Error("clearing the task of an instance whose evacuation could not be recorded", "instance", inst.UUID, "err", serr)
-		}
-		return m, fmt.Errorf("recording the evacuation of %s: %w", instanceUUID, err)
+		return records.Migration{}, fmt.Errorf("evacuating %s: %w", instanceUUID, err)
 	}
 	if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start}); err != nil {
 		c.log.Warn("evacuation left for the sweep", "migration", m.ID, "err", err)

@@ -62,22 +62,15 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	if requestedHost == inst.Host {
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
 	}
-	inst = c.moving(inst, records.TaskMigrating)
-	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
-	}
 	now := c.clock.Now()
-	m, err := c.store.CreateMigration(ctx, records.Migration{
+	m, err := c.beginMove(ctx, c.moving(inst, records.TaskMigrating), records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: "live-migration", SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
 		MemoryTotalBytes: inst.Flavor.RAMMB << 20, MemoryRemainingBytes: inst.Flavor.RAMMB << 20,
 		PlanMove: o.ref, AvoidHosts: o.avoid,
 	})
 	if err != nil {
-		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil { // no migration: clear the task again
-			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
-		}
-		return m, fmt.Errorf("recording migration of %s: %w", instanceUUID, err)
+		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
 	}
 	if o.early {
 		// As Handle's: an error leaves the migration in its step for the
@@ -89,12 +82,22 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	return c.store.GetMigration(ctx, m.ID)
 }
 
-// moving returns inst with a move's task, as a move saves it before it
-// records its migration: owned by this replica, whose sweep clears the
-// task if it stops before the migration is recorded (lifecycle.MoveLost).
+// moving returns inst with a move's task, as a move saves it with its
+// migration: owned by this replica.
 func (c *Conductor) moving(inst records.Instance, task records.TaskState) records.Instance {
 	inst.TaskState, inst.Owner, inst.UpdatedAt = task, c.cfg.Owner, c.clock.Now()
 	return inst
+}
+
+// beginMove saves inst, in its move's task, and records its migration m
+// in one store write (store.Migrations.BeginMove): a crash leaves both or
+// neither. It returns the migration as recorded.
+func (c *Conductor) beginMove(ctx context.Context, inst records.Instance, m records.Migration) (records.Migration, error) {
+	_, m, err := c.store.BeginMove(ctx, inst, m)
+	if err != nil {
+		return records.Migration{}, fmt.Errorf("recording the move: %w", err)
+	}
+	return m, nil
 }
 
 // Abort asks to cancel a migration (DELETE /servers/{id}/migrations/{mid}).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"keel/internal/migration"
+	"keel/internal/quota"
 	"keel/internal/records"
 	"keel/internal/store"
 )
@@ -51,39 +52,64 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 	}
 	inst = c.moving(inst, records.TaskResizePrep)
 	if typ == records.MigrationTypeResize {
-		// Counted by the quotas from now on (the larger flavor), before
-		// the admission's count: racing resizes and boots see each other.
 		nf := *newFlavor
 		inst.ResizeFlavor = &nf
 	}
-	if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
-		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
-	}
-	if c.cfg.Quota != nil && inst.ResizeFlavor != nil {
-		if qerr := c.cfg.Quota.AdmitResize(ctx, inst); qerr != nil {
-			if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
-				c.log.Error("clearing the task of a resize the quotas refused", "instance", inst.UUID, "err", serr)
-			}
-			return records.Migration{}, fmt.Errorf("resize of %s: %w", instanceUUID, qerr)
-		}
+	inst, reserved, err := c.admitResize(ctx, inst)
+	if err != nil {
+		return records.Migration{}, fmt.Errorf("resize of %s: %w", instanceUUID, err)
 	}
 	now := c.clock.Now()
-	m, err := c.store.CreateMigration(ctx, records.Migration{
+	m, err := c.beginMove(ctx, inst, records.Migration{
 		UUID: c.cfg.NewID(), InstanceUUID: inst.UUID, Type: typ, SourceHost: inst.Host,
 		RequestedHost: requestedHost, CreatedAt: now, UpdatedAt: now, Owner: c.cfg.Owner,
 		OldFlavor: &old, NewFlavor: newFlavor, PlanMove: o.ref, AvoidHosts: o.avoid,
 		OldVMState: inst.VMState,
 	})
 	if err != nil {
-		if serr := c.settleInstance(ctx, inst, migration.Action{}); serr != nil {
-			c.log.Error("clearing the task of an instance whose migration could not be recorded", "instance", inst.UUID, "err", serr)
+		if reserved {
+			c.unreserve(ctx, inst)
 		}
-		return m, fmt.Errorf("recording the %s of %s: %w", verb, instanceUUID, err)
+		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
 	}
 	if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start}); err != nil {
 		c.log.Warn("cold move left for the sweep", "migration", m.ID, "err", err)
 	}
 	return c.store.GetMigration(ctx, m.ID)
+}
+
+// admitResize asks the quotas about a resize that adds usage. They count
+// the larger flavor from the instance's record, so that racing resizes and
+// boots see each other's: the record is saved with it (ResizeFlavor), in
+// the move's task, before the count — the one move start that takes two
+// writes; if the server stops before the second (beginMove), the sweep
+// clears the task and the flavor (lifecycle.MoveLost). A refused resize's
+// record is put back. reserved says the record was saved and admitted;
+// inst is returned as saved.
+func (c *Conductor) admitResize(ctx context.Context, inst records.Instance) (_ records.Instance, reserved bool, _ error) {
+	if c.cfg.Quota == nil || inst.ResizeFlavor == nil {
+		return inst, false, nil
+	}
+	if g := quota.Growth(inst.Flavor, *inst.ResizeFlavor); g.Cores == 0 && g.RAM == 0 {
+		return inst, false, nil
+	}
+	inst, err := c.store.UpdateInstance(ctx, inst)
+	if err != nil {
+		return inst, false, err
+	}
+	if err := c.cfg.Quota.AdmitResize(ctx, inst); err != nil {
+		c.unreserve(ctx, inst)
+		return inst, false, err
+	}
+	return inst, true, nil
+}
+
+// unreserve clears the task and the new flavor of a resize that did not
+// start.
+func (c *Conductor) unreserve(ctx context.Context, inst records.Instance) {
+	if err := c.settleInstance(ctx, inst, migration.Action{}); err != nil {
+		c.log.Error("clearing the task of a resize that did not start", "instance", inst.UUID, "err", err)
+	}
 }
 
 // ConfirmResize confirms a cold migration or resize waiting in

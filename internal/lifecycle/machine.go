@@ -381,6 +381,9 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 			return inst, nil, mc.illegal(inst, ev)
 		}
 		inst.TaskState = records.TaskNone
+		if inst.VMState != records.VMResized {
+			inst.ResizeFlavor = nil // a resize's new flavor, saved for the quotas' count
+		}
 		return inst, nil, nil
 	case inst.Action == "":
 		return inst, nil, mc.illegal(inst, ev)

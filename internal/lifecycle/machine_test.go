@@ -310,6 +310,13 @@ func TestMoveLost(t *testing.T) {
 	if in.TaskState != records.TaskMigrating {
 		t.Fatal("Step mutated its input")
 	}
+	// A resize lost after its new flavor was saved for the quotas' count
+	// (before its migration was recorded) counts the old flavor again.
+	resizing := records.Instance{UUID: "i", Host: "h1", VMState: records.VMActive, TaskState: records.TaskResizePrep,
+		Flavor: records.Flavor{ID: "small"}, ResizeFlavor: &records.Flavor{ID: "large"}}
+	if got, _, err := mc.Step(resizing, Event{Kind: MoveLost}, t0); err != nil || got.TaskState != records.TaskNone || got.ResizeFlavor != nil {
+		t.Fatalf("MoveLost of a resize: %v; task %q, resize flavor %v, want no task, no resize flavor", err, got.TaskState, got.ResizeFlavor)
+	}
 	for _, task := range []records.TaskState{records.TaskNone, records.TaskRebooting} {
 		in.TaskState = task
 		if _, _, err := mc.Step(in, Event{Kind: MoveLost}, t0); err == nil {

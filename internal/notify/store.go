@@ -117,6 +117,21 @@ func (s *Store) CreateMigration(ctx context.Context, m records.Migration) (recor
 	return out, err
 }
 
+// BeginMove implements store.Migrations: once both writes committed, the
+// instance's change, then the new migration's.
+func (s *Store) BeginMove(ctx context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error) {
+	defer s.lockAll([]string{in.UUID, m.InstanceUUID})()
+	old, oldErr := s.Store.GetInstance(ctx, in.UUID)
+	outIn, outM, err := s.Store.BeginMove(ctx, in, m)
+	if err == nil {
+		if oldErr == nil {
+			s.n.Emit(InstanceChange(s.source(ctx), &old, &outIn)...)
+		}
+		s.migrationChanged(ctx, nil, outM)
+	}
+	return outIn, outM, err
+}
+
 // UpdateMigration implements store.Migrations.
 func (s *Store) UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
 	defer s.lock(m.InstanceUUID)()

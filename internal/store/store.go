@@ -275,6 +275,13 @@ type Migrations interface {
 	// UpdateMigration is UpdateInstance's counterpart for migrations.
 	UpdateMigration(ctx context.Context, m records.Migration) (records.Migration, error)
 	ListMigrations(ctx context.Context, f MigrationFilter) ([]records.Migration, error)
+	// BeginMove starts a move in one write: it writes in as
+	// UpdateInstance does (ErrNotFound for an unknown instance, a
+	// *placement.ConflictError if in.Version is not the stored version)
+	// and stores m as CreateMigration does, in one transaction — both or
+	// neither, so no reader, and no restart, finds the instance in its
+	// move's task without the migration that carries it.
+	BeginMove(ctx context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error)
 }
 
 // Flavors is the flavor records.

@@ -633,14 +633,36 @@ func (s *Store) ListProjectInstances(_ context.Context, project string) ([]recor
 func (s *Store) CreateMigration(_ context.Context, m records.Migration) (records.Migration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.createMigration(m), nil
+}
+
+// createMigration stores m as a new migration and returns it with its ID
+// and version. Called with mu held.
+func (s *Store) createMigration(m records.Migration) records.Migration {
 	s.nextMigID++
-	m.ID = s.nextMigID
-	m.Version = 1
+	m.ID, m.Version = s.nextMigID, 1
 	stored := m
 	stored.TriedHosts = append([]string(nil), m.TriedHosts...)
 	s.migrations[m.ID] = stored
 	s.markActive(m)
-	return m, nil
+	return m
+}
+
+// BeginMove implements store.Store: both writes under one hold of the
+// store's lock.
+func (s *Store) BeginMove(_ context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.instances[in.UUID]
+	if !ok {
+		return records.Instance{}, records.Migration{}, fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
+	}
+	if cur.version != in.Version {
+		return records.Instance{}, records.Migration{}, store.VersionConflict(placement.InstanceVersion, in.UUID, in.Version, cur.version)
+	}
+	in.Version++
+	s.instances[in.UUID] = s.packInstance(in)
+	return in, s.createMigration(m), nil
 }
 
 func (s *Store) markActive(m records.Migration) {

@@ -61,7 +61,8 @@ func newQueries(d *Dialect) *queries {
 	q.listInstancesOn = r(`SELECT data FROM instances WHERE host = $1 ORDER BY uuid`)
 	// Served by the instances_by_project expression index (migration 13 in SQLite, 11 in PostgreSQL).
 	q.listProjectInstances = r(`SELECT data FROM instances WHERE ` + d.jsonText("data", "project_id") + ` = $1 ORDER BY uuid`)
-	q.instanceVersion = r(`SELECT version FROM instances WHERE uuid = $1`)
+	// A write statement too: BeginMove reads it in its transaction.
+	q.instanceVersion = w(`SELECT version FROM instances WHERE uuid = $1`)
 	q.insertInstance = w(`INSERT INTO instances (uuid, host, version, data) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (uuid) DO NOTHING`)
 	q.updateInstance = w(`UPDATE instances SET host = $1, version = $2, data = $3 WHERE uuid = $4 AND version = $5`)

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -264,19 +265,56 @@ func (r *Records) ListProjectInstances(ctx context.Context, project string) ([]r
 func (r *Records) CreateMigration(ctx context.Context, m records.Migration) (records.Migration, error) {
 	m.Version = 1
 	m.TriedHosts = append([]string(nil), m.TriedHosts...)
-	err := r.db.Write(ctx, func(tx Tx) error {
-		var err error
-		m.ID, err = insertID(tx, r.q.insertMigration,
-			m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, !records.MigrationTerminal(m.Status), m.Version)
-		if err != nil {
-			return err
-		}
-		return putJSON(tx, r.q.setMigrationData, m, m.ID)
-	})
-	if err != nil {
+	if err := r.db.Write(ctx, func(tx Tx) error { return r.insertMigration(tx, &m) }); err != nil {
 		return records.Migration{}, fmt.Errorf("creating migration for instance %s: %w", m.InstanceUUID, err)
 	}
 	return m, nil
+}
+
+// insertMigration inserts m's row, setting m.ID from the database, then
+// its JSON copy (which carries the ID).
+func (r *Records) insertMigration(tx Tx, m *records.Migration) error {
+	var err error
+	m.ID, err = insertID(tx, r.q.insertMigration,
+		m.UUID, m.InstanceUUID, m.SourceHost, m.DestHost, m.Status, !records.MigrationTerminal(m.Status), m.Version)
+	if err != nil {
+		return err
+	}
+	return putJSON(tx, r.q.setMigrationData, *m, m.ID)
+}
+
+// BeginMove implements store.Store: the instance's conditional UPDATE and
+// the migration's INSERT in one write transaction.
+func (r *Records) BeginMove(ctx context.Context, in records.Instance, m records.Migration) (records.Instance, records.Migration, error) {
+	expected := in.Version
+	in.Version++
+	data, err := encode(in)
+	if err != nil {
+		return records.Instance{}, records.Migration{}, fmt.Errorf("instance %s: %w", in.UUID, err)
+	}
+	m.Version = 1
+	m.TriedHosts = append([]string(nil), m.TriedHosts...)
+	err = r.db.Write(ctx, func(tx Tx) error {
+		n, err := tx.Exec(r.q.updateInstance, in.Host, in.Version, data, in.UUID, expected)
+		if err != nil {
+			return fmt.Errorf("instance %s: updating: %w", in.UUID, err)
+		}
+		if n != 1 {
+			var cur int64
+			switch err := tx.QueryRow(r.q.instanceVersion, in.UUID).Scan(&cur); {
+			case errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("instance %s: %w", in.UUID, store.ErrNotFound)
+			case err != nil:
+				return fmt.Errorf("instance %s: reading the version: %w", in.UUID, err)
+			}
+			return store.VersionConflict(placement.InstanceVersion, in.UUID, expected, cur)
+		}
+		return r.insertMigration(tx, &m)
+	})
+	if err != nil {
+		return records.Instance{}, records.Migration{}, fmt.Errorf("starting the move of instance %s: %w", in.UUID, err)
+	}
+	return in, m, nil
 }
 
 // GetMigration implements store.Store.

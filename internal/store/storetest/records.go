@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
 )
@@ -24,6 +25,7 @@ var recordTests = []subtest{
 	{"InstanceVersions", testInstanceVersions},
 	{"Migrations", testMigrations},
 	{"ListMigrations", testListMigrations},
+	{"BeginMove", testBeginMove},
 	{"Flavors", testFlavors},
 	{"UpdateService", testUpdateService},
 	{"UpdateServices", testUpdateServices},
@@ -400,6 +402,82 @@ func testMigrations(t *testing.T, s store.Store) {
 	next, err := s.CreateMigration(ctx, migration(5, 5, "cmp-1", "cmp-3", records.MigrationAccepted))
 	if err != nil || next.ID <= last {
 		t.Errorf("CreateMigration after updates = id %d, %v; want an id above %d", next.ID, err, last)
+	}
+}
+
+// testBeginMove: BeginMove writes the instance and creates its migration
+// in one write — both, or, refused (a stale instance version, an unknown
+// instance), neither: no instance left in its move's task without a
+// migration, no migration of a move that did not start.
+func testBeginMove(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	in, err := s.CreateInstance(ctx, instance(1, "cmp-1"))
+	if err != nil {
+		t.Fatalf("CreateInstance: %v", err)
+	}
+	before, err := s.CreateMigration(ctx, migration(1, 2, "cmp-1", "cmp-2", records.MigrationCompleted))
+	if err != nil {
+		t.Fatalf("CreateMigration: %v", err)
+	}
+	moving := in
+	moving.TaskState, moving.Owner, moving.UpdatedAt = records.TaskMigrating, "r1", t0.Add(time.Second)
+	m := migration(2, 1, "cmp-1", "", records.MigrationAccepted)
+	m.ID, m.Version = 999, 7 // both assigned by the store
+
+	// Refused: the instance changed since it was read.
+	bumped := in
+	bumped.Name = "renamed"
+	if bumped, err = s.UpdateInstance(ctx, bumped); err != nil {
+		t.Fatalf("UpdateInstance: %v", err)
+	}
+	_, _, err = s.BeginMove(ctx, moving, m)
+	wantConflict(t, "BeginMove with a stale instance version", err, placement.InstanceVersion, in.UUID)
+	if got, _ := s.GetInstance(ctx, in.UUID); !reflect.DeepEqual(got, bumped) {
+		t.Errorf("after a refused BeginMove GetInstance = %+v, want %+v", got, bumped)
+	}
+	if ms, _ := s.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: in.UUID}); len(ms) != 0 {
+		t.Errorf("after a refused BeginMove the instance has migrations %+v, want none", ms)
+	}
+	// Refused: no such instance.
+	ghost := instance(3, "cmp-1")
+	ghost.Version = 1
+	gm := migration(3, 3, "cmp-1", "", records.MigrationAccepted)
+	_, _, err = s.BeginMove(ctx, ghost, gm)
+	wantNotFound(t, "BeginMove of an unknown instance", err)
+	if ms, _ := s.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: ghost.UUID}); len(ms) != 0 {
+		t.Errorf("after BeginMove of an unknown instance it has migrations %+v, want none", ms)
+	}
+
+	// Both written.
+	moving = bumped
+	moving.TaskState, moving.Owner, moving.UpdatedAt = records.TaskMigrating, "r1", t0.Add(time.Second)
+	gotIn, gotM, err := s.BeginMove(ctx, moving, m)
+	if err != nil {
+		t.Fatalf("BeginMove: %v", err)
+	}
+	wantIn := moving
+	wantIn.Version = bumped.Version + 1
+	if !reflect.DeepEqual(gotIn, wantIn) {
+		t.Errorf("BeginMove returned instance %+v, want %+v", gotIn, wantIn)
+	}
+	if gotM.ID <= before.ID || gotM.Version != 1 {
+		t.Errorf("BeginMove returned migration id %d version %d, want an id above %d and version 1", gotM.ID, gotM.Version, before.ID)
+	}
+	if got, err := s.GetInstance(ctx, in.UUID); err != nil || !reflect.DeepEqual(got, wantIn) {
+		t.Errorf("after BeginMove GetInstance = %+v, %v; want %+v", got, err, wantIn)
+	}
+	if got, err := s.GetMigration(ctx, gotM.ID); err != nil || !reflect.DeepEqual(got, gotM) {
+		t.Errorf("after BeginMove GetMigration:\n got %+v, %v\nwant %+v", got, err, gotM)
+	}
+	active, err := s.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: in.UUID, ActiveOnly: true})
+	if err != nil || len(active) != 1 || active[0].ID != gotM.ID {
+		t.Errorf("after BeginMove the instance's active migrations = %+v, %v; want migration %d", active, err, gotM.ID)
+	}
+	// The instance's version moved on: the next write of it goes from there.
+	_, err = s.UpdateInstance(ctx, moving)
+	wantConflict(t, "UpdateInstance at the version before BeginMove", err, placement.InstanceVersion, in.UUID)
+	if next, err := s.CreateMigration(ctx, migration(4, 4, "cmp-1", "cmp-2", records.MigrationAccepted)); err != nil || next.ID <= gotM.ID {
+		t.Errorf("CreateMigration after BeginMove = id %d, %v; want an id above %d", next.ID, err, gotM.ID)
 	}
 }
 
