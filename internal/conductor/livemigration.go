@@ -31,12 +31,14 @@ func (c *Conductor) StartLiveMigration(ctx context.Context, instanceUUID, reques
 	return c.liveMigrate(ctx, instanceUUID, requestedHost, moveOpts{early: true})
 }
 
-// moveOpts are what a plan's move adds to a migration it starts, and
-// whether the start answers early (see StartLiveMigration).
+// moveOpts are what a plan's move adds to a migration it starts, whether
+// the start answers early (see StartLiveMigration), and a request's own
+// edits of the record the start saves (see Resize).
 type moveOpts struct {
 	ref   *records.MoveRef
 	avoid []string
 	early bool
+	edits []func(*records.Instance)
 }
 
 func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error) {

@@ -21,9 +21,12 @@ func (c *Conductor) ColdMigrate(ctx context.Context, instanceUUID, requestedHost
 
 // Resize starts a resize of an instance to flavor (Nova's resize action):
 // a cold move whose destination holds the new flavor. The source is a
-// candidate only with Config.AllowResizeToSameHost.
-func (c *Conductor) Resize(ctx context.Context, instanceUUID string, flavor records.Flavor) (records.Migration, error) {
-	return c.startColdMove(ctx, instanceUUID, "", &flavor, moveOpts{})
+// candidate only with Config.AllowResizeToSameHost. edits (the request's
+// own changes to the record, such as its disk config) are applied to the
+// record the start saves with its migration: a refused resize changes
+// nothing.
+func (c *Conductor) Resize(ctx context.Context, instanceUUID string, flavor records.Flavor, edits ...func(*records.Instance)) (records.Migration, error) {
+	return c.startColdMove(ctx, instanceUUID, "", &flavor, moveOpts{edits: edits})
 }
 
 func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor, o moveOpts) (records.Migration, error) {
@@ -58,6 +61,9 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 	inst, reserved, err := c.admitResize(ctx, inst)
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("resize of %s: %w", instanceUUID, err)
+	}
+	for _, edit := range o.edits {
+		edit(&inst)
 	}
 	now := c.clock.Now()
 	m, err := c.beginMove(ctx, inst, records.Migration{

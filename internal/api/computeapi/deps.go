@@ -67,7 +67,9 @@ type mover interface {
 	LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	StartLiveMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	ColdMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
-	Resize(ctx context.Context, instanceUUID string, flavor records.Flavor) (records.Migration, error)
+	// Resize applies edits (the request's disk config) to the record it
+	// saves with the migration, so a refused resize changes nothing.
+	Resize(ctx context.Context, instanceUUID string, flavor records.Flavor, edits ...func(*records.Instance)) (records.Migration, error)
 	Evacuate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	ConfirmResize(ctx context.Context, instanceUUID string) error
 	RevertResize(ctx context.Context, instanceUUID string) error

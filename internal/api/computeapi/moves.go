@@ -78,19 +78,16 @@ func (a *serverActionsAPI) moveAction(w http.ResponseWriter, r *http.Request, in
 		if qerr := a.checkResizeQuota(r.Context(), in, f); qerr != nil {
 			return true, qerr
 		}
-		if d := args.DiskConfig; d != nil && *d != in.DiskConfig {
+		var edits []func(*records.Instance)
+		if d := args.DiskConfig; d != nil {
 			// The resized server's disk config, as Nova takes it from the
 			// resize request (the fake and QEMU guests' disks are copied
-			// whole either way).
-			if in, err = a.modifyInstance(r, in.UUID, func(in *records.Instance) error {
-				in.DiskConfig = *d
-				return nil
-			}); err != nil {
-				return true, err
-			}
+			// whole either way), saved with the resize's start: a refused
+			// resize changes nothing.
+			edits = append(edits, func(in *records.Instance) { in.DiskConfig = *d })
 		}
 		action = "resize"
-		m, err = a.conductor.Resize(r.Context(), in.UUID, f)
+		m, err = a.conductor.Resize(r.Context(), in.UUID, f, edits...)
 	case body["evacuate"] != nil:
 		return true, a.evacuate(w, r, in, body["evacuate"])
 	case body["confirmResize"] != nil:

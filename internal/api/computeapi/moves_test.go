@@ -174,3 +174,47 @@ func BenchmarkMovesThroughTheAPI(b *testing.B) {
 		})
 	}
 }
+
+// TestRefusedResizeChangesNothing: a resize refused for the server's
+// state (paused) or its flavor (the same one), 409 each, leaves the server as
+// it was, its disk config too — the request's OS-DCF:diskConfig is saved
+// with the resize's start, not before its checks; a resize that starts
+// takes it. Before, the API wrote the disk config before the conductor's
+// state check: the refused resize left the server AUTO.
+func TestRefusedResizeChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.st.CreateFlavor(ctx, records.Flavor{ID: "3", Name: "m1.medium", VCPUs: 2, RAMMB: 4096, DiskGB: 40}); err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ Server struct{ ID string } }
+	e.call("POST", "/compute/v2.1/servers", "member", "", map[string]any{"server": map[string]any{"name": "vm1", "flavorRef": "2", "imageRef": "img"}}, &created)
+	id := created.Server.ID
+	e.waitStatus(id, "member", "ACTIVE")
+	diskConfig := func() any {
+		var show struct{ Server map[string]any }
+		e.call("GET", "/compute/v2.1/servers/"+id, "member", "", nil, &show)
+		return show.Server["OS-DCF:diskConfig"]
+	}
+	resize := func(flavor string, want int) {
+		t.Helper()
+		e.act(id, "member", "", map[string]any{"resize": map[string]any{"flavorRef": flavor, "OS-DCF:diskConfig": "AUTO"}}, want)
+	}
+	resize("2", 409) // the flavor it has (keel answers 409 with Nova's text)
+	if got := diskConfig(); got != "MANUAL" {
+		t.Fatalf("a resize refused for its flavor left the disk config %v, want MANUAL", got)
+	}
+	e.act(id, "member", "", map[string]any{"pause": nil}, 202)
+	e.waitStatus(id, "member", "PAUSED")
+	resize("3", 409)
+	if got := diskConfig(); got != "MANUAL" {
+		t.Fatalf("a resize refused for the server's state left the disk config %v, want MANUAL", got)
+	}
+	e.act(id, "member", "", map[string]any{"unpause": nil}, 202)
+	e.waitStatus(id, "member", "ACTIVE")
+	resize("3", 202)
+	if got := diskConfig(); got != "AUTO" {
+		t.Fatalf("a resize that started has the disk config %v, want AUTO", got)
+	}
+	e.waitStatus(id, "member", "VERIFY_RESIZE")
+}
