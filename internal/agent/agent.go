@@ -292,7 +292,7 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, error) {
 	case "", "fake":
 		drv, err := fake.New(fake.Config{Clock: opts.Clock, SpawnTime: opts.SpawnTime, StepTime: opts.StepTime, BandwidthMiBps: opts.BandwidthMiBps,
 			ProgressEvery: time.Second, StateFile: filepath.Join(opts.DataDir, "guests.json"), MemoryMB: physicalMemory(hc), Log: a.log,
-			HostCPUs: hc.VCPUs, Workload: opts.Workload, WorkloadSeed: workloadSeed(opts.Host)})
+			HostCPUs: hc.VCPUs, HostMemoryMB: hc.MemoryMB, Workload: opts.Workload, WorkloadSeed: workloadSeed(opts.Host)})
 		return drv, err
 	case "qemu":
 		qc := opts.QEMU

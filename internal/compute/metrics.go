@@ -19,7 +19,8 @@ import (
 type Measurement struct {
 	// At is when it was measured.
 	At time.Time
-	// Host are the host's metrics (records.MetricNames); a metric the
+	// Host are the host's metrics (records.MetricNames, then
+	// records.MemoryMetricNames); a metric the
 	// driver cannot measure is left out (unavailable), never zero.
 	Host []records.Metric
 	// Instances are the guests' usage, sorted by UUID.
@@ -59,6 +60,20 @@ func CPUMetrics(at time.Time, source string, freqMHz, user, kernel, idle, iowait
 		m(records.MetricCPUIOWaitPercent, clamp(iowait)),
 		m(records.MetricCPUPercent, clamp(1-idle-iowait)),
 	)
+}
+
+// MemoryMetrics builds the host memory metrics (keel.memory.total and
+// keel.memory.available, MiB) from what the kernel reports. A total of 0
+// (the kernel's figures could not be read) leaves both out: unavailable,
+// never zero. available is kept within 0…total.
+func MemoryMetrics(at time.Time, source string, totalMB, availableMB int64) []records.Metric {
+	if totalMB <= 0 {
+		return nil
+	}
+	return []records.Metric{
+		{Name: records.MetricMemoryTotal, Value: float64(totalMB), Timestamp: at, Source: source},
+		{Name: records.MetricMemoryAvailable, Value: float64(min(max(availableMB, 0), totalMB)), Timestamp: at, Source: source},
+	}
 }
 
 // CPUTimes are a host's cumulative CPU times as its kernel counts them,

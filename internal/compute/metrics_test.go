@@ -1,6 +1,7 @@
 package compute_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -88,4 +89,64 @@ func TestMetricsCadence(t *testing.T) {
 	if len(rec.Metrics) != 0 || len(rec.InstanceUsage) != 0 {
 		t.Errorf("unmeasurable host reported %+v", rec.Metrics)
 	}
+}
+
+// TestFakeHostMemory: the fake driver reports the host's memory as a
+// kernel would — keel.memory.total its memory, keel.memory.available what
+// its guests' workload models do not touch (a paused guest's memory stays
+// touched), after Nova's CPU metrics — and leaves both out (unavailable,
+// never 0) when it is given no memory.
+func TestFakeHostMemory(t *testing.T) {
+	clk := clock.NewVirtual(clock.Epoch)
+	drv, err := fake.New(fake.Config{Clock: clk, HostCPUs: 8, HostMemoryMB: 16384, Workload: "constant cpu=1 mem=1000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.AddGuest(compute.Guest{UUID: "a", Flavor: records.Flavor{Name: "f", VCPUs: 2, RAMMB: 2048}, State: compute.GuestRunning})
+	drv.AddGuest(compute.Guest{UUID: "b", Flavor: records.Flavor{Name: "f", VCPUs: 2, RAMMB: 2048}, State: compute.GuestPaused})
+	drv.AddGuest(compute.Guest{UUID: "c", Flavor: records.Flavor{Name: "f", VCPUs: 2, RAMMB: 2048}, State: compute.GuestStopped})
+	m, err := drv.Measure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, x := range m.Host {
+		names = append(names, x.Name)
+	}
+	if want := append(append([]string{}, records.MetricNames...), records.MemoryMetricNames...); !slices.Equal(names, want) {
+		t.Errorf("host metrics %v, want %v", names, want)
+	}
+	total, _ := metricIn(m.Host, records.MetricMemoryTotal)
+	avail, _ := metricIn(m.Host, records.MetricMemoryAvailable)
+	if total != 16384 || avail != 16384-2*1000 {
+		t.Errorf("keel.memory.total %v, available %v: want 16384 and 16384 − 2 × 1000 (the running and the paused guest)", total, avail)
+	}
+
+	// MemoryMB (the spawn limit) stands in for HostMemoryMB.
+	drv2, _ := fake.New(fake.Config{Clock: clk, HostCPUs: 8, MemoryMB: 4096})
+	m, _ = drv2.Measure(ctx)
+	if total, ok := metricIn(m.Host, records.MetricMemoryTotal); !ok || total != 4096 {
+		t.Errorf("keel.memory.total with MemoryMB 4096: %v %v", total, ok)
+	}
+
+	// No memory given: the CPU is measured, the memory unavailable.
+	drv3, _ := fake.New(fake.Config{Clock: clk, HostCPUs: 8})
+	m, _ = drv3.Measure(ctx)
+	for _, name := range records.MemoryMetricNames {
+		if v, ok := metricIn(m.Host, name); ok {
+			t.Errorf("a host without memory reported %s = %v: want it unavailable", name, v)
+		}
+	}
+	if _, ok := metricIn(m.Host, records.MetricCPUPercent); !ok {
+		t.Error("cpu.percent unavailable on a host without memory")
+	}
+}
+
+func metricIn(ms []records.Metric, name string) (float64, bool) {
+	for _, m := range ms {
+		if m.Name == name {
+			return m.Value, true
+		}
+	}
+	return 0, false
 }

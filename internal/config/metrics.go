@@ -10,16 +10,20 @@ import (
 )
 
 // DriverMetrics lists, for each [keel] driver, the metrics its agents
-// report: every name of records.MetricNames for all three — the fake
-// driver from its guests' workload models, the qemu driver from the
-// kernel's /proc/stat (cpu.frequency from /proc/cpuinfo, where the kernel
-// gives it), the libvirt driver from libvirtd's virNodeGetCPUStats.
-// TestDriverMetricsMatchTheDrivers keeps this true.
+// report: every name of records.MetricNames and records.MemoryMetricNames
+// for all three — the fake driver from its guests' workload models, the
+// qemu driver from the kernel's /proc/stat and /proc/meminfo
+// (cpu.frequency from /proc/cpuinfo, where the kernel gives it), the
+// libvirt driver from libvirtd's virNodeGetCPUStats and
+// virNodeGetMemoryStats. TestDriverMetricsMatchTheDrivers keeps this
+// true.
 var DriverMetrics = map[string][]string{
-	"fake":    records.MetricNames,
-	"qemu":    records.MetricNames,
-	"libvirt": records.MetricNames,
+	"fake":    allMetricNames,
+	"qemu":    allMetricNames,
+	"libvirt": allMetricNames,
 }
+
+var allMetricNames = slices.Concat(records.MetricNames, records.MemoryMetricNames)
 
 // CheckMetrics checks [metrics] weight_setting against what the agents of
 // this configuration ([keel] driver, [metrics] report_interval) can

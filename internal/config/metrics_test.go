@@ -76,7 +76,7 @@ func TestCheckMetrics(t *testing.T) {
 // exactly those names, and every driver listed with names is a
 // compute.Measurer (libvirt's own test checks its names on a libvirtd).
 func TestDriverMetricsMatchTheDrivers(t *testing.T) {
-	drv, err := fake.New(fake.Config{HostCPUs: 8})
+	drv, err := fake.New(fake.Config{HostCPUs: 8, HostMemoryMB: 16384})
 	if err != nil {
 		t.Fatal(err)
 	}

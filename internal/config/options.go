@@ -524,7 +524,7 @@ var options = slices.Concat([]*option{
 	floatOpt("metrics", "report_threshold", func(c *Config) *float64 { return &c.Metrics.ReportThreshold },
 		"A change of the host's cpu.percent (a fraction: 0.10 is 10 points) that an agent reports at once rather than at its next report_interval.").atLeast(0),
 	listOpt("metrics", "weight_setting", func(c *Config) *[]string { return &c.Metrics.WeightSetting }, checkWeightSetting,
-		"MetricsWeigher's metrics and ratios, name=ratio comma-separated (cpu.percent=-1.0 prefers the least busy hosts); a host's weight is the sum of ratio × value. Names: "+strings.Join(records.MetricNames, ", ")+"; the percents are fractions (0.25 is 25 %)."),
+		"MetricsWeigher's metrics and ratios, name=ratio comma-separated (cpu.percent=-1.0 prefers the least busy hosts); a host's weight is the sum of ratio × value. Names: "+strings.Join(records.MetricNames, ", ")+" (Nova's; the percents are fractions, 0.25 is 25 %) and keel's "+strings.Join(records.MemoryMetricNames, ", ")+" (the host's memory as its kernel reports it, MiB)."),
 	boolOpt("metrics", "required", func(c *Config) *bool { return &c.Metrics.Required },
 		"Whether a host lacking a metric of weight_setting (or whose measurement is older than max_age) fails the decision, as Nova's raises; false weighs it weight_of_unavailable. Enable MetricFilter to skip such hosts instead. A metric of weight_setting that no host will report ([keel] driver does not measure it, or report_interval is 0) stops the server at start when true, and is a warning when false."),
 	floatOpt("metrics", "weight_of_unavailable", func(c *Config) *float64 { return &c.Metrics.WeightOfUnavailable },

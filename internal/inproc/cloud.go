@@ -263,6 +263,9 @@ func (c *Cloud) register(ctx context.Context, hosts []Host) error {
 		if dcfg.HostCPUs == 0 {
 			dcfg.HostCPUs = cfg.VCPUs
 		}
+		if dcfg.HostMemoryMB == 0 {
+			dcfg.HostMemoryMB = cfg.MemoryMB
+		}
 		drv, err := fake.New(dcfg)
 		if err != nil {
 			return fmt.Errorf("the driver of host %s: %w", cfg.Host, err)

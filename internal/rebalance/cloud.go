@@ -47,12 +47,22 @@ type Measured struct {
 	// CPUPercent is the share of the host's CPUs busy (cpu.percent, a
 	// fraction), everything on the host included.
 	CPUPercent float64
-	// MemoryMB is the memory its guests were measured resident in (the
-	// sum over the instances its report measured; the host's own use is
-	// not counted: what a move changes is the guests').
-	MemoryMB int64
+	// MemoryMB is the host's memory in use, of MemoryTotalMB: as its
+	// kernel reports it (keel.memory.total − keel.memory.available:
+	// everything on the host, its own use and the guests' overhead
+	// included, as cpu.percent counts the CPU) when the host reports it;
+	// else (MemoryTotalMB 0) the memory its guests were measured resident
+	// in, the sum over the instances its report measured, a share of the
+	// MEMORY_MB inventory's total. Either way a move changes it by the
+	// instance's resident memory.
+	MemoryMB      int64
+	MemoryTotalMB int64
 	// At is when it was measured.
 	At time.Time
+	// Assumed says CPUPercent and MemoryMB include instances that moved
+	// since At (FromStore: counted on their new host, no longer on the
+	// one that measured them), as the scheduler assumes a claim's load.
+	Assumed bool
 }
 
 // Instance is one instance.
@@ -112,8 +122,10 @@ var _ Source = store.Store(nil)
 // its usage (the host's), its compute service, host record (and the
 // measured CPU its last report carried) and aggregates; every instance on
 // a host, pinned unless it is ACTIVE with no task in flight, with its
-// measured usage from its host's last report; every server group with a
-// policy.
+// measured usage from its host's last report — or, for an instance that
+// moved since, from its previous host's, its usage then counted on its
+// new host and no longer on the previous one (assumeMove); every server
+// group with a policy.
 func FromStore(ctx context.Context, src Source) (Cloud, error) {
 	sums, err := src.ProviderSummaries(ctx, nil)
 	if err != nil {
@@ -146,16 +158,17 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		}
 	}
 	recBy := map[string]records.HostRecord{}
-	type usage struct {
-		host string
-		busy float64
-		mem  int64
-	}
-	busyBy := map[string]usage{}
+	// measuredOn: each instance's usage, by the hosts whose last report
+	// measured it (two while a move's source and destination both list
+	// it).
+	measuredOn := map[string]map[string]records.InstanceUsage{}
 	for _, r := range recs {
 		recBy[r.Host] = r
 		for _, u := range r.InstanceUsage {
-			busyBy[u.UUID] = usage{r.Host, u.VCPUsBusy, u.MemoryMB}
+			if measuredOn[u.UUID] == nil {
+				measuredOn[u.UUID] = map[string]records.InstanceUsage{}
+			}
+			measuredOn[u.UUID][r.Host] = u
 		}
 	}
 	aggBy := map[string][]map[string]string{}
@@ -182,22 +195,43 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 			h.Record = &r
 			if m, ok := r.Metric(records.MetricCPUPercent); ok {
 				h.Measured = &Measured{CPUPercent: m.Value, At: m.Timestamp}
-				for _, u := range r.InstanceUsage {
-					h.Measured.MemoryMB += u.MemoryMB
+				total, ok1 := r.Metric(records.MetricMemoryTotal)
+				avail, ok2 := r.Metric(records.MetricMemoryAvailable)
+				if ok1 && ok2 && total.Value > 0 && total.Timestamp.Equal(m.Timestamp) && avail.Timestamp.Equal(m.Timestamp) {
+					h.Measured.MemoryTotalMB = int64(total.Value)
+					h.Measured.MemoryMB = int64(total.Value - avail.Value)
+				} else {
+					for _, u := range r.InstanceUsage {
+						h.Measured.MemoryMB += u.MemoryMB
+					}
 				}
 			}
 		}
 		c.Hosts = append(c.Hosts, h)
 	}
 	slices.SortFunc(c.Hosts, func(a, b Host) int { return compareStr(a.Name, b.Name) })
+	hostBy := make(map[string]*Host, len(c.Hosts))
+	for i := range c.Hosts {
+		hostBy[c.Hosts[i].Name] = &c.Hosts[i]
+	}
 	for _, in := range insts {
 		if in.Host == "" {
 			continue
 		}
 		i := Instance{UUID: in.UUID, Host: in.Host, Flavor: in.Flavor, Zone: in.RequestedZone,
 			Pinned: in.VMState != records.VMActive || in.TaskState != records.TaskNone}
-		if u, ok := busyBy[in.UUID]; ok && u.host == in.Host {
-			i.BusyCPUs, i.ResidentMB, i.HasBusy = u.busy, u.mem, true
+		on := measuredOn[in.UUID]
+		if u, ok := on[in.Host]; ok {
+			i.BusyCPUs, i.ResidentMB, i.HasBusy = u.VCPUsBusy, u.MemoryMB, true
+		} else if u, ok := latest(on); ok {
+			// Moved here since this host's last report.
+			i.BusyCPUs, i.ResidentMB, i.HasBusy = u.VCPUsBusy, u.MemoryMB, true
+			assumeLoad(hostBy[in.Host], u, 1)
+		}
+		for h, u := range on {
+			if h != in.Host { // moved away since that host's last report
+				assumeLoad(hostBy[h], u, -1)
+			}
 		}
 		if in.Hints != nil {
 			i.Group, i.SameHost, i.DifferentHost = in.Hints.Group, in.Hints.SameHost, in.Hints.DifferentHost
@@ -209,6 +243,38 @@ func FromStore(ctx context.Context, src Source) (Cloud, error) {
 		c.Groups = append(c.Groups, Group{UUID: g.UUID, Policy: g.Policy, MaxServerPerHost: g.MaxServerPerHost})
 	}
 	return c, nil
+}
+
+// latest is an instance's most recent measured usage on any host (the
+// earliest host name among equals).
+func latest(on map[string]records.InstanceUsage) (records.InstanceUsage, bool) {
+	var from string
+	var last records.InstanceUsage
+	for h, u := range on {
+		if from == "" || u.Timestamp.After(last.Timestamp) || (u.Timestamp.Equal(last.Timestamp) && h < from) {
+			from, last = h, u
+		}
+	}
+	return last, from != ""
+}
+
+// assumeLoad is the scheduler's claim-time rule on the planner's view,
+// for an instance that moved since the last reports (a guest runs on one
+// host at a time, and the drivers measure every guest that runs): its
+// measured usage u counts at once on its new host (sign 1) and no longer
+// on a host whose report still lists it (sign −1), until the next
+// reports say so themselves. A host without a measurement stays without
+// one.
+func assumeLoad(h *Host, u records.InstanceUsage, sign int64) {
+	if h == nil || h.Measured == nil {
+		return
+	}
+	m := h.Measured
+	if cpus := float64(h.Inventories[placement.VCPU].Total); cpus > 0 {
+		m.CPUPercent = min(max(m.CPUPercent+float64(sign)*u.VCPUsBusy/cpus, 0), 1)
+	}
+	m.MemoryMB = max(m.MemoryMB+sign*u.MemoryMB, 0)
+	m.Assumed = true
 }
 
 func compareStr(a, b string) int {

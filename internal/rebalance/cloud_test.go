@@ -79,3 +79,71 @@ func TestFromStoreReadsTheCloud(t *testing.T) {
 		}
 	}
 }
+
+// TestFromStoreAssumesMovesSinceTheReports: an instance that moved since
+// the hosts' last reports counts, as the scheduler assumes a claim, on its
+// new host with the usage its previous host measured, and no longer on a
+// host whose report still lists it; the host's memory in use is the
+// kernel's (keel.memory.total − available) where reported, else its
+// guests' resident memory.
+func TestFromStoreAssumesMovesSinceTheReports(t *testing.T) {
+	ctx := context.Background()
+	st := memory.New()
+	for _, name := range []string{"h1", "h2", "h3"} {
+		h := seedHost(name) // 32 CPUs
+		if _, err := st.CreateProvider(ctx, placement.Provider{UUID: "rp-" + name, Name: name, Inventories: h.Inventories}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutService(ctx, records.Service{Host: name, Binary: "nova-compute", Zone: "nova", LastSeenUp: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metrics := func(cpu, total, avail float64) []records.Metric {
+		ms := []records.Metric{{Name: records.MetricCPUPercent, Value: cpu, Timestamp: now}}
+		if total > 0 {
+			ms = append(ms, records.Metric{Name: records.MetricMemoryTotal, Value: total, Timestamp: now},
+				records.Metric{Name: records.MetricMemoryAvailable, Value: avail, Timestamp: now})
+		}
+		return ms
+	}
+	use := func(uuid string, busy float64, mem int64) records.InstanceUsage {
+		return records.InstanceUsage{UUID: uuid, VCPUsBusy: busy, MemoryMB: mem, Timestamp: now}
+	}
+	// a moved h1 → h2 and b h1 → h3 since h1's report; h3 has reported
+	// since b arrived, h2 not since a did.
+	for _, r := range []records.HostRecord{
+		{Host: "h1", Metrics: metrics(0.5, 65536, 32768), InstanceUsage: []records.InstanceUsage{use("a", 4, 8192), use("b", 2, 4096)}},
+		{Host: "h2", Metrics: metrics(0.1, 65536, 60000)},
+		{Host: "h3", Metrics: metrics(0.2, 0, 0), InstanceUsage: []records.InstanceUsage{use("b", 2, 4096), use("c", 1, 2048)}},
+	} {
+		if err := st.PutHostRecord(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for uuid, host := range map[string]string{"a": "h2", "b": "h3", "c": "h3"} {
+		if _, err := st.CreateInstance(ctx, records.Instance{UUID: uuid, Host: host, Flavor: small, VMState: records.VMActive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := FromStore(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Measured{
+		"h1": {CPUPercent: 0.5 - 6.0/32, MemoryMB: 32768 - 8192 - 4096, MemoryTotalMB: 65536, Assumed: true},
+		"h2": {CPUPercent: 0.1 + 4.0/32, MemoryMB: 5536 + 8192, MemoryTotalMB: 65536, Assumed: true},
+		"h3": {CPUPercent: 0.2, MemoryMB: 4096 + 2048}, // no kernel memory: the guests'
+	}
+	for _, h := range c.Hosts {
+		w := want[h.Name]
+		w.At = now
+		if h.Measured == nil || *h.Measured != w {
+			t.Errorf("%s measured %+v, want %+v", h.Name, h.Measured, w)
+		}
+	}
+	for _, in := range c.Instances {
+		if in.UUID == "a" && (!in.HasBusy || in.BusyCPUs != 4 || in.ResidentMB != 8192) {
+			t.Errorf("a, moved since h2's report: %+v, want its usage on h1 (4 CPUs, 8192 MiB)", in)
+		}
+	}
+}

@@ -99,6 +99,16 @@ func TestPlanMeasured(t *testing.T) {
 // (memory-heavy, CPU-light) to a host whose guests hold little, and says
 // both hosts' memory before and after.
 func TestPlanMeasuredMemory(t *testing.T) {
+	for _, kernel := range []bool{false, true} {
+		t.Run(map[bool]string{false: "guests", true: "kernel"}[kernel], func(t *testing.T) { planMeasuredMemory(t, kernel) })
+	}
+}
+
+// planMeasuredMemory: with kernel, the hosts report their memory as the
+// kernel does, 32 GiB (twice the MEMORY_MB inventory), each with 8 GiB
+// more in use than its guests' (the host's own): the shares are of the
+// kernel's total.
+func planMeasuredMemory(t *testing.T, kernel bool) {
 	var b builder
 	for _, h := range []struct {
 		name string
@@ -106,6 +116,9 @@ func TestPlanMeasuredMemory(t *testing.T) {
 	}{{"h1", 12288}, {"h2", 1024}, {"h3", 1024}} {
 		mh := measuredHost(h.name, 0.25, now)
 		mh.Measured.MemoryMB = h.mem
+		if kernel {
+			mh.Measured.MemoryMB, mh.Measured.MemoryTotalMB = h.mem+8192, 32768
+		}
 		b.host(mh)
 	}
 	fat := records.Flavor{ID: "f", Name: "fat", VCPUs: 2, RAMMB: 6144, DiskGB: 20}
@@ -134,8 +147,12 @@ func TestPlanMeasuredMemory(t *testing.T) {
 	if m.Source != "h1" || m.Load == nil {
 		t.Fatalf("first move %+v: want one off h1 with its load", m)
 	}
-	if l := m.Load; l.SourceMemoryBefore != 0.75 || l.SourceMemoryAfter != 0.375 || l.DestMemoryBefore != 1024.0/16384 || l.DestMemoryAfter != 7168.0/16384 {
-		t.Errorf("memory load %+v: want h1 0.75 → 0.375 and the destination 1/16 → 7/16", *l)
+	want := [4]float64{0.75, 0.375, 1024.0 / 16384, 7168.0 / 16384}
+	if kernel {
+		want = [4]float64{20480.0 / 32768, 14336.0 / 32768, 9216.0 / 32768, 15360.0 / 32768}
+	}
+	if l := m.Load; [4]float64{l.SourceMemoryBefore, l.SourceMemoryAfter, l.DestMemoryBefore, l.DestMemoryAfter} != want {
+		t.Errorf("memory load %+v: want h1 %.4f → %.4f and the destination %.4f → %.4f", *l, want[0], want[1], want[2], want[3])
 	}
 	if l := m.Load; l.SourceBefore != 0.25 || l.SourceAfter != 0.25-0.5/8 {
 		t.Errorf("CPU load %+v: want h1 0.25 → %.4f (the guest's half CPU of 8)", *l, 0.25-0.5/8)

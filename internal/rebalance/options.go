@@ -20,10 +20,11 @@ const (
 	MetricMax Metric = "max"
 	// MetricMeasured is each host's measured use: the larger of the CPUs
 	// its agent last measured busy (cpu.percent) over its CPUs (the VCPU
-	// inventory's total, before the allocation ratio) and the memory its
-	// guests were measured resident in over its memory (the MEMORY_MB
-	// inventory's total). A host with no
-	// measurement within Options.MaxAge is neither counted nor a
+	// inventory's total, before the allocation ratio) and its memory in
+	// use as its kernel reports it (keel.memory.total − available, of the
+	// total), or, where the host does not report that, the memory its
+	// guests were measured resident in over the MEMORY_MB inventory's
+	// total. A host with no measurement within Options.MaxAge is neither counted nor a
 	// destination, and only instances with a measured usage move; the
 	// filters still check every move against the claims.
 	MetricMeasured Metric = "measured"

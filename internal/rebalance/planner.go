@@ -192,7 +192,8 @@ type state struct {
 
 // The dimensions of a host's capacity and usage and an instance's amount:
 // the three classes (classes' order), then measured CPU (dimMeasured) and
-// measured memory (dimMeasuredMem: the guests' resident memory).
+// measured memory (dimMeasuredMem: the host's as its kernel reports it,
+// else its guests' resident memory; an instance's, its resident memory).
 const (
 	dims           = 5
 	dimMeasured    = 3
@@ -342,6 +343,9 @@ func (p *Planner) load(c Cloud) (*state, error) {
 			x.cap[dimMeasured] = float64(h.Inventories[placement.VCPU].Total)
 			x.used[dimMeasured] = m.CPUPercent * x.cap[dimMeasured]
 			x.cap[dimMeasuredMem] = float64(h.Inventories[placement.MemoryMB].Total)
+			if m.MemoryTotalMB > 0 {
+				x.cap[dimMeasuredMem] = float64(m.MemoryTotalMB)
+			}
 			x.used[dimMeasuredMem] = float64(m.MemoryMB)
 		}
 		x.counted = !h.Disabled && !h.ForcedDown && !p.exclude[h.Name] && st.hasCapacity(x)

@@ -40,7 +40,8 @@ type HostRecord struct {
 	DiskAllocationRatio float64 `json:"disk_allocation_ratio"`
 
 	// Metrics are the host's measured values under Nova's
-	// compute_nodes.metrics names (cpu.percent, …; see MetricNames), as
+	// compute_nodes.metrics names (cpu.percent, …; see MetricNames) and
+	// the host's memory under keel's (MemoryMetricNames), as
 	// the agent last reported them: a name missing is unavailable, never
 	// zero. InstanceUsage is each guest's measured usage in the same
 	// report. Both are written by the agent's metrics reporter on its own
@@ -53,7 +54,8 @@ type HostRecord struct {
 
 // Metric is one measured value of a host, as Nova's MonitorMetric holds
 // it: the *.percent values are fractions (0.25 is 25 %), as Nova's
-// cpu.virt_driver monitor reports them, and cpu.frequency is in MHz.
+// cpu.virt_driver monitor reports them, cpu.frequency is in MHz and
+// keel.memory.* in MiB.
 type Metric struct {
 	Name  string  `json:"name"`
 	Value float64 `json:"value"`
@@ -75,10 +77,26 @@ const (
 	MetricCPUFrequency     = "cpu.frequency"
 )
 
-// MetricNames lists the host metrics keel's drivers report, in the order
-// they are stored.
+// MetricNames lists the host CPU metrics keel's drivers report under
+// Nova's names, in the order they are stored.
 var MetricNames = []string{MetricCPUFrequency, MetricCPUUserPercent, MetricCPUKernelPercent,
 	MetricCPUIdlePercent, MetricCPUIOWaitPercent, MetricCPUPercent}
+
+// keel's own host metrics: the host's memory as its kernel reports it
+// (/proc/meminfo's MemTotal and MemAvailable, or libvirtd's
+// virNodeGetMemoryStats), in MiB. Nova's compute_nodes.metrics has no
+// memory names (its MonitorMetricType lists cpu.* and numa.membw.*
+// only), hence the keel. prefix; they are stored beside the cpu.*
+// metrics, after them, and weighed like them when weight_setting names
+// them.
+const (
+	MetricMemoryTotal     = "keel.memory.total"
+	MetricMemoryAvailable = "keel.memory.available"
+)
+
+// MemoryMetricNames lists keel's host memory metrics, in the order they
+// are stored (after MetricNames).
+var MemoryMetricNames = []string{MetricMemoryTotal, MetricMemoryAvailable}
 
 // InstanceUsage is one guest's measured usage.
 type InstanceUsage struct {

@@ -201,13 +201,15 @@ func (f metricFilter) missing(h *HostState, now time.Time) string {
 	return ""
 }
 
-// assumedLoad is a claim's expected load on a host's measured CPU:
-// busy (physical CPUs; negative on a move's source) for instance uuid,
-// assumed at at.
+// assumedLoad is a claim's expected load on a host's measured CPU and
+// memory: busy (physical CPUs) and memMB (MiB) for instance uuid, assumed
+// at at; both negative on a move's source (leaving).
 type assumedLoad struct {
-	uuid string
-	busy float64
-	at   time.Time
+	uuid    string
+	busy    float64
+	memMB   float64
+	at      time.Time
+	leaving bool
 }
 
 // SourceClaim is the Source of a metric the scheduler adjusted by claims.
@@ -215,7 +217,8 @@ const SourceClaim = "keel.claim"
 
 // MeasuredMetric returns a host's measured metric as the weigher reads
 // it: the record's, unavailable when missing or older than maxAge (0: no
-// bound), with the CPU metrics adjusted by the loads assumed since.
+// bound), with the CPU metrics and keel.memory.available adjusted by the
+// loads assumed since.
 func (h *HostState) MeasuredMetric(name string, now time.Time, maxAge time.Duration) (records.Metric, bool) {
 	if !h.HasRecord {
 		return records.Metric{}, false
@@ -233,6 +236,17 @@ func (h *HostState) MeasuredMetric(name string, now time.Time, maxAge time.Durat
 		sign = 1
 	case records.MetricCPUIdlePercent:
 		sign = -1
+	case records.MetricMemoryAvailable:
+		mem := 0.0
+		for _, a := range h.assumed {
+			mem += a.memMB
+		}
+		m.Value = max(m.Value-mem, 0)
+		if t, ok := h.Record.Metric(records.MetricMemoryTotal); ok {
+			m.Value = min(m.Value, t.Value)
+		}
+		m.Source = SourceClaim
+		return m, true
 	default:
 		return m, true
 	}
@@ -249,10 +263,12 @@ func (h *HostState) MeasuredMetric(name string, now time.Time, maxAge time.Durat
 	return m, true
 }
 
-// usageOf is where the view last saw an instance measured.
+// usageOf is where the view last saw an instance measured, and what it
+// used there.
 type usageOf struct {
-	host string
-	busy float64
+	host  string
+	busy  float64
+	memMB float64
 }
 
 // indexUsage records the instances a host's record measured, after
@@ -270,7 +286,7 @@ func (v *View) indexUsage(h *HostState, old records.HostRecord) {
 		v.usage = map[string]usageOf{}
 	}
 	for _, u := range h.Record.InstanceUsage {
-		v.usage[u.UUID] = usageOf{host: h.Name, busy: u.VCPUsBusy}
+		v.usage[u.UUID] = usageOf{host: h.Name, busy: u.VCPUsBusy, memMB: float64(u.MemoryMB)}
 	}
 }
 
@@ -294,7 +310,7 @@ func (h *HostState) pruneAssumed(assumeFor time.Duration) {
 		if m.Timestamp.Before(a.at) {
 			return false
 		}
-		return (a.busy >= 0) == measured(a.uuid) || m.Timestamp.Sub(a.at) > assumeFor
+		return !a.leaving == measured(a.uuid) || m.Timestamp.Sub(a.at) > assumeFor
 	})
 }
 
@@ -305,21 +321,21 @@ func (v *View) assumeLoad(h *HostState, r *Request, now time.Time) {
 	if r.InstanceUUID == "" {
 		return
 	}
-	busy := float64(r.Resources[placement.VCPU])
+	busy, mem := float64(r.Resources[placement.VCPU]), float64(r.Resources[placement.MemoryMB])
 	u, measured := v.usage[r.InstanceUUID]
 	if measured {
-		busy = u.busy
+		busy, mem = u.busy, u.memMB
 	}
 	if measured && u.host != h.Name {
 		if src := v.byName[u.host]; src != nil {
-			src.assumed = append(src.assumed, assumedLoad{uuid: r.InstanceUUID, busy: -busy, at: now})
+			src.assumed = append(src.assumed, assumedLoad{uuid: r.InstanceUUID, busy: -busy, memMB: -mem, at: now, leaving: true})
 			v.dense.sync(src)
 		}
 	}
 	if measured && u.host == h.Name {
 		return // a resize on its own host: already measured here
 	}
-	h.assumed = append(h.assumed, assumedLoad{uuid: r.InstanceUUID, busy: busy, at: now})
+	h.assumed = append(h.assumed, assumedLoad{uuid: r.InstanceUUID, busy: busy, memMB: mem, at: now})
 	v.dense.sync(h)
 }
 

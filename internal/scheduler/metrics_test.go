@@ -118,6 +118,94 @@ func TestAssumedLoadEndsWithTheMeasurementThatSeesIt(t *testing.T) {
 	}
 }
 
+// measureMem writes a host's record measured now with cpu.percent 0.5,
+// keel.memory.total 32768 MiB and keel.memory.available avail, and the
+// instances it measured (uuid → resident MiB, all idle).
+func (c *cloud) measureMem(t *testing.T, host string, avail float64, at time.Time, insts map[string]int64) {
+	t.Helper()
+	rec := records.HostRecord{Host: host, ProviderUUID: "rp-" + host,
+		Metrics: []records.Metric{
+			{Name: records.MetricCPUPercent, Value: 0.5, Timestamp: at, Source: "test"},
+			{Name: records.MetricMemoryTotal, Value: 32768, Timestamp: at, Source: "test"},
+			{Name: records.MetricMemoryAvailable, Value: avail, Timestamp: at, Source: "test"},
+		}}
+	for u, mem := range insts {
+		rec.InstanceUsage = append(rec.InstanceUsage, records.InstanceUsage{UUID: u, MemoryMB: mem, Timestamp: at})
+	}
+	if err := c.st.PutHostRecord(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClaimAdjustsMeasuredMemory: the host's memory as its kernel reports
+// it (keel.memory.available) follows the claims as the CPU does — a boot
+// takes its flavor's memory from its host at once, a move its measured
+// resident memory from the destination and gives it back to the source —
+// until measurements see the instance arrive and leave; an idle instance
+// still measured on its source keeps the source's credit (a departure is
+// not taken for an arrival), and weighing keel.memory.available spreads
+// consecutive boots.
+func TestClaimAdjustsMeasuredMemory(t *testing.T) {
+	c := newCloud(t, 2)
+	now := c.clk.Now()
+	c.measureMem(t, "h01", 20000, now, map[string]int64{"vm": 6000})
+	c.measureMem(t, "h02", 24000, now, nil)
+	cfg := metricsConfig()
+	cfg.Metrics.WeightSetting = []MetricWeight{{Name: records.MetricMemoryAvailable, Ratio: 1}}
+	s := c.scheduler(t, cfg, PolicyClaim, 1)
+	avail := func(host string) float64 {
+		t.Helper()
+		if err := s.View().Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		m, ok := s.View().byName[host].MeasuredMetric(records.MetricMemoryAvailable, c.clk.Now(), time.Minute)
+		if !ok {
+			t.Fatalf("%s: keel.memory.available unavailable", host)
+		}
+		return m.Value
+	}
+	// Two boots of 3000 MiB: h02 (24000 free) then h02 again (21000 >
+	// 20000), then h01 (20000 > 18000).
+	var got []string
+	for i := range 3 {
+		r := placement.Resources{placement.VCPU: 1, placement.MemoryMB: 3000, placement.DiskGB: 10}
+		uuid := fmt.Sprint("boot", i)
+		sel, err := s.Select(context.Background(), &Request{InstanceUUID: uuid, Resources: r}, storeClaim(c.st, uuid, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, sel.Host)
+	}
+	if strings.Join(got, " ") != "h02 h02 h01" {
+		t.Errorf("boots weighed by keel.memory.available went to %v, want h02 h02 h01", got)
+	}
+	if a1, a2 := avail("h01"), avail("h02"); a1 != 17000 || a2 != 18000 {
+		t.Errorf("after the boots: h01 %v, h02 %v MiB available, want 17000 and 18000", a1, a2)
+	}
+	// Move vm (6000 MiB resident, idle) to h02.
+	r := placement.Resources{placement.VCPU: 1, placement.MemoryMB: 8192, placement.DiskGB: 10}
+	if sel, err := s.Select(context.Background(), &Request{InstanceUUID: "vm", Resources: r, IgnoreHosts: []string{"h01"}}, storeClaim(c.st, "vm", r)); err != nil || sel.Host != "h02" {
+		t.Fatalf("move: %v %v", sel.Host, err)
+	}
+	if a1, a2 := avail("h01"), avail("h02"); a1 != 23000 || a2 != 12000 {
+		t.Errorf("after the move's claim: h01 %v, h02 %v MiB available, want 23000 and 12000", a1, a2)
+	}
+	// Still copying: h01 still measures vm (and the boot), h02 not yet.
+	c.clk.Advance(10 * time.Second)
+	c.measureMem(t, "h01", 17000, c.clk.Now(), map[string]int64{"vm": 6000, "boot2": 3000})
+	c.measureMem(t, "h02", 18000, c.clk.Now(), map[string]int64{"boot0": 3000, "boot1": 3000})
+	if a1, a2 := avail("h01"), avail("h02"); a1 != 23000 || a2 != 12000 {
+		t.Errorf("measured while copying: h01 %v, h02 %v MiB available, want the move still assumed: 23000 and 12000", a1, a2)
+	}
+	// Landed: both measurements see it; nothing is assumed any more.
+	c.clk.Advance(10 * time.Second)
+	c.measureMem(t, "h01", 23100, c.clk.Now(), map[string]int64{"boot2": 3000})
+	c.measureMem(t, "h02", 11900, c.clk.Now(), map[string]int64{"boot0": 3000, "boot1": 3000, "vm": 6000})
+	if a1, a2 := avail("h01"), avail("h02"); a1 != 23100 || a2 != 11900 {
+		t.Errorf("measured after the landing: h01 %v, h02 %v MiB available, want 23100 and 11900 as measured", a1, a2)
+	}
+}
+
 // TestMetricsUnavailable: a measurement older than max_age is unavailable;
 // with required it fails the decision naming host and metric, without it
 // weighs weight_of_unavailable, and MetricFilter skips the host.

@@ -21,7 +21,8 @@ import (
 // TestMeasuredUsageMetrics: every agent reports its measured usage at
 // start (then on its own cadence), and /metrics serves it per host under
 // openstack-exporter-style names: an idle fake host measures cpu.percent
-// 0 and cpu.idle.percent 1 — measured, not absent.
+// 0 and cpu.idle.percent 1 — measured, not absent — and its memory (keel's
+// gauges, bytes) all available: its total is the host's memory.
 func TestMeasuredUsageMetrics(t *testing.T) {
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
 	base := cloud.Server.URL()
@@ -36,7 +37,9 @@ func TestMeasuredUsageMetrics(t *testing.T) {
 				missing = h
 				break
 			}
-			for name, want := range map[string]float64{"openstack_nova_cpu_percent": 0, "openstack_nova_cpu_idle_percent": 1, "openstack_nova_cpu_frequency": 2400} {
+			mem := float64(cloud.Config.HostConfig("").MemoryMB) * (1 << 20)
+			for name, want := range map[string]float64{"openstack_nova_cpu_percent": 0, "openstack_nova_cpu_idle_percent": 1, "openstack_nova_cpu_frequency": 2400,
+				"keel_hypervisor_memory_total_bytes": mem, "keel_hypervisor_memory_available_bytes": mem} {
 				if got, ok := gaugeValue(text, name, hv); !ok || got != want {
 					t.Errorf("%s{%s} = %v (found %v), want %v", name, hv, got, ok, want)
 				}

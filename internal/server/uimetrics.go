@@ -28,7 +28,9 @@ type cloudCollector struct {
 	moves, moveProcessed, moveRemaining, moveTotal, imbalanceCV   *prometheus.Desc
 	plans, planMoves, planCopied, planLeft, planETA               *prometheus.Desc
 	// measured: one gauge per host metric (openstack_nova_cpu_percent,
-	// …), its age, and each guest's measured CPU and memory.
+	// …; keel_hypervisor_memory_total_bytes and _available_bytes for
+	// keel's memory metrics), its age, and each guest's measured CPU and
+	// memory.
 	measured                               map[string]*prometheus.Desc
 	measuredAge, serverCPU, serverMemBytes *prometheus.Desc
 }
@@ -50,6 +52,12 @@ func newCloudCollector(u *uiHub) *cloudCollector {
 	for _, n := range records.MetricNames {
 		measured[n] = d(measuredName(n), "Measured "+n+" of the hypervisor (the agent's last report; absent while unavailable).", hv, nil)
 	}
+	// openstack-exporter has no measured memory (Nova stores none): keel's
+	// own names, in bytes.
+	measured[records.MetricMemoryTotal] = d("keel_hypervisor_memory_total_bytes",
+		"The hypervisor's memory as its kernel reports it (MemTotal; the agent's last report; absent while unavailable).", hv, nil)
+	measured[records.MetricMemoryAvailable] = d("keel_hypervisor_memory_available_bytes",
+		"The hypervisor's memory available to new work as its kernel reports it (MemAvailable; the agent's last report; absent while unavailable).", hv, nil)
 	return &cloudCollector{
 		measured:       measured,
 		measuredAge:    d("openstack_nova_metrics_age_seconds", "Age of the hypervisor's last measured-usage report.", hv, nil),
@@ -197,7 +205,11 @@ func (c *cloudCollector) collectMeasured(g func(*prometheus.Desc, float64, ...st
 	var newest time.Time
 	for _, m := range r.Metrics {
 		if d := c.measured[m.Name]; d != nil {
-			g(d, m.Value, hv...)
+			v := m.Value
+			if m.Name == records.MetricMemoryTotal || m.Name == records.MetricMemoryAvailable {
+				v *= 1 << 20 // MiB
+			}
+			g(d, v, hv...)
 			if m.Timestamp.After(newest) {
 				newest = m.Timestamp
 			}

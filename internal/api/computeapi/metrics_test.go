@@ -10,7 +10,8 @@ import (
 // TestHypervisorMetrics: a guest's workload (its metadata keel:workload)
 // is what the fake driver measures, the agent's report lands in the host
 // record, and os-hypervisors detail?with_metrics=true serves it under
-// Nova's compute_nodes.metrics names (fractions, as Nova stores them); a host
+// Nova's compute_nodes.metrics names (fractions, as Nova stores them) and
+// the host's memory under keel's (keel.memory.*, MiB); a host
 // not measured yet has none (unavailable, never 0). A workload the flavor
 // cannot have fails the spawn, saying why.
 func TestHypervisorMetrics(t *testing.T) {
@@ -61,6 +62,11 @@ func TestHypervisorMetrics(t *testing.T) {
 		want := 1 / h["vcpus"].(float64)
 		if vals["cpu.percent"] != want || vals["cpu.idle.percent"] != 1-want || vals["cpu.frequency"] != 2400 {
 			t.Errorf("%s metrics %v, want cpu.percent %v", host, vals, want)
+		}
+		// The host's memory, keel's names beside Nova's: all of it but
+		// the 1024 MiB the guest's model touches.
+		if mem := h["memory_mb"].(float64); vals["keel.memory.total"] != mem || vals["keel.memory.available"] != mem-1024 {
+			t.Errorf("%s memory metrics %v, want keel.memory.total %v and available %v", host, vals, mem, mem-1024)
 		}
 	}
 

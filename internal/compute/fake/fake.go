@@ -67,6 +67,10 @@ type Config struct {
 	WorkloadSeed uint64
 	// FrequencyMHz is the cpu.frequency Measure reports (default 2400).
 	FrequencyMHz float64
+	// HostMemoryMB is the host's memory Measure reports as
+	// keel.memory.total (0: MemoryMB; both 0: the host's memory is
+	// unavailable).
+	HostMemoryMB int64
 }
 
 // Driver is the fake driver.

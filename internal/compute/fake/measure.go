@@ -35,7 +35,10 @@ func (d *Driver) modelOf(meta string, f records.Flavor) (*workload.Model, error)
 // workload model at the clock's time, and the host's CPU as Nova's
 // cpu.virt_driver monitor reports it (fractions of the host's CPUs; the
 // fake host spends a fifth of its busy time in the kernel and never waits
-// for I/O). A driver without HostCPUs measures nothing: unavailable.
+// for I/O), and the host's memory as its kernel would report it: what
+// is not touched by the guests' models is available (the fake host itself
+// uses none). A driver without HostCPUs measures nothing: unavailable;
+// one without HostMemoryMB or MemoryMB leaves the memory out.
 func (d *Driver) Measure(_ context.Context) (compute.Measurement, error) {
 	now := d.cfg.Clock.Now()
 	if d.cfg.HostCPUs <= 0 {
@@ -44,7 +47,7 @@ func (d *Driver) Measure(_ context.Context) (compute.Measurement, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	m := compute.Measurement{At: now}
-	busy := 0.0
+	busy, touched := 0.0, int64(0)
 	for _, g := range d.guests {
 		var cpu float64
 		var mem int64
@@ -64,6 +67,7 @@ func (d *Driver) Measure(_ context.Context) (compute.Measurement, error) {
 			continue
 		}
 		busy += cpu
+		touched += mem
 		m.Instances = append(m.Instances, records.InstanceUsage{UUID: g.UUID, VCPUsBusy: cpu, MemoryMB: mem, Timestamp: now})
 	}
 	sort.Slice(m.Instances, func(i, j int) bool { return m.Instances[i].UUID < m.Instances[j].UUID })
@@ -73,5 +77,10 @@ func (d *Driver) Measure(_ context.Context) (compute.Measurement, error) {
 		freq = 2400
 	}
 	m.Host = compute.CPUMetrics(now, metricSource, freq, frac*0.8, frac*0.2, 1-frac, 0)
+	total := d.cfg.HostMemoryMB
+	if total <= 0 {
+		total = d.cfg.MemoryMB
+	}
+	m.Host = append(m.Host, compute.MemoryMetrics(now, metricSource, total, total-touched)...)
 	return m, nil
 }

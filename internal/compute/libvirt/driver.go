@@ -91,8 +91,10 @@ type Driver struct {
 	// host's (its keel metadata read once).
 	sampleMu   sync.Mutex
 	lastSample sample
-	ownersMu   sync.Mutex
-	owners     map[domainID]bool
+	// memWarned: the host's memory did not read once (warned once).
+	memWarned bool
+	ownersMu  sync.Mutex
+	owners    map[domainID]bool
 }
 
 var (

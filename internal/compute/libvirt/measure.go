@@ -16,9 +16,10 @@ import (
 
 // Measured usage: one virConnectGetAllDomainStats call reads every active
 // domain's cpu.time and balloon.rss (QEMU's resident memory, with or
-// without a balloon device), and virNodeGetCPUStats the host's CPU times,
-// the source of Nova's cpu.virt_driver monitor; utilisations are the
-// counters' change between two readings.
+// without a balloon device), virNodeGetCPUStats the host's CPU times,
+// the source of Nova's cpu.virt_driver monitor, and virNodeGetMemoryStats
+// the host's memory; utilisations are the counters' change between two
+// readings.
 
 // metricSource is the Source of the metrics the libvirt driver measures.
 const metricSource = "libvirt.Driver"
@@ -44,10 +45,12 @@ type domSample struct {
 
 // sample is one reading of the host and its guests.
 type sample struct {
-	at     time.Time
-	host   compute.CPUTimes
-	mhz    float64
-	guests map[domainID]domSample
+	at   time.Time
+	host compute.CPUTimes
+	mhz  float64
+	// memTotalMB and memAvailMB are the host's memory (0, 0: unread).
+	memTotalMB, memAvailMB int64
+	guests                 map[domainID]domSample
 }
 
 // readSample reads the host's CPU times and every active domain of this
@@ -81,6 +84,7 @@ func (d *Driver) readSample() (sample, error) {
 	if _, _, _, mhz, _, _, _, _, err := l.NodeGetInfo(); err == nil && mhz > 0 {
 		s.mhz = float64(mhz)
 	}
+	s.memTotalMB, s.memAvailMB = d.readHostMemory(l)
 	recs, err := l.ConnectGetAllDomainStats(nil, uint32(golibvirt.DomainStatsState|golibvirt.DomainStatsCPUTotal|golibvirt.DomainStatsBalloon),
 		uint32(golibvirt.ConnectGetAllDomainsStatsActive))
 	s.at = time.Now()
@@ -130,6 +134,47 @@ func (d *Driver) readSample() (sample, error) {
 	return s, nil
 }
 
+// readHostMemory reads the host's memory as libvirtd reads the kernel's
+// /proc/meminfo (virNodeGetMemoryStats over all NUMA cells: total, free,
+// buffers, cached, KiB): the total, and as available what is free or
+// holds buffers and page cache the kernel can reclaim (libvirtd does not
+// pass MemAvailable on). 0, 0 when it does not read: unavailable.
+func (d *Driver) readHostMemory(l *golibvirt.Libvirt) (totalMB, availableMB int64) {
+	cell := int32(golibvirt.NodeMemoryStatsAllCells)
+	_, n, err := l.NodeGetMemoryStats(0, cell, 0)
+	if err == nil && n > 0 {
+		var params []golibvirt.NodeGetMemoryStats
+		if params, _, err = l.NodeGetMemoryStats(n, cell, 0); err == nil {
+			return hostMemory(params)
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("libvirtd gave no memory statistics")
+	}
+	if !d.memWarned { // sampleMu held
+		d.memWarned = true
+		d.log.Warn("reading the host's memory (virNodeGetMemoryStats): keel.memory.* unavailable", "err", err)
+	}
+	return 0, 0
+}
+
+// hostMemory sums virNodeGetMemoryStats' fields into MiB.
+func hostMemory(params []golibvirt.NodeGetMemoryStats) (totalMB, availableMB int64) {
+	var total, avail uint64
+	for _, p := range params {
+		switch p.Field {
+		case golibvirt.NodeMemoryStatsTotal:
+			total = p.Value
+		case golibvirt.NodeMemoryStatsFree, golibvirt.NodeMemoryStatsBuffers, golibvirt.NodeMemoryStatsCached:
+			avail += p.Value
+		}
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	return int64(total >> 10), int64(min(avail, total) >> 10)
+}
+
 // ownDomain reports whether the domain is one of this host's (its keel
 // metadata names this agent's host), reading the metadata once per run of
 // the domain.
@@ -171,8 +216,9 @@ func paramInt(v any) (int64, bool) {
 // Measure implements compute.Measurer: the host's CPU shares, as
 // libvirtd reads them, and each running guest's CPU (physical CPUs busy:
 // its cpu.time over the time between two readings) and resident memory
-// (balloon.rss). A guest that started since the last reading is left out
-// until the next (unavailable, never zero).
+// (balloon.rss), and the host's memory (keel.memory.*; left out when
+// libvirtd does not give it). A guest that started since the last reading
+// is left out until the next (unavailable, never zero).
 func (d *Driver) Measure(ctx context.Context) (compute.Measurement, error) {
 	d.sampleMu.Lock()
 	defer d.sampleMu.Unlock()
@@ -200,6 +246,7 @@ func (d *Driver) Measure(ctx context.Context) (compute.Measurement, error) {
 	if !ok {
 		return compute.Measurement{}, fmt.Errorf("libvirtd counted no CPU time in %s: %w", cur.at.Sub(prev.at), compute.ErrUnmeasured)
 	}
+	host = append(host, compute.MemoryMetrics(cur.at, metricSource, cur.memTotalMB, cur.memAvailMB)...)
 	m := compute.Measurement{At: cur.at, Host: host}
 	elapsed := cur.at.Sub(prev.at).Seconds()
 	for id, g := range cur.guests {

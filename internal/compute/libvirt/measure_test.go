@@ -6,13 +6,16 @@ import (
 	"testing"
 	"time"
 
+	golibvirt "github.com/digitalocean/go-libvirt"
+
 	"keel/internal/records"
 )
 
 // TestMeasureBusyAboveIdle boots an idle guest and one dirtying 16 MiB
 // forever on a busy vCPU: over the same second, libvirt's statistics say
 // the busy one used more CPU and has more resident memory; the host
-// reports Nova's CPU metrics; another agent on the same libvirtd
+// reports Nova's CPU metrics and keel's memory metrics (the total what
+// virNodeGetInfo says, the available part within it); another agent on the same libvirtd
 // measures none of them; a destroyed guest is no longer measured.
 func TestMeasureBusyAboveIdle(t *testing.T) {
 	ctx := context.Background()
@@ -58,8 +61,32 @@ func TestMeasureBusyAboveIdle(t *testing.T) {
 	if b.MemoryMB < i.MemoryMB+8 || i.MemoryMB <= 0 {
 		t.Errorf("busy guest %d MiB resident, idle guest %d: want the one dirtying 16 MiB at least 8 MiB above", b.MemoryMB, i.MemoryMB)
 	}
-	if strings.Join(names, ",") != strings.Join(records.MetricNames, ",") {
-		t.Errorf("host metrics %v, want %v", names, records.MetricNames)
+	if want := strings.Join(records.MetricNames, ",") + "," + strings.Join(records.MemoryMetricNames, ","); strings.Join(names, ",") != want {
+		t.Errorf("host metrics %v, want %v", names, want)
+	}
+	l, err := d.lv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, memKiB, _, _, _, _, _, _, err := l.NodeGetInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, avail float64
+	for _, x := range m.Host {
+		switch x.Name {
+		case records.MetricMemoryTotal:
+			total = x.Value
+		case records.MetricMemoryAvailable:
+			avail = x.Value
+		}
+	}
+	t.Logf("host memory: %.0f MiB, %.0f available (virNodeGetInfo: %d MiB)", total, avail, memKiB>>10)
+	if want := float64(memKiB >> 10); total < want-1 || total > want+1 {
+		t.Errorf("keel.memory.total %v MiB, virNodeGetInfo %v MiB: want the same", total, want)
+	}
+	if avail <= 0 || avail > total {
+		t.Errorf("keel.memory.available %v of %v MiB: want within (0, total]", avail, total)
 	}
 	if cpu <= 0 {
 		t.Errorf("host cpu.percent %v while a guest spins: want above 0", cpu)
@@ -87,5 +114,24 @@ func TestMeasureBusyAboveIdle(t *testing.T) {
 	}
 	if len(m.Instances) != 1 || m.Instances[0].UUID != idle.UUID {
 		t.Errorf("after the busy guest's destroy: measured %+v, want the idle guest alone", m.Instances)
+	}
+}
+
+// TestHostMemory: virNodeGetMemoryStats' fields (KiB) as keel's memory
+// metrics: available is free + buffers + cached, never above the total;
+// no total is unavailable.
+func TestHostMemory(t *testing.T) {
+	f := func(name string, v uint64) golibvirt.NodeGetMemoryStats {
+		return golibvirt.NodeGetMemoryStats{Field: name, Value: v}
+	}
+	total, avail := hostMemory([]golibvirt.NodeGetMemoryStats{f("total", 8<<20), f("free", 1<<20), f("buffers", 1<<10), f("cached", 2<<20)})
+	if total != 8<<10 || avail != 3<<10+1 {
+		t.Errorf("hostMemory = %d, %d MiB, want 8192, 3073", total, avail)
+	}
+	if total, avail := hostMemory([]golibvirt.NodeGetMemoryStats{f("free", 1<<20)}); total != 0 || avail != 0 {
+		t.Errorf("hostMemory without a total = %d, %d: want 0, 0 (unavailable)", total, avail)
+	}
+	if _, avail := hostMemory([]golibvirt.NodeGetMemoryStats{f("total", 1<<20), f("free", 2<<20)}); avail != 1<<10 {
+		t.Errorf("available above the total: %d MiB, want the total", avail)
 	}
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // Measured usage: the QEMU driver reads what the Linux kernel counts — the
-// host's CPU times (/proc/stat), its frequency (/proc/cpuinfo), and each
+// host's CPU times (/proc/stat), its frequency (/proc/cpuinfo), its
+// memory (/proc/meminfo's MemTotal and MemAvailable), and each
 // guest's QEMU process's CPU time and resident memory (/proc/PID/stat) —
 // and turns the CPU times into utilisations between two readings.
 
@@ -86,7 +87,8 @@ func (d *Driver) readSample() sample {
 // Measure implements compute.Measurer: the host's CPU shares and each
 // running guest's CPU (physical CPUs busy: its QEMU's CPU time over the
 // time between two readings; over its life so far for a guest first seen)
-// and resident memory. A host whose /proc/stat does not read is
+// and resident memory, and the host's memory (left out when /proc/meminfo
+// does not read: unavailable). A host whose /proc/stat does not read is
 // unmeasured.
 func (d *Driver) Measure(ctx context.Context) (compute.Measurement, error) {
 	d.measureMu.Lock()
@@ -111,6 +113,8 @@ func (d *Driver) Measure(ctx context.Context) (compute.Measurement, error) {
 	if !ok {
 		return compute.Measurement{}, fmt.Errorf("/proc/stat counted no CPU time in %s: %w", cur.at.Sub(prev.at), compute.ErrUnmeasured)
 	}
+	totalMB, availMB := readHostMemory()
+	host = append(host, compute.MemoryMetrics(cur.at, metricSource, totalMB, availMB)...)
 	m := compute.Measurement{At: cur.at, Host: host}
 	elapsed := cur.at.Sub(prev.at).Seconds()
 	for uuid, g := range cur.guests {
@@ -157,6 +161,47 @@ func parseHostCPU(line string) (compute.CPUTimes, bool) {
 		n[i] = v
 	}
 	return compute.CPUTimes{User: n[0] + n[1], Kernel: n[2] + n[5] + n[6], Idle: n[3], IOWait: n[4]}, true
+}
+
+// readHostMemory reads the host's memory from /proc/meminfo: MemTotal and
+// MemAvailable (the kernel's estimate of what can be given to new work
+// without swapping: free memory plus the page cache and slabs it can
+// reclaim), in MiB; 0, 0 when it does not read.
+func readHostMemory() (totalMB, availableMB int64) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0
+	}
+	return parseMeminfo(b)
+}
+
+// parseMeminfo parses /proc/meminfo ("MemTotal:  16384000 kB" lines); a
+// total without MemAvailable (kernels before 3.14) reads as unavailable.
+func parseMeminfo(b []byte) (totalMB, availableMB int64) {
+	var total, avail int64 = -1, -1
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "MemTotal" && k != "MemAvailable") {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) != 2 || fs[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(fs[0], 10, 64)
+		if err != nil || n < 0 {
+			continue
+		}
+		if k == "MemTotal" {
+			total = n
+		} else {
+			avail = n
+		}
+	}
+	if total <= 0 || avail < 0 {
+		return 0, 0
+	}
+	return total >> 10, avail >> 10
 }
 
 // readUptime is the host's uptime in clock ticks (0 if unreadable).

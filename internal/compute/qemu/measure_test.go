@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // TestMeasureBusyAboveIdle boots an idle guest and one that dirties
 // 16 MiB forever on a busy vCPU: over the same second, the busy guest's
 // QEMU measures more CPU and more resident memory than the idle one's,
-// and the host reports Nova's CPU metrics.
+// and the host reports Nova's CPU metrics and keel's memory metrics (its
+// total the kernel's, as sysinfo(2) says too).
 func TestMeasureBusyAboveIdle(t *testing.T) {
 	ctx := context.Background()
 	d := newDriver(t, Config{})
@@ -63,9 +65,10 @@ func TestMeasureBusyAboveIdle(t *testing.T) {
 			t.Errorf("metric %+v: want source %s at %v", x, metricSource, m.At)
 		}
 	}
-	if strings.Join(names, ",") != strings.Join(records.MetricNames, ",") {
-		t.Errorf("host metrics %v, want %v", names, records.MetricNames)
+	if want := strings.Join(records.MetricNames, ",") + "," + strings.Join(records.MemoryMetricNames, ","); strings.Join(names, ",") != want {
+		t.Errorf("host metrics %v, want %v", names, want)
 	}
+	checkHostMemory(t, m.Host)
 	if cpu <= 0 {
 		t.Errorf("host cpu.percent %v while a guest spins: want above 0", cpu)
 	}
@@ -80,6 +83,27 @@ func TestMeasureBusyAboveIdle(t *testing.T) {
 	}
 	if len(m.Instances) != 1 || m.Instances[0].UUID != idle.UUID {
 		t.Errorf("after the busy guest's destroy: measured %+v, want the idle guest alone", m.Instances)
+	}
+}
+
+// checkHostMemory: keel.memory.total is the memory sysinfo(2) gives
+// (read apart from /proc/meminfo), and keel.memory.available is within
+// 0…total.
+func checkHostMemory(t *testing.T, host []records.Metric) {
+	t.Helper()
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(uint64(si.Totalram)*uint64(si.Unit)) >> 20
+	total, ok1 := metricOf(host, records.MetricMemoryTotal)
+	avail, ok2 := metricOf(host, records.MetricMemoryAvailable)
+	t.Logf("host memory: %.0f MiB, %.0f available (sysinfo: %d MiB)", total, avail, want)
+	if !ok1 || !ok2 || total < float64(want-1) || total > float64(want+1) {
+		t.Errorf("keel.memory.total %v (%v), available (%v): want the kernel's %d MiB", total, ok1, ok2, want)
+	}
+	if avail <= 0 || avail > total {
+		t.Errorf("keel.memory.available %v of %v MiB: want within (0, total]", avail, total)
 	}
 }
 
@@ -118,5 +142,19 @@ func TestParseProc(t *testing.T) {
 	}
 	if _, has := metricOf(metrics, records.MetricCPUFrequency); has {
 		t.Error("a frequency of 0 reported: want cpu.frequency unavailable")
+	}
+	meminfo := "MemTotal:       24683748 kB\nMemFree:         1234567 kB\nMemAvailable:   22456344 kB\nBuffers:  1 kB\n"
+	if total, avail := parseMeminfo([]byte(meminfo)); total != 24683748>>10 || avail != 22456344>>10 {
+		t.Errorf("parseMeminfo = %d, %d MiB, want %d, %d", total, avail, 24683748>>10, 22456344>>10)
+	}
+	// A kernel without MemAvailable (before 3.14), or a garbled file: the
+	// host's memory is unavailable, never 0 MiB available.
+	for _, bad := range []string{"MemTotal: 1024 kB\nMemFree: 512 kB\n", "MemTotal: x kB\nMemAvailable: 10 kB\n", ""} {
+		if total, avail := parseMeminfo([]byte(bad)); total != 0 || avail != 0 {
+			t.Errorf("parseMeminfo(%q) = %d, %d: want 0, 0 (unavailable)", bad, total, avail)
+		}
+	}
+	if ms := compute.MemoryMetrics(time.Unix(0, 0), "t", 0, 0); len(ms) != 0 {
+		t.Errorf("MemoryMetrics of an unread host = %+v, want none", ms)
 	}
 }
