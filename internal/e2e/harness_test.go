@@ -84,10 +84,21 @@ func startIn(t *testing.T, name string, prefix []string, args ...string) *proc {
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
 			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+			t.Logf("--- last lines of %s (%s):\n%s", name, keepLog(t, name, p.cmd.Process.Pid, data), strings.Join(lines[max(0, len(lines)-25):], "\n"))
 		}
 	})
 	return p
+}
+
+// keepLog copies a failed test's process log into its artifact directory
+// (kept under go test -artifacts; a flake under load is read from the
+// whole log, not its last lines) and says where.
+func keepLog(t *testing.T, name string, pid int, data []byte) string {
+	path := filepath.Join(t.ArtifactDir(), fmt.Sprintf("%s-%d.log", name, pid))
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Sprintf("its whole log not kept: %v", err)
+	}
+	return "whole log: " + path + ", kept with go test -artifacts"
 }
 
 // mustRun fails the test at once if the process has exited (a wait for
