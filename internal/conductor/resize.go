@@ -146,11 +146,7 @@ func (c *Conductor) RevertResize(ctx context.Context, instanceUUID string) error
 
 func (c *Conductor) decideResize(ctx context.Context, instanceUUID string, kind migration.EventKind, action string) error {
 	ctx = context.WithoutCancel(ctx)
-	inst, err := c.store.GetInstance(ctx, instanceUUID)
-	if err != nil {
-		return fmt.Errorf("%s of %s: %w", action, instanceUUID, err)
-	}
-	m, err := c.resizeOf(ctx, inst)
+	inst, m, err := c.awaitingDecision(ctx, instanceUUID, action)
 	if err != nil {
 		return err
 	}
@@ -178,19 +174,39 @@ func (c *Conductor) decideResize(ctx context.Context, instanceUUID string, kind 
 	return err
 }
 
-// resizeOf finds the cold migration or resize of inst that waits for a
-// decision.
-func (c *Conductor) resizeOf(ctx context.Context, inst records.Instance) (records.Migration, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst.UUID, ActiveOnly: true})
-	if err != nil {
-		return records.Migration{}, fmt.Errorf("reading the migrations of %s: %w", inst.UUID, err)
-	}
-	for _, m := range ms {
-		if (m.Type == records.MigrationTypeCold || m.Type == records.MigrationTypeResize) && m.Status == records.MigrationFinished {
-			return m, nil
+// awaitingDecision reads the instance and its cold migration or resize
+// that waits for a decision. The verify step settles the instance
+// (VERIFY_RESIZE) before it saves its migration finished (flow.Flow's
+// Early), so a caller who saw VERIFY_RESIZE can come in between: when the
+// instance is resized and its cold move is not yet finished, this waits
+// for the step in flight (the migration's lock) and reads both again, as
+// Nova's order (migration saved, then instance) would have answered.
+func (c *Conductor) awaitingDecision(ctx context.Context, instanceUUID, action string) (records.Instance, records.Migration, error) {
+	for waited := false; ; waited = true {
+		inst, err := c.store.GetInstance(ctx, instanceUUID)
+		if err != nil {
+			return inst, records.Migration{}, fmt.Errorf("%s of %s: %w", action, instanceUUID, err)
+		}
+		ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst.UUID, ActiveOnly: true})
+		if err != nil {
+			return inst, records.Migration{}, fmt.Errorf("reading the migrations of %s: %w", inst.UUID, err)
+		}
+		for _, m := range ms {
+			if m.Type != records.MigrationTypeCold && m.Type != records.MigrationTypeResize {
+				continue
+			}
+			if m.Status == records.MigrationFinished {
+				return inst, m, nil
+			}
+			if inst.VMState == records.VMResized && !waited {
+				c.flows.Lock(migrationKey(m.ID))()
+				break
+			}
+		}
+		if waited || inst.VMState != records.VMResized {
+			return inst, records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("Instance %s has no resize or migration waiting for confirmation", inst.UUID)}
 		}
 	}
-	return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("Instance %s has no resize or migration waiting for confirmation", inst.UUID)}
 }
 
 // The cold move's actions on the agents.
