@@ -107,7 +107,7 @@ func startPlacement(ctx context.Context, providers []provider) (_ *placementPeer
 		return nil, fmt.Errorf("gunicorn log: %w", err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(gunicorn, "-w", "1", "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
+	p.cmd = exec.Command(gunicorn, "-w", "1", "--timeout", "300", "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
 	p.cmd.Env = append(os.Environ(), "OS_PLACEMENT_CONFIG_DIR="+dir)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -117,7 +117,13 @@ func startPlacement(ctx context.Context, providers []provider) (_ *placementPeer
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
 	c := newHTTPClient(p.url, "admin", placementMicroversion)
-	deadline := time.Now().Add(60 * time.Second)
+	// gunicorn's default worker timeout (30 s) killed workers still
+	// importing Placement at a load of 50; the wait ends with ctx, or
+	// after five minutes.
+	deadline := time.Now().Add(5 * time.Minute)
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl
+	}
 	for {
 		var doc struct {
 			Versions []struct {
@@ -135,7 +141,7 @@ func startPlacement(ctx context.Context, providers []provider) (_ *placementPeer
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("placement did not answer on %s within 60 s: %s", p.url, tail(p.log))
+			return nil, fmt.Errorf("placement did not answer on %s by %s: %s", p.url, deadline.Format(time.TimeOnly), tail(p.log))
 		}
 	}
 	return p, nil

@@ -89,7 +89,7 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 		return nil, fmt.Errorf("gunicorn log: %w", err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(gun, "-w", "1", "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
+	p.cmd = exec.Command(gun, "-w", "1", "--timeout", workerTimeout, "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
 	p.cmd.Env = append(os.Environ(), "OS_PLACEMENT_CONFIG_DIR="+dir)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -99,8 +99,8 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
 	// The caller's context bounds the wait; without a deadline of its
-	// own, a minute.
-	deadline := time.Now().Add(time.Minute)
+	// own, five minutes (a worker importing Placement at a load of 50).
+	deadline := time.Now().Add(5 * time.Minute)
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl
 	}
@@ -124,6 +124,11 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 		}
 	}
 }
+
+// workerTimeout is gunicorn's worker timeout in seconds: its default, 30,
+// kills a worker still importing Placement at a load of 50 (ci14 saw three
+// workers killed in a row), so it is raised to what a starved machine needs.
+const workerTimeout = "300"
 
 // Stop ends gunicorn (its master and worker) and removes the directory.
 func (p *Peer) Stop() {
