@@ -3,8 +3,10 @@
 # guest (keel's tiny boot sector under qemu-system-x86_64, TCG) is booted,
 # live-migrated by QEMU (the scheduler choosing the host), live-migrated
 # again while paused, resized (a cold move: powered off, disk copied,
-# started with the new RAM), and deleted; its QEMU process follows it from host to host. test.sh runs
-# it after the Go tests. Needs Debian's qemu-system-x86 and
+# started with the new RAM), and deleted; its QEMU process follows it from host to host. Then an
+# uploaded qcow2 image (keel's guest sector) boots on a disk that is an
+# overlay on the host's copy of the image. test.sh runs it after the Go
+# tests. Needs Debian's qemu-system-x86, qemu-utils and
 # python3-openstackclient.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 need "$OPENSTACK" python3-openstackclient
 need /usr/bin/qemu-system-x86_64 qemu-system-x86
+need qemu-img qemu-utils
 workspace
 oscd_start # openstackclient imported once, warming up while keel builds
 # The guests' QEMU outlive keel dev by design: stop any left behind.
@@ -90,3 +93,19 @@ dst=$rdst
 os server delete --wait vm1
 [ -z "$(qemuof "$dst" "$id")" ] || fail "vm1's QEMU still runs after server delete"
 echo "ok  server delete stops the guest's QEMU"
+
+# An uploaded image boots its own data (here keel's guest sector as a
+# qcow2 image): the host keeps one raw copy of it in _base, and the
+# guest's disk is a qcow2 overlay naming it relatively.
+qemu-img convert -q -f raw -O qcow2 internal/compute/qemu/guest/guest.bin "$work/guest.qcow2"
+img=$(os image create --disk-format qcow2 --container-format bare --file "$work/guest.qcow2" -f value -c id guest-qcow2)
+read -r ihost iid status <<<"$(os server create --flavor m1.tiny --image guest-qcow2 --nic none --wait \
+  -f value -c id -c status -c OS-EXT-SRV-ATTR:host vm2 | tr '\n' ' ')"
+expect "ACTIVE" "$status" "server create from an uploaded qcow2 image"
+[ -n "$(qemuof "$ihost" "$iid")" ] || fail "no QEMU runs vm2 on $ihost"
+backing=$(qemu-img info -U --output=json "$work/data/agents/$ihost/qemu/$iid/disk.img" |
+  python3 -c 'import json, sys; print(json.load(sys.stdin).get("backing-filename", ""))')
+expect "../_base/$img" "$backing" "vm2's disk is an overlay on the host's copy of the image"
+[ -f "$work/data/agents/$ihost/qemu/_base/$img" ] || fail "no copy of the image in $ihost's _base"
+os server delete --wait vm2
+echo "ok  server create --image (an uploaded qcow2): vm2 boots an overlay on $ihost's _base/$img"

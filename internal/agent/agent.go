@@ -139,7 +139,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	hc.ProviderUUID = uuid
 	a.hc = hc
-	drv, err := a.newDriver(hc)
+	drv, err := a.newDriver(hc, st)
 	if err != nil {
 		return err
 	}
@@ -285,8 +285,9 @@ func (a *Agent) destroyEvacuated(ctx context.Context, st *rpc.Store, drv compute
 	return nil
 }
 
-// newDriver makes the configured virt driver.
-func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, error) {
+// newDriver makes the configured virt driver; the real ones read the
+// uploaded images their guests boot from through images.
+func (a *Agent) newDriver(hc compute.HostConfig, images compute.ImageSource) (compute.Driver, error) {
 	opts := a.opts
 	switch opts.Driver {
 	case "", "fake":
@@ -301,6 +302,9 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, error) {
 		}
 		if qc.Log == nil {
 			qc.Log = a.log
+		}
+		if qc.Images == nil {
+			qc.Images = images
 		}
 		drv, err := qemu.New(qc)
 		if err != nil {
@@ -318,6 +322,9 @@ func (a *Agent) newDriver(hc compute.HostConfig) (compute.Driver, error) {
 		lc.URI = strings.ReplaceAll(lc.URI, "{host}", opts.Host)
 		if lc.Log == nil {
 			lc.Log = a.log
+		}
+		if lc.Images == nil {
+			lc.Images = images
 		}
 		drv, err := libvirt.New(context.Background(), lc)
 		if err != nil {

@@ -168,7 +168,7 @@ var (
 // answer the bus lost, except a write that is not idempotent
 // (write_allocations): the repeat may reach another server, which would
 // apply it again.
-func (s *Store) call(ctx context.Context, method string, args storeArgs, resp any) error {
+func (s *Store) call(ctx context.Context, method string, args, resp any) error {
 	ctx = bus.WithRequestID(ctx, bus.NewRequestID())
 	_, retries := ctx.Deadline()
 	if method != mWriteAllocs {
@@ -293,6 +293,9 @@ type ConductorHandlers struct {
 	// Log receives a warning for every report or call refused because it
 	// is about another host (default: slog.Default()).
 	Log *slog.Logger
+	// Images, if set, serves read_image: the image data the real drivers
+	// boot from.
+	Images ImageReader
 }
 
 // ServeConductor answers the agents' reports and store calls on conn, in
@@ -408,6 +411,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 			return st.ListMigrations(ctx, f)
 		}),
 		mGetMigration: decoded(func(ctx context.Context, a storeArgs) (any, error) { return migrationForSender(ctx, st, a.ID) }),
+		mReadImage:    serveReadImage(st, h.Images, log),
 	}
 	if h.Revoked != nil {
 		for m, hd := range handlers {

@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
 
+	"keel/internal/compute"
 	"keel/internal/config"
 	"keel/internal/identity"
 	"keel/internal/image"
+	"keel/internal/rpc"
+	"keel/internal/store"
 )
 
 // builtinImage is the image every keel cloud has: clients
@@ -19,7 +23,7 @@ import (
 // one before anyone uploaded any, and the fake hypervisors boot
 // anything. Public and protected; its data is 1 MiB of zeros (less if
 // image_size_cap is smaller).
-var builtinImage = image.Image{ID: "7f3b0d5e-6a2c-4c1e-9a55-000000000001", Name: "keel-fake",
+var builtinImage = image.Image{ID: compute.BuiltinImageID, Name: "keel-fake",
 	Visibility: "public", Protected: true, DiskFormat: "raw", ContainerFormat: "bare"}
 
 // openImages opens the image store at [keel] image_dir (DATA_DIR/images
@@ -91,4 +95,29 @@ func imageVersions(baseURL string) http.HandlerFunc {
 			"links": []any{map[string]any{"rel": "self", "href": baseURL + "/image/v2/"}},
 		}}})
 	}
+}
+
+// imageReader serves the agents' read_image calls from the image store.
+type imageReader struct{ st *image.Store }
+
+var _ rpc.ImageReader = imageReader{}
+
+// ReadImage implements rpc.ImageReader: an image that is not active (or
+// not there) is not found.
+func (r imageReader) ReadImage(_ context.Context, id string, offset int64, p []byte) (compute.ImageInfo, int, error) {
+	im, err := r.st.Get(id)
+	if err != nil || im.Status != image.StatusActive || im.Size == nil {
+		return compute.ImageInfo{}, 0, fmt.Errorf("image %s: no active image (%v): %w", id, err, store.ErrNotFound)
+	}
+	info := compute.ImageInfo{ID: id, DiskFormat: im.DiskFormat, Size: *im.Size, Checksum: im.Checksum}
+	f, err := r.st.Open(id)
+	if err != nil {
+		return info, 0, fmt.Errorf("image %s: %w", id, err)
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return info, n, fmt.Errorf("reading image %s: %w", id, err)
+	}
+	return info, n, nil
 }

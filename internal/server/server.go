@@ -34,6 +34,7 @@ import (
 	"keel/internal/conductor"
 	"keel/internal/config"
 	"keel/internal/identity"
+	"keel/internal/image"
 	"keel/internal/notify"
 	"keel/internal/quota"
 	"keel/internal/rpc"
@@ -62,6 +63,7 @@ type Server struct {
 	ui       *uiHub
 	agents   *agentRegistry
 	notifier *notify.Notifier
+	images   *image.Store
 	lock     *dataDirLock // the data dir's, with a SQLite store
 	// stopOwnership ends the replica's heartbeats and sweeps.
 	stopOwnership context.CancelFunc
@@ -191,7 +193,11 @@ func (s *Server) start(ctx context.Context) error {
 		Quota:                               quota.Enforcer{Store: s.store},
 		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
-	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString, OnDrift: s.metrics.observeDrift, Revoked: s.agents.revoked, Log: s.log}); err != nil {
+	if s.images, err = openImages(cfg.Keel, s.log); err != nil {
+		return err
+	}
+	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString,
+		OnDrift: s.metrics.observeDrift, Revoked: s.agents.revoked, Log: s.log, Images: imageReader{s.images}}); err != nil {
 		return err
 	}
 	if n, err := s.cond.Recover(ctx); err != nil {
@@ -225,10 +231,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	images, err := openImages(cfg.Keel, s.log)
-	if err != nil {
-		return err
-	}
+	images := s.images
 	// Users, projects, roles and revocations are the store's: a change
 	// made through any replica holds on this one within DefaultRefresh.
 	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store, Catalog: cfg.Keel.CatalogOptions()}

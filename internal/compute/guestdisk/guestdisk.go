@@ -3,7 +3,8 @@
 // that moves it to another host in a cold migration or resize: the
 // destination names the path (prep_resize's migrate data, MigrateDataKey),
 // the source checks it (CheckTarget) and writes it whole or not at all
-// (Copy).
+// (Copy). A guest booted from an uploaded image has a qcow2 overlay as
+// its disk, on the host's copy of the image in DIR/_base (Images).
 package guestdisk
 
 import (

@@ -119,7 +119,7 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 }
 
 // FinishMigration implements compute.ColdMover.
-func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error {
+func (d *Driver) FinishMigration(ctx context.Context, inst records.Instance) error {
 	want := compute.MovedGuestState(inst)
 	if x, ok, err := d.lookup(inst.UUID); err != nil {
 		return fmt.Errorf("finish_resize of %s: %w", inst.UUID, err)
@@ -132,6 +132,13 @@ func (d *Driver) FinishMigration(_ context.Context, inst records.Instance) error
 	}
 	if _, err := os.Stat(d.diskPath(inst.UUID)); err != nil {
 		return fmt.Errorf("finish_resize of %s: no disk was moved here: %w", inst.UUID, err)
+	}
+	if image := imageOf(inst); image != "" {
+		// The moved overlay names its base relatively: this host needs
+		// its own copy.
+		if _, err := d.images.Base(ctx, inst.UUID, image); err != nil {
+			return fmt.Errorf("finish_resize of %s: %w", inst.UUID, err)
+		}
 	}
 	ld, err := d.define(inst, meta{State: stBuilding})
 	if err != nil {
@@ -188,8 +195,8 @@ func (d *Driver) FinishRevertMigration(ctx context.Context, inst records.Instanc
 	}
 	boot := inst
 	boot.Metadata = map[string]string{guest.MetadataKey: x.m.Program}
-	boot.Name = x.m.Name
-	ld, err := d.define(boot, meta{State: stBuilding, Program: x.m.Program})
+	boot.Name, boot.ImageRef = x.m.Name, x.m.Image
+	ld, err := d.define(boot, meta{State: stBuilding, Program: x.m.Program, Image: x.m.Image})
 	if err != nil {
 		return fmt.Errorf("finish_revert_resize of %s: %w", inst.UUID, err)
 	}

@@ -36,7 +36,10 @@ type meta struct {
 	Host    string `xml:"host,attr"`
 	Name    string `xml:"name,attr"`
 	Program string `xml:"program,attr,omitempty"`
-	State   string `xml:"state,attr,omitempty"`
+	// Image is the uploaded image the guest boots (its disk a qcow2
+	// overlay on the image's base); empty for keel's built-in guest.
+	Image string `xml:"image,attr,omitempty"`
+	State string `xml:"state,attr,omitempty"`
 	// Migration, Dest and Paused describe the live migration while State
 	// is migrating (or incoming, on the destination).
 	Migration int64      `xml:"migration,attr,omitempty"`
@@ -146,12 +149,17 @@ func setMetaIn(d *libvirtxml.Domain, m meta) {
 func DomainName(uuid string) string { return "keel-" + uuid }
 
 // domainXML is the domain of a guest: the flavor's RAM and vCPUs, the
-// guest's disk file (IDE, raw, as the qemu driver's), its first serial
+// guest's disk file (IDE, raw, as the qemu driver's; a qcow2 overlay for
+// an uploaded image), its first serial
 // port logged to the console log beside the disk, no USB, no balloon (the
 // tiny guest has no drivers), keel's metadata.
 func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m meta) (string, error) {
 	vcpus := max(flavor.VCPUs, 1)
 	port := uint(0)
+	format := "raw"
+	if m.Image != "" {
+		format = "qcow2"
+	}
 	dom := &libvirtxml.Domain{
 		Type: d.cfg.VirtType, Name: DomainName(uuid), UUID: uuid,
 		Memory: &libvirtxml.DomainMemory{Value: uint(flavor.RAMMB), Unit: "MiB"},
@@ -164,7 +172,7 @@ func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m me
 		Devices: &libvirtxml.DomainDeviceList{
 			Disks: []libvirtxml.DomainDisk{{
 				Device: "disk",
-				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw", Cache: "none"},
+				Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format, Cache: "none"},
 				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: disk}},
 				Target: &libvirtxml.DomainDiskTarget{Dev: "hda", Bus: "ide"},
 			}},

@@ -69,7 +69,13 @@ type Config struct {
 	// is rotated, when it is read and at each audit (default
 	// compute.DefaultConsoleLogMax).
 	ConsoleLogMax int64
-	Log           *slog.Logger
+	// Images gives the data of the uploaded images guests boot from (the
+	// agent's: the servers, over the bus); without it only keel's
+	// built-in guest boots.
+	Images compute.ImageSource
+	// QEMUImg is the qemu-img to run (default "qemu-img", on PATH).
+	QEMUImg string
+	Log     *slog.Logger
 }
 
 // Driver is the libvirt virt driver.
@@ -77,6 +83,9 @@ type Driver struct {
 	cfg Config
 	log *slog.Logger
 	uri *url.URL
+	// images is the host's copy of the images its guests boot from
+	// (Dir/_base) and makes their overlays.
+	images *guestdisk.Images
 
 	connMu sync.Mutex
 	conn   *golibvirt.Libvirt
@@ -149,7 +158,8 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if abs, err := filepath.Abs(cfg.Dir); err == nil {
 		cfg.Dir = abs
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "libvirt"), uri: u, jobs: map[string]*copyJob{}}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "libvirt"), uri: u, jobs: map[string]*copyJob{},
+		images: &guestdisk.Images{Dir: cfg.Dir, Source: cfg.Images, QEMUImg: cfg.QEMUImg}}
 	if _, err := d.lv(); err != nil {
 		return nil, err
 	}
@@ -408,8 +418,21 @@ func (d *Driver) diskPath(uuid string) string {
 	return filepath.Join(d.guestDir(uuid), guestdisk.File)
 }
 
-// writeDisk writes the guest's boot disk from its program afresh.
-func (d *Driver) writeDisk(inst records.Instance) error {
+// writeDisk writes the guest's boot disk afresh: keel's guest's boot
+// sector from its program, or for an uploaded image (image, the
+// metadata's) a qcow2 overlay on the image's base copy on this host,
+// fetched first if the host has none.
+func (d *Driver) writeDisk(ctx context.Context, inst records.Instance, image string) error {
+	if err := os.MkdirAll(d.guestDir(inst.UUID), 0o755); err != nil {
+		return err
+	}
+	if image != "" {
+		base, err := d.images.Base(ctx, inst.UUID, image)
+		if err != nil {
+			return err
+		}
+		return d.images.Overlay(ctx, base, d.diskPath(inst.UUID))
+	}
 	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
 	if err != nil {
 		return err
@@ -417,13 +440,18 @@ func (d *Driver) writeDisk(inst records.Instance) error {
 	if inst.Flavor.RAMMB < spec.MinRAMMB() {
 		return fmt.Errorf("%s=%s needs at least %d MiB of RAM, flavor %s has %d", guest.MetadataKey, spec, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
 	}
-	if err := os.MkdirAll(d.guestDir(inst.UUID), 0o755); err != nil {
-		return err
-	}
 	if err := os.WriteFile(d.diskPath(inst.UUID), spec.Image(), 0o644); err != nil {
 		return fmt.Errorf("writing the boot disk: %w", err)
 	}
 	return nil
+}
+
+// imageOf is the uploaded image inst boots from ("" for keel's guest).
+func imageOf(inst records.Instance) string {
+	if compute.BootsImage(inst) {
+		return inst.ImageRef
+	}
+	return ""
 }
 
 // define defines (or redefines) the instance's persistent domain.
@@ -435,6 +463,9 @@ func (d *Driver) define(inst records.Instance, m meta) (golibvirt.Domain, error)
 	m.Host, m.Name = d.cfg.Host, inst.Name
 	if m.Program == "" {
 		m.Program = inst.Metadata[guest.MetadataKey]
+	}
+	if m.Image == "" {
+		m.Image = imageOf(inst)
 	}
 	x, err := d.domainXML(inst.UUID, inst.Flavor, d.diskPath(inst.UUID), m)
 	if err != nil {
@@ -466,7 +497,7 @@ func (d *Driver) Spawn(ctx context.Context, inst records.Instance, done func(err
 		report(err)
 		return
 	}
-	if err := d.writeDisk(inst); err != nil {
+	if err := d.writeDisk(ctx, inst, imageOf(inst)); err != nil {
 		report(err)
 		return
 	}

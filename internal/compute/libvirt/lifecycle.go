@@ -67,7 +67,7 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 	default: // hard reboot, rescue, unrescue, rebuild
 		if op == lifecycle.OpRebuild {
 			inst := records.Instance{UUID: x.uuid, Name: m.Name, Flavor: m.Flavor.flavor(), Metadata: map[string]string{"keel_guest": m.Program}}
-			if err = d.writeDisk(inst); err != nil {
+			if err = d.writeDisk(ctx, inst, m.Image); err != nil {
 				break
 			}
 		}

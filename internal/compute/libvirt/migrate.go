@@ -129,6 +129,9 @@ func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.
 	if _, err := l.DomainLookupByName(DomainName(inst.UUID)); err == nil {
 		return fmt.Errorf("instance %s already has a domain on this host's libvirtd", inst.UUID)
 	}
+	if compute.BootsImage(inst) {
+		return fmt.Errorf("instance %s boots from an uploaded image, whose disk (a local overlay) the libvirt driver does not live-migrate: migrate it cold (server migrate, resize)", inst.UUID)
+	}
 	if _, err := guest.Parse(inst.Metadata[guest.MetadataKey]); err != nil {
 		return err
 	}
@@ -156,13 +159,13 @@ func (d *Driver) CheckCanLiveMigrateSource(_ context.Context, inst records.Insta
 // itself when the source's libvirtd asks. The migrate data names this
 // host's libvirtd, the disk's path here, and whether post-copy is
 // permitted here.
-func (d *Driver) PreLiveMigration(_ context.Context, inst records.Instance) (map[string]string, error) {
+func (d *Driver) PreLiveMigration(ctx context.Context, inst records.Instance) (map[string]string, error) {
 	if x, ok, err := d.lookup(inst.UUID); err != nil {
 		return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
 	} else if ok && x.m.State != stIncoming {
 		return nil, fmt.Errorf("pre_live_migration of %s: its guest already runs here", inst.UUID)
 	}
-	if err := d.writeDisk(inst); err != nil {
+	if err := d.writeDisk(ctx, inst, ""); err != nil {
 		return nil, fmt.Errorf("pre_live_migration of %s: %w", inst.UUID, err)
 	}
 	m := meta{Host: d.cfg.Host, Name: inst.Name, Program: inst.Metadata[guest.MetadataKey], State: stIncoming, Flavor: flavorMeta(inst.Flavor)}

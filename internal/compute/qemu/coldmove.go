@@ -141,7 +141,7 @@ func (d *Driver) FinishMigration(ctx context.Context, inst records.Instance) err
 	if want == compute.GuestStopped {
 		state = compute.GuestStopped
 	}
-	v := &vm{dir: dir, st: vmState{Program: inst.Metadata[guest.MetadataKey],
+	v := &vm{dir: dir, st: vmState{Program: inst.Metadata[guest.MetadataKey], Image: imageOf(inst),
 		Guest: compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: state}}}
 	d.vms[inst.UUID] = v
 	d.saveLocked(v)
@@ -201,7 +201,8 @@ func (d *Driver) FinishRevertMigration(ctx context.Context, inst records.Instanc
 	}
 	if want == compute.GuestRunning {
 		boot := inst
-		boot.Metadata = d.instanceOf(v).Metadata
+		own := d.instanceOf(v)
+		boot.Metadata, boot.ImageRef = own.Metadata, own.ImageRef
 		if err := d.launchDisk(ctx, v, boot, false, true); err != nil {
 			return fmt.Errorf("finish_revert_resize of %s: %w", inst.UUID, err)
 		}

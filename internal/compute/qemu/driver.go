@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/compute/guestdisk"
 	"keel/internal/compute/qemu/guest"
 	"keel/internal/compute/qemu/qmp"
 	"keel/internal/records"
@@ -56,13 +57,22 @@ type Config struct {
 	// is rotated (default DefaultConsoleLogMax): at each start of its
 	// QEMU, each console read, and each audit.
 	ConsoleLogMax int64
-	Log           *slog.Logger
+	// Images gives the data of the uploaded images guests boot from (the
+	// agent's: the servers, over the bus); without it only keel's
+	// built-in guest boots.
+	Images compute.ImageSource
+	// QEMUImg is the qemu-img to run (default "qemu-img", on PATH).
+	QEMUImg string
+	Log     *slog.Logger
 }
 
 // Driver is the QEMU virt driver.
 type Driver struct {
 	cfg Config
 	log *slog.Logger
+	// images is the host's copy of the images its guests boot from
+	// (Dir/_base) and makes their overlays.
+	images *guestdisk.Images
 
 	mu  sync.Mutex
 	vms map[string]*vm
@@ -137,7 +147,8 @@ func New(cfg Config) (*Driver, error) {
 	if abs, err := filepath.Abs(cfg.Dir); err == nil {
 		cfg.Dir = abs
 	}
-	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "qemu"), vms: map[string]*vm{}, gone: map[string]string{}}
+	d := &Driver{cfg: cfg, log: cfg.Log.With("driver", "qemu"), vms: map[string]*vm{}, gone: map[string]string{},
+		images: &guestdisk.Images{Dir: cfg.Dir, Source: cfg.Images, QEMUImg: cfg.QEMUImg}}
 	if err := d.adopt(); err != nil {
 		return nil, err
 	}
@@ -152,7 +163,7 @@ func (d *Driver) adopt() error {
 		return fmt.Errorf("reading %s: %w", d.cfg.Dir, err)
 	}
 	for _, e := range entries {
-		if !e.IsDir() {
+		if !e.IsDir() || e.Name() == guestdisk.BaseDir {
 			continue
 		}
 		dir := filepath.Join(d.cfg.Dir, e.Name())
@@ -250,13 +261,17 @@ func PeekSocket(dir, uuid string) (string, error) {
 // uses the same one plus -incoming defer.
 func (d *Driver) args(inst records.Instance, incoming bool) []string {
 	vcpus := max(inst.Flavor.VCPUs, 1)
+	format := "raw"
+	if compute.BootsImage(inst) {
+		format = "qcow2" // an overlay on the image's base
+	}
 	a := []string{
 		"-name", "keel-" + inst.UUID,
 		"-machine", "pc", "-accel", "tcg,tb-size=32",
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-m", strconv.FormatInt(inst.Flavor.RAMMB, 10),
 		"-smp", strconv.FormatInt(vcpus, 10),
-		"-drive", "file=" + fileDisk + ",format=raw,if=ide",
+		"-drive", "file=" + fileDisk + ",format=" + format + ",if=ide",
 		"-qmp", "unix:" + sockQMP + ",server=on,wait=off",
 		"-qmp", "unix:" + sockPeek + ",server=on,wait=off",
 	}
@@ -275,19 +290,13 @@ func (d *Driver) launch(ctx context.Context, v *vm, inst records.Instance, incom
 }
 
 // launchDisk is launch; with keepDisk the disk already in v's directory
-// (one a cold move brought) is booted as it is.
+// (one a cold move brought) is booted as it is. A guest of an uploaded
+// image (compute.BootsImage) boots a qcow2 overlay on the image's base
+// copy on this host (fetched first if the host has none), made if the
+// guest has no disk yet; its disk is kept across its QEMU's restarts.
 func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, incoming, keepDisk bool) error {
-	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
-	if err != nil {
+	if err := d.prepareDisk(ctx, v, inst, keepDisk); err != nil {
 		return err
-	}
-	if inst.Flavor.RAMMB < spec.MinRAMMB() {
-		return fmt.Errorf("%s=%s needs at least %d MiB of RAM, flavor %s has %d", guest.MetadataKey, spec, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
-	}
-	if _, serr := os.Stat(filepath.Join(v.dir, fileDisk)); !keepDisk || serr != nil {
-		if err := os.WriteFile(filepath.Join(v.dir, fileDisk), spec.Image(), 0o644); err != nil {
-			return fmt.Errorf("writing the boot disk: %w", err)
-		}
 	}
 	for _, s := range []string{sockQMP, sockPeek, sockIncoming} {
 		_ = os.Remove(filepath.Join(v.dir, s))
@@ -336,6 +345,44 @@ func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, i
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// prepareDisk makes the disk v's QEMU boots: keel's built-in guest's
+// boot sector, written afresh unless keepDisk; or for an uploaded
+// image, an overlay on its base, unless the guest has its disk already.
+func (d *Driver) prepareDisk(ctx context.Context, v *vm, inst records.Instance, keepDisk bool) error {
+	disk := filepath.Join(v.dir, fileDisk)
+	if compute.BootsImage(inst) {
+		base, err := d.images.Base(ctx, inst.UUID, inst.ImageRef)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(disk); err == nil {
+			return nil
+		}
+		return d.images.Overlay(ctx, base, disk)
+	}
+	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
+	if err != nil {
+		return err
+	}
+	if inst.Flavor.RAMMB < spec.MinRAMMB() {
+		return fmt.Errorf("%s=%s needs at least %d MiB of RAM, flavor %s has %d", guest.MetadataKey, spec, spec.MinRAMMB(), inst.Flavor.Name, inst.Flavor.RAMMB)
+	}
+	if _, serr := os.Stat(disk); !keepDisk || serr != nil {
+		if err := os.WriteFile(disk, spec.Image(), 0o644); err != nil {
+			return fmt.Errorf("writing the boot disk: %w", err)
+		}
+	}
+	return nil
+}
+
+// imageOf is the uploaded image inst boots from ("" for keel's guest).
+func imageOf(inst records.Instance) string {
+	if compute.BootsImage(inst) {
+		return inst.ImageRef
+	}
+	return ""
 }
 
 // monitor returns v's QMP session, connecting if there is none (or the
@@ -410,13 +457,14 @@ func (d *Driver) Spawn(ctx context.Context, inst records.Instance, done func(err
 		report(fmt.Errorf("spawning %s: guest already exists", inst.UUID))
 		return
 	}
-	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Program: inst.Metadata[guest.MetadataKey],
+	v := &vm{dir: d.guestDir(inst.UUID), st: vmState{Program: inst.Metadata[guest.MetadataKey], Image: imageOf(inst),
 		Guest: compute.Guest{UUID: inst.UUID, Name: inst.Name, Flavor: inst.Flavor, State: compute.GuestBuilding}}}
 	if err := os.MkdirAll(v.dir, 0o755); err != nil {
 		d.mu.Unlock()
 		report(fmt.Errorf("spawning %s: %w", inst.UUID, err))
 		return
 	}
+	_ = os.Remove(filepath.Join(v.dir, fileDisk)) // a new guest boots a new disk
 	d.vms[inst.UUID] = v
 	d.saveLocked(v)
 	d.mu.Unlock()
@@ -502,6 +550,9 @@ func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.
 	defer d.mu.Unlock()
 	if _, ok := d.vms[inst.UUID]; ok {
 		return fmt.Errorf("instance %s already has a guest on this host", inst.UUID)
+	}
+	if compute.BootsImage(inst) {
+		return fmt.Errorf("instance %s boots from an uploaded image, whose disk (a local overlay) the QEMU driver does not live-migrate: migrate it cold (server migrate, resize)", inst.UUID)
 	}
 	if _, err := guest.Parse(inst.Metadata[guest.MetadataKey]); err != nil {
 		return err

@@ -81,7 +81,18 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 		err = d.resume(ctx, v)
 	case lifecycle.OpReboot:
 		err = d.execute(ctx, v, "system_reset", nil, nil)
-	default: // start, hard reboot, rescue, unrescue, rebuild
+	case lifecycle.OpRebuild:
+		// A new disk: the image inst names now (Nova's rebuild may
+		// change it), or keel's guest.
+		if err = d.powerDown(ctx, v); err == nil {
+			d.mu.Lock()
+			v.st.Image = imageOf(inst)
+			d.saveLocked(v)
+			d.mu.Unlock()
+			_ = os.Remove(filepath.Join(v.dir, fileDisk))
+			err = d.launch(ctx, v, d.instanceOf(v), false)
+		}
+	default: // start, hard reboot, rescue, unrescue
 		if err = d.powerDown(ctx, v); err == nil {
 			err = d.launch(ctx, v, d.instanceOf(v), false)
 		}
@@ -101,7 +112,7 @@ func (d *Driver) instanceOf(v *vm) records.Instance {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g := v.st.Guest
-	return records.Instance{UUID: g.UUID, Name: g.Name, Flavor: g.Flavor, Metadata: map[string]string{guest.MetadataKey: v.st.Program}}
+	return records.Instance{UUID: g.UUID, Name: g.Name, Flavor: g.Flavor, ImageRef: v.st.Image, Metadata: map[string]string{guest.MetadataKey: v.st.Program}}
 }
 
 // powerDown ends v's QEMU: the ACPI power button, then a kill if the

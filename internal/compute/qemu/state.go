@@ -19,6 +19,9 @@ type vmState struct {
 	Guest compute.Guest `json:"guest"`
 	// Program is the guest's keel_guest metadata (idle, fill-N, dirty-N).
 	Program string `json:"program,omitempty"`
+	// Image is the uploaded image the guest boots (its disk an overlay
+	// on the image's base); empty for keel's built-in guest.
+	Image string `json:"image,omitempty"`
 	// Dest and URI are the outgoing copy's destination host and QEMU URI,
 	// while Guest.State is migrating.
 	Dest string `json:"dest,omitempty"`

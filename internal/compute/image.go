@@ -1,0 +1,26 @@
+package compute
+
+import (
+	"keel/internal/compute/guestdisk"
+	"keel/internal/records"
+)
+
+// BuiltinImageID is the image every keel cloud has (keel-fake, 1 MiB of
+// zeros): the real drivers boot keel's own tiny guest for it (and for an
+// instance with no image), whatever its data.
+const BuiltinImageID = "7f3b0d5e-6a2c-4c1e-9a55-000000000001"
+
+// ImageInfo describes an image's data as the servers keep it
+// (guestdisk's, which keeps the images' copies on a host).
+type ImageInfo = guestdisk.ImageInfo
+
+// ImageSource gives a real driver the data of the image an instance
+// boots from: the agent reads it from the servers over the bus, which
+// serve it only to the host the instance concerns.
+type ImageSource = guestdisk.ImageSource
+
+// BootsImage reports whether inst boots an uploaded image rather than
+// keel's tiny guest.
+func BootsImage(inst records.Instance) bool {
+	return inst.ImageRef != "" && inst.ImageRef != BuiltinImageID
+}

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"keel/internal/compute/qemu/guest"
+)
+
+// uploadImage creates an image (Glance v2) and uploads the file at path
+// as its data; it returns the image's ID.
+func (c *cloud) uploadImage(name, diskFormat, path string) string {
+	c.t.Helper()
+	var im struct{ ID string }
+	status, data := c.send("POST", "/image/v2/images", "", map[string]any{"name": name, "disk_format": diskFormat, "container_format": "bare"})
+	if status != 201 || json.Unmarshal(data, &im) != nil {
+		c.t.Fatalf("creating image %s: %d %s", name, status, data)
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "PUT", c.url+"/image/v2/images/"+im.ID+"/file", bytes.NewReader(body))
+	req.Header.Set("X-Auth-Token", c.login())
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("uploading image %s: %v", name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		c.t.Fatalf("uploading image %s: %d", name, resp.StatusCode)
+	}
+	return im.ID
+}
+
+// bootImage asks for a server booting image and returns its ID.
+func (c *cloud) bootImage(name, flavor, image string) string {
+	c.t.Helper()
+	var out struct {
+		Server struct{ ID string } `json:"server"`
+	}
+	body := map[string]any{"server": map[string]any{"name": name, "flavorRef": flavor, "imageRef": image, "networks": "none"}}
+	if st := c.call("POST", "/compute/v2.1/servers", body, &out); st != 202 {
+		c.t.Fatalf("boot %s: %d", name, st)
+	}
+	return out.Server.ID
+}
+
+// TestQEMUBootsUploadedImage uploads keel's guest as a qcow2 image
+// through the image API and boots it on the QEMU driver: the agent reads
+// the image from the servers over the bus into its host's cache
+// (_base/<id>, raw), the guest's disk is a qcow2 overlay on it, and the
+// guest runs. A qcow2 image that names a backing file is refused: the
+// server goes to ERROR with a fault that says so, and the host's cache
+// keeps nothing of it.
+func TestQEMUBootsUploadedImage(t *testing.T) {
+	c := qemuCloud(t)
+	c.startAgent("h1")
+	work := t.TempDir()
+	raw := filepath.Join(work, "guest.raw")
+	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow := filepath.Join(work, "guest.qcow2")
+	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	img := c.uploadImage("guest", "qcow2", qcow)
+	id := c.bootImage("vm", "q64", img)
+	c.waitFor("server vm ACTIVE", 60*time.Second, func() bool {
+		s := c.server_(id)
+		if s["status"] == "ERROR" {
+			t.Fatalf("the server failed: %v", s["fault"])
+		}
+		return s["status"] == "ACTIVE"
+	})
+	c.rising("h1", id, 0)
+	qdir := filepath.Join(c.dataDir, "agents", "h1", "qemu")
+	out, err := exec.Command("qemu-img", "info", "-U", "--output=json", filepath.Join(qdir, id, "disk.img")).Output()
+	if err != nil {
+		t.Fatalf("qemu-img info of the guest's disk: %v", err)
+	}
+	var info struct {
+		Format  string `json:"format"`
+		Backing string `json:"backing-filename"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Format != "qcow2" || info.Backing != filepath.Join("..", "_base", img) {
+		t.Fatalf("the guest's disk is %+v, want a qcow2 overlay on ../_base/%s", info, img)
+	}
+	if _, err := os.Stat(filepath.Join(qdir, "_base", img)); err != nil {
+		t.Fatalf("the host's copy of the image: %v", err)
+	}
+
+	backed := filepath.Join(work, "backed.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, backed).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img create: %v: %s", err, out)
+	}
+	bad := c.uploadImage("backed", "qcow2", backed)
+	bid := c.bootImage("bad", "q64", bad)
+	var fault string
+	c.waitFor("server bad ERROR", 60*time.Second, func() bool {
+		s := c.server_(bid)
+		if s["status"] == "ACTIVE" {
+			t.Fatal("a server booted a qcow2 image that names a backing file")
+		}
+		fault = fmt.Sprint(s["fault"])
+		return s["status"] == "ERROR"
+	})
+	t.Logf("fault: %s", fault)
+	if !strings.Contains(fault, "names a backing file") {
+		t.Fatalf("the fault does not say the image names a backing file: %s", fault)
+	}
+	if _, err := os.Stat(filepath.Join(qdir, "_base", bad)); err == nil {
+		t.Fatal("the refused image is in the host's cache")
+	}
+}
