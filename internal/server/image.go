@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 
+	"keel/internal/api/computeapi"
 	"keel/internal/compute"
 	"keel/internal/config"
 	"keel/internal/identity"
@@ -74,16 +75,24 @@ func imageAPI(st *image.Store) http.Handler {
 	})
 }
 
-// imageUsable reports whether id names an active image the caller (the
+// bootImage returns what the compute API checks of the image id names
+// before a boot, and whether it is an active image the caller (the
 // request's principal in ctx) sees: a server can boot from it. Another
 // project's private image is not found, as Glance hides it from Nova.
-func imageUsable(ctx context.Context, st *image.Store, id string) bool {
+func bootImage(ctx context.Context, st *image.Store, id string) (computeapi.BootImage, bool) {
 	p, ok := identity.PrincipalFrom(ctx)
 	if !ok {
-		return false
+		return computeapi.BootImage{}, false
 	}
 	im, err := st.Get(id)
-	return err == nil && im.Status == image.StatusActive && image.Visible(image.Caller{ProjectID: p.ProjectID, Admin: p.IsAdmin()}, im)
+	if err != nil || im.Status != image.StatusActive || !image.Visible(image.Caller{ProjectID: p.ProjectID, Admin: p.IsAdmin()}, im) {
+		return computeapi.BootImage{}, false
+	}
+	b := computeapi.BootImage{MinRAMMB: im.MinRAM, MinDiskGB: im.MinDisk}
+	if im.Size != nil {
+		b.Size = *im.Size
+	}
+	return b, true
 }
 
 // imageVersions is the image service's version document, which

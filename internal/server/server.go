@@ -238,8 +238,8 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log, Hosts: s.ui.view,
-		ImageExists: func(ctx context.Context, id string) bool { return imageUsable(ctx, images, id) },
-		Images:      images, ImageURL: s.baseURL + "/image",
+		Image:  func(ctx context.Context, id string) (computeapi.BootImage, bool) { return bootImage(ctx, images, id) },
+		Images: images, ImageURL: s.baseURL + "/image",
 		Caller: func(r *http.Request) (computeapi.Caller, bool) {
 			p, ok := identity.PrincipalFrom(r.Context())
 			return computeapi.Caller{UserID: p.UserID, ProjectID: p.ProjectID, Admin: p.IsAdmin()}, ok

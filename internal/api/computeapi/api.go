@@ -39,9 +39,10 @@ type Config struct {
 	// Caller returns the authenticated caller; the handler answers 401
 	// when it reports false.
 	Caller func(r *http.Request) (Caller, bool)
-	// ImageExists reports whether an image ID names an image the caller
-	// (the request's, in ctx) can boot servers from; nil accepts any.
-	ImageExists func(ctx context.Context, id string) bool
+	// Image returns what a boot checks of the image an ID names, and
+	// whether it names an image the caller (the request's, in ctx) can
+	// boot servers from; nil accepts any image and checks nothing.
+	Image func(ctx context.Context, id string) (BootImage, bool)
 	// Images is the image service the image proxy (/images, up to 2.35)
 	// reads and changes; nil: no proxy (404). ImageURL is the image
 	// service's base URL, for the proxy's alternate links.
@@ -122,8 +123,8 @@ type flavorsAPI struct {
 // addresses, diagnostics and external events.
 type serversAPI struct {
 	*base
-	conductor   booter
-	imageExists func(ctx context.Context, id string) bool
+	conductor booter
+	image     func(ctx context.Context, id string) (BootImage, bool)
 }
 
 // serverTagsAPI serves /servers/{id}/tags.
@@ -135,8 +136,8 @@ type serverMetadataAPI struct{ *base }
 // serverActionsAPI serves POST /servers/{id}/action.
 type serverActionsAPI struct {
 	*base
-	conductor   Conductor
-	imageExists func(ctx context.Context, id string) bool
+	conductor Conductor
+	image     func(ctx context.Context, id string) (BootImage, bool)
 	// images and imageURL: where createImage and createBackup write.
 	images   *image.Store
 	imageURL string
@@ -211,10 +212,10 @@ func New(cfg Config) *API {
 	a := &API{
 		caller: cfg.Caller, log: cfg.Log, baseURL: cfg.BaseURL, mux: http.NewServeMux(),
 		flavors:         &flavorsAPI{links: l, store: cfg.Store},
-		servers:         &serversAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists},
+		servers:         &serversAPI{base: b, conductor: cfg.Conductor, image: cfg.Image},
 		serverTags:      &serverTagsAPI{b},
 		serverMetadata:  &serverMetadataAPI{b},
-		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, imageExists: cfg.ImageExists, images: cfg.Images, imageURL: cfg.ImageURL},
+		serverActions:   &serverActionsAPI{base: b, conductor: cfg.Conductor, image: cfg.Image, images: cfg.Images, imageURL: cfg.ImageURL},
 		instanceActions: &instanceActionsAPI{b},
 		migrations:      &migrationsAPI{base: b, conductor: cfg.Conductor},
 		hypervisors:     &hypervisorsAPI{base: b, hosts: cfg.Hosts, listings: newListingCache(b.now)},

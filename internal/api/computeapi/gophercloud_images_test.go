@@ -14,6 +14,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/imagedata"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
@@ -351,5 +352,73 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "error"}}, 202)
 	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "late"}}, 409); !strings.Contains(fmt.Sprint(out), "Cannot 'createImage' instance "+s.ID+" while it is in vm_state error") {
 		t.Errorf("createImage of a server in error: %v", out)
+	}
+}
+
+// TestGophercloudImageTooBigForFlavor: an image whose min_ram is above
+// the flavor's RAM, whose min_disk is above its disk, or whose data is
+// larger than its disk is refused at boot and at rebuild with Nova's 400
+// and message (Tempest's test_boot_with_low_ram); a flavor with no root
+// disk is not checked against the image's disk needs, as Nova's is not.
+func TestGophercloudImageTooBigForFlavor(t *testing.T) {
+	ctx := testenv.Context(t)
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
+	cl := cloud.Connect(t)
+	sc := computeAt(cl, "2.80")
+	ic, err := openstack.NewImageV2(sc.ProviderClient, gophercloud.EndpointOpts{Region: "RegionOne"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := cl.FindFlavor(ctx, "m1.tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := int64(fl.DiskGB) << 30
+	upload := func(name string, minRAM, minDisk int) string {
+		t.Helper()
+		im, err := images.Create(ctx, ic, images.CreateOpts{Name: name, DiskFormat: "raw", ContainerFormat: "bare", MinRAM: minRAM, MinDisk: minDisk}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := imagedata.Upload(ctx, ic, im.ID, bytes.NewReader(make([]byte, 4096))).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		return im.ID
+	}
+	lowRAM := upload("low-ram", fl.RAMMB+1, 0)
+	lowDisk := upload("low-disk", 0, fl.DiskGB+1)
+	fits := upload("fits", fl.RAMMB, fl.DiskGB)
+	refused := []struct{ image, want string }{
+		{lowRAM, "Flavor's memory is too small for requested image."},
+		{lowDisk, fmt.Sprintf("Flavor's disk is smaller than the minimum size specified in image metadata. Flavor disk is %d bytes, minimum size is %d bytes.", disk, disk+1<<30)},
+	}
+	badRequest := func(what string, err error, want string) {
+		t.Helper()
+		var e gophercloud.ErrUnexpectedResponseCode
+		if !errors.As(err, &e) || e.Actual != http.StatusBadRequest || !strings.Contains(string(e.Body), want) {
+			t.Errorf("%s: %v, want 400 %q", what, err, want)
+		}
+	}
+	for _, c := range refused {
+		_, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "no", FlavorRef: fl.ID, ImageRef: c.image, Networks: "none"}, nil).Extract()
+		badRequest("boot", err, c.want)
+	}
+	s, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "vm", FlavorRef: fl.ID, ImageRef: fits, Networks: "none"}, nil).Extract()
+	if err != nil {
+		t.Fatalf("a server from an image its flavor just fits: %v", err)
+	}
+	waitActive(t, cl, s.ID)
+	for _, c := range refused {
+		_, err := servers.Rebuild(ctx, sc, s.ID, servers.RebuildOpts{ImageRef: c.image}).Extract()
+		badRequest("rebuild", err, c.want)
+	}
+
+	// A 4 KiB image larger than a flavor's 0 GB disk boots.
+	zero, err := flavors.Create(ctx, sc, flavors.CreateOpts{Name: "zero-disk", RAM: fl.RAMMB, VCPUs: 1, Disk: gophercloud.IntToPointer(0)}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "zero", FlavorRef: zero.ID, ImageRef: lowDisk, Networks: "none"}, nil).Extract(); err != nil {
+		t.Errorf("a 0 GB disk flavor with a min_disk image: %v, want accepted", err)
 	}
 }

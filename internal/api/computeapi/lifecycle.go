@@ -98,8 +98,10 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 		if err := strictArgs(raw, &args, "rescue"); err != nil {
 			return err
 		}
-		if args.Image != nil && a.imageExists != nil && !a.imageExists(r.Context(), *args.Image) {
-			return badRequest("Can not find requested image " + *args.Image)
+		if args.Image != nil {
+			if _, ok := bootImage(r.Context(), a.image, *args.Image); !ok {
+				return badRequest("Can not find requested image " + *args.Image)
+			}
 		}
 		pass := newPassword()
 		if args.AdminPass != nil {
@@ -126,7 +128,7 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 			}
 		}
 	case "rebuild":
-		edit, err := a.rebuildArgs(r, raw)
+		edit, err := a.rebuildArgs(r, in, raw)
 		if err != nil {
 			return err
 		}
@@ -189,10 +191,10 @@ func strictArgs(raw jsonRaw, v any, action string) error {
 	return nil
 }
 
-// rebuildArgs reads rebuild's body: imageRef (required) and what a
-// rebuild may change besides (name, metadata, access addresses, disk
-// config, description from 2.19).
-func (a *serverActionsAPI) rebuildArgs(r *http.Request, raw jsonRaw) (func(*records.Instance), error) {
+// rebuildArgs reads rebuild's body: imageRef (required, an image that
+// fits in's flavor) and what a rebuild may change besides (name,
+// metadata, access addresses, disk config, description from 2.19).
+func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw jsonRaw) (func(*records.Instance), error) {
 	var sb serverBody
 	if err := json.Unmarshal(raw, &sb); err != nil || sb == nil {
 		return nil, badRequest("Invalid input for field/attribute rebuild. Value: " + string(raw) + ". 'imageRef' is a required property")
@@ -218,8 +220,12 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, raw jsonRaw) (func(*reco
 		return nil, badRequest("Invalid input for field/attribute rebuild. Value: " + string(raw) + ". 'imageRef' is a required property")
 	}
 	image := ref[strings.LastIndex(ref, "/")+1:]
-	if a.imageExists != nil && !a.imageExists(r.Context(), image) {
+	im, ok := bootImage(r.Context(), a.image, image)
+	if !ok {
 		return nil, badRequest("Cannot find requested image " + ref)
+	}
+	if err := checkImageFits(im, in.Flavor); err != nil {
+		return nil, err
 	}
 	var tmp records.Instance
 	name, hasName, err := sb.stringField("name")

@@ -201,8 +201,14 @@ func (a *serversAPI) resolveCreate(r *http.Request, req createRequest) (records.
 		return in, 0, badRequest(err.Error())
 	}
 	in.Flavor = f
-	if in.ImageRef != "" && a.imageExists != nil && !a.imageExists(r.Context(), in.ImageRef) {
-		return in, 0, badRequest("Can not find requested image " + req.ImageRef)
+	if in.ImageRef != "" {
+		im, ok := bootImage(ctx, a.image, in.ImageRef)
+		if !ok {
+			return in, 0, badRequest("Can not find requested image " + req.ImageRef)
+		}
+		if err := checkImageFits(im, f); err != nil {
+			return in, 0, err
+		}
 	}
 	if in.Zone != "" {
 		if err := a.checkZoneKnown(ctx, in.Zone); err != nil {
