@@ -49,6 +49,11 @@ start_keel_dev --hosts "$HOSTS" --set "filter_scheduler.enabled_filters=$FILTERS
 case "$keel_banner" in "keel dev: $HOSTS hosts "*) ;; *) fail "keel dev started [$keel_banner], not $HOSTS hosts" ;; esac
 url=$keel_url
 password=$(cat "$work/data/admin-password")
+# A second public image, Tempest's image_ref_alt: its rebuild tests move
+# servers to another image, and the servers' image filter needs two.
+head -c 65536 /dev/zero >"$work/alt.raw"
+image_alt=$(os image create --public --file "$work/alt.raw" --disk-format raw --container-format bare -f value -c id keel-alt) ||
+  fail "uploading the second image"
 
 (cd "$work" && "$TEMPEST" init --workspace-path "$work/workspaces.yaml" --name keel "$work/ws" >/dev/null)
 ws=$work/ws
@@ -93,7 +98,7 @@ horizon = False
 
 [compute]
 image_ref = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
-image_ref_alt = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
+image_ref_alt = $image_alt
 flavor_ref = 1
 flavor_ref_alt = 2
 min_compute_nodes = $HOSTS
