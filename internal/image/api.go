@@ -73,9 +73,12 @@ func view(im Image) map[string]any {
 		}
 		return s
 	}
-	var size any
+	var size, virtual any
 	if im.Size != nil {
 		size = *im.Size
+	}
+	if im.VirtualSize != nil {
+		virtual = *im.VirtualSize
 	}
 	tags := im.Tags
 	if tags == nil {
@@ -89,7 +92,7 @@ func view(im Image) map[string]any {
 		"id": im.ID, "name": null(im.Name), "status": im.Status, "visibility": im.Visibility,
 		"protected": im.Protected, "os_hidden": im.Hidden, "owner": null(im.Owner),
 		"disk_format": null(im.DiskFormat), "container_format": null(im.ContainerFormat),
-		"min_disk": im.MinDisk, "min_ram": im.MinRAM, "size": size, "virtual_size": nil,
+		"min_disk": im.MinDisk, "min_ram": im.MinRAM, "size": size, "virtual_size": virtual,
 		"checksum": null(im.Checksum), "os_hash_algo": null(im.HashAlgo), "os_hash_value": null(im.HashValue),
 		"tags": tags, "created_at": im.CreatedAt.Format(time.RFC3339), "updated_at": im.UpdatedAt.Format(time.RFC3339),
 		"self": "/v2/images/" + im.ID, "file": "/v2/images/" + im.ID + "/file", "schema": "/v2/schemas/image",

@@ -3,6 +3,7 @@ package image
 import (
 	"crypto/md5"
 	"crypto/sha512"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -29,23 +30,27 @@ const (
 
 // Image is an image's record.
 type Image struct {
-	ID              string            `json:"id"`
-	Name            string            `json:"name,omitempty"`
-	Status          string            `json:"status"`
-	Visibility      string            `json:"visibility"`
-	Protected       bool              `json:"protected"`
-	Hidden          bool              `json:"os_hidden"`
-	Owner           string            `json:"owner"`
-	DiskFormat      string            `json:"disk_format,omitempty"`
-	ContainerFormat string            `json:"container_format,omitempty"`
-	MinDisk         int64             `json:"min_disk"`
-	MinRAM          int64             `json:"min_ram"`
-	Size            *int64            `json:"size,omitempty"`
-	Checksum        string            `json:"checksum,omitempty"`
-	HashAlgo        string            `json:"os_hash_algo,omitempty"`
-	HashValue       string            `json:"os_hash_value,omitempty"`
-	Tags            []string          `json:"tags,omitempty"`
-	Properties      map[string]string `json:"properties,omitempty"`
+	ID              string `json:"id"`
+	Name            string `json:"name,omitempty"`
+	Status          string `json:"status"`
+	Visibility      string `json:"visibility"`
+	Protected       bool   `json:"protected"`
+	Hidden          bool   `json:"os_hidden"`
+	Owner           string `json:"owner"`
+	DiskFormat      string `json:"disk_format,omitempty"`
+	ContainerFormat string `json:"container_format,omitempty"`
+	MinDisk         int64  `json:"min_disk"`
+	MinRAM          int64  `json:"min_ram"`
+	Size            *int64 `json:"size,omitempty"`
+	// VirtualSize is the size in bytes of the disk the data holds (the
+	// data's own size for raw and iso, the header's for qcow2), unknown
+	// (nil) for other formats, as Glance's.
+	VirtualSize *int64            `json:"virtual_size,omitempty"`
+	Checksum    string            `json:"checksum,omitempty"`
+	HashAlgo    string            `json:"os_hash_algo,omitempty"`
+	HashValue   string            `json:"os_hash_value,omitempty"`
+	Tags        []string          `json:"tags,omitempty"`
+	Properties  map[string]string `json:"properties,omitempty"`
 	// Members are the projects a shared image is shared with.
 	Members   []Member  `json:"members,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -302,8 +307,8 @@ func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 		_ = f.Close()
 		return im, err
 	}
-	sum5, sum512 := md5.New(), sha512.New()
-	n, err := io.Copy(io.MultiWriter(f, sum5, sum512), io.LimitReader(r, s.cap+1))
+	sum5, sum512, head := md5.New(), sha512.New(), &headWriter{}
+	n, err := io.Copy(io.MultiWriter(f, sum5, sum512, head), io.LimitReader(r, s.cap+1))
 	if err != nil {
 		return fail(fmt.Errorf("uploading image %s: %w", id, err))
 	}
@@ -321,7 +326,7 @@ func (s *Store) Upload(id string, r io.Reader) (Image, error) {
 		if im.Status != StatusSaving {
 			return fmt.Errorf("image %s became %s during the upload: %w", id, im.Status, ErrStatus)
 		}
-		im.Status, im.Size = StatusActive, &n
+		im.Status, im.Size, im.VirtualSize = StatusActive, &n, virtualSize(im.DiskFormat, head.b, n)
 		im.Checksum, im.HashAlgo, im.HashValue = hex.EncodeToString(sum5.Sum(nil)), "sha512", hex.EncodeToString(sum512.Sum(nil))
 		return nil
 	})
@@ -507,4 +512,40 @@ func sortedTags(tags []string) []string {
 	out := slices.Clone(tags)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// headWriter keeps the first bytes written to it: a disk image's header.
+type headWriter struct{ b []byte }
+
+// qcow2HeaderLen is as much of a qcow2 header as virtualSize reads: the
+// magic, the version, the backing file's offset and size, the cluster
+// bits and the disk's size.
+const qcow2HeaderLen = 32
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	if n := qcow2HeaderLen - len(h.b); n > 0 {
+		h.b = append(h.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// virtualSize is the size of the disk an image's data holds, from its
+// format: raw and iso data is the disk, a qcow2 header names the disk's
+// size (big-endian, at byte 24, after the magic "QFI\xfb"). Other
+// formats, and qcow2 data without a qcow2 header, give nil.
+func virtualSize(format string, head []byte, size int64) *int64 {
+	switch format {
+	case "raw", "iso":
+		return &size
+	case "qcow2":
+		if len(head) < qcow2HeaderLen || string(head[:4]) != "QFI\xfb" {
+			return nil
+		}
+		v := int64(binary.BigEndian.Uint64(head[24:32]))
+		if v < 0 {
+			return nil
+		}
+		return &v
+	}
+	return nil
 }
