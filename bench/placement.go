@@ -7,16 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // Placement's database, loaded before gunicorn starts
+
+	"keel/internal/placementpeer"
 )
 
 // placementMicroversion is the one both systems are asked for: ≥ 1.28, so
@@ -29,16 +27,6 @@ const candidatesQuery = "/allocation_candidates?resources=VCPU:2,MEMORY_MB:4096,
 
 // claimResources is what each claim asks for (the candidates' request).
 var claimResources = map[string]int64{"VCPU": 2, "MEMORY_MB": 4096, "DISK_GB": 20}
-
-// placementPeer is a running OpenStack Placement: gunicorn with one sync
-// worker serving placement.wsgi, on SQLite, in its own process group.
-type placementPeer struct {
-	dir     string
-	url     string
-	cmd     *exec.Cmd
-	log     string
-	version string
-}
 
 // debPython is Debian's interpreter: the packages are installed for it.
 const debPython = "/usr/bin/python3"
@@ -53,98 +41,17 @@ func needPackages(module string, pkgs string) error {
 	return nil
 }
 
-// startPlacement configures Placement 8.0 on SQLite in a temporary
-// directory, runs placement-manage db sync, loads the providers straight
-// into its database (2,000 API calls at Placement's ~30 a second would
-// take a minute; the rows are the ones its API writes: provider at
-// generation 1, root itself, three inventories), then serves it with
-// gunicorn -w 1 on a free loopback port.
-func startPlacement(ctx context.Context, providers []provider) (_ *placementPeer, err error) {
-	if err := needPackages("placement.wsgi", "python3-placement gunicorn"); err != nil {
+// startPlacement starts Placement 8.0 (placementpeer) with the providers
+// loaded straight into its database (2,000 API calls at Placement's ~30 a
+// second would take a minute; the rows are the ones its API writes:
+// provider at generation 1, root itself, three inventories).
+func startPlacement(ctx context.Context, providers []provider) (*placementpeer.Peer, error) {
+	if err := placementpeer.Available(); err != nil {
 		return nil, err
 	}
-	gunicorn, err := exec.LookPath("gunicorn")
-	if err != nil {
-		if gunicorn, err = exec.LookPath("gunicorn3"); err != nil {
-			return nil, fmt.Errorf("gunicorn not found: install Debian's gunicorn (apt-get install -y --no-install-recommends gunicorn)")
-		}
-	}
-	manage, err := exec.LookPath("placement-manage")
-	if err != nil {
-		return nil, fmt.Errorf("placement-manage not found: install Debian's python3-placement")
-	}
-	dir, err := os.MkdirTemp("", "keelbench-placement-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	p := &placementPeer{dir: dir, log: filepath.Join(dir, "gunicorn.log")}
-	defer func() {
-		if err != nil {
-			p.stop()
-		}
-	}()
-	db := filepath.Join(dir, "placement.db")
-	conf := fmt.Sprintf("[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = sqlite:///%s\n", db)
-	if err := os.WriteFile(filepath.Join(dir, "placement.conf"), []byte(conf), 0o644); err != nil {
-		return nil, fmt.Errorf("writing placement.conf: %w", err)
-	}
-	sync := exec.CommandContext(ctx, manage, "--config-file", filepath.Join(dir, "placement.conf"), "db", "sync")
-	if out, err := sync.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("placement-manage db sync: %v\n%s", err, out)
-	}
-	if err := loadPlacementDB(ctx, db, providers); err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("finding a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	p.url = "http://" + addr
-	logf, err := os.Create(p.log)
-	if err != nil {
-		return nil, fmt.Errorf("gunicorn log: %w", err)
-	}
-	defer logf.Close()
-	p.cmd = exec.Command(gunicorn, "-w", "1", "--timeout", "300", "-b", addr, "--chdir", dir, "placement.wsgi:init_application()")
-	p.cmd.Env = append(os.Environ(), "OS_PLACEMENT_CONFIG_DIR="+dir)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting gunicorn: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
-	c := newHTTPClient(p.url, "admin", placementMicroversion)
-	// gunicorn's default worker timeout (30 s) killed workers still
-	// importing Placement at a load of 50; the wait ends with ctx, or
-	// after five minutes.
-	deadline := time.Now().Add(5 * time.Minute)
-	if dl, ok := ctx.Deadline(); ok {
-		deadline = dl
-	}
-	for {
-		var doc struct {
-			Versions []struct {
-				MaxVersion string `json:"max_version"`
-			} `json:"versions"`
-		}
-		if _, err := c.do(ctx, "GET", "/", nil, &doc); err == nil && len(doc.Versions) > 0 {
-			p.version = doc.Versions[0].MaxVersion
-			break
-		}
-		select {
-		case err := <-exited:
-			p.cmd = nil
-			return nil, fmt.Errorf("gunicorn exited (%v): %s", err, tail(p.log))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("placement did not answer on %s by %s: %s", p.url, deadline.Format(time.TimeOnly), tail(p.log))
-		}
-	}
-	return p, nil
+	return placementpeer.StartSeeded(ctx, func(ctx context.Context, db string) error {
+		return loadPlacementDB(ctx, db, providers)
+	})
 }
 
 // loadPlacementDB writes providers into Placement's schema in one
@@ -184,34 +91,6 @@ func loadPlacementDB(ctx context.Context, path string, providers []provider) err
 		return fmt.Errorf("placement.db: %w", err)
 	}
 	return nil
-}
-
-func (p *placementPeer) stop() {
-	if p.cmd != nil && p.cmd.Process != nil {
-		// gunicorn's master and its worker are one process group.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() {
-			for i := 0; i < 50; i++ {
-				if syscall.Kill(-p.cmd.Process.Pid, 0) != nil {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			close(done)
-		}()
-		<-done
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}
-	os.RemoveAll(p.dir)
-}
-
-func tail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // provider is one of the side-by-side's providers.
@@ -453,7 +332,7 @@ func (r *run) placement(ctx context.Context) error {
 	r.figure("placement_schedule_per_s_placement", pt.schedPerSec)
 	r.figure("placement_schedule_ratio", schedRatio)
 	fair := fmt.Sprintf("one gunicorn worker (Placement %s, max microversion %s) vs one keel server, both on SQLite (local disk), both on loopback, same client; %s providers (VCPU 64 ×4.0, MEMORY_MB 262144, DISK_GB 2000); microversion %s",
-		placementPackageVersion(), peer.version, commas(int64(n)), strings.TrimPrefix(placementMicroversion, "placement "))
+		placementPackageVersion(), peer.Version, commas(int64(n)), strings.TrimPrefix(placementMicroversion, "placement "))
 	r.row("4", "GET /allocation_candidates (VCPU:2, MEMORY_MB:4096, DISK_GB:20, limit=1000)",
 		fmt.Sprintf("keel %s, Placement %s: keel %.0f× faster (%s)", fmtMS(kt.candidatesMS), fmtMS(pt.candidatesMS), candRatio, r.goal("placement_candidates_ratio", candRatio >= 100, "≥ 100×")),
 		fmt.Sprintf("median of %d after a warm-up, %d candidates each, timed until the whole answer is read; ", reps, kt.candidates)+fair)
@@ -470,18 +349,18 @@ func (r *run) placement(ctx context.Context) error {
 // startPlacementPair starts OpenStack Placement with providers in its
 // database and a keel server, and returns a client of each one's
 // Placement API and a function that stops both.
-func startPlacementPair(ctx context.Context, providers []provider) (peer *placementPeer, kc, pc *httpClient, stop func(), err error) {
+func startPlacementPair(ctx context.Context, providers []provider) (peer *placementpeer.Peer, kc, pc *httpClient, stop func(), err error) {
 	if peer, err = startPlacement(ctx, providers); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	k, err := startKeel(ctx, nil)
 	if err != nil {
-		peer.stop()
+		peer.Stop()
 		return nil, nil, nil, nil, err
 	}
 	kc = newHTTPClient(k.srv.URL()+"/placement", k.token, placementMicroversion)
-	pc = newHTTPClient(peer.url, "admin", placementMicroversion)
-	return peer, kc, pc, func() { k.stop(); peer.stop() }, nil
+	pc = newHTTPClient(peer.URL, "admin", placementMicroversion)
+	return peer, kc, pc, func() { k.stop(); peer.Stop() }, nil
 }
 
 // treeCandidatesQuery is the nested case: a NUMA cell's CPU and memory as

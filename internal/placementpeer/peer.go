@@ -7,6 +7,7 @@ package placementpeer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,9 +23,12 @@ import (
 type Peer struct {
 	// URL is where it answers (placement mounted at the root).
 	URL string
-	dir string
-	cmd *exec.Cmd
-	log string
+	// Version is the highest microversion it serves, from its root
+	// document.
+	Version string
+	dir     string
+	cmd     *exec.Cmd
+	log     string
 }
 
 // Available returns nil when Placement and gunicorn are installed, or an
@@ -54,7 +58,18 @@ func gunicorn() (string, error) {
 // Start configures Placement on SQLite in a temporary directory (noauth2:
 // any X-Auth-Token is an admin), syncs its database and serves it with one
 // gunicorn worker until Stop.
-func Start(ctx context.Context) (_ *Peer, err error) {
+func Start(ctx context.Context) (*Peer, error) {
+	return StartSeeded(ctx, nil)
+}
+
+// Seed writes rows straight into Placement's SQLite database (at db) after
+// its schema is made and before it serves: thousands of providers load in
+// one transaction where Placement's API takes about 30 calls a second.
+type Seed func(ctx context.Context, db string) error
+
+// StartSeeded is Start with seed (when not nil) run on the synced
+// database before gunicorn starts.
+func StartSeeded(ctx context.Context, seed Seed) (_ *Peer, err error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -70,12 +85,18 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 		}
 	}()
 	conf := filepath.Join(dir, "placement.conf")
-	body := fmt.Sprintf("[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = sqlite:///%s\n", filepath.Join(dir, "placement.db"))
+	db := filepath.Join(dir, "placement.db")
+	body := fmt.Sprintf("[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = sqlite:///%s\n", db)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		return nil, fmt.Errorf("writing placement.conf: %w", err)
 	}
 	if out, err := exec.CommandContext(ctx, "placement-manage", "--config-file", conf, "db", "sync").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("placement-manage db sync: %v\n%s", err, out)
+	}
+	if seed != nil {
+		if err := seed(ctx, db); err != nil {
+			return nil, fmt.Errorf("seeding placement.db: %w", err)
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,11 +126,8 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 		deadline = dl
 	}
 	for {
-		if resp, err := http.Get(p.URL + "/"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
+		if p.Version = rootVersion(ctx, p.URL); p.Version != "" {
+			return p, nil
 		}
 		select {
 		case err := <-exited:
@@ -123,6 +141,29 @@ func Start(ctx context.Context) (_ *Peer, err error) {
 			return nil, fmt.Errorf("placement did not answer on %s by %s: %s", p.URL, deadline.Format(time.TimeOnly), p.tail())
 		}
 	}
+}
+
+// rootVersion is the max_version of Placement's root document at url, or
+// "" while it does not answer one.
+func rootVersion(ctx context.Context, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Versions []struct {
+			MaxVersion string `json:"max_version"`
+		} `json:"versions"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&doc) != nil || len(doc.Versions) == 0 {
+		return ""
+	}
+	return doc.Versions[0].MaxVersion
 }
 
 // workerTimeout is gunicorn's worker timeout in seconds: its default, 30,
