@@ -144,7 +144,8 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	if err := a.untilAnswered(ctx, "waiting for the servers to list the evacuations from this host", func(ctx context.Context) error {
-		return a.destroyEvacuated(ctx, st, drv)
+		_, err := compute.DestroyEvacuated(ctx, st, drv, opts.Host, a.log)
+		return err
 	}); err != nil {
 		return err
 	}
@@ -261,28 +262,6 @@ func (a *Agent) rebuildingHere(ctx context.Context, st *rpc.Store, uuid string) 
 		}
 	}
 	return false, nil
-}
-
-// destroyEvacuated removes, before the agent serves anything, the guests
-// of the instances evacuated from this host while it was down (Nova's
-// _destroy_evacuated_instances): an instance never runs twice. The
-// conductor drops this host's side of their allocations once it sees the
-// host up.
-func (a *Agent) destroyEvacuated(ctx context.Context, st *rpc.Store, drv compute.Driver) error {
-	ms, err := st.ListMigrations(ctx, store.MigrationFilter{Host: a.opts.Host, ActiveOnly: true})
-	if err != nil {
-		return fmt.Errorf("agent %s: reading the evacuations from this host: %w", a.opts.Host, err)
-	}
-	for _, m := range ms {
-		if m.Type != records.MigrationTypeEvac || m.SourceHost != a.opts.Host {
-			continue
-		}
-		a.log.Info("destroying the guest of an instance evacuated while this host was down", "instance", m.InstanceUUID, "migration", m.ID, "to", m.DestHost)
-		if err := drv.Destroy(ctx, m.InstanceUUID); err != nil {
-			return fmt.Errorf("agent %s: destroying the evacuated guest %s: %w", a.opts.Host, m.InstanceUUID, err)
-		}
-	}
-	return nil
 }
 
 // newDriver makes the configured virt driver; the real ones read the

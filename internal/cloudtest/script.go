@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -100,6 +101,10 @@ import (
 //	                                   full disk fails them, or succeed again
 //	agent-audit H                      H's agent runs its audit now; prints
 //	                                   what it found and healed
+//	agent-start H                      H's agent starts again: it destroys
+//	                                   the guests of the instances evacuated
+//	                                   from H and rebuilt elsewhere, then
+//	                                   audits (prints both)
 //	terminate NAME host=H              H's agent removes the guest (an
 //	                                   operator's clean-up)
 //	report-build NAME                  the agent's report that the spawn
@@ -259,6 +264,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		s.disk(t, d)
 	case "agent-audit":
 		return s.agentAudit(t, d)
+	case "agent-start":
+		return s.agentStart(t, d)
 	case "report-build":
 		err = s.reportBuild(t, d)
 	case "terminate":
@@ -609,6 +616,36 @@ func (s *script) agentAudit(t *testing.T, d *datadriven.TestData) string {
 		out = strings.ReplaceAll(out, uuid, name)
 	}
 	return out + "\n" + s.changes()
+}
+
+// agentStart is what a keel agent does first when it starts again, before
+// it serves anything: it destroys the guests of its evacuated instances
+// that were rebuilt elsewhere (compute.DestroyEvacuated), then runs its
+// first audit. It prints the guests it destroyed and what the audit found.
+func (s *script) agentStart(t *testing.T, d *datadriven.TestData) string {
+	host := d.CmdArgs[0].Key
+	drv, ok := s.c.Drivers[host]
+	if !ok {
+		d.Fatalf(t, "agent-start: no host %q", host)
+	}
+	log := s.c.Opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ms, err := compute.DestroyEvacuated(context.Background(), s.c.Backing, drv, host, log)
+	if err != nil {
+		return refusal(err) + "\n"
+	}
+	names := s.byUUID()
+	out := host + ": destroyed no evacuated guest\n"
+	if len(ms) > 0 {
+		var gone []string
+		for _, m := range ms {
+			gone = append(gone, fmt.Sprintf("%s (migration %d to %s)", names[m.InstanceUUID], m.ID, m.DestHost))
+		}
+		out = host + ": destroyed the evacuated guests of " + strings.Join(gone, ", ") + "\n"
+	}
+	return out + s.agentAudit(t, d)
 }
 
 func (s *script) fail(t *testing.T, d *datadriven.TestData) {

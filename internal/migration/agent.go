@@ -32,3 +32,15 @@ func LiveCopying(m records.Migration) bool {
 func Rebuilding(m records.Migration) bool {
 	return m.Type == records.MigrationTypeEvac && m.Phase == PhaseRebuild
 }
+
+// RebuiltElsewhere reports whether m is an evacuation whose rebuild ended
+// on its destination (status done): the guest its source still has is
+// stale, and the source's agent destroys it when it comes back. Until
+// then the evacuation may still revert to its source, keel's answer to a
+// rebuild that fails (Nova's leaves the instance in ERROR on the
+// destination, so its returning source destroys the guest from the start
+// of the evacuation): the source keeps the guest, and the machine's
+// cleanup-source removes it once rebuilt.
+func RebuiltElsewhere(m records.Migration) bool {
+	return m.Type == records.MigrationTypeEvac && m.Status == records.MigrationDone
+}

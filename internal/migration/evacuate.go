@@ -16,9 +16,13 @@ import "keel/internal/records"
 // source to the migration consumer and claims the destination for the
 // instance, in one write. The migration consumer keeps the source's
 // resources until the source comes back (its guest may still exist
-// there); the agent of a source that restarts destroys its evacuated
-// guests before it serves anything (never two running copies), and the
-// conductor, seeing the source up again, drops the source side.
+// there); the agent of a source that restarts destroys the guests its
+// evacuations rebuilt elsewhere (status done, RebuiltElsewhere) before it
+// serves anything (never two running copies), and the conductor, seeing
+// the source up again, removes any guest left there (cleanup-source) and
+// drops the source side. A rebuild still in flight when the source comes
+// back leaves its guest there: a failed one reverts to the source, and
+// one that ends well has it removed at the sweep that sees the source up.
 
 // Phases of an evacuation.
 const (
