@@ -56,3 +56,56 @@ func TestRequestsAnswerBeforeAgentCalls(t *testing.T) {
 		t.Fatalf("the boot ended %s (%s), want ACTIVE", got.VMState, got.Fault)
 	}
 }
+
+// TestColdMovesAnswerBeforeAgentCalls: a cold migration, a resize and an
+// evacuation started as the API starts them (StartColdMigration,
+// StartResize, StartEvacuation) answer once the store decided — the
+// migration recorded, its destination chosen and claimed — before the
+// destination's first call (prep_resize, rebuild): the answer is in that
+// call's phase. The rest runs at the clock's current instant: the cold
+// moves wait for their confirmation on the destination, the evacuated
+// server runs there. Before, the first agent calls ran in the request
+// (the API's ColdMigrate, Resize, Evacuate).
+func TestColdMovesAnswerBeforeAgentCalls(t *testing.T) {
+	c := newCloud(t, hosts(3))
+	cold := c.seed("h1", "cold", small)
+	resized := c.seed("h1", "resized", small)
+	evacuated := c.seed("h2", "evacuated", small)
+	c.forceDown("h2", true)
+	for _, tc := range []struct {
+		what  string
+		start func() (records.Migration, error)
+		phase records.MigrationPhase
+		uuid  string
+	}{
+		{"cold migration", func() (records.Migration, error) { return c.cond.StartColdMigration(ctx, cold.UUID, "h3") }, migration.PhasePrepResize, cold.UUID},
+		{"resize", func() (records.Migration, error) {
+			return c.cond.StartResize(ctx, resized.UUID, medium, func(in *records.Instance) { in.DiskConfig = "AUTO" })
+		}, migration.PhasePrepResize, resized.UUID},
+		{"evacuation", func() (records.Migration, error) { return c.cond.StartEvacuation(ctx, evacuated.UUID, "h3") }, migration.PhaseRebuild, evacuated.UUID},
+	} {
+		m, err := tc.start()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if m.DestHost != "h3" || m.Phase != tc.phase {
+			t.Fatalf("%s answered in phase %s to %q, want phase %s to h3: its destination claimed, not yet called", tc.what, m.Phase, m.DestHost, tc.phase)
+		}
+		if g := c.guest("h3", tc.uuid); g != "" {
+			t.Fatalf("%s: the guest is %q on h3 when the request answered: the destination's call ran in the request", tc.what, g)
+		}
+	}
+	c.advance(0)
+	c.advance(time.Minute)
+	for _, id := range []string{cold.UUID, resized.UUID} {
+		if in := c.instance(id); in.VMState != records.VMResized || in.Host != "h3" {
+			t.Fatalf("%s is %s on %s, want resized (waiting for its confirmation) on h3", in.Name, in.VMState, in.Host)
+		}
+	}
+	if in := c.instance(resized.UUID); in.DiskConfig != "AUTO" || in.Flavor.ID != medium.ID {
+		t.Fatalf("the resized server has disk config %q, flavor %s; want AUTO, %s", in.DiskConfig, in.Flavor.ID, medium.ID)
+	}
+	if in := c.instance(evacuated.UUID); in.VMState != records.VMActive || in.Host != "h3" || in.TaskState != records.TaskNone {
+		t.Fatalf("the evacuated server is %s/%q on %s, want active on h3", in.VMState, in.TaskState, in.Host)
+	}
+}

@@ -19,6 +19,14 @@ func (c *Conductor) Evacuate(ctx context.Context, instanceUUID, requestedHost st
 	return c.evacuate(ctx, instanceUUID, requestedHost, moveOpts{})
 }
 
+// StartEvacuation is Evacuate answering early, as StartColdMigration:
+// once the store decided (the checks, the migration recorded, the
+// destination claimed or no valid host), with the destination's rebuild
+// going on in the background.
+func (c *Conductor) StartEvacuation(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.evacuate(ctx, instanceUUID, requestedHost, moveOpts{early: true})
+}
+
 // evacuate is Evacuate for a plan's move too (o names it and the hosts
 // never to choose).
 func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error) {
@@ -55,10 +63,7 @@ func (c *Conductor) evacuate(ctx context.Context, instanceUUID, requestedHost st
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("evacuating %s: %w", instanceUUID, err)
 	}
-	if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start}); err != nil {
-		c.log.Warn("evacuation left for the sweep", "migration", m.ID, "err", err)
-	}
-	return c.store.GetMigration(ctx, m.ID)
+	return c.runMove(ctx, m, o)
 }
 
 // serviceDown reports whether host's compute service is down: forced

@@ -74,13 +74,25 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 	if err != nil {
 		return records.Migration{}, fmt.Errorf("live-migrating %s: %w", instanceUUID, err)
 	}
+	return c.runMove(ctx, m, o)
+}
+
+// runMove feeds a recorded move its start: all of it in the caller, or
+// with o.early only as far as the store alone decides (flow.Flow.Start:
+// the rest, from the first agent call, goes on in the background). It
+// returns the migration as it is then. An error leaves the migration in
+// its step for the sweep; the record says where it is.
+func (c *Conductor) runMove(ctx context.Context, m records.Migration, o moveOpts) (records.Migration, error) {
+	ev := migration.Event{Kind: migration.Start}
+	var err error
 	if o.early {
-		// As Handle's: an error leaves the migration in its step for the
-		// sweep; the record says where it is.
-		_, _ = c.migrations.Start(ctx, c.flows, m, migration.Event{Kind: migration.Start}, c.handOff)
-		return c.store.GetMigration(ctx, m.ID)
+		_, err = c.migrations.Start(ctx, c.flows, m, ev, c.handOff)
+	} else {
+		err = c.Handle(ctx, m.ID, ev)
 	}
-	c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start})
+	if err != nil {
+		c.log.Warn("move left for the sweep", "migration", m.ID, "type", m.Type, "err", err)
+	}
 	return c.store.GetMigration(ctx, m.ID)
 }
 

@@ -29,6 +29,22 @@ func (c *Conductor) Resize(ctx context.Context, instanceUUID string, flavor reco
 	return c.startColdMove(ctx, instanceUUID, "", &flavor, moveOpts{edits: edits})
 }
 
+// StartColdMigration is ColdMigrate answering early, as Nova's migrate
+// action answers once the conductor scheduled (its prep_resize is a
+// cast): it returns once the store alone decided — the state checks, the
+// migration recorded, the destination chosen and claimed (or the
+// migration in error: no valid host) — and the destination's
+// prep_resize, the disk's move and what follows go on in the background,
+// reported on the migration record.
+func (c *Conductor) StartColdMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error) {
+	return c.startColdMove(ctx, instanceUUID, requestedHost, nil, moveOpts{early: true})
+}
+
+// StartResize is Resize answering early, as StartColdMigration.
+func (c *Conductor) StartResize(ctx context.Context, instanceUUID string, flavor records.Flavor, edits ...func(*records.Instance)) (records.Migration, error) {
+	return c.startColdMove(ctx, instanceUUID, "", &flavor, moveOpts{early: true, edits: edits})
+}
+
 func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor, o moveOpts) (records.Migration, error) {
 	ctx = context.WithoutCancel(ctx)
 	verb, typ := "migrate", records.MigrationTypeCold
@@ -78,10 +94,7 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 		}
 		return records.Migration{}, fmt.Errorf("%s of %s: %w", verb, instanceUUID, err)
 	}
-	if err := c.Handle(ctx, m.ID, migration.Event{Kind: migration.Start}); err != nil {
-		c.log.Warn("cold move left for the sweep", "migration", m.ID, "err", err)
-	}
-	return c.store.GetMigration(ctx, m.ID)
+	return c.runMove(ctx, m, o)
 }
 
 // admitResize asks the quotas about a resize that adds usage. They count

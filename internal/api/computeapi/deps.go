@@ -66,11 +66,13 @@ type mover interface {
 	// StartLiveMigration answers once the destination is claimed.
 	LiveMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	StartLiveMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
-	ColdMigrate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
-	// Resize applies edits (the request's disk config) to the record it
-	// saves with the migration, so a refused resize changes nothing.
-	Resize(ctx context.Context, instanceUUID string, flavor records.Flavor, edits ...func(*records.Instance)) (records.Migration, error)
-	Evacuate(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
+	// The cold moves answer once scheduled and claimed, as Nova's do;
+	// the first agent calls go on behind. StartResize applies edits (the
+	// request's disk config) to the record it saves with the migration,
+	// so a refused resize changes nothing.
+	StartColdMigration(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
+	StartResize(ctx context.Context, instanceUUID string, flavor records.Flavor, edits ...func(*records.Instance)) (records.Migration, error)
+	StartEvacuation(ctx context.Context, instanceUUID, requestedHost string) (records.Migration, error)
 	ConfirmResize(ctx context.Context, instanceUUID string) error
 	RevertResize(ctx context.Context, instanceUUID string) error
 	Abort(ctx context.Context, migID int64) error

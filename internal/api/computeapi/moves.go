@@ -49,7 +49,7 @@ func (a *serverActionsAPI) moveAction(w http.ResponseWriter, r *http.Request, in
 			}
 		}
 		action = "migrate"
-		m, err = a.conductor.ColdMigrate(r.Context(), in.UUID, host)
+		m, err = a.conductor.StartColdMigration(r.Context(), in.UUID, host)
 	case body["resize"] != nil:
 		var args struct {
 			FlavorRef  any     `json:"flavorRef"`
@@ -87,7 +87,7 @@ func (a *serverActionsAPI) moveAction(w http.ResponseWriter, r *http.Request, in
 			edits = append(edits, func(in *records.Instance) { in.DiskConfig = *d })
 		}
 		action = "resize"
-		m, err = a.conductor.Resize(r.Context(), in.UUID, f, edits...)
+		m, err = a.conductor.StartResize(r.Context(), in.UUID, f, edits...)
 	case body["evacuate"] != nil:
 		return true, a.evacuate(w, r, in, body["evacuate"])
 	case body["confirmResize"] != nil:
@@ -153,7 +153,7 @@ func (a *serverActionsAPI) evacuate(w http.ResponseWriter, r *http.Request, in r
 			return err
 		}
 	}
-	m, err := a.conductor.Evacuate(r.Context(), in.UUID, host)
+	m, err := a.conductor.StartEvacuation(r.Context(), in.UUID, host)
 	if err != nil {
 		return err
 	}
