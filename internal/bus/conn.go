@@ -40,6 +40,7 @@ type Conn struct {
 
 	dedupe  dedupe       // requests handled, by request id
 	repeats atomic.Int64 // repeated calls answered from dedupe
+	limit   *logLimit    // lines logged per call, one per kind and logEvery
 }
 
 // Connect connects to the bus at url, which may list several servers of a
@@ -66,7 +67,7 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "bus", "client", name)
-	c := &Conn{log: log, lost: make(chan struct{}), dedupe: dedupe{now: time.Now}}
+	c := &Conn{log: log, lost: make(chan struct{}), dedupe: dedupe{now: time.Now}, limit: newLogLimit(logEvery, time.Now)}
 
 	opts := []nats.Option{
 		nats.Name(name),

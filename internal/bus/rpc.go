@@ -293,7 +293,11 @@ func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {
 			// The caller lost the connection while waiting and asks again:
 			// answer with the first run's answer, never run it twice.
 			c.repeats.Add(1)
-			c.log.Info("repeated call answered without running it again", "subject", subject, "request_id", id)
+			if ok, more := c.limit.allow("repeated call " + subject); ok {
+				// An overloaded server gets them by the thousand: one
+				// line per subject and logEvery (RepeatedCalls counts).
+				c.log.Info("repeated call answered without running it again", "subject", subject, "request_id", id, "more_like_it", more)
+			}
 			select {
 			case <-e.done:
 			case <-c.ctx.Done():

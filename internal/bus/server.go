@@ -90,7 +90,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: embedded NATS server: %w", err)
 	}
-	sl := &serverLogger{log: log}
+	sl := &serverLogger{log: log, limit: newLogLimit(logEvery, time.Now)}
 	ns.SetLoggerV2(sl, log.Enabled(ctx, slog.LevelDebug), false, false)
 	ns.Start()
 
@@ -151,6 +151,10 @@ func (s *Server) Shutdown() {
 type serverLogger struct {
 	log  *slog.Logger
 	last atomic.Pointer[string] // last Fatalf message
+	// limit passes one warning or error of each kind (its format without
+	// the client's prefix) per logEvery: nats-server logs them from a
+	// connection's read loop, which waits for the log meanwhile.
+	limit *logLimit
 }
 
 // fatal is the message of the server's last fatal error, or "".
@@ -166,14 +170,28 @@ func (l *serverLogger) Noticef(format string, v ...any) {
 }
 
 func (l *serverLogger) Warnf(format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
-	if strings.HasPrefix(msg, "Plaintext passwords detected") {
+	if strings.HasPrefix(format, "Plaintext passwords detected") {
 		// The password is random and only in memory (and in a 0600
 		// file); bcrypt would cost every connection for nothing.
-		l.log.Debug(msg)
+		l.log.Debug(fmt.Sprintf(format, v...))
 		return
 	}
-	l.log.Warn(msg)
+	l.limited(slog.LevelWarn, format, v)
+}
+
+// limited logs format at level if its kind is let through now, with the
+// count of the lines of its kind left out since the last.
+func (l *serverLogger) limited(level slog.Level, format string, v []any) {
+	ok, suppressed := l.limit.allow(natsLogKind(format))
+	if !ok {
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	if suppressed > 0 {
+		l.log.Log(context.Background(), level, msg, "more_like_it", suppressed, "within", logEvery)
+		return
+	}
+	l.log.Log(context.Background(), level, msg)
 }
 
 func (l *serverLogger) Fatalf(format string, v ...any) {
@@ -183,7 +201,7 @@ func (l *serverLogger) Fatalf(format string, v ...any) {
 }
 
 func (l *serverLogger) Errorf(format string, v ...any) {
-	l.log.Error(fmt.Sprintf(format, v...))
+	l.limited(slog.LevelError, format, v)
 }
 
 func (l *serverLogger) Debugf(format string, v ...any) {
