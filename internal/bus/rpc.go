@@ -93,17 +93,55 @@ func (c *Conn) subscribe(s *subscription, subject, queue string, cb nats.MsgHand
 		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
 	}
 	s.sub.SetClosedHandler(func(string) { s.doneOnce.Do(func() { close(s.done) }) })
-	// nats.go only buffers the SUB: flush so that the server knows the
-	// subscription when we return, and a call sent next from another
-	// connection finds it. While disconnected there is nothing to wait
-	// for: the subscription is sent on reconnection.
-	if c.nc.IsConnected() {
-		if err := c.nc.FlushTimeout(DefaultFlushTimeout); err != nil && c.nc.IsConnected() {
-			_ = s.sub.Unsubscribe()
-			return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
-		}
+	if err := c.confirmSubscription(); err != nil {
+		_ = s.sub.Unsubscribe()
+		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
 	}
 	return s, nil
+}
+
+// confirmWait bounds how long a subscription waits for the server's
+// confirmation: as long as the connection's own liveness check (PINGs
+// every PingInterval, maxPingsOut unanswered) takes to declare a silent
+// server gone.
+const confirmWait = PingInterval * (maxPingsOut + 1)
+
+// confirmSubscription waits until the server has read the subscriptions
+// sent before it (a PING after them answered), so that a call sent next
+// from another connection finds them. A server that is slow to answer is
+// waited for as long as the connection lives (up to confirmWait): at
+// thousands of agents starting on a loaded machine a PONG can take over
+// 10 s, and failing then made an agent give up its start while its
+// subscription was already on its way. When the connection is lost
+// meanwhile, or is down now, there is nothing to wait for: the
+// subscriptions are sent again on reconnection.
+func (c *Conn) confirmSubscription() error {
+	lost := c.lostSignal()
+	if !c.nc.IsConnected() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, confirmWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := c.nc.FlushWithContext(ctx)
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-lost:
+		return nil // restored on reconnection
+	default:
+	}
+	if !c.nc.IsConnected() && !c.nc.IsClosed() {
+		return nil
+	}
+	return err
 }
 
 // Call sends req (marshalled to JSON) to the handler of subject and decodes

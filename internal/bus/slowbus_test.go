@@ -1,0 +1,146 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"keel/internal/bus"
+	"keel/internal/testenv"
+)
+
+// slowProxy forwards TCP connections to a bus server; once delay is set,
+// what the server sends reaches the client that much later (in order), as
+// from a server whose read loops are behind.
+type slowProxy struct {
+	ln    net.Listener
+	to    string
+	delay atomic.Int64 // nanoseconds
+	wg    sync.WaitGroup
+}
+
+func startSlowProxy(t *testing.T, to string) *slowProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &slowProxy{ln: ln, to: to}
+	var conns sync.Map
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+		p.wg.Wait()
+	})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			conns.Store(c, nil)
+			conns.Store(s, nil)
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(s, c); s.Close() }()
+			go func() { defer p.wg.Done(); p.delayed(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+// delayed copies from the server to the client, each chunk held until
+// delay after it was read.
+func (p *slowProxy) delayed(client, server net.Conn) {
+	type chunk struct {
+		b    []byte
+		when time.Time
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := server.Read(buf)
+			if n > 0 {
+				chunks <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range chunks {
+		time.Sleep(time.Until(c.when))
+		if _, err := client.Write(c.b); err != nil {
+			server.Close()
+			for range chunks {
+			}
+			return
+		}
+	}
+}
+
+func (p *slowProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+// TestSubscribeWaitsForASlowServer: agents that connect together to a bus
+// whose answers come later than DefaultFlushTimeout (a PONG after 11 s,
+// as at 4,400-5,700 agents starting on a loaded machine) still get their
+// subscriptions, confirmed, and are called on them. Before, Handle gave up
+// after DefaultFlushTimeout ("subscribe to …: nats: timeout"), and the
+// agent's start failed with its subscription already sent.
+func TestSubscribeWaitsForASlowServer(t *testing.T) {
+	log := testLog(t)
+	creds := testCreds(t)
+	srv := startServer(t, log, creds, 0)
+	proxy := startSlowProxy(t, srv.URL()[len("nats://"):])
+	const agents = 20
+	conns := make([]*bus.Conn, agents)
+	for i := range conns {
+		conns[i] = connect(t, log, proxy.url(), creds, fmt.Sprintf("agent%d", i))
+	}
+	delay := bus.DefaultFlushTimeout + time.Second
+	proxy.delay.Store(int64(delay))
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, agents)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.Handle(bus.ComputeSubject(fmt.Sprintf("h%d", i), "echo"), "", func(ctx context.Context, data json.RawMessage) (any, error) {
+				return echoResp{Text: fmt.Sprint(i)}, nil
+			})
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	proxy.delay.Store(0)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("agent %d: Handle with the server's answers %s late: %v (after %s)", i, delay, err, took.Round(time.Millisecond))
+		}
+	}
+	if took < delay {
+		t.Fatalf("Handle returned after %s, before the server's confirmation (%s late)", took, delay)
+	}
+	caller := connect(t, log, srv.URL(), creds, "conductor")
+	for i := range conns {
+		var resp echoResp
+		if err := caller.Call(testenv.Context(t), bus.ComputeSubject(fmt.Sprintf("h%d", i), "echo"), echoReq{}, &resp); err != nil || resp.Text != fmt.Sprint(i) {
+			t.Fatalf("call to agent %d after its subscription: %v, %q", i, err, resp.Text)
+		}
+	}
+}
