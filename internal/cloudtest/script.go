@@ -136,6 +136,12 @@ import (
 //	restart                            the server restarts: a new conductor
 //	                                   over the same store and agents
 //	                                   recovers (prints how many flows)
+//	strand NAME task=T [migration=TYPE [plan=N move=I]]
+//	                                   the instance gets task T and no
+//	                                   migration, or one of TYPE recorded
+//	                                   with it and no step saved (for plan
+//	                                   N's move I, saved starting): what a
+//	                                   server killed mid-start leaves
 //	audit                              the invariants (Violations), or ok
 //	show instances|migrations|usage|allocations|guests|records|quota|hooks
 //	                                   the state, whole (allocations: each
@@ -665,7 +671,10 @@ func (s *script) fail(t *testing.T, d *datadriven.TestData) {
 
 // strand gives an instance a task (strand a task=migrating) with no
 // migration: what a server killed between saving a move's task and
-// recording its migration leaves.
+// recording its migration leaves. With migration=TYPE it also records the
+// move's migration in the same write, as a move's start does
+// (store.BeginMove), and nothing more: what a server killed before the
+// migration's first step was saved leaves (no phase, no status).
 func (s *script) strand(t *testing.T, d *datadriven.TestData) error {
 	ctx := context.Background()
 	in, err := s.c.Backing.GetInstance(ctx, s.uuid(t, d))
@@ -673,7 +682,36 @@ func (s *script) strand(t *testing.T, d *datadriven.TestData) error {
 		return err
 	}
 	in.TaskState, in.UpdatedAt = records.TaskState(s.str(t, d, "task")), s.c.Clock.Now()
-	_, err = s.c.Backing.UpdateInstance(ctx, in)
+	a, ok := d.Arg("migration")
+	if !ok {
+		_, err = s.c.Backing.UpdateInstance(ctx, in)
+		return err
+	}
+	now := s.c.Clock.Now()
+	m := records.Migration{
+		UUID: s.c.NewID(), InstanceUUID: in.UUID, Type: a.SingleVal(t), SourceHost: in.Host,
+		CreatedAt: now, UpdatedAt: now, Owner: s.c.Opts.Conductor.Owner,
+		MemoryTotalBytes: in.Flavor.RAMMB << 20, MemoryRemainingBytes: in.Flavor.RAMMB << 20,
+	}
+	if d.HasArg("plan") {
+		// A plan's move: saved starting (as the plan machine's Begin
+		// does) before its migration is recorded naming it.
+		var id int64
+		var i int
+		d.ScanArgs(t, "plan", &id)
+		d.ScanArgs(t, "move", &i)
+		p, err := s.c.Backing.GetPlan(ctx, id)
+		if err != nil {
+			return err
+		}
+		mv := &p.Moves[i]
+		mv.State, mv.Attempts, mv.StartedAt = records.MoveStarting, mv.Attempts+1, now
+		if _, err := s.c.Backing.UpdatePlan(ctx, p); err != nil {
+			return err
+		}
+		m.PlanMove = &records.MoveRef{Plan: id, Move: i}
+	}
+	_, _, err = s.c.Backing.BeginMove(ctx, in, m)
 	return err
 }
 

@@ -56,6 +56,7 @@ var evacuateTransitions = map[transitionKey]transition{
 	{PhaseCleanupSource, SourceDone}: coldSourceConfirmed,
 	{PhaseFinish, Finished}:          evacCompleted,
 	{PhaseRevert, Reverted}:          evacReverted,
+	{"", Resume}:                     resumeBeforeCopy,
 	{PhaseSchedule, Resume}:          resumeBeforeCopy,
 	{PhaseRebuild, Resume}:           repeat(RebuildAtDest, destOf), // the cast may not have reached it; a repeat is answered from the guest there
 	{PhaseAwaitSource, Resume}:       wait,

@@ -227,7 +227,7 @@ func stallReason(m records.Migration, now time.Time) string {
 // in its replica's slot queue is not stalled: whoever feeds it checks).
 // Each phase has one deadline, so now does not change which.
 func (mc Machine) Deadline(m records.Migration, _ time.Time) (time.Time, Event, bool) {
-	if m.Phase == "" || records.MigrationTerminal(m.Status) {
+	if records.MigrationTerminal(m.Status) {
 		return time.Time{}, Event{}, false
 	}
 	switch m.Phase {
@@ -248,9 +248,12 @@ func (mc Machine) Deadline(m records.Migration, _ time.Time) (time.Time, Event, 
 }
 
 // Resume is the event that resumes m after a restart, or when another
-// replica takes it over: Resume for every migration in flight.
+// replica takes it over: Resume for every migration in flight, also one
+// recorded with its instance's task (store.BeginMove) whose first step
+// was never saved (no phase: the server stopped in between), which ends
+// as interrupted before anything moved.
 func (mc Machine) Resume(m records.Migration) (Event, bool) {
-	if m.Phase == "" || records.MigrationTerminal(m.Status) {
+	if records.MigrationTerminal(m.Status) {
 		return Event{}, false
 	}
 	return Event{Kind: Resume}, true
@@ -299,6 +302,7 @@ var transitions = map[transitionKey]transition{
 	{PhaseRollbackDest, DestRolledBack}: destRolledBack,
 	{PhaseRevert, Reverted}:             reverted,
 
+	{"", Resume}:                resumeBeforeCopy,
 	{PhaseSchedule, Resume}:     resumeBeforeCopy,
 	{PhaseCheck, Resume}:        resumeBeforeCopy,
 	{PhaseRelease, Resume}:      resumeBeforeCopy,

@@ -667,6 +667,9 @@ func TestResumeAfterARestart(t *testing.T) {
 		m      records.Migration
 		script []step
 	}{
+		{"no step saved (recorded with its task, then the server died): end it", at("", ""), append([]step{
+			{ev: Event{Kind: Resume}, wantStatus: "", wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
+		}, rollBack...)},
 		{"schedule: give back a claim that may have committed", at(PhaseSchedule, records.MigrationAccepted), append([]step{
 			{ev: Event{Kind: Resume}, wantStatus: records.MigrationAccepted, wantPhase: PhaseRevert, wantActions: []Action{act(RevertAllocations, "")}},
 		}, rollBack...)},
@@ -899,6 +902,12 @@ func TestDeadline(t *testing.T) {
 		{name: "evacuated source: every sweep", m: mig(records.MigrationTypeEvac, PhaseAwaitSource, records.MigrationDone), mc: mc, ev: SourceBack},
 		{name: "prepare stalled: resumed", m: mig(records.MigrationTypeLive, PhasePrepare, records.MigrationPreparing), mc: mc,
 			when: t0.Add(time.Minute), ev: Resume},
+		{name: "no step saved: resumed", m: mig(records.MigrationTypeLive, "", ""), mc: mc,
+			when: t0.Add(time.Minute), ev: Resume, reason: "before the memory copy began"},
+		{name: "cold move, no step saved: resumed", m: mig(records.MigrationTypeCold, "", ""), mc: mc,
+			when: t0.Add(time.Minute), ev: Resume, reason: "before the memory copy began"},
+		{name: "evacuation, no step saved: resumed", m: mig(records.MigrationTypeEvac, "", ""), mc: mc,
+			when: t0.Add(time.Minute), ev: Resume, reason: "before the memory copy began"},
 		{name: "ended: nothing", m: mig(records.MigrationTypeLive, PhaseDone, records.MigrationCompleted), mc: mc, none: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

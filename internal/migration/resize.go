@@ -100,6 +100,7 @@ var resizeTransitions = map[transitionKey]transition{
 	{PhaseRevertLost, Reverted}:         coldReverted,
 	{PhaseRevertLost, Resume}:           repeat(RevertAllocations, func(records.Migration) string { return "" }),
 	{PhaseRevertLost, Reset}:            repeat(RevertAllocations, func(records.Migration) string { return "" }),
+	{"", Resume}:                        resumeBeforeCopy,
 	{PhaseSchedule, Resume}:             resumeBeforeCopy,
 	{PhasePrepResize, Resume}:           coldFailedAt("interrupted by a restart of the server, or by a step that could not be done"),
 	{PhaseResizeSource, Resume}:         checkCopy, // the source reports the disk copy's end
