@@ -57,6 +57,8 @@ type authFailure struct {
 	// retryAfter: the login throttle refused the attempt (429) for this
 	// long.
 	retryAfter time.Duration
+	// cause is why the server failed (a 500): logged, never answered.
+	cause error
 }
 
 func badRequest(msg string) *authFailure {
@@ -83,6 +85,10 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 		tooMany(w, fail.retryAfter)
 		return
 	}
+	if fail != nil && fail.cause != nil {
+		h.serverFail(w, r, fail.cause)
+		return
+	}
 	if fail != nil {
 		if fail.status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Keystone uri="`+h.url(r, Prefix)+`"`)
@@ -92,7 +98,7 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 	}
 	token, p, err := h.iss.Issue(userID, projectID)
 	if err != nil {
-		WriteError(w, http.StatusInternalServerError, msgServerFail)
+		h.serverFail(w, r, err)
 		return
 	}
 	w.Header().Set("X-Subject-Token", token)
@@ -153,7 +159,8 @@ func (h *handler) authenticate(r *http.Request, req *authRequest) (userID, proje
 	}
 	if good, err := h.iss.checkPassword(u.PasswordHash, *pw.User.Password); err != nil {
 		h.throttle.release(try) // not a guess
-		return "", "", &authFailure{status: http.StatusInternalServerError, msg: msgServerFail}
+		return "", "", &authFailure{status: http.StatusInternalServerError, msg: msgServerFail,
+			cause: fmt.Errorf("checking the password of user %s: %w", u.ID, err)}
 	} else if !good {
 		return "", "", unauthorized
 	}

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 
 	"keel/internal/requestid"
@@ -117,6 +118,19 @@ type handler struct {
 }
 
 func (h *handler) url(r *http.Request, path string) string { return baseURL(h.base, r) + path }
+
+// serverFail answers 500 with Keystone's message and logs why, with the
+// request's id (the one the client sees), so that every 500 has its
+// cause in the server's log.
+func (h *handler) serverFail(w http.ResponseWriter, r *http.Request, cause error) {
+	log := h.iss.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("identity request failed", "method", r.Method, "path", r.URL.Path,
+		"request_id", requestid.Ensure(w), "err", cause)
+	WriteError(w, http.StatusInternalServerError, msgServerFail)
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

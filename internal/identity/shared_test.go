@@ -1,14 +1,21 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"keel/internal/requestid"
+	"keel/internal/store"
 	"keel/internal/store/memory"
 )
 
@@ -138,4 +145,50 @@ func TestSharedDirectoryConcurrentUpdates(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// failingPuts is a shared directory store whose writes fail with err.
+type failingPuts struct {
+	store.IdentityStore
+	err error
+}
+
+func (f failingPuts) PutIdentity(context.Context, []byte, int64) (int64, error) { return 0, f.err }
+
+// TestServerFailureIsLogged: a write the store refuses (here a deadline,
+// as the shared store's 10 s bound under load) answers 500 with
+// Keystone's message, and the server's log has the cause and the
+// request id the client saw. Before, the 500 was answered with nothing
+// logged.
+func TestServerFailureIsLogged(t *testing.T) {
+	st := memory.New()
+	doc, err := json.Marshal(NewDevDirectory(testPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIdentity(context.Background(), doc, 0); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	iss := &Issuer{Key: make([]byte, KeySize), Shared: failingPuts{st, context.DeadlineExceeded},
+		Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	tok, _, err := iss.Issue(UserID(DefaultDomainID, "admin"), ProjectID(DefaultDomainID, "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/identity/v3/projects", strings.NewReader(`{"project": {"name": "p1"}}`))
+	req.Header.Set("X-Auth-Token", tok)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	iss.Handler("").ServeHTTP(rec, req)
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), msgServerFail) {
+		t.Fatalf("got %d %s, want 500 with %q", rec.Code, rec.Body, msgServerFail)
+	}
+	id := rec.Header().Get(requestid.Header)
+	for _, want := range []string{"identity request failed", "path=/identity/v3/projects", "request_id=" + id,
+		"updating the identity directory", context.DeadlineExceeded.Error()} {
+		if id == "" || !strings.Contains(logged.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logged.String())
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,9 @@ type Issuer struct {
 	// revoked token) takes to hold here: DefaultRefresh if zero.
 	Refresh time.Duration
 	Rand    io.Reader // source of audit IDs; crypto/rand if nil
+	// Log is where the API logs the cause of every 500 it answers
+	// (slog.Default if nil).
+	Log *slog.Logger
 	// Catalog is what the token catalog lists besides keel's own public
 	// endpoints: their internal and admin URLs, other services.
 	Catalog CatalogOptions

@@ -110,7 +110,7 @@ func (h *handler) update(w http.ResponseWriter, r *http.Request, fn func(*Direct
 	if errors.As(err, &ae) {
 		WriteError(w, ae.status, ae.msg)
 	} else {
-		WriteError(w, http.StatusInternalServerError, msgServerFail)
+		h.serverFail(w, r, err)
 	}
 	return false
 }
@@ -185,11 +185,12 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 	if b == nil || !entityOK(w, "user", &b.Name, b.DomainID) {
 		return
 	}
-	password := ""
+	var password string
+	var err error
 	if b.Password != nil {
 		password = *b.Password
-	} else if password = randomSecret(); password == "" {
-		WriteError(w, http.StatusInternalServerError, msgServerFail)
+	} else if password, err = randomSecret(); err != nil {
+		h.serverFail(w, r, fmt.Errorf("creating user %s without a password: %w", b.Name, err))
 		return
 	}
 	var u User
@@ -237,13 +238,13 @@ func (a userAttrs) apply(u *User) {
 	}
 }
 
-// randomSecret is a password nobody knows ("" if randomness failed).
-func randomSecret() string {
+// randomSecret is a password nobody knows.
+func randomSecret() (string, error) {
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
-		return ""
+		return "", fmt.Errorf("reading random bytes: %w", err)
 	}
-	return hex.EncodeToString(b)
+	return hex.EncodeToString(b), nil
 }
 
 // updateUser is PATCH /v3/users/{id} (admin): name, password, enabled,

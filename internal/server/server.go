@@ -234,7 +234,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	images := s.images
 	// Users, projects, roles and revocations are the store's: a change
 	// made through any replica holds on this one within DefaultRefresh.
-	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store, Catalog: cfg.Keel.CatalogOptions()}
+	iss := &identity.Issuer{Key: key, TTL: cfg.API.TokenTTL, Shared: s.store, Catalog: cfg.Keel.CatalogOptions(), Log: s.log}
 	api := computeapi.New(computeapi.Config{
 		Store: s.store, Conductor: s.cond, Clock: clock.Real{}, ServiceDownTime: cfg.Default.ServiceDownTime,
 		BaseURL: s.baseURL + "/compute", Log: s.log, Hosts: s.ui.view,
