@@ -153,7 +153,7 @@ func (c *Conductor) bootEffects() func(context.Context, records.Instance, boot.A
 			hold.release()
 		}
 		if a.Kind == boot.Schedule && hold != nil && hold.unlock == nil {
-			hold.unlock = c.groupLock(inst)
+			hold.unlock = c.place.groupLock(inst)
 		}
 		f, ok := table[a.Kind]
 		if !ok {
@@ -171,13 +171,13 @@ func (c *Conductor) bootEffects() func(context.Context, records.Instance, boot.A
 // replay the pick from (`keel schedule explain --pick-seed`, see
 // scheduler.Selection.PickSeed), then the Decision hook. kind is boot or
 // migration; args name the decision further (the migration).
-func (c *Conductor) decided(kind string, inst records.Instance, sel scheduler.Selection, err error, args ...any) {
+func (p *placer) decided(kind string, inst records.Instance, sel scheduler.Selection, err error, args ...any) {
 	if err == nil {
-		c.log.Info("scheduled", append([]any{"kind", kind, "instance", inst.UUID, "host", sel.Host,
+		p.log.Info("scheduled", append([]any{"kind", kind, "instance", inst.UUID, "host", sel.Host,
 			"pick_seed", sel.PickSeed, "claims", sel.Claims}, args...)...)
 	}
-	if c.hooks.Decision != nil {
-		c.hooks.Decision(kind, inst, sel, err)
+	if p.decision != nil {
+		p.decision(kind, inst, sel, err)
 	}
 }
 
@@ -197,7 +197,7 @@ func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a b
 			return boot.Event{}, false, fmt.Errorf("giving back an earlier claim: %w", err)
 		}
 	}
-	req, err := c.request(ctx, inst)
+	req, err := c.place.request(ctx, inst)
 	if err != nil {
 		return boot.Event{}, false, err
 	}
@@ -212,7 +212,7 @@ func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a b
 		})
 		return plan.Providers[cand.ProviderUUID], err
 	})
-	c.decided("boot", inst, sel, err)
+	c.place.decided("boot", inst, sel, err)
 	if err != nil {
 		if scheduler.IsNoValidHost(err) {
 			return boot.Event{Kind: boot.NoValidHost, Err: err.Error()}, true, nil
@@ -243,7 +243,7 @@ func (c *Conductor) bootConfirmGroup(ctx context.Context, inst records.Instance,
 // answers a repeat from the guest it has), and instance_build_timeout
 // ends a boot whose agent never comes back.
 func (c *Conductor) bootCast(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
-	api, err := c.compute(a.Host)
+	api, err := c.agents.compute(a.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)
 	}
@@ -260,7 +260,7 @@ func (c *Conductor) bootTerminate(ctx context.Context, inst records.Instance, a 
 	if a.Host == "" {
 		return boot.Event{}, false, nil
 	}
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
+	if err := c.agents.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
 		c.log.Warn("removing the guest of a boot that timed out; the host's audit removes it", "instance", inst.UUID, "host", a.Host, "err", err)
 	}
 	return boot.Event{}, false, nil
@@ -285,7 +285,7 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 		// Deleted while it was building: the delete may have run before
 		// the guest existed, so remove it now.
 		c.log.Info("build finished for an instance being deleted; removing its guest", "instance", instanceUUID, "host", host)
-		if api, err := c.compute(host); err == nil {
+		if api, err := c.agents.compute(host); err == nil {
 			if err := api.TerminateInstance(ctx, instanceUUID); err != nil {
 				c.log.Warn("removing the guest of a deleted instance", "instance", instanceUUID, "host", host, "err", err)
 			}
@@ -306,7 +306,7 @@ func (c *Conductor) BuildDone(ctx context.Context, instanceUUID, host string, bu
 		// boot failed, releasing the claim): the guest must not stay.
 		c.log.Warn("build report for an instance no longer building there; removing its guest", "instance", instanceUUID, "host", host, "vm_state", inst.VMState)
 		if buildErr == nil {
-			if api, err := c.compute(host); err == nil {
+			if api, err := c.agents.compute(host); err == nil {
 				if err := api.TerminateInstance(ctx, instanceUUID); err != nil {
 					c.log.Warn("removing the guest of an abandoned build", "instance", instanceUUID, "host", host, "err", err)
 				}
@@ -359,7 +359,7 @@ func (c *Conductor) Delete(ctx context.Context, uuid string) error {
 		return fmt.Errorf("deleting instance %s: %w", uuid, err)
 	}
 	if inst.Host != "" {
-		api, err := c.compute(inst.Host)
+		api, err := c.agents.compute(inst.Host)
 		if err != nil {
 			return err
 		}

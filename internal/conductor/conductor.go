@@ -191,12 +191,15 @@ type Store interface {
 
 // Conductor runs the flows.
 type Conductor struct {
-	cfg      Config
-	store    Store
-	sched    *scheduler.Scheduler
-	computes Computes
-	machine  migration.Machine
-	boots    boot.Machine
+	cfg    Config
+	store  Store
+	sched  *scheduler.Scheduler
+	agents agents
+	place  *placer
+	// moves performs the move machines' actions (moveeffects.go).
+	moves   *moveEffects
+	machine migration.Machine
+	boots   boot.Machine
 	// flows is the flow driver: recovery, take-over and deadlines of
 	// every flow, and the one per-record lock map (see flows.go).
 	flows *flow.Driver
@@ -216,10 +219,9 @@ type Conductor struct {
 	log        *slog.Logger
 	hooks      Hooks
 
-	mu sync.Mutex
-	// slotTab counts the live-migration slots this replica holds and the
+	// slots counts the live-migration slots this replica holds and the
 	// migrations waiting for one.
-	slotTab *slotTable
+	slots *slots
 
 	// planMu serialises the plan executor's ticks (one writer of the
 	// plans this replica runs); planKick wakes it early (a move's
@@ -246,8 +248,8 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 	if cfg.NewID == nil {
 		cfg.NewID = uuid.NewString
 	}
-	c := &Conductor{cfg: cfg, store: st, sched: sched, computes: computes, clock: clk, log: log, hooks: hooks,
-		slotTab:  newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal),
+	c := &Conductor{cfg: cfg, store: st, sched: sched, agents: agents{computes}, clock: clk, log: log, hooks: hooks,
+		slots:    &slots{tab: newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal)},
 		planKick: make(chan struct{}, 1), tasks: newTasks()}
 	stall := c.stallAfter()
 	c.machine = migration.Machine{MaxAttempts: cfg.MaxAttempts, CopyStallTimeout: cfg.CopyStallTimeout,
@@ -277,10 +279,23 @@ func retryConflicts(f func() error) error {
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 
-func (c *Conductor) compute(host string) (ComputeAPI, error) {
-	api, err := c.computes.Compute(host)
+// agents reaches the hosts' agents; every effect type calls them
+// through it.
+type agents struct{ computes Computes }
+
+func (a agents) compute(host string) (ComputeAPI, error) {
+	api, err := a.computes.Compute(host)
 	if err != nil {
 		return nil, fmt.Errorf("reaching the agent of %s: %w", host, err)
 	}
 	return api, nil
+}
+
+// call runs f on host's agent.
+func (a agents) call(host string, f func(ComputeAPI) error) error {
+	api, err := a.compute(host)
+	if err != nil {
+		return err
+	}
+	return f(api)
 }

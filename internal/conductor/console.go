@@ -16,7 +16,7 @@ type ConsoleAPI interface {
 // ConsoleOutput asks the agent of inst's host for the end of its guest's
 // console log (Nova's get_console_output). inst must have a host.
 func (c *Conductor) ConsoleOutput(ctx context.Context, inst records.Instance) ([]byte, error) {
-	api, err := c.compute(inst.Host)
+	api, err := c.agents.compute(inst.Host)
 	if err != nil {
 		return nil, err
 	}

@@ -298,7 +298,7 @@ func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[stri
 	dests := make([]string, len(p.Moves))
 	for i, mv := range p.Moves {
 		inst := insts[mv.Instance]
-		req, err := c.request(ctx, inst)
+		req, err := c.place.request(ctx, inst)
 		if err != nil {
 			return nil, err
 		}

@@ -79,9 +79,9 @@ func (c *Conductor) serviceDown(ctx context.Context, host string) (bool, error) 
 	return c.cfg.ServiceDownTime > 0 && c.clock.Now().Sub(svc.LastSeenUp) > c.cfg.ServiceDownTime, nil
 }
 
-func (c *Conductor) actRebuildAtDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actRebuildAtDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst.Host = a.Host
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.RebuildInstance(ctx, m.ID, inst) }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.RebuildInstance(ctx, m.ID, inst) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil // the destination reports the rebuild's end
@@ -89,19 +89,19 @@ func (c *Conductor) actRebuildAtDest(ctx context.Context, m records.Migration, i
 
 // actCleanupSource makes sure the evacuated guest is gone from the source
 // that came back (its agent destroys it at start; this repeats it).
-func (c *Conductor) actCleanupSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
+func (e *moveEffects) actCleanupSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
 		return migration.Event{Kind: migration.SourceDone, Err: fmt.Sprintf("removing the evacuated guest from %s failed (left for its audit): %v", a.Host, err)}, true, nil
 	}
 	return answer(migration.SourceDone)
 }
 
-func (c *Conductor) actTerminate(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actTerminate(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	if a.Host == "" {
 		return noAnswer, false, nil
 	}
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
-		c.log.Warn("removing a guest; left for the host's audit", "instance", inst.UUID, "host", a.Host, "err", err)
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
+		e.log.Warn("removing a guest; left for the host's audit", "instance", inst.UUID, "host", a.Host, "err", err)
 	}
 	return noAnswer, false, nil
 }

@@ -28,6 +28,9 @@ func groupKey(group string) string   { return "group/" + group }
 // newDriver builds the conductor's flow driver and registers its flows.
 func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff}
+	c.place = &placer{store: c.store, flows: d, log: c.log, decision: c.hooks.Decision}
+	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
+		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}
 	c.bootRuns = c.bootFlow()
 	flow.Register(d, c.bootRuns)
 	c.migrations = c.migrationFlow()
@@ -153,7 +156,7 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 			return m
 		},
 		Conflict: moved,
-		Perform:  closable(c.tasks, c.migrationEffects()),
+		Perform:  closable(c.tasks, c.moves.migrationEffects()),
 		Stamp: func(m records.Migration, now time.Time) records.Migration {
 			m.UpdatedAt = now
 			return m
@@ -178,7 +181,7 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 			if !records.MigrationTerminal(next.Status) {
 				return
 			}
-			c.forget(next)
+			c.moves.forget(next)
 			if next.PlanMove != nil {
 				c.kickPlans() // its plan's move ended: the executor goes on
 			}
@@ -190,7 +193,7 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 		// migration makes the conductor forget it.
 		Refused: func(m records.Migration, _ migration.Event, _ bool, err error) error {
 			if records.MigrationTerminal(m.Status) {
-				c.forget(m)
+				c.moves.forget(m)
 			}
 			c.log.Warn("migration event refused", "migration", m.ID, "err", err)
 			return err

@@ -4,26 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
+	"keel/internal/flow"
 	"keel/internal/quota"
 	"keel/internal/records"
 	"keel/internal/scheduler"
 )
 
+// placer is what scheduling a boot or a move needs besides the
+// scheduler: the request built from the instance's hints, the server
+// group's lock, and the decision told to the log and the Decision hook.
+type placer struct {
+	store    Store
+	flows    *flow.Driver // its lock map holds the group locks
+	log      *slog.Logger
+	decision func(kind string, inst records.Instance, sel scheduler.Selection, err error)
+}
+
 // request builds the scheduler request for an instance: its flavor, and
 // what its scheduler hints ask — the server group's policy with where its
 // other members are, and the hosts of the instances named by same_host and
 // different_host (as Nova's conductor fills the RequestSpec).
-func (c *Conductor) request(ctx context.Context, inst records.Instance) (*scheduler.Request, error) {
+func (p *placer) request(ctx context.Context, inst records.Instance) (*scheduler.Request, error) {
 	req := requestFor(inst)
 	h := inst.Hints
 	if h == nil {
 		return req, nil
 	}
 	if h.Group != "" {
-		g, err := c.store.GetServerGroup(ctx, h.Group)
+		g, err := p.store.GetServerGroup(ctx, h.Group)
 		switch {
 		case isNotFound(err):
 			// The group was deleted: nothing left to keep together or apart.
@@ -35,7 +47,7 @@ func (c *Conductor) request(ctx context.Context, inst records.Instance) (*schedu
 				if m == inst.UUID {
 					continue
 				}
-				host, err := c.hostOf(ctx, m)
+				host, err := p.hostOf(ctx, m)
 				if err != nil {
 					return nil, err
 				}
@@ -48,12 +60,12 @@ func (c *Conductor) request(ctx context.Context, inst records.Instance) (*schedu
 	}
 	var err error
 	if h.SameHost != nil {
-		if req.SameHost, err = c.hostsOf(ctx, h.SameHost); err != nil {
+		if req.SameHost, err = p.hostsOf(ctx, h.SameHost); err != nil {
 			return nil, err
 		}
 	}
 	if h.DifferentHost != nil {
-		if req.DifferentHost, err = c.hostsOf(ctx, h.DifferentHost); err != nil {
+		if req.DifferentHost, err = p.hostsOf(ctx, h.DifferentHost); err != nil {
 			return nil, err
 		}
 	}
@@ -61,8 +73,8 @@ func (c *Conductor) request(ctx context.Context, inst records.Instance) (*schedu
 }
 
 // hostOf returns an instance's host ("" if it has none or is gone).
-func (c *Conductor) hostOf(ctx context.Context, uuid string) (string, error) {
-	in, err := c.store.GetInstance(ctx, uuid)
+func (p *placer) hostOf(ctx context.Context, uuid string) (string, error) {
+	in, err := p.store.GetInstance(ctx, uuid)
 	if isNotFound(err) {
 		return "", nil
 	}
@@ -74,10 +86,10 @@ func (c *Conductor) hostOf(ctx context.Context, uuid string) (string, error) {
 
 // hostsOf returns the hosts of the named instances, each once; never nil
 // (a hint naming only instances without a host passes no host).
-func (c *Conductor) hostsOf(ctx context.Context, uuids []string) ([]string, error) {
+func (p *placer) hostsOf(ctx context.Context, uuids []string) ([]string, error) {
 	out := []string{}
 	for _, u := range uuids {
-		h, err := c.hostOf(ctx, u)
+		h, err := p.hostOf(ctx, u)
 		if err != nil {
 			return nil, err
 		}
@@ -93,11 +105,11 @@ func (c *Conductor) hostsOf(ctx context.Context, uuids []string) ([]string, erro
 // host before either has recorded it. It returns the unlock function,
 // which may be called more than once (a no-op for an instance in no
 // group).
-func (c *Conductor) groupLock(inst records.Instance) func() {
+func (p *placer) groupLock(inst records.Instance) func() {
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return func() {}
 	}
-	return sync.OnceFunc(c.flows.Lock(groupKey(inst.Hints.Group)))
+	return sync.OnceFunc(p.flows.Lock(groupKey(inst.Hints.Group)))
 }
 
 // joinGroup adds a new instance to its server group's members.
@@ -176,7 +188,7 @@ func (c *Conductor) confirmGroup(ctx context.Context, inst records.Instance) (bo
 			return true, nil // soft policies only weigh
 		}
 		seen := g.Placements
-		req, err := c.request(ctx, inst)
+		req, err := c.place.request(ctx, inst)
 		if err != nil {
 			return false, err
 		}

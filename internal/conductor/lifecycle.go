@@ -120,7 +120,7 @@ func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, l
 	}
 	table := map[lifecycle.ActionKind]effect{
 		lifecycle.CallAgent: func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
-			api, err := c.compute(a.Host)
+			api, err := c.agents.compute(a.Host)
 			if err != nil {
 				return lifecycle.Event{}, false, left(inst, a, err)
 			}

@@ -10,7 +10,6 @@ import (
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/scheduler"
-	"keel/internal/store"
 )
 
 // LiveMigrate starts a live migration of an ACTIVE instance to
@@ -195,91 +194,11 @@ func (c *Conductor) Handle(ctx context.Context, migID int64, ev migration.Event)
 	return err
 }
 
-// forget drops what the conductor keeps in memory for an ended migration:
-// its place in the slot queue (a migration aborted while queued must not
-// be handed the next slot).
-func (c *Conductor) forget(m records.Migration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.slotTab.forget(m.ID)
-}
-
-// migrationEffects is the migration machine's effect table, as the
-// driver's loop (flow.Flow.Perform) calls it: one method per action kind,
-// each given the instance as stored now, returning the answer event, if
-// the action has one now, or an error when it cannot be done now (the
-// migration then stays in its phase, and the sweep of stalled flows
-// resumes it). A compensation that fails on an agent (the destination's
-// rollback) is an answer with the reason, which the record keeps; one
-// that fails in the store is retried.
-func (c *Conductor) migrationEffects() func(context.Context, records.Migration, migration.Action) (migration.Event, bool, error) {
-	type effect func(c *Conductor, ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error)
-	table := map[migration.ActionKind]effect{
-		migration.ClaimDestination:   (*Conductor).actClaim,
-		migration.CheckDestination:   (*Conductor).actCheck,
-		migration.ReleaseDestination: (*Conductor).actRevert,
-		migration.RevertAllocations:  (*Conductor).actRevert,
-		migration.AcquireSlot:        (*Conductor).actAcquireSlot,
-		migration.HoldSlot:           (*Conductor).actHoldSlot,
-		migration.CheckCopy:          (*Conductor).actCheckCopy,
-		migration.ReleaseSlot:        (*Conductor).actReleaseSlot,
-		migration.PreLiveMigration:   (*Conductor).actPrepare,
-		migration.StartCopy:          (*Conductor).actStartCopy,
-		migration.AbortCopy:          (*Conductor).actStopCopy,
-		migration.ForceCopy:          (*Conductor).actStopCopy,
-		migration.PostAtSource:       (*Conductor).actPostSource,
-		migration.PostAtDest:         (*Conductor).actPostDest,
-		migration.FinishAllocations:  (*Conductor).actFinish,
-		migration.RollbackAtDest:     (*Conductor).actRollbackDest,
-		migration.SettleInstance:     (*Conductor).actSettle,
-
-		migration.PrepResize:           (*Conductor).actPrepResize,
-		migration.ResizeInstance:       (*Conductor).actResizeInstance,
-		migration.FinishResize:         (*Conductor).actFinishResize,
-		migration.ConfirmAtSource:      (*Conductor).actConfirmAtSource,
-		migration.RevertAtDest:         (*Conductor).actRevertAtDest,
-		migration.FinishRevertAtSource: (*Conductor).actFinishRevertAtSource,
-
-		migration.RebuildAtDest: (*Conductor).actRebuildAtDest,
-		migration.CleanupSource: (*Conductor).actCleanupSource,
-		migration.Terminate:     (*Conductor).actTerminate,
-	}
-	return func(ctx context.Context, m records.Migration, a migration.Action) (migration.Event, bool, error) {
-		f, ok := table[a.Kind]
-		if !ok {
-			return migration.Event{}, false, fmt.Errorf("migration %d: unknown action %q", m.ID, a.Kind)
-		}
-		inst, err := c.store.GetInstance(ctx, m.InstanceUUID)
-		if err != nil {
-			if !isNotFound(err) {
-				return migration.Event{}, false, fmt.Errorf("migration %d: reading instance %s: %w", m.ID, m.InstanceUUID, err)
-			}
-			c.log.Error("migration lost its instance", "migration", m.ID, "instance", m.InstanceUUID, "err", err)
-			inst = records.Instance{UUID: m.InstanceUUID}
-		}
-		ans, ok, err := f(c, ctx, m, inst, a)
-		if err != nil {
-			return ans, ok, fmt.Errorf("migration %d: %s: %w", m.ID, a.Kind, err)
-		}
-		return ans, ok, nil
-	}
-}
-
-func answer(kind migration.EventKind) (migration.Event, bool, error) {
-	return migration.Event{Kind: kind}, true, nil
-}
-
-func failed(kind migration.EventKind, err error) (migration.Event, bool, error) {
-	return migration.Event{Kind: kind, Err: err.Error()}, true, nil
-}
-
-var noAnswer = migration.Event{}
-
-func (c *Conductor) actClaim(ctx context.Context, m records.Migration, inst records.Instance, _ migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actClaim(ctx context.Context, m records.Migration, inst records.Instance, _ migration.Action) (migration.Event, bool, error) {
 	if m.NewFlavor != nil {
 		inst.Flavor = *m.NewFlavor // a resize's destination holds the new flavor
 	}
-	host, err := c.claimDestination(ctx, m, inst)
+	host, err := e.claimDestination(ctx, m, inst)
 	if err != nil {
 		if !scheduler.IsNoValidHost(err) && !placement.IsCapacity(err) && !placement.IsConflict(err) {
 			return noAnswer, false, err
@@ -289,15 +208,15 @@ func (c *Conductor) actClaim(ctx context.Context, m records.Migration, inst reco
 	return migration.Event{Kind: migration.Claimed, Host: host}, true, nil
 }
 
-func (c *Conductor) actCheck(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCanLiveMigrateDestination(ctx, inst, m.SourceHost) }); err != nil {
+func (e *moveEffects) actCheck(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.CheckCanLiveMigrateDestination(ctx, inst, m.SourceHost) }); err != nil {
 		return failed(migration.CheckFailed, err)
 	}
 	return answer(migration.CheckPassed)
 }
 
-func (c *Conductor) actRevert(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.revertAllocations(ctx, m); err != nil {
+func (e *moveEffects) actRevert(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.revertAllocations(ctx, m); err != nil {
 		return noAnswer, false, fmt.Errorf("giving the source allocation back: %w", err)
 	}
 	if a.Kind == migration.ReleaseDestination {
@@ -309,23 +228,23 @@ func (c *Conductor) actRevert(ctx context.Context, m records.Migration, _ record
 // actAcquireSlot: the move itself goes on in the background (as Nova's
 // API answers 202 once the migration is queued): the slot, granted now or
 // when one frees, is handed over on the clock.
-func (c *Conductor) actAcquireSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actAcquireSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
 	bg := context.WithoutCancel(ctx)
-	c.tasks.afterFunc(c.clock, 0, func() {
-		if c.acquireSlot(m) {
+	e.tasks.afterFunc(e.clock, 0, func() {
+		if e.acquireSlot(m) {
 			// Refused (aborted meanwhile): pass the slot on.
-			if err := c.Handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-				c.releaseSlot(bg, m.ID)
+			if err := e.handle(bg, m.ID, migration.Event{Kind: migration.SlotAcquired}); err != nil {
+				e.releaseSlot(bg, m.ID)
 			}
 		}
 	})
 	return noAnswer, false, nil
 }
 
-func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
-	c.mu.Lock()
-	c.slotTab.hold(a.Host, m.DestHost, m.ID)
-	c.mu.Unlock()
+func (e *moveEffects) actHoldSlot(_ context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+	e.slots.mu.Lock()
+	e.slots.tab.hold(a.Host, m.DestHost, m.ID)
+	e.slots.mu.Unlock()
 	return noAnswer, false, nil
 }
 
@@ -339,33 +258,33 @@ func (c *Conductor) actHoldSlot(_ context.Context, m records.Migration, _ record
 // the API is up, and agents of a restarted server reconnect within
 // seconds — and the call retries until one answers (rpc_timeout). Asked
 // inline, it held the API down that long for each such copy.
-func (c *Conductor) actCheckCopy(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actCheckCopy(ctx context.Context, m records.Migration, _ records.Instance, a migration.Action) (migration.Event, bool, error) {
 	bg := context.WithoutCancel(ctx)
-	c.tasks.afterFunc(c.clock, 0, func() {
-		ctx, cancel := c.tasks.context(bg)
+	e.tasks.afterFunc(e.clock, 0, func() {
+		ctx, cancel := e.tasks.context(bg)
 		defer cancel()
-		if err := c.call(a.Host, func(api ComputeAPI) error { return api.CheckCopy(ctx, m.ID) }); err != nil {
-			c.log.Warn("asking the source whether it runs the copy", "migration", m.ID, "source", a.Host, "err", err)
+		if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.CheckCopy(ctx, m.ID) }); err != nil {
+			e.log.Warn("asking the source whether it runs the copy", "migration", m.ID, "source", a.Host, "err", err)
 		}
 	})
 	return noAnswer, false, nil
 }
 
-func (c *Conductor) actReleaseSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
-	c.releaseSlot(ctx, m.ID)
+func (e *moveEffects) actReleaseSlot(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	e.releaseSlot(ctx, m.ID)
 	return noAnswer, false, nil
 }
 
-func (c *Conductor) actPrepare(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actPrepare(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	var data map[string]string
-	if err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PreLiveMigration(ctx, inst); return err }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PreLiveMigration(ctx, inst); return err }); err != nil {
 		return failed(migration.PrepareFailed, err)
 	}
 	return migration.Event{Kind: migration.Prepared, Data: data}, true, nil
 }
 
-func (c *Conductor) actStartCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
+func (e *moveEffects) actStartCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.LiveMigration(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil
@@ -373,35 +292,35 @@ func (c *Conductor) actStartCopy(ctx context.Context, m records.Migration, inst 
 
 // actStopCopy asks the source to abort or finish the copy, best effort:
 // the copy's report (or, when it never comes, the stall timeout) ends it.
-func (c *Conductor) actStopCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	err := c.call(a.Host, func(api ComputeAPI) error {
+func (e *moveEffects) actStopCopy(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	err := e.agents.call(a.Host, func(api ComputeAPI) error {
 		if a.Kind == migration.AbortCopy {
 			return api.AbortLiveMigration(ctx, inst.UUID)
 		}
 		return api.ForceCompleteLiveMigration(ctx, inst.UUID)
 	})
 	if err != nil {
-		c.log.Warn("asking the source to stop or finish the copy", "migration", m.ID, "action", a.Kind, "err", err)
+		e.log.Warn("asking the source to stop or finish the copy", "migration", m.ID, "action", a.Kind, "err", err)
 	}
 	return noAnswer, false, nil
 }
 
-func (c *Conductor) actPostSource(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtSource(ctx, inst) }); err != nil {
+func (e *moveEffects) actPostSource(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtSource(ctx, inst) }); err != nil {
 		return failed(migration.StepFailed, err)
 	}
 	return answer(migration.SourceDone)
 }
 
-func (c *Conductor) actPostDest(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtDestination(ctx, inst) }); err != nil {
+func (e *moveEffects) actPostDest(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.PostLiveMigrationAtDestination(ctx, inst) }); err != nil {
 		return failed(migration.StepFailed, err)
 	}
 	return answer(migration.DestDone)
 }
 
-func (c *Conductor) actFinish(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
-	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, AnyConsumerGeneration: true}); err != nil {
+func (e *moveEffects) actFinish(ctx context.Context, m records.Migration, _ records.Instance, _ migration.Action) (migration.Event, bool, error) {
+	if _, err := e.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, AnyConsumerGeneration: true}); err != nil {
 		return noAnswer, false, fmt.Errorf("deleting the migration consumer's allocation: %w", err)
 	}
 	return answer(migration.Finished)
@@ -410,209 +329,17 @@ func (c *Conductor) actFinish(ctx context.Context, m records.Migration, _ record
 // actRollbackDest: a destination that cannot roll back (it is down) is
 // not waited for: the reason goes in the record, and the destination's
 // audit removes the guest no instance of its host claims.
-func (c *Conductor) actRollbackDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.RollbackLiveMigrationAtDestination(ctx, inst) }); err != nil {
-		c.log.Warn("rollback at destination failed; left for its audit", "migration", m.ID, "dest", a.Host, "err", err)
+func (e *moveEffects) actRollbackDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.RollbackLiveMigrationAtDestination(ctx, inst) }); err != nil {
+		e.log.Warn("rollback at destination failed; left for its audit", "migration", m.ID, "dest", a.Host, "err", err)
 		return migration.Event{Kind: migration.DestRolledBack, Err: fmt.Sprintf("rollback at destination %s failed (left for its audit): %v", a.Host, err)}, true, nil
 	}
 	return answer(migration.DestRolledBack)
 }
 
-func (c *Conductor) actSettle(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.settleInstance(ctx, inst, a); err != nil {
+func (e *moveEffects) actSettle(ctx context.Context, _ records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.settleInstance(ctx, inst, a); err != nil {
 		return noAnswer, false, err
 	}
 	return noAnswer, false, nil
-}
-
-func (c *Conductor) call(host string, f func(ComputeAPI) error) error {
-	api, err := c.compute(host)
-	if err != nil {
-		return err
-	}
-	return f(api)
-}
-
-// claimDestination asks the scheduler for a destination and, in one store
-// write, hands the instance's source allocation to the migration consumer
-// and claims the destination for the instance.
-func (c *Conductor) claimDestination(ctx context.Context, m records.Migration, inst records.Instance) (string, error) {
-	src, err := c.store.GetConsumer(ctx, inst.UUID)
-	if err != nil {
-		return "", fmt.Errorf("reading the allocation of %s: %w", inst.UUID, err)
-	}
-	// The instance's group policy and hints hold for its new host too
-	// (as Nova's live migration runs the same filters).
-	unlock := c.groupLock(inst)
-	defer unlock()
-	req, err := c.request(ctx, inst)
-	if err != nil {
-		return "", err
-	}
-	req.IgnoreHosts = append([]string{m.SourceHost}, m.TriedHosts...)
-	if m.Type == records.MigrationTypeResize && c.cfg.AllowResizeToSameHost {
-		req.IgnoreHosts = req.IgnoreHosts[1:]
-	}
-	req.IgnoreHosts = append(req.IgnoreHosts, m.AvoidHosts...)
-	req.RequestedHost = m.RequestedHost
-	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
-		gen := src.Generation
-		plan, err := c.store.WriteAllocations(ctx,
-			placement.AllocationWrite{ConsumerUUID: m.UUID, Type: placement.ConsumerMigration,
-				ProjectID: src.ProjectID, UserID: src.UserID, Allocations: src.Allocations},
-			placement.AllocationWrite{ConsumerUUID: inst.UUID, ConsumerGeneration: &gen, Type: placement.ConsumerInstance,
-				Allocations: cand.Allocations, ProviderGenerations: cand.Generations},
-		)
-		return plan.Providers[cand.ProviderUUID], err
-	})
-	c.decided("migration", inst, sel, err, "migration", m.ID)
-	if err != nil {
-		return "", err
-	}
-	return sel.Host, nil
-}
-
-// revertAllocations gives the migration consumer's allocation back to the
-// instance and drops the destination claim, in one write. It is a no-op if
-// the migration consumer is already gone (done before a restart).
-func (c *Conductor) revertAllocations(ctx context.Context, m records.Migration) error {
-	return retryConflicts(func() error {
-		mc, err := c.store.GetConsumer(ctx, m.UUID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		mcGen := mc.Generation
-		if _, err := c.store.GetInstance(ctx, m.InstanceUUID); errors.Is(err, store.ErrNotFound) {
-			// The instance is gone: drop the source side, recreate nothing.
-			_, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &mcGen})
-			return err
-		}
-		ic, err := c.store.GetConsumer(ctx, m.InstanceUUID)
-		var icGen *int64
-		if err == nil {
-			icGen = &ic.Generation
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		_, err = c.store.WriteAllocations(ctx,
-			placement.AllocationWrite{ConsumerUUID: m.InstanceUUID, ConsumerGeneration: icGen, Type: placement.ConsumerInstance,
-				ProjectID: mc.ProjectID, UserID: mc.UserID, Allocations: mc.Allocations},
-			placement.AllocationWrite{ConsumerUUID: m.UUID, ConsumerGeneration: &mcGen},
-		)
-		return err
-	})
-}
-
-// settleInstance ends the instance's part of a move: its task cleared,
-// and, as the action says, its host, flavor and vm_state set.
-func (c *Conductor) settleInstance(ctx context.Context, inst records.Instance, a migration.Action) error {
-	err := retryConflicts(func() error {
-		cur, err := c.store.GetInstance(ctx, inst.UUID)
-		if err != nil {
-			return err
-		}
-		if a.Host != "" {
-			cur.Host = a.Host
-		}
-		if a.Flavor != nil {
-			if cur.ResizeFlavor != nil && a.Flavor.ID != cur.Flavor.ID {
-				// The resized guest runs with its new flavor: the old one
-				// is the other side now, still counted until the end.
-				prev := cur.Flavor
-				cur.ResizeFlavor = &prev
-			}
-			cur.Flavor = *a.Flavor
-		}
-		if a.VMState != "" {
-			cur.VMState = a.VMState
-		}
-		if cur.VMState != records.VMResized {
-			cur.ResizeFlavor = nil // no resize open (any more)
-		}
-		if a.PowerState != 0 {
-			cur.PowerState = a.PowerState
-		}
-		cur.TaskState, cur.UpdatedAt = records.TaskNone, c.clock.Now()
-		_, err = c.store.UpdateInstance(ctx, cur)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("settling instance %s after its migration: %w", inst.UUID, err)
-	}
-	return nil
-}
-
-// acquireSlot takes a live-migration slot for m (see slotTable), or
-// queues it for the next free one.
-func (c *Conductor) acquireSlot(m records.Migration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.slotTab.acquire(m.SourceHost, m.DestHost, m.ID)
-}
-
-// releaseSlot frees migID's slot and hands the room to the queued
-// migrations that now fit, whose steps then run on their own (the clock
-// runs them after the current handler returns). A slot this replica does
-// not hold (another replica queued the migration; this one only applied
-// an agent's report) is left to the replica holding it, which frees it
-// when it reconciles (see reconcile).
-func (c *Conductor) releaseSlot(ctx context.Context, migID int64) {
-	c.mu.Lock()
-	granted := c.slotTab.release(migID)
-	c.mu.Unlock()
-	bg := context.WithoutCancel(ctx)
-	for _, next := range granted {
-		c.tasks.afterFunc(c.clock, 0, func() {
-			// A migration aborted while it waited refuses the slot: pass it on.
-			if err := c.Handle(bg, next, migration.Event{Kind: migration.SlotAcquired}); err != nil {
-				c.releaseSlot(bg, next)
-			}
-		})
-	}
-}
-
-// reconcile drops what this replica keeps in memory for migrations that
-// ended elsewhere, and frees the slots it holds for migrations that ended
-// or that another replica now owns: with several replicas, the agent's
-// last report of a migration may have been applied by another replica,
-// whose ReleaseSlot and forget could not reach this one's memory.
-func (c *Conductor) reconcile(ctx context.Context) {
-	held := map[int64]string{} // migration → source whose slot it holds
-	c.mu.Lock()
-	for host, ids := range c.slotTab.heldBySource() {
-		for _, id := range ids {
-			held[id] = host
-		}
-	}
-	waiting := c.slotTab.waitingIDs()
-	c.mu.Unlock()
-	ids := make([]int64, 0, len(waiting)+len(held))
-	for _, id := range waiting {
-		if _, ok := held[id]; !ok {
-			ids = append(ids, id)
-		}
-	}
-	for id := range held {
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		m, err := c.store.GetMigration(ctx, id)
-		if err != nil && !isNotFound(err) {
-			c.log.Warn("reconciling the conductor's memory", "migration", id, "err", err)
-			continue
-		}
-		ended := err != nil || records.MigrationTerminal(m.Status)
-		host, holds := held[id]
-		if holds && (ended || (c.cfg.Owner != "" && m.Owner != c.cfg.Owner)) {
-			c.log.Info("freeing the slot of a migration another replica ended or took", "migration", id, "source", host)
-			c.releaseSlot(ctx, id)
-		}
-		if ended {
-			m.ID = id
-			c.forget(m)
-		}
-	}
 }

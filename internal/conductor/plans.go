@@ -142,7 +142,7 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 			// An evacuation is done once the instance runs on its
 			// destination (its source, down, cleans up when it is back).
 			ev.Kind, ev.Status, ev.Reason, ev.Interrupted = plan.Ended, m.Status, m.Error, m.Interrupted
-			if ev.Host, err = c.hostOf(ctx, mv.Instance); err != nil {
+			if ev.Host, err = c.place.hostOf(ctx, mv.Instance); err != nil {
 				return p, err
 			}
 		case m.Status == records.MigrationFinished:
@@ -351,7 +351,7 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 		if slices.Contains(draining, mv.Dest) {
 			return skipMove("destination %s is being drained", mv.Dest)
 		}
-		req, err := c.request(ctx, inst)
+		req, err := c.place.request(ctx, inst)
 		if err != nil {
 			return c.lostOr(ctx, p, i, err)
 		}

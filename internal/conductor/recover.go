@@ -111,7 +111,7 @@ func (c *Conductor) RunOwnership(ctx context.Context) {
 		if err := c.Heartbeat(ctx); err != nil {
 			c.log.Warn("heartbeat", "err", err)
 		}
-		c.reconcile(ctx)
+		c.moves.reconcile(ctx)
 	})
 	if c.cfg.ServiceDownTime > 0 {
 		c.repeat(ctx, c.cfg.ServiceDownTime/2, func() {

@@ -126,7 +126,7 @@ func (c *Conductor) admitResize(ctx context.Context, inst records.Instance) (_ r
 // unreserve clears the task and the new flavor of a resize that did not
 // start.
 func (c *Conductor) unreserve(ctx context.Context, inst records.Instance) {
-	if err := c.settleInstance(ctx, inst, migration.Action{}); err != nil {
+	if err := c.moves.settleInstance(ctx, inst, migration.Action{}); err != nil {
 		c.log.Error("clearing the task of a resize that did not start", "instance", inst.UUID, "err", err)
 	}
 }
@@ -211,17 +211,17 @@ func (c *Conductor) awaitingDecision(ctx context.Context, instanceUUID, action s
 
 // The cold move's actions on the agents.
 
-func (c *Conductor) actPrepResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actPrepResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst.Flavor = *m.NewFlavor
 	var data map[string]string
-	if err := c.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PrepResize(ctx, inst, m.SourceHost); return err }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) (err error) { data, err = api.PrepResize(ctx, inst, m.SourceHost); return err }); err != nil {
 		return failed(migration.PrepareFailed, err)
 	}
 	return migration.Event{Kind: migration.Prepared, Data: data}, true, nil
 }
 
-func (c *Conductor) actResizeInstance(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
+func (e *moveEffects) actResizeInstance(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.ResizeInstance(ctx, m.ID, m.Version, inst, m.DestHost, a.Data) }); err != nil {
 		return failed(migration.CopyFailed, err)
 	}
 	return noAnswer, false, nil // the source reports the disk copy's end
@@ -237,10 +237,10 @@ func powerOn(inst records.Instance, m records.Migration) records.Instance {
 	return inst
 }
 
-func (c *Conductor) actFinishResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actFinishResize(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst = powerOn(inst, m)
 	inst.Flavor = *m.NewFlavor
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishResize(ctx, inst) }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.FinishResize(ctx, inst) }); err != nil {
 		return failed(migration.StepFailed, err)
 	}
 	return answer(migration.DestDone)
@@ -250,11 +250,11 @@ func (c *Conductor) actFinishResize(ctx context.Context, m records.Migration, in
 // cannot be reached is named in the record and left for its audit (the
 // guest belongs to no instance there any more). On the same host there is
 // one guest, which stays.
-func (c *Conductor) actConfirmAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actConfirmAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	if m.SourceHost == m.DestHost {
 		return answer(migration.SourceDone)
 	}
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.ConfirmResize(ctx, inst) }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.ConfirmResize(ctx, inst) }); err != nil {
 		return migration.Event{Kind: migration.SourceDone, Err: fmt.Sprintf("confirm_resize on the source %s failed (left for its audit): %v", a.Host, err)}, true, nil
 	}
 	return answer(migration.SourceDone)
@@ -262,11 +262,11 @@ func (c *Conductor) actConfirmAtSource(ctx context.Context, m records.Migration,
 
 // actRevertAtDest drops the destination's guest, or names the
 // destination in the record when it cannot (its audit removes the guest).
-func (c *Conductor) actRevertAtDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actRevertAtDest(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	if m.SourceHost == m.DestHost || a.Host == "" {
 		return answer(migration.DestRolledBack)
 	}
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.RevertResize(ctx, inst) }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.RevertResize(ctx, inst) }); err != nil {
 		return migration.Event{Kind: migration.DestRolledBack, Err: fmt.Sprintf("revert_resize on the destination %s failed (left for its audit): %v", a.Host, err)}, true, nil
 	}
 	return answer(migration.DestRolledBack)
@@ -277,10 +277,10 @@ func (c *Conductor) actRevertAtDest(ctx context.Context, m records.Migration, in
 // (down, restarting, cut off) is asked again when the sweep resumes the
 // flow, as Nova's cast waits in the source's queue; only the source's own
 // failure ends the revert with the instance in ERROR.
-func (c *Conductor) actFinishRevertAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
+func (e *moveEffects) actFinishRevertAtSource(ctx context.Context, m records.Migration, inst records.Instance, a migration.Action) (migration.Event, bool, error) {
 	inst = powerOn(inst, m)
 	inst.Flavor = *m.OldFlavor
-	if err := c.call(a.Host, func(api ComputeAPI) error { return api.FinishRevertResize(ctx, inst) }); err != nil {
+	if err := e.agents.call(a.Host, func(api ComputeAPI) error { return api.FinishRevertResize(ctx, inst) }); err != nil {
 		if unreachable(err) {
 			return noAnswer, false, fmt.Errorf("finish_revert_resize on the source %s (asked again when it answers): %w", a.Host, err)
 		}

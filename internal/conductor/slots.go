@@ -1,6 +1,17 @@
 package conductor
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
+
+// slots is the slot table with the lock that guards it, shared by the
+// conductor (its sweeps and counts) and the move effects (which take,
+// hold and free slots).
+type slots struct {
+	mu  sync.Mutex
+	tab *slotTable
+}
 
 // slotTable counts the live-migration slots of one replica: which
 // migrations hold one, and which wait for one, in the order they asked.
@@ -8,7 +19,7 @@ import "slices"
 // its copy ends. Caps: perSource is Nova's max_concurrent_live_migrations
 // (per source host); perDest and total, when above 0, also cap the
 // migrations into one destination and across the cloud. It is pure (no
-// locking, no I/O): the conductor guards it with its mutex and runs the
+// locking, no I/O): slots guards it with its mutex and runs the
 // steps of the migrations it hands slots to.
 type slotTable struct {
 	perSource, perDest, total int
@@ -146,8 +157,8 @@ func (s *slotTable) counts() (waiting, held int) { return len(s.waiting), len(s.
 // active.
 func (c *Conductor) Remembered() (locks, queued, slots int) {
 	locks = c.flows.Locks()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	queued, slots = c.slotTab.counts()
+	c.slots.mu.Lock()
+	defer c.slots.mu.Unlock()
+	queued, slots = c.slots.tab.counts()
 	return locks, queued, slots
 }

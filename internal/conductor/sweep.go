@@ -52,9 +52,9 @@ func (c *Conductor) sweepEvery() time.Duration {
 // isWaiting reports whether m waits in this replica's queue for a slot,
 // or was just handed one (its step about to run).
 func (c *Conductor) isWaiting(m records.Migration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.slotTab.isWaiting(m.ID) || c.slotTab.holds(m.ID)
+	c.slots.mu.Lock()
+	defer c.slots.mu.Unlock()
+	return c.slots.tab.isWaiting(m.ID) || c.slots.tab.holds(m.ID)
 }
 
 // HeldSlots returns, by source host, the migrations holding one of its
@@ -62,8 +62,8 @@ func (c *Conductor) isWaiting(m records.Migration) bool {
 // freeing those of migrations that ended on another replica (reconcile,
 // which the heartbeat also runs): what it returns is held for real.
 func (c *Conductor) HeldSlots(ctx context.Context) map[string][]int64 {
-	c.reconcile(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.slotTab.heldBySource()
+	c.moves.reconcile(ctx)
+	c.slots.mu.Lock()
+	defer c.slots.mu.Unlock()
+	return c.slots.tab.heldBySource()
 }
