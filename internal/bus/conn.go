@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -25,7 +26,13 @@ const (
 	// connection did not break) goes unnoticed: about 45 s.
 	PingInterval = 15 * time.Second
 	maxPingsOut  = 2
-	dialTimeout  = 2 * time.Second
+	// HandshakeTimeout bounds a connection's dial and handshake (INFO,
+	// CONNECT, the server's check of the identity, PONG), on the client
+	// and, for the embedded server, as its auth_timeout. nats' default of
+	// 2 s fails the handshakes of a connection storm on a loaded server
+	// (thousands of agents starting or reconnecting at once), and each
+	// failed one is started again from the beginning: more load, not less.
+	HandshakeTimeout = 10 * time.Second
 )
 
 // Conn is a connection to the bus.
@@ -72,7 +79,7 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.UserInfo(creds.User, creds.Password),
-		nats.Timeout(dialTimeout),
+		nats.Timeout(HandshakeTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(ReconnectWait),
 		nats.ReconnectJitter(ReconnectJitter, ReconnectJitter),
@@ -132,8 +139,11 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		if !retryableConnectError(err) {
 			return nil, fmt.Errorf("bus: connect to %s as %s: %w", url, creds.User, err)
 		}
-		log.Warn("bus not reachable, retrying", "url", url, "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
+		// Jittered: agents that lost the bus together do not come back
+		// in step.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		log.Warn("bus not reachable, retrying", "url", url, "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -144,10 +154,20 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 	}
 }
 
+// retryableConnectError tells whether a first connection that failed with
+// err is tried again: the server could not be reached, or it was too slow
+// to finish the handshake — its auth_timeout passed before it checked the
+// identity ("authentication timeout"), or its first PING came before the
+// answer to ours ("expected 'PONG', got 'PING'"; nats.go says both only
+// in the error's text). A refused identity is not.
 func retryableConnectError(err error) bool {
 	var netErr net.Error
-	return errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, io.EOF) || errors.As(err, &netErr)
+	if errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, io.EOF) || errors.As(err, &netErr) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "authentication timeout") || strings.Contains(msg, "expected 'pong', got 'ping'")
 }
 
 // Close closes the connection at once, cancelling the contexts of running

@@ -81,9 +81,17 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		// with credentials derived from it (AgentCredentials) and gets
 		// AgentPermissions for its host.
 		CustomClientAuthentication: identities{servers: o.Creds, agents: o.Agents, log: log},
-		NoSigs:                     true,
-		NoLog:                      true,
-		StoreDir:                   o.StoreDir,
+		// A connection storm on a loaded server takes longer than nats'
+		// 2 s to check each identity; the clients wait as long.
+		AuthTimeout: HandshakeTimeout.Seconds(),
+		// The first PING at the usual interval, not 2 s after the
+		// CONNECT: a read loop that answers the client's own PING later
+		// than that (a loaded server) would have the client read PING
+		// where it waits for PONG, and fail its handshake.
+		DisableShortFirstPing: true,
+		NoSigs:                true,
+		NoLog:                 true,
+		StoreDir:              o.StoreDir,
 		// No HTTP monitoring, no cluster, no JetStream, no leafnodes.
 	}
 	ns, err := server.NewServer(opts)

@@ -144,3 +144,68 @@ func TestSubscribeWaitsForASlowServer(t *testing.T) {
 		}
 	}
 }
+
+// slowStates checks each identity after wait, as a store behind on its
+// reads: a server's handshake then takes that long.
+type slowStates struct{ wait time.Duration }
+
+func (s slowStates) AgentState(ctx context.Context, host string) (int64, bool, error) {
+	select {
+	case <-time.After(s.wait):
+		return 0, false, nil
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	}
+}
+
+// TestConnectStormOnASlowServer: 200 agents connect at once to an embedded
+// server that takes 3 s to check each identity (past nats' 2 s
+// auth_timeout and its clients' 2 s handshake), and every one connects.
+// Before, the server closed the connections still unchecked after 2 s
+// ("authentication timeout", which Connect did not retry) and the clients
+// gave up their handshakes after 2 s, only to start them again.
+func TestConnectStormOnASlowServer(t *testing.T) {
+	servers := testCreds(t)
+	log := testLog(t)
+	ctx, cancel := context.WithTimeout(testenv.Context(t), time.Minute)
+	defer cancel()
+	srv, err := bus.StartServer(ctx, bus.ServerOptions{Creds: servers, Agents: slowStates{wait: 3 * time.Second}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	const agents = 200
+	errs := make([]error, agents)
+	var wg sync.WaitGroup
+	for i := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host := fmt.Sprintf("h%03d", i)
+			creds, err := bus.AgentCredentials(servers, host)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			c, err := bus.Connect(ctx, srv.URL(), creds, "agent-"+host, log)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			if failed == 0 {
+				t.Errorf("agent %d: %v", i, err)
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d agents could not connect to a server 3 s slow to check identities", failed, agents)
+	}
+}
