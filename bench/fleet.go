@@ -87,6 +87,12 @@ type FleetStep struct {
 	// agents and the API client), apart.
 	ServerCores    float64 `json:"server_cores"`
 	GeneratorCores float64 `json:"generator_cores"`
+	// ServerWaitCores is how long the server's threads were ready to run
+	// but waited for a CPU (the kernel's run-queue delay, from
+	// /proc/PID/task/*/schedstat) over the period, in cores: on a shared
+	// machine, a server that uses little CPU while this is large is
+	// starved, not idle.
+	ServerWaitCores float64 `json:"server_wait_cores"`
 	// ServerRSSMiB is the server's resident memory at the period's end,
 	// StoreMiB its SQLite files (database, WAL).
 	ServerRSSMiB float64 `json:"server_rss_mib"`
@@ -278,6 +284,26 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("reading the server's CPU time: %w", err)
 	}
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// procRunWait is how long process pid's threads have waited, ready to
+// run, for a CPU: the sum of the second field of their
+// /proc/PID/task/TID/schedstat (nanoseconds). Threads that exited are not
+// counted (a Go process keeps its threads).
+func procRunWait(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			n += v
+		}
+	}
+	return time.Duration(n)
 }
 
 // procRSS is process pid's resident memory in MiB (/proc/PID/status's
@@ -557,6 +583,7 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	if err != nil {
 		return st, err
 	}
+	wait0 := procRunWait(pid)
 	gen0, msgs0, t0 := selfCPU(), g.busMessages(), time.Now()
 	pctx, cancel := context.WithTimeout(ctx, g.plan.Period)
 	defer cancel()
@@ -579,7 +606,7 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	if err != nil {
 		return st, err
 	}
-	gen1, msgs1 := selfCPU(), g.busMessages()
+	gen1, msgs1, wait1 := selfCPU(), g.busMessages(), procRunWait(pid)
 	took, failed := g.hb.take()
 	seq1, hostShare, err := changeSeq(ctx, g.srv.dir)
 	if err != nil {
@@ -592,6 +619,7 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	st.PeriodS = wall.Seconds()
 	st.ServerCores = (cpu1 - cpu0).Seconds() / wall.Seconds()
 	st.GeneratorCores = (gen1 - gen0).Seconds() / wall.Seconds()
+	st.ServerWaitCores = (wait1 - wait0).Seconds() / wall.Seconds()
 	st.ServerRSSMiB = procRSS(pid)
 	st.StoreMiB = storeMiB(g.srv.dir)
 	st.StoreWritesPerS = float64(seq1-seq0) / wall.Seconds()
@@ -723,8 +751,8 @@ func (r *run) fleet(ctx context.Context) error {
 		}
 		st.StartS = startS
 		r.rep.Fleet = append(r.rep.Fleet, st)
-		r.progress("fleet: %d hosts: server %.2f cores, %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
-			n, st.ServerCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
+		r.progress("fleet: %d hosts: server %.2f cores (%.2f waiting for a CPU), %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
+			n, st.ServerCores, st.ServerWaitCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
 			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.HostsDown, st.Load1)
 		if st.Behind != "" && r.opts.FleetNoStop && i < len(plan.Steps)-1 {
 			r.progress("fleet: %d hosts fell behind (%s); going on (--fleet-no-stop)", n, st.Behind)
@@ -840,14 +868,14 @@ func writeFleetTable(w io.Writer, steps []FleetStep) error {
 	var b bytes.Buffer
 	fmt.Fprintln(&b, "\nfleet: one keel server process; CPU in cores (user+sys over the period), API p50/p99 in ms")
 	tw := newTab(&b)
-	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tgenerator cores\tload1\theld")
+	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\twaiting for a CPU\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tgenerator cores\tload1\theld")
 	for _, st := range steps {
 		held := "yes"
 		if !st.Held {
 			held = "no: " + strings.Join(slices.DeleteFunc([]string{st.Behind, st.Missed}, func(s string) bool { return s == "" }), ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
-			commas(int64(st.Hosts)), st.Store, st.Replicas, st.ServerCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
+			commas(int64(st.Hosts)), st.Store, st.Replicas, st.ServerCores, st.ServerWaitCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB,
 			st.StoreWritesPerS, st.HostRecordWritesPerS, st.BusMsgsPerS,
 			st.Heartbeats, st.HeartbeatsFailed, st.HeartbeatP99MS, st.HostsDown, st.ServersP50MS, st.ServersP99MS,
 			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.GeneratorCores, st.Load1, held)

@@ -52,6 +52,9 @@ func TestFleetQuick(t *testing.T) {
 			t.Errorf("%d hosts: RSS %.1f MiB, store %.1f MiB, %d API calls, %.0f bus msgs/s, %.0f store writes/s: want all positive",
 				st.Hosts, st.ServerRSSMiB, st.StoreMiB, st.ServersCalls, st.BusMsgsPerS, st.StoreWritesPerS)
 		}
+		if st.ServerWaitCores < 0 {
+			t.Errorf("%d hosts: the server waited %.3f cores for a CPU, want ≥ 0", st.Hosts, st.ServerWaitCores)
+		}
 		if st.Store != "sqlite" || st.Replicas != 1 {
 			t.Errorf("%d hosts: store %q, %d replicas, want sqlite and 1", st.Hosts, st.Store, st.Replicas)
 		}
@@ -78,6 +81,9 @@ func TestFleetQuick(t *testing.T) {
 		if !strings.Contains(unmeasured[k], "do not include 10,000") {
 			t.Errorf("unmeasured[%s] = %q, want the reason", k, unmeasured[k])
 		}
+	}
+	if !strings.Contains(out.String(), `"server_wait_cores"`) {
+		t.Errorf("no server_wait_cores in %s", out.String())
 	}
 	if len(got.Rows) != 1 || got.Rows[0]["section"] != "7" {
 		t.Errorf("rows %v, want the fleet's one row", got.Rows)
