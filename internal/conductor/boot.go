@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"keel/internal/boot"
 	"keel/internal/placement"
@@ -55,7 +56,7 @@ func (c *Conductor) boot(ctx context.Context, inst records.Instance, forceHost s
 	if err := c.admit(ctx, created); err != nil {
 		return records.Instance{}, err
 	}
-	if err := c.joinGroup(ctx, created); err != nil {
+	if err := c.place.joinGroup(ctx, created); err != nil {
 		if errors.Is(err, quota.ErrExceeded) {
 			return records.Instance{}, c.refuse(ctx, created, err)
 		}
@@ -133,19 +134,30 @@ func (h *groupHold) release() {
 	}
 }
 
-// bootEffects is the boot machine's effect table, as the driver's loop
+// bootEffects performs the boot machine's actions: the schedule and
+// claim, the server group's late check, the build's cast, the removal of
+// a guest and the claim's release. It holds only what those need.
+type bootEffects struct {
+	store  Store
+	sched  *scheduler.Scheduler
+	place  *placer
+	agents agents
+	log    *slog.Logger
+}
+
+// perform is the boot machine's effect table, as the driver's loop
 // (flow.Flow.Perform) calls it: each action returns the answer event, if
 // it has one now, or an error when it cannot be done now (the boot is
 // then resumed later). The schedule effect takes the instance's group
 // lock, held until the boot leaves scheduling (schedule, confirm) or the
 // loop ends.
-func (c *Conductor) bootEffects() func(context.Context, records.Instance, boot.Action) (boot.Event, bool, error) {
-	table := map[boot.ActionKind]func(c *Conductor, ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error){
-		boot.Schedule:     (*Conductor).bootSchedule,
-		boot.ConfirmGroup: (*Conductor).bootConfirmGroup,
-		boot.CastBuild:    (*Conductor).bootCast,
-		boot.Terminate:    (*Conductor).bootTerminate,
-		boot.ReleaseClaim: (*Conductor).bootRelease,
+func (b *bootEffects) perform() func(context.Context, records.Instance, boot.Action) (boot.Event, bool, error) {
+	table := map[boot.ActionKind]func(b *bootEffects, ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error){
+		boot.Schedule:     (*bootEffects).bootSchedule,
+		boot.ConfirmGroup: (*bootEffects).bootConfirmGroup,
+		boot.CastBuild:    (*bootEffects).bootCast,
+		boot.Terminate:    (*bootEffects).bootTerminate,
+		boot.ReleaseClaim: (*bootEffects).bootRelease,
 	}
 	return func(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
 		hold, _ := ctx.Value(groupHoldKey{}).(*groupHold)
@@ -153,13 +165,13 @@ func (c *Conductor) bootEffects() func(context.Context, records.Instance, boot.A
 			hold.release()
 		}
 		if a.Kind == boot.Schedule && hold != nil && hold.unlock == nil {
-			hold.unlock = c.place.groupLock(inst)
+			hold.unlock = b.place.groupLock(inst)
 		}
 		f, ok := table[a.Kind]
 		if !ok {
 			return boot.Event{}, false, fmt.Errorf("boot of %s: unknown action %q", inst.UUID, a.Kind)
 		}
-		ev, ok, err := f(c, ctx, inst, a)
+		ev, ok, err := f(b, ctx, inst, a)
 		if err != nil {
 			return ev, ok, fmt.Errorf("boot of %s: %s: %w", inst.UUID, a.Kind, err)
 		}
@@ -191,13 +203,13 @@ func (c *Conductor) bootEnded(inst records.Instance) {
 
 // bootSchedule gives back any claim an earlier attempt left (a.GiveBack),
 // then asks the scheduler for a host and claims it.
-func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+func (b *bootEffects) bootSchedule(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
 	if a.GiveBack {
-		if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+		if _, err := b.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
 			return boot.Event{}, false, fmt.Errorf("giving back an earlier claim: %w", err)
 		}
 	}
-	req, err := c.place.request(ctx, inst)
+	req, err := b.place.request(ctx, inst)
 	if err != nil {
 		return boot.Event{}, false, err
 	}
@@ -205,30 +217,30 @@ func (c *Conductor) bootSchedule(ctx context.Context, inst records.Instance, a b
 	if inst.ForcedHost != "" {
 		req.Zone, req.RequestedHost, req.Force = "", inst.ForcedHost, true
 	}
-	sel, err := c.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
-		plan, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{
+	sel, err := b.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
+		plan, err := b.store.WriteAllocations(ctx, placement.AllocationWrite{
 			ConsumerUUID: inst.UUID, ProjectID: inst.ProjectID, UserID: inst.UserID, Type: placement.ConsumerInstance,
 			Allocations: cand.Allocations, ProviderGenerations: cand.Generations,
 		})
 		return plan.Providers[cand.ProviderUUID], err
 	})
-	c.place.decided("boot", inst, sel, err)
+	b.place.decided("boot", inst, sel, err)
 	if err != nil {
 		if scheduler.IsNoValidHost(err) {
 			return boot.Event{Kind: boot.NoValidHost, Err: err.Error()}, true, nil
 		}
 		return boot.Event{}, false, err
 	}
-	return boot.Event{Kind: boot.Scheduled, Host: sel.Host, Zone: c.sched.View().HostZone(sel.Host)}, true, nil
+	return boot.Event{Kind: boot.Scheduled, Host: sel.Host, Zone: b.sched.View().HostZone(sel.Host)}, true, nil
 }
 
-func (c *Conductor) bootConfirmGroup(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
-	ok, err := c.confirmGroup(ctx, inst)
+func (b *bootEffects) bootConfirmGroup(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
+	ok, err := b.place.confirmGroup(ctx, inst)
 	if err != nil {
 		return boot.Event{}, false, err
 	}
 	if !ok {
-		c.log.Info("server group policy no longer allows the chosen host; scheduling again", "instance", inst.UUID, "host", inst.Host, "group", inst.Hints.Group)
+		b.log.Info("server group policy no longer allows the chosen host; scheduling again", "instance", inst.UUID, "host", inst.Host, "group", inst.Hints.Group)
 		return boot.Event{Kind: boot.GroupRefused, Err: "another member was placed meanwhile"}, true, nil
 	}
 	return boot.Event{Kind: boot.GroupConfirmed}, true, nil
@@ -242,8 +254,8 @@ func (c *Conductor) bootConfirmGroup(ctx context.Context, inst records.Instance,
 // does; the agent's report ends it, or the sweep casts again (the agent
 // answers a repeat from the guest it has), and instance_build_timeout
 // ends a boot whose agent never comes back.
-func (c *Conductor) bootCast(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
-	api, err := c.agents.compute(a.Host)
+func (b *bootEffects) bootCast(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+	api, err := b.agents.compute(a.Host)
 	if err == nil {
 		err = api.BuildAndRunInstance(ctx, inst)
 	}
@@ -256,21 +268,21 @@ func (c *Conductor) bootCast(ctx context.Context, inst records.Instance, a boot.
 	return boot.Event{Kind: boot.Cast}, true, nil
 }
 
-func (c *Conductor) bootTerminate(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
+func (b *bootEffects) bootTerminate(ctx context.Context, inst records.Instance, a boot.Action) (boot.Event, bool, error) {
 	if a.Host == "" {
 		return boot.Event{}, false, nil
 	}
-	if err := c.agents.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
-		c.log.Warn("removing the guest of a boot that timed out; the host's audit removes it", "instance", inst.UUID, "host", a.Host, "err", err)
+	if err := b.agents.call(a.Host, func(api ComputeAPI) error { return api.TerminateInstance(ctx, inst.UUID) }); err != nil {
+		b.log.Warn("removing the guest of a boot that timed out; the host's audit removes it", "instance", inst.UUID, "host", a.Host, "err", err)
 	}
 	return boot.Event{}, false, nil
 }
 
-func (c *Conductor) bootRelease(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
-	if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+func (b *bootEffects) bootRelease(ctx context.Context, inst records.Instance, _ boot.Action) (boot.Event, bool, error) {
+	if _, err := b.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
 		return boot.Event{}, false, fmt.Errorf("releasing the claim: %w", err)
 	}
-	c.leaveGroup(ctx, inst)
+	b.place.leaveGroup(ctx, inst)
 	return boot.Event{Kind: boot.Released}, true, nil
 }
 
@@ -368,7 +380,7 @@ func (c *Conductor) Delete(ctx context.Context, uuid string) error {
 		}
 	}
 	c.releaseAll(ctx, uuid)
-	c.leaveGroup(ctx, inst)
+	c.place.leaveGroup(ctx, inst)
 	if err := c.store.DeleteInstance(ctx, uuid); err != nil && !isNotFound(err) {
 		return fmt.Errorf("deleting instance record %s: %w", uuid, err)
 	}

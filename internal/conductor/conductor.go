@@ -196,8 +196,10 @@ type Conductor struct {
 	sched  *scheduler.Scheduler
 	agents agents
 	place  *placer
-	// moves performs the move machines' actions (moveeffects.go).
+	// moves performs the move machines' actions (moveeffects.go),
+	// builds the boot machine's (boot.go).
 	moves   *moveEffects
+	builds  *bootEffects
 	machine migration.Machine
 	boots   boot.Machine
 	// flows is the flow driver: recovery, take-over and deadlines of

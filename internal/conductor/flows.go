@@ -28,9 +28,10 @@ func groupKey(group string) string   { return "group/" + group }
 // newDriver builds the conductor's flow driver and registers its flows.
 func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff}
-	c.place = &placer{store: c.store, flows: d, log: c.log, decision: c.hooks.Decision}
+	c.place = &placer{store: c.store, quota: c.cfg.Quota, flows: d, log: c.log, decision: c.hooks.Decision}
 	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
 		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}
+	c.builds = &bootEffects{store: c.store, sched: c.sched, place: c.place, agents: c.agents, log: c.log}
 	c.bootRuns = c.bootFlow()
 	flow.Register(d, c.bootRuns)
 	c.migrations = c.migrationFlow()
@@ -66,7 +67,7 @@ func (c *Conductor) bootFlow() *flow.Flow[records.Instance, boot.Event, boot.Act
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Perform: closable(c.tasks, c.bootEffects()),
+		Perform: closable(c.tasks, c.builds.perform()),
 		Stamp: func(in records.Instance, now time.Time) records.Instance {
 			in.UpdatedAt = now
 			return in

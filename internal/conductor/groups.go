@@ -16,9 +16,11 @@ import (
 
 // placer is what scheduling a boot or a move needs besides the
 // scheduler: the request built from the instance's hints, the server
-// group's lock, and the decision told to the log and the Decision hook.
+// group's lock and membership (its late check, its members' quota), and
+// the decision told to the log and the Decision hook.
 type placer struct {
 	store    Store
+	quota    Admission    // nil admits all
 	flows    *flow.Driver // its lock map holds the group locks
 	log      *slog.Logger
 	decision func(kind string, inst records.Instance, sel scheduler.Selection, err error)
@@ -113,18 +115,18 @@ func (p *placer) groupLock(inst records.Instance) func() {
 }
 
 // joinGroup adds a new instance to its server group's members.
-func (c *Conductor) joinGroup(ctx context.Context, inst records.Instance) error {
+func (p *placer) joinGroup(ctx context.Context, inst records.Instance) error {
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return nil
 	}
 	limit := int64(-1)
-	if c.cfg.Quota != nil {
+	if p.quota != nil {
 		var err error
-		if limit, err = c.cfg.Quota.GroupMembersLimit(ctx, inst.ProjectID); err != nil {
+		if limit, err = p.quota.GroupMembersLimit(ctx, inst.ProjectID); err != nil {
 			return fmt.Errorf("adding %s to server group %s: %w", inst.UUID, inst.Hints.Group, err)
 		}
 	}
-	_, err := c.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
+	_, err := p.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
 		if !slices.Contains(g.Members, inst.UUID) {
 			// Checked inside the versioned update: two joins racing for
 			// the last place cannot both have it.
@@ -143,16 +145,16 @@ func (c *Conductor) joinGroup(ctx context.Context, inst records.Instance) error 
 
 // leaveGroup removes an instance that failed to build or was deleted from
 // its server group's members; a group deleted meanwhile is fine.
-func (c *Conductor) leaveGroup(ctx context.Context, inst records.Instance) {
+func (p *placer) leaveGroup(ctx context.Context, inst records.Instance) {
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return
 	}
-	_, err := c.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
+	_, err := p.store.UpdateServerGroup(ctx, inst.Hints.Group, func(g *records.ServerGroup) error {
 		g.Members = slices.DeleteFunc(g.Members, func(m string) bool { return m == inst.UUID })
 		return nil
 	})
 	if err != nil && !isNotFound(err) {
-		c.log.Warn("removing an instance from its server group", "instance", inst.UUID, "group", inst.Hints.Group, "err", err)
+		p.log.Warn("removing an instance from its server group", "instance", inst.UUID, "group", inst.Hints.Group, "err", err)
 	}
 }
 
@@ -172,12 +174,12 @@ var errGroupMoved = errors.New("server group placements moved on")
 // the second to confirm re-reads after the first's host was recorded and
 // sees it (the groupLock only orders boots within one process). It
 // returns false when the policy no longer allows the host.
-func (c *Conductor) confirmGroup(ctx context.Context, inst records.Instance) (bool, error) {
+func (p *placer) confirmGroup(ctx context.Context, inst records.Instance) (bool, error) {
 	if inst.Hints == nil || inst.Hints.Group == "" {
 		return true, nil
 	}
 	for {
-		g, err := c.store.GetServerGroup(ctx, inst.Hints.Group)
+		g, err := p.store.GetServerGroup(ctx, inst.Hints.Group)
 		if isNotFound(err) {
 			return true, nil
 		}
@@ -188,14 +190,14 @@ func (c *Conductor) confirmGroup(ctx context.Context, inst records.Instance) (bo
 			return true, nil // soft policies only weigh
 		}
 		seen := g.Placements
-		req, err := c.place.request(ctx, inst)
+		req, err := p.request(ctx, inst)
 		if err != nil {
 			return false, err
 		}
 		if req.Group != nil && !req.Group.Allows(inst.Host) {
 			return false, nil
 		}
-		_, err = c.store.UpdateServerGroup(ctx, g.UUID, func(g *records.ServerGroup) error {
+		_, err = p.store.UpdateServerGroup(ctx, g.UUID, func(g *records.ServerGroup) error {
 			if g.Placements != seen {
 				return errGroupMoved
 			}
