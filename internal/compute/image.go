@@ -19,8 +19,9 @@ type ImageInfo = guestdisk.ImageInfo
 // serve it only to the host the instance concerns.
 type ImageSource = guestdisk.ImageSource
 
-// BootsImage reports whether inst boots an uploaded image rather than
+// BootsImage reports whether inst boots an uploaded image (its
+// DiskImage: a shelved server its shelve's snapshot) rather than
 // keel's tiny guest.
 func BootsImage(inst records.Instance) bool {
-	return inst.ImageRef != "" && inst.ImageRef != BuiltinImageID
+	return inst.DiskImage() != "" && inst.DiskImage() != BuiltinImageID
 }

@@ -67,8 +67,12 @@ func Repeats(op string) bool {
 // stop_instance, pause_instance, …): the driver's operation, under the
 // host's resource lock so the audit never sees it half done. The
 // shelve-offload operation removes the guest and stops counting it, as
-// terminate does. It is idempotent (see LifecycleDriver).
+// terminate does; the snapshot operation captures the guest's disk
+// (Snapshotter). It is idempotent (see LifecycleDriver).
 func (m *Manager) InstanceLifecycle(ctx context.Context, inst records.Instance, op string) error {
+	if op == lifecycle.OpSnapshot {
+		return m.snapshot(ctx, inst)
+	}
 	if op == lifecycle.OpShelveUnplug {
 		m.res.Lock()
 		defer m.res.Unlock()

@@ -155,6 +155,9 @@ type Config struct {
 	// shelved server at once, a negative value never, a positive one
 	// after that long (see lifecycle.go).
 	ShelvedOffloadTime time.Duration
+	// Images is where snapshots (createImage, createBackup, shelve) are
+	// written; nil fails them.
+	Images Images
 }
 
 // Admission is the quota check the conductor makes (quota.Enforcer). Its

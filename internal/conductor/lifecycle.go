@@ -148,7 +148,13 @@ func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, l
 			return lifecycle.Event{}, false, err
 		},
 	}
+	for k, do := range c.snapshotEffects() {
+		table[k] = do
+	}
 	return func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+		if a.Kind == lifecycle.DropImage {
+			return lifecycle.Event{}, false, c.dropImage(a) // after the action's end
+		}
 		cur, err := c.store.GetInstance(ctx, inst.UUID)
 		if err != nil {
 			return lifecycle.Event{}, false, fmt.Errorf("lifecycle action of %s: %w", inst.UUID, err)

@@ -129,3 +129,60 @@ func TestQEMUBootsUploadedImage(t *testing.T) {
 		t.Fatal("the refused image is in the host's cache")
 	}
 }
+
+// TestQEMUSnapshotBootsAgain snapshots, through the compute API, a QEMU
+// guest booted from an uploaded image: createImage answers with the
+// image's ID while the server has a task, the host captures the disk
+// (the guest paused meanwhile) and the servers store it over the bus
+// until the image is active (a whole qcow2); the server runs on, and a
+// second server booted from the snapshot runs. Before, a snapshot held
+// the base image's data, not the guest's disk.
+func TestQEMUSnapshotBootsAgain(t *testing.T) {
+	c := qemuCloud(t)
+	c.startAgent("h1")
+	work := t.TempDir()
+	raw := filepath.Join(work, "guest.raw")
+	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow := filepath.Join(work, "guest.qcow2")
+	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	img := c.uploadImage("guest", "qcow2", qcow)
+	active := func(name, id string) {
+		c.waitFor("server "+name+" ACTIVE", 60*time.Second, func() bool {
+			s := c.server_(id)
+			if s["status"] == "ERROR" {
+				t.Fatalf("server %s failed: %v", name, s["fault"])
+			}
+			return s["status"] == "ACTIVE" && s["OS-EXT-STS:task_state"] == nil
+		})
+	}
+	id := c.bootImage("vm", "q64", img)
+	active("vm", id)
+	hb := c.rising("h1", id, 0)
+	status, data := c.send("POST", "/compute/v2.1/servers/"+id+"/action", "compute 2.45", map[string]any{"createImage": map[string]any{"name": "snap"}})
+	var out struct {
+		ImageID string `json:"image_id"`
+	}
+	if status != 202 || json.Unmarshal(data, &out) != nil || out.ImageID == "" {
+		t.Fatalf("createImage: %d %s", status, data)
+	}
+	var im map[string]any
+	c.waitFor("the snapshot active", 60*time.Second, func() bool {
+		st, data := c.send("GET", "/image/v2/images/"+out.ImageID, "", nil)
+		if st != 200 || json.Unmarshal(data, &im) != nil {
+			t.Fatalf("the snapshot: %d %s", st, data)
+		}
+		return im["status"] == "active"
+	})
+	if im["disk_format"] != "qcow2" || im["image_type"] != "snapshot" {
+		t.Errorf("the snapshot: %v", im)
+	}
+	active("vm", id)
+	c.rising("h1", id, hb)
+	again := c.bootImage("again", "q64", out.ImageID)
+	active("again", again)
+	c.rising("h1", again, 0)
+}

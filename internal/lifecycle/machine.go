@@ -17,8 +17,18 @@
 //	               ▼                                  release ─Released─▶ [shelved_offloaded]
 //	        [vm_state as before, task cleared, the error kept]  (rebuild: [error])
 //	unshelve of a shelved_offloaded server: boot (package boot schedules
-//	and spawns it again through the claim-time view) ─Booted─▶ [active]
+//	and spawns it again through the claim-time view, from the shelved
+//	image) ─Booted─▶ [active], the shelved image dropped
 //	                                                  BootFailed ─▶ [shelved_offloaded]
+//
+// A snapshot (createImage, createBackup; a shelve given an image) ends
+// its agent operations with snapshot_instance, which captures the
+// guest's disk on its host, then uploads it — task image_snapshot, then
+// image_pending_upload and image_uploading (a shelve's
+// shelving_image_*):
+//
+//	agent(snapshot_instance) ─Done─▶ prepare-upload ─Prepared─▶ upload-image ─Done─▶ [as before]
+//	          Failed, TimedOut (any step) ─▶ [as before, the error kept], drop-image
 //
 // Resume repeats the phase's action (every agent operation is idempotent:
 // an agent asked for a state its guest is already in answers at once);
@@ -50,6 +60,8 @@ const (
 	Unshelve      = "unshelve"
 	Lock          = "lock"
 	Unlock        = "unlock"
+	CreateImage   = "createImage"
+	CreateBackup  = "createBackup"
 )
 
 // Agent operations (Nova's compute RPC names); the agent's driver makes
@@ -68,6 +80,9 @@ const (
 	OpRebuild      = "rebuild_instance"
 	OpShelve       = "shelve_instance"
 	OpShelveUnplug = "shelve_offload_instance" // the guest is removed
+	// OpSnapshot captures the guest's disk on its host, which keeps it
+	// until the upload phase has read it.
+	OpSnapshot = "snapshot_instance"
 )
 
 // Phases (records.Lifecycle.ActionPhase).
@@ -75,6 +90,9 @@ const (
 	PhaseAgent   records.ActionPhase = "agent"
 	PhaseRelease records.ActionPhase = "release"
 	PhaseBoot    records.ActionPhase = "boot"
+	// PhaseUpload: a snapshot's captured disk is stored in its image
+	// (PrepareUpload, then UploadImage).
+	PhaseUpload records.ActionPhase = "upload"
 )
 
 // Rule is one action's row.
@@ -112,7 +130,13 @@ var Rules = map[string]Rule{
 		End: records.VMShelvedOffloaded},
 	Unshelve: {VMStates: []records.VMState{records.VMShelved, records.VMShelvedOffloaded}, Task: records.TaskUnshelving,
 		Ops: []string{OpStart}, End: records.VMActive},
+	// A snapshot leaves the server in the state it was in.
+	CreateImage:  {VMStates: snapshotStates, Task: records.TaskImageSnapshot, Ops: []string{OpSnapshot}},
+	CreateBackup: {VMStates: snapshotStates, Task: records.TaskImageSnapshot, Ops: []string{OpSnapshot}},
 }
+
+// snapshotStates are the vm_states Nova snapshots a server in.
+var snapshotStates = []records.VMState{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended}
 
 // softReboot and hardReboot are reboot's rows: a hard reboot may also
 // take over a soft one in flight, and starts a server stopped, paused or
@@ -134,6 +158,9 @@ type Request struct {
 	// Admin is whether an admin asked (a lock they set binds the owner;
 	// a locked server refuses everyone else's actions).
 	Admin bool
+	// Snapshot is the image a createImage or createBackup writes (one is
+	// required), or a shelve (nil: the shelve writes none).
+	Snapshot *records.Snapshot
 }
 
 // Machine holds the rules' parameters.
@@ -267,6 +294,9 @@ type Action struct {
 	Kind ActionKind
 	// Op and Host, for CallAgent.
 	Op, Host string
+	// Image is the snapshot's image, for PrepareUpload, UploadImage and
+	// DropImage.
+	Image string
 }
 
 // ActionKind names an action.
@@ -284,6 +314,18 @@ const (
 	// unshelve of an offloaded server); the boot's end is fed back as
 	// Booted or BootFailed.
 	StartBoot ActionKind = "start-boot"
+	// PrepareUpload: check that the snapshot's image still waits for its
+	// data (queued) and give it the captured disk's format. Answer:
+	// Prepared, or Failed when the image is gone.
+	PrepareUpload ActionKind = "prepare-upload"
+	// UploadImage: store the disk the host captured (OpSnapshot) as the
+	// image's data, read from the host's agent, then rotate a backup's
+	// older backups. Answer: Done, or Failed.
+	UploadImage ActionKind = "upload-image"
+	// DropImage: delete an image the action no longer needs: the one a
+	// failed snapshot was writing, or an unshelved server's shelved
+	// image. No answer: the action has ended.
+	DropImage ActionKind = "drop-image"
 )
 
 // EventKind names what happened.
@@ -296,6 +338,8 @@ const (
 	Released   EventKind = "released"
 	Booted     EventKind = "booted"
 	BootFailed EventKind = "boot-failed"
+	// Prepared: the snapshot's image is ready for its data.
+	Prepared EventKind = "prepared"
 	// ResumeEv is fed by recovery and the sweep: repeat the phase's
 	// action.
 	ResumeEv EventKind = "resume"
@@ -357,6 +401,17 @@ func (mc Machine) Begin(inst records.Instance, req Request, now time.Time) (reco
 	if req.Action == Rebuild && inst.VMState == records.VMStopped {
 		ops = append(ops, OpStop)
 	}
+	if (req.Action == CreateImage || req.Action == CreateBackup) && req.Snapshot == nil {
+		return inst, nil, fmt.Errorf("%s of %s: no image to write", req.Action, inst.UUID)
+	}
+	inst.Snapshot = nil
+	if req.Snapshot != nil && (req.Action == CreateImage || req.Action == CreateBackup || req.Action == Shelve) {
+		sn := *req.Snapshot
+		inst.Snapshot = &sn
+		if req.Action == Shelve {
+			ops = append(ops, OpSnapshot)
+		}
+	}
 	inst.Action, inst.ActionFrom, inst.ActionStarted, inst.ActionError = req.Action, inst.VMState, now, ""
 	inst.TaskState = r.Task
 	if req.Action == Unshelve && inst.VMState == records.VMShelvedOffloaded {
@@ -391,8 +446,19 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 	switch string(inst.ActionPhase) + "/" + string(ev.Kind) {
 	case string(PhaseAgent) + "/" + string(Done):
 		return mc.agentDone(inst, now)
-	case string(PhaseAgent) + "/" + string(Failed), string(PhaseAgent) + "/" + string(TimedOut):
-		return mc.failed(inst, ev.Err), nil, nil
+	case string(PhaseAgent) + "/" + string(Failed), string(PhaseAgent) + "/" + string(TimedOut),
+		string(PhaseUpload) + "/" + string(Failed), string(PhaseUpload) + "/" + string(TimedOut):
+		return mc.failed(inst, ev.Err), dropImage(inst), nil
+	case string(PhaseUpload) + "/" + string(Prepared):
+		if inst.TaskState != pendingUpload(inst.Action) {
+			return inst, nil, mc.illegal(inst, ev)
+		}
+		inst.TaskState = uploading(inst.Action)
+		return inst, []Action{{Kind: UploadImage, Image: inst.Snapshot.ImageID}}, nil
+	case string(PhaseUpload) + "/" + string(ResumeEv):
+		return inst, []Action{uploadStep(inst)}, nil
+	case string(PhaseUpload) + "/" + string(Done):
+		return mc.uploaded(inst, now)
 	case string(PhaseAgent) + "/" + string(ResumeEv):
 		return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
 	case string(PhaseRelease) + "/" + string(Released):
@@ -401,7 +467,7 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 	case string(PhaseRelease) + "/" + string(ResumeEv), string(PhaseRelease) + "/" + string(TimedOut):
 		return inst, []Action{{Kind: ReleaseClaim}}, nil
 	case string(PhaseBoot) + "/" + string(Booted):
-		return mc.ended(inst, records.VMActive), nil, nil
+		return mc.unshelved(inst)
 	case string(PhaseBoot) + "/" + string(BootFailed):
 		// As Nova's: an unshelve that finds no host leaves the server
 		// shelved_offloaded, the reason in its action.
@@ -430,11 +496,68 @@ func (e *IllegalError) Error() string {
 	return fmt.Sprintf("lifecycle event %s is not allowed in action %q phase %q (vm_state %s)", e.Event, e.Action, e.Phase, e.VMState)
 }
 
-// agentDone: the operation is done; the next one, or the end.
+// agentDone: the operation is done; the next one, or the end (a
+// snapshot's upload first).
 func (mc Machine) agentDone(inst records.Instance, now time.Time) (records.Instance, []Action, error) {
+	done := inst.ActionOps[0]
 	if inst.ActionOps = inst.ActionOps[1:]; len(inst.ActionOps) > 0 {
 		return inst, []Action{{Kind: CallAgent, Op: inst.ActionOps[0], Host: inst.Host}}, nil
 	}
+	if done == OpSnapshot && inst.Snapshot != nil {
+		inst.ActionPhase, inst.TaskState = PhaseUpload, pendingUpload(inst.Action)
+		return inst, []Action{uploadStep(inst)}, nil
+	}
+	return mc.actionEnd(inst, now)
+}
+
+// uploaded: the snapshot's image is active; the action ends (a shelve
+// keeps the image as its shelved image).
+func (mc Machine) uploaded(inst records.Instance, now time.Time) (records.Instance, []Action, error) {
+	if inst.Action == Shelve {
+		inst.ShelvedImage = inst.Snapshot.ImageID
+	}
+	inst.Snapshot = nil
+	if inst.Action == CreateImage || inst.Action == CreateBackup {
+		return mc.ended(inst, inst.ActionFrom), nil, nil
+	}
+	return mc.actionEnd(inst, now)
+}
+
+// pendingUpload and uploading are the task states of a snapshot's
+// upload phase (a shelve's own).
+func pendingUpload(action string) records.TaskState {
+	if action == Shelve {
+		return records.TaskShelvingImagePendingUpload
+	}
+	return records.TaskImagePendingUpload
+}
+
+func uploading(action string) records.TaskState {
+	if action == Shelve {
+		return records.TaskShelvingImageUploading
+	}
+	return records.TaskImageUploading
+}
+
+// uploadStep is the upload phase's action for inst's task state.
+func uploadStep(inst records.Instance) Action {
+	if inst.TaskState == uploading(inst.Action) {
+		return Action{Kind: UploadImage, Image: inst.Snapshot.ImageID}
+	}
+	return Action{Kind: PrepareUpload, Image: inst.Snapshot.ImageID}
+}
+
+// dropImage is what a failed action leaves to do: the image its
+// snapshot was writing is deleted.
+func dropImage(inst records.Instance) []Action {
+	if inst.Snapshot == nil {
+		return nil
+	}
+	return []Action{{Kind: DropImage, Image: inst.Snapshot.ImageID}}
+}
+
+// actionEnd ends inst's action after its last agent operation.
+func (mc Machine) actionEnd(inst records.Instance, now time.Time) (records.Instance, []Action, error) {
 	r, _ := RuleFor(Request{Action: inst.Action, RebootType: rebootType(inst)})
 	end := r.End
 	if inst.Action == Rebuild && inst.ActionFrom == records.VMStopped {
@@ -452,7 +575,21 @@ func (mc Machine) agentDone(inst records.Instance, now time.Time) (records.Insta
 		}
 		return next, nil, nil
 	}
+	if inst.Action == Unshelve {
+		return mc.unshelved(inst)
+	}
 	return mc.ended(inst, end), nil, nil
+}
+
+// unshelved ends an unshelve: the guest runs (from its shelved image, if
+// offloaded), and the shelved image is deleted, as Nova's.
+func (mc Machine) unshelved(inst records.Instance) (records.Instance, []Action, error) {
+	next := mc.ended(inst, records.VMActive)
+	if next.ShelvedImage == "" {
+		return next, nil, nil
+	}
+	next.ShelvedImage = ""
+	return next, []Action{{Kind: DropImage, Image: inst.ShelvedImage}}, nil
 }
 
 // offload starts shelveOffload on a shelved server (right after shelve,
@@ -475,6 +612,7 @@ func rebootType(inst records.Instance) string {
 func (mc Machine) ended(inst records.Instance, vm records.VMState) records.Instance {
 	inst.VMState, inst.TaskState = vm, records.TaskNone
 	inst.Action, inst.ActionPhase, inst.ActionOps, inst.ActionFrom = "", "", nil, ""
+	inst.Snapshot = nil
 	inst.PowerState = records.PowerStateOf(inst)
 	if vm != records.VMError {
 		inst.Fault = ""

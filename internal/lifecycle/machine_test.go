@@ -324,3 +324,94 @@ func TestMoveLost(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotAsScript walks a snapshot through its task states (Nova's:
+// image_snapshot, image_pending_upload, image_uploading) back to the
+// vm_state it started from; a shelve given an image writes it after its
+// stop and keeps it as the shelved image, which the unshelve drops; a
+// failure at any step drops the snapshot's image.
+func TestSnapshotAsScript(t *testing.T) {
+	mc := Machine{ShelvedOffloadTime: -1}
+	sn := &records.Snapshot{ImageID: "im1"}
+	type step struct {
+		ev       EventKind
+		task     records.TaskState
+		vm       records.VMState
+		want     ActionKind
+		wantOp   string
+		wantDrop string
+	}
+	run := func(name string, in records.Instance, req Request, steps []step) records.Instance {
+		t.Helper()
+		cur, acts, err := mc.Begin(in, req, t0)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, s := range steps {
+			if i > 0 {
+				if cur, acts, err = mc.Step(cur, Event{Kind: s.ev, Err: "boom"}, t0); err != nil {
+					t.Fatalf("%s step %d (%s): %v", name, i, s.ev, err)
+				}
+			}
+			var kinds []ActionKind
+			for _, a := range acts {
+				kinds = append(kinds, a.Kind)
+			}
+			if cur.TaskState != s.task || cur.VMState != s.vm {
+				t.Errorf("%s step %d (%s): %s/%s, want %s/%s", name, i, s.ev, cur.VMState, cur.TaskState, s.vm, s.task)
+			}
+			switch {
+			case s.want == "" && len(acts) != 0:
+				t.Errorf("%s step %d (%s): actions %v, want none", name, i, s.ev, kinds)
+			case s.want != "" && (len(acts) != 1 || acts[0].Kind != s.want || acts[0].Op != s.wantOp || s.wantDrop != "" && acts[0].Image != s.wantDrop):
+				t.Errorf("%s step %d (%s): actions %+v, want %s %s %s", name, i, s.ev, acts, s.want, s.wantOp, s.wantDrop)
+			}
+		}
+		return cur
+	}
+	end := run("createImage", inst(records.VMPaused, ""), Request{Action: CreateImage, Snapshot: sn}, []step{
+		{"", records.TaskImageSnapshot, records.VMPaused, CallAgent, OpSnapshot, ""},
+		{Done, records.TaskImagePendingUpload, records.VMPaused, PrepareUpload, "", ""},
+		{Prepared, records.TaskImageUploading, records.VMPaused, UploadImage, "", ""},
+		{ResumeEv, records.TaskImageUploading, records.VMPaused, UploadImage, "", ""},
+		{Done, records.TaskNone, records.VMPaused, "", "", ""},
+	})
+	if end.Snapshot != nil || end.Action != "" {
+		t.Errorf("after the snapshot: %+v", end.Lifecycle)
+	}
+	run("createBackup failing at the capture", inst(records.VMActive, ""), Request{Action: CreateBackup, Snapshot: sn}, []step{
+		{"", records.TaskImageSnapshot, records.VMActive, CallAgent, OpSnapshot, ""},
+		{Failed, records.TaskNone, records.VMActive, DropImage, "", "im1"},
+	})
+	run("createImage failing at the upload", inst(records.VMStopped, ""), Request{Action: CreateImage, Snapshot: sn}, []step{
+		{"", records.TaskImageSnapshot, records.VMStopped, CallAgent, OpSnapshot, ""},
+		{Done, records.TaskImagePendingUpload, records.VMStopped, PrepareUpload, "", ""},
+		{Failed, records.TaskNone, records.VMStopped, DropImage, "", "im1"},
+	})
+	if _, _, err := mc.Begin(inst(records.VMActive, ""), Request{Action: CreateImage}, t0); err == nil {
+		t.Error("a createImage without an image began")
+	}
+	shelved := run("shelve", inst(records.VMActive, ""), Request{Action: Shelve, Snapshot: sn}, []step{
+		{"", records.TaskShelving, records.VMActive, CallAgent, OpShelve, ""},
+		{Done, records.TaskShelving, records.VMActive, CallAgent, OpSnapshot, ""},
+		{Done, records.TaskShelvingImagePendingUpload, records.VMActive, PrepareUpload, "", ""},
+		{Prepared, records.TaskShelvingImageUploading, records.VMActive, UploadImage, "", ""},
+		{Done, records.TaskNone, records.VMShelved, "", "", ""},
+	})
+	if shelved.ShelvedImage != "im1" || shelved.Snapshot != nil {
+		t.Errorf("shelved: %+v", shelved.Lifecycle)
+	}
+	run("unshelve", shelved, Request{Action: Unshelve}, []step{
+		{"", records.TaskUnshelving, records.VMShelved, CallAgent, OpStart, ""},
+		{Done, records.TaskNone, records.VMActive, DropImage, "", "im1"},
+	})
+	shelved.VMState, shelved.Host = records.VMShelvedOffloaded, ""
+	run("unshelve offloaded, no host", shelved, Request{Action: Unshelve}, []step{
+		{"", records.TaskUnshelving, records.VMShelvedOffloaded, StartBoot, "", ""},
+		{BootFailed, records.TaskNone, records.VMShelvedOffloaded, "", "", ""},
+	})
+	run("unshelve offloaded", shelved, Request{Action: Unshelve}, []step{
+		{"", records.TaskUnshelving, records.VMShelvedOffloaded, StartBoot, "", ""},
+		{Booted, records.TaskNone, records.VMActive, DropImage, "", "im1"},
+	})
+}

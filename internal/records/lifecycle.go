@@ -27,7 +27,28 @@ const (
 	TaskShelving           TaskState = "shelving"
 	TaskShelvingOffloading TaskState = "shelving_offloading"
 	TaskUnshelving         TaskState = "unshelving"
+
+	// A snapshot's (createImage, createBackup): accepted, the disk
+	// captured and waiting for its upload, uploading; a shelve's own two
+	// while it writes its snapshot.
+	TaskImageSnapshot              TaskState = "image_snapshot"
+	TaskImagePendingUpload         TaskState = "image_pending_upload"
+	TaskImageUploading             TaskState = "image_uploading"
+	TaskShelvingImagePendingUpload TaskState = "shelving_image_pending_upload"
+	TaskShelvingImageUploading     TaskState = "shelving_image_uploading"
 )
+
+// Snapshot is the image a snapshot (createImage, createBackup, shelve)
+// in flight writes the guest's disk to.
+type Snapshot struct {
+	// ImageID is the image, created queued by the API.
+	ImageID string `json:"image_id"`
+	// BackupType and Rotation are a createBackup's: once the image is
+	// active only the newest Rotation backups of the instance of that
+	// type are kept ("" for no rotation).
+	BackupType string `json:"backup_type,omitempty"`
+	Rotation   int    `json:"rotation,omitempty"`
+}
 
 // Power states (Nova's power_state numbers, as OS-EXT-STS:power_state
 // shows them).
@@ -78,6 +99,20 @@ type Lifecycle struct {
 	// ShelvedAt is when the instance was shelved (shelved_offload_time
 	// counts from it).
 	ShelvedAt time.Time `json:"shelved_at,omitzero"`
+	// Snapshot is the image the action in flight writes (nil for none).
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+	// ShelvedImage is the snapshot a shelve wrote, which the unshelve
+	// boots the guest from and then deletes (Nova's shelved_image_id).
+	ShelvedImage string `json:"shelved_image,omitempty"`
+}
+
+// DiskImage is the image in's guest disk is made from: the snapshot of
+// its shelve while it has one, else the image it was booted from.
+func (in Instance) DiskImage() string {
+	if in.ShelvedImage != "" {
+		return in.ShelvedImage
+	}
+	return in.ImageRef
 }
 
 // PowerStateOf is the power state the compute API shows for in: the one

@@ -42,6 +42,10 @@ type computeArgs struct {
 	// (the agent's fence: a call older than a version it saw is refused).
 	Version int64             `json:"version,omitempty"`
 	Data    map[string]string `json:"data,omitempty"`
+	// ImageID, Offset and Length are a read_snapshot's chunk.
+	ImageID string `json:"image_id,omitempty"`
+	Offset  int64  `json:"offset,omitempty"`
+	Length  int    `json:"length,omitempty"`
 }
 
 // Agents reaches agents over the bus: it implements conductor.Computes

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"fmt"
 
 	"keel/internal/compute"
 	"keel/internal/conductor"
@@ -24,6 +25,37 @@ func guestMethods(handlers map[string]func(ctx context.Context, a computeArgs) (
 	handlers[mConsoleOutput] = func(ctx context.Context, a computeArgs) (any, error) {
 		return m.ConsoleOutput(ctx, a.UUID)
 	}
+	handlers[mReadSnapshot] = func(ctx context.Context, a computeArgs) (any, error) {
+		if a.Offset < 0 || a.Length <= 0 {
+			return nil, fmt.Errorf("read_snapshot: offset %d, length %d", a.Offset, a.Length)
+		}
+		buf := make([]byte, min(a.Length, ImageChunkMax))
+		info, n, err := m.ReadSnapshot(ctx, a.UUID, a.ImageID, a.Offset, buf)
+		if err != nil {
+			return nil, err
+		}
+		return snapshotChunk{Info: info, Data: buf[:n]}, nil
+	}
+}
+
+// mReadSnapshot is keel's own agent method: a chunk of the disk the host
+// captured for a snapshot (snapshot_instance), which the conductor
+// stores as the image's data.
+const mReadSnapshot = "read_snapshot"
+
+type snapshotChunk struct {
+	Info compute.SnapshotInfo `json:"info"`
+	Data []byte               `json:"data"`
+}
+
+var _ conductor.SnapshotAPI = (*Agent)(nil)
+
+// ReadSnapshot implements conductor.SnapshotAPI: up to length bytes (at
+// most ImageChunkMax) of the capture at offset; none at its end.
+func (a *Agent) ReadSnapshot(ctx context.Context, uuid, imageID string, offset int64, length int) (compute.SnapshotInfo, []byte, error) {
+	var c snapshotChunk
+	err := a.call(ctx, mReadSnapshot, computeArgs{UUID: uuid, ImageID: imageID, Offset: offset, Length: length}, &c)
+	return c.Info, c.Data, err
 }
 
 // ListGuests returns the guests of host's driver (audit.GuestLister).

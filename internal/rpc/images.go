@@ -52,7 +52,8 @@ type imageChunk struct {
 
 // serveReadImage is read_image's handler: the call must concern the
 // sender's host and an instance there (concernsSender), which exists and
-// boots from the image asked for.
+// boots from the image asked for (its DiskImage: a shelved server's
+// snapshot while it has one).
 func serveReadImage(st ServedStore, images ImageReader, log *slog.Logger) bus.Handler {
 	return checked(st, log, mReadImage, func(a imageArgs) about { return onHost(a.Host).withInstance(a.InstanceUUID) },
 		func(ctx context.Context, a imageArgs) (any, error) {
@@ -69,11 +70,11 @@ func serveReadImage(st ServedStore, images ImageReader, log *slog.Logger) bus.Ha
 			if err != nil {
 				return nil, fmt.Errorf("read_image: %w", err)
 			}
-			if inst.ImageRef != a.ImageID {
+			if inst.DiskImage() != a.ImageID {
 				if log != nil {
 					log.Warn("refused an agent's read of an image its instance does not boot from", "from", sender(ctx), "instance", a.InstanceUUID, "image", a.ImageID)
 				}
-				return nil, forbidden("host %q may not read image %s for instance %s, which boots from %q", a.Host, a.ImageID, a.InstanceUUID, inst.ImageRef)
+				return nil, forbidden("host %q may not read image %s for instance %s, which boots from %q", a.Host, a.ImageID, a.InstanceUUID, inst.DiskImage())
 			}
 			buf := make([]byte, min(a.Length, ImageChunkMax))
 			info, n, err := images.ReadImage(ctx, a.ImageID, a.Offset, buf)

@@ -15,6 +15,7 @@ var lifecycleOps = []string{
 	lifecycle.OpStop, lifecycle.OpStart, lifecycle.OpReboot, lifecycle.OpRebootHard,
 	lifecycle.OpPause, lifecycle.OpUnpause, lifecycle.OpSuspend, lifecycle.OpResume,
 	lifecycle.OpRescue, lifecycle.OpUnrescue, lifecycle.OpRebuild, lifecycle.OpShelve, lifecycle.OpShelveUnplug,
+	lifecycle.OpSnapshot,
 }
 
 var _ conductor.LifecycleAPI = (*Agent)(nil)

@@ -174,6 +174,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.images, err = openImages(cfg.Keel, s.log); err != nil {
+		return err
+	}
 	s.cond = conductor.New(conductor.Config{
 		MaxConcurrentLiveMigrations:         maxConcurrent(cfg.Default.MaxConcurrentLiveMigrations),
 		MaxAttempts:                         cfg.Scheduler.MaxAttempts,
@@ -192,10 +195,8 @@ func (s *Server) start(ctx context.Context) error {
 		RebalanceBy:                         cfg.Keel.RebalanceBy,
 		Quota:                               quota.Enforcer{Store: s.store},
 		ShelvedOffloadTime:                  cfg.Default.ShelvedOffloadTime,
+		Images:                              s.images,
 	}, s.store, sched, rpc.Agents{Conn: s.conn, Timeout: cfg.Keel.RPCTimeout}, clock.Real{}, s.log, s.ui.hooks(s.metrics.hooks()))
-	if s.images, err = openImages(cfg.Keel, s.log); err != nil {
-		return err
-	}
 	if s.subs, err = rpc.ServeConductor(s.conn, rpc.ConductorHandlers{Store: s.store, Reporter: s.ui.reporter(s.cond), NewProviderUUID: uuid.NewString,
 		OnDrift: s.metrics.observeDrift, Revoked: s.agents.revoked, Log: s.log, Images: imageReader{s.images}}); err != nil {
 		return err

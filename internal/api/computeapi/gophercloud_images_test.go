@@ -21,6 +21,7 @@ import (
 
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
+	"keel/internal/lifecycle"
 	"keel/internal/testenv"
 )
 
@@ -244,12 +245,16 @@ func TestImageProxyBelow236(t *testing.T) {
 	}
 }
 
-// TestGophercloudCreateImageAndBackup: createImage writes an active,
-// private image of the server's project with Nova's snapshot properties,
-// the base image's own and the request's metadata, and the base's data
-// (Location before 2.45, image_id from 2.45); createBackup keeps the
-// newest rotation backups of its type; a server in error is 409 with
-// Nova's words, a missing name 400.
+// TestGophercloudCreateImageAndBackup snapshots a server booted from an
+// uploaded image as Nova does: createImage answers 202 with the image
+// queued (SAVING in the compute API's proxy) and the server in task
+// image_snapshot, so a second snapshot is 409; once the host's capture
+// is stored the image is active with the fake driver's synthetic raw
+// data, its checksum, Nova's properties and the base image's, and the
+// server's task is cleared. createBackup rotates; a snapshot whose
+// capture fails, and one whose image is deleted while it is saved, end
+// with the server as it was and no image left. Before, the snapshot was
+// active when the call returned and held the base image's data.
 func TestGophercloudCreateImageAndBackup(t *testing.T) {
 	ctx := testenv.Context(t)
 	cloud := clienttest.Start(t, clienttest.Options{Hosts: 1})
@@ -276,8 +281,23 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv, err := cl.WaitServer(ctx, s.ID, 20*time.Millisecond, func(s client.Server) bool { return s.Status != "BUILD" }); err != nil || srv.Status != "ACTIVE" {
-		t.Fatalf("boot: %+v %v", srv, err)
+	settled := func() client.Server {
+		t.Helper()
+		var srv client.Server
+		testenv.Poll(t, "the server settled", func() error {
+			var err error
+			if srv, err = cl.GetServer(ctx, s.ID); err != nil {
+				return err
+			}
+			if srv.Status == "BUILD" || srv.TaskState != "" {
+				return fmt.Errorf("status %s, task %q", srv.Status, srv.TaskState)
+			}
+			return nil
+		})
+		return srv
+	}
+	if srv := settled(); srv.Status != "ACTIVE" {
+		t.Fatalf("boot: %+v", srv)
 	}
 	action := func(sc *gophercloud.ServiceClient, body any, want int) (*http.Response, map[string]any) {
 		t.Helper()
@@ -292,25 +312,74 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 		_ = json.Unmarshal(raw, &out)
 		return resp, out
 	}
+	waitImage := func(id string) images.Image {
+		t.Helper()
+		var im *images.Image
+		testenv.Poll(t, "image "+id+" active", func() error {
+			var err error
+			if im, err = images.Get(ctx, ic, id).Extract(); err != nil {
+				return err
+			}
+			if im.Status != images.ImageStatusActive {
+				return fmt.Errorf("status %s", im.Status)
+			}
+			return nil
+		})
+		return *im
+	}
+	gone := func(id string) {
+		t.Helper()
+		testenv.Poll(t, "image "+id+" deleted", func() error {
+			_, err := images.Get(ctx, ic, id).Extract()
+			if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+				return nil
+			}
+			return fmt.Errorf("still there: %v", err)
+		})
+	}
+	drv := cloud.Driver(t, cloud.Hosts[0])
+
+	release := drv.HoldSnapshots()
 	resp, _ := action(sc44, map[string]any{"createImage": map[string]any{"name": "snap1", "metadata": map[string]string{"purpose": "test"}}}, 202)
 	loc := resp.Header.Get("Location")
 	snapID := loc[strings.LastIndex(loc, "/")+1:]
-	snap, err := images.Get(ctx, ic, snapID).Extract()
-	if err != nil {
-		t.Fatalf("the snapshot at %q: %v", loc, err)
+	if srv, err := cl.GetServer(ctx, s.ID); err != nil || srv.TaskState != "image_snapshot" {
+		t.Errorf("the server while its snapshot is held: %+v %v, want task image_snapshot", srv, err)
 	}
-	if snap.Status != images.ImageStatusActive || snap.Name != "snap1" || snap.Visibility != images.ImageVisibilityPrivate ||
-		snap.DiskFormat != "qcow2" || snap.SizeBytes != int64(len(data)) || snap.Properties["image_type"] != "snapshot" ||
+	if im, err := images.Get(ctx, ic, snapID).Extract(); err != nil || im.Status != images.ImageStatusQueued {
+		t.Errorf("the snapshot at %q while held: %+v %v, want queued", loc, im, err)
+	}
+	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "second"}}, 409); !strings.Contains(fmt.Sprint(out), "while it is in task_state image_snapshot") {
+		t.Errorf("a second snapshot while the first is saved: %v", out)
+	}
+	release()
+	snap := waitImage(snapID)
+	if srv := settled(); srv.Status != "ACTIVE" {
+		t.Errorf("after the snapshot: %+v", srv)
+	}
+	if snap.Name != "snap1" || snap.Visibility != images.ImageVisibilityPrivate || snap.DiskFormat != "raw" ||
+		snap.SizeBytes == 0 || snap.Checksum == "" || snap.Properties["image_type"] != "snapshot" ||
 		snap.Properties["instance_uuid"] != s.ID || snap.Properties["base_image_ref"] != base.ID ||
 		snap.Properties["os_distro"] != "debian" || snap.Properties["purpose"] != "test" {
 		t.Errorf("the snapshot: %+v", snap)
 	}
+	var got bytes.Buffer
+	if r, err := imagedata.Download(ctx, ic, snapID).Extract(); err != nil {
+		t.Fatal(err)
+	} else {
+		_, _ = io.Copy(&got, r)
+		r.Close()
+	}
+	if !strings.Contains(got.String(), "keel fake disk of "+s.ID) || int64(got.Len()) != snap.SizeBytes {
+		t.Errorf("the snapshot's data (%d bytes): %.80q", got.Len(), got.String())
+	}
 	_, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "snap2", "metadata": map[string]string{"image_type": "test"}}}, 202)
 	if id, _ := out["image_id"].(string); id == "" {
 		t.Errorf("createImage at 2.45: %v, want an image_id", out)
-	} else if snap2, err := images.Get(ctx, ic, id).Extract(); err != nil || snap2.Properties["image_type"] != "test" {
-		t.Errorf("a snapshot whose metadata names image_type: %+v %v, want the request's over Nova's", snap2, err)
+	} else if snap2 := waitImage(id); snap2.Properties["image_type"] != "test" {
+		t.Errorf("a snapshot whose metadata names image_type: %+v, want the request's over Nova's", snap2)
 	}
+	settled()
 	action(sc45, map[string]any{"createImage": map[string]any{}}, 400)
 
 	backups := func() []string {
@@ -337,6 +406,8 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 		_, out := action(sc45, map[string]any{"createBackup": map[string]any{"name": "b", "backup_type": "daily", "rotation": 2}}, 202)
 		id, _ := out["image_id"].(string)
 		made = append(made, id)
+		waitImage(id)
+		settled()
 	}
 	want := slices.Clone(made[1:])
 	slices.Sort(want)
@@ -346,9 +417,33 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 	if resp, _ := action(sc44, map[string]any{"createBackup": map[string]any{"name": "b", "backup_type": "daily", "rotation": "0"}}, 202); resp.Header.Get("Location") != "" {
 		t.Errorf("a backup rotated away at once has a Location: %s", resp.Header.Get("Location"))
 	}
+	settled()
 	if got := backups(); len(got) != 0 {
 		t.Errorf("backups after rotation 0: %v", got)
 	}
+
+	// A capture that fails: the server stays as it was, the image goes.
+	drv.FailNext(lifecycle.OpSnapshot, s.ID, "disk unreadable")
+	_, out = action(sc45, map[string]any{"createImage": map[string]any{"name": "failed"}}, 202)
+	failed, _ := out["image_id"].(string)
+	if srv := settled(); srv.Status != "ACTIVE" {
+		t.Errorf("after a failed snapshot: %+v", srv)
+	}
+	gone(failed)
+	// An image deleted while it is saved (Tempest's
+	// test_delete_saving_image): the snapshot ends, nothing is left.
+	release = drv.HoldSnapshots()
+	_, out = action(sc45, map[string]any{"createImage": map[string]any{"name": "deleted"}}, 202)
+	deleted, _ := out["image_id"].(string)
+	if err := images.Delete(ctx, ic, deleted).ExtractErr(); err != nil {
+		t.Fatalf("deleting a saving snapshot: %v", err)
+	}
+	release()
+	if srv := settled(); srv.Status != "ACTIVE" {
+		t.Errorf("after a snapshot whose image was deleted: %+v", srv)
+	}
+	gone(deleted)
+
 	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "error"}}, 202)
 	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "late"}}, 409); !strings.Contains(fmt.Sprint(out), "Cannot 'createImage' instance "+s.ID+" while it is in vm_state error") {
 		t.Errorf("createImage of a server in error: %v", out)

@@ -1,24 +1,18 @@
 package computeapi
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
 
 	"keel/internal/image"
+	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
-
-// snapshotStates are the vm_states Nova snapshots a server in (with no
-// task at work on it).
-var snapshotStates = []records.VMState{records.VMActive, records.VMStopped, records.VMPaused, records.VMSuspended}
 
 // snapshotArgs are createImage's and createBackup's arguments.
 type snapshotArgs struct {
@@ -67,21 +61,20 @@ func readSnapshotArgs(raw jsonRaw, action string, backup bool) (snapshotArgs, in
 	return args, rot, nil
 }
 
-// snapshot is the createImage action (backupType "") and createBackup:
-// a new image of the caller's project from the server — private, with
-// Nova's snapshot properties (image_type snapshot or backup,
-// instance_uuid, base_image_ref, user_id, backup_type), the base image's
-// own properties and formats, min_disk and min_ram, and the request's
-// metadata over them — whose data is written at once and which is active when the
-// call returns. A server in another state than ACTIVE, SHUTOFF, PAUSED or
-// SUSPENDED, or with a task at work, is 409 with Nova's words. A backup
-// then keeps the newest rotation backups of the server of that type and
-// deletes the older ones. 202 with the image's Location, or from 2.45
-// {"image_id": …}.
-//
-// The data is the server's image's: the guests keel's drivers run never
-// write their disks (the fake driver keeps none; the QEMU and libvirt
-// drivers boot keel's tiny guest or an overlay on the image it reads).
+// snapshot is the createImage action (backupType "") and createBackup,
+// as Nova's: a new image of the server's project, created queued —
+// private, with Nova's snapshot properties (image_type snapshot or
+// backup, instance_uuid, base_image_ref, user_id, backup_type), the base
+// image's own properties and formats, min_disk and min_ram, and the
+// request's metadata over them — and the snapshot started as a lifecycle
+// action (task image_snapshot): the server's host captures its disk and
+// the conductor stores it in the image, which becomes active (saving
+// meanwhile), then a backup's older backups are rotated. A server in
+// another state than ACTIVE, SHUTOFF, PAUSED or SUSPENDED, or with a
+// task at work (another snapshot among them), is 409 with Nova's words,
+// and the image is deleted again. 202 with the image's Location, or from
+// 2.45 {"image_id": …} (a backup with rotation 0, which will not be
+// kept, names none).
 func (a *serverActionsAPI) snapshot(w http.ResponseWriter, r *http.Request, in records.Instance, action string, raw jsonRaw) error {
 	backup := action == "createBackup"
 	args, rotation, err := readSnapshotArgs(raw, action, backup)
@@ -91,52 +84,33 @@ func (a *serverActionsAPI) snapshot(w http.ResponseWriter, r *http.Request, in r
 	if a.images == nil {
 		return &apiError{http.StatusNotImplemented, "keel has no image service to write snapshots to."}
 	}
-	if !slices.Contains(snapshotStates, in.VMState) {
-		return conflict("Cannot '" + action + "' instance " + in.UUID + " while it is in vm_state " + string(in.VMState))
-	}
-	if in.TaskState != records.TaskNone {
-		return conflict("Cannot '" + action + "' instance " + in.UUID + " while it is in task_state " + string(in.TaskState))
-	}
 	c := caller(r)
-	if in.Locked && !c.Admin {
-		return conflict("Instance " + in.UUID + " is locked")
-	}
-	im := image.Image{ID: uuid.NewString(), Name: *args.Name, Visibility: "private", Owner: in.ProjectID,
-		DiskFormat: "raw", ContainerFormat: "bare", MinDisk: in.Flavor.DiskGB, Properties: map[string]string{}}
-	base, baseErr := a.images.Get(in.ImageRef)
-	if baseErr == nil {
-		maps.Copy(im.Properties, base.Properties)
-		im.DiskFormat, im.ContainerFormat, im.MinRAM = base.DiskFormat, base.ContainerFormat, base.MinRAM
-		im.MinDisk = max(im.MinDisk, base.MinDisk)
-	}
-	im.Properties["image_type"], im.Properties["instance_uuid"] = "snapshot", in.UUID
-	im.Properties["base_image_ref"], im.Properties["user_id"] = in.ImageRef, c.UserID
+	req := lifecycle.Request{Action: lifecycle.CreateImage, Admin: c.Admin}
 	if backup {
-		im.Properties["image_type"], im.Properties["backup_type"] = "backup", *args.BackupType
+		req.Action = lifecycle.CreateBackup
 	}
-	for _, k := range []string{"owner_specified.openstack.md5", "owner_specified.openstack.sha256", "owner_specified.openstack.object"} {
-		delete(im.Properties, k)
+	// The state first, so a refused snapshot makes no image (the
+	// conductor checks again as it saves the action).
+	if err := lifecycle.CheckLock(in, c.Admin); err != nil {
+		return conflict(err.Error())
 	}
-	// The request's metadata comes last, over Nova's own, as in Nova.
-	maps.Copy(im.Properties, args.Metadata)
-	if _, err := a.images.Create(im); err != nil {
-		return fmt.Errorf("creating the snapshot image of %s: %w", in.UUID, err)
+	if err := lifecycle.CheckState(in, action, lifecycle.Rules[req.Action]); err != nil {
+		return conflict(err.Error())
 	}
-	if err := a.writeSnapshot(im.ID, in.ImageRef, baseErr); err != nil {
+	im, err := a.snapshotImage(in, *args.Name, c.UserID, backup, args)
+	if err != nil {
+		return err
+	}
+	req.Snapshot = &records.Snapshot{ImageID: im.ID}
+	if backup {
+		req.Snapshot.BackupType, req.Snapshot.Rotation = *args.BackupType, rotation
+	}
+	if _, _, err := a.conductor.Act(r.Context(), in.UUID, req); err != nil {
 		_ = a.images.Delete(im.ID)
-		return fmt.Errorf("writing the snapshot of %s: %w", in.UUID, err)
+		return err
 	}
-	act := "createImage"
-	if backup {
-		act = "createBackup"
-	}
-	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: act})
-	kept := true
-	if backup {
-		if kept, err = a.rotateBackups(in.UUID, *args.BackupType, rotation, im.ID); err != nil {
-			return err
-		}
-	}
+	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: action})
+	kept := !backup || rotation > 0
 	if version(r).AtLeast(45) {
 		out := map[string]any{}
 		if kept {
@@ -152,62 +126,29 @@ func (a *serverActionsAPI) snapshot(w http.ResponseWriter, r *http.Request, in r
 	return nil
 }
 
-// writeSnapshot uploads the snapshot's data: the base image's (empty if
-// the server has none, or it was deleted since the boot).
-func (a *serverActionsAPI) writeSnapshot(id, baseID string, baseErr error) error {
-	var data io.Reader = strings.NewReader("")
-	if baseErr == nil {
-		f, err := a.images.Open(baseID)
-		if err != nil && !errors.Is(err, image.ErrNotFound) {
-			return err
-		}
-		if err == nil {
-			defer f.Close()
-			data = f
-		}
+// snapshotImage creates the queued image a snapshot of in writes (also
+// a shelve's, named by the caller), with Nova's snapshot properties.
+func (a *serverActionsAPI) snapshotImage(in records.Instance, name, userID string, backup bool, args snapshotArgs) (image.Image, error) {
+	im := image.Image{ID: uuid.NewString(), Name: name, Visibility: "private", Owner: in.ProjectID,
+		DiskFormat: "raw", ContainerFormat: "bare", MinDisk: in.Flavor.DiskGB, Properties: map[string]string{}}
+	if base, err := a.images.Get(in.ImageRef); err == nil {
+		maps.Copy(im.Properties, base.Properties)
+		im.DiskFormat, im.ContainerFormat, im.MinRAM = base.DiskFormat, base.ContainerFormat, base.MinRAM
+		im.MinDisk = max(im.MinDisk, base.MinDisk)
 	}
-	_, err := a.images.Upload(id, data)
-	return err
-}
-
-// rotateBackups keeps the newest rotation backups (of backupType) of
-// server uuid and deletes the others, as Nova's rotation; it reports
-// whether the new one (newID) is kept.
-func (a *serverActionsAPI) rotateBackups(uuid, backupType string, rotation int, newID string) (bool, error) {
-	all, err := a.images.List()
+	im.Properties["image_type"], im.Properties["instance_uuid"] = "snapshot", in.UUID
+	im.Properties["base_image_ref"], im.Properties["user_id"] = in.ImageRef, userID
+	if backup {
+		im.Properties["image_type"], im.Properties["backup_type"] = "backup", *args.BackupType
+	}
+	for _, k := range []string{"owner_specified.openstack.md5", "owner_specified.openstack.sha256", "owner_specified.openstack.object"} {
+		delete(im.Properties, k)
+	}
+	// The request's metadata comes last, over Nova's own, as in Nova.
+	maps.Copy(im.Properties, args.Metadata)
+	out, err := a.images.Create(im)
 	if err != nil {
-		return false, err
+		return out, fmt.Errorf("creating the snapshot image of %s: %w", in.UUID, err)
 	}
-	var backups []image.Image
-	for _, im := range all {
-		if im.Properties["image_type"] == "backup" && im.Properties["instance_uuid"] == uuid && im.Properties["backup_type"] == backupType {
-			backups = append(backups, im)
-		}
-	}
-	// Newest first; the new one first among those of the same second.
-	slices.SortStableFunc(backups, func(x, y image.Image) int {
-		if n := y.CreatedAt.Compare(x.CreatedAt); n != 0 {
-			return n
-		}
-		switch newID {
-		case x.ID:
-			return -1
-		case y.ID:
-			return 1
-		}
-		return strings.Compare(y.ID, x.ID)
-	})
-	kept := true
-	for i, im := range backups {
-		if i < rotation {
-			continue
-		}
-		if err := a.images.Delete(im.ID); err != nil && !errors.Is(err, image.ErrNotFound) {
-			return false, fmt.Errorf("rotating the backups of %s: %w", uuid, err)
-		}
-		if im.ID == newID {
-			kept = false
-		}
-	}
-	return kept, nil
+	return out, nil
 }

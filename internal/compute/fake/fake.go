@@ -86,6 +86,11 @@ type Driver struct {
 	// consoles holds each guest's console events since this driver
 	// started (see console.go).
 	consoles map[string][]string
+	// snapshots holds the disks captured for snapshots, by image, until
+	// they are read (see snapshot.go).
+	snapshots map[string][]byte
+	// snapshotHold, while not nil, holds the snapshots (HoldSnapshots).
+	snapshotHold chan struct{}
 }
 
 type copyJob struct {

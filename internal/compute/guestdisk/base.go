@@ -181,3 +181,21 @@ func (c *Images) Overlay(ctx context.Context, base, disk string) error {
 	}
 	return nil
 }
+
+// Capture writes disk (of format raw, or a qcow2 overlay on a base) to
+// out as one whole qcow2 image — no backing file, the base's data
+// included — by qemu-img convert, through a temporary file renamed into
+// place, so out is either whole or absent. It reads with -U (no image
+// lock): the caller makes sure nothing writes disk meanwhile (its guest
+// paused or stopped).
+func (c *Images) Capture(ctx context.Context, disk, format, out string) error {
+	part := out + ".part"
+	defer os.Remove(part)
+	if o, err := exec.CommandContext(ctx, c.qemuImg(), "convert", "-q", "-U", "-f", format, "-O", "qcow2", disk, part).CombinedOutput(); err != nil {
+		return fmt.Errorf("capturing %s: %w: %s", disk, err, strings.TrimSpace(string(o)))
+	}
+	if err := os.Rename(part, out); err != nil {
+		return fmt.Errorf("capturing %s: %w", disk, err)
+	}
+	return nil
+}

@@ -449,7 +449,7 @@ func (d *Driver) writeDisk(ctx context.Context, inst records.Instance, image str
 // imageOf is the uploaded image inst boots from ("" for keel's guest).
 func imageOf(inst records.Instance) string {
 	if compute.BootsImage(inst) {
-		return inst.ImageRef
+		return inst.DiskImage()
 	}
 	return ""
 }

@@ -353,7 +353,7 @@ func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, i
 func (d *Driver) prepareDisk(ctx context.Context, v *vm, inst records.Instance, keepDisk bool) error {
 	disk := filepath.Join(v.dir, fileDisk)
 	if compute.BootsImage(inst) {
-		base, err := d.images.Base(ctx, inst.UUID, inst.ImageRef)
+		base, err := d.images.Base(ctx, inst.UUID, inst.DiskImage())
 		if err != nil {
 			return err
 		}
@@ -380,7 +380,7 @@ func (d *Driver) prepareDisk(ctx context.Context, v *vm, inst records.Instance, 
 // imageOf is the uploaded image inst boots from ("" for keel's guest).
 func imageOf(inst records.Instance) string {
 	if compute.BootsImage(inst) {
-		return inst.ImageRef
+		return inst.DiskImage()
 	}
 	return ""
 }

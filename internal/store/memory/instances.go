@@ -96,5 +96,5 @@ func restZero(in *records.Instance) bool {
 func lifecycleZero(l *records.Lifecycle) bool {
 	return !l.Locked && l.LockedBy == "" && l.LockedReason == "" && l.Action == "" && l.ActionPhase == "" &&
 		l.ActionOps == nil && l.ActionFrom == "" && l.ActionStarted == (time.Time{}) && l.ActionError == "" &&
-		l.PowerState == 0 && l.ShelvedAt == (time.Time{})
+		l.PowerState == 0 && l.ShelvedAt == (time.Time{}) && l.Snapshot == nil && l.ShelvedImage == ""
 }

@@ -776,6 +776,10 @@ func cloneInstance(in records.Instance) records.Instance {
 	in.Metadata = maps.Clone(in.Metadata)
 	in.Tags = slices.Clone(in.Tags)
 	in.ActionOps = slices.Clone(in.ActionOps)
+	if in.Snapshot != nil {
+		sn := *in.Snapshot
+		in.Snapshot = &sn
+	}
 	return in
 }
 

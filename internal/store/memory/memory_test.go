@@ -285,6 +285,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 		"Metadata":            func(in *records.Instance) { in.Metadata["k"] = "changed" },
 		"Tags":                func(in *records.Instance) { in.Tags[0] = "changed" },
 		"Lifecycle.ActionOps": func(in *records.Instance) { in.ActionOps[0] = "changed" },
+		"Lifecycle.Snapshot":  func(in *records.Instance) { in.Snapshot.ImageID = "changed" },
 	}
 	var refs []string
 	var walk func(path string, typ reflect.Type)
@@ -313,6 +314,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 		in := records.Instance{UUID: "i1", Flavor: f, ResizeFlavor: &rf, Hints: &records.SchedulerHints{SameHost: []string{"a"}, Group: "g"},
 			Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}
 		in.ActionOps = []string{"stop"}
+		in.Snapshot = &records.Snapshot{ImageID: "im"}
 		return in
 	}
 	for name, change := range mutate {
