@@ -200,9 +200,11 @@ type Conductor struct {
 	agents agents
 	place  *placer
 	// moves performs the move machines' actions (moveeffects.go),
-	// builds the boot machine's (boot.go).
+	// builds the boot machine's (boot.go), planFx the plan machine's
+	// (plans.go).
 	moves   *moveEffects
 	builds  *bootEffects
+	planFx  *planEffects
 	machine migration.Machine
 	boots   boot.Machine
 	// flows is the flow driver: recovery, take-over and deadlines of

@@ -110,7 +110,7 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 		return records.Plan{}, nil, &InvalidStateError{Msg: "a host is named twice"}
 	}
 	hosts = slices.Clone(req.Hosts)
-	draining, err := c.drainingHosts(ctx)
+	draining, err := drainingHosts(ctx, c.store)
 	if err != nil {
 		return records.Plan{}, nil, err
 	}

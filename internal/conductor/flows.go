@@ -31,6 +31,7 @@ func (c *Conductor) newDriver() *flow.Driver {
 	c.place = &placer{store: c.store, quota: c.cfg.Quota, flows: d, log: c.log, decision: c.hooks.Decision}
 	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
 		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}
+	c.planFx = &planEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, moves: c, clock: c.clock, log: c.log}
 	c.builds = &bootEffects{store: c.store, sched: c.sched, place: c.place, agents: c.agents, log: c.log}
 	c.bootRuns = c.bootFlow()
 	flow.Register(d, c.bootRuns)
@@ -133,7 +134,7 @@ func (c *Conductor) lifecycleDue(ctx context.Context, in records.Instance, ev li
 	if ev.Kind != lifecycle.MoveLost {
 		return true
 	}
-	moving, err := c.inMigration(ctx, in.UUID)
+	moving, err := inMigration(ctx, c.store, in.UUID)
 	if err != nil {
 		c.log.Warn("checking a move's task for its migration; left for the next sweep", "instance", in.UUID, "err", err)
 	}

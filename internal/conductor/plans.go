@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
 
+	"keel/internal/clock"
 	"keel/internal/flow"
 	"keel/internal/plan"
 	"keel/internal/records"
+	"keel/internal/scheduler"
 	"keel/internal/store"
 )
 
@@ -209,7 +212,7 @@ func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action]
 			return p
 		},
 		Perform: closable(c.tasks, func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
-			ev, ok := c.performPlan(ctx, p, a)
+			ev, ok := c.planFx.perform(ctx, p, a)
 			return ev, ok, nil
 		}),
 	}
@@ -267,31 +270,58 @@ func (planSteps) Resume(p records.Plan) (plan.Event, bool) {
 	return plan.Event{}, false
 }
 
-// performPlan is the plan machine's effect table: it runs one action and
+// planEffects performs the plan machine's actions: a move re-checked
+// and started (a live or cold migration, or an evacuation, through the
+// conductor's starts), its migration found, a cancelled plan's move
+// aborted, the end logged. It holds only what those need.
+type planEffects struct {
+	cfg   Config
+	store Store
+	sched *scheduler.Scheduler
+	place *placer
+	moves planMover
+	clock clock.Clock
+	log   *slog.Logger
+}
+
+// planMover is what a plan's moves ask of the conductor (*Conductor):
+// their migrations started as a plan starts them (the caller waits for
+// the first steps), aborted, and whether a host is down.
+type planMover interface {
+	liveMigrate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error)
+	startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor, o moveOpts) (records.Migration, error)
+	evacuate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error)
+	Abort(ctx context.Context, migID int64) error
+	serviceDown(ctx context.Context, host string) (bool, error)
+}
+
+var _ planMover = (*Conductor)(nil)
+
+// perform is the plan machine's effect table: it runs one action and
 // returns its answer, if it has one.
-func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool) {
+func (e *planEffects) perform(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool) {
 	switch a.Kind {
 	case plan.StartMove:
-		ev := c.startMove(ctx, p, a.Move, a.Cold, usageOf(ctx))
+		ev := e.startMove(ctx, p, a.Move, a.Cold, usageOf(ctx))
 		ev.Move = a.Move
 		return ev, true
 	case plan.FindMigration:
-		m, found, err := c.moveMigration(ctx, p, a.Move)
+		m, found, err := e.moveMigration(ctx, p, a.Move)
 		switch {
 		case err != nil:
-			c.log.Warn("looking for a plan move's migration; left starting", "plan", p.ID, "move", a.Move, "err", err)
+			e.log.Warn("looking for a plan move's migration; left starting", "plan", p.ID, "move", a.Move, "err", err)
 			return plan.Event{}, false
 		case found:
 			return plan.Event{Kind: plan.Started, Move: a.Move, Migration: m.ID}, true
 		}
 		return plan.Event{Kind: plan.Lost, Move: a.Move}, true
 	case plan.AbortMove:
-		if err := c.Abort(ctx, a.Migration); err != nil {
-			c.log.Warn("aborting a cancelled plan's move", "plan", p.ID, "move", a.Move, "migration", a.Migration, "err", err)
+		if err := e.moves.Abort(ctx, a.Migration); err != nil {
+			e.log.Warn("aborting a cancelled plan's move", "plan", p.ID, "move", a.Move, "migration", a.Migration, "err", err)
 		}
 	case plan.Finished:
-		s := plan.Summarise(p, c.clock.Now())
-		c.log.Info("plan ended", "plan", p.ID, "purpose", p.Purpose, "state", p.State, "reason", p.Reason,
+		s := plan.Summarise(p, e.clock.Now())
+		e.log.Info("plan ended", "plan", p.ID, "purpose", p.Purpose, "state", p.State, "reason", p.Reason,
 			"done", s.Done, "failed", s.Failed, "skipped", s.Skipped, "cancelled", s.Cancelled,
 			"took", p.FinishedAt.Sub(p.StartedAt).Round(time.Millisecond))
 	}
@@ -300,8 +330,8 @@ func (c *Conductor) performPlan(ctx context.Context, p records.Plan, a plan.Acti
 
 // moveMigration finds the migration started for move i of p (by the plan
 // move the migration names): the newest one.
-func (c *Conductor) moveMigration(ctx context.Context, p records.Plan, i int) (records.Migration, bool, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: p.Moves[i].Instance})
+func (e *planEffects) moveMigration(ctx context.Context, p records.Plan, i int) (records.Migration, bool, error) {
+	ms, err := e.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: p.Moves[i].Instance})
 	if err != nil {
 		return records.Migration{}, false, err
 	}
@@ -318,31 +348,31 @@ func (c *Conductor) moveMigration(ctx context.Context, p records.Plan, i int) (r
 // still active on the planned source, a planned destination still
 // passing the scheduler's filters and not draining — and starts its
 // migration, never onto a draining host nor one at its incoming cap.
-func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold bool, u *plan.Usage) plan.Event {
+func (e *planEffects) startMove(ctx context.Context, p records.Plan, i int, cold bool, u *plan.Usage) plan.Event {
 	if p.Purpose == records.PlanEvacuateAll {
-		return c.startEvacuation(ctx, p, i, u)
+		return e.startEvacuation(ctx, p, i, u)
 	}
 	mv := p.Moves[i]
 	fail := func(format string, args ...any) plan.Event {
 		return plan.Event{Kind: plan.Refused, Reason: fmt.Sprintf(format, args...)}
 	}
-	inst, ev, ok := c.recheckMove(ctx, p, i)
+	inst, ev, ok := e.recheckMove(ctx, p, i)
 	switch {
 	case !ok:
 		return ev
 	case inst.VMState != records.VMActive || inst.TaskState != records.TaskNone:
 		return fail("instance %s is %s (task %s): only an active instance with no task moves", mv.Instance, inst.VMState, orNone(inst.TaskState))
 	}
-	draining, err := c.drainingHosts(ctx)
+	draining, err := drainingHosts(ctx, e.store)
 	if err != nil {
-		return c.lostOr(ctx, p, i, err)
+		return e.lostOr(ctx, p, i, err)
 	}
-	avoid := c.avoidHosts(draining, u)
+	avoid := e.avoidHosts(draining, u)
 	if mv.Dest == "" && mv.Migration != 0 {
 		// A retry: not onto the host the last attempt failed on (its
 		// agent may be dead while its service still reads up), unless
 		// keel's own restart ended that attempt.
-		if last, err := c.store.GetMigration(ctx, mv.Migration); err == nil && last.DestHost != "" && !last.Interrupted &&
+		if last, err := e.store.GetMigration(ctx, mv.Migration); err == nil && last.DestHost != "" && !last.Interrupted &&
 			(last.Status == records.MigrationFailed || last.Status == records.MigrationError) {
 			avoid = append(avoid, last.DestHost)
 		}
@@ -351,13 +381,13 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 		if slices.Contains(draining, mv.Dest) {
 			return skipMove("destination %s is being drained", mv.Dest)
 		}
-		req, err := c.place.request(ctx, inst)
+		req, err := e.place.request(ctx, inst)
 		if err != nil {
-			return c.lostOr(ctx, p, i, err)
+			return e.lostOr(ctx, p, i, err)
 		}
-		ok, filter, err := c.sched.Passes(ctx, req, mv.Dest)
+		ok, filter, err := e.sched.Passes(ctx, req, mv.Dest)
 		if err != nil {
-			return c.lostOr(ctx, p, i, err)
+			return e.lostOr(ctx, p, i, err)
 		}
 		if !ok {
 			return skipMove("destination %s no longer passes the scheduler's filters (%s)", mv.Dest, filter)
@@ -366,28 +396,28 @@ func (c *Conductor) startMove(ctx context.Context, p records.Plan, i int, cold b
 	o := moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: avoid}
 	var m records.Migration
 	if cold {
-		m, err = c.startColdMove(ctx, inst.UUID, mv.Dest, nil, o)
+		m, err = e.moves.startColdMove(ctx, inst.UUID, mv.Dest, nil, o)
 	} else {
-		m, err = c.liveMigrate(ctx, inst.UUID, mv.Dest, o)
+		m, err = e.moves.liveMigrate(ctx, inst.UUID, mv.Dest, o)
 	}
 	var invalid *InvalidStateError
 	switch {
 	case errors.As(err, &invalid):
 		return fail("%s", invalid.Msg)
 	case err != nil:
-		return c.lostOr(ctx, p, i, err)
+		return e.lostOr(ctx, p, i, err)
 	}
 	if u != nil {
 		u.Add(m.SourceHost, m.DestHost)
 	}
-	c.log.Info("plan move started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
+	e.log.Info("plan move started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
 		"dest", m.DestHost, "migration", m.ID, "cold", cold, "status", m.Status)
 	return plan.Event{Kind: plan.Started, Migration: m.ID}
 }
 
 // inMigration reports whether inst has an active migration.
-func (c *Conductor) inMigration(ctx context.Context, inst string) (bool, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst, ActiveOnly: true})
+func inMigration(ctx context.Context, st store.Migrations, inst string) (bool, error) {
+	ms, err := st.ListMigrations(ctx, store.MigrationFilter{InstanceUUID: inst, ActiveOnly: true})
 	if err != nil {
 		return false, fmt.Errorf("listing the migrations of %s: %w", inst, err)
 	}
@@ -397,9 +427,9 @@ func (c *Conductor) inMigration(ctx context.Context, inst string) (bool, error) 
 // lostOr answers a start that failed before or while creating the
 // migration: Started if the migration exists after all, else Lost (the
 // move is pending again and the next tick retries it).
-func (c *Conductor) lostOr(ctx context.Context, p records.Plan, i int, cause error) plan.Event {
-	c.log.Warn("starting a plan move", "plan", p.ID, "move", i, "err", cause)
-	if m, found, err := c.moveMigration(ctx, p, i); err == nil && found {
+func (e *planEffects) lostOr(ctx context.Context, p records.Plan, i int, cause error) plan.Event {
+	e.log.Warn("starting a plan move", "plan", p.ID, "move", i, "err", cause)
+	if m, found, err := e.moveMigration(ctx, p, i); err == nil && found {
 		return plan.Event{Kind: plan.Started, Migration: m.ID}
 	}
 	return plan.Event{Kind: plan.Lost}
@@ -407,8 +437,8 @@ func (c *Conductor) lostOr(ctx context.Context, p records.Plan, i int, cause err
 
 // drainingHosts are the hosts of every active drain plan (none is a
 // destination of any move).
-func (c *Conductor) drainingHosts(ctx context.Context) ([]string, error) {
-	plans, err := c.store.ListPlans(ctx, true)
+func drainingHosts(ctx context.Context, st store.Plans) ([]string, error) {
+	plans, err := st.ListPlans(ctx, true)
 	if err != nil {
 		return nil, fmt.Errorf("listing draining hosts: %w", err)
 	}
@@ -424,11 +454,11 @@ func (c *Conductor) drainingHosts(ctx context.Context) ([]string, error) {
 
 // avoidHosts are the hosts no plan move may choose: the draining ones,
 // and those at their incoming cap.
-func (c *Conductor) avoidHosts(draining []string, u *plan.Usage) []string {
+func (e *planEffects) avoidHosts(draining []string, u *plan.Usage) []string {
 	avoid := slices.Clone(draining)
 	if u != nil {
 		for h, n := range u.ByDest {
-			if c.cfg.MaxConcurrentIncomingLiveMigrations > 0 && n >= c.cfg.MaxConcurrentIncomingLiveMigrations {
+			if e.cfg.MaxConcurrentIncomingLiveMigrations > 0 && n >= e.cfg.MaxConcurrentIncomingLiveMigrations {
 				avoid = append(avoid, h)
 			}
 		}
@@ -451,20 +481,20 @@ func skipMove(format string, args ...any) plan.Event {
 // or left by a server that died before recording it, which the sweep
 // clears: lifecycle.MoveLost), it waits too. ok is false with the event
 // to answer when the move does not start now.
-func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (inst records.Instance, ev plan.Event, ok bool) {
+func (e *planEffects) recheckMove(ctx context.Context, p records.Plan, i int) (inst records.Instance, ev plan.Event, ok bool) {
 	mv := p.Moves[i]
-	inst, err := c.store.GetInstance(ctx, mv.Instance)
+	inst, err := e.store.GetInstance(ctx, mv.Instance)
 	switch {
 	case isNotFound(err):
 		return inst, skipMove("instance %s is gone", mv.Instance), false
 	case err != nil:
-		return inst, c.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err)), false
+		return inst, e.lostOr(ctx, p, i, fmt.Errorf("reading instance %s: %w", mv.Instance, err)), false
 	}
 	if inst.TaskState != records.TaskNone {
-		moving, err := c.inMigration(ctx, inst.UUID)
+		moving, err := inMigration(ctx, e.store, inst.UUID)
 		switch {
 		case err != nil:
-			return inst, c.lostOr(ctx, p, i, err), false
+			return inst, e.lostOr(ctx, p, i, err), false
 		case moving:
 			return inst, plan.Event{Kind: plan.Deferred, Reason: fmt.Sprintf("instance %s is being moved by another migration; waiting for it", mv.Instance)}, false
 		case records.MoveTask(inst.TaskState):
@@ -481,30 +511,30 @@ func (c *Conductor) recheckMove(ctx context.Context, p records.Plan, i int) (ins
 // startEvacuation re-checks move i of an evacuate-all plan — the instance
 // still on the planned source, which is still down — and starts its
 // evacuation (never onto a draining host).
-func (c *Conductor) startEvacuation(ctx context.Context, p records.Plan, i int, u *plan.Usage) plan.Event {
+func (e *planEffects) startEvacuation(ctx context.Context, p records.Plan, i int, u *plan.Usage) plan.Event {
 	mv := p.Moves[i]
-	inst, ev, ok := c.recheckMove(ctx, p, i)
+	inst, ev, ok := e.recheckMove(ctx, p, i)
 	switch {
 	case !ok:
 		return ev
 	case inst.VMState == records.VMDeleted || inst.TaskState == records.TaskDeleting:
 		return skipMove("instance %s is being deleted", mv.Instance)
 	}
-	down, err := c.serviceDown(ctx, mv.Source)
+	down, err := e.moves.serviceDown(ctx, mv.Source)
 	if err != nil {
-		return c.lostOr(ctx, p, i, err)
+		return e.lostOr(ctx, p, i, err)
 	}
 	if !down {
 		return skipMove("%s is up again: instance %s stays on it", mv.Source, mv.Instance)
 	}
-	draining, err := c.drainingHosts(ctx)
+	draining, err := drainingHosts(ctx, e.store)
 	if err != nil {
-		return c.lostOr(ctx, p, i, err)
+		return e.lostOr(ctx, p, i, err)
 	}
 	if mv.Dest != "" && slices.Contains(draining, mv.Dest) {
 		return skipMove("destination %s is being drained", mv.Dest)
 	}
-	m, err := c.evacuate(ctx, inst.UUID, mv.Dest, moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: c.avoidHosts(draining, u)})
+	m, err := e.moves.evacuate(ctx, inst.UUID, mv.Dest, moveOpts{ref: &records.MoveRef{Plan: p.ID, Move: i}, avoid: e.avoidHosts(draining, u)})
 	var invalid *InvalidStateError
 	var bad *BadRequestError
 	switch {
@@ -513,12 +543,12 @@ func (c *Conductor) startEvacuation(ctx context.Context, p records.Plan, i int, 
 	case errors.As(err, &bad):
 		return plan.Event{Kind: plan.Refused, Reason: bad.Msg}
 	case err != nil:
-		return c.lostOr(ctx, p, i, err)
+		return e.lostOr(ctx, p, i, err)
 	}
 	if u != nil {
 		u.Add(m.SourceHost, m.DestHost)
 	}
-	c.log.Info("plan evacuation started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
+	e.log.Info("plan evacuation started", "plan", p.ID, "move", i, "instance", inst.UUID, "source", mv.Source,
 		"dest", m.DestHost, "migration", m.ID, "status", m.Status)
 	return plan.Event{Kind: plan.Started, Migration: m.ID}
 }

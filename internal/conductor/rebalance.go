@@ -61,7 +61,7 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, fmt.Errorf("reading the cloud for a rebalance: %w", err)
 	}
-	draining, err := c.drainingHosts(ctx)
+	draining, err := drainingHosts(ctx, c.store)
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, err
 	}
