@@ -104,17 +104,43 @@ func (g *groupCommit[T]) write() {
 		g.mu.Unlock()
 		time.Sleep(gather)
 		g.mu.Lock()
-		n := min(len(g.pending), maxBatch)
-		if n == 0 {
+		if len(g.pending) == 0 {
 			g.writing = false
 			g.mu.Unlock()
 			return
 		}
-		batch := g.pending[:n:n]
-		g.pending = slices.Clone(g.pending[n:])
+		batch := g.take()
 		g.mu.Unlock()
 		g.writeBatch(batch)
 	}
+}
+
+// take removes the next batch from what is pending: maxBatch items in
+// arrival order and, when coalescing, with them every item pending of
+// their keys (maxBatch keys), so that a key queued many times while the
+// writer was behind is written once, with its newest item, and not once
+// per batch. At 6,500 agents on a loaded machine 15,870 host records
+// waited for the writer, more than two per host. g.mu is held.
+func (g *groupCommit[T]) take() []*pendingWrite[T] {
+	if !g.coalesce {
+		n := min(len(g.pending), maxBatch)
+		batch := g.pending[:n:n]
+		g.pending = slices.Clone(g.pending[n:])
+		return batch
+	}
+	keys := make(map[string]bool, min(len(g.pending), maxBatch))
+	var batch, rest []*pendingWrite[T]
+	for _, p := range g.pending {
+		k := g.key(p.item)
+		if keys[k] || len(keys) < maxBatch {
+			keys[k] = true
+			batch = append(batch, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	g.pending = rest
+	return batch
 }
 
 // writeBatch writes one batch, sorted by key (stores that lock rows lock

@@ -27,8 +27,12 @@ type heartbeat struct {
 func newHeartbeatRecorder(st ServedStore) *heartbeatRecorder {
 	b, _ := st.(store.ServiceBatch)
 	g := &groupCommit[heartbeat]{
-		key:    func(hb heartbeat) string { return hb.host },
-		gather: batchGather,
+		key: func(hb heartbeat) string { return hb.host },
+		// A host's heartbeats queued together (the writer behind, the
+		// agent repeating) are one write: the newest is the one that
+		// counts.
+		coalesce: true,
+		gather:   batchGather,
 		writeOne: func(ctx context.Context, hb heartbeat) error {
 			_, err := st.UpdateService(ctx, hb.host, seen(hb.at))
 			return err
