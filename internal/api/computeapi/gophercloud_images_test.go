@@ -21,6 +21,7 @@ import (
 
 	"keel/internal/client"
 	"keel/internal/client/clienttest"
+	"keel/internal/compute"
 	"keel/internal/lifecycle"
 	"keel/internal/testenv"
 )
@@ -516,4 +517,112 @@ func TestGophercloudImageTooBigForFlavor(t *testing.T) {
 	if _, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "zero", FlavorRef: zero.ID, ImageRef: lowDisk, Networks: "none"}, nil).Extract(); err != nil {
 		t.Errorf("a 0 GB disk flavor with a min_disk image: %v, want accepted", err)
 	}
+}
+
+// TestGophercloudShelveOffloadsToImage: as Nova's, a shelve writes a
+// snapshot named '<server>-shelved' (image_type snapshot), an offload
+// frees the host, the unshelve boots the server from that image on a
+// host the scheduler picks and then deletes it; deleting a shelved
+// server deletes its image too. Before, a shelve wrote no image
+// (Tempest's test_shelve_unshelve_server found none).
+func TestGophercloudShelveOffloadsToImage(t *testing.T) {
+	ctx := testenv.Context(t)
+	cloud := clienttest.Start(t, clienttest.Options{Hosts: 2})
+	cl := cloud.Connect(t)
+	sc := computeAt(cl, "2.80")
+	ic, err := openstack.NewImageV2(sc.ProviderClient, gophercloud.EndpointOpts{Region: "RegionOne"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := cl.FindFlavor(ctx, "m1.tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := func(name string) string {
+		t.Helper()
+		s, err := servers.Create(ctx, sc, servers.CreateOpts{Name: name, FlavorRef: fl.ID, ImageRef: compute.BuiltinImageID, Networks: "none"}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ID
+	}
+	wait := func(id string, status ...string) client.Server {
+		t.Helper()
+		var srv client.Server
+		testenv.Poll(t, "server "+id+" "+strings.Join(status, " or "), func() error {
+			var err error
+			if srv, err = cl.GetServer(ctx, id); err != nil {
+				return err
+			}
+			if srv.TaskState != "" || !slices.Contains(status, srv.Status) {
+				return fmt.Errorf("status %s, task %q", srv.Status, srv.TaskState)
+			}
+			return nil
+		})
+		return srv
+	}
+	act := func(id string, body any) {
+		t.Helper()
+		if _, err := sc.Post(ctx, sc.ServiceURL("servers", id, "action"), body, nil, &gophercloud.RequestOpts{OkCodes: []int{202}}); err != nil {
+			t.Fatalf("%v: %v", body, err)
+		}
+	}
+	shelvedImage := func(name string) []images.Image {
+		t.Helper()
+		pages, err := images.List(ic, images.ListOpts{Name: name + "-shelved"}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := images.ExtractImages(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	shelve := func(id string) {
+		t.Helper()
+		act(id, map[string]any{"shelve": nil})
+		if srv := wait(id, "SHELVED", "SHELVED_OFFLOADED"); srv.Status == "SHELVED" {
+			act(id, map[string]any{"shelveOffload": nil})
+			wait(id, "SHELVED_OFFLOADED")
+		}
+	}
+
+	id := boot("vm1")
+	wait(id, "ACTIVE")
+	shelve(id)
+	ims := shelvedImage("vm1")
+	if len(ims) != 1 || ims[0].Status != images.ImageStatusActive || ims[0].Properties["image_type"] != "snapshot" ||
+		ims[0].Properties["instance_uuid"] != id || ims[0].SizeBytes == 0 {
+		t.Fatalf("the shelved image: %+v", ims)
+	}
+	if srv, _ := cl.GetServer(ctx, id); srv.Host != "" {
+		t.Errorf("an offloaded server keeps host %q", srv.Host)
+	}
+	act(id, map[string]any{"unshelve": nil})
+	if srv := wait(id, "ACTIVE"); srv.Host == "" {
+		t.Errorf("unshelved: %+v", srv)
+	}
+	testenv.Poll(t, "the shelved image deleted after the unshelve", func() error {
+		if n := len(shelvedImage("vm1")); n != 0 {
+			return fmt.Errorf("%d left", n)
+		}
+		return nil
+	})
+
+	id2 := boot("vm2")
+	wait(id2, "ACTIVE")
+	shelve(id2)
+	if n := len(shelvedImage("vm2")); n != 1 {
+		t.Fatalf("vm2's shelved images: %d", n)
+	}
+	if err := servers.Delete(ctx, sc, id2).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, "the shelved image deleted with its server", func() error {
+		if n := len(shelvedImage("vm2")); n != 0 {
+			return fmt.Errorf("%d left", n)
+		}
+		return nil
+	})
 }

@@ -142,7 +142,19 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 			}
 		}
 	}
+	if key == "shelve" && a.images != nil {
+		// As Nova's: the shelve writes a snapshot, '<name>-shelved',
+		// which the unshelve boots from and then deletes.
+		im, err := a.snapshotImage(in, in.Name+"-shelved", c.UserID, false, snapshotArgs{})
+		if err != nil {
+			return err
+		}
+		req.Snapshot = &records.Snapshot{ImageID: im.ID}
+	}
 	saved, _, err := a.conductor.Act(r.Context(), in.UUID, req, edits...)
+	if err != nil && req.Snapshot != nil {
+		_ = a.images.Delete(req.Snapshot.ImageID)
+	}
 	if err != nil {
 		// A refused unlock answers with the refusal's own message.
 		if re := refusal(nil); errors.As(err, &re) && re.HTTPStatus() == http.StatusForbidden {
