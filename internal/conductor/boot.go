@@ -384,6 +384,6 @@ func (c *Conductor) Delete(ctx context.Context, uuid string) error {
 	if err := c.store.DeleteInstance(ctx, uuid); err != nil && !isNotFound(err) {
 		return fmt.Errorf("deleting instance record %s: %w", uuid, err)
 	}
-	c.dropImagesOf(inst)
+	c.lifeFx.dropImagesOf(inst)
 	return nil
 }

@@ -200,10 +200,12 @@ type Conductor struct {
 	agents agents
 	place  *placer
 	// moves performs the move machines' actions (moveeffects.go),
-	// builds the boot machine's (boot.go), planFx the plan machine's
+	// builds the boot machine's (boot.go), lifeFx the lifecycle
+	// machine's (lifecycle.go, snapshot.go), planFx the plan machine's
 	// (plans.go).
 	moves   *moveEffects
 	builds  *bootEffects
+	lifeFx  *lifecycleEffects
 	planFx  *planEffects
 	machine migration.Machine
 	boots   boot.Machine

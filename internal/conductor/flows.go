@@ -25,13 +25,15 @@ func instanceKey(uuid string) string { return "instance/" + uuid }
 func migrationKey(id int64) string   { return "migration/" + strconv.FormatInt(id, 10) }
 func groupKey(group string) string   { return "group/" + group }
 
-// newDriver builds the conductor's flow driver and registers its flows.
+// newDriver builds the conductor's flow driver, each machine's effects, and
+// registers the flows.
 func (c *Conductor) newDriver() *flow.Driver {
 	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff}
 	c.place = &placer{store: c.store, quota: c.cfg.Quota, flows: d, log: c.log, decision: c.hooks.Decision}
 	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
 		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}
 	c.planFx = &planEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, moves: c, clock: c.clock, log: c.log}
+	c.lifeFx = &lifecycleEffects{store: c.store, images: c.cfg.Images, agents: c.agents, clock: c.clock, log: c.log, boot: c.stepBoot}
 	c.builds = &bootEffects{store: c.store, sched: c.sched, place: c.place, agents: c.agents, log: c.log}
 	c.bootRuns = c.bootFlow()
 	flow.Register(d, c.bootRuns)
@@ -107,7 +109,7 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 		Key:   func(in records.Instance) string { return instanceKey(in.UUID) },
 		Owner: func(in records.Instance) string { return in.Owner }, Version: func(in records.Instance) int64 { return in.Version },
 		Owned: instanceOwned, Conflict: moved,
-		Perform: closable(c.tasks, c.lifecycleEffects()),
+		Perform: closable(c.tasks, c.lifeFx.perform()),
 		Stamp: func(in records.Instance, now time.Time) records.Instance {
 			in.UpdatedAt = now
 			return in

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"keel/internal/boot"
+	"keel/internal/clock"
 	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -106,21 +108,35 @@ func refusal(err error) error {
 	return err
 }
 
-// lifecycleEffects is the lifecycle machine's effect table, as the
+// lifecycleEffects performs the lifecycle machine's actions: the agent's
+// operation, a shelved server's claim given back, an unshelve's boot, and
+// a snapshot's capture, upload and clean-up (snapshot.go). It holds only
+// what those need; an unshelve's boot goes through boot, the conductor's
+// stepBoot.
+type lifecycleEffects struct {
+	store  Store
+	images Images
+	agents agents
+	clock  clock.Clock
+	log    *slog.Logger
+	boot   func(ctx context.Context, uuid string, ev boot.Event) (records.Instance, error)
+}
+
+// perform is the lifecycle machine's effect table, as the
 // driver's loop (flow.Flow.Perform) calls it: each action is done on the
 // instance as stored now — nothing when a delete took it or its action
 // ended meanwhile (an admin's reset) — and answers with its event, or an
 // error when it cannot be done now (the store, or the agent cannot be
 // reached: the record stays in its phase for the sweep). The boot of an
 // unshelve runs under the instance's lock, which the driver's loop holds.
-func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error) {
+func (e *lifecycleEffects) perform() func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error) {
 	type effect func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error)
 	left := func(inst records.Instance, a lifecycle.Action, err error) error {
 		return fmt.Errorf("%s of %s: %s: %w", inst.Action, inst.UUID, a.Kind, err)
 	}
 	table := map[lifecycle.ActionKind]effect{
 		lifecycle.CallAgent: func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
-			api, err := c.agents.compute(a.Host)
+			api, err := e.agents.compute(a.Host)
 			if err != nil {
 				return lifecycle.Event{}, false, left(inst, a, err)
 			}
@@ -138,24 +154,24 @@ func (c *Conductor) lifecycleEffects() func(context.Context, records.Instance, l
 			return lifecycle.Event{Kind: lifecycle.Failed, Err: err.Error()}, true, nil
 		},
 		lifecycle.ReleaseClaim: func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
-			if _, err := c.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
+			if _, err := e.store.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: inst.UUID, AnyConsumerGeneration: true}); err != nil {
 				return lifecycle.Event{}, false, left(inst, a, fmt.Errorf("giving back the claim of shelved %s: %w", inst.UUID, err))
 			}
 			return lifecycle.Event{Kind: lifecycle.Released}, true, nil
 		},
 		lifecycle.StartBoot: func(ctx context.Context, inst records.Instance, _ lifecycle.Action) (lifecycle.Event, bool, error) {
-			_, err := c.unshelveBoot(ctx, inst)
+			_, err := e.unshelveBoot(ctx, inst)
 			return lifecycle.Event{}, false, err
 		},
 	}
-	for k, do := range c.snapshotEffects() {
+	for k, do := range e.snapshotEffects() {
 		table[k] = do
 	}
 	return func(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
 		if a.Kind == lifecycle.DropImage {
-			return lifecycle.Event{}, false, c.dropImage(a) // after the action's end
+			return lifecycle.Event{}, false, e.dropImage(a) // after the action's end
 		}
-		cur, err := c.store.GetInstance(ctx, inst.UUID)
+		cur, err := e.store.GetInstance(ctx, inst.UUID)
 		if err != nil {
 			return lifecycle.Event{}, false, fmt.Errorf("lifecycle action of %s: %w", inst.UUID, err)
 		}
@@ -181,20 +197,20 @@ func unreachable(err error) bool {
 // machine: scheduled through the claim-time view as a new boot would be
 // (in the zone it asked for at first, not forced to a host), claimed and
 // spawned; the boot's end finishes the unshelve (lifecycleBootEnded).
-func (c *Conductor) unshelveBoot(ctx context.Context, inst records.Instance) (records.Instance, error) {
+func (e *lifecycleEffects) unshelveBoot(ctx context.Context, inst records.Instance) (records.Instance, error) {
 	if inst.VMState != records.VMBuilding {
 		inst.VMState, inst.BuildPhase, inst.BuildAttempts = records.VMBuilding, "", 0
 		inst.Host, inst.Zone, inst.ForcedHost, inst.Fault = "", inst.RequestedZone, "", ""
-		inst.UpdatedAt = c.clock.Now()
+		inst.UpdatedAt = e.clock.Now()
 		var err error
-		if inst, err = c.store.UpdateInstance(ctx, inst); err != nil {
+		if inst, err = e.store.UpdateInstance(ctx, inst); err != nil {
 			return inst, fmt.Errorf("unshelve of %s: %w", inst.UUID, err)
 		}
 	}
 	if inst.BuildPhase != "" {
 		return inst, nil // the boot runs (its own recovery resumes it)
 	}
-	return c.stepBoot(ctx, inst.UUID, boot.Event{Kind: boot.Start}) // under the instance's lock
+	return e.boot(ctx, inst.UUID, boot.Event{Kind: boot.Start}) // under the instance's lock
 }
 
 // lifecycleBootEnded finishes the unshelve whose boot just ended (ACTIVE

@@ -38,21 +38,21 @@ var _ Images = (*image.Store)(nil)
 const snapshotChunk = 512 << 10
 
 // snapshotEffects are the lifecycle machine's snapshot actions.
-func (c *Conductor) snapshotEffects() map[lifecycle.ActionKind]func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error) {
+func (e *lifecycleEffects) snapshotEffects() map[lifecycle.ActionKind]func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error) {
 	return map[lifecycle.ActionKind]func(context.Context, records.Instance, lifecycle.Action) (lifecycle.Event, bool, error){
-		lifecycle.PrepareUpload: c.prepareUpload,
-		lifecycle.UploadImage:   c.uploadImage,
+		lifecycle.PrepareUpload: e.prepareUpload,
+		lifecycle.UploadImage:   e.uploadImage,
 	}
 }
 
 // snapshotImage returns the snapshot's image, or the event that fails
 // the action when there is none to write (no image service, or the image
 // was deleted meanwhile, as Nova's snapshot fails on ImageNotFound).
-func (c *Conductor) snapshotImage(inst records.Instance, id string) (image.Image, *lifecycle.Event, error) {
-	if c.cfg.Images == nil {
+func (e *lifecycleEffects) snapshotImage(inst records.Instance, id string) (image.Image, *lifecycle.Event, error) {
+	if e.images == nil {
 		return image.Image{}, &lifecycle.Event{Kind: lifecycle.Failed, Err: "this server keeps no images"}, nil
 	}
-	im, err := c.cfg.Images.Get(id)
+	im, err := e.images.Get(id)
 	if errors.Is(err, image.ErrNotFound) {
 		return im, &lifecycle.Event{Kind: lifecycle.Failed, Err: fmt.Sprintf("image %s was deleted during the snapshot of %s", id, inst.UUID)}, nil
 	}
@@ -61,15 +61,15 @@ func (c *Conductor) snapshotImage(inst records.Instance, id string) (image.Image
 
 // prepareUpload checks that the snapshot's image still waits for its
 // data and gives it the captured disk's format, which the agent tells.
-func (c *Conductor) prepareUpload(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
-	im, fail, err := c.snapshotImage(inst, a.Image)
+func (e *lifecycleEffects) prepareUpload(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+	im, fail, err := e.snapshotImage(inst, a.Image)
 	if fail != nil || err != nil {
 		return evOr(fail), fail != nil, err
 	}
 	if im.Status != image.StatusQueued {
 		return lifecycle.Event{Kind: lifecycle.Prepared}, true, nil // an upload began (a repeat)
 	}
-	api, err := c.snapshotAPI(inst)
+	api, err := e.snapshotAPI(inst)
 	if err != nil {
 		return lifecycle.Event{}, false, err
 	}
@@ -82,7 +82,7 @@ func (c *Conductor) prepareUpload(ctx context.Context, inst records.Instance, a 
 	case err != nil:
 		return lifecycle.Event{Kind: lifecycle.Failed, Err: err.Error()}, true, nil
 	}
-	if _, err := c.cfg.Images.Update(a.Image, func(im *image.Image) error {
+	if _, err := e.images.Update(a.Image, func(im *image.Image) error {
 		if im.Status == image.StatusQueued {
 			im.DiskFormat = info.DiskFormat
 		}
@@ -100,18 +100,18 @@ func (c *Conductor) prepareUpload(ctx context.Context, inst records.Instance, a 
 // backups of the instance (Nova's rotation). An image active already
 // was stored by a run a restart cut short; one being stored by another
 // replica is left to it (the step is repeated later).
-func (c *Conductor) uploadImage(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
-	im, fail, err := c.snapshotImage(inst, a.Image)
+func (e *lifecycleEffects) uploadImage(ctx context.Context, inst records.Instance, a lifecycle.Action) (lifecycle.Event, bool, error) {
+	im, fail, err := e.snapshotImage(inst, a.Image)
 	if fail != nil || err != nil {
 		return evOr(fail), fail != nil, err
 	}
 	if im.Status != image.StatusActive {
-		api, err := c.snapshotAPI(inst)
+		api, err := e.snapshotAPI(inst)
 		if err != nil {
 			return lifecycle.Event{}, false, err
 		}
 		r := &captureReader{ctx: ctx, api: api, uuid: inst.UUID, image: a.Image}
-		_, err = c.cfg.Images.Upload(a.Image, bufio.NewReaderSize(r, snapshotChunk))
+		_, err = e.images.Upload(a.Image, bufio.NewReaderSize(r, snapshotChunk))
 		switch {
 		case errors.Is(err, image.ErrBusy), err != nil && r.lost:
 			return lifecycle.Event{}, false, fmt.Errorf("snapshot of %s: %w", inst.UUID, err)
@@ -122,13 +122,13 @@ func (c *Conductor) uploadImage(ctx context.Context, inst records.Instance, a li
 		}
 	}
 	if sn := inst.Snapshot; sn != nil && sn.BackupType != "" {
-		deleted, err := c.cfg.Images.RotateBackups(inst.UUID, sn.BackupType, sn.Rotation)
+		deleted, err := e.images.RotateBackups(inst.UUID, sn.BackupType, sn.Rotation)
 		if err != nil {
 			// The backup is stored: an older one left behind is logged.
-			c.log.Warn("rotating backups", "instance", inst.UUID, "backup_type", sn.BackupType, "err", err)
+			e.log.Warn("rotating backups", "instance", inst.UUID, "backup_type", sn.BackupType, "err", err)
 		}
 		if len(deleted) > 0 {
-			c.log.Info("rotated backups", "instance", inst.UUID, "backup_type", sn.BackupType, "deleted", deleted)
+			e.log.Info("rotated backups", "instance", inst.UUID, "backup_type", sn.BackupType, "deleted", deleted)
 		}
 	}
 	return lifecycle.Event{Kind: lifecycle.Done}, true, nil
@@ -137,11 +137,11 @@ func (c *Conductor) uploadImage(ctx context.Context, inst records.Instance, a li
 // dropImage deletes an image the action no longer needs (a failed
 // snapshot's, an unshelved server's shelved image). It needs no instance:
 // it runs after the action ended, even after the instance was deleted.
-func (c *Conductor) dropImage(a lifecycle.Action) error {
-	if c.cfg.Images == nil || a.Image == "" {
+func (e *lifecycleEffects) dropImage(a lifecycle.Action) error {
+	if e.images == nil || a.Image == "" {
 		return nil
 	}
-	if err := c.cfg.Images.Delete(a.Image); err != nil && !errors.Is(err, image.ErrNotFound) {
+	if err := e.images.Delete(a.Image); err != nil && !errors.Is(err, image.ErrNotFound) {
 		return fmt.Errorf("deleting image %s: %w", a.Image, err)
 	}
 	return nil
@@ -149,14 +149,14 @@ func (c *Conductor) dropImage(a lifecycle.Action) error {
 
 // dropImagesOf deletes, with a deleted instance, the image its snapshot
 // in flight was writing and its shelve's image (logged if it cannot).
-func (c *Conductor) dropImagesOf(inst records.Instance) {
+func (e *lifecycleEffects) dropImagesOf(inst records.Instance) {
 	ids := []string{inst.ShelvedImage}
 	if inst.Snapshot != nil {
 		ids = append(ids, inst.Snapshot.ImageID)
 	}
 	for _, id := range ids {
-		if err := c.dropImage(lifecycle.Action{Kind: lifecycle.DropImage, Image: id}); err != nil {
-			c.log.Warn("deleting the image of a deleted instance", "instance", inst.UUID, "image", id, "err", err)
+		if err := e.dropImage(lifecycle.Action{Kind: lifecycle.DropImage, Image: id}); err != nil {
+			e.log.Warn("deleting the image of a deleted instance", "instance", inst.UUID, "image", id, "err", err)
 		}
 	}
 }
@@ -169,8 +169,8 @@ func evOr(ev *lifecycle.Event) lifecycle.Event {
 }
 
 // snapshotAPI is the agent of inst's host, as a snapshot's upload reads it.
-func (c *Conductor) snapshotAPI(inst records.Instance) (SnapshotAPI, error) {
-	api, err := c.agents.compute(inst.Host)
+func (e *lifecycleEffects) snapshotAPI(inst records.Instance) (SnapshotAPI, error) {
+	api, err := e.agents.compute(inst.Host)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %s: %w", inst.UUID, err)
 	}
