@@ -168,15 +168,20 @@ func (d *Directory) AddProject(name string) (Project, error) {
 
 // AddUser adds a user in the default domain, without roles.
 func (d *Directory) AddUser(name, password string) (User, error) {
+	hash, err := HashPassword(password)
+	if err != nil {
+		return User{}, fmt.Errorf("adding user %q: %w", name, err)
+	}
+	return d.addHashedUser(name, hash)
+}
+
+// addHashedUser is AddUser with the password already hashed.
+func (d *Directory) addHashedUser(name, hash string) (User, error) {
 	if name == "" {
 		return User{}, errors.New("adding user: empty name")
 	}
 	if _, ok := d.UserByName(DefaultDomainID, name); ok {
 		return User{}, fmt.Errorf("adding user %q: already exists", name)
-	}
-	hash, err := HashPassword(password)
-	if err != nil {
-		return User{}, fmt.Errorf("adding user %q: %w", name, err)
 	}
 	u := User{ID: d.freshID(UserID(DefaultDomainID, name)), Name: name, PasswordHash: hash, DomainID: DefaultDomainID}
 	d.Users = append(d.Users, u)

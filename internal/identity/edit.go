@@ -35,13 +35,18 @@ func (d *Directory) Ungrant(userID, projectID, role string) bool {
 // SetPassword replaces the user's password and revokes every token issued
 // to the user before now.
 func (d *Directory) SetPassword(userID, password string, now time.Time) error {
+	hash, err := HashPassword(password)
+	if err != nil {
+		return fmt.Errorf("setting password of %s: %w", userID, err)
+	}
+	return d.setPasswordHash(userID, hash, now)
+}
+
+// setPasswordHash is SetPassword with the password already hashed.
+func (d *Directory) setPasswordHash(userID, hash string, now time.Time) error {
 	i := d.userIndex(userID)
 	if i < 0 {
 		return fmt.Errorf("setting password of %s: %w", userID, ErrUnknownUser)
-	}
-	hash, err := HashPassword(password)
-	if err != nil {
-		return fmt.Errorf("setting password of %s: %w", d.Users[i].Name, err)
 	}
 	d.Users[i].PasswordHash = hash
 	d.Users[i].TokensValidAfter = now.UnixMicro()

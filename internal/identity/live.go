@@ -22,8 +22,9 @@ const reloadEvery = time.Second
 // role removed or a token revoked on another replica takes to hold here.
 const DefaultRefresh = time.Second
 
-// sharedTimeout bounds one read or write of the shared directory.
-const sharedTimeout = 10 * time.Second
+// sharedTimeout bounds one read or write of the shared directory (a
+// test shortens it).
+var sharedTimeout = 10 * time.Second
 
 // maxUpdateTries bounds how often Update redoes a change another replica's
 // write overtook.

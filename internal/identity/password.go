@@ -84,6 +84,21 @@ var hashSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 // tests read it).
 var passwordChecks atomic.Int64
 
+// hashFunc makes new password hashes (HashPassword; a test slows it).
+var hashFunc = HashPassword
+
+// hashPassword is HashPassword holding one of hashSlots. The API hashes a
+// new password before its directory update, never inside it: a hash costs
+// about a tenth of a second of CPU, seconds on a loaded machine, and an
+// update holds the directory's lock and runs under sharedTimeout, which
+// bounds the store's read and write. Hashed inside, a user created or a
+// password changed at load 60-80 ran out of that bound and answered 500.
+func (i *Issuer) hashPassword(password string) (string, error) {
+	hashSlots <- struct{}{}
+	defer func() { <-hashSlots }()
+	return hashFunc(password)
+}
+
 // checkPassword is CheckPassword holding one of hashSlots.
 func (i *Issuer) checkPassword(hash, password string) (bool, error) {
 	passwordChecks.Add(1)

@@ -192,3 +192,76 @@ func TestServerFailureIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// deadlineStore is a shared directory store that, as the SQL stores,
+// fails a read or write whose context has ended.
+type deadlineStore struct{ store.IdentityStore }
+
+func (d deadlineStore) GetIdentity(ctx context.Context, known int64) ([]byte, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	return d.IdentityStore.GetIdentity(ctx, known)
+}
+
+func (d deadlineStore) PutIdentity(ctx context.Context, doc []byte, version int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return d.IdentityStore.PutIdentity(ctx, doc, version)
+}
+
+// TestSlowPasswordHashOutsideTheStoreBound: a password hash that takes
+// longer than the bound on the shared directory's read and write (as
+// PBKDF2's 600,000 rounds do at load 60-80: seconds) does not make a user
+// create, a password update or a password change fail. Before, the hash
+// ran inside the update, under that bound, and each answered 500
+// ('updating the identity directory: context deadline exceeded').
+func TestSlowPasswordHashOutsideTheStoreBound(t *testing.T) {
+	st := memory.New()
+	doc, err := json.Marshal(NewDevDirectory(testPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIdentity(context.Background(), doc, 0); err != nil {
+		t.Fatal(err)
+	}
+	oldTimeout, oldHash := sharedTimeout, hashFunc
+	t.Cleanup(func() { sharedTimeout, hashFunc = oldTimeout, oldHash })
+	sharedTimeout = time.Second
+	hashFunc = func(pw string) (string, error) {
+		time.Sleep(3 * sharedTimeout / 2)
+		return HashPassword(pw)
+	}
+	var logged bytes.Buffer
+	iss := &Issuer{Key: make([]byte, KeySize), Shared: deadlineStore{st}, Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	admin, _, err := iss.Issue(UserID(DefaultDomainID, "admin"), ProjectID(DefaultDomainID, "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, token, body string) int {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("X-Auth-Token", token)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		iss.Handler("").ServeHTTP(rec, req)
+		return rec.Code
+	}
+	dave := UserID(DefaultDomainID, "dave")
+	if st := call("POST", "/identity/v3/users", admin, `{"user": {"name": "dave", "password": "d-pw1", "default_project_id": "`+ProjectID(DefaultDomainID, "admin")+`"}}`); st != http.StatusCreated {
+		t.Fatalf("creating a user: %d\n%s", st, logged.String())
+	}
+	if st := call("PATCH", "/identity/v3/users/"+dave, admin, `{"user": {"password": "d-pw2"}}`); st != http.StatusOK {
+		t.Fatalf("an admin setting the user's password: %d\n%s", st, logged.String())
+	}
+	if st := call("PUT", "/identity/v3/projects/"+ProjectID(DefaultDomainID, "admin")+"/users/"+dave+"/roles/member", admin, ""); st != http.StatusNoContent {
+		t.Fatalf("granting a role: %d\n%s", st, logged.String())
+	}
+	tok, _, err := iss.Issue(dave, ProjectID(DefaultDomainID, "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := call("POST", "/identity/v3/users/"+dave+"/password", tok, `{"user": {"password": "d-pw3", "original_password": "d-pw2"}}`); st != http.StatusNoContent {
+		t.Fatalf("the user changing their password: %d\n%s", st, logged.String())
+	}
+}

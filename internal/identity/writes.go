@@ -193,6 +193,11 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 		h.serverFail(w, r, fmt.Errorf("creating user %s without a password: %w", b.Name, err))
 		return
 	}
+	hash, err := h.iss.hashPassword(password)
+	if err != nil {
+		h.serverFail(w, r, fmt.Errorf("creating user %s: %w", b.Name, err))
+		return
+	}
 	var u User
 	if !h.update(w, r, func(d *Directory) error {
 		if _, ok := d.UserByName(DefaultDomainID, b.Name); ok {
@@ -204,7 +209,7 @@ func (h *handler) createUser(w http.ResponseWriter, r *http.Request, me Principa
 			}
 		}
 		var err error
-		if u, err = d.AddUser(b.Name, password); err != nil {
+		if u, err = d.addHashedUser(b.Name, hash); err != nil {
 			return err
 		}
 		nu := &d.Users[d.userIndex(u.ID)]
@@ -269,6 +274,14 @@ func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principa
 		WriteError(w, http.StatusForbidden, "You cannot disable the user you are logged in as.")
 		return
 	}
+	var hash string
+	if b.Password != nil {
+		var err error
+		if hash, err = h.iss.hashPassword(*b.Password); err != nil {
+			h.serverFail(w, r, fmt.Errorf("updating user %s: %w", id, err))
+			return
+		}
+	}
 	var u User
 	if !h.update(w, r, func(d *Directory) error {
 		i := d.userIndex(id)
@@ -292,7 +305,7 @@ func (h *handler) updateUser(w http.ResponseWriter, r *http.Request, me Principa
 		}
 		b.apply(&d.Users[i])
 		if b.Password != nil {
-			if err := d.SetPassword(id, *b.Password, h.iss.now()); err != nil {
+			if err := d.setPasswordHash(id, hash, h.iss.now()); err != nil {
 				return err
 			}
 		}
@@ -334,7 +347,12 @@ func (h *handler) changePassword(w http.ResponseWriter, r *http.Request, me Prin
 		WriteError(w, http.StatusUnauthorized, msgAuthRequired)
 		return
 	}
-	if h.update(w, r, func(d *Directory) error { return d.SetPassword(id, *body.User.Password, h.iss.now()) }) {
+	hash, err := h.iss.hashPassword(*body.User.Password)
+	if err != nil {
+		h.serverFail(w, r, fmt.Errorf("changing the password of %s: %w", id, err))
+		return
+	}
+	if h.update(w, r, func(d *Directory) error { return d.setPasswordHash(id, hash, h.iss.now()) }) {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
