@@ -46,3 +46,23 @@ func checkImageFits(im BootImage, f records.Flavor) error {
 	}
 	return nil
 }
+
+// checkResizeImage refuses a resize to a flavor too small for the image
+// the server was booted from (checkImageFits), as Nova's resize checks
+// the image's min_ram, min_disk and size after the quota. A server of
+// no image, or of one since deleted, is not checked (Nova reads the
+// image's properties saved at boot; keel keeps none).
+func (a *serverActionsAPI) checkResizeImage(in records.Instance, f records.Flavor) error {
+	if a.images == nil || in.ImageRef == "" || f.ID == in.Flavor.ID {
+		return nil
+	}
+	im, err := a.images.Get(in.ImageRef)
+	if err != nil {
+		return nil
+	}
+	b := BootImage{MinRAMMB: im.MinRAM, MinDiskGB: im.MinDisk}
+	if im.Size != nil {
+		b.Size = *im.Size
+	}
+	return checkImageFits(b, f)
+}

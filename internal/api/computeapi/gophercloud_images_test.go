@@ -509,6 +509,30 @@ func TestGophercloudImageTooBigForFlavor(t *testing.T) {
 		badRequest("rebuild", err, c.want)
 	}
 
+	// A resize to a flavor too small for the server's image is refused
+	// as Nova's (after the quota, before any move); one that fits goes.
+	small, err := flavors.Create(ctx, sc, flavors.CreateOpts{Name: "small-ram", RAM: fl.RAMMB / 2, VCPUs: 1, Disk: gophercloud.IntToPointer(fl.DiskGB)}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = servers.Resize(ctx, sc, s.ID, servers.ResizeOpts{FlavorRef: small.ID}).ExtractErr()
+	badRequest("resize below min_ram", err, "Flavor's memory is too small for requested image.")
+	big := upload("min-disk-2", 0, fl.DiskGB+1)
+	large, err := cl.FindFlavor(ctx, "m1.small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := servers.Create(ctx, sc, servers.CreateOpts{Name: "vm2", FlavorRef: large.ID, ImageRef: big, Networks: "none"}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitActive(t, cl, s2.ID)
+	err = servers.Resize(ctx, sc, s2.ID, servers.ResizeOpts{FlavorRef: fl.ID}).ExtractErr()
+	badRequest("resize below min_disk", err, fmt.Sprintf("Flavor's disk is smaller than the minimum size specified in image metadata. Flavor disk is %d bytes, minimum size is %d bytes.", disk, disk+1<<30))
+	if err := servers.Resize(ctx, sc, s.ID, servers.ResizeOpts{FlavorRef: large.ID}).ExtractErr(); err != nil {
+		t.Errorf("a resize the image fits: %v", err)
+	}
+
 	// A 4 KiB image larger than a flavor's 0 GB disk boots.
 	zero, err := flavors.Create(ctx, sc, flavors.CreateOpts{Name: "zero-disk", RAM: fl.RAMMB, VCPUs: 1, Disk: gophercloud.IntToPointer(0)}).Extract()
 	if err != nil {

@@ -78,6 +78,9 @@ func (a *serverActionsAPI) moveAction(w http.ResponseWriter, r *http.Request, in
 		if qerr := a.checkResizeQuota(r.Context(), in, f); qerr != nil {
 			return true, qerr
 		}
+		if ierr := a.checkResizeImage(in, f); ierr != nil {
+			return true, ierr
+		}
 		var edits []func(*records.Instance)
 		if d := args.DiskConfig; d != nil {
 			// The resized server's disk config, as Nova takes it from the
