@@ -80,9 +80,21 @@ func newSubscription() *subscription {
 	return &subscription{done: make(chan struct{})}
 }
 
-// subscribe registers cb; s must be allocated before, as cb may run before
-// subscribe returns.
+// subscribe registers cb and waits for the server's confirmation; s must
+// be allocated before, as cb may run before subscribe returns.
 func (c *Conn) subscribe(s *subscription, subject, queue string, cb nats.MsgHandler) (*subscription, error) {
+	if err := c.subscribeUnconfirmed(s, subject, queue, cb); err != nil {
+		return nil, err
+	}
+	if err := c.confirmSubscription(); err != nil {
+		_ = s.sub.Unsubscribe()
+		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
+	}
+	return s, nil
+}
+
+// subscribeUnconfirmed registers cb without waiting for the server.
+func (c *Conn) subscribeUnconfirmed(s *subscription, subject, queue string, cb nats.MsgHandler) error {
 	var err error
 	if queue == "" {
 		s.sub, err = c.nc.Subscribe(subject, cb)
@@ -90,14 +102,10 @@ func (c *Conn) subscribe(s *subscription, subject, queue string, cb nats.MsgHand
 		s.sub, err = c.nc.QueueSubscribe(subject, queue, cb)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
+		return fmt.Errorf("bus: subscribe to %s: %w", subject, err)
 	}
 	s.sub.SetClosedHandler(func(string) { s.doneOnce.Do(func() { close(s.done) }) })
-	if err := c.confirmSubscription(); err != nil {
-		_ = s.sub.Unsubscribe()
-		return nil, fmt.Errorf("bus: subscribe to %s: %w", subject, err)
-	}
-	return s, nil
+	return nil
 }
 
 // confirmWait bounds how long a subscription waits for the server's
@@ -311,15 +319,41 @@ func (c *Conn) send(ctx context.Context, what, subject string, v any) error {
 // the server knows the subscription (unless the connection is down; it is
 // then registered on reconnection).
 func (c *Conn) Handle(subject, queue string, h Handler) (Subscription, error) {
-	s := newSubscription()
-	_, err := c.subscribe(s, subject, queue, func(m *nats.Msg) {
-		s.wg.Add(1)
-		go c.serve(s, subject, h, m)
-	})
+	subs, err := c.HandleAll(map[string]Handler{subject: h}, queue)
 	if err != nil {
 		return nil, err
 	}
-	return s, nil
+	return subs[0], nil
+}
+
+// HandleAll is Handle for several subjects at once (handlers by subject),
+// with one wait for the server's confirmation rather than one per
+// subject: an agent serves some thirty methods, and at thousands of
+// agents starting on a loaded server each round trip can take seconds.
+// On an error no subscription is left.
+func (c *Conn) HandleAll(handlers map[string]Handler, queue string) ([]Subscription, error) {
+	subs := make([]Subscription, 0, len(handlers))
+	undo := func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	for subject, h := range handlers {
+		s := newSubscription()
+		if err := c.subscribeUnconfirmed(s, subject, queue, func(m *nats.Msg) {
+			s.wg.Add(1)
+			go c.serve(s, subject, h, m)
+		}); err != nil {
+			undo()
+			return nil, err
+		}
+		subs = append(subs, s)
+	}
+	if err := c.confirmSubscription(); err != nil {
+		undo()
+		return nil, fmt.Errorf("bus: subscribe to %d subjects: %w", len(handlers), err)
+	}
+	return subs, nil
 }
 
 func (c *Conn) serve(s *subscription, subject string, h Handler, m *nats.Msg) {

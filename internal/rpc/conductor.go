@@ -451,16 +451,13 @@ func unlessRevoked(revoked func(context.Context, string) bool, next bus.Handler)
 // serveAll subscribes every handler at its method's subject, in queue
 // group queue ("" for none); on an error it undoes what it subscribed.
 func serveAll(conn *bus.Conn, subject func(method string) string, queue string, handlers map[string]bus.Handler) ([]bus.Subscription, error) {
-	var subs []bus.Subscription
+	bySubject := make(map[string]bus.Handler, len(handlers))
 	for method, h := range handlers {
-		sub, err := conn.Handle(subject(method), queue, h)
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return nil, fmt.Errorf("serving %s on the bus: %w", method, err)
-		}
-		subs = append(subs, sub)
+		bySubject[subject(method)] = h
+	}
+	subs, err := conn.HandleAll(bySubject, queue)
+	if err != nil {
+		return nil, fmt.Errorf("serving %d methods on the bus: %w", len(handlers), err)
 	}
 	return subs, nil
 }
