@@ -401,9 +401,12 @@ func (e *planEffects) startMove(ctx context.Context, p records.Plan, i int, cold
 		m, err = e.moves.liveMigrate(ctx, inst.UUID, mv.Dest, o)
 	}
 	var invalid *InvalidStateError
+	var bad *BadRequestError
 	switch {
 	case errors.As(err, &invalid):
 		return fail("%s", invalid.Msg)
+	case errors.As(err, &bad):
+		return fail("%s", bad.Msg)
 	case err != nil:
 		return e.lostOr(ctx, p, i, err)
 	}

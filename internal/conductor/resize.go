@@ -60,14 +60,16 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
 			"Cannot '%s' instance %s while it is in vm_state %s, task_state %q", verb, instanceUUID, inst.VMState, orNone(inst.TaskState))}
 	}
+	// Nova answers both with 400 (CannotMigrateToSameHost,
+	// CannotResizeToSameFlavor).
 	if requestedHost != "" && requestedHost == inst.Host {
-		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
+		return records.Migration{}, &BadRequestError{Msg: "Cannot migrate to the host where the server exists."}
 	}
 	old := inst.Flavor
 	if newFlavor == nil {
 		newFlavor = &old
 	} else if newFlavor.ID == old.ID {
-		return records.Migration{}, &InvalidStateError{Msg: "When resizing, instances must change flavor!"}
+		return records.Migration{}, &BadRequestError{Msg: "When resizing, instances must change flavor!"}
 	}
 	inst = c.moving(inst, records.TaskResizePrep)
 	if typ == records.MigrationTypeResize {

@@ -2,6 +2,8 @@ package computeapi_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,7 +178,11 @@ func BenchmarkMovesThroughTheAPI(b *testing.B) {
 }
 
 // TestRefusedResizeChangesNothing: a resize refused for the server's
-// state (paused) or its flavor (the same one), 409 each, leaves the server as
+// state (paused: 409) or its flavor (the same one: 400 with Nova's
+// "When resizing, instances must change flavor!", as Nova's
+// CannotResizeToSameFlavor; 409 before), and a cold migration to the
+// server's own host (400 "Cannot migrate to the host where the server
+// exists.", Nova's CannotMigrateToSameHost; 409 before), leave the server as
 // it was, its disk config too — the request's OS-DCF:diskConfig is saved
 // with the resize's start, not before its checks; a resize that starts
 // takes it. Before, the API wrote the disk config before the conductor's
@@ -200,9 +206,19 @@ func TestRefusedResizeChangesNothing(t *testing.T) {
 		t.Helper()
 		e.act(id, "member", "", map[string]any{"resize": map[string]any{"flavorRef": flavor, "OS-DCF:diskConfig": "AUTO"}}, want)
 	}
-	resize("2", 409) // the flavor it has (keel answers 409 with Nova's text)
+	out := e.act(id, "member", "", map[string]any{"resize": map[string]any{"flavorRef": "2", "OS-DCF:diskConfig": "AUTO"}}, 400) // the flavor it has
+	if !strings.Contains(fmt.Sprint(out), "When resizing, instances must change flavor!") {
+		t.Fatalf("a resize to the same flavor answered %v, want Nova's text", out)
+	}
 	if got := diskConfig(); got != "MANUAL" {
 		t.Fatalf("a resize refused for its flavor left the disk config %v, want MANUAL", got)
+	}
+	var show struct{ Server map[string]any }
+	e.call("GET", "/compute/v2.1/servers/"+id, "admin", "", nil, &show)
+	host := show.Server["OS-EXT-SRV-ATTR:host"]
+	out = e.act(id, "admin", "2.56", map[string]any{"migrate": map[string]any{"host": host}}, 400)
+	if !strings.Contains(fmt.Sprint(out), "Cannot migrate to the host where the server exists.") {
+		t.Fatalf("a cold migration to the server's own host %v answered %v, want Nova's text", host, out)
 	}
 	e.act(id, "member", "", map[string]any{"pause": nil}, 202)
 	e.waitStatus(id, "member", "PAUSED")
