@@ -442,6 +442,10 @@ func (mc Machine) Step(inst records.Instance, ev Event, now time.Time) (records.
 		return inst, nil, nil
 	case inst.Action == "":
 		return inst, nil, mc.illegal(inst, ev)
+	case inst.ActionPhase == PhaseUpload && inst.Snapshot == nil:
+		// No image to write (a record changed by hand): the action ends
+		// as failed rather than upload to nothing.
+		return mc.failed(inst, "the snapshot's image is not recorded"), nil, nil
 	}
 	switch string(inst.ActionPhase) + "/" + string(ev.Kind) {
 	case string(PhaseAgent) + "/" + string(Done):

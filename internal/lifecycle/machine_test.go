@@ -388,6 +388,11 @@ func TestSnapshotAsScript(t *testing.T) {
 		{Done, records.TaskImagePendingUpload, records.VMStopped, PrepareUpload, "", ""},
 		{Failed, records.TaskNone, records.VMStopped, DropImage, "", "im1"},
 	})
+	lost := inst(records.VMActive, records.TaskImageUploading)
+	lost.Action, lost.ActionPhase, lost.ActionFrom = CreateImage, PhaseUpload, records.VMActive
+	if next, acts, err := mc.Step(lost, Event{Kind: ResumeEv}, t0); err != nil || len(acts) != 0 || next.TaskState != records.TaskNone || next.ActionError == "" {
+		t.Errorf("an upload phase with no image: %+v %v %v, want it failed", next.Lifecycle, acts, err)
+	}
 	if _, _, err := mc.Begin(inst(records.VMActive, ""), Request{Action: CreateImage}, t0); err == nil {
 		t.Error("a createImage without an image began")
 	}
