@@ -45,6 +45,22 @@ func (c *cloud) uploadImage(name, diskFormat, path string) string {
 	return im.ID
 }
 
+// guestImage writes keel's idle guest as a raw disk and as a qcow2 image
+// of it in a new temporary directory.
+func guestImage(t *testing.T) (work, raw, qcow string) {
+	t.Helper()
+	work = t.TempDir()
+	raw = filepath.Join(work, "guest.raw")
+	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow = filepath.Join(work, "guest.qcow2")
+	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	return work, raw, qcow
+}
+
 // bootImage asks for a server booting image and returns its ID.
 func (c *cloud) bootImage(name, flavor, image string) string {
 	c.t.Helper()
@@ -68,15 +84,7 @@ func (c *cloud) bootImage(name, flavor, image string) string {
 func TestQEMUBootsUploadedImage(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1")
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow := filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
+	work, raw, qcow := guestImage(t)
 	img := c.uploadImage("guest", "qcow2", qcow)
 	id := c.bootImage("vm", "q64", img)
 	c.waitFor("server vm ACTIVE", 60*time.Second, func() bool {
@@ -140,15 +148,7 @@ func TestQEMUBootsUploadedImage(t *testing.T) {
 func TestQEMUSnapshotBootsAgain(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1")
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow := filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
+	_, _, qcow := guestImage(t)
 	img := c.uploadImage("guest", "qcow2", qcow)
 	active := func(name, id string) {
 		c.waitFor("server "+name+" ACTIVE", 60*time.Second, func() bool {

@@ -73,6 +73,20 @@ func (s *imageFiles) fetched(id string) int {
 	return s.fetches[id]
 }
 
+// guestImage writes keel's idle guest as a raw disk and as a qcow2 image
+// of it in a new temporary directory.
+func guestImage(t *testing.T) (work, raw, qcow string) {
+	t.Helper()
+	work = t.TempDir()
+	raw = filepath.Join(work, "guest.raw")
+	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow = filepath.Join(work, "guest.qcow2")
+	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow)
+	return work, raw, qcow
+}
+
 // qemuImg runs qemu-img, failing the test on an error.
 func qemuImg(t *testing.T, args ...string) []byte {
 	t.Helper()
@@ -112,13 +126,7 @@ func TestBootUploadedImage(t *testing.T) {
 	t.Cleanup(func() { PowerDownWait = was })
 	src := &imageFiles{}
 	d := newDriver(t, Config{Images: src})
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	good := filepath.Join(work, "guest.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, good)
+	work, raw, good := guestImage(t)
 	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000a001"
 	src.add(t, imageID, "qcow2", good)
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"keel/internal/compute/qemu/guest"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -29,13 +28,7 @@ func TestSnapshotBootsAgain(t *testing.T) {
 	t.Cleanup(func() { PowerDownWait = was })
 	src := &imageFiles{}
 	d := newDriver(t, Config{Images: src})
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	base := filepath.Join(work, "guest.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, base)
+	work, _, base := guestImage(t)
 	const baseID, snapID, tinySnap = "0b6f2c3e-1d4a-4f1e-8b7a-00000000c001", "0b6f2c3e-1d4a-4f1e-8b7a-00000000c002", "0b6f2c3e-1d4a-4f1e-8b7a-00000000c003"
 	src.add(t, baseID, "qcow2", base)
 	boot := func(uuid, image string) records.Instance {
