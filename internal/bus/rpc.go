@@ -176,6 +176,13 @@ func (c *Conn) Call(ctx context.Context, subject string, req, resp any) error {
 	dl, _ := ctx.Deadline()
 	start := time.Now()
 	wait := dl.Sub(start)
+	if wait <= 0 {
+		// Nothing is sent: a handler would get no time to answer in.
+		return &unavailableError{
+			msg:   fmt.Sprintf("call %s not sent: the caller's deadline passed %s before it", subject, roundDuration(-wait)),
+			cause: context.DeadlineExceeded,
+		}
+	}
 	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
 	msg.Header.Set(TimeoutHeader, strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
 	if id := RequestID(ctx); id != "" {
