@@ -3,7 +3,7 @@
 // HTTP helpers, flow, the drivers' low-level parts), placement, records,
 // the pure machines (boot, lifecycle, migration, plan), the store
 // interface, what reads it (the store backends, quota, scheduler,
-// rebalance), compute (the agent's manager and the driver interface),
+// rebalance) and the image store the conductor writes snapshots to, compute (the agent's manager and the driver interface),
 // what drives compute (the drivers, the audit, the conductor), the
 // transport (bus, rpc, inproc), the edges (the agent, the HTTP APIs,
 // identity, notifications, config, the simulator), the server and the

@@ -28,10 +28,12 @@ func init() {
 		{"internal/boot", "internal/lifecycle", "internal/migration", "internal/plan"},
 		// 4: the store's interface.
 		{"internal/store"},
-		// 5: the store's backends and what reads the store to decide.
+		// 5: the store's backends and what reads the store to decide;
+		// the image store (its Glance API in the same package imports
+		// only utilities), which the conductor writes snapshots to.
 		{"internal/store/sqlstore", "internal/store/sqlite", "internal/store/postgres", "internal/store/memory",
 			"internal/store/storetest", "internal/store/postgres/postgrestest", "internal/quota",
-			"internal/scheduler", "internal/rebalance"},
+			"internal/scheduler", "internal/rebalance", "internal/image"},
 		// 6: the agent's compute manager and the driver interface.
 		{"internal/compute"},
 		// 7: what drives compute: the drivers, the audit, the conductor,
@@ -42,7 +44,7 @@ func init() {
 		{"internal/bus", "internal/rpc", "internal/inproc"},
 		// 9: the edges.
 		{"internal/agent", "internal/api/computeapi", "internal/api/placementapi", "internal/identity",
-			"internal/image", "internal/notify", "internal/config", "internal/sim", "internal/cloudtest"},
+			"internal/notify", "internal/config", "internal/sim", "internal/cloudtest"},
 		// 10: the server and the client.
 		{"internal/server", "internal/client", "internal/novaplan"},
 		// 11: commands, benchmarks and what tests them whole.
