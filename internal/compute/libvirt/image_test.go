@@ -58,15 +58,8 @@ func TestBootUploadedImage(t *testing.T) {
 	ctx := context.Background()
 	images := fileImages{}
 	d := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow := filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
+	raw, qcow := guestQCOW2(t)
+	work := filepath.Dir(qcow)
 	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000d001"
 	images.add(t, imageID, "qcow2", qcow)
 	inst := instance("5a1f0c6e-0000-4000-8000-0000000000d1", "")
@@ -113,4 +106,21 @@ func TestBootUploadedImage(t *testing.T) {
 	if err := waitDone(t, ch, 60*time.Second); err == nil || !strings.Contains(err.Error(), "names a backing file") {
 		t.Fatalf("spawn from a qcow2 with a backing file: %v", err)
 	}
+}
+
+// guestQCOW2 writes keel's idle guest as a qcow2 image (qemu-img) in a
+// temporary directory and returns the raw disk and the qcow2 image made
+// from it, side by side.
+func guestQCOW2(t *testing.T) (raw, qcow string) {
+	t.Helper()
+	work := t.TempDir()
+	raw = filepath.Join(work, "guest.raw")
+	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qcow = filepath.Join(work, "guest.qcow2")
+	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img convert: %v: %s", err, out)
+	}
+	return raw, qcow
 }

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"keel/internal/compute/qemu/guest"
 )
 
 // TestSnapshotBootsAgain snapshots a running libvirt guest booted from
@@ -20,15 +17,8 @@ func TestSnapshotBootsAgain(t *testing.T) {
 	ctx := context.Background()
 	images := fileImages{}
 	d := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
-	work := t.TempDir()
-	raw := filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow := filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
+	_, qcow := guestQCOW2(t)
+	work := filepath.Dir(qcow)
 	const imageID, snapID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000e001", "0b6f2c3e-1d4a-4f1e-8b7a-00000000e002"
 	images.add(t, imageID, "qcow2", qcow)
 	inst := instance("5a1f0c6e-0000-4000-8000-0000000000e1", "")
