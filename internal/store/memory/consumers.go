@@ -140,29 +140,29 @@ func (r *consumerRec) eachProvider(fn func(prov int32, es []allocEntry)) {
 
 // addConsumerOn files consumer c's header (Allocations nil) under
 // provider p, in UUID order. Called with mu held.
-func (s *Store) addConsumerOn(p string, c placement.Consumer) {
-	heads := s.byProvider[p]
+func (pl *Placement) addConsumerOn(p string, c placement.Consumer) {
+	heads := pl.byProvider[p]
 	i, found := slices.BinarySearchFunc(heads, c.UUID, byUUID)
 	if found {
 		heads[i] = c
 		return
 	}
-	s.byProvider[p] = slices.Insert(heads, i, c)
+	pl.byProvider[p] = slices.Insert(heads, i, c)
 }
 
 // dropConsumerOn takes consumer uuid off provider p's list. Called with
 // mu held.
-func (s *Store) dropConsumerOn(p, uuid string) {
-	heads := s.byProvider[p]
+func (pl *Placement) dropConsumerOn(p, uuid string) {
+	heads := pl.byProvider[p]
 	i, found := slices.BinarySearchFunc(heads, uuid, byUUID)
 	if !found {
 		return
 	}
 	if len(heads) == 1 {
-		delete(s.byProvider, p)
+		delete(pl.byProvider, p)
 		return
 	}
-	s.byProvider[p] = slices.Delete(heads, i, i+1)
+	pl.byProvider[p] = slices.Delete(heads, i, i+1)
 }
 
 func byUUID(c placement.Consumer, uuid string) int { return cmp.Compare(c.UUID, uuid) }

@@ -25,8 +25,8 @@ func cloneGroup(g records.ServerGroup) records.ServerGroup {
 	return g
 }
 
-func (s *Store) aggregateNameTaken(name string, except int64) bool {
-	for id, o := range s.aggregates {
+func (r *Records) aggregateNameTaken(name string, except int64) bool {
+	for id, o := range r.aggregates {
 		if id != except && o.Name == name {
 			return true
 		}
@@ -35,27 +35,27 @@ func (s *Store) aggregateNameTaken(name string, except int64) bool {
 }
 
 // CreateAggregate implements store.Store.
-func (s *Store) CreateAggregate(_ context.Context, a records.Aggregate) (records.Aggregate, error) {
+func (r *Records) CreateAggregate(_ context.Context, a records.Aggregate) (records.Aggregate, error) {
 	if a.Name == "" {
 		return records.Aggregate{}, &placement.InvalidError{Msg: "aggregate needs a name"}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.aggregateNameTaken(a.Name, 0) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.aggregateNameTaken(a.Name, 0) {
 		return records.Aggregate{}, fmt.Errorf("aggregate name %q: %w", a.Name, store.ErrExists)
 	}
-	s.nextAggID++
-	a.ID = s.nextAggID
-	s.aggregates[a.ID] = cloneAggregate(a)
-	s.note(store.ChangeAggregate, strconv.FormatInt(a.ID, 10))
+	r.nextAggID++
+	a.ID = r.nextAggID
+	r.aggregates[a.ID] = cloneAggregate(a)
+	r.note(store.ChangeAggregate, strconv.FormatInt(a.ID, 10))
 	return cloneAggregate(a), nil
 }
 
 // GetAggregate implements store.Store.
-func (s *Store) GetAggregate(_ context.Context, id int64) (records.Aggregate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.aggregates[id]
+func (r *Records) GetAggregate(_ context.Context, id int64) (records.Aggregate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.aggregates[id]
 	if !ok {
 		return records.Aggregate{}, fmt.Errorf("aggregate %d: %w", id, store.ErrNotFound)
 	}
@@ -63,21 +63,21 @@ func (s *Store) GetAggregate(_ context.Context, id int64) (records.Aggregate, er
 }
 
 // ListAggregates implements store.Store.
-func (s *Store) ListAggregates(_ context.Context) ([]records.Aggregate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]records.Aggregate, 0, len(s.aggregates))
-	for _, id := range slices.Sorted(maps.Keys(s.aggregates)) {
-		out = append(out, cloneAggregate(s.aggregates[id]))
+func (r *Records) ListAggregates(_ context.Context) ([]records.Aggregate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]records.Aggregate, 0, len(r.aggregates))
+	for _, id := range slices.Sorted(maps.Keys(r.aggregates)) {
+		out = append(out, cloneAggregate(r.aggregates[id]))
 	}
 	return out, nil
 }
 
 // UpdateAggregate implements store.Store.
-func (s *Store) UpdateAggregate(_ context.Context, id int64, fn func(*records.Aggregate) error) (records.Aggregate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.aggregates[id]
+func (r *Records) UpdateAggregate(_ context.Context, id int64, fn func(*records.Aggregate) error) (records.Aggregate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.aggregates[id]
 	if !ok {
 		return records.Aggregate{}, fmt.Errorf("aggregate %d: %w", id, store.ErrNotFound)
 	}
@@ -86,48 +86,48 @@ func (s *Store) UpdateAggregate(_ context.Context, id int64, fn func(*records.Ag
 		return records.Aggregate{}, err
 	}
 	a.ID = id
-	if s.aggregateNameTaken(a.Name, id) {
+	if r.aggregateNameTaken(a.Name, id) {
 		return records.Aggregate{}, fmt.Errorf("aggregate name %q: %w", a.Name, store.ErrExists)
 	}
-	s.aggregates[id] = cloneAggregate(a)
-	s.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
+	r.aggregates[id] = cloneAggregate(a)
+	r.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
 	return a, nil
 }
 
 // DeleteAggregate implements store.Store.
-func (s *Store) DeleteAggregate(_ context.Context, id int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.aggregates[id]; !ok {
+func (r *Records) DeleteAggregate(_ context.Context, id int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.aggregates[id]; !ok {
 		return fmt.Errorf("aggregate %d: %w", id, store.ErrNotFound)
 	}
-	delete(s.aggregates, id)
-	s.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
+	delete(r.aggregates, id)
+	r.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
 	return nil
 }
 
 // CreateServerGroup implements store.Store.
-func (s *Store) CreateServerGroup(_ context.Context, g records.ServerGroup) (records.ServerGroup, error) {
+func (r *Records) CreateServerGroup(_ context.Context, g records.ServerGroup) (records.ServerGroup, error) {
 	if g.UUID == "" {
 		return records.ServerGroup{}, &placement.InvalidError{Msg: "server group needs a uuid"}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.groups[g.UUID]; ok {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.groups[g.UUID]; ok {
 		return records.ServerGroup{}, fmt.Errorf("server group %s: %w", g.UUID, store.ErrExists)
 	}
 	if g.Members == nil {
 		g.Members = []string{}
 	}
-	s.groups[g.UUID] = cloneGroup(g)
+	r.groups[g.UUID] = cloneGroup(g)
 	return cloneGroup(g), nil
 }
 
 // GetServerGroup implements store.Store.
-func (s *Store) GetServerGroup(_ context.Context, uuid string) (records.ServerGroup, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g, ok := s.groups[uuid]
+func (r *Records) GetServerGroup(_ context.Context, uuid string) (records.ServerGroup, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.groups[uuid]
 	if !ok {
 		return records.ServerGroup{}, fmt.Errorf("server group %s: %w", uuid, store.ErrNotFound)
 	}
@@ -135,21 +135,21 @@ func (s *Store) GetServerGroup(_ context.Context, uuid string) (records.ServerGr
 }
 
 // ListServerGroups implements store.Store.
-func (s *Store) ListServerGroups(_ context.Context) ([]records.ServerGroup, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]records.ServerGroup, 0, len(s.groups))
-	for _, u := range slices.Sorted(maps.Keys(s.groups)) {
-		out = append(out, cloneGroup(s.groups[u]))
+func (r *Records) ListServerGroups(_ context.Context) ([]records.ServerGroup, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]records.ServerGroup, 0, len(r.groups))
+	for _, u := range slices.Sorted(maps.Keys(r.groups)) {
+		out = append(out, cloneGroup(r.groups[u]))
 	}
 	return out, nil
 }
 
 // UpdateServerGroup implements store.Store.
-func (s *Store) UpdateServerGroup(_ context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.groups[uuid]
+func (r *Records) UpdateServerGroup(_ context.Context, uuid string, fn func(*records.ServerGroup) error) (records.ServerGroup, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.groups[uuid]
 	if !ok {
 		return records.ServerGroup{}, fmt.Errorf("server group %s: %w", uuid, store.ErrNotFound)
 	}
@@ -158,17 +158,17 @@ func (s *Store) UpdateServerGroup(_ context.Context, uuid string, fn func(*recor
 		return records.ServerGroup{}, err
 	}
 	g.UUID = uuid
-	s.groups[uuid] = cloneGroup(g)
+	r.groups[uuid] = cloneGroup(g)
 	return g, nil
 }
 
 // DeleteServerGroup implements store.Store.
-func (s *Store) DeleteServerGroup(_ context.Context, uuid string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.groups[uuid]; !ok {
+func (r *Records) DeleteServerGroup(_ context.Context, uuid string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.groups[uuid]; !ok {
 		return fmt.Errorf("server group %s: %w", uuid, store.ErrNotFound)
 	}
-	delete(s.groups, uuid)
+	delete(r.groups, uuid)
 	return nil
 }

@@ -12,66 +12,60 @@ import (
 	"keel/internal/store"
 )
 
-// DeleteService implements store.Hosts: under the one lock, every check
-// is made before anything is removed.
-func (s *Store) DeleteService(_ context.Context, host string) (records.Service, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sv, ok := s.services[host]
+// DeleteService implements store.Hosts: under the one lock Records and
+// Placement share, every check is made before anything is removed.
+func (r *Records) DeleteService(_ context.Context, host string) (records.Service, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sv, ok := r.services[host]
 	if !ok {
 		return records.Service{}, fmt.Errorf("service %s: %w", host, store.ErrNotFound)
 	}
-	for _, in := range s.instances {
+	for _, in := range r.instances {
 		if in.host == host {
 			return records.Service{}, fmt.Errorf("deleting service %s: %w", host, store.ErrHostHasInstances)
 		}
 	}
-	for id := range s.activeMigs {
-		m := s.migrations[id]
+	for id := range r.activeMigs {
+		m := r.migrations[id]
 		if (m.SourceHost == host || m.DestHost == host) && records.MigrationInProgress(m.Status) {
 			return records.Service{}, fmt.Errorf("deleting service %s: %w", host, store.ErrHostHasMigrations)
 		}
 	}
-	tree := s.hostTree(host)
+	tree := r.placement.hostTree(host)
 	for _, u := range tree {
-		if len(s.byProvider[u]) > 0 {
+		if len(r.placement.byProvider[u]) > 0 {
 			return records.Service{}, fmt.Errorf("deleting service %s: %w", host, &placement.InUseError{Provider: u})
 		}
 	}
-	for _, u := range tree { // leaves first
-		delete(s.names, s.providers[u].Name)
-		delete(s.providers, u)
-		delete(s.usage, u)
-		delete(s.byProvider, u)
-		s.note(store.ChangeProvider, u)
-	}
-	for _, id := range slices.Sorted(maps.Keys(s.aggregates)) {
-		a := s.aggregates[id]
+	r.placement.dropProviders(tree)
+	for _, id := range slices.Sorted(maps.Keys(r.aggregates)) {
+		a := r.aggregates[id]
 		if i := slices.Index(a.Hosts, host); i >= 0 {
 			a = cloneAggregate(a)
 			a.Hosts = slices.Delete(a.Hosts, i, i+1)
-			s.aggregates[id] = a
-			s.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
+			r.aggregates[id] = a
+			r.note(store.ChangeAggregate, strconv.FormatInt(id, 10))
 		}
 	}
-	if _, ok := s.hosts[host]; ok {
-		delete(s.hosts, host)
-		s.note(store.ChangeHost, host)
+	if _, ok := r.hosts[host]; ok {
+		delete(r.hosts, host)
+		r.note(store.ChangeHost, host)
 	}
-	delete(s.services, host)
-	s.note(store.ChangeService, host)
+	delete(r.services, host)
+	r.note(store.ChangeService, host)
 	return sv, nil
 }
 
 // hostTree lists the providers of host's tree, the root named host and
-// its descendants, every child before its parent.
-func (s *Store) hostTree(host string) []string {
-	root, ok := s.names[host]
-	if !ok || s.providers[root].ParentUUID != "" {
+// its descendants, every child before its parent. Called with mu held.
+func (pl *Placement) hostTree(host string) []string {
+	root, ok := pl.names[host]
+	if !ok || pl.providers[root].ParentUUID != "" {
 		return nil
 	}
 	children := map[string][]string{}
-	for u, p := range s.providers {
+	for u, p := range pl.providers {
 		if p.ParentUUID != "" {
 			children[p.ParentUUID] = append(children[p.ParentUUID], u)
 		}
@@ -84,4 +78,17 @@ func (s *Store) hostTree(host string) []string {
 	}
 	slices.Reverse(order)
 	return order
+}
+
+// dropProviders removes the providers of tree, in its order (hostTree's,
+// leaves first), noting a change for each. The caller has checked that
+// none holds allocations. Called with mu held.
+func (pl *Placement) dropProviders(tree []string) {
+	for _, u := range tree {
+		delete(pl.names, pl.providers[u].Name)
+		delete(pl.providers, u)
+		delete(pl.usage, u)
+		delete(pl.byProvider, u)
+		pl.note(store.ChangeProvider, u)
+	}
 }

@@ -11,18 +11,18 @@ import (
 	"keel/internal/store"
 )
 
-// identityTable is the identity document and the agents' credential
-// records, under a lock of their own.
-type identityTable struct {
+// Identity is the in-memory store's identity document and agents'
+// credential records, under a lock of their own. It implements
+// store.IdentityStore.
+type Identity struct {
 	mu      sync.Mutex
 	doc     []byte
 	version int64
 	agents  map[string]store.AgentCredential
 }
 
-// GetIdentity implements store.Store.
-func (s *Store) GetIdentity(_ context.Context, known int64) ([]byte, int64, error) {
-	t := &s.ident
+// GetIdentity implements store.IdentityStore.
+func (t *Identity) GetIdentity(_ context.Context, known int64) ([]byte, int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.version == 0 {
@@ -34,9 +34,8 @@ func (s *Store) GetIdentity(_ context.Context, known int64) ([]byte, int64, erro
 	return slices.Clone(t.doc), t.version, nil
 }
 
-// PutIdentity implements store.Store.
-func (s *Store) PutIdentity(_ context.Context, doc []byte, version int64) (int64, error) {
-	t := &s.ident
+// PutIdentity implements store.IdentityStore.
+func (t *Identity) PutIdentity(_ context.Context, doc []byte, version int64) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if version != t.version {
@@ -46,9 +45,8 @@ func (s *Store) PutIdentity(_ context.Context, doc []byte, version int64) (int64
 	return t.version, nil
 }
 
-// GetAgentCredential implements store.Store.
-func (s *Store) GetAgentCredential(_ context.Context, host string) (store.AgentCredential, error) {
-	t := &s.ident
+// GetAgentCredential implements store.IdentityStore.
+func (t *Identity) GetAgentCredential(_ context.Context, host string) (store.AgentCredential, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c, ok := t.agents[host]
@@ -58,9 +56,8 @@ func (s *Store) GetAgentCredential(_ context.Context, host string) (store.AgentC
 	return c, nil
 }
 
-// ListAgentCredentials implements store.Store.
-func (s *Store) ListAgentCredentials(_ context.Context) ([]store.AgentCredential, error) {
-	t := &s.ident
+// ListAgentCredentials implements store.IdentityStore.
+func (t *Identity) ListAgentCredentials(_ context.Context) ([]store.AgentCredential, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := slices.Collect(maps.Values(t.agents))
@@ -71,9 +68,8 @@ func (s *Store) ListAgentCredentials(_ context.Context) ([]store.AgentCredential
 	return out, nil
 }
 
-// PutAgentCredential implements store.Store.
-func (s *Store) PutAgentCredential(_ context.Context, c store.AgentCredential) error {
-	t := &s.ident
+// PutAgentCredential implements store.IdentityStore.
+func (t *Identity) PutAgentCredential(_ context.Context, c store.AgentCredential) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.agents == nil {

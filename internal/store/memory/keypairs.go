@@ -11,24 +11,24 @@ import (
 )
 
 // CreateKeyPair implements store.Store.
-func (s *Store) CreateKeyPair(_ context.Context, kp records.KeyPair) (records.KeyPair, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *Records) CreateKeyPair(_ context.Context, kp records.KeyPair) (records.KeyPair, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	k := [2]string{kp.UserID, kp.Name}
-	if _, ok := s.keyPairs[k]; ok {
+	if _, ok := r.keyPairs[k]; ok {
 		return records.KeyPair{}, fmt.Errorf("key pair %q of user %s: %w", kp.Name, kp.UserID, store.ErrExists)
 	}
-	s.nextKeyID++
-	kp.ID = s.nextKeyID
-	s.keyPairs[k] = kp
+	r.nextKeyID++
+	kp.ID = r.nextKeyID
+	r.keyPairs[k] = kp
 	return kp, nil
 }
 
 // GetKeyPair implements store.Store.
-func (s *Store) GetKeyPair(_ context.Context, userID, name string) (records.KeyPair, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kp, ok := s.keyPairs[[2]string{userID, name}]
+func (r *Records) GetKeyPair(_ context.Context, userID, name string) (records.KeyPair, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kp, ok := r.keyPairs[[2]string{userID, name}]
 	if !ok {
 		return records.KeyPair{}, fmt.Errorf("key pair %q of user %s: %w", name, userID, store.ErrNotFound)
 	}
@@ -36,11 +36,11 @@ func (s *Store) GetKeyPair(_ context.Context, userID, name string) (records.KeyP
 }
 
 // ListKeyPairs implements store.Store.
-func (s *Store) ListKeyPairs(_ context.Context, userID string) ([]records.KeyPair, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *Records) ListKeyPairs(_ context.Context, userID string) ([]records.KeyPair, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := []records.KeyPair{}
-	for k, kp := range s.keyPairs {
+	for k, kp := range r.keyPairs {
 		if k[0] == userID {
 			out = append(out, kp)
 		}
@@ -50,13 +50,13 @@ func (s *Store) ListKeyPairs(_ context.Context, userID string) ([]records.KeyPai
 }
 
 // DeleteKeyPair implements store.Store.
-func (s *Store) DeleteKeyPair(_ context.Context, userID, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *Records) DeleteKeyPair(_ context.Context, userID, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	k := [2]string{userID, name}
-	if _, ok := s.keyPairs[k]; !ok {
+	if _, ok := r.keyPairs[k]; !ok {
 		return fmt.Errorf("key pair %q of user %s: %w", name, userID, store.ErrNotFound)
 	}
-	delete(s.keyPairs, k)
+	delete(r.keyPairs, k)
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"keel/internal/store"
 )
 
-// planTable keeps the move plans (under Store.mu).
+// planTable keeps the move plans (under Records.mu).
 type planTable struct {
 	byID map[int64]records.Plan
 	next int64
@@ -27,26 +27,26 @@ func clonePlan(p records.Plan) records.Plan {
 }
 
 // CreatePlan implements store.Store.
-func (s *Store) CreatePlan(_ context.Context, p records.Plan) (records.Plan, error) {
+func (r *Records) CreatePlan(_ context.Context, p records.Plan) (records.Plan, error) {
 	if _, err := json.Marshal(p); err != nil { // as the SQL stores would refuse it
 		return records.Plan{}, fmt.Errorf("encoding plan: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.plans.byID == nil {
-		s.plans.byID = map[int64]records.Plan{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.plans.byID == nil {
+		r.plans.byID = map[int64]records.Plan{}
 	}
-	s.plans.next++
-	p.ID, p.Version = s.plans.next, 1
-	s.plans.byID[p.ID] = clonePlan(p)
+	r.plans.next++
+	p.ID, p.Version = r.plans.next, 1
+	r.plans.byID[p.ID] = clonePlan(p)
 	return clonePlan(p), nil
 }
 
 // GetPlan implements store.Store.
-func (s *Store) GetPlan(_ context.Context, id int64) (records.Plan, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.plans.byID[id]
+func (r *Records) GetPlan(_ context.Context, id int64) (records.Plan, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.plans.byID[id]
 	if !ok {
 		return records.Plan{}, fmt.Errorf("plan %d: %w", id, store.ErrNotFound)
 	}
@@ -54,10 +54,10 @@ func (s *Store) GetPlan(_ context.Context, id int64) (records.Plan, error) {
 }
 
 // UpdatePlan implements store.Store.
-func (s *Store) UpdatePlan(_ context.Context, p records.Plan) (records.Plan, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.plans.byID[p.ID]
+func (r *Records) UpdatePlan(_ context.Context, p records.Plan) (records.Plan, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur, ok := r.plans.byID[p.ID]
 	if !ok {
 		return records.Plan{}, fmt.Errorf("plan %d: %w", p.ID, store.ErrNotFound)
 	}
@@ -65,17 +65,17 @@ func (s *Store) UpdatePlan(_ context.Context, p records.Plan) (records.Plan, err
 		return records.Plan{}, store.VersionConflict(placement.PlanVersion, fmt.Sprint(p.ID), p.Version, cur.Version)
 	}
 	p.Version++
-	s.plans.byID[p.ID] = clonePlan(p)
+	r.plans.byID[p.ID] = clonePlan(p)
 	return clonePlan(p), nil
 }
 
 // ListPlans implements store.Store.
-func (s *Store) ListPlans(_ context.Context, activeOnly bool) ([]records.Plan, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *Records) ListPlans(_ context.Context, activeOnly bool) ([]records.Plan, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := []records.Plan{}
-	for _, id := range slices.Sorted(maps.Keys(s.plans.byID)) {
-		if p := s.plans.byID[id]; !activeOnly || !records.PlanTerminal(p.State) {
+	for _, id := range slices.Sorted(maps.Keys(r.plans.byID)) {
+		if p := r.plans.byID[id]; !activeOnly || !records.PlanTerminal(p.State) {
 			out = append(out, clonePlan(p))
 		}
 	}

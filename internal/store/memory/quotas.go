@@ -6,10 +6,10 @@ import (
 )
 
 // GetQuotaLimits implements store.Store.
-func (s *Store) GetQuotaLimits(_ context.Context, project string) (map[string]int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := maps.Clone(s.quotas[project])
+func (r *Records) GetQuotaLimits(_ context.Context, project string) (map[string]int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := maps.Clone(r.quotas[project])
 	if out == nil {
 		out = map[string]int64{}
 	}
@@ -17,22 +17,22 @@ func (s *Store) GetQuotaLimits(_ context.Context, project string) (map[string]in
 }
 
 // SetQuotaLimits implements store.Store.
-func (s *Store) SetQuotaLimits(_ context.Context, project string, limits map[string]int64) (map[string]int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.quotas[project]
+func (r *Records) SetQuotaLimits(_ context.Context, project string, limits map[string]int64) (map[string]int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.quotas[project]
 	if cur == nil {
 		cur = map[string]int64{}
-		s.quotas[project] = cur
+		r.quotas[project] = cur
 	}
 	maps.Copy(cur, limits)
 	return maps.Clone(cur), nil
 }
 
 // DeleteQuotaLimits implements store.Store.
-func (s *Store) DeleteQuotaLimits(_ context.Context, project string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.quotas, project)
+func (r *Records) DeleteQuotaLimits(_ context.Context, project string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.quotas, project)
 	return nil
 }
