@@ -153,6 +153,9 @@ func (r *Reporter) AuditDrift(ctx context.Context, d compute.Drift) {
 type Store struct {
 	Conn *bus.Conn
 	Host string
+	// pace spaces the calls' repeats while the servers are slow or
+	// unreachable (shared by all of the agent's store calls).
+	pace pacing
 }
 
 var (
@@ -167,29 +170,38 @@ var (
 // is sent again (a NATS restart, servers restarting), and so is one whose
 // answer the bus lost, except a write that is not idempotent
 // (write_allocations): the repeat may reach another server, which would
-// apply it again.
+// apply it again. The repeats are paced (pacing): the slower the servers
+// have been to answer, the longer an attempt waits before it is repeated.
 func (s *Store) call(ctx context.Context, method string, args, resp any) error {
 	ctx = bus.WithRequestID(ctx, bus.NewRequestID())
 	_, retries := ctx.Deadline()
-	if method != mWriteAllocs {
-		ctx = bus.WithAttempt(ctx, attemptTime)
-	}
-	wait := 50 * time.Millisecond
-	for {
-		err := s.Conn.Call(ctx, bus.AgentConductorSubject(s.Host, method), args, resp)
+	t0 := time.Now()
+	for retry := 0; ; retry++ {
+		actx := ctx
+		if method != mWriteAllocs {
+			actx = bus.WithAttempt(ctx, s.pace.attempt())
+		}
+		err := s.Conn.Call(actx, bus.AgentConductorSubject(s.Host, method), args, resp)
+		if err == nil || !errors.Is(err, bus.ErrUnavailable) {
+			s.pace.answered(time.Since(t0))
+		} else {
+			s.pace.failed()
+		}
 		if err == nil {
 			return nil
 		}
-		retry := retries && (errors.Is(err, bus.ErrNotDelivered) || (repeatable(err) && method != mWriteAllocs))
-		if !retry {
+		again := retries && (errors.Is(err, bus.ErrNotDelivered) || (repeatable(err) && method != mWriteAllocs))
+		if !again {
 			return fmt.Errorf("%s: %w", method, decode(err))
+		}
+		if errors.Is(err, bus.ErrNoAnswerYet) {
+			continue // the attempt already waited: send it again now
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w", method, decode(err))
-		case <-time.After(wait):
+		case <-time.After(s.pace.pause(retry)):
 		}
-		wait = min(2*wait, time.Second)
 	}
 }
 
