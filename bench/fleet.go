@@ -725,6 +725,14 @@ func (r *run) fleet(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	if path := r.opts.ServerProfile; path != "" {
+		// The server's log beside its profile, however the ramp ended.
+		defer func() {
+			if b, err := os.ReadFile(g.srv.logPath); err == nil {
+				_ = os.WriteFile(path+".log", b, 0o644)
+			}
+		}()
+	}
 	srv := g.srv
 	r.progress("fleet: keel server pid %d at %s; steps %v of %s each", srv.cmd.Process.Pid, srv.url, plan.Steps, plan.Period)
 	var stopped string
