@@ -21,7 +21,7 @@ const MaxConsoleBytes = 100 << 10
 // without get_console_output).
 var ErrNoConsole = errors.New("this host's virt driver keeps no console log")
 
-// ConsoleReader is implemented by drivers that keep each guest's serial
+// ConsoleReader is the part of Driver that reads each guest's serial
 // console log.
 type ConsoleReader interface {
 	// ConsoleOutput returns the end of the guest's console log, at most
@@ -34,11 +34,7 @@ type ConsoleReader interface {
 // ConsoleOutput is Nova's get_console_output on this host: the end of
 // the guest's serial console log, from the driver.
 func (m *Manager) ConsoleOutput(ctx context.Context, uuid string) ([]byte, error) {
-	cr, ok := m.driver.(ConsoleReader)
-	if !ok {
-		return nil, fmt.Errorf("console output of %s on %s: %w", uuid, m.host, ErrNoConsole)
-	}
-	out, err := cr.ConsoleOutput(ctx, uuid)
+	out, err := m.driver.ConsoleOutput(ctx, uuid)
 	if err != nil {
 		return nil, fmt.Errorf("console output of %s on %s: %w", uuid, m.host, err)
 	}

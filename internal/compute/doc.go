@@ -23,10 +23,10 @@
 // requires (ConsumerLister, ProviderLister, InstanceFaulter, ReportKeeper,
 // MigrationReader, InstanceLister) is a named interface whose doc names
 // its implementers, each of which asserts it at compile time. A driver is
-// a Driver (spawn, the live and cold moves, the lifecycle, what a restart
-// cut short, measuring) and chooses two things beyond it: ConsoleReader
-// (it keeps console logs) and DetachedCopier (its copies run outside the
-// agent and outlive it).
+// a Driver (spawn, the live and cold moves, the lifecycle, snapshots,
+// console logs, what a restart cut short, measuring) and chooses one thing
+// beyond it: DetachedCopier (its copies run outside the agent and outlive
+// it).
 //
 // Long driver operations (spawn, the memory copy) are asynchronous: they
 // report through a callback, so the same code runs on the wall clock in

@@ -88,13 +88,15 @@ type Driver interface {
 	// Measurer: what the host and its guests use (ErrUnmeasured when the
 	// driver cannot tell).
 	Measurer
+	// Snapshotter: a guest's disk captured for an image (see snapshot.go).
+	Snapshotter
+	// ConsoleReader: the end of a guest's serial console log (see
+	// console.go; a driver that keeps none answers ErrNoConsole).
+	ConsoleReader
 }
 
-// The driver's optional capabilities are two, the choices a driver makes
-// beyond Driver:
+// A driver's one optional capability, the choice it makes beyond Driver:
 //
-//   - ConsoleReader: it keeps each guest's serial console log (fake.Driver,
-//     qemu.Driver); without it os-getConsoleOutput is 501 (libvirt.Driver).
 //   - DetachedCopier: its memory copies run outside the agent (a real
 //     hypervisor's: qemu.Driver, libvirt.Driver), so they outlive an agent
 //     restart, keep their destination, and the destination's hypervisor

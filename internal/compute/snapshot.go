@@ -23,9 +23,9 @@ type SnapshotInfo struct {
 	Size int64 `json:"size"`
 }
 
-// Snapshotter is implemented by drivers that capture a guest's disk for
-// a snapshot (createImage, createBackup, shelve): the conductor then
-// reads the capture from the agent into the image.
+// Snapshotter is the part of Driver that captures a guest's disk for a
+// snapshot (createImage, createBackup, shelve): the conductor then reads
+// the capture from the agent into the image.
 type Snapshotter interface {
 	// Snapshot captures inst's guest disk as the data of image imageID
 	// (inst.Snapshot's), kept on the host until it has been read to its
@@ -37,22 +37,15 @@ type Snapshotter interface {
 	ReadSnapshot(ctx context.Context, uuid, imageID string, offset int64, p []byte) (SnapshotInfo, int, error)
 }
 
-// ErrNoSnapshot says the host's virt driver cannot capture disks.
-var ErrNoSnapshot = errors.New("this host's virt driver takes no snapshots")
-
 // snapshot runs snapshot_instance: the driver's capture, the guest
 // marked busy meanwhile so the audit leaves it alone.
 func (m *Manager) snapshot(ctx context.Context, inst records.Instance) error {
-	sn, ok := m.driver.(Snapshotter)
-	if !ok {
-		return fmt.Errorf("%s of %s on %s: %w", lifecycle.OpSnapshot, inst.UUID, m.host, ErrNoSnapshot)
-	}
 	if inst.Snapshot == nil || uuid.Validate(inst.Snapshot.ImageID) != nil {
 		return fmt.Errorf("%s of %s on %s: the instance names no image to write", lifecycle.OpSnapshot, inst.UUID, m.host)
 	}
 	m.tracker.Busy(inst.UUID, true)
 	defer m.tracker.Busy(inst.UUID, false)
-	if err := sn.Snapshot(ctx, inst, inst.Snapshot.ImageID); err != nil {
+	if err := m.driver.Snapshot(ctx, inst, inst.Snapshot.ImageID); err != nil {
 		return fmt.Errorf("%s of %s on %s: %w", lifecycle.OpSnapshot, inst.UUID, m.host, err)
 	}
 	return nil
@@ -65,11 +58,7 @@ func (m *Manager) ReadSnapshot(ctx context.Context, instanceUUID, imageID string
 		return SnapshotInfo{}, 0, fmt.Errorf("reading a snapshot of %s: image id %q is not a UUID", instanceUUID, imageID)
 	}
 	uuid := instanceUUID
-	sn, ok := m.driver.(Snapshotter)
-	if !ok {
-		return SnapshotInfo{}, 0, fmt.Errorf("reading the snapshot of %s on %s: %w", uuid, m.host, ErrNoSnapshot)
-	}
-	info, n, err := sn.ReadSnapshot(ctx, uuid, imageID, offset, p)
+	info, n, err := m.driver.ReadSnapshot(ctx, uuid, imageID, offset, p)
 	if err != nil {
 		return info, n, fmt.Errorf("reading the snapshot %s of %s on %s: %w", imageID, uuid, m.host, err)
 	}
