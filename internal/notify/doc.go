@@ -29,7 +29,8 @@
 // .namespace, .version, .data): InstanceActionPayload 1.8,
 // InstanceCreatePayload 1.12, InstanceUpdatePayload 2.0,
 // InstanceActionResizePrepPayload 1.3, InstanceActionRescuePayload 1.3,
-// InstanceActionRebuildPayload 1.9, ServiceStatusPayload 1.1 and
+// InstanceActionRebuildPayload 1.9, InstanceActionSnapshotPayload 1.9,
+// ServiceStatusPayload 1.1 and
 // ExceptionPayload 1.1, with FlavorPayload 1.4 and KeypairPayload 1.0
 // inside; tests decode every one with Nova's own classes.
 package notify

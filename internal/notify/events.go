@@ -55,6 +55,9 @@ var actionNames = map[string]struct{ name, payload string }{
 	"shelve":        {"shelve", InstanceActionPayload},
 	"shelveOffload": {"shelve_offload", InstanceActionPayload},
 	"unshelve":      {"unshelve", InstanceActionPayload},
+	// Nova sends instance.snapshot.* for a backup as for a snapshot.
+	"createImage":  {"snapshot", InstanceActionSnapshotPayload},
+	"createBackup": {"snapshot", InstanceActionSnapshotPayload},
 }
 
 // errorEvents are the actions Nova sends an instance.<action>.error for;
@@ -156,7 +159,10 @@ func (b *builder) lifecycle(o, n records.Instance) {
 		if n.ActionError != "" {
 			b.failed(a.name, a.payload, b.publisher(n), n, Fault{Exception: "InstanceActionFailed", Message: n.ActionError, Function: a.name})
 		} else {
-			b.action(a.name, "end", a.payload, b.publisher(n), n)
+			// The snapshot's image, which the action's end clears.
+			end := n
+			end.Snapshot = o.Snapshot
+			b.action(a.name, "end", a.payload, b.publisher(n), end)
 		}
 	}
 	if a, ok := actionNames[n.Action]; ok {

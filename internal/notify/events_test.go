@@ -276,3 +276,55 @@ func TestServiceEvents(t *testing.T) {
 		t.Errorf("a server replica's delete: %v", types(got))
 	}
 }
+
+// TestSnapshotEvents: a createImage (and a createBackup) is Nova's
+// instance.snapshot.start and .end from the guest's host, each naming the
+// image written (InstanceActionSnapshotPayload's snapshot_image_id; the
+// end's record no longer holds it); a failed one is compute.exception.
+func TestSnapshotEvents(t *testing.T) {
+	for _, action := range []string{"createImage", "createBackup"} {
+		in := vm
+		in.Host, in.VMState = "h1", records.VMActive
+		sn := &records.Snapshot{ImageID: "5a9e3c1d-7b2f-4e8a-9c6d-0f1e2d3c4b5a"}
+		steps := []struct {
+			change func(*records.Instance)
+			want   string
+			task   any
+		}{
+			{func(i *records.Instance) { i.Action, i.TaskState, i.Snapshot = action, records.TaskImageSnapshot, sn }, "instance.snapshot.start", "image_snapshot"},
+			{func(i *records.Instance) { i.TaskState = records.TaskImageUploading }, "", nil},
+			{func(i *records.Instance) { i.Action, i.TaskState, i.Snapshot = "", records.TaskNone, nil }, "instance.snapshot.end", nil},
+		}
+		for _, s := range steps {
+			old := in
+			s.change(&in)
+			var got []Event
+			for _, e := range InstanceChange(src, &old, &in) {
+				if e.EventType != "instance.update" {
+					got = append(got, e)
+				}
+			}
+			if s.want == "" {
+				if len(got) != 0 {
+					t.Errorf("%s: %v, want only instance.update", action, types(got))
+				}
+				continue
+			}
+			if len(got) != 1 || got[0].EventType != s.want {
+				t.Fatalf("%s: %v, want %s", action, types(got), s.want)
+			}
+			e := got[0]
+			d := e.Payload.Data.(map[string]any)
+			if e.Publisher != "nova-compute:h1" || e.Payload.Name != "InstanceActionSnapshotPayload" || e.Payload.Version != "1.9" ||
+				d["snapshot_image_id"] != sn.ImageID || d["task_state"] != s.task {
+				t.Errorf("%s %s: %s %s %s %v %v", action, s.want, e.Publisher, e.Payload.Name, e.Payload.Version, d["snapshot_image_id"], d["task_state"])
+			}
+		}
+		in.Action, in.TaskState, in.Snapshot = action, records.TaskImageSnapshot, sn
+		old2 := in
+		in.Action, in.TaskState, in.Snapshot, in.ActionError = "", records.TaskNone, nil, "disk unreadable"
+		if got := types(InstanceChange(src, &old2, &in)); !slices.Equal(got, []string{"instance.update", "compute.exception"}) {
+			t.Errorf("%s failed: %v", action, got)
+		}
+	}
+}

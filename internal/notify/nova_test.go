@@ -28,10 +28,14 @@ func everyEvent() []Event {
 	inst(func(i *records.Instance) { i.Locked, i.LockedReason = true, "maintenance" })
 	inst(func(i *records.Instance) { i.Locked, i.LockedReason = false, "" })
 	for _, a := range slices.Sorted(maps.Keys(actionNames)) {
-		inst(func(i *records.Instance) { i.Action, i.ActionError = a, "" })
-		inst(func(i *records.Instance) { i.Action = "" })
-		inst(func(i *records.Instance) { i.Action = a })
-		inst(func(i *records.Instance) { i.Action, i.ActionError = "", "the agent failed" })
+		var sn *records.Snapshot
+		if actionNames[a].payload == InstanceActionSnapshotPayload {
+			sn = &records.Snapshot{ImageID: "8c2e8f6a-3b7d-4c61-9f0e-5d1a2b3c4d5e"}
+		}
+		inst(func(i *records.Instance) { i.Action, i.ActionError, i.Snapshot = a, "", sn })
+		inst(func(i *records.Instance) { i.Action, i.Snapshot = "", nil })
+		inst(func(i *records.Instance) { i.Action, i.Snapshot = a, sn })
+		inst(func(i *records.Instance) { i.Action, i.ActionError, i.Snapshot = "", "the agent failed", nil })
 	}
 	inst(func(i *records.Instance) { i.TaskState, i.ActionError = records.TaskDeleting, "" })
 	old := in
@@ -97,6 +101,7 @@ var eventTypes = strings.Fields(`
 	instance.rebuild.start instance.rebuild.end instance.rebuild.error
 	instance.shelve.start instance.shelve.end instance.shelve_offload.start instance.shelve_offload.end
 	instance.unshelve.start instance.unshelve.end instance.lock instance.unlock
+	instance.snapshot.start instance.snapshot.end
 	instance.live_migration_pre.start instance.live_migration_pre.end
 	instance.live_migration_post.start instance.live_migration_post.end
 	instance.live_migration_post_dest.start instance.live_migration_post_dest.end

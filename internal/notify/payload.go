@@ -52,6 +52,7 @@ const (
 	InstanceActionResizePrepPayload = "InstanceActionResizePrepPayload"
 	InstanceActionRescuePayload     = "InstanceActionRescuePayload"
 	InstanceActionRebuildPayload    = "InstanceActionRebuildPayload"
+	InstanceActionSnapshotPayload   = "InstanceActionSnapshotPayload"
 	ServiceStatusPayload            = "ServiceStatusPayload"
 	ExceptionPayload                = "ExceptionPayload"
 )
@@ -64,6 +65,7 @@ var Versions = map[string]string{
 	InstanceActionResizePrepPayload: "1.3",
 	InstanceActionRescuePayload:     "1.3",
 	InstanceActionRebuildPayload:    "1.9",
+	InstanceActionSnapshotPayload:   "1.9",
 	ServiceStatusPayload:            "1.1",
 	ExceptionPayload:                "1.1",
 	"FlavorPayload":                 "1.4",
@@ -200,6 +202,11 @@ func actionPayload(name string, in records.Instance, who Initiator, fault *Fault
 		d["trusted_image_certificates"] = nil
 	case InstanceActionRescuePayload:
 		d["rescue_image_ref"] = nil
+	case InstanceActionSnapshotPayload:
+		d["snapshot_image_id"] = nil
+		if in.Snapshot != nil {
+			d["snapshot_image_id"] = in.Snapshot.ImageID
+		}
 	case InstanceActionResizePrepPayload:
 		d["new_flavor"] = nil
 		if in.ResizeFlavor != nil {
