@@ -393,7 +393,7 @@ func (s *script) newCloud(t *testing.T, d *datadriven.TestData) string {
 	if o.Conductor.RebalanceInterval > 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		s.c.Cond.RunRebalance(ctx)
+		s.c.Cond.Plans().RunRebalance(ctx)
 	}
 	s.before = s.snap()
 	return fmt.Sprintf("%d hosts: %s\n", len(s.c.Hosts), strings.Join(s.c.Hosts, " "))

@@ -39,7 +39,7 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 		if d.HasArg("parallel") {
 			d.ScanArgs(t, "parallel", &req.Parallel)
 		}
-		if p, err = s.c.Cond.Drain(ctx, req); err == nil {
+		if p, err = s.c.Cond.Plans().Drain(ctx, req); err == nil {
 			out = s.planLine(p)
 			if req.DryRun {
 				for _, mv := range p.Moves {
@@ -48,7 +48,7 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 			}
 		}
 	case "evacuate-all":
-		if p, err = s.c.Cond.EvacuateAll(ctx, conductor.EvacuateAllRequest{Host: d.CmdArgs[0].Key}); err == nil {
+		if p, err = s.c.Cond.Plans().EvacuateAll(ctx, conductor.EvacuateAllRequest{Host: d.CmdArgs[0].Key}); err == nil {
 			out = s.planLine(p)
 		}
 	case "rebalance":
@@ -57,7 +57,7 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 			d.ScanArgs(t, "seed", &req.Seed)
 		}
 		var rp rebalance.Plan
-		if p, rp, err = s.c.Cond.PlanRebalance(ctx, req); err == nil {
+		if p, rp, err = s.c.Cond.Plans().PlanRebalance(ctx, req); err == nil {
 			out = fmt.Sprintf("%s planned, CV %.3f → %.3f (%s)\n", plan.Count(len(rp.Moves), "move", "moves"), rp.Before, rp.After, rp.Stopped)
 			if p.ID != 0 {
 				out = s.planLine(p) + out
@@ -73,20 +73,20 @@ func (s *script) planCommand(t *testing.T, d *datadriven.TestData) (out string, 
 			}
 			p.Moves = append(p.Moves, records.PlanMove{Instance: in.UUID, Source: in.Host, Dest: a.SingleVal(t), RAMMB: in.Flavor.RAMMB})
 		}
-		if p, err = s.c.Cond.CreatePlan(ctx, p); err == nil {
+		if p, err = s.c.Cond.Plans().CreatePlan(ctx, p); err == nil {
 			out = s.planLine(p)
 		}
 	case "approve":
-		if p, err = s.c.Cond.ApprovePlan(ctx, s.planID(t, d)); err == nil {
+		if p, err = s.c.Cond.Plans().ApprovePlan(ctx, s.planID(t, d)); err == nil {
 			out = s.planLine(p)
 		}
 	case "cancel":
-		if p, err = s.c.Cond.CancelPlan(ctx, s.planID(t, d), d.HasArg("abort")); err == nil {
+		if p, err = s.c.Cond.Plans().CancelPlan(ctx, s.planID(t, d), d.HasArg("abort")); err == nil {
 			out = s.planLine(p)
 		}
 	case "tick":
 		var n int
-		if n, err = s.c.Cond.TickPlans(ctx); err == nil {
+		if n, err = s.c.Cond.Plans().TickPlans(ctx); err == nil {
 			out = fmt.Sprintf("started %s\n", plan.Count(n, "move", "moves"))
 		}
 	case "run-plans":
@@ -154,7 +154,7 @@ func (s *script) runPlans(t *testing.T) (string, error) {
 		if i == 600 {
 			return "", errors.New("the plans did not end in 600 s")
 		}
-		if _, err := s.c.Cond.TickPlans(ctx); err != nil {
+		if _, err := s.c.Cond.Plans().TickPlans(ctx); err != nil {
 			return "", err
 		}
 		ms, err := s.c.Backing.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})

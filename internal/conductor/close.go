@@ -66,6 +66,21 @@ func (t *tasks) afterFunc(clk clock.Clock, d time.Duration, f func()) {
 	t.afterFuncOr(clk, d, f, nil)
 }
 
+// repeat runs f every d on clk until ctx ends or close.
+func (t *tasks) repeat(ctx context.Context, clk clock.Clock, d time.Duration, f func()) {
+	var tick func()
+	tick = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		f()
+		if ctx.Err() == nil {
+			t.afterFunc(clk, d, tick)
+		}
+	}
+	t.afterFunc(clk, d, tick)
+}
+
 // handOff runs f(true) at the clock's current instant (at once on a real
 // clock, at the next run of a virtual one: a script's steps stay in
 // order), tracked; f(false) instead when the conductor closes first.

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,7 +20,6 @@ import (
 	"keel/internal/lifecycle"
 	"keel/internal/migration"
 	"keel/internal/placement"
-	"keel/internal/plan"
 	"keel/internal/rebalance"
 	"keel/internal/records"
 	"keel/internal/scheduler"
@@ -201,12 +199,10 @@ type Conductor struct {
 	place  *placer
 	// moves performs the move machines' actions (moveeffects.go),
 	// builds the boot machine's (boot.go), lifeFx the lifecycle
-	// machine's (lifecycle.go, snapshot.go), planFx the plan machine's
-	// (plans.go).
+	// machine's (lifecycle.go, snapshot.go).
 	moves   *moveEffects
 	builds  *bootEffects
 	lifeFx  *lifecycleEffects
-	planFx  *planEffects
 	machine migration.Machine
 	boots   boot.Machine
 	// flows is the flow driver: recovery, take-over and deadlines of
@@ -218,9 +214,9 @@ type Conductor struct {
 	// bootRuns is the boots' flow, which the driver's loop runs
 	// (StepBoot).
 	bootRuns *flow.Flow[records.Instance, boot.Event, boot.Action]
-	// plans is the plans' flow (drain, rebalance, evacuate-all): the
-	// driver recovers, takes over and starts them; TickPlans feeds them.
-	plans *flow.Flow[records.Plan, plan.Event, plan.Action]
+	// plans is the plan API and executor (drain, rebalance,
+	// evacuate-all), with their flow (plans.go).
+	plans *Plans
 	// migrations is the moves' flow (live, cold, resize, evacuation),
 	// which the driver's loop runs (Handle).
 	migrations *flow.Flow[records.Migration, migration.Event, migration.Action]
@@ -231,12 +227,6 @@ type Conductor struct {
 	// slots counts the live-migration slots this replica holds and the
 	// migrations waiting for one.
 	slots *slots
-
-	// planMu serialises the plan executor's ticks (one writer of the
-	// plans this replica runs); planKick wakes it early (a move's
-	// migration ended, a plan was created or cancelled).
-	planMu   sync.Mutex
-	planKick chan struct{}
 
 	// tasks are the goroutines and timers the conductor started, which
 	// Close waits for.
@@ -258,8 +248,8 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 		cfg.NewID = uuid.NewString
 	}
 	c := &Conductor{cfg: cfg, store: st, sched: sched, agents: agents{computes}, clock: clk, log: log, hooks: hooks,
-		slots:    &slots{tab: newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal)},
-		planKick: make(chan struct{}, 1), tasks: newTasks()}
+		slots: &slots{tab: newSlotTable(cfg.MaxConcurrentLiveMigrations, cfg.MaxConcurrentIncomingLiveMigrations, cfg.MaxConcurrentLiveMigrationsTotal)},
+		tasks: newTasks()}
 	stall := c.stallAfter()
 	c.machine = migration.Machine{MaxAttempts: cfg.MaxAttempts, CopyStallTimeout: cfg.CopyStallTimeout,
 		ConfirmWindow: cfg.ResizeConfirmWindow, StallAfter: stall}
@@ -267,6 +257,9 @@ func New(cfg Config, st Store, sched *scheduler.Scheduler, computes Computes, cl
 	c.flows = c.newDriver()
 	return c
 }
+
+// Plans is the conductor's plan API and executor.
+func (c *Conductor) Plans() *Plans { return c.plans }
 
 // requestFor builds the scheduler request for an instance.
 func requestFor(inst records.Instance) *scheduler.Request {

@@ -75,32 +75,32 @@ func (e *CapacityError) Error() string {
 // plan to the executor. With DryRun it returns the plan with the
 // destinations the scheduler would choose now, computed on a copy of the
 // view, and stores nothing.
-func (c *Conductor) Drain(ctx context.Context, req DrainRequest) (records.Plan, error) {
+func (ps *Plans) Drain(ctx context.Context, req DrainRequest) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
 	// Planned, recorded and its hosts disabled under the executor's
 	// lock: a move the executor starts either started before the drain
 	// (and is listed as arriving) or sees its hosts draining (startMove
 	// reads them), never in between.
-	c.planMu.Lock()
-	p, derr, err := c.drain(ctx, req)
+	ps.mu.Lock()
+	p, derr, err := ps.drain(ctx, req)
 	if err == nil && derr == nil && !req.DryRun {
-		c.redirectInto(ctx, p)
+		ps.redirectInto(ctx, p)
 	}
-	c.planMu.Unlock()
+	ps.mu.Unlock()
 	if derr != nil {
-		_, cerr := c.CancelPlan(ctx, p.ID, false)
+		_, cerr := ps.CancelPlan(ctx, p.ID, false)
 		return records.Plan{}, errors.Join(derr, cerr)
 	}
 	if err == nil && !req.DryRun {
-		c.log.Info("drain planned", "plan", p.ID, "hosts", p.Hosts, "moves", len(p.Moves), "parallel", req.Parallel, "order", req.Order)
-		c.kickPlans()
+		ps.log.Info("drain planned", "plan", p.ID, "hosts", p.Hosts, "moves", len(p.Moves), "parallel", req.Parallel, "order", req.Order)
+		ps.kickPlans()
 	}
 	return p, err
 }
 
 // drain is Drain under planMu; derr is a failure to disable the hosts of
 // the recorded plan p (which Drain then cancels).
-func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan, derr, err error) {
+func (ps *Plans) drain(ctx context.Context, req DrainRequest) (p records.Plan, derr, err error) {
 	if len(req.Hosts) == 0 {
 		return records.Plan{}, nil, &InvalidStateError{Msg: "a drain needs at least one host"}
 	}
@@ -110,14 +110,14 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 		return records.Plan{}, nil, &InvalidStateError{Msg: "a host is named twice"}
 	}
 	hosts = slices.Clone(req.Hosts)
-	draining, err := drainingHosts(ctx, c.store)
+	draining, err := drainingHosts(ctx, ps.store)
 	if err != nil {
 		return records.Plan{}, nil, err
 	}
 	for _, h := range hosts {
-		if _, err := c.store.GetService(ctx, h); err != nil {
+		if _, err := ps.store.GetService(ctx, h); err != nil {
 			if isNotFound(err) {
-				return records.Plan{}, nil, c.unknownHost(ctx, h)
+				return records.Plan{}, nil, ps.unknownHost(ctx, h)
 			}
 			return records.Plan{}, nil, fmt.Errorf("reading the service of %s: %w", h, err)
 		}
@@ -125,16 +125,16 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 			return records.Plan{}, nil, &InvalidStateError{Msg: fmt.Sprintf("host %s is already being drained (keel plan list)", h)}
 		}
 	}
-	now := c.clock.Now()
-	p = records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: hosts,
+	now := ps.clock.Now()
+	p = records.Plan{UUID: ps.cfg.NewID(), Purpose: records.PlanDrain, State: records.PlanApproved, Hosts: hosts,
 		Options: records.PlanOptions{Parallel: req.Parallel, Order: req.Order, ColdFallback: req.ColdFallback, StopOnFailure: req.StopOnFailure},
-		Owner:   c.cfg.Owner, CreatedAt: now, UpdatedAt: now}
+		Owner:   ps.cfg.Owner, CreatedAt: now, UpdatedAt: now}
 	// Instances on their way to a drained host (moves started before
 	// this drain) are drained too once they land (see startMove). They
 	// are listed first: one that lands meanwhile is then also on its host,
 	// and listed once.
 	var insts []records.Instance
-	arriving, err := c.arriving(ctx, hosts, nil)
+	arriving, err := ps.arriving(ctx, hosts, nil)
 	if err != nil {
 		return records.Plan{}, nil, err
 	}
@@ -145,7 +145,7 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 		p.Moves = append(p.Moves, records.PlanMove{Instance: a.inst.UUID, Source: a.host, RAMMB: a.inst.Flavor.RAMMB, State: records.MovePending})
 	}
 	for _, h := range hosts {
-		on, err := c.store.ListInstances(ctx, h)
+		on, err := ps.store.ListInstances(ctx, h)
 		if err != nil {
 			return records.Plan{}, nil, fmt.Errorf("listing the instances of %s: %w", h, err)
 		}
@@ -164,7 +164,7 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 	if err := plan.Order(p.Moves, req.Order); err != nil {
 		return records.Plan{}, nil, &InvalidStateError{Msg: err.Error()}
 	}
-	dests, err := c.fitCheck(ctx, p, byUUID, append(draining, hosts...))
+	dests, err := ps.fitCheck(ctx, p, byUUID, append(draining, hosts...))
 	if err != nil {
 		return records.Plan{}, nil, err
 	}
@@ -175,14 +175,14 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 		}
 		return p, nil, nil
 	}
-	p.CreatedAt, p.UpdatedAt = c.clock.Now(), c.clock.Now()
-	if p, err = c.store.CreatePlan(ctx, p); err != nil {
+	p.CreatedAt, p.UpdatedAt = ps.clock.Now(), ps.clock.Now()
+	if p, err = ps.store.CreatePlan(ctx, p); err != nil {
 		return records.Plan{}, nil, fmt.Errorf("recording the drain of %s: %w", strings.Join(hosts, ", "), err)
 	}
 	reason := fmt.Sprintf("keel drain plan %d", p.ID)
 	for _, h := range hosts {
-		if _, err := c.store.UpdateService(ctx, h, func(s *records.Service) error {
-			s.Disabled, s.DisabledReason, s.UpdatedAt = true, reason, c.clock.Now()
+		if _, err := ps.store.UpdateService(ctx, h, func(s *records.Service) error {
+			s.Disabled, s.DisabledReason, s.UpdatedAt = true, reason, ps.clock.Now()
 			return nil
 		}); err != nil {
 			derr = fmt.Errorf("disabling %s for drain plan %d: %w", h, p.ID, err)
@@ -198,10 +198,10 @@ func (c *Conductor) drain(ctx context.Context, req DrainRequest) (p records.Plan
 // again elsewhere (plan.Redirect), so the instance does not land on a
 // draining host only to be moved again. One too far along to abort lands
 // and p moves it on (p lists it as arriving). Called under planMu.
-func (c *Conductor) redirectInto(ctx context.Context, p records.Plan) {
-	plans, err := c.store.ListPlans(ctx, true)
+func (ps *Plans) redirectInto(ctx context.Context, p records.Plan) {
+	plans, err := ps.store.ListPlans(ctx, true)
 	if err != nil {
-		c.log.Warn("re-checking running moves against a new drain", "plan", p.ID, "err", err)
+		ps.log.Warn("re-checking running moves against a new drain", "plan", p.ID, "err", err)
 		return
 	}
 	for _, o := range plans {
@@ -212,16 +212,16 @@ func (c *Conductor) redirectInto(ctx context.Context, p records.Plan) {
 			if mv.State != records.MoveRunning || mv.Migration == 0 || mv.Cold || mv.Redirect != "" {
 				continue
 			}
-			m, err := c.store.GetMigration(ctx, mv.Migration)
+			m, err := ps.store.GetMigration(ctx, mv.Migration)
 			if err != nil || m.Type != records.MigrationTypeLive || records.MigrationTerminal(m.Status) || !slices.Contains(p.Hosts, m.DestHost) {
 				continue
 			}
 			why := fmt.Sprintf("destination %s is being drained by plan %d: tried again elsewhere", m.DestHost, p.ID)
-			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Redirect, Move: i, Reason: why}); err != nil {
-				c.log.Warn("redirecting a move off a draining host", "plan", o.ID, "move", i, "err", err)
+			if _, err := ps.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Redirect, Move: i, Reason: why}); err != nil {
+				ps.log.Warn("redirecting a move off a draining host", "plan", o.ID, "move", i, "err", err)
 				continue
 			}
-			c.log.Info("redirecting a move off a host being drained", "plan", o.ID, "move", i, "migration", m.ID,
+			ps.log.Info("redirecting a move off a host being drained", "plan", o.ID, "move", i, "migration", m.ID,
 				"dest", m.DestHost, "drain", p.ID)
 		}
 	}
@@ -234,8 +234,8 @@ type arrival struct {
 
 // arriving lists the instances an active migration moves onto one of
 // hosts, except those already listed.
-func (c *Conductor) arriving(ctx context.Context, hosts []string, listed []records.Instance) ([]arrival, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+func (ps *Plans) arriving(ctx context.Context, hosts []string, listed []records.Instance) ([]arrival, error) {
+	ms, err := ps.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("listing the migrations into %v: %w", hosts, err)
 	}
@@ -248,7 +248,7 @@ func (c *Conductor) arriving(ctx context.Context, hosts []string, listed []recor
 		if !slices.Contains(hosts, m.DestHost) || seen[m.InstanceUUID] {
 			continue
 		}
-		in, err := c.store.GetInstance(ctx, m.InstanceUUID)
+		in, err := ps.store.GetInstance(ctx, m.InstanceUUID)
 		if isNotFound(err) {
 			continue
 		} else if err != nil {
@@ -264,12 +264,12 @@ func (c *Conductor) arriving(ctx context.Context, hosts []string, listed []recor
 // ignores the draining hosts (nothing is claimed in the store), and
 // returns the destinations; if some instance fits nowhere it returns a
 // *CapacityError naming the shortfall per resource.
-func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[string]records.Instance, draining []string) ([]string, error) {
-	view, err := c.sched.View().Clone(ctx)
+func (ps *Plans) fitCheck(ctx context.Context, p records.Plan, insts map[string]records.Instance, draining []string) ([]string, error) {
+	view, err := ps.sched.View().Clone(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dry, err := c.sched.OnView(view, rand.New(rand.NewPCG(uint64(len(p.Moves)), 17)))
+	dry, err := ps.sched.OnView(view, rand.New(rand.NewPCG(uint64(len(p.Moves)), 17)))
 	if err != nil {
 		return nil, fmt.Errorf("a scheduler on the copy of the view: %w", err)
 	}
@@ -298,7 +298,7 @@ func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[stri
 	dests := make([]string, len(p.Moves))
 	for i, mv := range p.Moves {
 		inst := insts[mv.Instance]
-		req, err := c.place.request(ctx, inst)
+		req, err := ps.place.request(ctx, inst)
 		if err != nil {
 			return nil, err
 		}
@@ -328,9 +328,9 @@ func (c *Conductor) fitCheck(ctx context.Context, p records.Plan, insts map[stri
 // again and, with moveBack, creates and starts a plan that moves the
 // instances its last drain moved away back to it (those still where the
 // drain put them). It refuses while a drain of the host still runs.
-func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (records.Plan, error) {
+func (ps *Plans) Undrain(ctx context.Context, host string, moveBack bool) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
-	plans, err := c.store.ListPlans(ctx, false)
+	plans, err := ps.store.ListPlans(ctx, false)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("undraining %s: %w", host, err)
 	}
@@ -345,12 +345,12 @@ func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (re
 		}
 		last = p
 	}
-	if _, err := c.store.UpdateService(ctx, host, func(s *records.Service) error {
-		s.Disabled, s.DisabledReason, s.UpdatedAt = false, "", c.clock.Now()
+	if _, err := ps.store.UpdateService(ctx, host, func(s *records.Service) error {
+		s.Disabled, s.DisabledReason, s.UpdatedAt = false, "", ps.clock.Now()
 		return nil
 	}); err != nil {
 		if isNotFound(err) {
-			return records.Plan{}, c.unknownHost(ctx, host)
+			return records.Plan{}, ps.unknownHost(ctx, host)
 		}
 		return records.Plan{}, fmt.Errorf("enabling %s: %w", host, err)
 	}
@@ -360,43 +360,43 @@ func (c *Conductor) Undrain(ctx context.Context, host string, moveBack bool) (re
 	if last == nil {
 		return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("%s was enabled; no drain of it to return instances from", host)}
 	}
-	now := c.clock.Now()
-	back := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanReturn, Hosts: []string{host}, State: records.PlanApproved,
-		Options: records.PlanOptions{Parallel: last.Options.Parallel}, Owner: c.cfg.Owner, CreatedAt: now, UpdatedAt: now,
+	now := ps.clock.Now()
+	back := records.Plan{UUID: ps.cfg.NewID(), Purpose: records.PlanReturn, Hosts: []string{host}, State: records.PlanApproved,
+		Options: records.PlanOptions{Parallel: last.Options.Parallel}, Owner: ps.cfg.Owner, CreatedAt: now, UpdatedAt: now,
 		Reason: fmt.Sprintf("returns what drain plan %d moved off %s", last.ID, host)}
 	for _, mv := range last.Moves {
 		if mv.Source != host || mv.State != records.MoveDone {
 			continue
 		}
-		in, err := c.store.GetInstance(ctx, mv.Instance)
+		in, err := ps.store.GetInstance(ctx, mv.Instance)
 		if err != nil || in.Host != mv.Result {
 			continue // gone, or moved since
 		}
 		back.Moves = append(back.Moves, records.PlanMove{Instance: mv.Instance, Source: mv.Result, Dest: host, RAMMB: in.Flavor.RAMMB, State: records.MovePending})
 	}
-	if back, err = c.store.CreatePlan(ctx, back); err != nil {
+	if back, err = ps.store.CreatePlan(ctx, back); err != nil {
 		return records.Plan{}, fmt.Errorf("recording the return to %s: %w", host, err)
 	}
-	c.kickPlans()
+	ps.kickPlans()
 	return back, nil
 }
 
 // CreatePlan stores a plan a planner proposed (a rebalance): recommended,
 // nothing claimed; ApprovePlan starts it. Its moves must name instances,
 // sources and destinations.
-func (c *Conductor) CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error) {
+func (ps *Plans) CreatePlan(ctx context.Context, p records.Plan) (records.Plan, error) {
 	for i, mv := range p.Moves {
 		if mv.Instance == "" || mv.Source == "" || mv.Dest == "" || mv.Source == mv.Dest {
 			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("move %d needs an instance, a source and another destination", i)}
 		}
 		p.Moves[i].State = records.MovePending
 	}
-	now := c.clock.Now()
-	p.ID, p.State, p.Owner, p.CreatedAt, p.UpdatedAt = 0, records.PlanRecommended, c.cfg.Owner, now, now
+	now := ps.clock.Now()
+	p.ID, p.State, p.Owner, p.CreatedAt, p.UpdatedAt = 0, records.PlanRecommended, ps.cfg.Owner, now, now
 	if p.UUID == "" {
-		p.UUID = c.cfg.NewID()
+		p.UUID = ps.cfg.NewID()
 	}
-	saved, err := c.store.CreatePlan(ctx, p)
+	saved, err := ps.store.CreatePlan(ctx, p)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("recording the %s plan: %w", p.Purpose, err)
 	}
@@ -405,17 +405,17 @@ func (c *Conductor) CreatePlan(ctx context.Context, p records.Plan) (records.Pla
 
 // supersedeOlder supersedes the recommended plans of p's purpose older
 // than p, saying why.
-func (c *Conductor) supersedeOlder(ctx context.Context, p records.Plan, why string) {
-	plans, err := c.store.ListPlans(ctx, true)
+func (ps *Plans) supersedeOlder(ctx context.Context, p records.Plan, why string) {
+	plans, err := ps.store.ListPlans(ctx, true)
 	if err != nil {
-		c.log.Warn("listing plans to supersede", "plan", p.ID, "err", err)
+		ps.log.Warn("listing plans to supersede", "plan", p.ID, "err", err)
 		return
 	}
 	for _, o := range plans {
 		if o.ID < p.ID && o.Purpose == p.Purpose && o.State == records.PlanRecommended {
 			reason := fmt.Sprintf("superseded by plan %d (%s)", p.ID, why)
-			if _, err := c.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: reason}); err != nil {
-				c.log.Warn("superseding a plan", "plan", o.ID, "err", err)
+			if _, err := ps.stepPlan(ctx, o.ID, plan.Event{Kind: plan.Supersede, Reason: reason}); err != nil {
+				ps.log.Warn("superseding a plan", "plan", o.ID, "err", err)
 			}
 		}
 	}
@@ -424,40 +424,40 @@ func (c *Conductor) supersedeOlder(ctx context.Context, p records.Plan, why stri
 // ApprovePlan approves a recommended plan (`keel rebalance apply`): the
 // executor starts it. Older recommended plans of the same purpose are
 // superseded.
-func (c *Conductor) ApprovePlan(ctx context.Context, id int64) (records.Plan, error) {
+func (ps *Plans) ApprovePlan(ctx context.Context, id int64) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
-	p, err := c.userPlanEvent(ctx, id, plan.Event{Kind: plan.Approve})
+	p, err := ps.userPlanEvent(ctx, id, plan.Event{Kind: plan.Approve})
 	if err != nil {
 		return p, err
 	}
-	c.supersedeOlder(ctx, p, "approved")
-	c.kickPlans()
+	ps.supersedeOlder(ctx, p, "approved")
+	ps.kickPlans()
 	return p, nil
 }
 
 // CancelPlan cancels a plan: no move starts any more; running moves
 // finish, or with abort are aborted. A drain's hosts stay disabled
 // (`keel host undrain` enables them).
-func (c *Conductor) CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error) {
+func (ps *Plans) CancelPlan(ctx context.Context, id int64, abort bool) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
-	p, err := c.userPlanEvent(ctx, id, plan.Event{Kind: plan.Cancel, Abort: abort, Reason: "cancelled by an operator"})
-	c.kickPlans()
+	p, err := ps.userPlanEvent(ctx, id, plan.Event{Kind: plan.Cancel, Abort: abort, Reason: "cancelled by an operator"})
+	ps.kickPlans()
 	return p, err
 }
 
 // userPlanEvent applies an operator's event, holding the executor's lock
 // so it never interleaves with a tick of this replica.
-func (c *Conductor) userPlanEvent(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
-	c.planMu.Lock()
-	defer c.planMu.Unlock()
-	cur, err := c.store.GetPlan(ctx, id)
+func (ps *Plans) userPlanEvent(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	cur, err := ps.store.GetPlan(ctx, id)
 	if err != nil {
 		return records.Plan{}, err // the store's error names the plan
 	}
 	if _, _, err := planMachine.Step(cur, ev); err != nil {
 		return cur, &InvalidStateError{Msg: err.Error()}
 	}
-	return c.stepPlan(ctx, id, ev)
+	return ps.stepPlan(ctx, id, ev)
 }
 
 // UnknownHostError is a request naming a host with no compute service; it
@@ -478,9 +478,9 @@ func (e *UnknownHostError) Error() string {
 func (e *UnknownHostError) Is(target error) bool { return target == store.ErrNotFound }
 
 // unknownHost is the error for a host with no compute service.
-func (c *Conductor) unknownHost(ctx context.Context, host string) error {
+func (ps *Plans) unknownHost(ctx context.Context, host string) error {
 	e := &UnknownHostError{Host: host}
-	if svcs, err := c.store.ListServices(ctx); err == nil {
+	if svcs, err := ps.store.ListServices(ctx); err == nil {
 		for _, s := range svcs {
 			if s.Binary == "" || s.Binary == "nova-compute" {
 				e.Hosts = append(e.Hosts, s.Host)

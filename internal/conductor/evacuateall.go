@@ -31,20 +31,20 @@ type EvacuateAllRequest struct {
 // starts (the instance still there, the host still down), and lets the
 // scheduler place each instance (never on a draining host) unless Target
 // names a host. The plan is stored: a restarted server resumes it.
-func (c *Conductor) EvacuateAll(ctx context.Context, req EvacuateAllRequest) (records.Plan, error) {
+func (ps *Plans) EvacuateAll(ctx context.Context, req EvacuateAllRequest) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
-	c.planMu.Lock()
-	p, err := c.evacuateAll(ctx, req)
-	c.planMu.Unlock()
+	ps.mu.Lock()
+	p, err := ps.evacuateAll(ctx, req)
+	ps.mu.Unlock()
 	if err != nil {
 		return records.Plan{}, err
 	}
-	c.log.Info("evacuation planned", "plan", p.ID, "host", req.Host, "moves", len(p.Moves), "parallel", req.Parallel, "target", req.Target)
-	c.kickPlans()
+	ps.log.Info("evacuation planned", "plan", p.ID, "host", req.Host, "moves", len(p.Moves), "parallel", req.Parallel, "target", req.Target)
+	ps.kickPlans()
 	return p, nil
 }
 
-func (c *Conductor) evacuateAll(ctx context.Context, req EvacuateAllRequest) (records.Plan, error) {
+func (ps *Plans) evacuateAll(ctx context.Context, req EvacuateAllRequest) (records.Plan, error) {
 	h := req.Host
 	if h == "" {
 		return records.Plan{}, &InvalidStateError{Msg: "an evacuation needs a host"}
@@ -55,20 +55,20 @@ func (c *Conductor) evacuateAll(ctx context.Context, req EvacuateAllRequest) (re
 	if req.Parallel < 0 {
 		return records.Plan{}, &InvalidStateError{Msg: "parallel must be 0 (no limit but the caps) or more"}
 	}
-	if _, err := c.store.GetService(ctx, h); err != nil {
+	if _, err := ps.store.GetService(ctx, h); err != nil {
 		if isNotFound(err) {
-			return records.Plan{}, c.unknownHost(ctx, h)
+			return records.Plan{}, ps.unknownHost(ctx, h)
 		}
 		return records.Plan{}, fmt.Errorf("reading the service of %s: %w", h, err)
 	}
-	down, err := c.serviceDown(ctx, h)
+	down, err := ps.moves.serviceDown(ctx, h)
 	if err != nil {
 		return records.Plan{}, err
 	}
 	if !down {
 		return records.Plan{}, &BadRequestError{Msg: fmt.Sprintf("Compute service of %s is still in use.", h)}
 	}
-	plans, err := c.store.ListPlans(ctx, true)
+	plans, err := ps.store.ListPlans(ctx, true)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
 	}
@@ -77,13 +77,13 @@ func (c *Conductor) evacuateAll(ctx context.Context, req EvacuateAllRequest) (re
 			return records.Plan{}, &InvalidStateError{Msg: fmt.Sprintf("host %s is already being evacuated by plan %d (keel plan show %d)", h, o.ID, o.ID)}
 		}
 	}
-	on, err := c.store.ListInstances(ctx, h)
+	on, err := ps.store.ListInstances(ctx, h)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("listing the instances of %s: %w", h, err)
 	}
-	now := c.clock.Now()
-	p := records.Plan{UUID: c.cfg.NewID(), Purpose: records.PlanEvacuateAll, State: records.PlanApproved, Hosts: []string{h},
-		Options: records.PlanOptions{Parallel: req.Parallel, StopOnFailure: req.StopOnFailure}, Owner: c.cfg.Owner,
+	now := ps.clock.Now()
+	p := records.Plan{UUID: ps.cfg.NewID(), Purpose: records.PlanEvacuateAll, State: records.PlanApproved, Hosts: []string{h},
+		Options: records.PlanOptions{Parallel: req.Parallel, StopOnFailure: req.StopOnFailure}, Owner: ps.cfg.Owner,
 		CreatedAt: now, UpdatedAt: now}
 	for _, in := range on {
 		if in.VMState == records.VMDeleted || in.TaskState == records.TaskDeleting {
@@ -97,7 +97,7 @@ func (c *Conductor) evacuateAll(ctx context.Context, req EvacuateAllRequest) (re
 	if err := plan.Order(p.Moves, "largest"); err != nil {
 		return records.Plan{}, err
 	}
-	if p, err = c.store.CreatePlan(ctx, p); err != nil {
+	if p, err = ps.store.CreatePlan(ctx, p); err != nil {
 		return records.Plan{}, fmt.Errorf("recording the evacuation of %s: %w", h, err)
 	}
 	return p, nil

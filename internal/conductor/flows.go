@@ -32,7 +32,6 @@ func (c *Conductor) newDriver() *flow.Driver {
 	c.place = &placer{store: c.store, quota: c.cfg.Quota, flows: d, log: c.log, decision: c.hooks.Decision}
 	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
 		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}
-	c.planFx = &planEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, moves: c, clock: c.clock, log: c.log}
 	c.lifeFx = &lifecycleEffects{store: c.store, images: c.cfg.Images, agents: c.agents, clock: c.clock, log: c.log, boot: c.stepBoot}
 	c.builds = &bootEffects{store: c.store, sched: c.sched, place: c.place, agents: c.agents, log: c.log}
 	c.bootRuns = c.bootFlow()
@@ -41,8 +40,7 @@ func (c *Conductor) newDriver() *flow.Driver {
 	flow.Register(d, c.migrations)
 	c.lifecycles = c.lifecycleFlow()
 	flow.Register(d, c.lifecycles)
-	c.plans = c.planFlow()
-	flow.Register(d, c.plans)
+	c.plans = newPlans(c.cfg, c.store, c.sched, c.place, c, c.clock, c.log, c.tasks, d)
 	return d
 }
 
@@ -187,7 +185,7 @@ func (c *Conductor) migrationFlow() *flow.Flow[records.Migration, migration.Even
 			}
 			c.moves.forget(next)
 			if next.PlanMove != nil {
-				c.kickPlans() // its plan's move ended: the executor goes on
+				c.plans.kickPlans() // its plan's move ended: the executor goes on
 			}
 			if c.hooks.MigrationDone != nil {
 				c.hooks.MigrationDone(next)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"keel/internal/clock"
@@ -25,20 +26,59 @@ import (
 // a replica whose heartbeat stopped, taken over by the flow driver as
 // migrations are (planFlow).
 
+// Plans is the plan API (drains, undrains, evacuate-all, rebalance
+// plans; create, approve, cancel) and its executor (RunPlans, TickPlans),
+// the conductor's plans flow. It holds only what those need; the moves a
+// plan starts, confirms and aborts are the conductor's (planMover).
+// Conductor.Plans returns it.
+type Plans struct {
+	cfg   Config
+	store Store
+	sched *scheduler.Scheduler
+	place *placer
+	moves planMover
+	clock clock.Clock
+	log   *slog.Logger
+	tasks *tasks
+	// flows is the conductor's flow driver; flow the plans' flow it
+	// recovers, takes over and starts (approved plans); fx performs the
+	// plan machine's actions.
+	flows *flow.Driver
+	flow  *flow.Flow[records.Plan, plan.Event, plan.Action]
+	fx    *planEffects
+	// mu serialises the executor's ticks (one writer of the plans this
+	// replica runs) with an operator's events; wake wakes the executor
+	// early (a move's migration ended, a plan was created or cancelled).
+	mu   sync.Mutex
+	wake chan struct{}
+}
+
+// newPlans builds the plans' API and executor and registers their flow
+// with the driver d.
+func newPlans(cfg Config, st Store, sched *scheduler.Scheduler, place *placer, moves planMover, clk clock.Clock, log *slog.Logger,
+	t *tasks, d *flow.Driver) *Plans {
+	ps := &Plans{cfg: cfg, store: st, sched: sched, place: place, moves: moves, clock: clk, log: log, tasks: t, flows: d,
+		wake: make(chan struct{}, 1)}
+	ps.fx = &planEffects{cfg: cfg, store: st, sched: sched, place: place, moves: moves, clock: clk, log: log}
+	ps.flow = ps.planFlow()
+	flow.Register(d, ps.flow)
+	return ps
+}
+
 // planMachine is the executor's machine: a move's live migration is tried
 // twice (the scheduler choosing again) before it fails or falls back.
 var planMachine = plan.Machine{MaxAttempts: 2}
 
 // PlanCaps returns the caps the executor starts moves under.
-func (c *Conductor) PlanCaps() plan.Caps {
-	return plan.Caps{PerSource: c.cfg.MaxConcurrentLiveMigrations,
-		PerDest: c.cfg.MaxConcurrentIncomingLiveMigrations, Total: c.cfg.MaxConcurrentLiveMigrationsTotal}
+func (ps *Plans) PlanCaps() plan.Caps {
+	return plan.Caps{PerSource: ps.cfg.MaxConcurrentLiveMigrations,
+		PerDest: ps.cfg.MaxConcurrentIncomingLiveMigrations, Total: ps.cfg.MaxConcurrentLiveMigrationsTotal}
 }
 
 // kickPlans wakes the executor (RunPlans) without waiting.
-func (c *Conductor) kickPlans() {
+func (ps *Plans) kickPlans() {
 	select {
-	case c.planKick <- struct{}{}:
+	case ps.wake <- struct{}{}:
 	default:
 	}
 }
@@ -46,23 +86,23 @@ func (c *Conductor) kickPlans() {
 // RunPlans runs the plan executor until ctx ends: TickPlans every
 // Config.PlanTick on the conductor's clock, and at once when a plan
 // move's migration ends or a plan is created, approved or cancelled.
-func (c *Conductor) RunPlans(ctx context.Context) {
-	every := c.cfg.PlanTick
+func (ps *Plans) RunPlans(ctx context.Context) {
+	every := ps.cfg.PlanTick
 	if every <= 0 {
 		every = time.Second
 	}
-	c.repeat(ctx, every, func() { c.kickPlans() })
-	c.tasks.goDo(func() {
+	ps.tasks.repeat(ctx, ps.clock, every, func() { ps.kickPlans() })
+	ps.tasks.goDo(func() {
 		for {
-			if _, err := c.TickPlans(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("running plans", "err", err)
+			if _, err := ps.TickPlans(ctx); err != nil && ctx.Err() == nil {
+				ps.log.Warn("running plans", "err", err)
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.tasks.closing.Done():
+			case <-ps.tasks.closing.Done():
 				return
-			case <-c.planKick:
+			case <-ps.wake:
 			}
 		}
 	})
@@ -75,27 +115,27 @@ func (c *Conductor) RunPlans(ctx context.Context) {
 // pending moves Select chooses under the caps started. A restart's
 // running plans are resumed by Recover. It returns how many moves it
 // started.
-func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
+func (ps *Plans) TickPlans(ctx context.Context) (int, error) {
 	ctx = context.WithoutCancel(ctx)
-	c.planMu.Lock()
-	defer c.planMu.Unlock()
-	if _, err := c.plans.TakeOver(ctx, c.flows); err != nil {
-		c.log.Warn("taking dead replicas' plans over", "err", err)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if _, err := ps.flow.TakeOver(ctx, ps.flows); err != nil {
+		ps.log.Warn("taking dead replicas' plans over", "err", err)
 	}
-	if _, err := c.plans.Sweep(ctx, c.flows); err != nil {
-		c.log.Warn("starting approved plans", "err", err)
+	if _, err := ps.flow.Sweep(ctx, ps.flows); err != nil {
+		ps.log.Warn("starting approved plans", "err", err)
 	}
-	plans, err := c.store.ListPlans(ctx, true)
+	plans, err := ps.store.ListPlans(ctx, true)
 	if err != nil {
 		return 0, fmt.Errorf("listing plans: %w", err)
 	}
 	var mine []records.Plan
 	for _, p := range plans {
-		if p.State != records.PlanRunning || (c.cfg.Owner != "" && p.Owner != c.cfg.Owner) {
+		if p.State != records.PlanRunning || (ps.cfg.Owner != "" && p.Owner != ps.cfg.Owner) {
 			continue // recommended, approved (the sweep runs it), or another replica's
 		}
-		if p, err = c.pollMoves(ctx, p); err != nil {
-			c.log.Warn("reading a plan's moves", "plan", p.ID, "err", err)
+		if p, err = ps.pollMoves(ctx, p); err != nil {
+			ps.log.Warn("reading a plan's moves", "plan", p.ID, "err", err)
 		}
 		if p.State == records.PlanRunning {
 			mine = append(mine, p)
@@ -104,7 +144,7 @@ func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 	if len(mine) == 0 {
 		return 0, nil
 	}
-	u, err := c.inFlight(ctx)
+	u, err := ps.inFlight(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -113,11 +153,11 @@ func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 	for i := range mine {
 		byID[mine[i].ID] = &mine[i]
 	}
-	for _, pk := range plan.Select(mine, &u, c.PlanCaps()) {
+	for _, pk := range plan.Select(mine, &u, ps.PlanCaps()) {
 		p := byID[pk.Plan]
-		next, err := c.stepPlan(withUsage(ctx, &u), p.ID, plan.Event{Kind: plan.Begin, Move: pk.Move})
+		next, err := ps.stepPlan(withUsage(ctx, &u), p.ID, plan.Event{Kind: plan.Begin, Move: pk.Move})
 		if err != nil {
-			c.log.Warn("starting a plan move", "plan", p.ID, "move", pk.Move, "err", err)
+			ps.log.Warn("starting a plan move", "plan", p.ID, "move", pk.Move, "err", err)
 			continue
 		}
 		*p = next
@@ -128,12 +168,12 @@ func (c *Conductor) TickPlans(ctx context.Context) (int, error) {
 
 // pollMoves feeds the ends (and progress) of p's running moves'
 // migrations to p, and confirms a cold move waiting in VERIFY_RESIZE.
-func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan, error) {
+func (ps *Plans) pollMoves(ctx context.Context, p records.Plan) (records.Plan, error) {
 	for i, mv := range p.Moves {
 		if mv.State != records.MoveRunning {
 			continue
 		}
-		m, err := c.store.GetMigration(ctx, mv.Migration)
+		m, err := ps.store.GetMigration(ctx, mv.Migration)
 		if isNotFound(err) {
 			m = records.Migration{ID: mv.Migration, Status: records.MigrationError, Error: "migration record missing"}
 		} else if err != nil {
@@ -145,14 +185,14 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 			// An evacuation is done once the instance runs on its
 			// destination (its source, down, cleans up when it is back).
 			ev.Kind, ev.Status, ev.Reason, ev.Interrupted = plan.Ended, m.Status, m.Error, m.Interrupted
-			if ev.Host, err = c.place.hostOf(ctx, mv.Instance); err != nil {
+			if ev.Host, err = ps.place.hostOf(ctx, mv.Instance); err != nil {
 				return p, err
 			}
 		case m.Status == records.MigrationFinished:
 			// A cold move's guest runs on its destination: the plan
 			// confirms it (nobody else will).
-			if err := c.ConfirmResize(ctx, mv.Instance); err != nil {
-				c.log.Warn("confirming a plan's cold move", "plan", p.ID, "move", i, "err", err)
+			if err := ps.moves.ConfirmResize(ctx, mv.Instance); err != nil {
+				ps.log.Warn("confirming a plan's cold move", "plan", p.ID, "move", i, "err", err)
 			}
 			continue
 		case m.MemoryProcessedBytes > mv.BytesCopied:
@@ -160,7 +200,7 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 		default:
 			continue
 		}
-		next, err := c.stepPlan(ctx, p.ID, ev)
+		next, err := ps.stepPlan(ctx, p.ID, ev)
 		if err != nil {
 			return p, err
 		}
@@ -172,8 +212,8 @@ func (c *Conductor) pollMoves(ctx context.Context, p records.Plan) (records.Plan
 // inFlight counts the cloud's active migrations by source and
 // destination: what the caps are measured against. Evacuations count
 // until their instance runs on its destination (status done).
-func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
+func (ps *Plans) inFlight(ctx context.Context) (plan.Usage, error) {
+	ms, err := ps.store.ListMigrations(ctx, store.MigrationFilter{ActiveOnly: true})
 	if err != nil {
 		return plan.Usage{}, fmt.Errorf("counting migrations in flight: %w", err)
 	}
@@ -192,14 +232,14 @@ func (c *Conductor) inFlight(ctx context.Context) (plan.Usage, error) {
 // planFlow is the plans' flow: the driver recovers a restart's running
 // plans, takes dead replicas' over and starts approved ones (its
 // deadline); the executor (TickPlans) feeds the rest.
-func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action] {
+func (ps *Plans) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action] {
 	return &flow.Flow[records.Plan, plan.Event, plan.Action]{
 		Name: "plan", Machine: planSteps{planMachine},
-		List: func(ctx context.Context) ([]records.Plan, error) { return c.store.ListPlans(ctx, true) },
+		List: func(ctx context.Context) ([]records.Plan, error) { return ps.store.ListPlans(ctx, true) },
 		Get: func(ctx context.Context, p records.Plan) (records.Plan, error) {
-			return c.store.GetPlan(ctx, p.ID)
+			return ps.store.GetPlan(ctx, p.ID)
 		},
-		Save:  c.store.UpdatePlan,
+		Save:  ps.store.UpdatePlan,
 		Key:   func(p records.Plan) string { return "plan/" + strconv.FormatInt(p.ID, 10) },
 		Owner: func(p records.Plan) string { return p.Owner }, Version: func(p records.Plan) int64 { return p.Version },
 		Owned: func(p records.Plan, owner string, now time.Time) records.Plan {
@@ -211,8 +251,8 @@ func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action]
 			p.UpdatedAt = now
 			return p
 		},
-		Perform: closable(c.tasks, func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
-			ev, ok := c.planFx.perform(ctx, p, a)
+		Perform: closable(ps.tasks, func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
+			ev, ok := ps.fx.perform(ctx, p, a)
 			return ev, ok, nil
 		}),
 	}
@@ -220,8 +260,8 @@ func (c *Conductor) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action]
 
 // stepPlan feeds ev to plan id through the driver's loop (flow.Flow.Run)
 // and the plan machine's effects, until none is left.
-func (c *Conductor) stepPlan(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
-	p, err := c.plans.Run(ctx, c.flows, records.Plan{ID: id}, ev)
+func (ps *Plans) stepPlan(ctx context.Context, id int64, ev plan.Event) (records.Plan, error) {
+	p, err := ps.flow.Run(ctx, ps.flows, records.Plan{ID: id}, ev)
 	if err != nil {
 		return p, fmt.Errorf("plan %d: %s: %w", id, ev.Kind, err)
 	}
@@ -284,15 +324,17 @@ type planEffects struct {
 	log   *slog.Logger
 }
 
-// planMover is what a plan's moves ask of the conductor (*Conductor):
-// their migrations started as a plan starts them (the caller waits for
-// the first steps), aborted, and whether a host is down.
+// planMover is what plans ask of the conductor (*Conductor): their
+// moves' migrations started as a plan starts them (the caller waits for
+// the first steps), aborted or confirmed, and whether a host is down.
 type planMover interface {
 	liveMigrate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error)
 	startColdMove(ctx context.Context, instanceUUID, requestedHost string, newFlavor *records.Flavor, o moveOpts) (records.Migration, error)
 	evacuate(ctx context.Context, instanceUUID, requestedHost string, o moveOpts) (records.Migration, error)
 	Abort(ctx context.Context, migID int64) error
 	serviceDown(ctx context.Context, host string) (bool, error)
+	// ConfirmResize confirms a plan's cold move left in VERIFY_RESIZE.
+	ConfirmResize(ctx context.Context, instanceUUID string) error
 }
 
 var _ planMover = (*Conductor)(nil)

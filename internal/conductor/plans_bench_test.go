@@ -28,13 +28,13 @@ func benchDrain(b *testing.B, hosts, drained, perHost, parallel int) (records.Pl
 			c.Seed(name, "vm", cloudtest.Small)
 		}
 	}
-	p, err := c.Cond.Drain(ctx, conductor.DrainRequest{Hosts: names, Parallel: parallel})
+	p, err := c.Cond.Plans().Drain(ctx, conductor.DrainRequest{Hosts: names, Parallel: parallel})
 	if err != nil {
 		b.Fatal(err)
 	}
 	start := c.Clock.Now()
 	for {
-		if _, err := c.Cond.TickPlans(ctx); err != nil {
+		if _, err := c.Cond.Plans().TickPlans(ctx); err != nil {
 			b.Fatal(err)
 		}
 		cur, err := c.Store.GetPlan(ctx, p.ID)

@@ -15,7 +15,7 @@ import (
 func (c *cloud) runPlan(id int64, caps plan.Caps) records.Plan {
 	c.t.Helper()
 	for i := 0; i < 600; i++ {
-		if _, err := c.cond.TickPlans(ctx); err != nil {
+		if _, err := c.cond.Plans().TickPlans(ctx); err != nil {
 			c.t.Fatal(err)
 		}
 		c.checkCaps(caps)
@@ -82,11 +82,11 @@ func TestPlanResumesAfterRestart(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		c.seed("h1", "vm", small)
 	}
-	p, err := c.cond.Drain(ctx, conductor.DrainRequest{Hosts: []string{"h1"}, Parallel: 2})
+	p, err := c.cond.Plans().Drain(ctx, conductor.DrainRequest{Hosts: []string{"h1"}, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.cond.TickPlans(ctx); err != nil {
+	if _, err := c.cond.Plans().TickPlans(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p, _ = c.st.GetPlan(ctx, p.ID)

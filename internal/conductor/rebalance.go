@@ -38,17 +38,17 @@ type RebalanceRequest struct {
 // answer alone (the returned plan's ID is 0). The older recommended
 // rebalance plans are superseded: they were computed on an older view of
 // the cloud, and left alone they would pile up.
-func (c *Conductor) PlanRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
-	p, rp, err := c.planRebalance(ctx, req)
+func (ps *Plans) PlanRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
+	p, rp, err := ps.planRebalance(ctx, req)
 	if err == nil && p.ID != 0 {
-		c.supersedeOlder(context.WithoutCancel(ctx), p, "a newer recommendation")
+		ps.supersedeOlder(context.WithoutCancel(ctx), p, "a newer recommendation")
 	}
 	return p, rp, err
 }
 
 // planRebalance is PlanRebalance without superseding the older
 // recommendations (the periodic rebalance leaves an operator's alone).
-func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
+func (ps *Plans) planRebalance(ctx context.Context, req RebalanceRequest) (records.Plan, rebalance.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
 	if req.Metric == "" {
 		req.Metric = "ram"
@@ -57,11 +57,11 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, &InvalidStateError{Msg: err.Error()}
 	}
-	cloud, err := rebalance.FromStore(ctx, c.store)
+	cloud, err := rebalance.FromStore(ctx, ps.store)
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, fmt.Errorf("reading the cloud for a rebalance: %w", err)
 	}
-	draining, err := drainingHosts(ctx, c.store)
+	draining, err := drainingHosts(ctx, ps.store)
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, err
 	}
@@ -69,13 +69,13 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 	if cooldown <= 0 {
 		cooldown = time.Hour
 	}
-	movedAt, err := c.lastMoves(ctx)
+	movedAt, err := ps.lastMoves(ctx)
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, err
 	}
 	planner, err := rebalance.New(rebalance.Options{Metric: metric, Threshold: req.Threshold, MaxMoves: req.MaxMoves,
-		Scheduler: c.sched.Config(), Now: c.clock.Now(), Cooldown: cooldown, MovedAt: movedAt, Exclude: draining, Seed: req.Seed,
-		MaxAge: c.sched.Config().Metrics.MaxAge})
+		Scheduler: ps.sched.Config(), Now: ps.clock.Now(), Cooldown: cooldown, MovedAt: movedAt, Exclude: draining, Seed: req.Seed,
+		MaxAge: ps.sched.Config().Metrics.MaxAge})
 	if err != nil {
 		return records.Plan{}, rebalance.Plan{}, &InvalidStateError{Msg: err.Error()}
 	}
@@ -92,13 +92,13 @@ func (c *Conductor) planRebalance(ctx context.Context, req RebalanceRequest) (re
 	for _, m := range rp.Moves {
 		p.Moves = append(p.Moves, records.PlanMove{Instance: m.Instance, Source: m.Source, Dest: m.Destination, RAMMB: m.RAMMB})
 	}
-	saved, err := c.CreatePlan(ctx, p)
+	saved, err := ps.CreatePlan(ctx, p)
 	return saved, rp, err
 }
 
 // lastMoves is when each instance last completed a move.
-func (c *Conductor) lastMoves(ctx context.Context) (map[string]time.Time, error) {
-	ms, err := c.store.ListMigrations(ctx, store.MigrationFilter{})
+func (ps *Plans) lastMoves(ctx context.Context) (map[string]time.Time, error) {
+	ms, err := ps.store.ListMigrations(ctx, store.MigrationFilter{})
 	if err != nil {
 		return nil, fmt.Errorf("reading past moves: %w", err)
 	}
@@ -116,8 +116,8 @@ func (c *Conductor) lastMoves(ctx context.Context) (map[string]time.Time, error)
 
 // rebalanceMetric is the periodic rebalance's metric: measured use when
 // [keel] rebalance_by says so, else the RAM claimed.
-func (c *Conductor) rebalanceMetric() string {
-	if c.cfg.RebalanceBy == "measured" {
+func (ps *Plans) rebalanceMetric() string {
+	if ps.cfg.RebalanceBy == "measured" {
 		return string(rebalance.MetricMeasured)
 	}
 	return string(rebalance.MetricRAM)
@@ -126,15 +126,15 @@ func (c *Conductor) rebalanceMetric() string {
 // RunRebalance runs the periodic rebalance until ctx ends, when
 // Config.RebalanceInterval turns it on (it is off by default):
 // PeriodicRebalance every interval on the conductor's clock.
-func (c *Conductor) RunRebalance(ctx context.Context) {
-	if c.cfg.RebalanceInterval <= 0 {
+func (ps *Plans) RunRebalance(ctx context.Context) {
+	if ps.cfg.RebalanceInterval <= 0 {
 		return
 	}
-	c.log.Info("periodic rebalance on", "interval", c.cfg.RebalanceInterval, "threshold", c.cfg.RebalanceThreshold,
-		"max_moves", c.cfg.RebalanceMaxMoves, "by", c.rebalanceMetric())
-	c.repeat(ctx, c.cfg.RebalanceInterval, func() {
-		if _, err := c.PeriodicRebalance(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("periodic rebalance", "err", err)
+	ps.log.Info("periodic rebalance on", "interval", ps.cfg.RebalanceInterval, "threshold", ps.cfg.RebalanceThreshold,
+		"max_moves", ps.cfg.RebalanceMaxMoves, "by", ps.rebalanceMetric())
+	ps.tasks.repeat(ctx, ps.clock, ps.cfg.RebalanceInterval, func() {
+		if _, err := ps.PeriodicRebalance(ctx); err != nil && ctx.Err() == nil {
+			ps.log.Warn("periodic rebalance", "err", err)
 		}
 	})
 }
@@ -149,42 +149,42 @@ func (c *Conductor) RunRebalance(ctx context.Context) {
 // same caps as any plan. Every replica runs it: of plans made at once the
 // first recorded (the lowest ID) is the one approved, the others are
 // superseded at once. It returns that plan (ID 0: nothing to do).
-func (c *Conductor) PeriodicRebalance(ctx context.Context) (records.Plan, error) {
+func (ps *Plans) PeriodicRebalance(ctx context.Context) (records.Plan, error) {
 	ctx = context.WithoutCancel(ctx)
-	plans, err := c.store.ListPlans(ctx, true)
+	plans, err := ps.store.ListPlans(ctx, true)
 	if err != nil {
 		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
 	}
 	if len(plans) > 0 {
-		c.log.Debug("periodic rebalance skipped: a plan has not ended", "plan", plans[0].ID, "purpose", plans[0].Purpose, "state", plans[0].State)
+		ps.log.Debug("periodic rebalance skipped: a plan has not ended", "plan", plans[0].ID, "purpose", plans[0].Purpose, "state", plans[0].State)
 		return records.Plan{}, nil
 	}
-	p, rp, err := c.planRebalance(ctx, RebalanceRequest{Metric: c.rebalanceMetric(), Threshold: c.cfg.RebalanceThreshold,
-		MaxMoves: c.cfg.RebalanceMaxMoves, Seed: uint64(c.clock.Now().Unix())})
+	p, rp, err := ps.planRebalance(ctx, RebalanceRequest{Metric: ps.rebalanceMetric(), Threshold: ps.cfg.RebalanceThreshold,
+		MaxMoves: ps.cfg.RebalanceMaxMoves, Seed: uint64(ps.clock.Now().Unix())})
 	if err != nil {
 		return records.Plan{}, err
 	}
 	if p.ID == 0 {
-		c.log.Debug("periodic rebalance: nothing to do", "metric", rp.Metric, "cv", rp.Before, "stopped", rp.Stopped)
+		ps.log.Debug("periodic rebalance: nothing to do", "metric", rp.Metric, "cv", rp.Before, "stopped", rp.Stopped)
 		return p, nil
 	}
 	// Another replica may have planned at the same time: whichever plan
 	// was recorded later sees the earlier one here, and yields.
-	if plans, err = c.store.ListPlans(ctx, true); err != nil {
+	if plans, err = ps.store.ListPlans(ctx, true); err != nil {
 		return records.Plan{}, fmt.Errorf("listing plans: %w", err)
 	}
 	for _, o := range plans {
 		if o.ID < p.ID {
-			if _, err := c.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("plan %d came first", o.ID)}); err != nil {
+			if _, err := ps.stepPlan(ctx, p.ID, plan.Event{Kind: plan.Supersede, Reason: fmt.Sprintf("plan %d came first", o.ID)}); err != nil {
 				return records.Plan{}, fmt.Errorf("yielding periodic rebalance plan %d to plan %d: %w", p.ID, o.ID, err)
 			}
-			c.log.Info("periodic rebalance yields to a plan recorded first", "plan", p.ID, "first", o.ID)
+			ps.log.Info("periodic rebalance yields to a plan recorded first", "plan", p.ID, "first", o.ID)
 			return records.Plan{}, nil
 		}
 	}
-	if p, err = c.ApprovePlan(ctx, p.ID); err != nil {
+	if p, err = ps.ApprovePlan(ctx, p.ID); err != nil {
 		return p, fmt.Errorf("approving periodic rebalance plan %d: %w", p.ID, err)
 	}
-	c.log.Info("periodic rebalance planned", "plan", p.ID, "moves", len(p.Moves), "cv_before", rp.Before, "cv_after", rp.After)
+	ps.log.Info("periodic rebalance planned", "plan", p.ID, "moves", len(p.Moves), "cv_before", rp.Before, "cv_after", rp.After)
 	return p, nil
 }

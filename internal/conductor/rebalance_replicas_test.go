@@ -55,7 +55,7 @@ func TestPeriodicRebalanceOnReplicas(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c.Seed("h1", "packed", cloudtest.Medium)
 	}
-	p, err := c.Cond.PeriodicRebalance(ctx)
+	p, err := c.Cond.Plans().PeriodicRebalance(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestPeriodicRebalanceOnReplicas(t *testing.T) {
 	// An operator's pending plan (the first one, still recommended): the
 	// next periodic runs plan nothing and leave it as it is.
 	for i := 0; i < 3; i++ {
-		if p, err := c.Cond.PeriodicRebalance(ctx); err != nil || p.ID != 0 {
+		if p, err := c.Cond.Plans().PeriodicRebalance(ctx); err != nil || p.ID != 0 {
 			t.Fatalf("periodic run over a pending plan: plan %d, %v", p.ID, err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestPeriodicRebalanceByMeasured(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p, err := c.Cond.PeriodicRebalance(ctx)
+			p, err := c.Cond.Plans().PeriodicRebalance(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -90,7 +90,7 @@ func (c *Conductor) Heartbeat(ctx context.Context) error {
 // and migrations every ServiceDownTime/2, on the conductor's clock, until
 // ctx ends.
 func (c *Conductor) RunOwnership(ctx context.Context) {
-	c.repeat(ctx, c.sweepEvery(), func() {
+	c.tasks.repeat(ctx, c.clock, c.sweepEvery(), func() {
 		if n, err := c.SweepStalled(ctx); err != nil {
 			c.log.Warn("sweeping for stalled boots and migrations", "err", err)
 		} else if n > 0 {
@@ -107,14 +107,14 @@ func (c *Conductor) RunOwnership(ctx context.Context) {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	c.repeat(ctx, every, func() {
+	c.tasks.repeat(ctx, c.clock, every, func() {
 		if err := c.Heartbeat(ctx); err != nil {
 			c.log.Warn("heartbeat", "err", err)
 		}
 		c.moves.reconcile(ctx)
 	})
 	if c.cfg.ServiceDownTime > 0 {
-		c.repeat(ctx, c.cfg.ServiceDownTime/2, func() {
+		c.tasks.repeat(ctx, c.clock, c.cfg.ServiceDownTime/2, func() {
 			if n, err := c.Sweep(ctx); err != nil {
 				c.log.Warn("sweeping for dead replicas' migrations", "err", err)
 			} else if n > 0 {
@@ -122,19 +122,4 @@ func (c *Conductor) RunOwnership(ctx context.Context) {
 			}
 		})
 	}
-}
-
-// repeat runs f every d on the clock until ctx ends or Close.
-func (c *Conductor) repeat(ctx context.Context, d time.Duration, f func()) {
-	var tick func()
-	tick = func() {
-		if ctx.Err() != nil {
-			return
-		}
-		f()
-		if ctx.Err() == nil {
-			c.tasks.afterFunc(c.clock, d, tick)
-		}
-	}
-	c.tasks.afterFunc(c.clock, d, tick)
 }

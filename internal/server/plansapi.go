@@ -25,7 +25,8 @@ import (
 //	POST /keel/v1/plans/{id}/cancel      {"abort": false}
 //	POST /keel/v1/hosts/{host}/undrain   {"return": false}
 
-// planRunner is what the plans API asks of the conductor.
+// planRunner is what the plans API asks of the conductor's plans
+// (conductor.Plans), declared here: the API needs nothing else of it.
 type planRunner interface {
 	Drain(ctx context.Context, req conductor.DrainRequest) (records.Plan, error)
 	EvacuateAll(ctx context.Context, req conductor.EvacuateAllRequest) (records.Plan, error)
@@ -37,7 +38,7 @@ type planRunner interface {
 	PlanCaps() plan.Caps
 }
 
-var _ planRunner = (*conductor.Conductor)(nil)
+var _ planRunner = (*conductor.Plans)(nil)
 
 func (k *keelAPI) planRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /keel/v1/plans", k.admin(k.listPlans))

@@ -211,9 +211,9 @@ func (s *Server) start(ctx context.Context) error {
 	ownCtx, stopOwnership := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopOwnership = stopOwnership
 	s.cond.RunOwnership(ownCtx)
-	s.cond.RunPlans(ownCtx)
+	s.cond.Plans().RunPlans(ownCtx)
 	go s.agents.run(ownCtx)
-	s.cond.RunRebalance(ownCtx)
+	s.cond.Plans().RunRebalance(ownCtx)
 	go s.ui.run(ownCtx)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
@@ -475,7 +475,7 @@ func (s *Server) keelAPI() *keelAPI {
 			BuildTimeout:     auditDeadline(cfg.Default.InstanceBuildTimeout, cfg),
 			MigrationTimeout: auditDeadline(cfg.Keel.MigrationStallTimeout, cfg),
 		},
-		plans:       s.cond,
+		plans:       s.cond.Plans(),
 		resetter:    s.cond,
 		computeOpts: cfg.SnapshotCompute(),
 		copyMiBps:   expectedCopyMiBps(cfg),
