@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"keel/internal/lifecycle"
 	"keel/internal/placement"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -27,6 +28,11 @@ import (
 // flavor no longer fits on the host for active. An instance left
 // migrating by a migration that has ended can be reset. A missing
 // instance is store.ErrNotFound.
+//
+// A snapshot in flight (createImage, createBackup, a shelve's) ends with
+// the reset and its image is deleted, as Nova's snapshot fails at its
+// next task-state check and deletes the image it was writing: the
+// snapshot's next step finds no action and stops.
 func (c *Conductor) ResetState(ctx context.Context, uuid string, state records.VMState) ([]string, error) {
 	for range 5 {
 		cur, err := c.store.GetInstance(ctx, uuid)
@@ -60,7 +66,20 @@ func (c *Conductor) ResetState(ctx context.Context, uuid string, state records.V
 		// No move is open (refused above): a resize's new flavor, counted
 		// by quotas while one is, goes too.
 		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, c.clock.Now()
+		var orphan string
+		if cur.Action != "" && cur.Snapshot != nil {
+			orphan = cur.Snapshot.ImageID
+			cur.Action, cur.ActionPhase, cur.ActionOps, cur.ActionFrom, cur.Snapshot = "", "", nil, "", nil
+			cur.ActionError = "the server's state was reset during its snapshot"
+		}
 		if _, err = c.store.UpdateInstance(ctx, cur); err == nil {
+			if orphan != "" {
+				if err := c.lifeFx.dropImage(lifecycle.Action{Kind: lifecycle.DropImage, Image: orphan}); err != nil {
+					c.log.Warn("deleting the image of a snapshot ended by a reset", "instance", uuid, "image", orphan, "err", err)
+				} else {
+					c.log.Info("a reset ended the snapshot in flight; its image is deleted", "instance", uuid, "image", orphan)
+				}
+			}
 			return fixed, nil
 		} else if !placement.IsConflict(err) {
 			return nil, fmt.Errorf("saving the reset state of %s: %w", uuid, err)

@@ -444,6 +444,28 @@ func TestGophercloudCreateImageAndBackup(t *testing.T) {
 		t.Errorf("after a snapshot whose image was deleted: %+v", srv)
 	}
 	gone(deleted)
+	// An admin's reset while the snapshot is saved ends it and deletes
+	// its image, as Nova's snapshot fails at its next task-state check
+	// and deletes the image: the server keeps the reset's state.
+	release = drv.HoldSnapshots()
+	_, out = action(sc45, map[string]any{"createImage": map[string]any{"name": "reset"}}, 202)
+	reset, _ := out["image_id"].(string)
+	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "error"}}, 202)
+	release()
+	gone(reset)
+	if srv := settled(); srv.Status != "ERROR" {
+		t.Errorf("after a reset to error during a snapshot: %+v", srv)
+	}
+	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "active"}}, 202)
+	release = drv.HoldSnapshots()
+	_, out = action(sc45, map[string]any{"createImage": map[string]any{"name": "reset-active"}}, 202)
+	reset, _ = out["image_id"].(string)
+	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "active"}}, 202)
+	release()
+	gone(reset)
+	if srv := settled(); srv.Status != "ACTIVE" {
+		t.Errorf("after a reset to active during a snapshot: %+v", srv)
+	}
 
 	action(sc45, map[string]any{"os-resetState": map[string]any{"state": "error"}}, 202)
 	if _, out := action(sc45, map[string]any{"createImage": map[string]any{"name": "late"}}, 409); !strings.Contains(fmt.Sprint(out), "Cannot 'createImage' instance "+s.ID+" while it is in vm_state error") {
