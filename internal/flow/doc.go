@@ -27,4 +27,8 @@
 //
 // The driver holds one lock per record key, in this process: a flow's
 // steps, the sweep's look at it and a take-over never interleave.
+// A loop that finds its record taken over by another replica (its save
+// lost on the version to the take-over, or a later read names the new
+// owner) stops driving it there: no step saved beside the new owner's,
+// no action performed.
 package flow

@@ -45,7 +45,8 @@ func (f *Flow[R, E, A]) Start(ctx context.Context, d *Driver, r R, ev E, spawn f
 // and saved with a version check (a conflict steps the event again from
 // what is stored, up to three times), its actions performed through the
 // flow's effect table (Perform) after the save (those Early picks before
-// it) — until nothing is left, the flow is out of its hands (Gone), the
+// it) — until nothing is left, the flow is out of its hands (Gone, or another
+// replica took the record over since the loop first read it), the
 // machine refuses an event (its error, or what Refused makes of it), or an
 // action cannot be done now (Perform's error: the record stays in its
 // phase for the sweep).
@@ -91,6 +92,7 @@ func (f *Flow[R, E, A]) drive(ctx context.Context, d *Driver, r R, evs []E, acts
 // caller's (the rest answers). stop, when set, is asked before each
 // batch of actions whether the loop stops there (handed over).
 func (f *Flow[R, E, A]) loop(ctx context.Context, d *Driver, cur R, evs []E, given int, acts []A, stop func(cur R, evs []E, given int, acts []A) bool) (R, error) {
+	var driver owner // who drove the record as this loop first read it
 	for len(evs) > 0 || len(acts) > 0 {
 		if len(acts) > 0 && stop != nil && stop(cur, evs, given, acts) {
 			return cur, nil
@@ -115,7 +117,7 @@ func (f *Flow[R, E, A]) loop(ctx context.Context, d *Driver, cur R, evs []E, giv
 		if !answer {
 			given--
 		}
-		next, more, gone, refused, err := f.step(ctx, d, cur, ev)
+		next, more, gone, refused, err := f.step(ctx, d, cur, ev, &driver)
 		if refused && f.Refused != nil {
 			err = f.Refused(next, ev, answer, err)
 		}
@@ -127,16 +129,48 @@ func (f *Flow[R, E, A]) loop(ctx context.Context, d *Driver, cur R, evs []E, giv
 	return cur, nil
 }
 
+// owner is the replica a loop found driving its record at its first
+// read (seen: read once).
+type owner struct {
+	name string
+	seen bool
+}
+
+// takenOver reports whether cur, read again by a loop that first found
+// it driven by was, is now another replica's: one that took the record
+// over with a versioned save (it judged this replica dead) while the
+// loop stepped it or performed its actions. The loop stops there rather
+// than drive the record beside its new owner. Without ownership (the
+// driver's Owner empty) nothing is ever taken over.
+func (f *Flow[R, E, A]) takenOver(d *Driver, was *owner, cur R) bool {
+	if d.Owner == "" || f.Owner == nil {
+		return false
+	}
+	now := f.Owner(cur)
+	if !was.seen {
+		was.name, was.seen = now, true
+		return false
+	}
+	return now != was.name && now != d.Owner
+}
+
 // step applies ev to the stored record and saves the result; gone when
-// the record is out of the flow's hands, refused when the machine
-// refused ev (err is its refusal).
-func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E) (next R, acts []A, gone, refused bool, err error) {
+// the record is out of the flow's hands (Gone, or taken over by another
+// replica since the loop first read it, or while this step was saved:
+// the save lost on the version), refused when the machine refused ev
+// (err is its refusal).
+func (f *Flow[R, E, A]) step(ctx context.Context, d *Driver, r R, ev E, was *owner) (next R, acts []A, gone, refused bool, err error) {
 	for conflicts := 0; ; conflicts++ {
 		cur, err := f.Get(ctx, r)
 		if err != nil {
 			return r, nil, false, false, fmt.Errorf("%s %s: %w", f.Name, f.Key(r), err)
 		}
 		if f.Gone != nil && f.Gone(cur) {
+			return cur, nil, true, false, nil
+		}
+		if f.takenOver(d, was, cur) {
+			d.Log.Info("flow taken over by another replica; this one stops driving it", "flow", f.Name, "key", f.Key(cur),
+				"owner", f.Owner(cur), "was", was.name, "replica", d.Owner)
 			return cur, nil, true, false, nil
 		}
 		now := d.Clock.Now()

@@ -231,3 +231,50 @@ func TestStartWithoutARemoteActionIsRun(t *testing.T) {
 		t.Fatalf("Start: count %d, %v, %d locks; want 3, nil, none", got.Count, err, d.Locks())
 	}
 }
+
+// TestRunStopsWhenTakenOver: replica a's loop loses its save on the
+// version because replica b took the record over meanwhile (b judged a
+// dead): a stops driving it — no step saved over b's, no action
+// performed — instead of stepping again from b's record beside b. The
+// same when b's take-over comes while a performed its first action, and
+// a's second save loses.
+func TestRunStopsWhenTakenOver(t *testing.T) {
+	for lost, at := range []string{"the first save", "the second save"} {
+		t.Run(at, func(t *testing.T) {
+			s := &jobs{byID: map[string]job{"j": {ID: "j", Owner: "a", Goal: 3}}}
+			d, clk := newDriver("a")
+			f := s.flow(clk)
+			var stepped []string
+			runnable(f, -1, &stepped)
+			performed := 0
+			perform := f.Perform
+			f.Perform = func(ctx context.Context, j job, a string) (jobEvent, bool, error) {
+				performed++
+				return perform(ctx, j, a)
+			}
+			saves := 0
+			s.beforeSave = func() {
+				if saves++; saves == lost+1 {
+					s.mu.Lock()
+					j := s.byID["j"]
+					j.Owner, j.Version = "b", j.Version+1 // b's take-over
+					s.byID["j"] = j
+					s.mu.Unlock()
+				}
+			}
+			got, err := f.Run(context.Background(), d, s.byID["j"], "go")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantPerformed := []string{"go"}[:lost], lost
+			if stored := s.byID["j"]; !slices.Equal(stepped, want) || performed != wantPerformed || stored.Owner != "b" ||
+				stored.Count != len(want) || got.Owner != "b" {
+				t.Fatalf("a's Run stepped %v and performed %d action(s); stored %+v, returned %+v; want %v stepped, %d performed, the record b's at count %d",
+					stepped, performed, stored, got, want, wantPerformed, len(want))
+			}
+			if d.Locks() != 0 {
+				t.Fatalf("%d locks left after Run", d.Locks())
+			}
+		})
+	}
+}
