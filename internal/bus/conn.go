@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -23,7 +24,8 @@ const (
 	ReconnectWait   = time.Second
 	ReconnectJitter = 500 * time.Millisecond
 	// PingInterval and maxPingsOut bound how long a dead server (whose TCP
-	// connection did not break) goes unnoticed: about 45 s.
+	// connection did not break) goes unnoticed: about 45 s without a
+	// message or a PONG from it (see Conn.watch).
 	PingInterval = 15 * time.Second
 	maxPingsOut  = 2
 	// HandshakeTimeout bounds a connection's dial and handshake (INFO,
@@ -91,8 +93,13 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		// rather than be delivered minutes later, and a call must fail
 		// fast rather than wait for its deadline.
 		nats.ReconnectBufSize(-1),
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(maxPingsOut),
+		// nats.go's own check counts PINGs whose PONG is late, however
+		// much else the server sends meanwhile: a busy connection to a
+		// server that is behind (its PONG queued after thousands of
+		// messages) was declared stale, and every reply in flight lost.
+		// Conn.watch checks liveness instead; nats.go only keeps pinging.
+		nats.PingInterval(livenessInterval),
+		nats.MaxPingsOutstanding(math.MaxInt32),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.markLost()
 			if err != nil {
@@ -134,6 +141,7 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 			log.Debug("bus connected", "url", nc.ConnectedUrlRedacted())
 			c.nc = nc
 			c.ctx, c.cancel = context.WithCancel(context.Background())
+			go c.watch(livenessInterval, livenessInterval*(maxPingsOut+1))
 			return c, nil
 		}
 		if !retryableConnectError(err) {
@@ -151,6 +159,59 @@ func Connect(ctx context.Context, url string, creds Credentials, name string, lo
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// livenessInterval is PingInterval; tests shorten it.
+var livenessInterval = PingInterval
+
+// watch declares the connection stale, and reconnects it, when the server
+// has sent nothing for tolerance: no message, and no PONG to the PING it
+// sends every interval (one at a time). A server that is alive but behind
+// keeps sending messages while its PONG waits behind them, so a busy
+// connection is never taken for a dead one; an idle connection to a dead
+// server is found as nats.go would (interval × (maxPingsOut + 1)). It
+// returns when the connection is closed.
+func (c *Conn) watch(interval, tolerance time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var probing atomic.Bool
+	var ponged atomic.Int64 // when the last probe's PONG came (UnixNano)
+	lastIn := c.nc.Stats().InMsgs
+	alive := time.Now()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if !c.nc.IsConnected() {
+			alive = now // the reconnection has its own timeouts
+			continue
+		}
+		if in := c.nc.Stats().InMsgs; in != lastIn {
+			lastIn, alive = in, now
+		}
+		if p := time.Unix(0, ponged.Load()); p.After(alive) {
+			alive = p
+		}
+		if silent := now.Sub(alive); silent > tolerance {
+			c.log.Warn("bus connection stale: nothing from the server, not even a PONG; reconnecting", "silent_for", silent.Round(time.Millisecond))
+			_ = c.nc.ForceReconnect()
+			alive = now
+			continue
+		}
+		if probing.CompareAndSwap(false, true) {
+			go func() {
+				defer probing.Store(false)
+				ctx, cancel := context.WithTimeout(c.ctx, tolerance)
+				defer cancel()
+				if c.nc.FlushWithContext(ctx) == nil {
+					ponged.Store(time.Now().UnixNano())
+				}
+			}()
+		}
 	}
 }
 

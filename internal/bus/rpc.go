@@ -109,9 +109,8 @@ func (c *Conn) subscribeUnconfirmed(s *subscription, subject, queue string, cb n
 }
 
 // confirmWait bounds how long a subscription waits for the server's
-// confirmation: as long as the connection's own liveness check (PINGs
-// every PingInterval, maxPingsOut unanswered) takes to declare a silent
-// server gone.
+// confirmation: as long as the connection's own liveness check (Conn.watch)
+// takes to declare a silent server gone.
 const confirmWait = PingInterval * (maxPingsOut + 1)
 
 // confirmSubscription waits until the server has read the subscriptions
@@ -419,8 +418,11 @@ func (c *Conn) respond(subject string, m *nats.Msg, reply []byte) {
 	if err := m.Respond(reply); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			c.log.Debug("reply dropped: connection closed", "subject", subject)
-		} else {
-			c.log.Warn("cannot send reply", "subject", subject, "err", err)
+		} else if ok, more := c.limit.allow("cannot send reply " + subject); ok {
+			// A dropped connection loses thousands at once: one line
+			// per subject and logEvery (2,636 lines in one second at
+			// 5,481 agents).
+			c.log.Warn("cannot send reply", "subject", subject, "err", err, "more_like_it", more)
 		}
 	}
 }

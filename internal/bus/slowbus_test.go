@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,10 +20,11 @@ import (
 // what the server sends reaches the client that much later (in order), as
 // from a server whose read loops are behind.
 type slowProxy struct {
-	ln    net.Listener
-	to    string
-	delay atomic.Int64 // nanoseconds
-	wg    sync.WaitGroup
+	ln     net.Listener
+	to     string
+	delay  atomic.Int64  // nanoseconds
+	closed chan struct{} // closed at the test's end: what is held back is dropped
+	wg     sync.WaitGroup
 }
 
 func startSlowProxy(t *testing.T, to string) *slowProxy {
@@ -31,9 +33,10 @@ func startSlowProxy(t *testing.T, to string) *slowProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &slowProxy{ln: ln, to: to}
+	p := &slowProxy{ln: ln, to: to, closed: make(chan struct{})}
 	var conns sync.Map
 	t.Cleanup(func() {
+		close(p.closed)
 		ln.Close()
 		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
 		p.wg.Wait()
@@ -83,7 +86,14 @@ func (p *slowProxy) delayed(client, server net.Conn) {
 		}
 	}()
 	for c := range chunks {
-		time.Sleep(time.Until(c.when))
+		select {
+		case <-time.After(time.Until(c.when)):
+		case <-p.closed:
+			server.Close()
+			for range chunks {
+			}
+			return
+		}
 		if _, err := client.Write(c.b); err != nil {
 			server.Close()
 			for range chunks {
@@ -248,5 +258,104 @@ func TestHandleAllConfirmsOnce(t *testing.T) {
 		if err := caller.Call(testenv.Context(t), bus.ComputeSubject("h1", fmt.Sprintf("m%02d", i)), echoReq{}, &resp); err != nil || resp.Text != fmt.Sprint(i) {
 			t.Fatalf("method %d: %v, %q", i, err, resp.Text)
 		}
+	}
+}
+
+// TestBusyConnectionIsNotStale: a connection whose server falls further
+// and further behind (everything it sends arrives later and later, up to
+// 1.5 s, five times the liveness tolerance of this test's 100 ms × 3)
+// while it keeps sending messages stays up, and every call over it is
+// answered. Before, nats.go declared it stale once two PINGs went
+// unanswered — at 5,481 agents the keel server's one connection was
+// dropped so, and every reply in flight lost ("outbound buffer limit
+// exceeded") — although the server was only behind. A silent server is
+// still found (TestSilentServerIsStale).
+func TestBusyConnectionIsNotStale(t *testing.T) {
+	defer bus.SetLivenessInterval(100 * time.Millisecond)()
+	log := testLog(t)
+	creds := testCreds(t)
+	srv := startServer(t, log, creds, 0)
+	proxy := startSlowProxy(t, srv.URL()[len("nats://"):])
+	server := connect(t, log, proxy.url(), creds, "keel-server")
+	if _, err := server.Handle(bus.ComputeSubject("h1", "echo"), "q", echoHandler("server")); err != nil {
+		t.Fatal(err)
+	}
+	caller := connect(t, log, srv.URL(), creds, "agent")
+
+	var dropped atomic.Bool
+	stop := make(chan struct{})
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() {
+		defer watching.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if !server.IsConnected() {
+				dropped.Store(true)
+			}
+		}
+	}()
+	var calls sync.WaitGroup
+	var failed atomic.Int64
+	var sent int
+	ramp := time.NewTicker(20 * time.Millisecond)
+	defer ramp.Stop()
+	const most = 1500 * time.Millisecond
+	for held := 0; held < 75; {
+		<-ramp.C
+		if d := time.Duration(proxy.delay.Load()); d < most {
+			proxy.delay.Store(int64(d + 10*time.Millisecond))
+		} else {
+			held++
+		}
+		sent++
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var out echoResp
+			if err := caller.Call(ctx, bus.ComputeSubject("h1", "echo"), echoReq{Text: "hi"}, &out); err != nil {
+				failed.Add(1)
+				t.Logf("call: %v", err)
+			}
+		}()
+	}
+	proxy.delay.Store(0)
+	calls.Wait()
+	close(stop)
+	watching.Wait()
+	if dropped.Load() {
+		t.Errorf("the connection of a server %s behind, still sending, was dropped", most)
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d calls failed", n, sent)
+	}
+}
+
+// TestSilentServerIsStale: a connection whose server sends nothing at all
+// (every byte from it held back) is declared stale and reconnected within
+// the liveness tolerance, as nats.go's own check did.
+func TestSilentServerIsStale(t *testing.T) {
+	defer bus.SetLivenessInterval(100 * time.Millisecond)()
+	log := testLog(t)
+	creds := testCreds(t)
+	srv := startServer(t, log, creds, 0)
+	proxy := startSlowProxy(t, srv.URL()[len("nats://"):])
+	conn := connect(t, log, proxy.url(), creds, "keel-server")
+	proxy.delay.Store(int64(time.Hour))
+	start := time.Now()
+	testenv.Poll(t, "the connection to a silent server declared stale", func() error {
+		if conn.IsConnected() {
+			return errors.New("still connected")
+		}
+		return nil
+	})
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("declared stale after %s, before the tolerance of 300 ms", took)
 	}
 }
