@@ -23,6 +23,17 @@ import (
 // 50 ms.
 func sharedPair(t *testing.T) (a, b *Issuer) {
 	t.Helper()
+	st := devStore(t)
+	mk := func() *Issuer {
+		return &Issuer{Key: make([]byte, KeySize), Shared: st, Refresh: 50 * time.Millisecond}
+	}
+	return mk(), mk()
+}
+
+// devStore is a store holding the dev directory (NewDevDirectory), as
+// a replica finds it shared.
+func devStore(t *testing.T) *memory.Store {
+	t.Helper()
 	st := memory.New()
 	doc, err := json.Marshal(NewDevDirectory(testPassword))
 	if err != nil {
@@ -31,10 +42,17 @@ func sharedPair(t *testing.T) (a, b *Issuer) {
 	if _, err := st.PutIdentity(context.Background(), doc, 0); err != nil {
 		t.Fatal(err)
 	}
-	mk := func() *Issuer {
-		return &Issuer{Key: make([]byte, KeySize), Shared: st, Refresh: 50 * time.Millisecond}
-	}
-	return mk(), mk()
+	return st
+}
+
+// serve answers one JSON request with token on iss's handler.
+func serve(iss *Issuer, method, path, token, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("X-Auth-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	iss.Handler("").ServeHTTP(rec, req)
+	return rec
 }
 
 // within waits up to d for ok.
@@ -161,14 +179,7 @@ func (f failingPuts) PutIdentity(context.Context, []byte, int64) (int64, error) 
 // request id the client saw. Before, the 500 was answered with nothing
 // logged.
 func TestServerFailureIsLogged(t *testing.T) {
-	st := memory.New()
-	doc, err := json.Marshal(NewDevDirectory(testPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.PutIdentity(context.Background(), doc, 0); err != nil {
-		t.Fatal(err)
-	}
+	st := devStore(t)
 	var logged bytes.Buffer
 	iss := &Issuer{Key: make([]byte, KeySize), Shared: failingPuts{st, context.DeadlineExceeded},
 		Log: slog.New(slog.NewTextHandler(&logged, nil))}
@@ -176,11 +187,7 @@ func TestServerFailureIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequest("POST", "/identity/v3/projects", strings.NewReader(`{"project": {"name": "p1"}}`))
-	req.Header.Set("X-Auth-Token", tok)
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	iss.Handler("").ServeHTTP(rec, req)
+	rec := serve(iss, "POST", "/identity/v3/projects", tok, `{"project": {"name": "p1"}}`)
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), msgServerFail) {
 		t.Fatalf("got %d %s, want 500 with %q", rec.Code, rec.Body, msgServerFail)
 	}
@@ -218,14 +225,7 @@ func (d deadlineStore) PutIdentity(ctx context.Context, doc []byte, version int6
 // ran inside the update, under that bound, and each answered 500
 // ('updating the identity directory: context deadline exceeded').
 func TestSlowPasswordHashOutsideTheStoreBound(t *testing.T) {
-	st := memory.New()
-	doc, err := json.Marshal(NewDevDirectory(testPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.PutIdentity(context.Background(), doc, 0); err != nil {
-		t.Fatal(err)
-	}
+	st := devStore(t)
 	oldTimeout, oldHash := sharedTimeout, hashFunc
 	t.Cleanup(func() { sharedTimeout, hashFunc = oldTimeout, oldHash })
 	sharedTimeout = time.Second
@@ -239,14 +239,7 @@ func TestSlowPasswordHashOutsideTheStoreBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(method, path, token, body string) int {
-		req := httptest.NewRequest(method, path, strings.NewReader(body))
-		req.Header.Set("X-Auth-Token", token)
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		iss.Handler("").ServeHTTP(rec, req)
-		return rec.Code
-	}
+	call := func(method, path, token, body string) int { return serve(iss, method, path, token, body).Code }
 	dave := UserID(DefaultDomainID, "dave")
 	if st := call("POST", "/identity/v3/users", admin, `{"user": {"name": "dave", "password": "d-pw1", "default_project_id": "`+ProjectID(DefaultDomainID, "admin")+`"}}`); st != http.StatusCreated {
 		t.Fatalf("creating a user: %d\n%s", st, logged.String())
