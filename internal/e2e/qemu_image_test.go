@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"keel/internal/compute/qemu/guest"
+	"keel/internal/testdisk"
 )
 
 // uploadImage creates an image (Glance v2) and uploads the file at path
@@ -45,22 +44,6 @@ func (c *cloud) uploadImage(name, diskFormat, path string) string {
 	return im.ID
 }
 
-// guestImage writes keel's idle guest as a raw disk and as a qcow2 image
-// of it in a new temporary directory.
-func guestImage(t *testing.T) (work, raw, qcow string) {
-	t.Helper()
-	work = t.TempDir()
-	raw = filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow = filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
-	return work, raw, qcow
-}
-
 // bootImage asks for a server booting image and returns its ID.
 func (c *cloud) bootImage(name, flavor, image string) string {
 	c.t.Helper()
@@ -84,7 +67,7 @@ func (c *cloud) bootImage(name, flavor, image string) string {
 func TestQEMUBootsUploadedImage(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1")
-	work, raw, qcow := guestImage(t)
+	work, raw, qcow := testdisk.GuestImage(t)
 	img := c.uploadImage("guest", "qcow2", qcow)
 	id := c.bootImage("vm", "q64", img)
 	c.waitFor("server vm ACTIVE", 60*time.Second, func() bool {
@@ -96,18 +79,7 @@ func TestQEMUBootsUploadedImage(t *testing.T) {
 	})
 	c.rising("h1", id, 0)
 	qdir := filepath.Join(c.dataDir, "agents", "h1", "qemu")
-	out, err := exec.Command("qemu-img", "info", "-U", "--output=json", filepath.Join(qdir, id, "disk.img")).Output()
-	if err != nil {
-		t.Fatalf("qemu-img info of the guest's disk: %v", err)
-	}
-	var info struct {
-		Format  string `json:"format"`
-		Backing string `json:"backing-filename"`
-	}
-	if err := json.Unmarshal(out, &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.Format != "qcow2" || info.Backing != filepath.Join("..", "_base", img) {
+	if info := testdisk.Info(t, filepath.Join(qdir, id, "disk.img")); info.Format != "qcow2" || info.BackingFilename != filepath.Join("..", "_base", img) {
 		t.Fatalf("the guest's disk is %+v, want a qcow2 overlay on ../_base/%s", info, img)
 	}
 	if _, err := os.Stat(filepath.Join(qdir, "_base", img)); err != nil {
@@ -115,9 +87,7 @@ func TestQEMUBootsUploadedImage(t *testing.T) {
 	}
 
 	backed := filepath.Join(work, "backed.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, backed).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img create: %v: %s", err, out)
-	}
+	testdisk.QemuImg(t, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, backed)
 	bad := c.uploadImage("backed", "qcow2", backed)
 	bid := c.bootImage("bad", "q64", bad)
 	var fault string
@@ -148,7 +118,7 @@ func TestQEMUBootsUploadedImage(t *testing.T) {
 func TestQEMUSnapshotBootsAgain(t *testing.T) {
 	c := qemuCloud(t)
 	c.startAgent("h1")
-	_, _, qcow := guestImage(t)
+	_, _, qcow := testdisk.GuestImage(t)
 	img := c.uploadImage("guest", "qcow2", qcow)
 	active := func(name, id string) {
 		c.waitFor("server "+name+" ACTIVE", 60*time.Second, func() bool {

@@ -1,7 +1,9 @@
-// Package testdisk gives tests a real filesystem that fills up: a small
-// tmpfs mounted for the test and unmounted at its end. Mounting needs
-// root; without it the test fails saying so (nothing else makes a real
-// full disk, and a skipped fault test would hide the fault).
+// Package testdisk gives tests real disks: a filesystem that fills up, a
+// small tmpfs mounted for the test and unmounted at its end (Mount), and
+// keel's guest as a raw disk and a qcow2 image (GuestImage) with
+// qemu-img to make and read images (QemuImg, Info; guest.go). Mounting
+// needs root; without it the test fails saying so (nothing else makes a
+// real full disk, and a skipped fault test would hide the fault).
 package testdisk
 
 import (

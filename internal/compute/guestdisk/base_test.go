@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"keel/internal/testdisk"
 	"keel/internal/testenv"
 )
 
@@ -32,13 +32,6 @@ func (s *fileSource) FetchImage(_ context.Context, _, id string, w io.Writer) (I
 	sum := md5.Sum(data)
 	_, err = w.Write(data)
 	return ImageInfo{ID: id, DiskFormat: s.format, Size: int64(len(data)), Checksum: hex.EncodeToString(sum[:])}, err
-}
-
-func qemuImg(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("qemu-img", args...).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img %s: %v: %s", strings.Join(args, " "), err, out)
-	}
 }
 
 // TestBaseFetchesOnceAndRefuses: guests booting one image at once fetch
@@ -83,7 +76,7 @@ func TestBaseFetchesOnceAndRefuses(t *testing.T) {
 	}
 
 	withData := filepath.Join(work, "d.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", "-o", "data_file="+raw+",data_file_raw=on", withData, "1M")
+	testdisk.QemuImg(t, "create", "-q", "-f", "qcow2", "-o", "data_file="+raw+",data_file_raw=on", withData, "1M")
 	bad := &Images{Dir: c.Dir, Source: &fileSource{path: withData, format: "qcow2"}}
 	const badID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000e002"
 	if _, err := bad.Base(ctx, "g", badID); err == nil || !strings.Contains(err.Error(), "external data file") {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,8 +14,8 @@ import (
 
 	"keel/internal/compute"
 	"keel/internal/compute/guestdisk"
-	"keel/internal/compute/qemu/guest"
 	"keel/internal/lifecycle"
+	"keel/internal/testdisk"
 )
 
 // fileImages serves images from files, as the servers' image store does
@@ -58,8 +56,7 @@ func TestBootUploadedImage(t *testing.T) {
 	ctx := context.Background()
 	images := fileImages{}
 	d := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
-	raw, qcow := guestQCOW2(t)
-	work := filepath.Dir(qcow)
+	work, raw, qcow := testdisk.GuestImage(t)
 	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000d001"
 	images.add(t, imageID, "qcow2", qcow)
 	inst := instance("5a1f0c6e-0000-4000-8000-0000000000d1", "")
@@ -67,18 +64,7 @@ func TestBootUploadedImage(t *testing.T) {
 	spawn(t, d, inst)
 	waitRising(t, d, inst.UUID, 0)
 	disk := d.diskPath(inst.UUID)
-	out, err := exec.Command("qemu-img", "info", "-U", "--output=json", disk).Output()
-	if err != nil {
-		t.Fatalf("qemu-img info: %v", err)
-	}
-	var info struct {
-		Format  string `json:"format"`
-		Backing string `json:"backing-filename"`
-	}
-	if err := json.Unmarshal(out, &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.Format != "qcow2" || info.Backing != filepath.Join("..", guestdisk.BaseDir, imageID) {
+	if info := testdisk.Info(t, disk); info.Format != "qcow2" || info.BackingFilename != filepath.Join("..", guestdisk.BaseDir, imageID) {
 		t.Errorf("the guest's disk is %+v, want a qcow2 overlay on ../_base/%s", info, imageID)
 	}
 	before, err := os.Stat(disk)
@@ -94,9 +80,7 @@ func TestBootUploadedImage(t *testing.T) {
 	}
 
 	backed := filepath.Join(work, "backed.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, backed).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img create: %v: %s", err, out)
-	}
+	testdisk.QemuImg(t, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, backed)
 	const badID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000d002"
 	images.add(t, badID, "qcow2", backed)
 	bad := instance("5a1f0c6e-0000-4000-8000-0000000000d2", "")
@@ -106,21 +90,4 @@ func TestBootUploadedImage(t *testing.T) {
 	if err := waitDone(t, ch, 60*time.Second); err == nil || !strings.Contains(err.Error(), "names a backing file") {
 		t.Fatalf("spawn from a qcow2 with a backing file: %v", err)
 	}
-}
-
-// guestQCOW2 writes keel's idle guest as a qcow2 image (qemu-img) in a
-// temporary directory and returns the raw disk and the qcow2 image made
-// from it, side by side.
-func guestQCOW2(t *testing.T) (raw, qcow string) {
-	t.Helper()
-	work := t.TempDir()
-	raw = filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow = filepath.Join(work, "guest.qcow2")
-	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img convert: %v: %s", err, out)
-	}
-	return raw, qcow
 }

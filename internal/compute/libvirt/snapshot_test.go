@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"keel/internal/testdisk"
 )
 
 // TestSnapshotBootsAgain snapshots a running libvirt guest booted from
@@ -17,8 +19,7 @@ func TestSnapshotBootsAgain(t *testing.T) {
 	ctx := context.Background()
 	images := fileImages{}
 	d := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
-	_, qcow := guestQCOW2(t)
-	work := filepath.Dir(qcow)
+	work, _, qcow := testdisk.GuestImage(t)
 	const imageID, snapID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000e001", "0b6f2c3e-1d4a-4f1e-8b7a-00000000e002"
 	images.add(t, imageID, "qcow2", qcow)
 	inst := instance("5a1f0c6e-0000-4000-8000-0000000000e1", "")

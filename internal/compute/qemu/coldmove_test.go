@@ -23,9 +23,7 @@ import (
 // with no process. A driver restarted while its guest is resized keeps it.
 func TestColdMoves(t *testing.T) {
 	ctx := context.Background()
-	was := PowerDownWait
-	PowerDownWait = 200 * time.Millisecond
-	t.Cleanup(func() { PowerDownWait = was })
+	shortPowerDown(t)
 	src := newDriver(t, Config{})
 	dst := newDriver(t, Config{})
 	small := records.Flavor{ID: "1", Name: "tiny", VCPUs: 1, RAMMB: 64}

@@ -5,12 +5,10 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,9 +17,9 @@ import (
 
 	"keel/internal/compute"
 	"keel/internal/compute/guestdisk"
-	"keel/internal/compute/qemu/guest"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
+	"keel/internal/testdisk"
 )
 
 // imageFiles serves images from files, as the servers' image store does
@@ -73,45 +71,6 @@ func (s *imageFiles) fetched(id string) int {
 	return s.fetches[id]
 }
 
-// guestImage writes keel's idle guest as a raw disk and as a qcow2 image
-// of it in a new temporary directory.
-func guestImage(t *testing.T) (work, raw, qcow string) {
-	t.Helper()
-	work = t.TempDir()
-	raw = filepath.Join(work, "guest.raw")
-	if err := os.WriteFile(raw, guest.Spec{Mode: guest.Idle}.Image(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	qcow = filepath.Join(work, "guest.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow)
-	return work, raw, qcow
-}
-
-// qemuImg runs qemu-img, failing the test on an error.
-func qemuImg(t *testing.T, args ...string) []byte {
-	t.Helper()
-	out, err := exec.Command("qemu-img", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-type imgInfo struct {
-	Format          string `json:"format"`
-	BackingFilename string `json:"backing-filename"`
-	BackingFormat   string `json:"backing-filename-format"`
-}
-
-func infoOf(t *testing.T, path string) imgInfo {
-	t.Helper()
-	var info imgInfo
-	if err := json.Unmarshal(qemuImg(t, "info", "-U", "--output=json", path), &info); err != nil {
-		t.Fatal(err)
-	}
-	return info
-}
-
 // TestBootUploadedImage boots keel's guest from an uploaded qcow2 image
 // (real qemu-img, real QEMU): the host fetches the image once into
 // _base/<id> (raw), each guest's disk is a qcow2 overlay on it named
@@ -121,12 +80,10 @@ func infoOf(t *testing.T, path string) imgInfo {
 // nothing in the cache.
 func TestBootUploadedImage(t *testing.T) {
 	ctx := context.Background()
-	was := PowerDownWait
-	PowerDownWait = 200 * time.Millisecond
-	t.Cleanup(func() { PowerDownWait = was })
+	shortPowerDown(t)
 	src := &imageFiles{}
 	d := newDriver(t, Config{Images: src})
-	work, raw, good := guestImage(t)
+	work, raw, good := testdisk.GuestImage(t)
 	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000a001"
 	src.add(t, imageID, "qcow2", good)
 
@@ -147,11 +104,11 @@ func TestBootUploadedImage(t *testing.T) {
 		t.Errorf("the image was fetched %d times for two guests, want once", n)
 	}
 	base := filepath.Join(d.cfg.Dir, guestdisk.BaseDir, imageID)
-	if info := infoOf(t, base); info.Format != "raw" {
+	if info := testdisk.Info(t, base); info.Format != "raw" {
 		t.Errorf("the base %s is %s, want raw (converted)", base, info.Format)
 	}
 	disk := filepath.Join(d.cfg.Dir, g1, fileDisk)
-	info := infoOf(t, disk)
+	info := testdisk.Info(t, disk)
 	if info.Format != "qcow2" || info.BackingFilename != filepath.Join("..", guestdisk.BaseDir, imageID) || info.BackingFormat != "raw" {
 		t.Errorf("the guest's disk is %+v, want a qcow2 overlay on ../_base/%s (raw)", info, imageID)
 	}
@@ -180,7 +137,7 @@ func TestBootUploadedImage(t *testing.T) {
 
 	// A qcow2 whose header names a backing file on the host.
 	bad := filepath.Join(work, "backed.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, bad)
+	testdisk.QemuImg(t, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", raw, bad)
 	const badID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000a002"
 	src.add(t, badID, "qcow2", bad)
 	err = boot("6f0c1c6e-0000-4000-8000-0000000000b3", badID)

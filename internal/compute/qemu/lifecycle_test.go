@@ -20,9 +20,7 @@ import (
 // it again (its heartbeat starts over).
 func TestLifecycleOperations(t *testing.T) {
 	ctx := context.Background()
-	was := PowerDownWait
-	PowerDownWait = 200 * time.Millisecond
-	t.Cleanup(func() { PowerDownWait = was })
+	shortPowerDown(t)
 	d := newDriver(t, Config{})
 	inst := records.Instance{UUID: "6f0c1c6e-0000-4000-8000-00000000000a", Name: "g1", Metadata: map[string]string{"keel_guest": "idle"},
 		Flavor: records.Flavor{Name: "tiny", VCPUs: 1, RAMMB: 64}}

@@ -27,6 +27,15 @@ func newDriver(t *testing.T, cfg Config) *Driver {
 	return d
 }
 
+// shortPowerDown sets PowerDownWait, how long a stop waits after the
+// ACPI power button before it kills the guest's QEMU, to 200 ms until the
+// test ends.
+func shortPowerDown(t *testing.T) {
+	was := PowerDownWait
+	PowerDownWait = 200 * time.Millisecond
+	t.Cleanup(func() { PowerDownWait = was })
+}
+
 func waitDone(t *testing.T, ch <-chan error, within time.Duration) error {
 	t.Helper()
 	select {

@@ -12,6 +12,7 @@ import (
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 	"keel/internal/store"
+	"keel/internal/testdisk"
 )
 
 // TestSnapshotBootsAgain snapshots a running guest booted from an
@@ -23,12 +24,10 @@ import (
 // stopped. Before, there was no snapshot_instance.
 func TestSnapshotBootsAgain(t *testing.T) {
 	ctx := context.Background()
-	was := PowerDownWait
-	PowerDownWait = 200 * time.Millisecond
-	t.Cleanup(func() { PowerDownWait = was })
+	shortPowerDown(t)
 	src := &imageFiles{}
 	d := newDriver(t, Config{Images: src})
-	work, _, base := guestImage(t)
+	work, _, base := testdisk.GuestImage(t)
 	const baseID, snapID, tinySnap = "0b6f2c3e-1d4a-4f1e-8b7a-00000000c001", "0b6f2c3e-1d4a-4f1e-8b7a-00000000c002", "0b6f2c3e-1d4a-4f1e-8b7a-00000000c003"
 	src.add(t, baseID, "qcow2", base)
 	boot := func(uuid, image string) records.Instance {
@@ -80,7 +79,7 @@ func TestSnapshotBootsAgain(t *testing.T) {
 	}
 	waitRising(t, d, g1, hb) // continued after its pause
 	snap := read(g1, snapID)
-	if info := infoOf(t, snap); info.Format != "qcow2" || info.BackingFilename != "" {
+	if info := testdisk.Info(t, snap); info.Format != "qcow2" || info.BackingFilename != "" {
 		t.Errorf("the snapshot: %+v, want a whole qcow2", info)
 	}
 	src.add(t, snapID, "qcow2", snap)
