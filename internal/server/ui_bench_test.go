@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -57,13 +59,21 @@ func bigCloud(tb testing.TB, hosts, per int) store.Store {
 }
 
 // BenchmarkUIBuild is what an open page costs the server at 1,000 hosts
-// and 10,000 instances: "instances" re-reads every instance (at most once
-// a second, after a boot or a move), "hosts" rebuilds the host part
-// (after a claim or a service change, at most every tick):
+// with 10,000 instances and at 10,000 hosts with 10,000: "instances"
+// re-reads every instance (at most once a second, after a boot or a
+// move), "hosts" rebuilds the host part (after a claim or a service
+// change, at most every tick):
 //
 //	go test -run '^$' -bench UIBuild -benchtime 20x ./internal/server/
 func BenchmarkUIBuild(b *testing.B) {
-	st := bigCloud(b, 1000, 10)
+	for _, size := range []struct{ hosts, per int }{{1000, 10}, {10000, 1}} {
+		b.Run(fmt.Sprintf("hosts=%d", size.hosts), func(b *testing.B) {
+			benchUIBuild(b, bigCloud(b, size.hosts, size.per))
+		})
+	}
+}
+
+func benchUIBuild(b *testing.B, st store.Store) {
 	u := newUIHub(st, newHostView(st), time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
 	if err := u.build(ctx); err != nil {
@@ -105,6 +115,33 @@ func BenchmarkUIBuild(b *testing.B) {
 	}
 	b.Logf("encoded parts: hosts %d bytes (%d gzipped), instances %d bytes (%d gzipped)",
 		len(s.hostsJSON), gzipped(s.hostsJSON), len(s.instancesJSON), gzipped(s.instancesJSON))
+}
+
+// BenchmarkMetricsScrape is one Prometheus scrape of /metrics's cloud
+// gauges (per host, per resource class, the moves and plans) at 1,000 and
+// 10,000 hosts, as the server registers them:
+//
+//	go test -run '^$' -bench MetricsScrape -benchtime 20x ./internal/server/
+func BenchmarkMetricsScrape(b *testing.B) {
+	for _, hosts := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("hosts=%d", hosts), func(b *testing.B) {
+			st := bigCloud(b, hosts, 1)
+			u := newUIHub(st, newHostView(st), time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			m := newMetrics()
+			m.reg.MustRegister(newCloudCollector(u))
+			h := m.handler(st, time.Minute)
+			var size int
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+				if rec.Code != http.StatusOK {
+					b.Fatalf("/metrics: %d %s", rec.Code, rec.Body.String())
+				}
+				size = rec.Body.Len()
+			}
+			b.ReportMetric(float64(size), "bytes/scrape")
+		})
+	}
 }
 
 // TestUIBuildLargeCloud checks the state at 1,000 hosts (3,000

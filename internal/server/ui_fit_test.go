@@ -136,3 +136,20 @@ func TestLargestFreeSlotOnTrees(t *testing.T) {
 		}
 	}
 }
+
+// TestUIPause checks the hub's pacing: a cheap build waits a tick, a dear
+// one (10,000 hosts) long enough to keep the hub within its share of a
+// core.
+func TestUIPause(t *testing.T) {
+	for _, c := range []struct{ cost, want time.Duration }{
+		{0, uiTick},
+		{5 * time.Millisecond, uiTick},
+		{20 * time.Millisecond, uiTick},
+		{110 * time.Millisecond, 1100 * time.Millisecond},
+		{400 * time.Millisecond, 4 * time.Second},
+	} {
+		if got := uiPause(c.cost); got != c.want {
+			t.Errorf("after a build of %v the hub waits %v, want %v", c.cost, got, c.want)
+		}
+	}
+}

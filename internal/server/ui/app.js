@@ -236,9 +236,12 @@ function renderImbalance(s) {
 }
 
 // layout places n cells in the grid's width; cells shrink as hosts grow.
+// Past 2,000 hosts they are sized to fill about 760 px of height, so that
+// 10,000 hosts still fit one screen (7 px cells in an 855 px grid).
 function layout(n, width) {
-  const size = n <= 12 ? 116 : n <= 40 ? 78 : n <= 150 ? 46 : n <= 500 ? 26 : 16;
-  const gap = size >= 46 ? 6 : 2;
+  let size = n <= 12 ? 116 : n <= 40 ? 78 : n <= 150 ? 46 : n <= 500 ? 26 : 16;
+  if (n > 2000) size = Math.max(4, Math.min(16, Math.floor(Math.sqrt((width * 760) / n)) - 1));
+  const gap = size >= 46 ? 6 : size >= 16 ? 2 : 1;
   const cols = Math.max(1, Math.min(n, Math.floor((width + gap) / (size + gap))));
   const rows = Math.ceil(n / cols);
   return { size, gap, cols, rows, height: rows * (size + gap) - gap + 40 };
@@ -267,8 +270,43 @@ function setColourBy(by) {
   if (state) render();
 }
 
+// cells keeps each host's drawn cell with the key it was drawn from, so a
+// redraw builds only the cells whose host changed (at 10,000 hosts a full
+// rebuild took the browser a second or two at load 15).
+let cells = new Map();
+// gridOrder names the hosts in the order the grid last drew them, and
+// gridMoves the move arrows it drew, so a redraw of the same hosts in the
+// same layout swaps only the changed cells in place.
+let gridOrder = [];
+let gridMoves = [];
+
+// wireGrid handles the cells' hover and click once on the grid, not with
+// three handlers per cell.
+function wireGrid(svg) {
+  if (svg.dataset.wired) return;
+  svg.dataset.wired = "1";
+  const hostOf = (e) => {
+    const g = e.target.closest && e.target.closest("g.host");
+    return g ? g.dataset.host : null;
+  };
+  svg.addEventListener("mouseover", (e) => {
+    const name = hostOf(e);
+    if (name !== hovered) { hovered = name; renderDetail(state); }
+  });
+  svg.addEventListener("mouseleave", () => {
+    if (hovered !== null) { hovered = null; renderDetail(state); }
+  });
+  svg.addEventListener("click", (e) => {
+    const name = hostOf(e);
+    if (name === null) return;
+    selected = selected === name ? null : name;
+    render();
+  });
+}
+
 function renderGrid(s) {
   const svg = $("grid");
+  wireGrid(svg);
   const hosts = s.hosts || [];
   $("hostcount").textContent = `${hosts.length}`;
   svg.dataset.by = colourBy;
@@ -282,7 +320,9 @@ function renderGrid(s) {
     h("svg:marker", { id: "head", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" },
       h("svg:path", { d: "M0,0 L10,5 L0,10 z", fill: "context-stroke" })));
   const pos = {};
-  const cells = hosts.map((hs, i) => {
+  const next = new Map();
+  const swaps = [];
+  const drawn = hosts.map((hs, i) => {
     const x = (i % L.cols) * (L.size + L.gap);
     const y = Math.floor(i / L.cols) * (L.size + L.gap) + 20;
     pos[hs.name] = { x: x + L.size / 2, y: y + L.size / 2 };
@@ -297,12 +337,16 @@ function renderGrid(s) {
     if (measured && v == null) cls.push("unmeasured");
     if (hs.name === selected) cls.push("sel");
     const label = measured ? (v == null ? "CPU unmeasured" : `${pct(v)} CPU busy`) : `${pct(hs.fill)} ${LABEL[hs.fill_class] || ""}`;
+    const key = [x, y, L.size, fillColour, cls.join(" "), hs.fill, v, label, hs.zone, hs.instances, hs.drain_plan].join("|");
+    const old = cells.get(hs.name);
+    if (old && old.key === key) {
+      next.set(hs.name, old);
+      return old.g;
+    }
+    if (old) swaps.push([old.g, null]);
     const g = h("svg:g", {
       class: cls.join(" "), "data-host": hs.name, "data-fill": hs.fill.toFixed(4),
       "data-value": v == null ? "unavailable" : v.toFixed(4), "data-colour": v == null ? "unavailable" : colour(v),
-      onmouseenter: () => { hovered = hs.name; renderDetail(state); },
-      onmouseleave: () => { hovered = null; renderDetail(state); },
-      onclick: () => { selected = selected === hs.name ? null : hs.name; render(); },
     },
     h("svg:title", { text: `${hs.name}: ${label} · ${hostState(hs).join(", ")}` }),
     h("svg:rect", { class: "cell", x, y, width: L.size, height: L.size, rx: L.size >= 46 ? 5 : 2, fill: fillColour }));
@@ -320,14 +364,28 @@ function renderGrid(s) {
         g.append(h("svg:text", { class: "small", x: x + 8, y: y + L.size - 10, text: tag }));
       }
     }
+    next.set(hs.name, { key, g });
+    if (old) swaps[swaps.length - 1][1] = g;
     return g;
   });
+  const sameOrder = gridOrder.length === hosts.length && hosts.every((hs, i) => gridOrder[i] === hs.name) &&
+    svg.dataset.layout === `${L.size} ${L.cols}`;
+  cells = next;
   // Past a handful of moves the arrows lose their labels (the table below
   // has them) and thin out, so the grid stays readable.
   const shown = (s.moves || []).filter((m) => pos[m.source] && pos[m.dest]);
   const busy = shown.length > 8 || L.size < 46;
   const moves = shown.map((m) => arrow(m, pos[m.source], pos[m.dest], L.size, busy));
-  svg.replaceChildren(defs, ...cells, ...moves);
+  if (sameOrder) {
+    for (const [was, now] of swaps) was.replaceWith(now);
+    for (const m of gridMoves) m.remove();
+    svg.append(...moves);
+  } else {
+    svg.replaceChildren(defs, ...drawn, ...moves);
+    gridOrder = hosts.map((hs) => hs.name);
+    svg.dataset.layout = `${L.size} ${L.cols}`;
+  }
+  gridMoves = moves;
 }
 
 function moveClass(m) {
