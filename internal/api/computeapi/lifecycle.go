@@ -53,94 +53,9 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 		return forbidden(la.policy)
 	}
 	req := lifecycle.Request{Action: la.action, Admin: c.Admin}
-	var edits []func(*records.Instance)
-	status, answer := http.StatusAccepted, any(nil)
-	switch key {
-	case "reboot":
-		var args struct {
-			Type *string `json:"type"`
-		}
-		if err := strictArgs(raw, &args, "reboot"); err != nil {
-			return err
-		}
-		if args.Type == nil {
-			return badRequest("Invalid input for field/attribute reboot. Value: " + string(raw) + ". 'type' is a required property")
-		}
-		t := strings.ToUpper(*args.Type)
-		if t != "SOFT" && t != "HARD" || *args.Type != t && *args.Type != strings.ToLower(t) && *args.Type != t[:1]+strings.ToLower(t[1:]) {
-			return badRequest("Invalid input for field/attribute type. Value: " + *args.Type + ". '" + *args.Type + "' is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']")
-		}
-		req.RebootType = t
-	case "lock":
-		var args struct {
-			Reason *string `json:"locked_reason"`
-		}
-		if len(raw) > 0 && string(raw) != "null" {
-			if !version(r).AtLeast(73) {
-				if string(raw) != "{}" {
-					return badRequest("Invalid input for field/attribute lock. Value: " + string(raw) + ". Additional properties are not allowed")
-				}
-			} else if err := strictArgs(raw, &args, "lock"); err != nil {
-				return err
-			}
-		}
-		if args.Reason != nil {
-			if len(*args.Reason) > 255 {
-				return badRequest("Invalid input for field/attribute locked_reason: longer than 255 characters")
-			}
-			req.Reason = *args.Reason
-		}
-	case "rescue":
-		var args struct {
-			AdminPass *string `json:"adminPass"`
-			Image     *string `json:"rescue_image_ref"`
-		}
-		if err := strictArgs(raw, &args, "rescue"); err != nil {
-			return err
-		}
-		if args.Image != nil {
-			if _, ok := bootImage(r.Context(), a.image, *args.Image); !ok {
-				return badRequest("Can not find requested image " + *args.Image)
-			}
-		}
-		pass := newPassword()
-		if args.AdminPass != nil {
-			pass = *args.AdminPass
-		}
-		status, answer = http.StatusOK, map[string]any{"adminPass": pass}
-	case "unshelve":
-		if len(raw) > 0 && string(raw) != "null" {
-			var args struct {
-				Zone *string `json:"availability_zone"`
-			}
-			if !version(r).AtLeast(77) {
-				return badRequest("Invalid input for field/attribute unshelve. Value: " + string(raw) + ". None is not of type 'null'")
-			}
-			if err := strictArgs(raw, &args, "unshelve"); err != nil {
-				return err
-			}
-			if args.Zone != nil {
-				if in.VMState != records.VMShelvedOffloaded {
-					return conflict("The availability_zone parameter is only valid for a server in shelved_offloaded state")
-				}
-				zone := *args.Zone
-				edits = append(edits, func(i *records.Instance) { i.RequestedZone = zone })
-			}
-		}
-	case "rebuild":
-		edit, err := a.rebuildArgs(r, in, raw)
-		if err != nil {
-			return err
-		}
-		edits = append(edits, edit)
-	default:
-		// os-stop, pause, …: null (or an empty object) as Nova's schema.
-		if len(raw) > 0 && string(raw) != "null" && string(raw) != "{}" {
-			var v map[string]any
-			if json.Unmarshal(raw, &v) != nil {
-				return badRequest("Invalid input for field/attribute " + key + ". Value: " + string(raw) + ". Expected null")
-			}
-		}
+	edits, answer, err := a.lifecycleArgs(r, in, key, raw, &req)
+	if err != nil {
+		return err
 	}
 	if key == "shelve" && a.images != nil {
 		// As Nova's: the shelve writes a snapshot, '<name>-shelved',
@@ -164,29 +79,128 @@ func (a *serverActionsAPI) lifecycleAct(w http.ResponseWriter, r *http.Request, 
 	}
 	a.recordAction(w, r, records.InstanceAction{InstanceUUID: in.UUID, Action: la.action})
 	if key == "rebuild" {
-		// Nova's rebuild answers with the update's view (the whole
-		// server from 2.75), user_data from 2.57.
-		view := a.serverView(r, saved, viewUpdate)
-		if version(r).AtLeast(57) {
-			view["user_data"] = nil
-		}
-		delete(view, "OS-EXT-SRV-ATTR:user_data") // the rebuild's own user_data instead
-		if version(r).AtLeast(54) {
-			view["key_name"] = nil
-			if saved.KeyName != "" {
-				view["key_name"] = saved.KeyName
-			}
-		}
-		view["adminPass"] = newPassword()
-		writeJSON(w, http.StatusAccepted, map[string]any{"server": view})
+		a.writeRebuilt(w, r, saved)
 		return nil
 	}
 	if answer != nil {
-		writeJSON(w, status, answer)
+		writeJSON(w, http.StatusOK, answer)
 		return nil
 	}
-	w.WriteHeader(status)
+	w.WriteHeader(http.StatusAccepted)
 	return nil
+}
+
+// lifecycleArgs decodes and checks an action's arguments as Nova's
+// schemas do, filling req; edits are what the action changes on the
+// record with it (an unshelve's zone, a rebuild's image and more), answer
+// the body of an action that answers 200 with one (rescue's adminPass).
+func (a *serverActionsAPI) lifecycleArgs(r *http.Request, in records.Instance, key string, raw jsonRaw, req *lifecycle.Request) (edits []func(*records.Instance), answer any, err error) {
+	switch key {
+	case "reboot":
+		var args struct {
+			Type *string `json:"type"`
+		}
+		if err := strictArgs(raw, &args, "reboot"); err != nil {
+			return nil, nil, err
+		}
+		if args.Type == nil {
+			return nil, nil, badRequest("Invalid input for field/attribute reboot. Value: " + string(raw) + ". 'type' is a required property")
+		}
+		t := strings.ToUpper(*args.Type)
+		if t != "SOFT" && t != "HARD" || *args.Type != t && *args.Type != strings.ToLower(t) && *args.Type != t[:1]+strings.ToLower(t[1:]) {
+			return nil, nil, badRequest("Invalid input for field/attribute type. Value: " + *args.Type + ". '" + *args.Type + "' is not one of ['HARD', 'Hard', 'hard', 'SOFT', 'Soft', 'soft']")
+		}
+		req.RebootType = t
+	case "lock":
+		var args struct {
+			Reason *string `json:"locked_reason"`
+		}
+		if len(raw) > 0 && string(raw) != "null" {
+			if !version(r).AtLeast(73) {
+				if string(raw) != "{}" {
+					return nil, nil, badRequest("Invalid input for field/attribute lock. Value: " + string(raw) + ". Additional properties are not allowed")
+				}
+			} else if err := strictArgs(raw, &args, "lock"); err != nil {
+				return nil, nil, err
+			}
+		}
+		if args.Reason != nil {
+			if len(*args.Reason) > 255 {
+				return nil, nil, badRequest("Invalid input for field/attribute locked_reason: longer than 255 characters")
+			}
+			req.Reason = *args.Reason
+		}
+	case "rescue":
+		var args struct {
+			AdminPass *string `json:"adminPass"`
+			Image     *string `json:"rescue_image_ref"`
+		}
+		if err := strictArgs(raw, &args, "rescue"); err != nil {
+			return nil, nil, err
+		}
+		if args.Image != nil {
+			if _, ok := bootImage(r.Context(), a.image, *args.Image); !ok {
+				return nil, nil, badRequest("Can not find requested image " + *args.Image)
+			}
+		}
+		pass := newPassword()
+		if args.AdminPass != nil {
+			pass = *args.AdminPass
+		}
+		answer = map[string]any{"adminPass": pass}
+	case "unshelve":
+		if len(raw) > 0 && string(raw) != "null" {
+			var args struct {
+				Zone *string `json:"availability_zone"`
+			}
+			if !version(r).AtLeast(77) {
+				return nil, nil, badRequest("Invalid input for field/attribute unshelve. Value: " + string(raw) + ". None is not of type 'null'")
+			}
+			if err := strictArgs(raw, &args, "unshelve"); err != nil {
+				return nil, nil, err
+			}
+			if args.Zone != nil {
+				if in.VMState != records.VMShelvedOffloaded {
+					return nil, nil, conflict("The availability_zone parameter is only valid for a server in shelved_offloaded state")
+				}
+				zone := *args.Zone
+				edits = append(edits, func(i *records.Instance) { i.RequestedZone = zone })
+			}
+		}
+	case "rebuild":
+		edit, err := a.rebuildArgs(r, in, raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		edits = append(edits, edit)
+	default:
+		// os-stop, pause, …: null (or an empty object) as Nova's schema.
+		if len(raw) > 0 && string(raw) != "null" && string(raw) != "{}" {
+			var v map[string]any
+			if json.Unmarshal(raw, &v) != nil {
+				return nil, nil, badRequest("Invalid input for field/attribute " + key + ". Value: " + string(raw) + ". Expected null")
+			}
+		}
+	}
+	return edits, answer, nil
+}
+
+// writeRebuilt answers a rebuild as Nova's does: with the update's view
+// (the whole server from 2.75), user_data from 2.57.
+func (a *serverActionsAPI) writeRebuilt(w http.ResponseWriter, r *http.Request, saved records.Instance) {
+	view := a.serverView(r, saved, viewUpdate)
+	if version(r).AtLeast(57) {
+		view["user_data"] = nil
+	}
+	delete(view, "OS-EXT-SRV-ATTR:user_data") // the rebuild's own user_data instead
+	if version(r).AtLeast(54) {
+		view["key_name"] = nil
+		if saved.KeyName != "" {
+			view["key_name"] = saved.KeyName
+		}
+	}
+	view["adminPass"] = newPassword()
+	writeJSON(w, http.StatusAccepted, map[string]any{"server": view})
 }
 
 // strictArgs decodes an action's object, refusing unknown fields with
