@@ -49,6 +49,11 @@ type Options struct {
 	// FleetNoStop measures every step of the ramp, also past one that
 	// fell behind (which then holds no more than it would have).
 	FleetNoStop bool
+	// FleetStore is "sqlite" (default: one server, its embedded NATS) or
+	// "postgres" (a throw-away PostgreSQL cluster and a nats-server, as
+	// the tests start them); FleetReplicas how many servers share it.
+	FleetStore    string
+	FleetReplicas int
 	// ServerProfile, if set, is where the fleet section writes a CPU
 	// profile of the keel server process over its last step.
 	ServerProfile string

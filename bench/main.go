@@ -26,9 +26,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverProfile := fs.String("server-cpuprofile", "", "fleet: write a CPU profile of the keel server process over the ramp's last step (or the one that fell behind) to this file")
 	fleetSteps := fs.String("fleet-steps", "", "fleet: the ramp's host counts, comma-separated (default 100,1000,2000,5000,10000; quick 4,12)")
 	fleetPeriod := fs.Duration("fleet-period", 0, "fleet: how long each step is measured (default 1m; quick 4s)")
+	fleetStore := fs.String("fleet-store", "sqlite", "fleet: the servers' store: sqlite (one server, its embedded NATS) or postgres (a throw-away PostgreSQL cluster and Debian's nats-server, started and stopped by the run)")
+	fleetReplicas := fs.Int("fleet-replicas", 1, "fleet: how many keel servers share the store and bus (more than 1 needs --fleet-store postgres)")
 	fleetNoStop := fs.Bool("fleet-no-stop", false, "fleet: measure every step even after one fell behind (a loaded machine's figures; such a step never holds)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D] [--fleet-no-stop]\n\n"+
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D] [--fleet-no-stop] [--fleet-store sqlite|postgres] [--fleet-replicas N]\n\n"+
 			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
 			"Sections: %s.\n\n", strings.Join(Sections, ", "))
 		fs.PrintDefaults()
@@ -41,7 +43,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
 	}
-	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod, FleetNoStop: *fleetNoStop}
+	if *fleetStore != "sqlite" && *fleetStore != "postgres" {
+		return fmt.Errorf("--fleet-store: %q is neither sqlite nor postgres", *fleetStore)
+	}
+	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod, FleetNoStop: *fleetNoStop,
+		FleetStore: *fleetStore, FleetReplicas: *fleetReplicas}
 	if *fleetSteps != "" {
 		for _, s := range strings.Split(*fleetSteps, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))

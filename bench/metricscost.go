@@ -47,7 +47,7 @@ func (r *run) metricsCost(ctx context.Context) error {
 	if r.opts.FleetPeriod > 0 {
 		period = r.opts.FleetPeriod
 	}
-	g, stop, err := startFleet(ctx, "keelbench-metrics-", plan)
+	g, stop, err := startFleet(ctx, "keelbench-metrics-", plan, fleetShape{Replicas: 1})
 	if err != nil {
 		return err
 	}
