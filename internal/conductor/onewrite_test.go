@@ -166,3 +166,38 @@ func TestResizeReservationLostIsCleared(t *testing.T) {
 		t.Fatalf("after the sweep the instance has task %q, resize flavor %v, flavor %s; want no task, no resize flavor, small", got.TaskState, got.ResizeFlavor, got.Flavor.ID)
 	}
 }
+
+// TestResizeReservationLostIsClearedAtRestart: the server that stopped
+// between a quota-growing resize's two writes clears the task and the new
+// flavor as it starts again (Recover: the move's task has no migration),
+// not a StallAfter later — the project counts the old flavor again at
+// once, and the server resizes again.
+func TestResizeReservationLostIsClearedAtRestart(t *testing.T) {
+	var st *stoppingStore
+	c := cloudtest.New(t, cloudtest.Options{Hosts: 3, NoProgress: true, Store: func(m *memory.Store) store.Store {
+		st = newStoppingStore(m)
+		return st
+	}})
+	cfg := conductor.Config{Owner: "r1", Quota: quota.Enforcer{Store: c.Backing}, NewID: c.NewID, StallAfter: time.Hour}
+	cond := c.NewConductor(cfg, 11, conductor.Hooks{})
+	in := c.Seed("h1", "vm", cloudtest.Small)
+	st.left.Store(1)
+	if _, err := cond.Resize(ctx, in.UUID, cloudtest.Medium); err == nil {
+		t.Fatal("the resize started with every write after the first failing")
+	}
+	if got, _ := c.Backing.GetInstance(ctx, in.UUID); got.TaskState != records.TaskResizePrep || got.ResizeFlavor == nil {
+		t.Fatalf("after the stop the instance has task %q, resize flavor %v; want resize_prep with the new flavor saved", got.TaskState, got.ResizeFlavor)
+	}
+	st.left.Store(-1)
+	restarted := c.NewConductor(cfg, 12, conductor.Hooks{})
+	if _, err := restarted.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.Backing.GetInstance(ctx, in.UUID)
+	if got.TaskState != records.TaskNone || got.ResizeFlavor != nil || got.Flavor.ID != cloudtest.Small.ID {
+		t.Fatalf("after the restart the instance has task %q, resize flavor %v, flavor %s; want no task, no resize flavor, small", got.TaskState, got.ResizeFlavor, got.Flavor.ID)
+	}
+	if _, err := restarted.Resize(ctx, in.UUID, cloudtest.Medium); err != nil {
+		t.Fatalf("resizing again after the restart: %v", err)
+	}
+}

@@ -103,8 +103,12 @@ func (c *Conductor) startColdMove(ctx context.Context, instanceUUID, requestedHo
 // the larger flavor from the instance's record, so that racing resizes and
 // boots see each other's: the record is saved with it (ResizeFlavor), in
 // the move's task, before the count — the one move start that takes two
-// writes; if the server stops before the second (beginMove), the sweep
-// clears the task and the flavor (lifecycle.MoveLost). A refused resize's
+// writes; if the server stops before the second (beginMove), its restart
+// clears the task and the flavor (Recover feeds lifecycle.MoveLost to a
+// move's task no migration carries), as does a replica taking its work
+// over, or the sweep StallAfter later if the second write failed on a
+// server that kept running (TestResizeReservationLostIsCleared,
+// TestResizeReservationLostIsClearedAtRestart). A refused resize's
 // record is put back. reserved says the record was saved and admitted;
 // inst is returned as saved.
 func (c *Conductor) admitResize(ctx context.Context, inst records.Instance) (_ records.Instance, reserved bool, _ error) {
