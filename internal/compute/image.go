@@ -25,3 +25,13 @@ type ImageSource = guestdisk.ImageSource
 func BootsImage(inst records.Instance) bool {
 	return inst.DiskImage() != "" && inst.DiskImage() != BuiltinImageID
 }
+
+// OriginalImage is the uploaded image inst was booted from at first (its
+// ImageRef), which an unshelved guest's disk is rebased onto; "" for
+// keel's tiny guest.
+func OriginalImage(inst records.Instance) string {
+	if inst.ImageRef == "" || inst.ImageRef == BuiltinImageID {
+		return ""
+	}
+	return inst.ImageRef
+}

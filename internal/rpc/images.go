@@ -53,7 +53,8 @@ type imageChunk struct {
 // serveReadImage is read_image's handler: the call must concern the
 // sender's host and an instance there (concernsSender), which exists and
 // boots from the image asked for (its DiskImage: a shelved server's
-// snapshot while it has one).
+// snapshot while it has one) or was booted from at first (its ImageRef,
+// which an unshelved guest's disk is rebased onto).
 func serveReadImage(st ServedStore, images ImageReader, log *slog.Logger) bus.Handler {
 	return checked(st, log, mReadImage, func(a imageArgs) about { return onHost(a.Host).withInstance(a.InstanceUUID) },
 		func(ctx context.Context, a imageArgs) (any, error) {
@@ -70,7 +71,7 @@ func serveReadImage(st ServedStore, images ImageReader, log *slog.Logger) bus.Ha
 			if err != nil {
 				return nil, fmt.Errorf("read_image: %w", err)
 			}
-			if inst.DiskImage() != a.ImageID {
+			if inst.DiskImage() != a.ImageID && inst.ImageRef != a.ImageID {
 				if log != nil {
 					log.Warn("refused an agent's read of an image its instance does not boot from", "from", sender(ctx), "instance", a.InstanceUUID, "image", a.ImageID)
 				}

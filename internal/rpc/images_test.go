@@ -63,6 +63,8 @@ func TestReadImage(t *testing.T) {
 		{UUID: "6f0c1c6e-0000-4000-8000-0000000000c1", Host: "A", ImageRef: img1, ProjectID: "p", UserID: "u"},
 		{UUID: "6f0c1c6e-0000-4000-8000-0000000000c2", Host: "B", ImageRef: img1, ProjectID: "p", UserID: "u"},
 		{UUID: "6f0c1c6e-0000-4000-8000-0000000000c3", Host: "A", ImageRef: "0b6f2c3e-1d4a-4f1e-8b7a-00000000c009", ProjectID: "p", UserID: "u"},
+		// Unshelving from its snapshot img2, booted from img1 at first.
+		{UUID: "6f0c1c6e-0000-4000-8000-0000000000c5", Host: "A", ImageRef: img1, Lifecycle: records.Lifecycle{ShelvedImage: img2}, ProjectID: "p", UserID: "u"},
 	} {
 		if _, err := st.CreateInstance(ctx, inst); err != nil {
 			t.Fatal(err)
@@ -77,6 +79,13 @@ func TestReadImage(t *testing.T) {
 	sum := md5.Sum(data)
 	if !bytes.Equal(got.Bytes(), data) || info.Size != int64(len(data)) || info.Checksum != hex.EncodeToString(sum[:]) {
 		t.Errorf("read %d bytes (equal: %v), info %+v; want the image's %d", got.Len(), bytes.Equal(got.Bytes(), data), info, len(data))
+	}
+	// An unshelve boots from the shelve's snapshot and rebases the disk
+	// onto the image the server was booted from: both are the instance's.
+	for _, img := range []string{img2, img1} {
+		if _, err := a.FetchImage(ctx, "6f0c1c6e-0000-4000-8000-0000000000c5", img, &bytes.Buffer{}); err != nil {
+			t.Errorf("A reads image %s of its unshelving instance: %v", img, err)
+		}
 	}
 	forbidden := func(what string, err error) {
 		t.Helper()

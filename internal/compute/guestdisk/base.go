@@ -199,3 +199,65 @@ func (c *Images) Capture(ctx context.Context, disk, format, out string) error {
 	}
 	return nil
 }
+
+// Unshelved makes disk — an overlay just made on a shelved server's
+// snapshot, which the unshelve deletes once the guest runs — independent
+// of that snapshot, as Nova's unshelve rebases its disk: onto the base of
+// the uploaded image the server was booted from (original, fetched if the
+// host has none), or made whole when that image can no longer be had.
+// For keel's own guest (original "") the disk becomes raw again, the
+// format its guest boots from. A later cold move's destination then
+// fetches the base the disk names (BaseOf), which still exists, or none.
+func (c *Images) Unshelved(ctx context.Context, instanceUUID, disk, original string) error {
+	var args []string
+	switch base, err := c.Base(ctx, instanceUUID, original); {
+	case original == "":
+		part := disk + ".raw.part"
+		defer os.Remove(part)
+		if out, err := exec.CommandContext(ctx, c.qemuImg(), "convert", "-q", "-f", "qcow2", "-O", "raw", disk, part).CombinedOutput(); err != nil {
+			return fmt.Errorf("making %s raw: %w: %s", disk, err, strings.TrimSpace(string(out)))
+		}
+		return os.Rename(part, disk)
+	case err != nil:
+		args = []string{"rebase", "-q", "-f", "qcow2", "-b", ""} // whole
+	default:
+		rel, err := filepath.Rel(filepath.Dir(disk), base)
+		if err != nil {
+			return fmt.Errorf("rebasing %s: %w", disk, err)
+		}
+		args = []string{"rebase", "-q", "-f", "qcow2", "-b", rel, "-F", "raw"}
+	}
+	cmd := exec.CommandContext(ctx, c.qemuImg(), append(args, filepath.Base(disk))...)
+	cmd.Dir = filepath.Dir(disk) // a relative backing is read from the disk's directory
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("rebasing %s (%s): %w: %s", disk, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// BaseOf fetches the base disk (a moved guest's qcow2 overlay) names, if
+// the host has none yet, and returns its image ("" for a disk that names
+// no base: keel's guest's raw disk, a whole qcow2).
+func (c *Images) BaseOf(ctx context.Context, instanceUUID, disk string) (string, error) {
+	out, err := exec.CommandContext(ctx, c.qemuImg(), "info", "-U", "--output=json", disk).Output()
+	if err != nil {
+		return "", fmt.Errorf("reading %s (qemu-img info: %w)", disk, err)
+	}
+	var info struct {
+		Backing string `json:"backing-filename"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		return "", fmt.Errorf("reading qemu-img info of %s: %w", disk, err)
+	}
+	if info.Backing == "" {
+		return "", nil
+	}
+	if filepath.Base(filepath.Dir(info.Backing)) != BaseDir {
+		return "", fmt.Errorf("%s names a backing file outside %s: %q", disk, BaseDir, info.Backing)
+	}
+	image := filepath.Base(info.Backing)
+	if _, err := c.Base(ctx, instanceUUID, image); err != nil {
+		return "", err
+	}
+	return image, nil
+}

@@ -133,12 +133,10 @@ func (d *Driver) FinishMigration(ctx context.Context, inst records.Instance) err
 	if _, err := os.Stat(d.diskPath(inst.UUID)); err != nil {
 		return fmt.Errorf("finish_resize of %s: no disk was moved here: %w", inst.UUID, err)
 	}
-	if image := imageOf(inst); image != "" {
-		// The moved overlay names its base relatively: this host needs
-		// its own copy.
-		if _, err := d.images.Base(ctx, inst.UUID, image); err != nil {
-			return fmt.Errorf("finish_resize of %s: %w", inst.UUID, err)
-		}
+	// A moved overlay names its base relatively: this host needs its own
+	// copy of the one the disk names (none for a whole disk).
+	if _, err := d.images.BaseOf(ctx, inst.UUID, d.diskPath(inst.UUID)); err != nil {
+		return fmt.Errorf("finish_resize of %s: %w", inst.UUID, err)
 	}
 	ld, err := d.define(inst, meta{State: stBuilding})
 	if err != nil {

@@ -431,7 +431,14 @@ func (d *Driver) writeDisk(ctx context.Context, inst records.Instance, image str
 		if err != nil {
 			return err
 		}
-		return d.images.Overlay(ctx, base, d.diskPath(inst.UUID))
+		if err := d.images.Overlay(ctx, base, d.diskPath(inst.UUID)); err != nil {
+			return err
+		}
+		if image == inst.ShelvedImage {
+			// Off the shelve's snapshot, which the unshelve deletes.
+			return d.images.Unshelved(ctx, inst.UUID, d.diskPath(inst.UUID), compute.OriginalImage(inst))
+		}
+		return nil
 	}
 	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
 	if err != nil {
@@ -446,13 +453,9 @@ func (d *Driver) writeDisk(ctx context.Context, inst records.Instance, image str
 	return nil
 }
 
-// imageOf is the uploaded image inst boots from ("" for keel's guest).
-func imageOf(inst records.Instance) string {
-	if compute.BootsImage(inst) {
-		return inst.DiskImage()
-	}
-	return ""
-}
+// imageOf is the uploaded image inst's guest disk is a qcow2 of ("" for
+// keel's guest, whose disk is raw — also once unshelved from a snapshot).
+func imageOf(inst records.Instance) string { return compute.OriginalImage(inst) }
 
 // define defines (or redefines) the instance's persistent domain.
 func (d *Driver) define(inst records.Instance, m meta) (golibvirt.Domain, error) {
@@ -497,7 +500,11 @@ func (d *Driver) Spawn(ctx context.Context, inst records.Instance, done func(err
 		report(err)
 		return
 	}
-	if err := d.writeDisk(ctx, inst, imageOf(inst)); err != nil {
+	boot := ""
+	if compute.BootsImage(inst) {
+		boot = inst.DiskImage() // an unshelve's: its shelve's snapshot
+	}
+	if err := d.writeDisk(ctx, inst, boot); err != nil {
 		report(err)
 		return
 	}

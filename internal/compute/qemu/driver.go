@@ -262,7 +262,7 @@ func PeekSocket(dir, uuid string) (string, error) {
 func (d *Driver) args(inst records.Instance, incoming bool) []string {
 	vcpus := max(inst.Flavor.VCPUs, 1)
 	format := "raw"
-	if compute.BootsImage(inst) {
+	if imageOf(inst) != "" {
 		format = "qcow2" // an overlay on the image's base
 	}
 	a := []string{
@@ -349,18 +349,28 @@ func (d *Driver) launchDisk(ctx context.Context, v *vm, inst records.Instance, i
 
 // prepareDisk makes the disk v's QEMU boots: keel's built-in guest's
 // boot sector, written afresh unless keepDisk; or for an uploaded
-// image, an overlay on its base, unless the guest has its disk already.
+// image, an overlay on its base (an unshelved guest's rebased off its
+// shelve's snapshot), unless the guest has its disk already, whose base
+// is fetched then.
 func (d *Driver) prepareDisk(ctx context.Context, v *vm, inst records.Instance, keepDisk bool) error {
 	disk := filepath.Join(v.dir, fileDisk)
 	if compute.BootsImage(inst) {
+		if _, err := os.Stat(disk); err == nil {
+			// The guest's own disk (a moved one too): the base it names.
+			_, err := d.images.BaseOf(ctx, inst.UUID, disk)
+			return err
+		}
 		base, err := d.images.Base(ctx, inst.UUID, inst.DiskImage())
 		if err != nil {
 			return err
 		}
-		if _, err := os.Stat(disk); err == nil {
-			return nil
+		if err := d.images.Overlay(ctx, base, disk); err != nil {
+			return err
 		}
-		return d.images.Overlay(ctx, base, disk)
+		if inst.ShelvedImage != "" {
+			return d.images.Unshelved(ctx, inst.UUID, disk, compute.OriginalImage(inst))
+		}
+		return nil
 	}
 	spec, err := guest.Parse(inst.Metadata[guest.MetadataKey])
 	if err != nil {
@@ -377,13 +387,9 @@ func (d *Driver) prepareDisk(ctx context.Context, v *vm, inst records.Instance, 
 	return nil
 }
 
-// imageOf is the uploaded image inst boots from ("" for keel's guest).
-func imageOf(inst records.Instance) string {
-	if compute.BootsImage(inst) {
-		return inst.DiskImage()
-	}
-	return ""
-}
+// imageOf is the uploaded image inst's guest disk is a qcow2 of ("" for
+// keel's guest, whose disk is raw — also once unshelved from a snapshot).
+func imageOf(inst records.Instance) string { return compute.OriginalImage(inst) }
 
 // monitor returns v's QMP session, connecting if there is none (or the
 // last one broke).

@@ -65,6 +65,13 @@ func (s *imageFiles) FetchImage(_ context.Context, _, id string, w io.Writer) (c
 	return info, err
 }
 
+// drop deletes image id, as the servers delete an image.
+func (s *imageFiles) drop(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.files, id)
+}
+
 func (s *imageFiles) fetched(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
