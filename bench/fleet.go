@@ -87,6 +87,9 @@ type FleetStep struct {
 	// agents and the API client), apart.
 	ServerCores    float64 `json:"server_cores"`
 	GeneratorCores float64 `json:"generator_cores"`
+	// BackendCores is, on PostgreSQL, what the database (postmaster and
+	// backends) and nats-server used, apart from the servers.
+	BackendCores float64 `json:"backend_cores,omitempty"`
 	// ServerWaitCores is how long the server's threads were ready to run
 	// but waited for a CPU (the kernel's run-queue delay, from
 	// /proc/PID/task/*/schedstat) over the period, in cores: on a shared
@@ -653,6 +656,10 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 		return st, err
 	}
 	wait0 := g.serversRunWait()
+	var back0 time.Duration
+	if g.backend != nil {
+		back0 = g.backend.cpu()
+	}
 	gen0, msgs0, t0 := selfCPU(), g.busMessages(), time.Now()
 	pctx, cancel := context.WithTimeout(ctx, g.plan.Period)
 	defer cancel()
@@ -676,6 +683,9 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 		return st, err
 	}
 	gen1, msgs1, wait1 := selfCPU(), g.busMessages(), g.serversRunWait()
+	if g.backend != nil {
+		st.BackendCores = (g.backend.cpu() - back0).Seconds() / wall.Seconds()
+	}
 	took, failed := g.hb.take()
 	seq1, hostShare, err := g.changeSeq(ctx)
 	if err != nil {
@@ -883,8 +893,8 @@ func (r *run) fleet(ctx context.Context) error {
 		}
 		st.StartS = startS
 		r.rep.Fleet = append(r.rep.Fleet, st)
-		r.progress("fleet: %d hosts: server %.2f cores (%.2f waiting for a CPU), %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
-			n, st.ServerCores, st.ServerWaitCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
+		r.progress("fleet: %d hosts: server %.2f cores (%.2f waiting for a CPU; db+nats %.2f), %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
+			n, st.ServerCores, st.ServerWaitCores, st.BackendCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
 			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.HostsDown, st.Load1)
 		if st.Behind != "" && r.opts.FleetNoStop && i < len(plan.Steps)-1 {
 			r.progress("fleet: %d hosts fell behind (%s); going on (--fleet-no-stop)", n, st.Behind)
@@ -1004,14 +1014,14 @@ func writeFleetTable(w io.Writer, steps []FleetStep) error {
 	var b bytes.Buffer
 	fmt.Fprintln(&b, "\nfleet: keel server processes (store, replicas); CPU in cores (user+sys over the period, summed over the replicas), API p50/p99 in ms")
 	tw := newTab(&b)
-	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\twaiting for a CPU\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tgenerator cores\tload1\theld")
+	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\tdb+nats cores\twaiting for a CPU\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tgenerator cores\tload1\theld")
 	for _, st := range steps {
 		held := "yes"
 		if !st.Held {
 			held = "no: " + strings.Join(slices.DeleteFunc([]string{st.Behind, st.Missed}, func(s string) bool { return s == "" }), ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
-			commas(int64(st.Hosts)), st.Store, st.Replicas, st.ServerCores, st.ServerWaitCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
+			commas(int64(st.Hosts)), st.Store, st.Replicas, st.ServerCores, st.BackendCores, st.ServerWaitCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB,
 			st.StoreWritesPerS, st.HostRecordWritesPerS, st.BusMsgsPerS,
 			st.Heartbeats, st.HeartbeatsFailed, st.HeartbeatP99MS, st.HostsDown, st.ServersP50MS, st.ServersP99MS,
 			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.GeneratorCores, st.Load1, held)

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx": the fleet's PostgreSQL store, read for its change stream
@@ -28,6 +30,7 @@ type fleetBackend struct {
 	natsDone  chan struct{}
 	natsURL   string
 	credsFile string
+	pmPID     int // the postmaster's pid, once found
 }
 
 // natsServerBin finds Debian's nats-server (in /usr/sbin, often not on
@@ -142,4 +145,61 @@ func (b *fleetBackend) serverArgs() []string {
 // openStore opens the backend's database for the generator's reads.
 func (b *fleetBackend) openStore() (*sql.DB, error) {
 	return sql.Open("pgx", b.dbURL)
+}
+
+// cpu is the backend's user + system CPU time: nats-server's and the
+// PostgreSQL postmaster's and its children's (the backends serving the
+// servers' connections, which live as long as the pools keep them).
+func (b *fleetBackend) cpu() time.Duration {
+	var sum time.Duration
+	if b.nats != nil {
+		if d, err := procCPU(b.nats.Process.Pid); err == nil {
+			sum += d
+		}
+	}
+	pm := b.postmaster()
+	if pm == 0 {
+		return sum
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == pm || pid == pm {
+			if d, err := procCPU(pid); err == nil {
+				sum += d
+			}
+		}
+	}
+	return sum
+}
+
+// postmaster is the pid of the cluster's postmaster (the postgres process
+// started with -k and the socket directory in the database URL), or 0.
+func (b *fleetBackend) postmaster() int {
+	if b.pmPID != 0 {
+		return b.pmPID
+	}
+	u, err := url.Parse(b.dbURL)
+	if err != nil {
+		return 0
+	}
+	want := "\x00-k\x00" + u.Query().Get("host") + "\x00"
+	cmds, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmds {
+		raw, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(raw), want) {
+			b.pmPID, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			return b.pmPID
+		}
+	}
+	return 0
 }
