@@ -24,7 +24,7 @@ func (r *run) sim(ctx context.Context) error {
 		return fmt.Errorf("generated scenario: %w", err)
 	}
 	// As `keel sim` does: fewer collections, under a soft memory limit.
-	defer sim.TuneGC()()
+	defer sim.TuneGC(hosts)()
 	// The earlier sections' garbage goes first, so the peak is the sim's.
 	runtime.GC()
 	debug.FreeOSMemory()

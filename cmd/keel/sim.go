@@ -116,7 +116,7 @@ func runSim(cmd *cobra.Command, args []string, fl simFlags) error {
 		return err
 	}
 	// Fewer collections, under a soft memory limit (sim.TuneGC).
-	defer sim.TuneGC()()
+	defer sim.TuneGC(len(sc.Hosts()))()
 	rep, err := sim.Run(cmd.Context(), sc, opts)
 	if err != nil {
 		return err

@@ -29,8 +29,9 @@ const (
 	// children (count × children of every group) and the sharing pools.
 	MaxProviders = 200_000
 	// MaxInstances bounds the initial instances of all hosts together,
-	// about 3 KB each.
-	MaxInstances = 1_000_000
+	// about 3 KB each: the generated 100,000-host day starts with 1.5
+	// million (keel sim --generate 100000).
+	MaxInstances = 2_000_000
 	// MaxOperations bounds the workloads' operations over the run, the sum
 	// of rate × (end − start): every boot is kept (an instance, ACTIVE or
 	// ERROR), about 3 KB each.
