@@ -156,3 +156,52 @@ func TestQEMUSnapshotBootsAgain(t *testing.T) {
 	active("again", again)
 	c.rising("h1", again, 0)
 }
+
+// TestQEMUUnshelvedGuestColdMigrates shelves (offloads) a QEMU guest
+// booted from an uploaded image, unshelves it — booted from its shelve's
+// snapshot, which is then deleted — and cold-migrates it to the other
+// host, where it runs (its heartbeat rises): the unshelve rebased its
+// disk onto the image it was booted from, which the destination fetches.
+// Before, the destination could not open the moved disk's backing file
+// (the deleted snapshot).
+func TestQEMUUnshelvedGuestColdMigrates(t *testing.T) {
+	c := qemuCloud(t, "DEFAULT.shelved_offload_time=0")
+	c.startAgent("h1")
+	c.startAgent("h2")
+	_, _, qcow := testdisk.GuestImage(t)
+	img := c.uploadImage("guest", "qcow2", qcow)
+	id := c.bootImage("vm", "q64", img)
+	settled := func(status string) string {
+		var s map[string]any
+		c.waitFor("server "+status, 90*time.Second, func() bool {
+			s = c.server_(id)
+			if s["status"] == "ERROR" {
+				t.Fatalf("server failed: %v", s["fault"])
+			}
+			return s["status"] == status && s["OS-EXT-STS:task_state"] == nil
+		})
+		return c.hostOf(id)
+	}
+	settled("ACTIVE")
+	if st := c.action(id, map[string]any{"shelve": nil}, "compute 2.87"); st != 202 {
+		t.Fatalf("shelve: %d", st)
+	}
+	settled("SHELVED_OFFLOADED")
+	if st := c.action(id, map[string]any{"unshelve": nil}, "compute 2.87"); st != 202 {
+		t.Fatalf("unshelve: %d", st)
+	}
+	from := settled("ACTIVE")
+	c.rising(from, id, 0)
+	if st := c.action(id, map[string]any{"migrate": nil}, "compute 2.87"); st != 202 {
+		t.Fatalf("migrate: %d", st)
+	}
+	settled("VERIFY_RESIZE")
+	if st := c.action(id, map[string]any{"confirmResize": nil}, "compute 2.87"); st != 204 {
+		t.Fatalf("confirmResize: %d", st)
+	}
+	to := settled("ACTIVE")
+	if to == from {
+		t.Fatalf("the cold migration left the server on %s", from)
+	}
+	c.rising(to, id, 0)
+}
