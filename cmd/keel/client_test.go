@@ -190,7 +190,7 @@ func TestClientCommandsFailures(t *testing.T) {
 
 	// Pre-check failures come back at once (microversion 2.30).
 	now := showServer(t, "vm").Host
-	if _, err := run(t, "server", "migrate", "--live", "vm", "--host", now); err == nil || !strings.Contains(err.Error(), "already runs on") {
+	if _, err := run(t, "server", "migrate", "--live", "vm", "--host", now); err == nil || !strings.Contains(err.Error(), "to current host ("+now+")") {
 		t.Errorf("migrate to its own host: %v", err)
 	}
 	if _, err := run(t, "server", "migrate", "--live", "vm", "--host", "h99"); err == nil || !strings.Contains(err.Error(), "h99") {

@@ -159,9 +159,10 @@ func TestAgainstKeel(t *testing.T) {
 		t.Errorf("migrations: %+v %v", ms, err)
 	}
 
-	// Moving to where it is is refused at once, with Nova's status.
+	// Moving to where it is is refused at once, with Nova's status and
+	// text (UnableToMigrateToSelf: 400).
 	_, err = c.LiveMigrate(ctx, s.ID, dest)
-	if !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(err.Error(), "already runs on") {
+	if !errors.As(err, &apiErr) || apiErr.Status != 400 || !strings.Contains(err.Error(), "to current host ("+dest+")") {
 		t.Errorf("migrate to its own host: %v", err)
 	}
 

@@ -60,8 +60,9 @@ func (c *Conductor) liveMigrate(ctx context.Context, instanceUUID, requestedHost
 		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf(
 			"Cannot 'os-migrateLive' instance %s while it is in task_state %s", instanceUUID, inst.TaskState)}
 	}
+	// Nova answers 400 (UnableToMigrateToSelf), as for a cold migration.
 	if requestedHost == inst.Host {
-		return records.Migration{}, &InvalidStateError{Msg: fmt.Sprintf("instance %s already runs on %s", instanceUUID, requestedHost)}
+		return records.Migration{}, &BadRequestError{Msg: fmt.Sprintf("Unable to migrate instance (%s) to current host (%s).", instanceUUID, requestedHost)}
 	}
 	now := c.clock.Now()
 	m, err := c.beginMove(ctx, c.moving(inst, records.TaskMigrating), records.Migration{
