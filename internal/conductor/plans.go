@@ -32,20 +32,15 @@ import (
 // plan starts, confirms and aborts are the conductor's (planMover).
 // Conductor.Plans returns it.
 type Plans struct {
-	cfg   Config
-	store Store
-	sched *scheduler.Scheduler
-	place *placer
-	moves planMover
-	clock clock.Clock
-	log   *slog.Logger
+	// planEffects is what plans need of the cloud (the config, store,
+	// scheduler, placer, the conductor's moves, clock and log), and
+	// performs the plan machine's actions.
+	*planEffects
 	tasks *tasks
 	// flows is the conductor's flow driver; flow the plans' flow it
-	// recovers, takes over and starts (approved plans); fx performs the
-	// plan machine's actions.
+	// recovers, takes over and starts (approved plans).
 	flows *flow.Driver
 	flow  *flow.Flow[records.Plan, plan.Event, plan.Action]
-	fx    *planEffects
 	// mu serialises the executor's ticks (one writer of the plans this
 	// replica runs) with an operator's events; wake wakes the executor
 	// early (a move's migration ended, a plan was created or cancelled).
@@ -57,9 +52,8 @@ type Plans struct {
 // with the driver d.
 func newPlans(cfg Config, st Store, sched *scheduler.Scheduler, place *placer, moves planMover, clk clock.Clock, log *slog.Logger,
 	t *tasks, d *flow.Driver) *Plans {
-	ps := &Plans{cfg: cfg, store: st, sched: sched, place: place, moves: moves, clock: clk, log: log, tasks: t, flows: d,
-		wake: make(chan struct{}, 1)}
-	ps.fx = &planEffects{cfg: cfg, store: st, sched: sched, place: place, moves: moves, clock: clk, log: log}
+	fx := &planEffects{cfg: cfg, store: st, sched: sched, place: place, moves: moves, clock: clk, log: log}
+	ps := &Plans{planEffects: fx, tasks: t, flows: d, wake: make(chan struct{}, 1)}
 	ps.flow = ps.planFlow()
 	flow.Register(d, ps.flow)
 	return ps
@@ -252,7 +246,7 @@ func (ps *Plans) planFlow() *flow.Flow[records.Plan, plan.Event, plan.Action] {
 			return p
 		},
 		Perform: closable(ps.tasks, func(ctx context.Context, p records.Plan, a plan.Action) (plan.Event, bool, error) {
-			ev, ok := ps.fx.perform(ctx, p, a)
+			ev, ok := ps.perform(ctx, p, a)
 			return ev, ok, nil
 		}),
 	}
