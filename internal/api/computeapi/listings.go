@@ -14,11 +14,15 @@ import (
 // call's budget. Such a listing of more than listingCacheAbove hosts is
 // kept encoded and served again: a kept listing younger than
 // listingFresh is served as it is; an older one is served too while one
-// rebuild runs in the background; one listingStale old or older is
-// rebuilt before it is served. So a large listing shows the hosts as
-// they were at most listingStale ago (their heartbeats and reports are
-// report_interval, 10 s, apart anyway), its cost is about one build per
-// listingFresh however often it is asked for, and a cloud of at most
+// rebuild runs in the background; one whose last build ended
+// listingStale ago or more is rebuilt before it is served. So a large
+// listing shows the hosts as they were at most listingStale ago, or one
+// build's time past listingFresh when builds are slower than that (an
+// overloaded server's: judged by when a 12 s build had started, the
+// listing it kept was dropped as stale and the next caller waited for a
+// build of its own); their heartbeats and reports are report_interval,
+// 10 s, apart anyway. Its cost is about one build per listingFresh
+// however often it is asked for, and a cloud of at most
 // listingCacheAbove hosts (every test's) is always read afresh.
 const (
 	listingCacheAbove = maxLimit
@@ -40,10 +44,11 @@ type listingCache struct {
 	built int // listings built while kept ones served (tests read it)
 }
 
-// keptListing is one encoded listing and when its build started.
+// keptListing is one encoded listing, when its build started (what it
+// shows) and when it ended (how long nobody has asked for it since).
 type keptListing struct {
 	body     []byte
-	at       time.Time
+	at, done time.Time
 	building bool
 }
 
@@ -62,7 +67,7 @@ func (c *listingCache) serve(w http.ResponseWriter, r *http.Request, key string,
 	c.mu.Lock()
 	now := c.now()
 	for k, e := range c.byKey {
-		if !e.building && now.Sub(e.at) >= c.stale {
+		if !e.building && now.Sub(e.done) >= c.stale {
 			delete(c.byKey, k) // nobody asked for it lately: not kept
 		}
 	}
@@ -99,6 +104,7 @@ func (c *listingCache) rebuild(ctx context.Context, key string, at time.Time, bu
 		return
 	}
 	e.building = false
+	e.done = c.now()
 	if !e.at.Before(at) {
 		return // a newer one was kept meanwhile
 	}
@@ -120,7 +126,7 @@ func (c *listingCache) keep(key string, body []byte, hosts int, at time.Time) {
 	if e := c.byKey[key]; e != nil && !e.at.Before(at) {
 		return
 	}
-	c.byKey[key] = &keptListing{body: body, at: at}
+	c.byKey[key] = &keptListing{body: body, at: at, done: c.now()}
 }
 
 // encodeBody encodes a response body as writeJSON does.
