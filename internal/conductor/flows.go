@@ -123,6 +123,18 @@ func (c *Conductor) lifecycleFlow() *flow.Flow[records.Instance, lifecycle.Event
 			}
 		},
 		Due: c.lifecycleDue,
+		// An agent's answer for an action an admin's reset ended
+		// meanwhile (os-resetState) finds no action: it is dropped, as
+		// Nova's compute drops an operation whose save finds another
+		// task state. The caller's own event refused is an error.
+		Refused: func(in records.Instance, ev lifecycle.Event, answer bool, err error) error {
+			if !answer || in.Action != "" || in.TaskState == records.TaskDeleting {
+				return err
+			}
+			c.log.Info("a lifecycle answer came after the action ended (a reset); dropped", "instance", in.UUID, "event", ev.Kind,
+				"vm_state", in.VMState, "reset", in.ActionError)
+			return nil
+		},
 		// The agent's operation, and an unshelve's boot (its cast).
 		Remote: func(a lifecycle.Action) bool { return a.Kind == lifecycle.CallAgent || a.Kind == lifecycle.StartBoot },
 	}

@@ -29,10 +29,13 @@ import (
 // migrating by a migration that has ended can be reset. A missing
 // instance is store.ErrNotFound.
 //
-// A snapshot in flight (createImage, createBackup, a shelve's) ends with
-// the reset and its image is deleted, as Nova's snapshot fails at its
-// next task-state check and deletes the image it was writing: the
-// snapshot's next step finds no action and stops.
+// A lifecycle action in flight (a rebuild, a shelve, a stop, a reboot,
+// an unshelve, …) ends with the reset, as Nova's fails at its next save
+// (expected_task_state) and leaves the reset's state: its agent's answer,
+// when it comes, finds no action and is dropped (the guest is as the
+// operation left it; the reset touched nothing on the host). A snapshot's
+// image (createImage, createBackup, a shelve's) is deleted, as Nova's
+// snapshot deletes the image it was writing.
 func (c *Conductor) ResetState(ctx context.Context, uuid string, state records.VMState) ([]string, error) {
 	for range 5 {
 		cur, err := c.store.GetInstance(ctx, uuid)
@@ -67,10 +70,13 @@ func (c *Conductor) ResetState(ctx context.Context, uuid string, state records.V
 		// by quotas while one is, goes too.
 		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, c.clock.Now()
 		var orphan string
-		if cur.Action != "" && cur.Snapshot != nil {
-			orphan = cur.Snapshot.ImageID
+		if cur.Action != "" {
+			what := cur.Action
+			if cur.Snapshot != nil {
+				orphan, what = cur.Snapshot.ImageID, "snapshot"
+			}
 			cur.Action, cur.ActionPhase, cur.ActionOps, cur.ActionFrom, cur.Snapshot = "", "", nil, "", nil
-			cur.ActionError = "the server's state was reset during its snapshot"
+			cur.ActionError = "the server's state was reset during its " + what
 		}
 		if _, err = c.store.UpdateInstance(ctx, cur); err == nil {
 			if orphan != "" {

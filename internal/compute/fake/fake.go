@@ -89,8 +89,9 @@ type Driver struct {
 	// snapshots holds the disks captured for snapshots, by image, until
 	// they are read (see snapshot.go).
 	snapshots map[string][]byte
-	// snapshotHold, while not nil, holds the snapshots (HoldSnapshots).
-	snapshotHold chan struct{}
+	// holds, by operation, hold the operations started while they are
+	// set (Hold).
+	holds map[string]chan struct{}
 }
 
 type copyJob struct {

@@ -44,6 +44,9 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 	if err := d.sleep(ctx, wait); err != nil {
 		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
 	}
+	if err := d.held(ctx, op); err != nil {
+		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.takeFault(op, inst.UUID); err != nil {

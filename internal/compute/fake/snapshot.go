@@ -34,15 +34,8 @@ func (d *Driver) Snapshot(ctx context.Context, inst records.Instance, imageID st
 	if err := d.sleep(ctx, wait); err != nil {
 		return fmt.Errorf("snapshot of %s: %w", inst.UUID, err)
 	}
-	d.mu.Lock()
-	hold := d.snapshotHold
-	d.mu.Unlock()
-	if hold != nil {
-		select {
-		case <-hold:
-		case <-ctx.Done():
-			return fmt.Errorf("snapshot of %s: %w", inst.UUID, ctx.Err())
-		}
+	if err := d.held(ctx, lifecycle.OpSnapshot); err != nil {
+		return fmt.Errorf("snapshot of %s: %w", inst.UUID, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -65,21 +58,45 @@ func (d *Driver) Snapshot(ctx context.Context, inst records.Instance, imageID st
 // HoldSnapshots makes the snapshots that start from now on wait, before
 // they capture anything, until release is called (a test's way to see a
 // snapshot in flight).
-func (d *Driver) HoldSnapshots() (release func()) {
+func (d *Driver) HoldSnapshots() (release func()) { return d.Hold(lifecycle.OpSnapshot) }
+
+// Hold makes the operations op (a lifecycle.Op*) that start from now on
+// wait, before they change the guest, until release is called (a test's
+// way to act while one is in flight).
+func (d *Driver) Hold(op string) (release func()) {
 	ch := make(chan struct{})
 	d.mu.Lock()
-	d.snapshotHold = ch
+	if d.holds == nil {
+		d.holds = map[string]chan struct{}{}
+	}
+	d.holds[op] = ch
 	d.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			d.mu.Lock()
-			if d.snapshotHold == ch {
-				d.snapshotHold = nil
+			if d.holds[op] == ch {
+				delete(d.holds, op)
 			}
 			d.mu.Unlock()
 			close(ch)
 		})
+	}
+}
+
+// held waits while op is held (Hold).
+func (d *Driver) held(ctx context.Context, op string) error {
+	d.mu.Lock()
+	hold := d.holds[op]
+	d.mu.Unlock()
+	if hold == nil {
+		return nil
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
