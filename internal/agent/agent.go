@@ -238,6 +238,9 @@ func (a *Agent) start(ctx context.Context) error {
 		mc = compute.DefaultMetricsConfig()
 	}
 	a.mgr.SetMetricsConfig(mc)
+	// The heartbeat carries the measured usage's cadence reports: one
+	// message a host and report_interval, not two.
+	a.mgr.CarryMetricsOnHeartbeat(opts.ReportInterval)
 	a.mgr.StartMetrics(runCtx)
 	a.mgr.StartPeriodicAudit(runCtx, opts.UpdateResourcesInterval, opts.UpdateResourcesInterval, func(d compute.Drift) {
 		if d.Count() > 0 {
@@ -364,7 +367,9 @@ func (a *Agent) heartbeat(ctx context.Context, st *rpc.Store) {
 		case <-t.C:
 			hctx, cancel := context.WithTimeout(ctx, a.opts.ReportInterval)
 			t0 := time.Now()
-			err := st.Heartbeat(hctx, a.opts.Host, a.opts.Clock.Now())
+			err := a.mgr.Heartbeat(hctx, func(ctx context.Context, rec *records.HostRecord) (bool, error) {
+				return st.HeartbeatWithRecord(ctx, a.opts.Host, a.opts.Clock.Now(), rec)
+			})
 			cancel()
 			if ctx.Err() != nil {
 				return

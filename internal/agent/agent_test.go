@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"keel/internal/rpc"
 	"keel/internal/store"
 	"keel/internal/store/memory"
+	"keel/internal/testenv"
 )
 
 // droppingStore is the servers' store, which drops the agent's bus
@@ -110,5 +113,105 @@ func TestStartSurvivesDroppedConnections(t *testing.T) {
 	}
 	if svc.LastSeenUp.Before(start) {
 		t.Errorf("h1's first heartbeat was not taken: last seen up %v, started %v", svc.LastSeenUp, start)
+	}
+}
+
+// TestHeartbeatCarriesMetrics: an agent on a real bus sends one message a
+// report interval, not two — its heartbeat carries its measured usage, the
+// cadence's report — and the servers take each report. Before, every interval
+// was a heartbeat and a put_host_record, each with its answer: 4 messages
+// (at 5,000 hosts the reports were ~40 % of the agents' messages).
+func TestHeartbeatCarriesMetrics(t *testing.T) {
+	ctx := t.Context()
+	servers := bus.Credentials{User: "keel-servers", Password: "a-long-random-password-for-this-test", DeriveAgents: true}
+	srv, err := bus.StartServer(ctx, bus.ServerOptions{Creds: servers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	conn, err := bus.Connect(ctx, srv.URL(), servers, "keel-server", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	st := memory.New()
+	subs, err := rpc.ServeConductor(conn, rpc.ConductorHandlers{Store: st, Reporter: noReports{},
+		NewProviderUUID: func() string { return "00000000-0000-0000-0000-0000000000a1" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	})
+
+	const every = 300 * time.Millisecond
+	var (
+		mu    sync.Mutex
+		beats []time.Time
+		a     *agent.Agent
+		// counts[i] are the agent's messages (in + out) at heartbeat i.
+		counts []uint64
+	)
+	started := make(chan struct{})
+	a, err = agent.Start(ctx, agent.Options{Host: "h1", DataDir: t.TempDir(), BusURL: srv.URL(), Creds: servers,
+		Hardware:                compute.HostConfig{VCPUs: 4, MemoryMB: 4096, LocalGB: 40, CPUAllocationRatio: 1, RAMAllocationRatio: 1, DiskAllocationRatio: 1},
+		UpdateResourcesInterval: -1, ReportInterval: every,
+		// A threshold no change passes: only the cadence reports.
+		Metrics: compute.MetricsConfig{Interval: every, Sample: every, Threshold: 1},
+		OnHeartbeat: func(_ time.Duration, err error) {
+			<-started
+			in, out := a.MessageCounts()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("heartbeat failed: %v", err)
+			}
+			beats = append(beats, time.Now())
+			counts = append(counts, in+out)
+		}})
+	if err != nil {
+		t.Fatalf("agent h1: %v", err)
+	}
+	close(started)
+	defer a.Stop()
+
+	// Eight heartbeats after the first (which may follow the start's own
+	// calls closely), and the record's measurements each time.
+	const n = 8
+	var stamps []time.Time
+	testenv.Poll(t, "eight heartbeats", func() error {
+		rec, err := st.GetHostRecord(ctx, "h1")
+		if err == nil {
+			if m, ok := rec.Metric(records.MetricCPUPercent); ok && !slices.Contains(stamps, m.Timestamp) {
+				stamps = append(stamps, m.Timestamp)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(counts) < n+1 {
+			return fmt.Errorf("%d heartbeats", len(counts))
+		}
+		return nil
+	})
+	mu.Lock()
+	msgs := counts[n] - counts[0]
+	span := beats[n].Sub(beats[0])
+	mu.Unlock()
+	// One heartbeat and its answer an interval; a sampler's report that
+	// a late heartbeat let through may add one pair now and then.
+	if perBeat := float64(msgs) / n; perBeat > 2.5 {
+		t.Errorf("%d messages over %d heartbeats (%s): %.1f a report interval, want 2 (the heartbeat, carrying the report, and its answer)", msgs, n, span.Round(time.Millisecond), perBeat)
+	}
+	// A report rode every heartbeat (the agent's count), and the servers
+	// took each: a record not taken would have been sent apart (two more
+	// messages). The server stores an idle host's unchanged record every
+	// 15 s only (hostRecordWriter), so the record itself shows the first.
+	if _, reports := a.Manager().MetricsReports(); reports < n {
+		t.Errorf("%d measured-usage reports over %d heartbeats, want one a heartbeat", reports, n)
+	}
+	if len(stamps) == 0 {
+		t.Errorf("the host record has no cpu.percent: the reports did not reach the store")
 	}
 }

@@ -140,6 +140,16 @@ type metricsState struct {
 	stopped  bool
 	reports  int
 	measured int
+	// heartbeat is the heartbeat's interval when the heartbeat carries
+	// the cadence's reports (CarryMetricsOnHeartbeat); 0: the sampler
+	// sends them itself.
+	heartbeat time.Duration
+}
+
+// carried tells whether the heartbeat carries the cadence's reports: it
+// was asked to, and the cadence is no shorter than the heartbeat's.
+func (s *metricsState) carried() bool {
+	return s.heartbeat > 0 && s.cfg.Interval >= s.heartbeat
 }
 
 // dueReport is the reporter's rule: report when nothing was reported yet,
@@ -152,8 +162,16 @@ func dueReport(s *metricsState, m Measurement, available bool, now time.Time) bo
 	if available != s.hasLast {
 		return true
 	}
-	if s.cfg.Interval > 0 && now.Sub(s.lastAt) >= s.cfg.Interval {
-		return true
+	if s.cfg.Interval > 0 {
+		due := s.cfg.Interval
+		if s.carried() {
+			// The heartbeat carries the cadence's reports; the sampler
+			// sends one only when a heartbeat did not.
+			due += s.heartbeat
+		}
+		if now.Sub(s.lastAt) >= due {
+			return true
+		}
 	}
 	if !available {
 		return false
@@ -179,19 +197,44 @@ func (m *Manager) SetMetricsConfig(c MetricsConfig) {
 	m.metrics.cfg = c
 }
 
+// CarryMetricsOnHeartbeat makes the heartbeat, sent every interval
+// (report_interval), carry the cadence's reports (Heartbeat): one message
+// a host and interval instead of two. The sampler still reports at once a
+// change past the threshold or of availability. It has no effect when the
+// cadence is shorter than interval, or reports are off. Call it before
+// StartMetrics.
+func (m *Manager) CarryMetricsOnHeartbeat(interval time.Duration) {
+	m.metricsMu.Lock()
+	defer m.metricsMu.Unlock()
+	m.metrics.heartbeat = max(interval, 0)
+}
+
+// measure reads the driver now; a driver that cannot measure makes the
+// metrics unavailable (an empty measurement, available false).
+func (m *Manager) measure(ctx context.Context) (Measurement, bool) {
+	meas, err := m.driver.Measure(ctx)
+	if err != nil && !errors.Is(err, ErrUnmeasured) {
+		m.log.Warn("measuring usage failed: metrics unavailable", "err", err)
+	}
+	if err != nil {
+		return Measurement{At: m.clock.Now()}, false
+	}
+	return meas, true
+}
+
+// noteReportLocked records that meas is reported (metricsMu held).
+func (s *metricsState) noteReportLocked(meas Measurement, available bool, now time.Time) {
+	s.lastCPU, _ = metricValue(meas.Host, records.MetricCPUPercent)
+	s.hasLast, s.lastAt = available, now
+	s.reports++
+}
+
 // ReportMetrics measures now and writes the host's metrics when the
 // reporting rule says so (or always, with force); it reports whether it
 // wrote. A driver that cannot measure makes the metrics unavailable.
 func (m *Manager) ReportMetrics(ctx context.Context, force bool) (bool, error) {
-	meas, err := m.driver.Measure(ctx)
-	available := err == nil
-	if err != nil && !errors.Is(err, ErrUnmeasured) {
-		m.log.Warn("measuring usage failed: metrics unavailable", "err", err)
-	}
+	meas, available := m.measure(ctx)
 	now := m.clock.Now()
-	if !available {
-		meas = Measurement{At: now}
-	}
 	m.metricsMu.Lock()
 	s := &m.metrics
 	s.measured++
@@ -199,14 +242,59 @@ func (m *Manager) ReportMetrics(ctx context.Context, force bool) (bool, error) {
 		m.metricsMu.Unlock()
 		return false, nil
 	}
-	s.lastCPU, _ = metricValue(meas.Host, records.MetricCPUPercent)
-	s.hasLast, s.lastAt = available, now
-	s.reports++
+	s.noteReportLocked(meas, available, now)
 	m.metricsMu.Unlock()
 	if err := m.tracker.WriteMetrics(ctx, meas); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// HeartbeatSender sends one heartbeat, carrying rec (nil: no report is
+// due), and tells whether the server took the record: an older server
+// takes the heartbeat and ignores the record (false, nil).
+type HeartbeatSender func(ctx context.Context, rec *records.HostRecord) (recordTaken bool, err error)
+
+// Heartbeat sends one heartbeat through send and, when the heartbeat
+// carries the cadence's reports (CarryMetricsOnHeartbeat) and one is due
+// (the last report is at least the cadence less half a heartbeat old),
+// measures now and gives send the host record with the measurement, as
+// WriteMetrics would write it. A server that took the heartbeat but not
+// the record (an older one) gets the record in a call of its own. The
+// error is the heartbeat's (store.ErrNotFound: the host's service is
+// gone); a record not written is logged, as a failed report is.
+func (m *Manager) Heartbeat(ctx context.Context, send HeartbeatSender) error {
+	m.metricsMu.Lock()
+	s := &m.metrics
+	carry := s.carried() && !s.stopped && m.clock.Now().Sub(s.lastAt) >= s.cfg.Interval-s.heartbeat/2
+	m.metricsMu.Unlock()
+	if !carry {
+		_, err := send(ctx, nil)
+		return err
+	}
+	meas, available := m.measure(ctx)
+	m.metricsMu.Lock()
+	m.metrics.measured++
+	m.metrics.noteReportLocked(meas, available, m.clock.Now())
+	m.metricsMu.Unlock()
+	var beatErr error
+	err := m.tracker.writeMetrics(ctx, meas, func(ctx context.Context, rec records.HostRecord) error {
+		var taken bool
+		taken, beatErr = send(ctx, &rec)
+		if beatErr != nil || taken {
+			return beatErr
+		}
+		return m.tracker.store.PutHostRecord(ctx, rec)
+	})
+	if beatErr != nil {
+		return beatErr
+	}
+	if err != nil {
+		// The heartbeat was taken: only the measurement is late, as when
+		// a report of its own fails.
+		m.log.Warn("reporting measured usage failed", "err", err)
+	}
+	return nil
 }
 
 // StartMetrics reads the driver every sample interval and reports on the
@@ -285,6 +373,11 @@ func (m *Manager) reportAfter(ctx context.Context, audit bool) {
 // report never changes the usage the record shows (under the legacy
 // policy that changes only at a spawn or an audit).
 func (t *Tracker) WriteMetrics(ctx context.Context, m Measurement) error {
+	return t.writeMetrics(ctx, m, t.store.PutHostRecord)
+}
+
+// writeMetrics is WriteMetrics with put writing the record.
+func (t *Tracker) writeMetrics(ctx context.Context, m Measurement, put func(context.Context, records.HostRecord) error) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	t.mu.Lock()
@@ -296,7 +389,7 @@ func (t *Tracker) WriteMetrics(ctx context.Context, m Measurement) error {
 	rec.Metrics, rec.InstanceUsage = m.Host, m.Instances
 	t.record = rec
 	t.mu.Unlock()
-	if err := t.store.PutHostRecord(ctx, rec); err != nil {
+	if err := put(ctx, rec); err != nil {
 		return fmt.Errorf("writing the measured usage of %s: %w", t.cfg.Host, err)
 	}
 	return nil

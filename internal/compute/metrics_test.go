@@ -1,6 +1,8 @@
 package compute_test
 
 import (
+	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -149,4 +151,78 @@ func metricIn(ms []records.Metric, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// TestHeartbeatCarriesReports: with the heartbeat carrying the cadence's
+// reports, the sampler leaves them to it (it reports on the cadence only
+// when no heartbeat carried one for a heartbeat interval more); a
+// heartbeat due a report hands the host record, measured now, to its
+// sender; and a server that takes the heartbeat but not the record (one
+// from before heartbeats carried records) gets it in a put_host_record of
+// its own.
+func TestHeartbeatCarriesReports(t *testing.T) {
+	clk := clock.NewVirtual(clock.Epoch)
+	st := memory.New()
+	cfg := compute.HostConfig{Host: "h1", ProviderUUID: "rp-h1", VCPUs: 8, MemoryMB: 16384, LocalGB: 100}
+	drv, err := fake.New(fake.Config{Clock: clk, HostCPUs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := compute.NewTracker(cfg, st, drv, clk)
+	if err := tr.WriteRecord(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := compute.NewManager("h1", drv, tr, nil, nil, clk, nil)
+	m.SetMetricsConfig(compute.MetricsConfig{Interval: 10 * time.Second, Sample: 2 * time.Second, Threshold: 0.10})
+	m.CarryMetricsOnHeartbeat(10 * time.Second)
+	m.StartMetrics(ctx)
+	defer m.StopMetrics()
+	clk.Advance(0) // the first report, at once
+	if _, reports := m.MetricsReports(); reports != 1 {
+		t.Fatalf("%d reports at the start, want 1", reports)
+	}
+	// 18 s without a heartbeat: the sampler sends no cadence report.
+	clk.Advance(18 * time.Second)
+	if _, reports := m.MetricsReports(); reports != 1 {
+		t.Errorf("%d reports after 18 s, want still 1: the heartbeat carries the cadence's", reports)
+	}
+
+	// A heartbeat to a server that takes records: it carries one,
+	// measured now, and nothing else is written.
+	var carried []*records.HostRecord
+	newServer := func(_ context.Context, rec *records.HostRecord) (bool, error) {
+		carried = append(carried, rec)
+		return rec != nil, nil
+	}
+	before, _ := st.GetHostRecord(ctx, "h1")
+	if err := m.Heartbeat(ctx, newServer); err != nil {
+		t.Fatal(err)
+	}
+	if len(carried) != 1 || carried[0] == nil {
+		t.Fatalf("the heartbeat carried %v, want the host record", carried)
+	}
+	if mt, ok := carried[0].Metric(records.MetricCPUPercent); !ok || !mt.Timestamp.Equal(clk.Now()) {
+		t.Errorf("the carried record's cpu.percent %+v (%v), want one measured now (%v)", mt, ok, clk.Now())
+	}
+	if after, _ := st.GetHostRecord(ctx, "h1"); !reflect.DeepEqual(after, before) {
+		t.Errorf("the agent wrote the record itself although the heartbeat carried it")
+	}
+	// The next heartbeat, 4 s later, is not due one (the last report is
+	// less than the cadence less half a heartbeat old).
+	clk.Advance(4 * time.Second)
+	if err := m.Heartbeat(ctx, newServer); err != nil || len(carried) != 2 || carried[1] != nil {
+		t.Errorf("a heartbeat 4 s after a report: err %v, carried %v, want a plain heartbeat", err, carried)
+	}
+
+	// A server from before: it took the heartbeat, ignored the record;
+	// the agent writes the record apart.
+	clk.Advance(6 * time.Second)
+	oldServer := func(_ context.Context, rec *records.HostRecord) (bool, error) { return false, nil }
+	if err := m.Heartbeat(ctx, oldServer); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := st.GetHostRecord(ctx, "h1")
+	if mt, ok := got.Metric(records.MetricCPUPercent); !ok || !mt.Timestamp.Equal(clk.Now()) {
+		t.Errorf("after a heartbeat an older server took without its record, the stored cpu.percent is %+v (%v), want one measured now (%v)", mt, ok, clk.Now())
+	}
 }

@@ -287,6 +287,27 @@ func (s *Store) Heartbeat(ctx context.Context, host string, at time.Time) error 
 	return s.call(ctx, mHeartbeat, storeArgs{Host: host, At: at}, nil)
 }
 
+// heartbeatReply is a heartbeat's answer when it carried a host record:
+// whether the server wrote it (or found it unchanged). A server from
+// before heartbeats carried records answers nothing (false): it took the
+// heartbeat and ignored the record.
+type heartbeatReply struct {
+	Record bool `json:"record,omitempty"`
+}
+
+// HeartbeatWithRecord is Heartbeat carrying the host's record (its
+// measured usage: compute.Manager.Heartbeat), one message instead of a
+// heartbeat and a put_host_record. It tells whether the server took the
+// record; rec nil is a plain heartbeat.
+func (s *Store) HeartbeatWithRecord(ctx context.Context, host string, at time.Time, rec *records.HostRecord) (bool, error) {
+	if rec == nil {
+		return false, s.Heartbeat(ctx, host, at)
+	}
+	var out heartbeatReply
+	err := s.call(ctx, mHeartbeat, storeArgs{Host: host, At: at, Record: rec}, &out)
+	return out.Record, err
+}
+
 // ConductorHandlers is what the server plugs into ServeConductor.
 type ConductorHandlers struct {
 	Store    ServedStore
@@ -399,7 +420,7 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		}),
 		mHeartbeat: checked(st, log, mHeartbeat, ofHost,
 			func(ctx context.Context, a storeArgs) (any, error) {
-				return nil, beats.record(ctx, a.Host, a.At)
+				return beatWithRecord(ctx, beats, hostRecords, a, log)
 			}),
 		mConsumersOn: decoded(func(ctx context.Context, a storeArgs) (any, error) {
 			if err := providerOfSender(ctx, st, a.UUID); err != nil {
@@ -431,6 +452,31 @@ func ServeConductor(conn *bus.Conn, h ConductorHandlers) ([]bus.Subscription, er
 		}
 	}
 	return serveAll(conn, func(method string) string { return bus.AgentConductorSubject("*", method) }, conductorQueue, handlers)
+}
+
+// beatWithRecord records a heartbeat and, when it carries one, the host's
+// record, both at once (each joins its own group commit). The heartbeat's
+// failure is the call's; the record's is told in the answer (not taken:
+// the agent sends it apart), so a host whose record cannot be written is
+// not seen down.
+func beatWithRecord(ctx context.Context, beats *heartbeatRecorder, hostRecords *hostRecordWriter, a storeArgs, log *slog.Logger) (any, error) {
+	if a.Record == nil {
+		return nil, beats.record(ctx, a.Host, a.At)
+	}
+	if a.Record.Host != a.Host {
+		return nil, &placement.InvalidError{Msg: fmt.Sprintf("heartbeat of host %q carries the record of host %q", a.Host, a.Record.Host)}
+	}
+	recErr := make(chan error, 1)
+	go func() { recErr <- hostRecords.add(ctx, *a.Record) }()
+	err := beats.record(ctx, a.Host, a.At)
+	rerr := <-recErr
+	if err != nil {
+		return nil, err
+	}
+	if rerr != nil {
+		log.Warn("a heartbeat's host record was not written; the agent sends it apart", "host", a.Host, "err", rerr)
+	}
+	return heartbeatReply{Record: rerr == nil}, nil
 }
 
 // checked is the handler of a report from an agent, or of a call naming
