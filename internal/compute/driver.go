@@ -35,6 +35,9 @@ type Guest struct {
 	// fake driver's workload model reads before its flavor's extra spec
 	// (package workload).
 	Workload string `json:"workload,omitempty"`
+	// Rescue is what the guest boots while rescued (its instance's
+	// Rescue at the rescue; nil when not rescued).
+	Rescue *records.Rescue `json:"rescue,omitempty"`
 }
 
 // Settled is the state a migrating guest returns to here when its copy

@@ -69,6 +69,7 @@ func (c *Conductor) ResetState(ctx context.Context, uuid string, state records.V
 		// No move is open (refused above): a resize's new flavor, counted
 		// by quotas while one is, goes too.
 		cur.VMState, cur.TaskState, cur.ResizeFlavor, cur.UpdatedAt = state, records.TaskNone, nil, c.clock.Now()
+		cur.Rescue = nil // not rescued any more: the guest's next start boots its own disk
 		var orphan string
 		if cur.Action != "" {
 			what := cur.Action

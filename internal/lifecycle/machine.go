@@ -161,6 +161,9 @@ type Request struct {
 	// Snapshot is the image a createImage or createBackup writes (one is
 	// required), or a shelve (nil: the shelve writes none).
 	Snapshot *records.Snapshot
+	// Rescue is what a rescue boots (nil: the server's own image, a
+	// legacy rescue).
+	Rescue *records.Rescue
 }
 
 // Machine holds the rules' parameters.
@@ -412,6 +415,13 @@ func (mc Machine) Begin(inst records.Instance, req Request, now time.Time) (reco
 			ops = append(ops, OpSnapshot)
 		}
 	}
+	if req.Action == Rescue {
+		rs := records.Rescue{ImageID: inst.ImageRef}
+		if req.Rescue != nil {
+			rs = *req.Rescue
+		}
+		inst.Rescue = &rs
+	}
 	inst.Action, inst.ActionFrom, inst.ActionStarted, inst.ActionError = req.Action, inst.VMState, now, ""
 	inst.TaskState = r.Task
 	if req.Action == Unshelve && inst.VMState == records.VMShelvedOffloaded {
@@ -617,6 +627,9 @@ func (mc Machine) ended(inst records.Instance, vm records.VMState) records.Insta
 	inst.VMState, inst.TaskState = vm, records.TaskNone
 	inst.Action, inst.ActionPhase, inst.ActionOps, inst.ActionFrom = "", "", nil, ""
 	inst.Snapshot = nil
+	if vm != records.VMRescued {
+		inst.Rescue = nil // unrescued, or the rescue failed
+	}
 	inst.PowerState = records.PowerStateOf(inst)
 	if vm != records.VMError {
 		inst.Fault = ""

@@ -420,3 +420,31 @@ func TestSnapshotAsScript(t *testing.T) {
 		{Booted, records.TaskNone, records.VMActive, DropImage, "", "im1"},
 	})
 }
+
+// TestRescueKeepsItsDisk: a rescue records what the guest boots while
+// rescued (the request's image, bus and device; the server's own image
+// without one), the record keeps it while RESCUE for the agent, and it
+// goes when the server leaves RESCUE (unrescued) or the rescue fails.
+func TestRescueKeepsItsDisk(t *testing.T) {
+	in := inst(records.VMActive, "")
+	in.ImageRef = "img-own"
+	stable := &records.Rescue{ImageID: "img-rescue", Bus: "virtio", Device: "disk"}
+	next, _, err := Machine{}.Begin(in, Request{Action: Rescue, Rescue: stable}, t0)
+	if err != nil || next.Rescue == nil || *next.Rescue != *stable || !next.Rescue.Stable() {
+		t.Fatalf("rescue begun: %+v, %v; want %+v recorded", next.Rescue, err, stable)
+	}
+	rescued, _ := run(t, Machine{}, in, Request{Action: Rescue, Rescue: stable}, ok)
+	if rescued.VMState != records.VMRescued || rescued.Rescue == nil || rescued.Rescue.ImageID != "img-rescue" {
+		t.Fatalf("rescued: %s with %+v, want rescued keeping the rescue disk", rescued.VMState, rescued.Rescue)
+	}
+	if legacy, _ := run(t, Machine{}, in, Request{Action: Rescue}, ok); legacy.Rescue == nil || legacy.Rescue.ImageID != "img-own" || legacy.Rescue.Stable() {
+		t.Errorf("rescue without an image: %+v, want the server's own image, legacy", legacy.Rescue)
+	}
+	if back, _ := run(t, Machine{}, rescued, Request{Action: Unrescue}, ok); back.VMState != records.VMActive || back.Rescue != nil {
+		t.Errorf("unrescued: %s with %+v, want active and no rescue disk", back.VMState, back.Rescue)
+	}
+	fail := func(string) Event { return Event{Kind: Failed, Err: "no such bus"} }
+	if failed, _ := run(t, Machine{}, in, Request{Action: Rescue, Rescue: stable}, fail); failed.VMState != records.VMActive || failed.Rescue != nil {
+		t.Errorf("failed rescue: %s with %+v, want active and no rescue disk", failed.VMState, failed.Rescue)
+	}
+}

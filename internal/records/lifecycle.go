@@ -104,7 +104,32 @@ type Lifecycle struct {
 	// ShelvedImage is the snapshot a shelve wrote, which the unshelve
 	// boots the guest from and then deletes (Nova's shelved_image_id).
 	ShelvedImage string `json:"shelved_image,omitempty"`
+	// Rescue is what the guest boots while the server is rescued (set by
+	// the rescue, cleared when the server leaves RESCUE); nil otherwise.
+	Rescue *Rescue `json:"rescue,omitempty"`
 }
+
+// Rescue is a rescue's boot disk (os-rescue): the image it is made of,
+// and for a stable-device rescue (Nova 2.87's, asked for by the image's
+// hw_rescue_bus and hw_rescue_device properties) the bus and device it
+// is attached on, the server's own disk kept where it is. Without Bus
+// and Device it is Nova's legacy rescue: the rescue disk first, the
+// server's disk second.
+type Rescue struct {
+	// ImageID is the rescue image: the request's rescue_image_ref, or
+	// the server's own image ("" for keel's built-in guest).
+	ImageID string `json:"image_id,omitempty"`
+	// Bus is hw_rescue_bus (virtio, scsi, usb, ide, sata, fdc) and
+	// Device hw_rescue_device (disk, cdrom, floppy, lun); either set
+	// makes it a stable-device rescue (Nova's check_hw_rescue_props),
+	// the other defaulting as Nova's (device disk; the bus the device
+	// type's default).
+	Bus    string `json:"bus,omitempty"`
+	Device string `json:"device,omitempty"`
+}
+
+// Stable reports whether r is a stable-device rescue.
+func (r *Rescue) Stable() bool { return r != nil && (r.Bus != "" || r.Device != "") }
 
 // DiskImage is the image in's guest disk is made from: the snapshot of
 // its shelve while it has one, else the image it was booted from.

@@ -88,7 +88,7 @@ func bootImage(ctx context.Context, st *image.Store, id string) (computeapi.Boot
 	if err != nil || im.Status != image.StatusActive || !image.Visible(image.Caller{ProjectID: p.ProjectID, Admin: p.IsAdmin()}, im) {
 		return computeapi.BootImage{}, false
 	}
-	b := computeapi.BootImage{MinRAMMB: im.MinRAM, MinDiskGB: im.MinDisk}
+	b := computeapi.BootImage{MinRAMMB: im.MinRAM, MinDiskGB: im.MinDisk, Properties: im.Properties}
 	if im.Size != nil {
 		b.Size = *im.Size
 	}

@@ -14,6 +14,9 @@ type BootImage struct {
 	MinRAMMB, MinDiskGB int64
 	// Size is the image data's size in bytes.
 	Size int64
+	// Properties are the image's properties (a rescue reads
+	// hw_rescue_bus and hw_rescue_device).
+	Properties map[string]string
 }
 
 // bootImage looks up the image id names for the request's caller: ok is

@@ -138,11 +138,11 @@ func (a *serverActionsAPI) lifecycleArgs(r *http.Request, in records.Instance, k
 		if err := strictArgs(raw, &args, "rescue"); err != nil {
 			return nil, nil, err
 		}
-		if args.Image != nil {
-			if _, ok := bootImage(r.Context(), a.image, *args.Image); !ok {
-				return nil, nil, badRequest("Can not find requested image " + *args.Image)
-			}
+		rs, err := a.rescueDisk(r, in, args.Image)
+		if err != nil {
+			return nil, nil, err
 		}
+		req.Rescue = rs
 		pass := newPassword()
 		if args.AdminPass != nil {
 			pass = *args.AdminPass

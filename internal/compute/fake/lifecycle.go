@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
 
@@ -15,7 +16,8 @@ import (
 // the operation's target, saved in the state file; a crash meanwhile
 // leaves the guest as it was, and a repeat of the operation does it
 // then. FailNext(op, …) makes it fail after its time, the guest
-// unchanged.
+// unchanged; Hold(op) holds it. A rescue records the rescue disk the
+// instance asks for on the guest (Guest.Rescue), an unrescue drops it.
 func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string) error {
 	target, from, ok := compute.LifecycleTarget(op)
 	if !ok {
@@ -56,13 +58,24 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 	if !ok {
 		return fmt.Errorf("%s of %s: the guest was destroyed meanwhile", op, inst.UUID)
 	}
-	prev := g.State
+	prev, prevRescue := g.State, g.Rescue
 	if prev != target && !slices.Contains(from, prev) {
 		return fmt.Errorf("%s of %s: the guest became %s meanwhile", op, inst.UUID, prev)
 	}
 	g.State = target
+	switch op {
+	case lifecycle.OpRescue:
+		// Recorded as a real driver boots it: the rescue disk, and the
+		// guest's own disk kept attached.
+		g.Rescue = &records.Rescue{}
+		if inst.Rescue != nil {
+			*g.Rescue = *inst.Rescue
+		}
+	case lifecycle.OpUnrescue:
+		g.Rescue = nil
+	}
 	if err := d.saveLocked(); err != nil {
-		g.State = prev
+		g.State, g.Rescue = prev, prevRescue
 		return fmt.Errorf("%s of %s: %w", op, inst.UUID, err)
 	}
 	d.consoleEventLocked(inst.UUID, op, target)

@@ -102,7 +102,7 @@ func restZero(in *records.Instance) bool {
 func lifecycleZero(l *records.Lifecycle) bool {
 	return !l.Locked && l.LockedBy == "" && l.LockedReason == "" && l.Action == "" && l.ActionPhase == "" &&
 		l.ActionOps == nil && l.ActionFrom == "" && l.ActionStarted == (time.Time{}) && l.ActionError == "" &&
-		l.PowerState == 0 && l.ShelvedAt == (time.Time{}) && l.Snapshot == nil && l.ShelvedImage == ""
+		l.PowerState == 0 && l.ShelvedAt == (time.Time{}) && l.Snapshot == nil && l.ShelvedImage == "" && l.Rescue == nil
 }
 
 // CreateInstance implements store.Store.
@@ -230,6 +230,10 @@ func cloneInstance(in records.Instance) records.Instance {
 	if in.Snapshot != nil {
 		sn := *in.Snapshot
 		in.Snapshot = &sn
+	}
+	if in.Rescue != nil {
+		rs := *in.Rescue
+		in.Rescue = &rs
 	}
 	return in
 }

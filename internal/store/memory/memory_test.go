@@ -286,6 +286,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 		"Tags":                func(in *records.Instance) { in.Tags[0] = "changed" },
 		"Lifecycle.ActionOps": func(in *records.Instance) { in.ActionOps[0] = "changed" },
 		"Lifecycle.Snapshot":  func(in *records.Instance) { in.Snapshot.ImageID = "changed" },
+		"Lifecycle.Rescue":    func(in *records.Instance) { in.Rescue.ImageID = "changed" },
 	}
 	var refs []string
 	var walk func(path string, typ reflect.Type)
@@ -315,6 +316,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 			Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}
 		in.ActionOps = []string{"stop"}
 		in.Snapshot = &records.Snapshot{ImageID: "im"}
+		in.Rescue = &records.Rescue{ImageID: "im", Bus: "virtio"}
 		return in
 	}
 	for name, change := range mutate {
