@@ -2,6 +2,7 @@ package conductor
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -28,7 +29,13 @@ func groupKey(group string) string   { return "group/" + group }
 // newDriver builds the conductor's flow driver, each machine's effects, and
 // registers the flows.
 func (c *Conductor) newDriver() *flow.Driver {
-	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff}
+	d := &flow.Driver{Owner: c.cfg.Owner, Live: c.liveReplicas, Clock: c.clock, Log: c.log, Spawn: c.handOff,
+		// A step whose agent call got no answer (the agent restarting,
+		// reconnecting after this server restarted, cut off) is repeated
+		// from about a second on for one StallAfter, not only at its
+		// phase's stall deadline.
+		Retry:    func(err error) bool { return errors.Is(err, ErrAgentUnreachable) },
+		RetryMax: c.stallAfter() / 2, RetryFor: c.stallAfter()}
 	c.place = &placer{store: c.store, quota: c.cfg.Quota, flows: d, log: c.log, decision: c.hooks.Decision}
 	c.moves = &moveEffects{cfg: c.cfg, store: c.store, sched: c.sched, place: c.place, agents: c.agents, slots: c.slots,
 		clock: c.clock, log: c.log, tasks: c.tasks, handle: c.Handle}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"keel/internal/clock"
 )
@@ -26,11 +27,32 @@ type Driver struct {
 	// on (see Flow.Start), so a round never waits on an agent (at start,
 	// the agents may not be back yet).
 	Spawn func(rest func(run bool))
+	// Retry, when set, picks the action errors whose step is repeated
+	// soon rather than at its machine's stall deadline: an agent call
+	// that got no answer (the agent restarting, reconnecting, cut off).
+	// The sweep resumes such a flow once RetryMin has passed since the
+	// failure, the wait doubling with each failure in a row up to
+	// RetryMax (defaults 1 s and 30 s), for RetryFor after the first
+	// failure of the row (default twice RetryMax); from then on, and
+	// always before, the machine's own deadlines fire as they would
+	// without (an action that times out still does), and a restart
+	// resumes every flow anyway.
+	Retry                        func(err error) bool
+	RetryMin, RetryMax, RetryFor time.Duration
 
 	flows []runner
 
-	mu    sync.Mutex
-	locks map[string]*refMutex
+	mu      sync.Mutex
+	locks   map[string]*refMutex
+	retries map[string]retry // by lock key
+}
+
+// retry is a row of failures of a flow's actions (Driver.Retry): when
+// the first and the last were, when its step is repeated, and the wait
+// that led there.
+type retry struct {
+	first, last, at time.Time
+	wait            time.Duration
 }
 
 // runner is a registered Flow, whatever its types.
@@ -106,7 +128,79 @@ func (d *Driver) Sweep(ctx context.Context) (int, error) {
 			return n, err
 		}
 	}
+	d.pruneRetries(d.Clock.Now())
 	return n, nil
+}
+
+// retryBounds are RetryMin, RetryMax and RetryFor, defaults filled in.
+func (d *Driver) retryBounds() (lo, hi, span time.Duration) {
+	lo, hi, span = d.RetryMin, d.RetryMax, d.RetryFor
+	if lo <= 0 {
+		lo = time.Second
+	}
+	if hi <= 0 {
+		hi = 30 * time.Second
+	}
+	hi = max(hi, lo)
+	if span <= 0 {
+		span = 2 * hi
+	}
+	return lo, hi, span
+}
+
+// failed notes that an action of key's flow failed with err: when Retry
+// picks err, the step is due again after a wait that doubles with each
+// failure in a row.
+func (d *Driver) failed(key string, err error) {
+	if d.Retry == nil || !d.Retry(err) {
+		return
+	}
+	lo, hi, _ := d.retryBounds()
+	now := d.Clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.retries == nil {
+		d.retries = map[string]retry{}
+	}
+	r, ok := d.retries[key]
+	if !ok {
+		r.first = now
+	}
+	r.wait = min(max(2*r.wait, lo), hi)
+	r.last, r.at = now, now.Add(r.wait)
+	d.retries[key] = r
+}
+
+// performed forgets key's failures: one of its actions was done.
+func (d *Driver) performed(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.retries, key)
+}
+
+// retryDue reports whether key's flow has a failed step due again at
+// now: its wait passed, within RetryFor of the row's first failure.
+func (d *Driver) retryDue(key string, now time.Time) bool {
+	_, _, span := d.retryBounds()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.retries[key]
+	return ok && !now.Before(r.at) && now.Sub(r.first) < span
+}
+
+// pruneRetries forgets the rows of failures with none for ten RetryFor
+// (their record ended, went elsewhere, or no longer fails): a row that
+// goes on past RetryFor, failing again at each of its machine's stall
+// deadlines, is kept, so those deadlines alone feed it.
+func (d *Driver) pruneRetries(now time.Time) {
+	_, _, span := d.retryBounds()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, r := range d.retries {
+		if now.Sub(r.last) > 10*span {
+			delete(d.retries, k)
+		}
+	}
 }
 
 // TakeOver is Driver.TakeOver for f alone: a flow's own executor calls it
@@ -220,20 +314,39 @@ func (f *Flow[R, E, A]) sweep(ctx context.Context, d *Driver) (int, error) {
 		if f.Owner(r) != d.Owner {
 			continue
 		}
-		when, ev, ok := f.Machine.Deadline(r, now)
-		if !ok || !now.After(when) || (f.Due != nil && !f.Due(ctx, r, ev)) {
+		ev, when, repeat, ok := f.due(d, r, now)
+		if !ok || (f.Due != nil && !f.Due(ctx, r, ev)) {
 			continue
 		}
 		if !f.unchanged(ctx, d, r) {
 			continue
 		}
-		d.Log.Info("deadline passed", "flow", f.Name, "key", f.Key(r), "event", ev, "deadline", when)
+		if repeat {
+			d.Log.Info("repeating a step whose action got no answer", "flow", f.Name, "key", f.Key(r), "event", ev)
+		} else {
+			d.Log.Info("deadline passed", "flow", f.Name, "key", f.Key(r), "event", ev, "deadline", when)
+		}
 		if err := f.feed(ctx, d, r, ev); err != nil {
 			d.Log.Warn("feeding a deadline's event", "flow", f.Name, "key", f.Key(r), "err", err)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// due returns the event the sweep feeds r's flow at now: its machine's
+// deadline's, with when it passed, or (repeat) when a step whose action
+// failed is due again (Driver.Retry), the resume after a restart.
+func (f *Flow[R, E, A]) due(d *Driver, r R, now time.Time) (ev E, when time.Time, repeat, ok bool) {
+	when, ev, ok = f.Machine.Deadline(r, now)
+	if ok && now.After(when) {
+		return ev, when, false, true
+	}
+	if !d.retryDue(f.Key(r), now) {
+		return ev, when, false, false
+	}
+	ev, ok = f.Machine.Resume(r)
+	return ev, when, true, ok
 }
 
 // unchanged reports whether r's step is not in flight in this process

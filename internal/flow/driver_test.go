@@ -356,3 +356,54 @@ func TestOneFlowsTakeOverAndSweep(t *testing.T) {
 		t.Fatalf("sweep fed %v, want %v", got, want)
 	}
 }
+
+// TestSweepRepeatsAnActionThatGotNoAnswer: a step whose action reached
+// nobody (the driver's Retry picks the error) is repeated by the sweep
+// after RetryMin, then after twice that, and so on — not only at its
+// machine's deadline a minute later; an action that fails otherwise waits
+// for the deadline, and one that is done ends the repeats.
+func TestSweepRepeatsAnActionThatGotNoAnswer(t *testing.T) {
+	errNobody := errors.New("no agent answered")
+	s := &jobs{byID: map[string]job{
+		"j":     {ID: "j", Owner: "a", Goal: 9, Updated: t0},
+		"other": {ID: "other", Owner: "a", Goal: 9, Updated: t0},
+	}}
+	d, clk := newDriver("a")
+	d.Retry = func(err error) bool { return errors.Is(err, errNobody) }
+	f := s.flow(clk)
+	var failures atomic.Int32
+	failures.Store(2) // j's first two tries reach nobody
+	f.Perform = func(_ context.Context, j job, _ string) (jobEvent, bool, error) {
+		if j.ID == "other" {
+			return "", false, errors.New("refused") // not Retry's
+		}
+		if failures.Add(-1) >= 0 {
+			return "", false, errNobody
+		}
+		return "", false, nil
+	}
+	Register(d, f)
+	ctx := context.Background()
+	for _, id := range []string{"j", "other"} {
+		if _, err := f.Run(ctx, d, s.byID[id], "go"); err == nil {
+			t.Fatalf("%s: the first try did not fail", id)
+		}
+	}
+	s.fedAndReset()
+	sweepAt := func(after time.Duration, want ...string) {
+		t.Helper()
+		clk.Advance(after)
+		if _, err := d.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.fedAndReset(); !slices.Equal(got, want) {
+			t.Fatalf("at %s the sweep fed %v, want %v", clk.Now().Sub(t0), got, want)
+		}
+	}
+	sweepAt(900 * time.Millisecond)                 // RetryMin (1 s) not yet passed
+	sweepAt(200*time.Millisecond, "j:resume")       // 1.1 s: repeated, and fails again
+	sweepAt(1900 * time.Millisecond)                // 3.0 s: the wait doubled to 2 s
+	sweepAt(200*time.Millisecond, "j:resume")       // 3.2 s: repeated, and done now
+	sweepAt(30 * time.Second)                       // done: no more repeats
+	sweepAt(31*time.Second, "j:late", "other:late") // the deadlines, a minute after the last saves
+}

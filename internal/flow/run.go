@@ -98,9 +98,8 @@ func (f *Flow[R, E, A]) loop(ctx context.Context, d *Driver, cur R, evs []E, giv
 			return cur, nil
 		}
 		for _, a := range acts {
-			ev, ok, err := f.Perform(ctx, cur, a)
+			ev, ok, err := f.perform(ctx, d, cur, a)
 			if err != nil {
-				d.Log.Warn("flow step left for the sweep", "flow", f.Name, "key", f.Key(cur), "action", a, "err", err)
 				return cur, err
 			}
 			if ok {
@@ -208,10 +207,24 @@ func (f *Flow[R, E, A]) early(ctx context.Context, d *Driver, next R, acts []A) 
 			rest = append(rest, a)
 			continue
 		}
-		if _, _, err := f.Perform(ctx, next, a); err != nil {
-			d.Log.Warn("flow step left for the sweep", "flow", f.Name, "key", f.Key(next), "action", a, "err", err)
+		if _, _, err := f.perform(ctx, d, next, a); err != nil {
 			return nil, err
 		}
 	}
 	return rest, nil
+}
+
+// perform does one action through the flow's effect table; one that
+// cannot be done now leaves its step for the sweep, which repeats it at
+// its machine's deadline, or sooner when the driver's Retry picks the
+// error.
+func (f *Flow[R, E, A]) perform(ctx context.Context, d *Driver, r R, a A) (E, bool, error) {
+	ev, ok, err := f.Perform(ctx, r, a)
+	if err != nil {
+		d.failed(f.Key(r), err)
+		d.Log.Warn("flow step left for the sweep", "flow", f.Name, "key", f.Key(r), "action", a, "err", err)
+		return ev, ok, err
+	}
+	d.performed(f.Key(r))
+	return ev, ok, nil
 }
