@@ -1,7 +1,10 @@
 package server
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -9,7 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"keel/internal/compute"
 	"keel/internal/conductor"
@@ -125,10 +128,46 @@ func (c *agentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(down), "down")
 }
 
-func (m *Metrics) handler(st store.Hosts, downTime time.Duration) http.Handler {
+// handler serves /metrics: the registry's metrics (the Go runtime's, the
+// process's, keel's counters and histograms, the agents by liveness) and,
+// if cloud is not nil, the cloud's gauges, written straight in the text
+// format (metricsText) after them; gzipped when the scraper asks.
+func (m *Metrics) handler(st store.Hosts, downTime time.Duration, cloud *cloudCollector) http.Handler {
 	m.reg.MustRegister(&agentsCollector{st: st, downTime: downTime,
 		desc: prometheus.NewDesc("keel_agents", "Compute agents by liveness (service_down_time).", []string{"state"}, nil)})
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mfs, err := m.reg.Gather()
+		if err != nil {
+			http.Error(w, "gathering metrics: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		var text *metricsText
+		if cloud != nil {
+			text = cloud.text()
+			defer cloud.putText(text)
+			cloud.collect(r.Context(), text.add)
+		}
+		w.Header().Set("Content-Type", string(format))
+		var out io.Writer = w
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+			defer gz.Close()
+			out = gz
+		}
+		bw := bufio.NewWriterSize(out, 64<<10)
+		defer bw.Flush()
+		enc := expfmt.NewEncoder(bw, format)
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				return // the scraper went away
+			}
+		}
+		if text != nil {
+			_ = text.writeTo(bw, cloud.gauges)
+		}
+	})
 }
 
 // instrument counts requests by method and status.

@@ -265,10 +265,10 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	mux.Handle("/placement/", iss.Require(pl, s.baseURL, placementapi.WriteStatus))
 	openDocs(mux, imageVersions(s.baseURL), "/image")
 	mux.Handle("/image/", iss.Require(imageAPI(images), s.baseURL, nil))
-	s.metrics.reg.MustRegister(newCloudCollector(s.ui), notificationCollector{s.notifier})
+	s.metrics.reg.MustRegister(notificationCollector{s.notifier})
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
-	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime)), s.baseURL, computeapi.WriteError))
+	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime, newCloudCollector(s.ui))), s.baseURL, computeapi.WriteError))
 	if cfg.Keel.EnablePprof {
 		mux.Handle("/debug/pprof/", iss.Require(adminOnly(pprofHandler()), s.baseURL, computeapi.WriteError))
 	}
