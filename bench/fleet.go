@@ -141,13 +141,17 @@ type FleetStep struct {
 
 // keelProc is a `keel server` process the fleet section started.
 type keelProc struct {
-	cmd     *exec.Cmd
-	dir     string
-	url     string
-	busURL  string
-	token   string
-	logPath string
-	done    chan struct{}
+	cmd *exec.Cmd
+	// bin, name, sets and extra are what it was started with (restart
+	// starts it again with them, on the same ports).
+	bin, name   string
+	sets, extra []string
+	dir         string
+	url         string
+	busURL      string
+	token       string
+	logPath     string
+	done        chan struct{}
 }
 
 // buildKeel builds keel's binary from this tree into dir.
@@ -165,13 +169,20 @@ func buildKeel(ctx context.Context, dir string) (string, error) {
 // on another, unless extra (more flags) names a database and a bus —,
 // waits for its API and logs in as admin.
 func startKeelProcess(ctx context.Context, bin, dir, name string, sets, extra []string) (_ *keelProc, err error) {
+	return startKeelOn(ctx, bin, dir, name, sets, extra, "127.0.0.1:0", "127.0.0.1:0")
+}
+
+// startKeelOn is startKeelProcess with the API and the embedded bus on
+// the given addresses; the log is appended to.
+func startKeelOn(ctx context.Context, bin, dir, name string, sets, extra []string, apiAddr, busAddr string) (_ *keelProc, err error) {
 	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("server log: %w", err)
 	}
 	data := filepath.Join(dir, name)
-	args := []string{"server", "--data-dir", data, "--listen", "127.0.0.1:0", "--set", "keel.nats_listen=127.0.0.1:0"}
+	_ = os.Remove(filepath.Join(data, "endpoints.json")) // a previous run's
+	args := []string{"server", "--data-dir", data, "--listen", apiAddr, "--set", "keel.nats_listen=" + busAddr}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
@@ -182,7 +193,7 @@ func startKeelProcess(ctx context.Context, bin, dir, name string, sets, extra []
 		logf.Close()
 		return nil, fmt.Errorf("starting keel server: %w", err)
 	}
-	p := &keelProc{cmd: cmd, dir: data, logPath: logPath, done: make(chan struct{})}
+	p := &keelProc{cmd: cmd, bin: bin, name: name, sets: sets, extra: extra, dir: data, logPath: logPath, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
 	defer func() {
 		if err != nil {
@@ -425,15 +436,36 @@ type heartbeats struct {
 	mu     sync.Mutex
 	took   []time.Duration
 	failed int
+	// okAt is when each host's last heartbeat was answered.
+	okAt map[string]time.Time
 }
 
-func (h *heartbeats) record(took time.Duration, err error) {
+func (h *heartbeats) record(host string, took time.Duration, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.took = append(h.took, took)
 	if err != nil {
 		h.failed++
+		return
 	}
+	if h.okAt == nil {
+		h.okAt = map[string]time.Time{}
+	}
+	h.okAt[host] = time.Now()
+}
+
+// answeredSince counts the hosts whose last heartbeat was answered after
+// t.
+func (h *heartbeats) answeredSince(t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, at := range h.okAt {
+		if at.After(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // take returns what was recorded since the last take and starts again.
@@ -483,7 +515,7 @@ func (g *fleetGen) addAgents(ctx context.Context, n int) error {
 			defer cancel()
 			a, err := agent.Start(sctx, agent.Options{Host: host, DataDir: filepath.Join(g.dir, "agents", host), BusURL: g.srv.busURL,
 				Creds: g.creds, Hardware: hw, UpdateResourcesInterval: g.plan.Audit, ReportInterval: g.plan.Report,
-				Metrics: g.metrics, Log: slog.New(slog.DiscardHandler), OnHeartbeat: g.hb.record})
+				Metrics: g.metrics, Log: slog.New(slog.DiscardHandler), OnHeartbeat: func(took time.Duration, err error) { g.hb.record(host, took, err) }})
 			if err != nil {
 				return fmt.Errorf("starting the agent of %s: %w", host, err)
 			}
@@ -915,6 +947,9 @@ func (r *run) fleet(ctx context.Context) error {
 	}
 	if len(r.rep.Fleet) == 0 {
 		return fmt.Errorf("no step measured: %s", stopped)
+	}
+	if r.opts.FleetRestart {
+		r.fleetRestart(ctx, g)
 	}
 	r.fleetFigures(plan, stopped)
 	return nil

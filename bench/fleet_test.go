@@ -17,17 +17,20 @@ const keelProcesses = "a keel server process (the binary built from this tree)"
 // their own bus identities and connections, heartbeating every second.
 // Every step must be measured, every host seen up by os-hypervisors/detail,
 // every heartbeat answered, and the server's CPU and memory read from its
-// own process; the text table must show every step.
+// own process; the text table must show every step. Then the server is
+// restarted with the 12 agents connected (--fleet-restart): every agent's
+// heartbeat is answered again and no host is seen down.
 func TestFleetQuick(t *testing.T) {
 	testenv.External(t, keelProcesses)
 	ctx := testenv.Context(t)
 	var out bytes.Buffer
-	if err := Main(ctx, []string{"--only", "fleet", "--quick", "--json"}, &out, logWriter{t}); err != nil {
+	if err := Main(ctx, []string{"--only", "fleet", "--quick", "--json", "--fleet-restart"}, &out, logWriter{t}); err != nil {
 		t.Fatalf("keelbench --only fleet --quick --json: %v", err)
 	}
 	var got struct {
-		Fleet []FleetStep      `json:"fleet"`
-		Rows  []map[string]any `json:"rows"`
+		Fleet   []FleetStep      `json:"fleet"`
+		Rows    []map[string]any `json:"rows"`
+		Restart *FleetRestart    `json:"fleet_restart"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out.String())
@@ -87,6 +90,12 @@ func TestFleetQuick(t *testing.T) {
 	}
 	if len(got.Rows) != 1 || got.Rows[0]["section"] != "7" {
 		t.Errorf("rows %v, want the fleet's one row", got.Rows)
+	}
+
+	if rs := got.Restart; rs == nil {
+		t.Errorf("no fleet_restart in %s", out.String())
+	} else if rs.Hosts != 12 || rs.Answered != 12 || rs.HostsDown != 0 || rs.ServerCPUS <= 0 || rs.AllUpS <= 0 {
+		t.Errorf("restart %+v: want all 12 hosts heard from again, none seen down, the new server's CPU counted", *rs)
 	}
 
 	// The text table shows every step.

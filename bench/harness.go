@@ -54,6 +54,9 @@ type Options struct {
 	// the tests start them); FleetReplicas how many servers share it.
 	FleetStore    string
 	FleetReplicas int
+	// FleetRestart restarts the server after the ramp, with the fleet
+	// connected, and measures how the agents come back.
+	FleetRestart bool
 	// ServerProfile, if set, is where the fleet section writes a CPU
 	// profile of the keel server process over its last step.
 	ServerProfile string
@@ -89,8 +92,10 @@ type Report struct {
 	Sections []SectionStat
 	// Goals are the goals, judged (not in quick mode).
 	Goals []Goal
-	// Fleet are the fleet section's steps.
-	Fleet []FleetStep
+	// Fleet are the fleet section's steps; FleetRestart the restart
+	// after them (--fleet-restart).
+	Fleet        []FleetStep
+	FleetRestart *FleetRestart
 	// Metrics is the metrics section's measurement (nil when not run).
 	Metrics *MetricsCost
 }
@@ -204,6 +209,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Sections = append(rep.Sections, p.rep.Sections...)
 		rep.Goals = append(rep.Goals, p.rep.Goals...)
 		rep.Fleet = append(rep.Fleet, p.rep.Fleet...)
+		if p.rep.FleetRestart != nil {
+			rep.FleetRestart = p.rep.FleetRestart
+		}
 		if p.rep.Metrics != nil {
 			rep.Metrics = p.rep.Metrics
 		}
@@ -402,6 +410,9 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	out["goals"] = rep.Goals
 	if len(rep.Fleet) > 0 {
 		out["fleet"] = rep.Fleet
+	}
+	if rep.FleetRestart != nil {
+		out["fleet_restart"] = rep.FleetRestart
 	}
 	if rep.Metrics != nil {
 		out["metrics"] = rep.Metrics

@@ -28,9 +28,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fleetPeriod := fs.Duration("fleet-period", 0, "fleet: how long each step is measured (default 1m; quick 4s)")
 	fleetStore := fs.String("fleet-store", "sqlite", "fleet: the servers' store: sqlite (one server, its embedded NATS) or postgres (a throw-away PostgreSQL cluster and Debian's nats-server, started and stopped by the run)")
 	fleetReplicas := fs.Int("fleet-replicas", 1, "fleet: how many keel servers share the store and bus (more than 1 needs --fleet-store postgres)")
+	fleetRestart := fs.Bool("fleet-restart", false, "fleet: after the ramp, restart the server (SIGINT, then the same data dir and ports) with every agent connected, and measure how long until every host's heartbeat is answered again and what the herd costs (SQLite only)")
 	fleetNoStop := fs.Bool("fleet-no-stop", false, "fleet: measure every step even after one fell behind (a loaded machine's figures; such a step never holds)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D] [--fleet-no-stop] [--fleet-store sqlite|postgres] [--fleet-replicas N]\n\n"+
+		fmt.Fprintf(stderr, "usage: keelbench [--json|--markdown] [--quick] [--only SECTIONS] [--quiet] [--cpuprofile FILE] [--server-cpuprofile FILE] [--fleet-steps N,N…] [--fleet-period D] [--fleet-no-stop] [--fleet-restart] [--fleet-store sqlite|postgres] [--fleet-replicas N]\n\n"+
 			"Runs keel's benchmarks and prints one table, each figure with its conditions.\n"+
 			"Sections: %s.\n\n", strings.Join(Sections, ", "))
 		fs.PrintDefaults()
@@ -47,7 +48,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--fleet-store: %q is neither sqlite nor postgres", *fleetStore)
 	}
 	opts := Options{Quick: *quick, ServerProfile: *serverProfile, FleetPeriod: *fleetPeriod, FleetNoStop: *fleetNoStop,
-		FleetStore: *fleetStore, FleetReplicas: *fleetReplicas}
+		FleetStore: *fleetStore, FleetReplicas: *fleetReplicas, FleetRestart: *fleetRestart}
 	if *fleetSteps != "" {
 		for _, s := range strings.Split(*fleetSteps, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
