@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -29,6 +30,7 @@ type simFlags struct {
 	metric   string
 	thresh   float64
 	maxMoves int
+	cpuProf  string
 }
 
 func simCommand() *cobra.Command {
@@ -90,6 +92,7 @@ policy. "keel sim export" writes the live cloud as a scenario to try these on.`,
 	f.StringVar(&fl.metric, "metric", "ram", "--rebalance's metric: ram, vcpu, disk or max")
 	f.Float64Var(&fl.thresh, "threshold", rebalance.DefaultThreshold, "--rebalance acts above this CV and stops below half of it")
 	f.IntVar(&fl.maxMoves, "max-moves", 0, "--rebalance's most moves (0: no cap)")
+	f.StringVar(&fl.cpuProf, "cpuprofile", "", "write a CPU profile of the run (building the world to the report) to this file, for go tool pprof")
 	return cmd
 }
 
@@ -117,6 +120,13 @@ func runSim(cmd *cobra.Command, args []string, fl simFlags) error {
 	}
 	// Fewer collections, under a soft memory limit (sim.TuneGC).
 	defer sim.TuneGC(len(sc.Hosts()))()
+	if fl.cpuProf != "" {
+		stop, err := startCPUProfile(environOf(cmd.Context()).path(fl.cpuProf))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	rep, err := sim.Run(cmd.Context(), sc, opts)
 	if err != nil {
 		return err
@@ -186,6 +196,25 @@ func simOptions(sc *scenario.Scenario, fl simFlags) (sim.Options, error) {
 		opts.Samples = fl.samples
 	}
 	return opts, nil
+}
+
+// startCPUProfile starts a CPU profile into path and returns what stops
+// it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "--cpuprofile: %v\n", err)
+		}
+	}, nil
 }
 
 // writeSimChart writes the report's chart to path.

@@ -106,8 +106,19 @@ type Driver interface {
 //     says why an incoming guest is gone. Without it (fake.Driver) a copy
 //     ends with the agent, and the destination answers from its guests.
 //
+//   - GuestFinder: one guest found by its UUID without listing them all
+//     (fake.Driver: the simulator's 100,000 hosts ask for one guest at
+//     each boot and each copy's end); without it, Guests is listed.
+//
 // The other optional interfaces in this package are the store's and the
 // reporter's (capability.go).
+
+// GuestFinder is implemented by drivers that find one guest by its UUID
+// for less than listing them all: the guest as Guests would list it, and
+// whether there is one.
+type GuestFinder interface {
+	FindGuest(ctx context.Context, uuid string) (Guest, bool, error)
+}
 
 // DetachedCopier is implemented by drivers whose memory copies run outside
 // the agent: IncomingChecker, Resumer and CopyDestination together.

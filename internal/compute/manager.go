@@ -540,14 +540,12 @@ func (m *Manager) CheckIncoming(ctx context.Context, uuid string) error {
 		}
 		return nil
 	}
-	gs, err := m.driver.Guests(ctx)
+	_, ok, err := m.guest(ctx, uuid)
 	if err != nil {
 		return err
 	}
-	for _, g := range gs {
-		if g.UUID == uuid {
-			return nil
-		}
+	if ok {
+		return nil
 	}
 	return fmt.Errorf("no incoming guest %s on %s", uuid, m.host)
 }
@@ -872,6 +870,9 @@ func (m *Manager) StopPeriodicAudit() {
 
 // guest returns the driver's guest of uuid, if it has one.
 func (m *Manager) guest(ctx context.Context, uuid string) (Guest, bool, error) {
+	if f, ok := m.driver.(GuestFinder); ok {
+		return f.FindGuest(ctx, uuid)
+	}
 	gs, err := m.driver.Guests(ctx)
 	if err != nil {
 		return Guest{}, false, err

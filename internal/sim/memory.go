@@ -21,15 +21,18 @@ import (
 // overrides it.
 const DefaultMemoryLimit = 900 << 20
 
-// memoryPerHost is the soft limit's share per host past 14,400 hosts
-// (where 64 KiB a host passes DefaultMemoryLimit). The 100,000-host day
-// (1.5 million instances at the start) ran with a 6 GiB limit in 522 s of
-// CPU and 5.8 GiB peak RSS (load 13–17); under the fixed 900 MiB its live
-// heap (several GB) would keep the collector running without pause.
-const memoryPerHost = 64 << 10
+// memoryPerHost is the soft limit's share per host past 12,127 hosts
+// (where 76 KiB a host passes DefaultMemoryLimit): 7.25 GiB at 100,000.
+// The 100,000-host day (1.5 million instances at the start) keeps 3.5–5
+// GB live; under the fixed 900 MiB the collector would run without pause,
+// and each collection marks all of it (tens of seconds of CPU), so the
+// limit is what the day's collections cost: at 64 KiB a host (6.1 GiB)
+// the day ran in 522 s of CPU and 5.8 GiB peak RSS (load 13–17); 76 KiB
+// gives each collection about 1.5 times the room, within issue 29's 8 GiB.
+const memoryPerHost = 76 << 10
 
 // MemoryLimit is the soft heap limit TuneGC sets for a scenario of hosts
-// hosts: DefaultMemoryLimit, or 64 KiB a host when that is more.
+// hosts: DefaultMemoryLimit, or 76 KiB a host when that is more.
 func MemoryLimit(hosts int) int64 {
 	return max(DefaultMemoryLimit, int64(hosts)*memoryPerHost)
 }

@@ -38,13 +38,13 @@ func TestTuneGCRunsAtOnce(t *testing.T) {
 }
 
 // TestMemoryLimitGrowsWithHosts: the 10,000-host day keeps the 900 MiB
-// limit; the 100,000-host day (several GB live) gets 64 KiB a host, and
+// limit; the 100,000-host day (several GB live) gets 76 KiB a host, and
 // TuneGC sets it.
 func TestMemoryLimitGrowsWithHosts(t *testing.T) {
 	for _, c := range []struct {
 		hosts int
 		want  int64
-	}{{12, DefaultMemoryLimit}, {10000, DefaultMemoryLimit}, {100000, 100000 << 16}} {
+	}{{12, DefaultMemoryLimit}, {10000, DefaultMemoryLimit}, {100000, 100000 * 76 << 10}} {
 		if got := MemoryLimit(c.hosts); got != c.want {
 			t.Errorf("MemoryLimit(%d) = %d MiB, want %d MiB", c.hosts, got>>20, c.want>>20)
 		}
@@ -55,8 +55,8 @@ func TestMemoryLimitGrowsWithHosts(t *testing.T) {
 	restore := TuneGC(100000)
 	got := debug.SetMemoryLimit(-1)
 	restore()
-	if got != 100000<<16 {
-		t.Errorf("TuneGC(100000) set a soft limit of %d MiB, want %d", got>>20, int64(100000<<16)>>20)
+	if got != 100000*76<<10 {
+		t.Errorf("TuneGC(100000) set a soft limit of %d MiB, want %d", got>>20, int64(100000*76<<10)>>20)
 	}
 	if after := debug.SetMemoryLimit(-1); after != before {
 		t.Errorf("after the run the limit is %d, want %d back", after, before)

@@ -244,6 +244,17 @@ func (d *Driver) Guests(_ context.Context) ([]compute.Guest, error) {
 	return out, nil
 }
 
+// FindGuest implements compute.GuestFinder: the guest Guests would list
+// for uuid, without copying the others.
+func (d *Driver) FindGuest(_ context.Context, uuid string) (compute.Guest, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g, ok := d.guests[uuid]; ok {
+		return *g, true, nil
+	}
+	return compute.Guest{}, false, nil
+}
+
 // CheckCanLiveMigrateDestination implements compute.Driver.
 func (d *Driver) CheckCanLiveMigrateDestination(_ context.Context, inst records.Instance) error {
 	d.mu.Lock()
