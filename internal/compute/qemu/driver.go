@@ -271,10 +271,18 @@ func (d *Driver) args(inst records.Instance, incoming bool) []string {
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-m", strconv.FormatInt(inst.Flavor.RAMMB, 10),
 		"-smp", strconv.FormatInt(vcpus, 10),
-		"-drive", "file=" + fileDisk + ",format=" + format + ",if=ide",
-		"-qmp", "unix:" + sockQMP + ",server=on,wait=off",
-		"-qmp", "unix:" + sockPeek + ",server=on,wait=off",
 	}
+	d.mu.Lock()
+	var rescue *records.Rescue
+	if v := d.vms[inst.UUID]; v != nil {
+		rescue = v.st.Guest.Rescue // the rescue disk (rescue.go)
+	}
+	d.mu.Unlock()
+	a = append(a, diskArgs(format, rescue)...)
+	a = append(a,
+		"-qmp", "unix:"+sockQMP+",server=on,wait=off",
+		"-qmp", "unix:"+sockPeek+",server=on,wait=off",
+	)
 	a = append(a, consoleArgs()...)
 	if incoming {
 		a = append(a, "-incoming", "defer")

@@ -34,8 +34,15 @@ var PowerDownWait = time.Second
 //     QEMU ends; resume starts a QEMU that loads the file (-incoming
 //     defer, migrate-incoming) and continues the guest;
 //   - reboot: soft is QMP system_reset, hard a new QEMU process;
-//   - rescue / unrescue and rebuild: a new QEMU process (keel has no
-//     rescue or second image; the guest program boots again).
+//   - rescue: a new QEMU booting a rescue disk made of the rescue image
+//     (an overlay on its base; keel's guest program for the built-in
+//     image), the guest's own disk attached beside it — second on the
+//     IDE bus for Nova's legacy rescue, or kept first while the rescue
+//     disk is added on the bus and device the image's hw_rescue_bus and
+//     hw_rescue_device ask for and booted first (stable-device rescue;
+//     rescue.go); unrescue: a new QEMU on the guest's own disk, the
+//     rescue disk deleted;
+//   - rebuild: a new QEMU process on a new disk.
 //
 // The guest's state is written to guest.json after each, so a restarted
 // agent adopts a running QEMU or keeps a stopped or suspended guest.
@@ -92,7 +99,9 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 			_ = os.Remove(filepath.Join(v.dir, fileDisk))
 			err = d.launch(ctx, v, d.instanceOf(v), false)
 		}
-	default: // start, hard reboot, rescue, unrescue
+	case lifecycle.OpRescue, lifecycle.OpUnrescue:
+		err = d.rescue(ctx, v, inst, op == lifecycle.OpRescue)
+	default: // start, hard reboot
 		if err = d.powerDown(ctx, v); err == nil {
 			err = d.launch(ctx, v, d.instanceOf(v), false)
 		}
