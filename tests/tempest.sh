@@ -107,6 +107,8 @@ horizon = False
 [compute]
 image_ref = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
 image_ref_alt = $image_alt
+certified_image_ref = 7f3b0d5e-6a2c-4c1e-9a55-000000000001
+certified_image_trusted_certs = keel-cert-a,keel-cert-b
 flavor_ref = 1
 flavor_ref_alt = 2
 min_compute_nodes = $HOSTS

@@ -196,10 +196,10 @@ func actionPayload(name string, in records.Instance, who Initiator, fault *Fault
 		}
 		d["keypairs"] = keypairs
 		d["tags"] = append([]string{}, in.Tags...)
-		d["trusted_image_certificates"] = nil
+		d["trusted_image_certificates"] = certsOrNil(in.TrustedCerts)
 		d["instance_name"] = instanceName(in)
 	case InstanceActionRebuildPayload:
-		d["trusted_image_certificates"] = nil
+		d["trusted_image_certificates"] = certsOrNil(in.TrustedCerts)
 	case InstanceActionRescuePayload:
 		d["rescue_image_ref"] = nil
 	case InstanceActionSnapshotPayload:
@@ -266,4 +266,13 @@ func ServiceUUID(host string) string {
 	h[6] = h[6]&0x0f | 0x50
 	h[8] = h[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// certsOrNil is a payload's trusted_image_certificates: the ids, or null
+// for none.
+func certsOrNil(ids []string) any {
+	if len(ids) == 0 {
+		return nil
+	}
+	return append([]string{}, ids...)
 }

@@ -262,12 +262,17 @@ type Instance struct {
 	ReservationID string `json:"reservation_id,omitempty"`
 	LaunchIndex   int    `json:"launch_index,omitempty"`
 	// Tags are the server's tags (compute API 2.26), in the order added.
-	Tags      []string  `json:"tags,omitempty"`
-	VMState   VMState   `json:"vm_state"`
-	TaskState TaskState `json:"task_state"`
-	Fault     string    `json:"fault,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Tags []string `json:"tags,omitempty"`
+	// TrustedCerts are the ids of the certificates the server's image
+	// must be signed with (trusted_image_certificates, 2.63), kept and
+	// shown as Nova does with [glance] verify_glance_signatures off, its
+	// default: keel verifies no image signature (it has no key manager).
+	TrustedCerts []string  `json:"trusted_certs,omitempty"`
+	VMState      VMState   `json:"vm_state"`
+	TaskState    TaskState `json:"task_state"`
+	Fault        string    `json:"fault,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 	// Version increments on every update; an update naming a stale version
 	// fails with a conflict (optimistic concurrency between servers).
 	Version int64 `json:"version"`

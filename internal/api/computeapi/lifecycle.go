@@ -233,7 +233,8 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 			if !version(r).AtLeast(54) {
 				return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('key_name' was unexpected)")
 			}
-		case "user_data", "trusted_image_certificates", "hostname":
+		case "trusted_image_certificates": // read below, from 2.63
+		case "user_data", "hostname":
 		default:
 			return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('" + k + "' was unexpected)")
 		}
@@ -279,6 +280,12 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 	if err := sb.description(version(r), &tmp); err != nil {
 		return nil, err
 	}
+	// trusted_image_certificates (2.63): the list replaces the server's,
+	// null takes them away.
+	if err := sb.trustedCerts(version(r), "rebuild", &tmp); err != nil {
+		return nil, err
+	}
+	_, hasCerts := sb["trusted_image_certificates"]
 	// key_name (2.54): the caller's key pair replaces the server's, null
 	// takes it away.
 	rawKey, hasKey := sb["key_name"]
@@ -319,6 +326,9 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 		}
 		if hasKey {
 			in.KeyName, in.KeyData = kp.Name, kp.PublicKey
+		}
+		if hasCerts {
+			in.TrustedCerts = tmp.TrustedCerts
 		}
 	}, nil
 }

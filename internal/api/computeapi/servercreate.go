@@ -123,6 +123,9 @@ func parseCreate(body createBody, mv Microversion) (createRequest, error) {
 	if err := sb.description(mv, &in); err != nil {
 		return req, err
 	}
+	if err := sb.trustedCerts(mv, "server", &in); err != nil {
+		return req, err
+	}
 	if raw, ok := sb["metadata"]; ok {
 		if in.Metadata, err = decodeMetadata(raw); err != nil {
 			return req, err

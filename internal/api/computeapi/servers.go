@@ -108,6 +108,51 @@ func (b serverBody) description(mv Microversion, in *records.Instance) error {
 	return nil
 }
 
+// trustedCerts reads trusted_image_certificates (2.63) into in, as
+// Nova's schema checks it: null (none), or 1 to 50 distinct non-empty
+// ids. Below 2.63 it is an unknown property of what (server, rebuild).
+func (b serverBody) trustedCerts(mv Microversion, what string, in *records.Instance) error {
+	raw, ok := b["trusted_image_certificates"]
+	if !ok {
+		return nil
+	}
+	if !mv.AtLeast(63) {
+		return badRequest("Invalid input for field/attribute " + what + ". Additional properties are not allowed ('trusted_image_certificates' was unexpected)")
+	}
+	bad := func(why string) error {
+		return badRequest("Invalid input for field/attribute trusted_image_certificates. Value: " + string(raw) + ". " + why)
+	}
+	var ids []any
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return bad(string(raw) + " is not of type 'array', 'null'")
+	}
+	in.TrustedCerts = nil
+	if ids == nil {
+		return nil
+	}
+	switch {
+	case len(ids) == 0:
+		return bad("[] is too short")
+	case len(ids) > 50:
+		return bad("it is too long (more than 50 items)")
+	}
+	seen := map[string]bool{}
+	for _, v := range ids {
+		id, ok := v.(string)
+		switch {
+		case !ok:
+			return bad(fmt.Sprintf("%v is not of type 'string'", v))
+		case id == "":
+			return bad("'' is too short")
+		case seen[id]:
+			return bad(string(raw) + " has non-unique elements")
+		}
+		seen[id] = true
+		in.TrustedCerts = append(in.TrustedCerts, id)
+	}
+	return nil
+}
+
 func cmpOr(s, def string) string {
 	if s == "" {
 		return def

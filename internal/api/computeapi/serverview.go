@@ -119,6 +119,9 @@ func (a *base) serverView(r *http.Request, in records.Instance, kind serverViewK
 	}
 	if ver.AtLeast(63) {
 		v["trusted_image_certificates"] = nil
+		if len(in.TrustedCerts) > 0 {
+			v["trusted_image_certificates"] = in.TrustedCerts
+		}
 	}
 	if ver.AtLeast(73) {
 		v["locked_reason"] = nil
