@@ -30,10 +30,13 @@ type FleetRestart struct {
 	// difference: what the restart cost beyond the steady state.
 	// IntervalCPUS is one report interval of the steady state's CPU (the
 	// goal's bound on HerdCPUS).
-	ServerCPUS   float64 `json:"server_cpu_s"`
-	SteadyCPUS   float64 `json:"steady_cpu_s"`
-	HerdCPUS     float64 `json:"herd_cpu_s"`
-	IntervalCPUS float64 `json:"interval_cpu_s"`
+	ServerCPUS float64 `json:"server_cpu_s"`
+	// ServerWaitCores is how long the new server's threads waited for a
+	// CPU until then, in cores (starved, not idle, when large).
+	ServerWaitCores float64 `json:"server_wait_cores"`
+	SteadyCPUS      float64 `json:"steady_cpu_s"`
+	HerdCPUS        float64 `json:"herd_cpu_s"`
+	IntervalCPUS    float64 `json:"interval_cpu_s"`
 	// AfterCores is the new server's CPU over the report interval after
 	// every host was heard from, in cores.
 	AfterCores float64 `json:"after_cores"`
@@ -92,6 +95,7 @@ func (g *fleetGen) restart(ctx context.Context, steadyCores float64) (FleetResta
 	}
 	sinceStart := time.Since(t1)
 	rs.ServerCPUS = cpu.Seconds()
+	rs.ServerWaitCores = procRunWait(p.cmd.Process.Pid).Seconds() / sinceStart.Seconds()
 	rs.SteadyCPUS = steadyCores * sinceStart.Seconds()
 	rs.HerdCPUS = max(0, rs.ServerCPUS-rs.SteadyCPUS)
 	rs.IntervalCPUS = steadyCores * g.plan.Report.Seconds()
@@ -133,6 +137,6 @@ func (r *run) fleetRestart(ctx context.Context, g *fleetGen) {
 	r.figure("fleet_restart_all_up_s", rs.AllUpS)
 	r.figure("fleet_restart_herd_cpu_s", rs.HerdCPUS)
 	r.figure("fleet_restart_herd_intervals", rs.HerdCPUS/max(rs.IntervalCPUS, 1e-9))
-	r.progress("fleet: restart at %d hosts: stop %.1f s, start %.1f s; %d of %d hosts heard from again %.1f s after the stop; new server %.1f s CPU by then (%.1f s beyond the steady state; one report interval is %.1f s), %.2f cores the interval after; %d seen down; hypervisors p99 %.0f ms; load %.1f",
-		rs.Hosts, rs.StopS, rs.StartS, rs.Answered, rs.Hosts, rs.AllUpS, rs.ServerCPUS, rs.HerdCPUS, rs.IntervalCPUS, rs.AfterCores, rs.HostsDown, rs.HypervisorsP99MS, rs.Load1)
+	r.progress("fleet: restart at %d hosts: stop %.1f s, start %.1f s; %d of %d hosts heard from again %.1f s after the stop; new server %.1f s CPU by then (waiting %.2f cores for a CPU; %.1f s beyond the steady state; one report interval is %.1f s), %.2f cores the interval after; %d seen down; hypervisors p99 %.0f ms; load %.1f",
+		rs.Hosts, rs.StopS, rs.StartS, rs.Answered, rs.Hosts, rs.AllUpS, rs.ServerCPUS, rs.ServerWaitCores, rs.HerdCPUS, rs.IntervalCPUS, rs.AfterCores, rs.HostsDown, rs.HypervisorsP99MS, rs.Load1)
 }
