@@ -125,6 +125,10 @@ type FleetStep struct {
 	ServersP99MS     float64 `json:"servers_p99_ms"`
 	HypervisorsP50MS float64 `json:"hypervisors_p50_ms"`
 	HypervisorsP99MS float64 `json:"hypervisors_p99_ms"`
+	// HypervisorsSlowestAtS is when the slowest of those calls began,
+	// in seconds from the period's first call (0: the first, which may
+	// find no listing kept).
+	HypervisorsSlowestAtS float64 `json:"hypervisors_slowest_at_s"`
 	// The same listing at 2.53, paged: its first page (1,000 hosts).
 	HypervisorsPagedP50MS float64 `json:"hypervisors_paged_p50_ms"`
 	HypervisorsPagedP99MS float64 `json:"hypervisors_paged_p99_ms"`
@@ -556,6 +560,9 @@ func (g *fleetGen) busMessages() uint64 {
 // apiSamples are the API client's calls during a step.
 type apiSamples struct {
 	servers, hypervisors, paged []time.Duration
+	// slowestHypervisorsAt is when the slowest unpaged hypervisors call
+	// began, from the first call's start.
+	slowestHypervisorsAt time.Duration
 	// down is the most hosts a listing showed not up, counting those it
 	// did not list at all.
 	down int
@@ -585,6 +592,8 @@ func (g *fleetGen) callAPI(ctx context.Context, hosts int) (apiSamples, error) {
 		return body, time.Since(t0), err
 	}
 	timed := func(path string) ([]byte, time.Duration, error) { return timedOn(c, path) }
+	begin := time.Now()
+	var slowest time.Duration
 	for ctx.Err() == nil {
 		_, took, err := timed("/compute/v2.1/servers/detail")
 		if ctx.Err() != nil {
@@ -595,7 +604,11 @@ func (g *fleetGen) callAPI(ctx context.Context, hosts int) (apiSamples, error) {
 			return s, err
 		}
 		s.servers = append(s.servers, took)
+		at := time.Since(begin)
 		body, took, err := timed("/compute/v2.1/os-hypervisors/detail")
+		if took > slowest {
+			slowest, s.slowestHypervisorsAt = took, at
+		}
 		if ctx.Err() != nil {
 			s.hypervisors = s.cutShort(s.hypervisors, took)
 			break
@@ -744,6 +757,7 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	st.ServersCalls = len(api.servers)
 	st.ServersP50MS, st.ServersP99MS = ms(percentile(api.servers, 50)), ms(percentile(api.servers, 99))
 	st.HypervisorsP50MS, st.HypervisorsP99MS = ms(percentile(api.hypervisors, 50)), ms(percentile(api.hypervisors, 99))
+	st.HypervisorsSlowestAtS = api.slowestHypervisorsAt.Seconds()
 	st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS = ms(percentile(api.paged, 50)), ms(percentile(api.paged, 99))
 	st.Load1 = loadAverage()
 	st.judge(g.plan)
