@@ -199,21 +199,86 @@ func (r AllocationRequest) Mapping(q CandidateQuery, sfx string) []int {
 
 // slab hands out small slices cut from larger blocks: a search makes
 // thousands of two- or three-element slices, and one allocation per
-// block instead of per slice keeps the garbage collector out of it.
-type slab[T any] struct{ block []T }
+// block instead of per slice keeps the garbage collector out of it. A
+// slab in a Scratch hands its blocks out again after reset.
+type slab[T any] struct {
+	block []T
+	used  [][]T // blocks handed out from since the last reset
+	spare [][]T // blocks to hand out again
+}
 
-// take returns a zeroed slice of length n whose capacity ends at n, so
-// appending to it never writes into a neighbour.
+// take returns a slice of length n whose capacity ends at n, so
+// appending to it never writes into a neighbour. Its elements are zero
+// unless the block is one handed out again: callers set every element.
 func (b *slab[T]) take(n int) []T {
 	if n > 256 {
 		return make([]T, n)
 	}
 	if len(b.block)+n > cap(b.block) {
-		b.block = make([]T, 0, 1024)
+		if k := len(b.spare); k > 0 {
+			b.block = b.spare[k-1][:0]
+			b.spare = b.spare[:k-1]
+		} else {
+			b.block = make([]T, 0, 1024)
+		}
+		b.used = append(b.used, b.block)
 	}
 	l := len(b.block)
 	b.block = b.block[:l+n]
 	return b.block[l : l+n : l+n]
+}
+
+// reset makes every block handed out so far spare: what was taken from
+// them must no longer be in use.
+func (b *slab[T]) reset() {
+	b.spare = append(b.spare, b.used...)
+	b.used, b.block = b.used[:0], nil
+}
+
+// Scratch is memory one search's answer is made in, kept for the next
+// search: the answer to 2,000 candidates over trees takes about 800 KB of
+// small slices and indexes, which allocated afresh each time cost a
+// quarter of the request in allocation and garbage collection. A Scratch
+// serves one search at a time; the requests CandidatesIn returns live in
+// it until the next CandidatesIn with the same Scratch.
+type Scratch struct {
+	ints   slab[int]
+	parts  slab[AllocationPart]
+	maps   slab[[]int]
+	reqs   []AllocationRequest
+	groups []*byRoot // byRoots to use again
+	nextBR int       // groups[:nextBR] are in use
+	next   []int
+}
+
+// reset readies sc for another search.
+func (sc *Scratch) reset() {
+	sc.ints.reset()
+	sc.parts.reset()
+	sc.maps.reset()
+	sc.nextBR = 0
+}
+
+// byRootFor returns a byRoot over n providers for m candidates, from sc's
+// kept ones when there are.
+func (sc *Scratch) byRootFor(n, m int) *byRoot {
+	if sc.nextBR == len(sc.groups) {
+		sc.groups = append(sc.groups, &byRoot{})
+	}
+	b := sc.groups[sc.nextBR]
+	sc.nextBR++
+	if cap(b.off) < n+1 {
+		b.off = make([]int, n+1)
+	} else {
+		b.off = b.off[:n+1]
+		clear(b.off)
+	}
+	if cap(b.c) < m {
+		b.c = make([]groupCandidate, m)
+	} else {
+		b.c = b.c[:m]
+	}
+	return b
 }
 
 // byRoot holds one group's candidates grouped by the root of the tree
@@ -249,20 +314,21 @@ func (c *collector) add(root int, g groupCandidate) {
 	c.cands = append(c.cands, g)
 }
 
-// group returns the candidates by root over n providers, or nil when
-// there are none.
-func (c *collector) group(n int) *byRoot {
+// group returns the candidates by root over n providers (made in sc),
+// or nil when there are none.
+func (c *collector) group(n int, sc *Scratch) *byRoot {
 	if len(c.cands) == 0 {
 		return nil
 	}
-	b := &byRoot{off: make([]int, n+1), c: make([]groupCandidate, len(c.cands))}
+	b := sc.byRootFor(n, len(c.cands))
 	for _, r := range c.roots {
 		b.off[r+1]++
 	}
 	for r := 1; r <= n; r++ {
 		b.off[r] += b.off[r-1]
 	}
-	next := slices.Clone(b.off[:n])
+	sc.next = append(sc.next[:0], b.off[:n]...)
+	next := sc.next
 	for i, r := range c.roots {
 		b.c[next[r]] = c.cands[i]
 		next[r]++
@@ -285,7 +351,15 @@ type groupCandidate struct {
 // tree. summaries lists the providers the answer's provider_summaries
 // shows, in order.
 func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summaries []int) {
-	s := &search{f: f, q: q}
+	return f.CandidatesIn(q, new(Scratch))
+}
+
+// CandidatesIn is Candidates making its answer in sc, which it first
+// resets: the requests it returns (their parts and mappings) are valid
+// until sc's next use.
+func (f *Forest) CandidatesIn(q CandidateQuery, sc *Scratch) (reqs []AllocationRequest, summaries []int) {
+	sc.reset()
+	s := &search{f: f, q: q, ints: &sc.ints, parts: &sc.parts, maps: &sc.maps, sc: sc}
 	// perGroup[g][root]: group g's candidates in the tree anchored at root.
 	perGroup := make([]*byRoot, len(q.Groups))
 	granular := 0
@@ -375,14 +449,23 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			most += combos
 		}
 	}
+	size := min(most, 1<<20)
 	switch {
 	case q.FirstPerTree:
-		reqs = make([]AllocationRequest, 0, len(anchors))
+		size = len(anchors)
 	case q.Limit > 0:
-		reqs = make([]AllocationRequest, 0, min(most, q.Limit))
-	default:
-		reqs = make([]AllocationRequest, 0, min(most, 1<<20))
+		size = min(most, q.Limit)
 	}
+	if cap(sc.reqs) >= size {
+		reqs = sc.reqs[:0]
+	} else {
+		reqs = make([]AllocationRequest, 0, size)
+	}
+	defer func() {
+		if cap(reqs) > cap(sc.reqs) {
+			sc.reqs = reqs[:0]
+		}
+	}()
 	for _, a := range anchors {
 		treeDone = false
 		combine(a, 0)
@@ -393,6 +476,13 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	return reqs, f.summarised(q, reqs, usedRoots)
+}
+
+// summarised lists the providers an answer's provider_summaries shows:
+// before 1.29 over trees, those the requests use; else every provider of
+// the trees they use.
+func (f *Forest) summarised(q CandidateQuery, reqs []AllocationRequest, usedRoots []bool) (summaries []int) {
 	if !q.NestedAware && f.hasTrees {
 		used := make([]bool, len(f.Providers))
 		for _, r := range reqs {
@@ -405,7 +495,7 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 				summaries = append(summaries, i)
 			}
 		}
-		return reqs, summaries
+		return summaries
 	}
 	n := 0
 	for _, p := range f.Providers {
@@ -419,7 +509,7 @@ func (f *Forest) Candidates(q CandidateQuery) (reqs []AllocationRequest, summari
 			summaries = append(summaries, i)
 		}
 	}
-	return reqs, summaries
+	return summaries
 }
 
 // search is one Candidates call's working state.
@@ -427,9 +517,10 @@ type search struct {
 	f         *Forest
 	q         CandidateQuery
 	anchorsOf map[int][]int // sharing provider → roots it anchors (Forest.sharedRoots only)
-	ints      slab[int]
-	parts     slab[AllocationPart]
-	maps      slab[[]int]
+	ints      *slab[int]
+	parts     *slab[AllocationPart]
+	maps      *slab[[]int]
+	sc        *Scratch
 }
 
 // anchorOK reports whether root passes root_required.
@@ -561,7 +652,7 @@ func (s *search) single(g RequestGroup) *byRoot {
 			try(i)
 		}
 	}
-	return out.group(len(f.Providers))
+	return out.group(len(f.Providers), s.sc)
 }
 
 // pair is a provider that can hold one class for a tree it anchors.
@@ -698,7 +789,7 @@ func (s *search) spread(g RequestGroup) *byRoot {
 			}
 		}
 	}
-	return out.group(len(f.Providers))
+	return out.group(len(f.Providers), s.sc)
 }
 
 // combination builds the unnamed group's candidate taking class ci from

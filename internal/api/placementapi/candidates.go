@@ -46,8 +46,10 @@ func (a *API) candidates(w http.ResponseWriter, r *http.Request, minor int) erro
 		body = a.simpleCandidates((*buf)[:0], v, cq, minor)
 	} else {
 		f := v.forest()
-		reqs, sums := f.Candidates(*cq)
+		sc := scratches.get()
+		reqs, sums := f.CandidatesIn(*cq, sc)
 		body = encodeForest((*buf)[:0], v, reqs, sums, cq, minor)
+		scratches.put(sc)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -416,6 +418,28 @@ func (l bufferList) get() *[]byte {
 	}
 }
 
+// scratches keeps searches' working memory between requests, as answers
+// keeps their buffers.
+var scratches = scratchList{free: make(chan *placement.Scratch, 4)}
+
+type scratchList struct{ free chan *placement.Scratch }
+
+func (l scratchList) get() *placement.Scratch {
+	select {
+	case sc := <-l.free:
+		return sc
+	default:
+		return new(placement.Scratch)
+	}
+}
+
+func (l scratchList) put(sc *placement.Scratch) {
+	select {
+	case l.free <- sc:
+	default:
+	}
+}
+
 // put keeps b for a later get unless enough are kept already (or it is
 // over 64 MB, an answer too rare to hold memory for).
 func (l bufferList) put(b *[]byte) {
@@ -683,7 +707,7 @@ func encodeForest(b []byte, v *view, reqs []placement.AllocationRequest, sums []
 		// From 1.29 a summary does not depend on the request: each
 		// entry keeps its own, checked against its root (which can
 		// change while the entry stays).
-		root := v.root(e.UUID)
+		root := v.trees.rootOf[p]
 		sf := e.summary.Load()
 		if sf == nil || sf.root != root {
 			sf = &summaryFragment{root: root, b: appendSummary(nil, v, e, want, minor)}

@@ -34,7 +34,11 @@ type view struct {
 type forestOnce struct {
 	once sync.Once
 	f    *placement.Forest
-	done atomic.Bool // f is made
+	// rootOf names, per provider (as the view's sorted), the root of its
+	// tree as view.root does: an answer's summaries read it thousands of
+	// times, a slice is quicker than the roots map.
+	rootOf []string
+	done   atomic.Bool // f is made
 }
 
 // made returns the forest if it has been made, else nil.
@@ -54,7 +58,9 @@ func (v *view) simple() bool { return len(v.roots) == 0 && v.sharing == 0 }
 func (v *view) forest() *placement.Forest {
 	v.trees.once.Do(func() {
 		ps := make([]placement.CandidateProvider, len(v.sorted))
+		v.trees.rootOf = make([]string, len(v.sorted))
 		for i, s := range v.sorted {
+			v.trees.rootOf[i] = v.root(s.UUID)
 			parent, ok := v.pos[s.ParentUUID]
 			if s.ParentUUID == "" || !ok {
 				parent = -1
@@ -225,7 +231,8 @@ func (v *view) replaced(seq int64, changed map[string]bool, sums []store.Provide
 		for i := range sums {
 			f.Update(v.pos[sums[i].UUID], sums[i].Inventories, sums[i].Usage)
 		}
-		n.trees.once.Do(func() { n.trees.f = f; n.trees.done.Store(true) })
+		// (The roots are the old view's: no provider moved.)
+		n.trees.once.Do(func() { n.trees.f, n.trees.rootOf = f, v.trees.rootOf; n.trees.done.Store(true) })
 	}
 	for i := range sums {
 		e := newEntry(&sums[i])
