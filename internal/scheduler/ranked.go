@@ -366,12 +366,15 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 		}
 		w.lo, _ = firstCandidate(t, check, false)
 	}
-	live, scale := liveWeighers(fast)
+	live, scale := liveWeighers(s.live[:0], fast)
+	s.live = live
 	// A walk longer than this costs more than weighing every candidate
 	// (a visit costs several times a host of the full pass): give up early.
 	limit := max(n/4, 4*k+32)
 	ri.recoef(rows, live, scale)
-	return walkComposite(ri, rows, check, live, &scale, k, limit)
+	top, ok := walkComposite(ri, rows, check, live, &scale, k, limit, s.top[:0])
+	s.top = top[:0]
+	return top, ok
 }
 
 // walkComposite walks the composite order from the top, weighing the
@@ -387,7 +390,7 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // only if it comes first in host order; met after it, as equal keys are
 // (compLess), it is passed over without a filter check. It reports false
 // after limit hosts checked.
-func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numWeighers]float64, k, limit int) ([]ranked, bool) {
+func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numWeighers]float64, k, limit int, top []ranked) ([]ranked, bool) {
 	r, c := 0.0, 0.0
 	for j, w := range live {
 		if ri.inComp[w.raw] && scale[j] > 0 {
@@ -397,7 +400,6 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 			c += math.Max(w.mult, 0)
 		}
 	}
-	var top []ranked
 	visited := 0
 	for p := len(ri.comp) - 1; p >= 0; p-- {
 		it := ri.comp[p]
@@ -539,9 +541,9 @@ func weightOf(row *fitRow, live []boundWeigher, scale *[numWeighers]float64) flo
 
 // liveWeighers drops the weighers whose bounds are equal (they add 0) and
 // returns the rest with their scale, multiplier ÷ (hi − lo).
-func liveWeighers(fast []boundWeigher) ([]boundWeigher, [numWeighers]float64) {
+func liveWeighers(live, fast []boundWeigher) ([]boundWeigher, [numWeighers]float64) {
 	var scale [numWeighers]float64
-	live := fast[:0:0]
+	live = live[:0]
 	for _, w := range fast {
 		if w.hi > w.lo {
 			scale[len(live)] = w.mult / (w.hi - w.lo)

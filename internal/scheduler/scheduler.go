@@ -152,6 +152,18 @@ type Scheduler struct {
 	fast2   []boundWeigher
 	ignored []bool
 	checks  candidateCheck
+	// A decision on the ranked walk allocates nothing of its own past
+	// these (the claim's store write and the Selection aside): an
+	// allocating decision pays the collector's assists while a
+	// collection marks the view (hundreds of MB at 100,000 hosts).
+	active []stage
+	steps  []filterStep
+	pass   filterPass
+	marked []int
+	live   []boundWeigher
+	top    []ranked
+	picked []ranked
+	chosen []*HostState
 	// walks counts the decisions the ranked walk answered (tests check
 	// which path a decision took).
 	walks   int
@@ -284,7 +296,8 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		return Selection{}, &NoValidHostError{Hosts: len(hosts), Rejected: map[string]int{"flavor request groups": len(hosts)}, Reason: req.queryErr.Error()}
 	}
 	s.prepareTree(req)
-	active := s.activeFilters(req)
+	active := s.activeFiltersInto(s.active[:0], req)
+	s.active = active
 	top, rejected := s.rank(hosts, req, active)
 	if req.metricErr != nil {
 		return Selection{}, req.metricErr
@@ -296,10 +309,11 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	sel.PickSeed = seed
 	// Hold the hosts themselves: a refresh after a refused claim may
 	// reorder or shrink the view's host list.
-	chosen := make([]*HostState, len(order))
-	for i, r := range order {
-		chosen[i] = hosts[r.idx]
+	chosen := s.chosen[:0]
+	for _, r := range order {
+		chosen = append(chosen, hosts[r.idx])
 	}
+	s.chosen = chosen
 
 	for i, r := range order {
 		h := chosen[i]
@@ -378,7 +392,11 @@ func (s *Scheduler) candidate(h *HostState, req *Request) Candidate {
 }
 
 func (s *Scheduler) activeFilters(req *Request) []stage {
-	out := make([]stage, 0, len(s.filters))
+	return s.activeFiltersInto(make([]stage, 0, len(s.filters)), req)
+}
+
+// activeFiltersInto appends the filters active for req to out.
+func (s *Scheduler) activeFiltersInto(out []stage, req *Request) []stage {
 	for _, f := range s.filters {
 		if f.Active(req) {
 			out = append(out, f)
@@ -456,8 +474,8 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []stage, fas
 		lo, hi = h.idx, h.idx+1
 		rejected["ignored"] = n - 1
 	}
-	p, steps, done := s.prepareFilters(hosts, req, active)
-	defer done()
+	p, steps := s.prepareFilters(hosts, req, active)
+	defer s.clearIgnored()
 
 	var cands []int32
 	var rej []int
@@ -502,30 +520,36 @@ func (s *Scheduler) filter(hosts []*HostState, req *Request, active []stage, fas
 }
 
 // prepareFilters sets up one decision's filter pass: the ignored hosts
-// marked, the active filters as steps. done clears the marks.
-func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []stage) (*filterPass, []filterStep, func()) {
+// marked, the active filters as steps. clearIgnored clears the marks.
+func (s *Scheduler) prepareFilters(hosts []*HostState, req *Request, active []stage) (*filterPass, []filterStep) {
 	n := len(hosts)
 	if cap(s.ignored) < n {
 		s.ignored = make([]bool, n)
 	}
 	ign := s.ignored[:n]
-	var marked []int
+	marked := s.marked[:0]
 	for _, name := range req.IgnoreHosts {
 		if h := s.view.byName[name]; h != nil && h.idx >= 0 && h.idx < n && !ign[h.idx] {
 			ign[h.idx] = true
 			marked = append(marked, h.idx)
 		}
 	}
-	steps := make([]filterStep, 0, len(active))
+	s.marked = marked
+	steps := s.steps[:0]
 	for _, f := range active {
 		steps = append(steps, filterStep{f: f.Filter, row: f.spec.row, down: int64(s.cfg.ServiceDownTime)})
 	}
-	p := &filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
-	return p, steps, func() {
-		for _, i := range marked {
-			ign[i] = false
-		}
+	s.steps = steps
+	s.pass = filterPass{s: s, hosts: hosts, req: req, ign: ign, now: req.now.UnixNano()}
+	return &s.pass, steps
+}
+
+// clearIgnored clears the marks prepareFilters set.
+func (s *Scheduler) clearIgnored() {
+	for _, i := range s.marked {
+		s.ignored[i] = false
 	}
+	s.marked = s.marked[:0]
 }
 
 // filterStep is one active filter in the hot loop: how it reads a row,
@@ -632,7 +656,7 @@ func (s *Scheduler) total(hosts []*HostState, cands []int32, req *Request, fast 
 	if !s.resetTotals(len(cands)) {
 		return
 	}
-	live, scale := liveWeighers(fast)
+	live, scale := liveWeighers(nil, fast)
 	rows := s.view.dense.rows
 	if len(slow) == 0 {
 		for k, i := range cands {
@@ -734,10 +758,10 @@ func (s *Scheduler) rank(hosts []*HostState, req *Request, active []stage) ([]ra
 	fast, slow := s.weighPlan(req)
 	missing := s.metricsMissing(req)
 	if len(hosts) >= rankedMin && req.RequestedHost == "" && !req.Force && len(slow) == 0 && !missing && !s.cfg.ShuffleBestSameWeighedHosts {
-		p, steps, done := s.prepareFilters(hosts, req, active)
+		p, steps := s.prepareFilters(hosts, req, active)
 		check := s.newCheck(p, steps)
 		top, ok := s.thresholdTop(check, fast, k)
-		done()
+		s.clearIgnored()
 		if ok {
 			s.walks++
 			return top, nil
@@ -798,10 +822,11 @@ func (s *Scheduler) pick(top []ranked, seed uint64) ([]ranked, uint64) {
 	} else {
 		seed = 0
 	}
-	out := make([]ranked, 0, len(top))
-	out = append(out, top[p])
+	out := append(s.picked[:0], top[p])
 	out = append(out, top[:p]...)
-	return append(out, top[p+1:]...), seed
+	out = append(out, top[p+1:]...)
+	s.picked = out
+	return out, seed
 }
 
 // pickIndex is the host_subset_size pick: the position, among the first
