@@ -129,6 +129,11 @@ shelve_migrate = False
 suspend = True
 pause = True
 rescue = True
+# Stable-device rescue (Nova 2.87's hw_rescue_bus / hw_rescue_device):
+# the QEMU and libvirt drivers attach the rescue disk on the bus asked for,
+# IDE included.
+stable_rescue = True
+ide_bus = True
 snapshot = True
 console_output = True
 vnc_console = False

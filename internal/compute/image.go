@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"fmt"
 	"keel/internal/compute/guestdisk"
 	"keel/internal/records"
 )
@@ -34,4 +35,31 @@ func OriginalImage(inst records.Instance) string {
 		return ""
 	}
 	return inst.ImageRef
+}
+
+// RescueTarget is the device and bus a stable-device rescue's disk is
+// attached on (rs.Stable()), as Nova's libvirt driver chooses them on a
+// pc machine: the device defaults to disk, the bus to the device's
+// default (virtio for a disk, ide for a cdrom, scsi for a lun). What the
+// real drivers cannot boot a disk image from (a floppy, a virtio or usb
+// cdrom) is an error.
+func RescueTarget(rs records.Rescue) (device, bus string, err error) {
+	device, bus = rs.Device, rs.Bus
+	if device == "" {
+		device = "disk"
+	}
+	if bus == "" {
+		bus = map[string]string{"disk": "virtio", "cdrom": "ide", "lun": "scsi"}[device]
+	}
+	if device == "lun" {
+		device = "disk" // a file, not a host's SCSI device: a plain disk
+	}
+	switch {
+	case device != "disk" && device != "cdrom":
+	case bus == "scsi" || bus == "ide" || bus == "sata":
+		return device, bus, nil
+	case (bus == "virtio" || bus == "usb") && device == "disk":
+		return device, bus, nil
+	}
+	return "", "", fmt.Errorf("this driver attaches no rescue %s on bus %s", rs.Device, rs.Bus)
 }

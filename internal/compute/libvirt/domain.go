@@ -42,11 +42,25 @@ type meta struct {
 	State string `xml:"state,attr,omitempty"`
 	// Migration, Dest and Paused describe the live migration while State
 	// is migrating (or incoming, on the destination).
-	Migration int64      `xml:"migration,attr,omitempty"`
-	Dest      string     `xml:"dest,attr,omitempty"`
-	Paused    bool       `xml:"paused,attr,omitempty"`
-	PostCopy  bool       `xml:"postcopy,attr,omitempty"`
-	Flavor    metaFlavor `xml:"flavor"`
+	Migration int64  `xml:"migration,attr,omitempty"`
+	Dest      string `xml:"dest,attr,omitempty"`
+	Paused    bool   `xml:"paused,attr,omitempty"`
+	PostCopy  bool   `xml:"postcopy,attr,omitempty"`
+	// RescueImage, RescueBus and RescueDevice are the rescue disk's
+	// (records.Rescue) while State is rescued: the domain is defined with
+	// it (domainXML) until the unrescue.
+	RescueImage  string     `xml:"rescue_image,attr,omitempty"`
+	RescueBus    string     `xml:"rescue_bus,attr,omitempty"`
+	RescueDevice string     `xml:"rescue_device,attr,omitempty"`
+	Flavor       metaFlavor `xml:"flavor"`
+}
+
+// rescue is the rescue disk m records (nil when not rescued).
+func (m meta) rescue() *records.Rescue {
+	if m.State != stRescued {
+		return nil
+	}
+	return &records.Rescue{ImageID: m.RescueImage, Bus: m.RescueBus, Device: m.RescueDevice}
 }
 
 type metaFlavor struct {
@@ -184,9 +198,62 @@ func (d *Driver) domainXML(uuid string, flavor records.Flavor, disk string, m me
 			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
 		},
 	}
+	if rs := m.rescue(); rs != nil {
+		if err := rescueDisks(dom, disk, *rs); err != nil {
+			return "", err
+		}
+	}
 	m.Flavor = flavorMeta(flavor)
 	setMetaIn(dom, m)
 	return dom.Marshal()
+}
+
+// fileRescue is a rescued guest's rescue disk, beside its own (Nova's
+// libvirt driver names its own disk.rescue too).
+const fileRescue = "disk.rescue"
+
+// rescueDisks adds a rescued guest's rescue disk to dom, as Nova's
+// libvirt driver defines a rescued domain: its legacy rescue boots the
+// rescue disk as the first IDE disk, the guest's own second; a
+// stable-device rescue keeps the guest's disk where it is and adds the
+// rescue disk on the bus and device asked for (compute.RescueTarget),
+// booted first (boot order 1, the guest's disk 2).
+func rescueDisks(dom *libvirtxml.Domain, disk string, rs records.Rescue) error {
+	format := "raw"
+	if rs.ImageID != "" && rs.ImageID != compute.BuiltinImageID {
+		format = "qcow2"
+	}
+	own := &dom.Devices.Disks[0]
+	rescue := libvirtxml.DomainDisk{
+		Device: "disk",
+		Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format, Cache: "none"},
+		Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(filepath.Dir(disk), fileRescue)}},
+		Target: &libvirtxml.DomainDiskTarget{Dev: "hda", Bus: "ide"},
+	}
+	if !rs.Stable() {
+		own.Target.Dev = "hdb"
+		dom.Devices.Disks = []libvirtxml.DomainDisk{rescue, *own}
+		return nil
+	}
+	device, bus, err := compute.RescueTarget(rs)
+	if err != nil {
+		return err
+	}
+	dev := map[string]string{"virtio": "vda", "scsi": "sda", "usb": "sdb", "ide": "hdc", "sata": "sdc"}[bus]
+	rescue.Device, rescue.Target = device, &libvirtxml.DomainDiskTarget{Dev: dev, Bus: bus}
+	if device == "cdrom" {
+		rescue.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+	}
+	rescue.Boot, own.Boot = &libvirtxml.DomainDeviceBoot{Order: 1}, &libvirtxml.DomainDeviceBoot{Order: 2}
+	dom.OS.BootDevices = nil // per-device boot order instead
+	switch bus {
+	case "scsi":
+		dom.Devices.Controllers = append(dom.Devices.Controllers, libvirtxml.DomainController{Type: "scsi", Model: "virtio-scsi"})
+	case "usb":
+		dom.Devices.Controllers[0].Model = "qemu-xhci"
+	}
+	dom.Devices.Disks = append(dom.Devices.Disks, rescue)
+	return nil
 }
 
 // consoleSource is a serial port's source that appends to the console
@@ -199,7 +266,7 @@ func consoleSource(disk string) *libvirtxml.DomainChardevSource {
 
 // guestOf is keel's view of a domain: its metadata and libvirt's state.
 func guestOf(uuid string, m meta, state, reason int32, managedSave bool) compute.Guest {
-	g := compute.Guest{UUID: uuid, Name: m.Name, Flavor: m.Flavor.flavor(), State: liveState(m, state, reason, managedSave)}
+	g := compute.Guest{UUID: uuid, Name: m.Name, Flavor: m.Flavor.flavor(), State: liveState(m, state, reason, managedSave), Rescue: m.rescue()}
 	if g.State == compute.GuestMigrating {
 		g.MigrationID, g.Paused = m.Migration, m.Paused
 	}

@@ -2,13 +2,18 @@ package libvirt
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
 	"keel/internal/compute"
+	"keel/internal/compute/qemu/guest"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 )
@@ -24,8 +29,13 @@ import (
 //     stops QEMU); resume: create, which restores it;
 //   - reboot: soft is a reset (the guest has no ACPI), hard a destroy and
 //     create;
-//   - rescue / unrescue and rebuild: destroy and create (keel has no
-//     rescue image; rebuild writes the guest's disk afresh).
+//   - rescue: destroy, the rescue disk made of the rescue image (an
+//     overlay on its base; keel's guest program for the built-in image),
+//     the domain redefined with it beside the guest's own disk (legacy:
+//     the rescue disk first; stable-device: on the bus and device the
+//     image asks for, booted first; domainXML), create; unrescue: destroy,
+//     the domain redefined without it, create, the rescue disk deleted;
+//   - rebuild: destroy and create, the guest's disk written afresh.
 func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string) error {
 	target, from, ok := compute.LifecycleTarget(op)
 	if !ok {
@@ -64,7 +74,10 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 		err = l.DomainManagedSave(x.d, 0)
 	case lifecycle.OpReboot:
 		err = l.DomainReset(x.d, 0)
-	default: // hard reboot, rescue, unrescue, rebuild
+	case lifecycle.OpRescue, lifecycle.OpUnrescue:
+		err = d.rescue(ctx, x, inst, op == lifecycle.OpRescue)
+		m.State = x.m.State // written with the domain's definition
+	default: // hard reboot, rebuild
 		if op == lifecycle.OpRebuild {
 			inst := records.Instance{UUID: x.uuid, Name: m.Name, Flavor: m.Flavor.flavor(), Metadata: map[string]string{"keel_guest": m.Program}}
 			if err = d.writeDisk(ctx, inst, m.Image); err != nil {
@@ -75,9 +88,6 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 			_, err = l.DomainCreateWithFlags(x.d, 0)
 		}
 		m.State = ""
-		if op == lifecycle.OpRescue {
-			m.State = stRescued
-		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s of %s: %w", op, inst.UUID, describe(err))
@@ -140,6 +150,73 @@ func (d *Driver) destroyProcess(x dom) error {
 	}
 	if err := l.DomainDestroyFlags(x.d, 0); err != nil && !isCode(err, golibvirt.ErrOperationInvalid) {
 		return err
+	}
+	return nil
+}
+
+// rescue destroys x's guest and starts it again rescued (on) or not:
+// the domain is redefined with or without the rescue disk (domainXML
+// reads it from the metadata), which is written before and deleted
+// after. The guest's own disk is never touched.
+func (d *Driver) rescue(ctx context.Context, x dom, inst records.Instance, on bool) error {
+	l, err := d.lv()
+	if err != nil {
+		return err
+	}
+	m := x.m
+	m.State, m.RescueImage, m.RescueBus, m.RescueDevice = "", "", "", ""
+	path := filepath.Join(d.guestDir(x.uuid), fileRescue)
+	if on {
+		rs := records.Rescue{}
+		if inst.Rescue != nil {
+			rs = *inst.Rescue
+		}
+		if rs.Stable() {
+			if _, _, err := compute.RescueTarget(rs); err != nil {
+				return err
+			}
+		}
+		if err := d.rescueDisk(ctx, x.uuid, m.Program, rs.ImageID, path); err != nil {
+			return err
+		}
+		m.State, m.RescueImage, m.RescueBus, m.RescueDevice = stRescued, rs.ImageID, rs.Bus, rs.Device
+	}
+	if err := d.destroyProcess(x); err != nil {
+		return err
+	}
+	def := records.Instance{UUID: x.uuid, Name: m.Name, Flavor: m.Flavor.flavor(), Metadata: map[string]string{guest.MetadataKey: m.Program}}
+	ld, err := d.define(def, m)
+	if err != nil {
+		return err
+	}
+	if _, err := l.DomainCreateWithFlags(ld, 0); err != nil {
+		return err
+	}
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("deleting the rescue disk: %w", err)
+		}
+	}
+	return nil
+}
+
+// rescueDisk writes the rescue disk at path from image (an uploaded
+// image's overlay; keel's guest program for none or the built-in one,
+// one MiB: SeaBIOS boots no virtio disk of a single sector).
+func (d *Driver) rescueDisk(ctx context.Context, uuid, program, image, path string) error {
+	if image != "" && image != compute.BuiltinImageID {
+		base, err := d.images.Base(ctx, uuid, image)
+		if err != nil {
+			return fmt.Errorf("the rescue image: %w", err)
+		}
+		return d.images.Overlay(ctx, base, path)
+	}
+	spec, err := guest.Parse(program)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(os.WriteFile(path, spec.Image(), 0o644), os.Truncate(path, 1<<20)); err != nil {
+		return fmt.Errorf("writing the rescue disk: %w", err)
 	}
 	return nil
 }

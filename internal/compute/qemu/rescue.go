@@ -34,8 +34,10 @@ func (d *Driver) rescue(ctx context.Context, v *vm, inst records.Instance, on bo
 		if inst.Rescue != nil {
 			*rs = *inst.Rescue
 		}
-		if _, err := rescueDevice(*rs); err != nil {
-			return err
+		if rs.Stable() {
+			if _, err := rescueDevice(*rs); err != nil {
+				return err
+			}
 		}
 		if err := d.rescueDisk(ctx, v, inst.UUID, rs.ImageID, path); err != nil {
 			return err
@@ -122,33 +124,24 @@ type rescueDev struct {
 	cdrom                   bool
 }
 
-// rescueDevice is the attachment Nova's libvirt driver would give the
-// rescue's bus and device on a pc machine: the device defaults to disk,
-// the bus to the device's default (virtio for a disk, ide for a cdrom,
-// scsi for a lun). What QEMU cannot boot a disk image from here (a
-// floppy, a virtio cdrom) is refused.
+// rescueDevice is the QEMU attachment of a stable-device rescue's disk
+// (compute.RescueTarget).
 func rescueDevice(rs records.Rescue) (rescueDev, error) {
-	device, bus := rs.Device, rs.Bus
-	if device == "" {
-		device = "disk"
-	}
-	if bus == "" {
-		bus = map[string]string{"disk": "virtio", "cdrom": "ide", "lun": "scsi"}[device]
+	device, bus, err := compute.RescueTarget(rs)
+	if err != nil {
+		return rescueDev{}, err
 	}
 	cd := device == "cdrom"
 	hd := map[bool]string{false: "-hd", true: "-cd"}[cd]
-	switch {
-	case device != "disk" && device != "cdrom" && device != "lun":
-	case bus == "virtio" && !cd:
+	switch bus {
+	case "virtio":
 		return rescueDev{device: "virtio-blk-pci"}, nil
-	case bus == "scsi":
+	case "scsi":
 		return rescueDev{controller: "virtio-scsi-pci", device: "scsi" + hd, bus: ",bus=rescuebus.0", cdrom: cd}, nil
-	case bus == "usb" && !cd:
+	case "usb":
 		return rescueDev{controller: "qemu-xhci", device: "usb-storage", bus: ",bus=rescuebus.0"}, nil
-	case bus == "ide":
+	case "ide":
 		return rescueDev{device: "ide" + hd, bus: ",bus=ide.1", cdrom: cd}, nil
-	case bus == "sata":
-		return rescueDev{controller: "ahci", device: "ide" + hd, bus: ",bus=rescuebus.0", cdrom: cd}, nil
 	}
-	return rescueDev{}, fmt.Errorf("the QEMU driver attaches no rescue %s on bus %s", device, bus)
+	return rescueDev{controller: "ahci", device: "ide" + hd, bus: ",bus=rescuebus.0", cdrom: cd}, nil // sata
 }

@@ -184,7 +184,7 @@ func TestRescueBootsItsDiskBesideTheGuests(t *testing.T) {
 		}
 	}
 	inst.Rescue = &records.Rescue{ImageID: rescueID, Bus: "fdc", Device: "floppy"}
-	if err := d.Lifecycle(ctx, inst, lifecycle.OpRescue); err == nil || !strings.Contains(err.Error(), "no rescue floppy on bus fdc") {
+	if err := d.Lifecycle(ctx, inst, lifecycle.OpRescue); err == nil || !strings.Contains(err.Error(), "attaches no rescue floppy on bus fdc") {
 		t.Errorf("a floppy rescue: %v, want it refused", err)
 	}
 }
