@@ -257,7 +257,78 @@ func (c *Images) BaseOf(ctx context.Context, instanceUUID, disk string) (string,
 	}
 	image := filepath.Base(info.Backing)
 	if _, err := c.Base(ctx, instanceUUID, image); err != nil {
-		return "", err
+		if ferr := c.baseFromSource(image, disk); ferr != nil {
+			return "", errors.Join(err, ferr)
+		}
 	}
+	_ = os.Remove(disk + SourceBaseSuffix)
 	return image, nil
+}
+
+// SourceBaseSuffix names, beside a moved disk, the file in which the
+// cold move's source says where its copy of the disk's base is
+// (NoteSourceBase).
+const SourceBaseSuffix = ".source-base"
+
+// NoteSourceBase is the cold move source's part in Nova's fallback: when
+// the disk it copied to to names a base, the path of its own copy of
+// that base is written beside to, so that the destination, if the image
+// service no longer has the image (deleted since the guest booted),
+// copies the base from this host instead (BaseOf). The hosts' driver
+// directories share one filesystem namespace, as the disk's own copy
+// needs.
+func (c *Images) NoteSourceBase(ctx context.Context, disk, to string) error {
+	out, err := exec.CommandContext(ctx, c.qemuImg(), "info", "-U", "--output=json", disk).Output()
+	if err != nil {
+		return fmt.Errorf("reading %s (qemu-img info: %w)", disk, err)
+	}
+	var info struct {
+		Backing string `json:"backing-filename"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil || info.Backing == "" {
+		return err
+	}
+	base := info.Backing
+	if !filepath.IsAbs(base) {
+		base = filepath.Join(filepath.Dir(disk), base)
+	}
+	base, err = filepath.Abs(base)
+	if err != nil {
+		return err
+	}
+	tmp := to + SourceBaseSuffix + ".part"
+	if err := os.WriteFile(tmp, []byte(base), 0o600); err != nil {
+		return fmt.Errorf("noting the source's base: %w", err)
+	}
+	return os.Rename(tmp, to+SourceBaseSuffix)
+}
+
+// baseFromSource copies image's base from the cold move's source host,
+// as its note beside disk names it: only a regular file named for the
+// image in another driver directory's BaseDir is taken.
+func (c *Images) baseFromSource(image, disk string) error {
+	data, err := os.ReadFile(disk + SourceBaseSuffix)
+	if err != nil {
+		return fmt.Errorf("no copy of the base on the move's source either (%w)", err)
+	}
+	from := string(data)
+	if !filepath.IsAbs(from) || filepath.Clean(from) != from || filepath.Base(from) != image || filepath.Base(filepath.Dir(from)) != BaseDir {
+		return fmt.Errorf("the move's source names %q as the base of image %s: refused", from, image)
+	}
+	if fi, err := os.Lstat(from); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("the move's source's base %s: not a regular file (%v)", from, err)
+	}
+	unlock := c.lock(image)
+	defer unlock()
+	to := filepath.Join(c.Dir, BaseDir, image)
+	if _, err := os.Stat(to); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	if err := Copy(from, to); err != nil {
+		return fmt.Errorf("copying the base of image %s from the move's source: %w", image, err)
+	}
+	return nil
 }

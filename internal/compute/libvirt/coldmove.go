@@ -95,6 +95,11 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		if err == nil {
 			err = guestdisk.Copy(d.diskPath(inst.UUID), to)
 		}
+		if err == nil {
+			// Where the destination copies the base from if the image
+			// is gone from the image service (Nova's fallback).
+			err = d.images.NoteSourceBase(bg, d.diskPath(inst.UUID), to)
+		}
 		if cur, ok, lerr := d.lookup(inst.UUID); lerr != nil || !ok {
 			err = fmt.Errorf("the guest was destroyed while its disk moved")
 		} else {

@@ -15,6 +15,7 @@ import (
 	"keel/internal/compute"
 	"keel/internal/compute/guestdisk"
 	"keel/internal/lifecycle"
+	"keel/internal/records"
 	"keel/internal/testdisk"
 )
 
@@ -89,5 +90,43 @@ func TestBootUploadedImage(t *testing.T) {
 	d.Spawn(ctx, bad, func(err error) { ch <- err })
 	if err := waitDone(t, ch, 60*time.Second); err == nil || !strings.Contains(err.Error(), "names a backing file") {
 		t.Fatalf("spawn from a qcow2 with a backing file: %v", err)
+	}
+}
+
+// TestColdMoveFetchesDeletedImageFromSource: a guest booted from an
+// uploaded image deleted since is cold-moved from h01 to h02, which never
+// fetched the image: h02, finding no image in the image service, copies
+// the base from h01 (Nova's fallback_from_host) and the guest runs there
+// on its moved overlay. Before, finish_migration failed ("fetching image
+// …: no image").
+func TestColdMoveFetchesDeletedImageFromSource(t *testing.T) {
+	ctx := context.Background()
+	images := fileImages{}
+	src := newDriver(t, "h01", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
+	dst := newDriver(t, "h02", Config{PowerDownWait: 200 * time.Millisecond, Images: images})
+	_, _, qcow := testdisk.GuestImage(t)
+	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000f002"
+	images.add(t, imageID, "qcow2", qcow)
+	inst := instance("5a1f0c6e-0000-4000-8000-0000000000f2", "")
+	inst.ImageRef, inst.VMState = imageID, records.VMActive
+	spawn(t, src, inst)
+	waitRising(t, src, inst.UUID, 0)
+	delete(images, imageID)
+
+	data, err := dst.PrepResize(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := make(chan error, 1)
+	src.MigrateDiskAndPowerOff(ctx, 1, inst, "h02", data, func(err error) { copied <- err })
+	if err := waitDone(t, copied, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.FinishMigration(ctx, inst); err != nil {
+		t.Fatalf("finish_migration of a guest whose image is gone: %v", err)
+	}
+	waitRising(t, dst, inst.UUID, 0)
+	if info := testdisk.Info(t, filepath.Join(dst.cfg.Dir, guestdisk.BaseDir, imageID)); info.Format != "raw" {
+		t.Errorf("the destination's base is %+v, want the source's raw copy", info)
 	}
 }

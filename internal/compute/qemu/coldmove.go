@@ -95,6 +95,11 @@ func (d *Driver) MigrateDiskAndPowerOff(ctx context.Context, migID int64, inst r
 		if err == nil {
 			err = guestdisk.Copy(filepath.Join(v.dir, fileDisk), to)
 		}
+		if err == nil {
+			// Where the destination copies the base from if the image
+			// is gone from the image service (Nova's fallback).
+			err = d.images.NoteSourceBase(bg, filepath.Join(v.dir, fileDisk), to)
+		}
 		d.mu.Lock()
 		switch {
 		case d.vms[inst.UUID] != v:

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"keel/internal/compute"
+	"keel/internal/compute/guestdisk"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
+	"keel/internal/testdisk"
 )
 
 // TestColdMoves resizes a real QEMU guest between two drivers (two hosts'
@@ -168,5 +170,56 @@ func TestColdMoves(t *testing.T) {
 	// A resize onto the guest's own host is refused.
 	if _, err := dst.PrepResize(ctx, resized); err == nil {
 		t.Fatal("prep_resize onto the guest's own host was accepted")
+	}
+}
+
+// TestColdMoveFetchesDeletedImageFromSource: a guest booted from an
+// uploaded image deleted since is cold-moved to a host that never
+// fetched the image: the destination, finding no image in the image
+// service, copies the base from the move's source host (Nova's
+// fallback_from_host), and the guest boots there on its moved overlay.
+// Before, finish_migration failed ("fetching image …: no image") and the
+// move reverted.
+func TestColdMoveFetchesDeletedImageFromSource(t *testing.T) {
+	ctx := context.Background()
+	shortPowerDown(t)
+	images := &imageFiles{}
+	src := newDriver(t, Config{Images: images})
+	dst := newDriver(t, Config{Images: images})
+	_, _, qcow := testdisk.GuestImage(t)
+	const imageID = "0b6f2c3e-1d4a-4f1e-8b7a-00000000f001"
+	images.add(t, imageID, "qcow2", qcow)
+	inst := records.Instance{UUID: "6f0c1c6e-0000-4000-8000-0000000000f1", Name: "orphan", ImageRef: imageID,
+		Flavor: records.Flavor{ID: "1", Name: "tiny", VCPUs: 1, RAMMB: 64}, VMState: records.VMActive}
+	spawned := make(chan error, 1)
+	src.Spawn(ctx, inst, func(err error) { spawned <- err })
+	if err := waitDone(t, spawned, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitRising(t, src, inst.UUID, 0)
+	images.drop(imageID)
+
+	data, err := dst.PrepResize(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := make(chan error, 1)
+	src.MigrateDiskAndPowerOff(ctx, 1, inst, "dst", data, func(err error) { copied <- err })
+	if err := waitDone(t, copied, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.FinishMigration(ctx, inst); err != nil {
+		t.Fatalf("finish_migration of a guest whose image is gone: %v", err)
+	}
+	waitRising(t, dst, inst.UUID, 0)
+	base := filepath.Join(dst.cfg.Dir, guestdisk.BaseDir, imageID)
+	if info := testdisk.Info(t, base); info.Format != "raw" {
+		t.Errorf("the destination's base %s is %+v, want the source's raw copy", base, info)
+	}
+	if n := images.fetched(imageID); n != 2 {
+		t.Errorf("the image service was asked %d times, want twice (the source's boot, the destination's try)", n)
+	}
+	if _, err := os.Stat(filepath.Join(dst.cfg.Dir, inst.UUID, fileDisk+guestdisk.SourceBaseSuffix)); !os.IsNotExist(err) {
+		t.Errorf("the source's note stayed beside the moved disk (%v)", err)
 	}
 }
