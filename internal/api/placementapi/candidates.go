@@ -296,7 +296,7 @@ func (a *API) parseRequestGroups(r *http.Request, q url.Values, minor int) (map[
 				if _, err := uuid.Parse(u); err != nil {
 					return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: Expected 'in_tree' parameter to be a format of uuid. Got: %s", v)
 				}
-				g.InTree = normUUID(u)
+				g.InTree = u
 			}
 		}
 	}

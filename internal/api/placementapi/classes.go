@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 
 	"keel/internal/placement"
 	"keel/internal/store"
@@ -101,6 +102,10 @@ func (a *API) putClass(w http.ResponseWriter, r *http.Request, minor int) error 
 		return err
 	}
 	rc := placement.ResourceClass(r.PathValue("name"))
+	if minor >= 7 && !strings.HasPrefix(string(rc), "CUSTOM_") {
+		// Placement checks the path's name against its schema.
+		return errorf(http.StatusBadRequest, "JSON does not validate: '%s' does not match '^CUSTOM_[A-Z0-9_]+$'", rc)
+	}
 	if rc.IsStandard() {
 		return errorf(http.StatusBadRequest, "Cannot update standard resource class %s", rc)
 	}

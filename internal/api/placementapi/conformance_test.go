@@ -94,6 +94,8 @@ type conformance struct {
 	// errorText); off, a different one is only logged (for the one
 	// answer whose text keel keeps its own, see TestConformanceHTTP).
 	texts bool
+	// n counts the requests sent to both and compared.
+	n int
 }
 
 func startConformance(t *testing.T) *conformance {
@@ -111,7 +113,9 @@ func startConformance(t *testing.T) *conformance {
 	t.Cleanup(peer.Stop)
 	srv := httptest.NewServer(placementapi.New(memory.New(), func(*http.Request) bool { return true }))
 	t.Cleanup(srv.Close)
-	return &conformance{t: t, sides: [2]side{{"placement", peer.URL}, {"keel", srv.URL + "/placement"}}, texts: true}
+	c := &conformance{t: t, sides: [2]side{{"placement", peer.URL}, {"keel", srv.URL + "/placement"}}, texts: true}
+	t.Cleanup(func() { t.Logf("%d requests sent to both and their answers compared", c.n) })
+	return c
 }
 
 // both sends a request to both and fails the test unless the statuses
@@ -119,6 +123,7 @@ func startConformance(t *testing.T) *conformance {
 // func(side) any, for bodies that name what each side answered before.
 func (c *conformance) both(method, path, version string, body any) [2]answer {
 	c.t.Helper()
+	c.n++
 	var out [2]answer
 	for i, s := range c.sides {
 		b := body
@@ -893,4 +898,111 @@ func TestConformanceValidation(t *testing.T) {
 	c.both("PUT", "/allocations/"+consumer, "1.28", alloc())
 	c.both("PUT", "/allocations/"+consumer, "1.28", alloc("consumer_generation", 1))
 	c.same("GET", "/resource_providers/"+rp+"/allocations", "1.28", nil)
+}
+
+// TestConformanceMovesAndSpellings compares what TestConformanceHTTP and
+// TestConformanceValidation leave out: POST /allocations moving a
+// consumer's allocation to another on a full provider (as Nova moves an
+// instance's allocation to its migration), UUIDs without dashes wherever
+// a request names a provider, a consumer or an aggregate, and the
+// refusals of deletes and generation conflicts, with their texts.
+func TestConformanceMovesAndSpellings(t *testing.T) {
+	c := startConformance(t)
+	const (
+		rp    = "c4000001-0000-4000-8000-000000000000"
+		kid   = "c4000001-0000-4000-8000-000000000001"
+		inst  = "d5000000-0000-4000-8000-000000000001"
+		mig   = "d5000000-0000-4000-8000-000000000002"
+		other = "d5000000-0000-4000-8000-000000000003"
+		agg   = "a4000000-0000-4000-8000-000000000001"
+	)
+	dl := func(u string) string { return strings.ReplaceAll(u, "-", "") }
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": rp, "name": "m1"})
+	c.both("POST", "/resource_providers", "1.39", map[string]any{"uuid": kid, "name": "m1-kid", "parent_provider_uuid": dl(rp)})
+	c.same("POST", "/resource_providers", "1.39", map[string]any{"uuid": dl(kid), "name": "m1-kid", "parent_provider_uuid": rp})
+	c.both("PUT", "/resource_providers/"+kid, "1.39", map[string]any{"name": "m1-kid", "parent_provider_uuid": dl(rp)})
+	c.same("GET", "/resource_providers/"+dl(kid), "1.39", nil)
+	c.same("PUT", "/resource_providers/"+dl(rp)+"/inventories", "1.39", map[string]any{"resource_provider_generation": 0,
+		"inventories": map[string]any{"VCPU": map[string]any{"total": 2}, "MEMORY_MB": map[string]any{"total": 1024}}})
+	c.both("PUT", "/allocations/"+other, "1.39", map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]any{"DISK_GB": 1, "MEMORY_MB": 1, "VCPU": 1}}},
+		"project_id": "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE"}) // no inventory yet
+	c.same("PUT", "/resource_providers/"+rp+"/inventories", "1.39", map[string]any{"resource_provider_generation": 0,
+		"inventories": map[string]any{"VCPU": map[string]any{"total": 2}, "MEMORY_MB": map[string]any{"total": 1024}}})
+	c.same("GET", "/resource_providers/"+dl(rp)+"/inventories", "1.39", nil)
+	c.same("GET", "/resource_providers/"+dl(rp)+"/inventories/VCPU", "1.39", nil)
+	c.both("PUT", "/resource_providers/"+dl(rp)+"/aggregates", "1.39", map[string]any{"resource_provider_generation": 1, "aggregates": []string{dl(agg)}})
+	c.same("PUT", "/resource_providers/"+rp+"/aggregates", "1.39", map[string]any{"resource_provider_generation": 1, "aggregates": []string{dl(agg)}})
+	c.same("GET", "/resource_providers/"+rp+"/aggregates", "1.39", nil)
+	c.same("GET", "/resource_providers?member_of="+dl(agg), "1.39", nil)
+	c.same("GET", "/resource_providers?uuid="+dl(rp), "1.39", nil)
+	c.same("PUT", "/resource_providers/"+dl(rp)+"/traits", "1.39", func(i int) any {
+		return map[string]any{"resource_provider_generation": c.generation(i, rp), "traits": []string{"HW_CPU_X86_AVX2"}}
+	})
+	full := map[string]any{"allocations": map[string]any{dl(rp): map[string]any{"resources": map[string]any{"VCPU": 2, "MEMORY_MB": 512}}},
+		"project_id": "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE"}
+	c.both("PUT", "/allocations/"+inst, "1.39", full) // a dashless provider key: refused
+	full["allocations"] = map[string]any{rp: map[string]any{"resources": map[string]any{"VCPU": 2, "MEMORY_MB": 512}}}
+	c.both("PUT", "/allocations/"+inst, "1.39", full)
+	c.same("GET", "/allocations/"+inst, "1.39", nil)
+	c.same("GET", "/allocations/"+dl(inst), "1.39", nil)
+	c.same("GET", "/resource_providers/"+dl(rp)+"/allocations", "1.39", nil)
+	c.same("GET", "/resource_providers/"+dl(rp)+"/usages", "1.39", nil)
+	c.same("GET", "/allocation_candidates?resources=MEMORY_MB:1&member_of="+dl(agg), "1.39", nil)
+	c.same("GET", "/allocation_candidates?resources=MEMORY_MB:1&in_tree="+dl(kid), "1.39", nil)
+	// The move: the instance's allocation becomes the migration's, on a
+	// provider that could not hold both.
+	move := func(instGen, migGen any, vcpu int) map[string]any {
+		return map[string]any{
+			inst: map[string]any{"allocations": map[string]any{}, "project_id": "p", "user_id": "u", "consumer_generation": instGen, "consumer_type": "INSTANCE"},
+			dl(mig): map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]any{"VCPU": vcpu, "MEMORY_MB": 512}}},
+				"project_id": "p", "user_id": "u", "consumer_generation": migGen, "consumer_type": "MIGRATION"},
+		}
+	}
+	c.both("POST", "/allocations", "1.38", move(1, nil, 3))
+	c.both("POST", "/allocations", "1.38", move(7, nil, 2))
+	c.both("POST", "/allocations", "1.38", move(1, nil, 2))
+	for _, u := range []string{inst, mig} {
+		c.same("GET", "/allocations/"+u, "1.38", nil)
+	}
+	c.same("GET", "/resource_providers/"+rp+"/usages", "1.39", nil)
+	c.same("GET", "/usages?project_id=p", "1.38", nil)
+	// And back, naming the migration without dashes.
+	back := map[string]any{
+		dl(mig): map[string]any{"allocations": map[string]any{}, "project_id": "p", "user_id": "u", "consumer_generation": 1, "consumer_type": "MIGRATION"},
+		inst: map[string]any{"allocations": map[string]any{rp: map[string]any{"resources": map[string]any{"VCPU": 2}}},
+			"project_id": "p", "user_id": "u", "consumer_generation": nil, "consumer_type": "INSTANCE"},
+	}
+	c.both("POST", "/allocations", "1.38", back)
+	for _, u := range []string{inst, mig} {
+		c.same("GET", "/allocations/"+u, "1.38", nil)
+	}
+	// Deletes and conflicts, with their texts.
+	c.both("DELETE", "/resource_providers/"+rp, "1.39", nil)                         // has a child
+	c.both("DELETE", "/resource_providers/"+dl(rp)+"/inventories/VCPU", "1.39", nil) // in use
+	c.both("DELETE", "/resource_providers/"+rp+"/inventories/DISK_GB", "1.39", nil)
+	c.both("PUT", "/resource_providers/"+rp+"/aggregates", "1.39", map[string]any{"resource_provider_generation": 0, "aggregates": []string{}})
+	c.both("PUT", "/resource_providers/"+rp+"/traits", "1.39", map[string]any{"resource_provider_generation": 0, "traits": []string{}})
+	c.both("PUT", "/resource_providers/"+rp+"/inventories", "1.39", map[string]any{"resource_provider_generation": 0, "inventories": map[string]any{}})
+	c.both("PUT", "/resource_providers/"+rp+"/inventories", "1.39", func(i int) any {
+		return map[string]any{"resource_provider_generation": c.generation(i, rp), "inventories": map[string]any{"MEMORY_MB": map[string]any{"total": 1024}}}
+	})
+	c.both("DELETE", "/resource_providers/"+kid, "1.39", nil)
+	c.both("DELETE", "/resource_providers/"+rp, "1.39", nil) // has allocations
+	c.both("DELETE", "/allocations/"+other, "1.39", nil)
+	c.same("GET", "/allocations/"+other, "1.39", nil)
+	c.both("DELETE", "/allocations/"+dl(inst), "1.39", nil)
+	c.same("GET", "/resource_providers/"+rp+"/usages", "1.39", nil)
+	c.both("DELETE", "/resource_providers/"+dl(rp), "1.39", nil)
+	c.both("GET", "/resource_providers/"+rp, "1.39", nil)
+	c.both("PUT", "/traits/CUSTOM_M1", "1.39", nil)
+	c.both("PUT", "/traits/CUSTOM_M1", "1.39", nil)
+	c.both("PUT", "/traits/NOT_CUSTOM", "1.39", nil)
+	c.both("DELETE", "/traits/HW_CPU_X86_AVX2", "1.39", nil)
+	c.both("DELETE", "/traits/CUSTOM_NOPE", "1.39", nil)
+	c.both("DELETE", "/resource_classes/VCPU", "1.39", nil)
+	c.both("DELETE", "/resource_classes/CUSTOM_NOPE", "1.39", nil)
+	c.both("GET", "/resource_classes/CUSTOM_NOPE", "1.39", nil)
+	c.both("PUT", "/resource_classes/CUSTOM_M1", "1.7", nil)
+	c.both("PUT", "/resource_classes/CUSTOM_M1", "1.7", nil)
+	c.both("PUT", "/resource_classes/VCPU", "1.7", nil)
 }

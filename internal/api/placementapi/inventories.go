@@ -1,6 +1,7 @@
 package placementapi
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -89,7 +90,7 @@ func inventoriesView(p placement.Provider) map[string]any {
 }
 
 func (a *API) inventories(w http.ResponseWriter, r *http.Request, minor int) error {
-	p, _, err := a.provider(r)
+	p, _, err := a.providerSaying(r, "No resource provider with uuid %s found : %s")
 	if err != nil {
 		return err
 	}
@@ -136,6 +137,9 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 	if body.Generation == nil || body.Inventories == nil {
 		return errorf(http.StatusBadRequest, "'resource_provider_generation' and 'inventories' are required properties")
 	}
+	if *body.Generation != p.Generation {
+		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: "resource provider generation conflict"}
+	}
 	invs := placement.Inventories{}
 	for rc, b := range body.Inventories {
 		inv, err := b.inventory(p.UUID, rc, minor)
@@ -145,6 +149,10 @@ func (a *API) putInventories(w http.ResponseWriter, r *http.Request, minor int) 
 		invs[placement.ResourceClass(rc)] = inv
 	}
 	np, err := a.setInventories(r, p.UUID, *body.Generation, invs)
+	var inUse *placement.InUseError
+	if errors.As(err, &inUse) {
+		return &httpError{status: http.StatusConflict, code: codeInventoryInUse, msg: "update conflict: " + inUseMessage(inUse)}
+	}
 	if err != nil {
 		return err
 	}
@@ -171,7 +179,7 @@ func (a *API) deleteInventories(w http.ResponseWriter, r *http.Request, minor in
 
 // inventory is GET /resource_providers/{uuid}/inventories/{rc}.
 func (a *API) inventory(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, _, err := a.provider(r)
+	p, _, err := a.providerSaying(r, "No resource provider with uuid %s found : %s")
 	if err != nil {
 		return err
 	}
@@ -248,7 +256,7 @@ func (a *API) deleteInventory(w http.ResponseWriter, r *http.Request, _ int) err
 	}
 	rc := r.PathValue("rc")
 	if _, ok := p.Inventories[placement.ResourceClass(rc)]; !ok {
-		return errorf(http.StatusNotFound, "No inventory of class %s found for delete", rc)
+		return errorf(http.StatusNotFound, "No inventory of class %s found for delete: No inventory of class %s found for delete", rc, rc)
 	}
 	return a.changeInventory(w, r, p, p.Generation, rc, nil, http.StatusNoContent)
 }
@@ -276,7 +284,7 @@ func (a *API) changeInventory(w http.ResponseWriter, r *http.Request, p *entry, 
 }
 
 func (a *API) providerUsages(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, _, err := a.provider(r)
+	p, _, err := a.providerSaying(r, "No resource provider with uuid %s found: %s")
 	if err != nil {
 		return err
 	}

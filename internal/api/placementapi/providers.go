@@ -102,7 +102,7 @@ func (a *API) parseFilter(r *http.Request, minor int, since map[string]int) (*pr
 	if err := checkParams(q, allowed...); err != nil {
 		return nil, err
 	}
-	f := &providerFilter{name: q.Get("name"), uuid: normUUID(q.Get("uuid"))}
+	f := &providerFilter{name: q.Get("name"), uuid: q.Get("uuid")}
 	// (Placement's schema checks both as its validator's uuid format.)
 	if q.Has("uuid") && !isUUID(q.Get("uuid")) {
 		return nil, errorf(http.StatusBadRequest, "Invalid query string parameters: %s is not a 'uuid'", pyStr(q.Get("uuid")))
@@ -312,6 +312,25 @@ func (a *API) provider(r *http.Request) (*entry, *view, error) {
 	return p, v, nil
 }
 
+// exists reports whether provider u is in a view as new as the store's
+// newest change (true when that cannot be read: the store decides).
+func (a *API) exists(r *http.Request, u string) bool {
+	v, err := a.views.get(r.Context())
+	return err != nil || v.byUUID[u] != nil
+}
+
+// providerSaying is provider whose not-found refusal says what
+// Placement's handler for the route says around its lookup's own words:
+// format takes the path's UUID and those words (e.g. "No resource
+// provider with uuid %s found : %s" for inventories).
+func (a *API) providerSaying(r *http.Request, format string) (*entry, *view, error) {
+	p, v, err := a.provider(r)
+	if he, ok := err.(*httpError); ok && he.status == http.StatusNotFound {
+		return nil, nil, errorf(http.StatusNotFound, format, r.PathValue("uuid"), he.msg)
+	}
+	return p, v, err
+}
+
 // providerBody is POST and PUT /resource_providers' body.
 type providerBody struct {
 	Name   string  `json:"name"`
@@ -371,10 +390,12 @@ func (a *API) createProvider(w http.ResponseWriter, r *http.Request, minor int) 
 		return errorf(http.StatusBadRequest, "'uuid' %q is not a UUID", body.UUID)
 	}
 	// A UUID in any form Placement takes (dashless among them) is kept
-	// in the dashed form, so the two name one provider.
+	// in the dashed form, so the two name one provider. (Not the parent:
+	// Placement looks that up as written, and a dashless one does not
+	// exist.)
 	body.UUID = normUUID(body.UUID)
-	if body.Parent != nil {
-		*body.Parent = normUUID(*body.Parent)
+	if body.Parent != nil && *body.Parent != body.UUID && !a.exists(r, *body.Parent) {
+		return errorf(http.StatusBadRequest, "Unable to create resource provider %q, %s: Object action create failed because: parent provider UUID does not exist.", body.Name, body.UUID)
 	}
 	np := placement.Provider{UUID: body.UUID, Name: body.Name, Inventories: placement.Inventories{}}
 	if body.Parent != nil {
@@ -428,8 +449,11 @@ func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, minor int) 
 	if body.parent {
 		parent = ""
 		if body.Parent != nil {
-			parent = normUUID(*body.Parent)
+			parent = *body.Parent
 		}
+	}
+	if body.parent && body.Parent != nil && !a.exists(r, *body.Parent) {
+		return errorf(http.StatusBadRequest, "Unable to save resource provider %s: Object action create failed because: parent provider UUID does not exist.", cur.UUID)
 	}
 	p, err := a.st.UpdateProvider(r.Context(), cur.UUID, body.Name, parent, minor >= 37)
 	if err != nil {
@@ -451,11 +475,17 @@ func (a *API) updateProvider(w http.ResponseWriter, r *http.Request, minor int) 
 }
 
 func (a *API) deleteProvider(w http.ResponseWriter, r *http.Request, _ int) error {
-	p, _, err := a.provider(r)
+	p, v, err := a.providerSaying(r, "No resource provider with uuid %s found for delete%.0s")
 	if err != nil {
 		return err
 	}
-	err = a.st.DeleteProvider(r.Context(), p.UUID)
+	// A parent is refused as one before its allocations are looked at,
+	// as Placement refuses it.
+	if slices.ContainsFunc(v.sorted, func(e *entry) bool { return e.ParentUUID == p.UUID }) {
+		err = store.ErrHasChildren
+	} else {
+		err = a.st.DeleteProvider(r.Context(), p.UUID)
+	}
 	var inUse *placement.InUseError
 	switch {
 	case errors.As(err, &inUse):

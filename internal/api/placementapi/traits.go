@@ -154,7 +154,7 @@ func (a *API) providerTraits(w http.ResponseWriter, r *http.Request, minor int) 
 	if err := needs(minor, 6); err != nil {
 		return err
 	}
-	p, _, err := a.provider(r)
+	p, _, err := a.providerSaying(r, "No resource provider with uuid %s found: %s")
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,9 @@ func (a *API) putProviderTraits(w http.ResponseWriter, r *http.Request, minor in
 	if body.Traits == nil || body.Generation == nil {
 		return errorf(http.StatusBadRequest, "'traits' and 'resource_provider_generation' are required properties")
 	}
+	if *body.Generation != p.Generation {
+		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: generationChanged}
+	}
 	np, err := a.st.SetProviderTraits(r.Context(), p.UUID, *body.Generation, body.Traits)
 	if placement.IsInvalid(err) && strings.Contains(err.Error(), "No such trait(s): ") {
 		_, names, _ := strings.Cut(err.Error(), "No such trait(s): ")
@@ -193,6 +196,10 @@ func (a *API) putProviderTraits(w http.ResponseWriter, r *http.Request, minor in
 	writeJSON(w, http.StatusOK, traitsView(np))
 	return nil
 }
+
+// generationChanged is Placement's text for a stale generation in PUT of
+// a provider's traits or aggregates.
+const generationChanged = "Resource provider's generation already changed. Please update the generation and try again."
 
 // deleteProviderTraits is DELETE /resource_providers/{uuid}/traits.
 func (a *API) deleteProviderTraits(w http.ResponseWriter, r *http.Request, minor int) error {
@@ -263,6 +270,9 @@ func (a *API) putProviderAggregates(w http.ResponseWriter, r *http.Request, mino
 		aggs, gen = body.Aggregates, body.Generation
 	} else if err := decode(r, &aggs); err != nil {
 		return err
+	}
+	if gen != nil && *gen != p.Generation {
+		return &httpError{status: http.StatusConflict, code: codeConcurrentUpdate, msg: generationChanged}
 	}
 	for _, u := range aggs {
 		if !isUUID(u) {

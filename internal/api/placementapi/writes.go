@@ -3,6 +3,7 @@ package placementapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"regexp"
@@ -48,7 +49,7 @@ func decodeAs(r *http.Request, s *schema, v any) error {
 // providerAllocations is GET /resource_providers/{uuid}/allocations:
 // the consumers' allocations there (with their generations from 1.28).
 func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
-	p, _, err := a.provider(r)
+	p, _, err := a.providerSaying(r, "Resource provider '%s' not found: %s")
 	if err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func (a *API) providerAllocations(w http.ResponseWriter, r *http.Request, minor 
 // consumerAllocations is GET /allocations/{consumer}; an unknown consumer
 // has no allocations (200, empty), as in Placement.
 func (a *API) consumerAllocations(w http.ResponseWriter, r *http.Request, minor int) error {
-	c, err := a.st.GetConsumer(r.Context(), normUUID(r.PathValue("consumer")))
+	c, err := a.st.GetConsumer(r.Context(), r.PathValue("consumer"))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -351,16 +352,63 @@ func (a *API) write(r *http.Request, writes ...placement.AllocationWrite) error 
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusBadRequest, "Allocation names a resource provider that does not exist: %v", err)
 	case placement.IsInvalid(err), placement.IsCapacity(err):
-		return errorf(http.StatusConflict, "Unable to allocate inventory: %s", allocationMessage(err))
+		msg := allocationMessage(err)
+		if m := a.noInventoryMessage(r, err, writes); m != "" {
+			msg = m
+		}
+		return errorf(http.StatusConflict, "Unable to allocate inventory: %s", msg)
 	}
 	return err
 }
 
+// classIDs are the ids Placement gives the first standard classes (their
+// index in os-resource-classes), the order it names them in.
+var classIDs = map[placement.ResourceClass]int{placement.VCPU: 0, placement.MemoryMB: 1, placement.DiskGB: 2}
+
+// noInventoryMessage is Placement's text when a provider of the writes
+// holds no inventory of any class they ask for: it names every class
+// the writes ask for, in its ids' order. It returns "" for any other
+// refusal, and when a class is not one whose id keel knows.
+func (a *API) noInventoryMessage(r *http.Request, err error, writes []placement.AllocationWrite) string {
+	var capErr *placement.CapacityError
+	if !errors.As(err, &capErr) || capErr.Reason != "no inventory of this class" {
+		return ""
+	}
+	v, verr := a.views.get(r.Context())
+	if verr != nil || v.byUUID[capErr.Provider] == nil {
+		return ""
+	}
+	asked := map[placement.ResourceClass]bool{}
+	for _, w := range writes {
+		for _, res := range w.Allocations {
+			for rc := range res {
+				if _, ok := classIDs[rc]; !ok {
+					return ""
+				}
+				asked[rc] = true
+			}
+		}
+	}
+	for rc := range asked {
+		if _, ok := v.byUUID[capErr.Provider].Inventories[rc]; ok {
+			return ""
+		}
+	}
+	names := slices.SortedFunc(maps.Keys(asked), func(a, b placement.ResourceClass) int { return classIDs[a] - classIDs[b] })
+	strs := make([]string, len(names))
+	for i, rc := range names {
+		strs[i] = string(rc)
+	}
+	return fmt.Sprintf("Inventory for '%s' on resource provider '%s' invalid.", strings.Join(strs, ", "), capErr.Provider)
+}
+
 func (a *API) deleteAllocations(w http.ResponseWriter, r *http.Request, _ int) error {
-	consumer := normUUID(r.PathValue("consumer"))
+	// As written: Placement deletes the allocations of the consumer the
+	// path spells, and a dashless one has none.
+	consumer := r.PathValue("consumer")
 	if _, err := a.st.GetConsumer(r.Context(), consumer); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return errorf(http.StatusNotFound, "No allocations for consumer '%s'", consumer)
+			return errorf(http.StatusNotFound, "No allocations for consumer '%s'", r.PathValue("consumer"))
 		}
 		return err
 	}
