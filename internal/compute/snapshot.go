@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/google/uuid"
 
@@ -91,4 +92,28 @@ func ReadCapture(path, format string, offset int64, p []byte) (SnapshotInfo, int
 		}
 	}
 	return info, n, nil
+}
+
+// CapturePattern matches, in a guest's directory, the disks the real
+// drivers capture for snapshots (snapshot-<image>.qcow2).
+const CapturePattern = "snapshot-*.qcow2"
+
+// DropCaptures deletes the captured disks left in a guest's directory: a
+// capture is read by the one snapshot in flight, so when the guest's
+// next operation or snapshot starts, any capture still there belongs to
+// a snapshot that ended without reading it (failed, its image deleted,
+// or ended by an admin's reset) and would otherwise stay until the guest
+// goes.
+func DropCaptures(dir string) error {
+	left, err := filepath.Glob(filepath.Join(dir, CapturePattern))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range left {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -55,6 +55,9 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 	case !slices.Contains(from, state):
 		return fmt.Errorf("%s of %s: the guest is %s", op, inst.UUID, state)
 	}
+	if err := compute.DropCaptures(d.guestDir(inst.UUID)); err != nil {
+		d.log.Warn("deleting the captures of ended snapshots", "instance", inst.UUID, "err", err)
+	}
 	l, err := d.lv()
 	if err != nil {
 		return err

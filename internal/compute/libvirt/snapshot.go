@@ -33,6 +33,9 @@ func (d *Driver) Snapshot(ctx context.Context, inst records.Instance, imageID st
 	if x.m.Image != "" {
 		format = "qcow2"
 	}
+	if err := compute.DropCaptures(d.guestDir(inst.UUID)); err != nil {
+		d.log.Warn("deleting the captures of ended snapshots", "instance", inst.UUID, "err", err)
+	}
 	if x.state == stateRunning {
 		l, err := d.lv()
 		if err != nil {

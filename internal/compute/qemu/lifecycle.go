@@ -68,6 +68,9 @@ func (d *Driver) Lifecycle(ctx context.Context, inst records.Instance, op string
 	case !slices.Contains(from, state):
 		return fmt.Errorf("%s of %s: the guest is %s", op, inst.UUID, state)
 	}
+	if err := compute.DropCaptures(v.dir); err != nil {
+		d.log.Warn("deleting the captures of ended snapshots", "instance", inst.UUID, "err", err)
+	}
 	var err error
 	switch op {
 	case lifecycle.OpPause:

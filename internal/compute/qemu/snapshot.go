@@ -42,6 +42,9 @@ func (d *Driver) Snapshot(ctx context.Context, inst records.Instance, imageID st
 	if image != "" {
 		format = "qcow2"
 	}
+	if err := compute.DropCaptures(v.dir); err != nil {
+		d.log.Warn("deleting the captures of ended snapshots", "instance", inst.UUID, "err", err)
+	}
 	if pid != 0 && v.alive() && (state == compute.GuestRunning || state == compute.GuestRescued) {
 		if err := d.execute(ctx, v, "stop", nil, nil); err != nil {
 			return fmt.Errorf("snapshot of %s: pausing the guest: %w", inst.UUID, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"keel/internal/compute"
 	"keel/internal/lifecycle"
 	"keel/internal/records"
 	"keel/internal/store"
@@ -200,4 +201,54 @@ func TestUnshelvedGuestColdMoves(t *testing.T) {
 		t.Errorf("the unshelved disk of keel's guest: %+v, want raw", info)
 	}
 	move(g2)
+}
+
+// TestUnreadCaptureIsDropped: a snapshot whose capture is never read (it
+// failed, its image was deleted, an admin's reset ended it) leaves
+// nothing behind once the guest's next snapshot or operation starts: the
+// new snapshot keeps only its own capture, a pause removes it too.
+// Before, each unread capture stayed in the guest's directory until the
+// guest went.
+func TestUnreadCaptureIsDropped(t *testing.T) {
+	ctx := context.Background()
+	shortPowerDown(t)
+	d := newDriver(t, Config{})
+	inst := records.Instance{UUID: "6f0c1c6e-0000-4000-8000-0000000000f3", Name: "snap", Metadata: map[string]string{"keel_guest": "idle"},
+		Flavor: records.Flavor{Name: "tiny", VCPUs: 1, RAMMB: 64}}
+	spawned := make(chan error, 1)
+	d.Spawn(ctx, inst, func(err error) { spawned <- err })
+	if err := waitDone(t, spawned, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(d.cfg.Dir, inst.UUID)
+	captures := func() []string {
+		t.Helper()
+		got, err := filepath.Glob(filepath.Join(dir, compute.CapturePattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i] = filepath.Base(got[i])
+		}
+		return got
+	}
+	const aborted, next = "0b6f2c3e-1d4a-4f1e-8b7a-00000000f101", "0b6f2c3e-1d4a-4f1e-8b7a-00000000f102"
+	if err := d.Snapshot(ctx, inst, aborted); err != nil {
+		t.Fatal(err)
+	}
+	if got := captures(); len(got) != 1 {
+		t.Fatalf("after a snapshot: captures %v, want its one", got)
+	}
+	if err := d.Snapshot(ctx, inst, next); err != nil {
+		t.Fatal(err)
+	}
+	if got := captures(); len(got) != 1 || got[0] != "snapshot-"+next+".qcow2" {
+		t.Errorf("after the next snapshot: captures %v, want only its own", got)
+	}
+	if err := d.Lifecycle(ctx, inst, lifecycle.OpPause); err != nil {
+		t.Fatal(err)
+	}
+	if got := captures(); len(got) != 0 {
+		t.Errorf("after a pause: captures %v, want none", got)
+	}
 }
