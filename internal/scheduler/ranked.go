@@ -388,8 +388,14 @@ func (s *Scheduler) thresholdTop(check *candidateCheck, fast []boundWeigher, k i
 // A host whose live weighers' raw values are all those of the k-th best
 // so far has its weight to the last bit (weightOf adds the same terms), so it is better
 // only if it comes first in host order; met after it, as equal keys are
-// (compLess), it is passed over without a filter check. It reports false
-// after limit hosts checked.
+// (compLess), it is passed over without a filter check; so is a host of
+// the class of one already found not better than the k-th best (same
+// weight, later in host order, against a k-th best that only improves).
+// Where the bound is loose, a run of alike hosts just below the k-th best
+// was otherwise weighed host by host until the walk gave up (limit) and
+// the decision weighed every host: at the simulator's 100,000 hosts, 54
+// s of its day's 85 s of decisions. It reports false after limit hosts
+// checked.
 func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []boundWeigher, scale *[numWeighers]float64, k, limit int, top []ranked) ([]ranked, bool) {
 	r, c := 0.0, 0.0
 	for j, w := range live {
@@ -401,8 +407,16 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 		}
 	}
 	visited := 0
+	// dominated is the class of the last candidate found not better than
+	// the k-th best: the rest of its class follow it (equal keys, host
+	// order) with its weight, so they are not better either — the k-th
+	// best only improves.
+	dominated := int32(-1)
 	for p := len(ri.comp) - 1; p >= 0; p-- {
 		it := ri.comp[p]
+		if it.cls >= 0 && it.cls == dominated {
+			continue
+		}
 		if len(top) == k {
 			// A margin far above rounding error keeps the bound safe.
 			bound := r*it.v + c
@@ -418,7 +432,12 @@ func walkComposite(ri *rankIndex, rows []fitRow, check *candidateCheck, live []b
 			return nil, false
 		}
 		if check.passes(it.idx) {
-			top = insertTop(top, ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, scale)}, k)
+			r := ranked{idx: it.idx, weight: weightOf(&rows[it.idx], live, scale)}
+			if len(top) == k && !better(r, top[k-1]) {
+				dominated = it.cls
+				continue
+			}
+			top = insertTop(top, r, k)
 		}
 	}
 	ri.walked += visited

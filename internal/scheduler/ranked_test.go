@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"keel/internal/placement"
+	"keel/internal/records"
 )
 
 // TestWalkPassesOverAlikeHostsByClass: on a fleet of one shape, equally
@@ -48,5 +51,48 @@ func TestWalkPassesOverAlikeHostsByClass(t *testing.T) {
 	}
 	if r := s.view.dense.rank.rowTies; r > decisions*8 {
 		t.Errorf("the walks read %d rows to pass over ties (%d decisions over %d alike hosts), want a few a decision", r, decisions, n)
+	}
+}
+
+// TestWalkPassesOverADominatedClass: when the walk's bound is loose (here
+// a disabled host with a huge disk widens the disk order's range, so its
+// coefficient is far from the decision's scale), a run of alike hosts just
+// below the k-th best cannot be cut off by the bound; once one of them is
+// weighed and found not better, the rest of its class are passed over.
+// Before, each was weighed until the walk gave up (a quarter of the hosts)
+// and the decision weighed every host: the walk answered none of them.
+func TestWalkPassesOverADominatedClass(t *testing.T) {
+	const n, better, decisions = 3000, 12, 4
+	c := newCloud(t, 0)
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("h%05d", i)
+		c.addHost(t, name)
+		if i >= better {
+			c.use(t, name, "u-"+name, small())
+		}
+	}
+	if _, err := c.st.CreateProvider(ctx, placement.Provider{UUID: "rp-wide", Name: "wide", Inventories: placement.Inventories{
+		placement.VCPU: placement.NewInventory(32), placement.MemoryMB: placement.NewInventory(131072), placement.DiskGB: placement.NewInventory(200000),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.PutService(ctx, records.Service{Host: "wide", Disabled: true, LastSeenUp: c.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.HostSubsetSize = 3
+	s := c.scheduler(t, cfg, PolicyClaim, 1)
+	for i := 0; i < decisions; i++ {
+		got, err := s.Select(ctx, &Request{Resources: small()}, storeClaim(c.st, fmt.Sprint("c", i), small()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Host >= fmt.Sprintf("h%05d", better) {
+			t.Errorf("decision %d chose %s, want one of the %d untouched hosts", i, got.Host, better)
+		}
+	}
+	if s.walks != decisions {
+		t.Errorf("the ranked walk answered %d of %d decisions, want all", s.walks, decisions)
 	}
 }
