@@ -26,9 +26,10 @@ const DefaultMemoryLimit = 900 << 20
 // The 100,000-host day (1.5 million instances at the start) keeps 3.5–5
 // GB live; under the fixed 900 MiB the collector would run without pause,
 // and each collection marks all of it (tens of seconds of CPU), so the
-// limit is what the day's collections cost: at 64 KiB a host (6.1 GiB)
-// the day ran in 522 s of CPU and 5.8 GiB peak RSS (load 13–17); 76 KiB
-// gives each collection about 1.5 times the room, within issue 29's 8 GiB.
+// limit is what the day's collections cost: 76 KiB a host gives each
+// collection about 1.5 times the room 64 KiB did. The day now runs in 272
+// s of CPU and 7.3 GiB peak RSS with no GOMEMLIMIT (load 6–13), within
+// issue 29's 8 GiB.
 const memoryPerHost = 76 << 10
 
 // MemoryLimit is the soft heap limit TuneGC sets for a scenario of hosts
