@@ -95,7 +95,7 @@ func restZero(in *records.Instance) bool {
 	return in.ResizeFlavor == nil && in.ImageRef == "" && in.Hints == nil && in.Metadata == nil &&
 		in.Description == "" && in.AccessIPv4 == "" && in.AccessIPv6 == "" && in.DiskConfig == "" &&
 		in.KeyName == "" && in.KeyData == "" && in.ReservationID == "" && in.LaunchIndex == 0 &&
-		in.Tags == nil && in.Fault == "" && in.BuildPhase == "" && in.RequestedZone == "" &&
+		in.Tags == nil && in.TrustedCerts == nil && in.Fault == "" && in.BuildPhase == "" && in.RequestedZone == "" &&
 		in.ForcedHost == "" && in.Owner == "" && lifecycleZero(&in.Lifecycle)
 }
 
@@ -226,6 +226,7 @@ func cloneInstance(in records.Instance) records.Instance {
 	}
 	in.Metadata = maps.Clone(in.Metadata)
 	in.Tags = slices.Clone(in.Tags)
+	in.TrustedCerts = slices.Clone(in.TrustedCerts)
 	in.ActionOps = slices.Clone(in.ActionOps)
 	if in.Snapshot != nil {
 		sn := *in.Snapshot

@@ -284,6 +284,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 		"Hints":               func(in *records.Instance) { in.Hints.SameHost[0] = "changed"; in.Hints.Group = "changed" },
 		"Metadata":            func(in *records.Instance) { in.Metadata["k"] = "changed" },
 		"Tags":                func(in *records.Instance) { in.Tags[0] = "changed" },
+		"TrustedCerts":        func(in *records.Instance) { in.TrustedCerts[0] = "changed" },
 		"Lifecycle.ActionOps": func(in *records.Instance) { in.ActionOps[0] = "changed" },
 		"Lifecycle.Snapshot":  func(in *records.Instance) { in.Snapshot.ImageID = "changed" },
 		"Lifecycle.Rescue":    func(in *records.Instance) { in.Rescue.ImageID = "changed" },
@@ -313,7 +314,7 @@ func TestInstanceRecordsAreCopies(t *testing.T) {
 		f := records.Flavor{ID: "f", VCPUs: 1, ExtraSpecs: map[string]string{"k": "v"}, Projects: []string{"p"}}
 		rf := records.Flavor{ID: "g", VCPUs: 2, ExtraSpecs: map[string]string{"k": "v"}}
 		in := records.Instance{UUID: "i1", Flavor: f, ResizeFlavor: &rf, Hints: &records.SchedulerHints{SameHost: []string{"a"}, Group: "g"},
-			Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}
+			Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}, TrustedCerts: []string{"c"}}
 		in.ActionOps = []string{"stop"}
 		in.Snapshot = &records.Snapshot{ImageID: "im"}
 		in.Rescue = &records.Rescue{ImageID: "im", Bus: "virtio"}
