@@ -1,15 +1,19 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"keel/internal/placement"
 	"keel/internal/records"
@@ -23,7 +27,11 @@ import (
 func BenchmarkDecision(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) { benchDecision(b, n, false) })
-		b.Run(fmt.Sprintf("hosts=%d/full-pass", n), func(b *testing.B) { benchDecision(b, n, true) })
+	}
+	// Apart, so that 'BenchmarkDecision$/^hosts=100000$' runs the ranked
+	// walk alone (a full pass at 100,000 hosts takes 4 ms a decision).
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("full-pass/hosts=%d", n), func(b *testing.B) { benchDecision(b, n, true) })
 	}
 }
 
@@ -90,9 +98,15 @@ func benchDecisionWith(b *testing.B, n int, fullPass, metrics bool) {
 	runtime.ReadMemStats(&ms0)
 	b.ResetTimer()
 	cpu0 := processCPU(b)
+	tr := newPhaseTrace(b.N, *traceCPU)
+	if *traceCPU {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	s.OnPhase(tr.phase)
 	for i := 0; i < b.N; i++ {
 		consumer := fmt.Sprint("b", i)
-		t0 := time.Now()
+		tr.start()
 		_, err := s.Select(ctx, req, storeClaim(c.st, consumer, small()))
 		if nv := (*NoValidHostError)(nil); errors.As(err, &nv) {
 			// The cloud is full (b.N decisions of small on 1,000 hosts):
@@ -105,13 +119,13 @@ func benchDecisionWith(b *testing.B, n int, fullPass, metrics bool) {
 			}
 			claimed = claimed[:0]
 			b.StartTimer()
-			t0 = time.Now()
+			tr.start()
 			_, err = s.Select(ctx, req, storeClaim(c.st, consumer, small()))
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
+		lat = append(lat, tr.end())
 		claimed = append(claimed, consumer)
 	}
 	b.StopTimer()
@@ -130,6 +144,119 @@ func benchDecisionWith(b *testing.B, n int, fullPass, metrics bool) {
 	// The share of decisions the ranked walk answered (the rest weighed
 	// every candidate).
 	b.ReportMetric(100*float64(s.walks)/float64(b.N), "walked-%")
+	tr.report(b)
+}
+
+// phaseTrace times each decision's parts on the wall clock, through
+// Scheduler.OnPhase: the view's refresh, the ranking (filters, weighers,
+// pick), the claim (the store's write), its application to the view, and
+// the rest (returning, unlocking).
+type phaseTrace struct {
+	now  func() time.Duration
+	last time.Duration
+	cur  [numTraceParts]time.Duration
+	all  [][numTraceParts]time.Duration
+}
+
+// traceCPU has BenchmarkDecision time the parts on the thread's CPU clock
+// rather than the wall clock (the benchmark's goroutine locked to its
+// thread): the time the decision ran, without the time it waited for a
+// CPU — on a shared machine, the decision's own tail.
+var traceCPU = flag.Bool("decision.cpu", false, "time BenchmarkDecision's parts on the thread's CPU clock, not the wall clock")
+
+// wallSince is the wall clock, as a duration since the trace's epoch.
+func wallSince(epoch time.Time) func() time.Duration {
+	return func() time.Duration { return time.Since(epoch) }
+}
+
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+func threadCPU() time.Duration {
+	var ts syscall.Timespec
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		panic(e)
+	}
+	return time.Duration(ts.Nano())
+}
+
+const numTraceParts = 5
+
+var traceParts = [numTraceParts]string{"refresh", "rank", "claim", "apply", "rest"}
+
+// newPhaseTrace traces n decisions; cpu: on the thread's CPU clock (the
+// caller locks its goroutine to its thread).
+func newPhaseTrace(n int, cpu bool) *phaseTrace {
+	t := &phaseTrace{now: wallSince(time.Now()), all: make([][numTraceParts]time.Duration, 0, n)}
+	if cpu {
+		t.now = threadCPU
+	}
+	return t
+}
+
+func (t *phaseTrace) start() {
+	t.cur = [numTraceParts]time.Duration{}
+	t.last = t.now()
+}
+
+func (t *phaseTrace) phase(p Phase) {
+	now := t.now()
+	t.cur[p] += now - t.last
+	t.last = now
+}
+
+// end closes the decision and returns its latency.
+func (t *phaseTrace) end() time.Duration {
+	t.phase(numTraceParts - 1)
+	var total time.Duration
+	for _, d := range t.cur {
+		total += d
+	}
+	t.all = append(t.all, t.cur)
+	return total
+}
+
+// tail returns, for the slowest 1 % of the decisions, the mean of each
+// part, and for all of them each part's median.
+func (t *phaseTrace) tail() (slow, median [numTraceParts]time.Duration, n int) {
+	all := slices.Clone(t.all)
+	sum := func(d [numTraceParts]time.Duration) (s time.Duration) {
+		for _, x := range d {
+			s += x
+		}
+		return s
+	}
+	slices.SortFunc(all, func(a, b [numTraceParts]time.Duration) int { return cmp.Compare(sum(b), sum(a)) })
+	n = max(len(all)/100, 1)
+	for _, d := range all[:n] {
+		for p := range d {
+			slow[p] += d[p] / time.Duration(n)
+		}
+	}
+	col := make([]time.Duration, len(all))
+	for p := range median {
+		for i, d := range all {
+			col[i] = d[p]
+		}
+		slices.Sort(col)
+		median[p] = col[len(col)/2]
+	}
+	return slow, median, n
+}
+
+// report reports the slowest 1 %'s mean part (tail-PART-µs) and each
+// part's median (PART-p50-µs), and logs the slowest ten decisions.
+func (t *phaseTrace) report(b *testing.B) {
+	slow, median, _ := t.tail()
+	for p, name := range traceParts {
+		b.ReportMetric(float64(slow[p].Nanoseconds())/1e3, "tail-"+name+"-µs")
+		b.ReportMetric(float64(median[p].Nanoseconds())/1e3, name+"-p50-µs")
+	}
+	all := slices.Clone(t.all)
+	slices.SortFunc(all, func(a, b [numTraceParts]time.Duration) int {
+		return cmp.Compare(b[0]+b[1]+b[2]+b[3]+b[4], a[0]+a[1]+a[2]+a[3]+a[4])
+	})
+	for _, d := range all[:min(10, len(all))] {
+		b.Logf("slow decision: refresh %v rank %v claim %v apply %v rest %v", d[0], d[1], d[2], d[3], d[4])
+	}
 }
 
 // processCPU is the process's user and system CPU time so far.

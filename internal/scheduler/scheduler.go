@@ -169,6 +169,42 @@ type Scheduler struct {
 	walks   int
 	scratch []float64
 	totals  []float64
+	// onPhase is OnPhase's function (nil: none).
+	onPhase func(Phase)
+}
+
+// Phase is a part of a decision, as OnPhase reports them.
+type Phase uint8
+
+const (
+	// PhaseRefresh: the view has caught up with the store's changes.
+	PhaseRefresh Phase = iota
+	// PhaseRank: the filters, the weighers (the ranked walk, or the full
+	// pass) and the host_subset_size pick are done.
+	PhaseRank
+	// PhaseClaim: one call of the ClaimFunc (the store's write) returned.
+	PhaseClaim
+	// PhaseApply: the committed claim is in the view (the host's usage,
+	// its dense row and its place in the orders, the assumed load).
+	PhaseApply
+)
+
+// OnPhase has f called as each part of a decision ends, the view's lock
+// held, so that a benchmark can time the parts — the refresh, the
+// ranking, each claim, its application — on its own clock: the scheduler
+// reads none for it. f must not call the scheduler. nil (the default)
+// calls nothing.
+func (s *Scheduler) OnPhase(f func(Phase)) {
+	s.view.mu.Lock()
+	defer s.view.mu.Unlock()
+	s.onPhase = f
+}
+
+// phase reports the end of part p to OnPhase's function.
+func (s *Scheduler) phase(p Phase) {
+	if s.onPhase != nil {
+		s.onPhase(p)
+	}
 }
 
 // stage is a filter of the pipeline with its registry entry.
@@ -288,6 +324,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 	if err := v.refreshLocked(ctx); err != nil {
 		return Selection{}, err
 	}
+	s.phase(PhaseRefresh)
 	hosts := v.snapshot()
 	s.prepareMetrics(req)
 	req.prepare(s.clock.Now())
@@ -314,6 +351,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		chosen = append(chosen, hosts[r.idx])
 	}
 	s.chosen = chosen
+	s.phase(PhaseRank)
 
 	for i, r := range order {
 		h := chosen[i]
@@ -325,6 +363,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		sel.Claims++
 		cand := s.candidate(h, req)
 		gen, err := claim(ctx, cand)
+		s.phase(PhaseClaim)
 		if err == nil {
 			if req.tree {
 				v.consumeTree(h, cand.Allocations, gen)
@@ -343,6 +382,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 				}
 				sel.Alternates = append(sel.Alternates, alt.Name)
 			}
+			s.phase(PhaseApply)
 			return sel, nil
 		}
 		// A conflict, a full host or a provider deleted meanwhile: refresh
@@ -354,6 +394,7 @@ func (s *Scheduler) Select(ctx context.Context, req *Request, claim ClaimFunc) (
 		if err := v.refreshLocked(ctx); err != nil {
 			return sel, err
 		}
+		s.phase(PhaseRefresh)
 		if req.tree {
 			// Every host's candidate again, on the refreshed usage.
 			s.prepareTree(req)

@@ -356,3 +356,32 @@ func TestExtraSpecOperatorsAsNova(t *testing.T) {
 		}
 	}
 }
+
+// TestOnPhaseReportsEachPart: a decision reports its parts in order — the
+// refresh, the ranking, each claim (a refused one followed by the
+// refresh it causes), the committed claim's application — so that a
+// benchmark can time them.
+func TestOnPhaseReportsEachPart(t *testing.T) {
+	c := newCloud(t, 4)
+	s := c.scheduler(t, DefaultConfig(), PolicyClaim, 1)
+	var got []Phase
+	s.OnPhase(func(p Phase) { got = append(got, p) })
+	claims := 0
+	if _, err := s.Select(context.Background(), &Request{Resources: small()}, func(ctx context.Context, cand Candidate) (int64, error) {
+		if claims++; claims < 3 {
+			return 0, &placement.ConflictError{Kind: placement.ProviderGeneration}
+		}
+		return storeClaim(c.st, "i-phases", small())(ctx, cand)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []Phase{PhaseRefresh, PhaseRank, PhaseClaim, PhaseRefresh, PhaseClaim, PhaseRefresh, PhaseClaim, PhaseApply}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("phases %v, want %v", got, want)
+	}
+	got = nil
+	s.OnPhase(nil)
+	if _, err := s.Select(context.Background(), &Request{Resources: small()}, storeClaim(c.st, "i-quiet", small())); err != nil || got != nil {
+		t.Fatalf("with OnPhase(nil): phases %v, err %v; want none", got, err)
+	}
+}
