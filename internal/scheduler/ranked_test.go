@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -94,5 +95,55 @@ func TestWalkPassesOverADominatedClass(t *testing.T) {
 	}
 	if s.walks != decisions {
 		t.Errorf("the ranked walk answered %d of %d decisions, want all", s.walks, decisions)
+	}
+}
+
+// TestCompositeOrderStaysFindable: through claims, deletes and re-keyings
+// the composite order stays sorted, and each host's item is found from
+// its kept key (find's binary search, no scan) with its current key and
+// class.
+func TestCompositeOrderStaysFindable(t *testing.T) {
+	const n = 2000
+	c := newCloud(t, 0)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("h%05d", i)
+		c.addHost(t, name)
+		if i%3 != 0 { // a third alike and empty, the rest random
+			c.use(t, name, "init-"+name, placement.Resources{placement.VCPU: int64(r.IntN(30)) + 1, placement.MemoryMB: int64(r.IntN(60000)) + 1, placement.DiskGB: int64(r.IntN(900)) + 1})
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.HostSubsetSize = 3
+	s := c.scheduler(t, cfg, PolicyClaim, 1)
+	ctx := context.Background()
+	for i := 0; i < 3000; i++ {
+		consumer := fmt.Sprint("c", i)
+		if _, err := s.Select(ctx, &Request{Resources: small()}, storeClaim(c.st, consumer, small())); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 == 3 { // free an earlier claim: its host moves up
+			if _, err := c.st.WriteAllocations(ctx, placement.AllocationWrite{ConsumerUUID: fmt.Sprint("c", r.IntN(i)), AnyConsumerGeneration: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.View().Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ri, rows := &s.view.dense.rank, s.view.dense.rows
+	for p := 1; p < len(ri.comp); p++ {
+		if !compLess(ri.comp[p-1], ri.comp[p]) {
+			t.Fatalf("composite order unsorted at %d: %+v then %+v", p, ri.comp[p-1], ri.comp[p])
+		}
+	}
+	for i := range rows {
+		p := lowerBound(ri.comp, rankItem{v: ri.keyOf[i], idx: int32(i)})
+		if p == len(ri.comp) || ri.comp[p].idx != int32(i) {
+			t.Fatalf("host %d not found at its key %v", i, ri.keyOf[i])
+		}
+		if it := ri.comp[p]; it.v != ri.key(&rows[i].raw) || it.cls != ri.clsOf[i] {
+			t.Fatalf("host %d: item %+v, want key %v class %d", i, it, ri.key(&rows[i].raw), ri.clsOf[i])
+		}
 	}
 }
