@@ -55,6 +55,15 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 // raw sends a request and returns the status and the whole body, read
 // but not decoded; a status of 300 or more is an error.
 func (c *httpClient) raw(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	return c.rawInto(ctx, method, path, body, nil)
+}
+
+// rawInto is raw reading the body into buf's storage when it is large
+// enough (its length is ignored), else into a new buffer of the announced
+// size: a client that times many large answers reads each into the same
+// memory, as a client that cares would, instead of allocating (and
+// clearing, and later collecting) a megabyte per answer.
+func (c *httpClient) rawInto(ctx context.Context, method, path string, body any, buf []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -80,13 +89,16 @@ func (c *httpClient) raw(ctx context.Context, method, path string, body any) (in
 		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	// Read into one buffer of the announced size, as a client that cares
-	// would, not one grown by doubling.
-	buf := bytes.NewBuffer(make([]byte, 0, max(resp.ContentLength, 0)+512))
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
+	// Read into one buffer of the announced size, not one grown by
+	// doubling (ReadFrom wants bytes.MinRead free at the end).
+	if need := max(resp.ContentLength, 0) + bytes.MinRead; int64(cap(buf)) < need {
+		buf = make([]byte, 0, need)
+	}
+	got := bytes.NewBuffer(buf[:0])
+	if _, err := got.ReadFrom(resp.Body); err != nil {
 		return resp.StatusCode, nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
-	data := buf.Bytes()
+	data := got.Bytes()
 	if resp.StatusCode >= 300 {
 		return resp.StatusCode, data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(data[:min(len(data), 300)])))
 	}

@@ -57,7 +57,7 @@ func benchServer(b *testing.B, st store.Store, n int) (*httptest.Server, []strin
 	return srv, uuids
 }
 
-func benchDo(b *testing.B, req *http.Request, want int) int {
+func benchDo(b testing.TB, req *http.Request, want int) int {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		b.Fatal(err)
@@ -154,7 +154,7 @@ func BenchmarkCandidatesTree1000AfterClaim(b *testing.B) {
 
 // treeBench loads st with the nested case's providers and returns a
 // server over it, the request and its answer's size.
-func treeBench(b *testing.B, st store.Store) (*httptest.Server, *http.Request, int) {
+func treeBench(b testing.TB, st store.Store) (*httptest.Server, *http.Request, int) {
 	ctx := context.Background()
 	vcpu := placement.NewInventory(32)
 	vcpu.AllocationRatio = 4
