@@ -2,7 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 )
@@ -208,8 +207,9 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 	}
 
 	plan := WritePlan{Providers: map[string]int64{}}
+	var buf [4]string
 	for _, w := range writes {
-		for _, p := range slices.Sorted(maps.Keys(w.Allocations)) {
+		for _, p := range sortedKeys(w.Allocations, buf[:0]) {
 			r := w.Allocations[p]
 			ps, ok := st.Providers[p]
 			if !ok {
@@ -238,6 +238,16 @@ func PlanWrites(st WriteState, writes []AllocationWrite) (WritePlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// sortedKeys appends m's keys to buf, sorted: with a buffer on the
+// caller's stack, a write to a provider or two allocates no list.
+func sortedKeys[V any](m map[string]V, buf []string) []string {
+	for k := range m {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
 }
 
 func checkConsumerGeneration(st WriteState, w AllocationWrite) error {

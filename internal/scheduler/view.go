@@ -673,7 +673,11 @@ func (v *View) patchForest(n *provNode) {
 // weighers read.
 func (v *View) setHost(h *HostState, n *provNode) {
 	h.setProvider(n.sum.Provider, n.sum.Usage)
-	for _, u := range slices.Sorted(maps.Keys(v.kids[n.sum.UUID])) {
+	kids := v.kids[n.sum.UUID]
+	if len(kids) == 0 {
+		return // a flat host: no sorted list to make (every refresh of a claimed host made one)
+	}
+	for _, u := range slices.Sorted(maps.Keys(kids)) {
 		if k := v.nodes[u]; k != nil && !k.shares() {
 			h.addChild(k.sum.Inventories, k.sum.Usage)
 		}

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 
@@ -257,7 +256,13 @@ func (pl *Placement) apply(plan placement.WritePlan) {
 			pl.addConsumerOn(p, head)
 		})
 	}
-	for _, p := range slices.Sorted(maps.Keys(plan.Providers)) {
+	var buf [4]string // on the stack: a claim's provider or two
+	provs := buf[:0]
+	for p := range plan.Providers {
+		provs = append(provs, p)
+	}
+	slices.Sort(provs)
+	for _, p := range provs {
 		pl.providers[p].Generation = plan.Providers[p]
 		pl.note(store.ChangeProvider, p)
 	}
