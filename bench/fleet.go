@@ -45,6 +45,9 @@ type fleetPlan struct {
 	APIBound time.Duration
 	// APIPause is the client's pause between two rounds of calls.
 	APIPause time.Duration
+	// MoveEvery is how often the moves client boots a server and
+	// live-migrates the one before.
+	MoveEvery time.Duration
 	// StartTimeout bounds one agent's start (connect, register, first
 	// heartbeat and audit); a step whose agents cannot start in it ends the
 	// ramp.
@@ -55,11 +58,11 @@ type fleetPlan struct {
 func fleetPlanFor(opts Options) fleetPlan {
 	p := fleetPlan{Steps: []int{100, 1000, 2000, 5000, 10000}, Period: time.Minute,
 		Report: 10 * time.Second, Audit: time.Minute, DownTime: time.Minute, // Nova's defaults
-		APIBound: 100 * time.Millisecond, APIPause: time.Second, StartTimeout: 2 * time.Minute}
+		APIBound: 100 * time.Millisecond, APIPause: time.Second, MoveEvery: 5 * time.Second, StartTimeout: 2 * time.Minute}
 	if opts.Quick {
 		p.Steps, p.Period = []int{4, 12}, 4*time.Second
 		p.Report, p.Audit, p.DownTime = time.Second, 2*time.Second, 5*time.Second
-		p.APIPause = 200 * time.Millisecond
+		p.APIPause, p.MoveEvery = 200*time.Millisecond, time.Second
 		p.StartTimeout = time.Minute
 	}
 	if len(opts.FleetSteps) > 0 {
@@ -132,6 +135,24 @@ type FleetStep struct {
 	// The same listing at 2.53, paged: its first page (1,000 hosts).
 	HypervisorsPagedP50MS float64 `json:"hypervisors_paged_p50_ms"`
 	HypervisorsPagedP99MS float64 `json:"hypervisors_paged_p99_ms"`
+	// The moves client's boots (one every MoveEvery) and live migrations
+	// (of the server booted before): BootP50/P99MS POST /servers's
+	// answer, BootClaimP50/P99MS from it until the server shows its host
+	// (the decision and the claim); MigrationP50/P99MS os-migrateLive's
+	// answer, MigrationStartP50/P99MS from it until the migration runs;
+	// MovesFailed the boots and migrations that failed.
+	Boots               int     `json:"boots"`
+	BootP50MS           float64 `json:"boot_p50_ms"`
+	BootP99MS           float64 `json:"boot_p99_ms"`
+	BootClaimP50MS      float64 `json:"boot_claim_p50_ms"`
+	BootClaimP99MS      float64 `json:"boot_claim_p99_ms"`
+	Migrations          int     `json:"migrations"`
+	MigrationP50MS      float64 `json:"migration_p50_ms"`
+	MigrationP99MS      float64 `json:"migration_p99_ms"`
+	MigrationStartP50MS float64 `json:"migration_start_p50_ms"`
+	MigrationStartP99MS float64 `json:"migration_start_p99_ms"`
+	MovesFailed         int     `json:"moves_failed"`
+	MovesError          string  `json:"moves_error,omitempty"` // the first failure's
 	// Load1 is the machine's 1-minute load average at the period's end.
 	Load1 float64 `json:"load1"`
 	// Held tells whether the step met the goals (every host up, no
@@ -498,6 +519,7 @@ type fleetGen struct {
 	// metrics is when the agents report measured usage (the zero value:
 	// keel's default, every 10 s).
 	metrics compute.MetricsConfig
+	moves   fleetMoves
 }
 
 // addAgents starts agents up to n hosts, eight at a time, each a real
@@ -718,8 +740,16 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 			profErr = g.profileServer(ctx, secs, profile)
 		}()
 	}
+	var moves moveSamples
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		moves = g.callMoves(pctx)
+	}()
 	api, err := g.callAPI(pctx, hosts)
 	if err != nil {
+		cancel()
+		wg.Wait()
 		return st, err
 	}
 	wall := time.Since(t0)
@@ -733,10 +763,10 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	}
 	took, failed := g.hb.take()
 	seq1, hostShare, err := g.changeSeq(ctx)
+	wg.Wait()
 	if err != nil {
 		return st, err
 	}
-	wg.Wait()
 	if profErr != nil {
 		return st, profErr
 	}
@@ -759,14 +789,21 @@ func (g *fleetGen) measure(ctx context.Context, hosts int, profile string) (Flee
 	st.HypervisorsP50MS, st.HypervisorsP99MS = ms(percentile(api.hypervisors, 50)), ms(percentile(api.hypervisors, 99))
 	st.HypervisorsSlowestAtS = api.slowestHypervisorsAt.Seconds()
 	st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS = ms(percentile(api.paged, 50)), ms(percentile(api.paged, 99))
+	st.Boots, st.Migrations, st.MovesFailed, st.MovesError = len(moves.bootPost), len(moves.migPost), moves.failed, moves.firstErr
+	st.BootP50MS, st.BootP99MS = ms(percentile(moves.bootPost, 50)), ms(percentile(moves.bootPost, 99))
+	st.BootClaimP50MS, st.BootClaimP99MS = ms(percentile(moves.bootClaim, 50)), ms(percentile(moves.bootClaim, 99))
+	st.MigrationP50MS, st.MigrationP99MS = ms(percentile(moves.migPost, 50)), ms(percentile(moves.migPost, 99))
+	st.MigrationStartP50MS, st.MigrationStartP99MS = ms(percentile(moves.migStart, 50)), ms(percentile(moves.migStart, 99))
 	st.Load1 = loadAverage()
 	st.judge(g.plan)
 	return st, nil
 }
 
-// apiP99 is the slowest of the API calls' p99s.
+// apiP99 is the slowest of the API calls' p99s: the reads' and the
+// boots' and live migrations' requests (their answers; the decisions
+// that follow are not API calls and are reported apart).
 func (st *FleetStep) apiP99() float64 {
-	return max(st.ServersP99MS, st.HypervisorsP99MS, st.HypervisorsPagedP99MS)
+	return max(st.ServersP99MS, st.HypervisorsP99MS, st.HypervisorsPagedP99MS, st.BootP99MS, st.MigrationP99MS)
 }
 
 // judge sets Behind, Missed and Held. The step falls behind (the ramp
@@ -788,6 +825,9 @@ func (st *FleetStep) judge(p fleetPlan) {
 		behind = append(behind, fmt.Sprintf("a heartbeat took %.0f s", st.HeartbeatMaxMS/1000))
 	}
 	bound := ms(p.APIBound)
+	// The reads' medians only: the boots and migrations are a few a
+	// period, and the ramp stops on the server falling behind, not on
+	// one slow write.
 	if st.ServersP50MS > bound || st.HypervisorsP50MS > bound || st.HypervisorsPagedP50MS > bound {
 		behind = append(behind, fmt.Sprintf("API p50 past %s", fmtMS(bound)))
 	} else if st.apiP99() > bound {
@@ -795,6 +835,9 @@ func (st *FleetStep) judge(p fleetPlan) {
 	}
 	if st.ServerCores > 1 {
 		missed = append(missed, "server past 1 core")
+	}
+	if st.MovesFailed > 0 {
+		missed = append(missed, fmt.Sprintf("%d boots or live migrations failed", st.MovesFailed))
 	}
 	st.Behind = strings.Join(behind, ", ")
 	st.Missed = strings.Join(missed, ", ")
@@ -939,9 +982,11 @@ func (r *run) fleet(ctx context.Context) error {
 		}
 		st.StartS = startS
 		r.rep.Fleet = append(r.rep.Fleet, st)
-		r.progress("fleet: %d hosts: server %.2f cores (%.2f waiting for a CPU; db+nats %.2f), %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d down; load %.1f",
+		r.progress("fleet: %d hosts: server %.2f cores (%.2f waiting for a CPU; db+nats %.2f), %.0f MiB; %.0f store writes/s (%.0f host records); hb p99 %.1f ms; servers p99 %.1f ms, hypervisors p50/p99 %.1f/%.1f ms, paged %.1f/%.1f ms; %d boots (POST p99 %.1f ms, decided p50/p99 %.1f/%.1f ms), %d live migrations (POST p99 %.1f ms, running p50/p99 %.1f/%.1f ms), %d failed; %d down; load %.1f",
 			n, st.ServerCores, st.ServerWaitCores, st.BackendCores, st.ServerRSSMiB, st.StoreWritesPerS, st.HostRecordWritesPerS, st.HeartbeatP99MS, st.ServersP99MS,
-			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.HostsDown, st.Load1)
+			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS,
+			st.Boots, st.BootP99MS, st.BootClaimP50MS, st.BootClaimP99MS, st.Migrations, st.MigrationP99MS, st.MigrationStartP50MS, st.MigrationStartP99MS, st.MovesFailed,
+			st.HostsDown, st.Load1)
 		if st.Behind != "" && r.opts.FleetNoStop && i < len(plan.Steps)-1 {
 			r.progress("fleet: %d hosts fell behind (%s); going on (--fleet-no-stop)", n, st.Behind)
 			if stopped == "" {
@@ -1042,8 +1087,8 @@ func (r *run) fleetFigures(plan fleetPlan, stopped string) {
 	if last.Store == "postgresql" {
 		servers = fmt.Sprintf("%d `keel server` processes on one PostgreSQL database (a throw-away cluster, fsync off as the tests run it) and one Debian nats-server; CPU and RSS summed over them", last.Replicas)
 	}
-	cond := fmt.Sprintf(servers+"; steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; API calls: GET /servers/detail, /os-hypervisors/detail at 2.1 (every host, unpaged; above 1,000 hosts the server keeps it up to 10 s) and at 2.53 (its first page of 1,000), one round a second; held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; the ramp stops where the server falls behind (a host down, a heartbeat lost, API p50 past %[6]s); %s; ",
-		stepList(plan.Steps), plan.Period, plan.Report, plan.Audit, plan.DownTime, fmtMS(ms(plan.APIBound)), stopped)
+	cond := fmt.Sprintf(servers+"; steps %s, %s each; agents in the generator process, each a real agent (fake driver) with its own bus identity and connection; report_interval %s, update_resources_interval %s, service_down_time %s; API calls: GET /servers/detail, /os-hypervisors/detail at 2.1 (every host, unpaged; above 1,000 hosts the server keeps it up to 10 s) and at 2.53 (its first page of 1,000), one round a second; a boot (m1.tiny) every %s, timed to its answer and to its host decided and claimed, and a live migration of the server booted before, timed to its answer and to its migration running (the requests' answers count in the API p99); held = every host up, no heartbeat lost, API p99 ≤ %s, server ≤ 1 core; the ramp stops where the server falls behind (a host down, a heartbeat lost, API p50 past %[7]s); %s; ",
+		stepList(plan.Steps), plan.Period, plan.Report, plan.Audit, plan.DownTime, plan.MoveEvery, fmtMS(ms(plan.APIBound)), stopped)
 	r.row("7", "hosts one server replica carries", result, cond+r.goal("fleet_max_hosts_one_replica", held >= 10000, "one replica holds 10,000 hosts"))
 }
 
@@ -1063,17 +1108,19 @@ func writeFleetTable(w io.Writer, steps []FleetStep) error {
 	var b bytes.Buffer
 	fmt.Fprintln(&b, "\nfleet: keel server processes (store, replicas); CPU in cores (user+sys over the period, summed over the replicas), API p50/p99 in ms")
 	tw := newTab(&b)
-	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\tdb+nats cores\twaiting for a CPU\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tgenerator cores\tload1\theld")
+	fmt.Fprintln(tw, "hosts\tstore\treplicas\tserver cores\tdb+nats cores\twaiting for a CPU\tµcores/host\tRSS MiB\tstore MiB\tstore writes/s (host records)\tbus msgs/s\theartbeats (failed)\thb p99 ms\tdown\tservers/detail p50/p99\tos-hypervisors/detail p50/p99\tpaged (2.53) p50/p99\tboot POST p50/p99\tboot decided p50/p99\tmigrate POST p50/p99\tmigration running p50/p99\tgenerator cores\tload1\theld")
 	for _, st := range steps {
 		held := "yes"
 		if !st.Held {
 			held = "no: " + strings.Join(slices.DeleteFunc([]string{st.Behind, st.Missed}, func(s string) bool { return s == "" }), ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f (%.0f)\t%.0f\t%d (%d)\t%.1f\t%d\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.1f/%.1f\t%.2f\t%.1f\t%s\n",
 			commas(int64(st.Hosts)), st.Store, st.Replicas, st.ServerCores, st.BackendCores, st.ServerWaitCores, st.ServerCores/float64(st.Hosts)*1e6, st.ServerRSSMiB, st.StoreMiB,
 			st.StoreWritesPerS, st.HostRecordWritesPerS, st.BusMsgsPerS,
 			st.Heartbeats, st.HeartbeatsFailed, st.HeartbeatP99MS, st.HostsDown, st.ServersP50MS, st.ServersP99MS,
-			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS, st.GeneratorCores, st.Load1, held)
+			st.HypervisorsP50MS, st.HypervisorsP99MS, st.HypervisorsPagedP50MS, st.HypervisorsPagedP99MS,
+			st.BootP50MS, st.BootP99MS, st.BootClaimP50MS, st.BootClaimP99MS, st.MigrationP50MS, st.MigrationP99MS, st.MigrationStartP50MS, st.MigrationStartP99MS,
+			st.GeneratorCores, st.Load1, held)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing the fleet table: %w", err)

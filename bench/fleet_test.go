@@ -55,6 +55,14 @@ func TestFleetQuick(t *testing.T) {
 			t.Errorf("%d hosts: RSS %.1f MiB, store %.1f MiB, %d API calls, %.0f bus msgs/s, %.0f store writes/s: want all positive",
 				st.Hosts, st.ServerRSSMiB, st.StoreMiB, st.ServersCalls, st.BusMsgsPerS, st.StoreWritesPerS)
 		}
+		// A boot a second, and a live migration of the one before:
+		// each answered and decided, none failed.
+		if st.Boots == 0 || st.BootClaimP50MS <= 0 || st.MovesFailed != 0 {
+			t.Errorf("%d hosts: %d boots (decided p50 %.1f ms), %d failed (%s): want boots timed to their host and none failed", st.Hosts, st.Boots, st.BootClaimP50MS, st.MovesFailed, st.MovesError)
+		}
+		if st.Migrations > 0 && st.MigrationStartP50MS <= 0 {
+			t.Errorf("%d hosts: %d live migrations, start p50 %.1f ms: want them timed to running", st.Hosts, st.Migrations, st.MigrationStartP50MS)
+		}
 		if st.ServerWaitCores < 0 {
 			t.Errorf("%d hosts: the server waited %.3f cores for a CPU, want ≥ 0", st.Hosts, st.ServerWaitCores)
 		}
