@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unique"
 )
 
 // SharesViaAggregate is the trait that makes a provider's inventory
@@ -76,11 +77,19 @@ func (f *Forest) Clone() *Forest {
 func classStates(out []classState, inv Inventories, usage Resources) (all, appended []classState) {
 	start := len(out)
 	for rc, in := range inv {
-		out = append(out, classState{rc: rc, inv: in, capacity: in.Capacity(), used: usage[rc]})
+		out = append(out, classState{rc: internClass(rc), inv: in, capacity: in.Capacity(), used: usage[rc]})
 	}
 	cs := out[start:len(out):len(out)]
 	slices.SortFunc(cs, func(a, b classState) int { return strings.Compare(string(a.rc), string(b.rc)) })
 	return out, cs
+}
+
+// internClass returns rc's one shared copy. The forest keeps its classes'
+// names interned, and a search interns the request's (sortedClasses), so
+// class's comparisons, thousands per request, are equal at the first
+// check (the same pointer) instead of comparing the bytes of two copies.
+func internClass(rc ResourceClass) ResourceClass {
+	return ResourceClass(unique.Make(string(rc)).Value())
 }
 
 // class returns p's state of rc, or nil when p has no inventory of it.
@@ -967,7 +976,7 @@ func (r AllocationRequest) key() string {
 func sortedClasses(r Resources) []ResourceClass {
 	out := make([]ResourceClass, 0, len(r))
 	for rc := range r {
-		out = append(out, rc)
+		out = append(out, internClass(rc))
 	}
 	slices.Sort(out)
 	return out
