@@ -113,7 +113,7 @@ flavor_ref = 1
 flavor_ref_alt = 2
 min_compute_nodes = $HOSTS
 min_microversion = 2.1
-max_microversion = 2.87
+max_microversion = 2.91
 build_interval = 1
 build_timeout = 60
 

@@ -214,8 +214,12 @@ func (b *bootEffects) bootSchedule(ctx context.Context, inst records.Instance, a
 		return boot.Event{}, false, err
 	}
 	req.Zone = inst.RequestedZone
-	if inst.ForcedHost != "" {
+	switch {
+	case inst.ForcedHost != "":
 		req.Zone, req.RequestedHost, req.Force = "", inst.ForcedHost, true
+	case inst.RequestedHost != "":
+		// An unshelve to a named host: that host alone, filtered.
+		req.RequestedHost = inst.RequestedHost
 	}
 	sel, err := b.sched.Select(ctx, req, func(ctx context.Context, cand scheduler.Candidate) (int64, error) {
 		plan, err := b.store.WriteAllocations(ctx, placement.AllocationWrite{

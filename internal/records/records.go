@@ -253,6 +253,11 @@ type Instance struct {
 	AccessIPv4  string            `json:"access_ip_v4,omitempty"`
 	AccessIPv6  string            `json:"access_ip_v6,omitempty"`
 	DiskConfig  string            `json:"disk_config,omitempty"`
+	// Hostname is the guest's hostname (OS-EXT-SRV-ATTR:hostname): asked
+	// for at create, update or rebuild (2.90), else the name sanitized at
+	// create ("" for a record from before it was kept: the view derives
+	// it from the name).
+	Hostname string `json:"hostname,omitempty"`
 	// KeyName is the key pair the server was booted with ("" for none),
 	// and KeyData its public key as the guest would receive it.
 	KeyName string `json:"key_name,omitempty"`
@@ -286,7 +291,12 @@ type Instance struct {
 	BuildAttempts int        `json:"build_attempts,omitempty"`
 	RequestedZone string     `json:"requested_zone,omitempty"`
 	ForcedHost    string     `json:"forced_host,omitempty"`
-	Owner         string     `json:"owner,omitempty"`
+	// RequestedHost is the one host the next boot of a shelved-offloaded
+	// instance considers, still through the filters (Nova's
+	// requested_destination; an admin's unshelve with a host, 2.91).
+	// Every unshelve sets it, to "" when it names no host.
+	RequestedHost string `json:"requested_host,omitempty"`
+	Owner         string `json:"owner,omitempty"`
 
 	// Lifecycle is the lock and the lifecycle action in flight (package
 	// lifecycle).

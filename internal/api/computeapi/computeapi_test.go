@@ -22,7 +22,7 @@ func TestVersionListHasV20FirstThenV21(t *testing.T) {
 		if len(vs) != 2 || vs[0].ID != "v2.0" || vs[1].ID != "v2.1" {
 			t.Fatalf("GET %s: versions %+v, want v2.0 then v2.1", path, vs)
 		}
-		if vs[0].Status != "SUPPORTED" || vs[0].Version != "" || vs[1].Status != "CURRENT" || vs[1].Version != "2.87" || vs[1].MinVersion != "2.1" {
+		if vs[0].Status != "SUPPORTED" || vs[0].Version != "" || vs[1].Status != "CURRENT" || vs[1].Version != "2.91" || vs[1].MinVersion != "2.1" {
 			t.Fatalf("GET %s: entries %+v", path, vs)
 		}
 		if len(vs[0].Links) != 1 || !strings.HasSuffix(vs[0].Links[0].Href, "/compute/v2/") {

@@ -2,6 +2,7 @@ package computeapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -77,7 +78,9 @@ type hypervisorJSON struct {
 	*hypervisorUsage
 	Metrics *[]metricJSON       `json:"metrics,omitempty"`
 	Servers *[]hypervisorServer `json:"servers,omitempty"`
-	Uptime  *string             `json:"uptime,omitempty"`
+	// Uptime is the uptime text (a JSON string, or null for a host that
+	// is down): the uptime path's before 2.88, a detailed view's from it.
+	Uptime json.RawMessage `json:"uptime,omitempty"`
 }
 
 // hypervisorDetail is what a detailed view adds at every microversion.
@@ -162,6 +165,12 @@ func (a *hypervisorsAPI) hypervisorView(r *http.Request, h hypervisor, detail bo
 		v.Metrics = &ms
 	}
 	if version(r).AtLeast(88) {
+		// 2.88: the resource fields are gone (placement has them), the
+		// uptime is here.
+		v.Uptime = []byte("null")
+		if up, ok := a.uptime(h); ok {
+			v.Uptime, _ = json.Marshal(up)
+		}
 		return v
 	}
 	var cpuInfo any = "{}"
@@ -420,16 +429,25 @@ func (a *hypervisorsAPI) hypervisorUptime(w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
-	if !h.hasSvc || !a.serviceUp(h.svc) {
+	up, ok := a.uptime(h)
+	if !ok {
 		return badRequest("Compute service of " + h.rec.Host + " is unavailable at this time.")
 	}
 	v := a.hypervisorView(r, h, false)
-	now := a.clock.Now().UTC()
-	uptime := fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
-		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second))
-	v.Uptime = &uptime
+	v.Uptime, _ = json.Marshal(up)
 	writeJSON(w, http.StatusOK, map[string]any{"hypervisor": v})
 	return nil
+}
+
+// uptime is a host's uptime text, in the shape of the uptime(1) line
+// Nova's drivers answer; a host whose service is down has none.
+func (a *hypervisorsAPI) uptime(h hypervisor) (string, bool) {
+	if !h.hasSvc || !a.serviceUp(h.svc) {
+		return "", false
+	}
+	now := a.clock.Now().UTC()
+	return fmt.Sprintf(" %s up, last heartbeat %s ago, load average: unknown",
+		now.Format("15:04:05"), now.Sub(h.svc.LastSeenUp).Round(time.Second)), true
 }
 
 // hypervisorStatistics is GET /os-hypervisors/statistics (gone from 2.88,

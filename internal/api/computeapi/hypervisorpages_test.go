@@ -17,9 +17,10 @@ import (
 )
 
 // TestHypervisorViewKeys checks the keys of a hypervisor's view at the
-// microversions that change it (up to keel's 2.87): the listing's four,
-// the detail's (its cpu_info a string before 2.28 and an object from it),
-// and the service's, with a null disabled_reason.
+// microversions that change it: the listing's four, the detail's (its
+// cpu_info a string before 2.28 and an object from it; from 2.88 without
+// the resource fields, with uptime), and the service's, with a null
+// disabled_reason. At 2.88 a host whose service is down has a null uptime.
 func TestHypervisorViewKeys(t *testing.T) {
 	e := newEnv(t)
 	list := []string{"hypervisor_hostname", "id", "state", "status"}
@@ -34,6 +35,8 @@ func TestHypervisorViewKeys(t *testing.T) {
 		{"os-hypervisors/detail", "", usage, "{}"},
 		{"os-hypervisors/detail", "2.28", usage, map[string]any{}},
 		{"os-hypervisors/detail", "2.53", usage, map[string]any{}},
+		{"os-hypervisors/detail", "2.87", usage, map[string]any{}},
+		{"os-hypervisors/detail", "2.88", append(slices.Clone(list), "host_ip", "hypervisor_type", "hypervisor_version", "service", "uptime"), nil},
 	} {
 		var out struct{ Hypervisors []map[string]any }
 		if resp := e.call("GET", "/compute/v2.1/"+c.path, "admin", c.version, nil, &out); resp.StatusCode != 200 || len(out.Hypervisors) != 3 {
@@ -51,6 +54,19 @@ func TestHypervisorViewKeys(t *testing.T) {
 				t.Errorf("%s at %q: service %v, want the host and a null disabled_reason", c.path, c.version, svc)
 			}
 		}
+	}
+	var show struct{ Hypervisor map[string]any }
+	e.call("GET", "/compute/v2.1/os-hypervisors/h1", "admin", "2.88", nil, &show)
+	if up, _ := show.Hypervisor["uptime"].(string); up == "" || show.Hypervisor["vcpus"] != nil {
+		t.Errorf("h1 at 2.88: uptime %#v vcpus %v, want its uptime text and no vcpus", show.Hypervisor["uptime"], show.Hypervisor["vcpus"])
+	}
+	if _, err := e.st.UpdateService(context.Background(), "h2", func(s *records.Service) error { s.ForcedDown = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	show.Hypervisor = nil
+	e.call("GET", "/compute/v2.1/os-hypervisors/h2", "admin", "2.88", nil, &show)
+	if up, has := show.Hypervisor["uptime"]; !has || up != nil {
+		t.Errorf("h2, down, at 2.88: uptime %#v (present %t), want null", up, has)
 	}
 }
 

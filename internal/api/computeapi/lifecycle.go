@@ -149,24 +149,11 @@ func (a *serverActionsAPI) lifecycleArgs(r *http.Request, in records.Instance, k
 		}
 		answer = map[string]any{"adminPass": pass}
 	case "unshelve":
-		if len(raw) > 0 && string(raw) != "null" {
-			var args struct {
-				Zone *string `json:"availability_zone"`
-			}
-			if !version(r).AtLeast(77) {
-				return nil, nil, badRequest("Invalid input for field/attribute unshelve. Value: " + string(raw) + ". None is not of type 'null'")
-			}
-			if err := strictArgs(raw, &args, "unshelve"); err != nil {
-				return nil, nil, err
-			}
-			if args.Zone != nil {
-				if in.VMState != records.VMShelvedOffloaded {
-					return nil, nil, conflict("The availability_zone parameter is only valid for a server in shelved_offloaded state")
-				}
-				zone := *args.Zone
-				edits = append(edits, func(i *records.Instance) { i.RequestedZone = zone })
-			}
+		edit, err := a.unshelveArgs(r, in, raw)
+		if err != nil {
+			return nil, nil, err
 		}
+		edits = append(edits, edit)
 	case "rebuild":
 		edit, err := a.rebuildArgs(r, in, raw)
 		if err != nil {
@@ -234,7 +221,12 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 				return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('key_name' was unexpected)")
 			}
 		case "trusted_image_certificates": // read below, from 2.63
-		case "user_data", "hostname":
+		case "user_data":
+		case "hostname":
+			if version(r).AtLeast(90) {
+				break
+			}
+			fallthrough
 		default:
 			return nil, badRequest("Invalid input for field/attribute rebuild. Additional properties are not allowed ('" + k + "' was unexpected)")
 		}
@@ -301,6 +293,10 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 			return nil, err
 		}
 	}
+	hostname, hasHostname, err := sb.hostnameField()
+	if err != nil {
+		return nil, err
+	}
 	_, hasV4 := sb["accessIPv4"]
 	_, hasV6 := sb["accessIPv6"]
 	_, hasDesc := sb["description"]
@@ -308,6 +304,9 @@ func (a *serverActionsAPI) rebuildArgs(r *http.Request, in records.Instance, raw
 		in.ImageRef = image
 		if hasName {
 			in.Name = name
+		}
+		if hasHostname {
+			in.Hostname = hostname
 		}
 		if hasMeta {
 			in.Metadata = meta

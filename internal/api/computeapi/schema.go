@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -185,7 +186,7 @@ func checkText(field, s string, max int) error {
 
 // checkZoneKnown refuses an availability zone no compute service or
 // aggregate is in, as Nova does.
-func (a *serversAPI) checkZoneKnown(ctx context.Context, zone string) error {
+func (a *base) checkZoneKnown(ctx context.Context, zone string) error {
 	if zone == "" {
 		return nil
 	}
@@ -400,4 +401,33 @@ func checkListStatusAndSort(q url.Values, v Microversion) error {
 		}
 	}
 	return nil
+}
+
+// hostnamePattern is Nova's parameter_types.hostname pattern (2.90).
+var hostnamePattern = regexp.MustCompile(`^[a-zA-Z0-9]+[a-zA-Z0-9-]*[a-zA-Z0-9]+$`)
+
+// hostnameField reads the hostname of a create, update or rebuild body
+// (2.90) and checks it as Nova's schema does: a string of 2 to 63
+// characters of letters, digits and '-', not starting or ending with '-'.
+func (b serverBody) hostnameField() (string, bool, error) {
+	raw, ok := b["hostname"]
+	if !ok {
+		return "", false, nil
+	}
+	var h string
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return "", false, badRequest("Invalid input for field/attribute hostname. Value: " + string(raw) + ". " + string(raw) + " is not of type 'string'")
+	}
+	bad := func(why string) error {
+		return badRequest("Invalid input for field/attribute hostname. Value: " + h + ". '" + h + "' " + why)
+	}
+	switch n := utf8.RuneCountInString(h); {
+	case n < 2:
+		return "", false, bad("is too short")
+	case n > 63:
+		return "", false, bad("is too long")
+	case !hostnamePattern.MatchString(h):
+		return "", false, bad("does not match '" + hostnamePattern.String() + "'")
+	}
+	return h, true, nil
 }

@@ -126,6 +126,11 @@ func parseCreate(body createBody, mv Microversion) (createRequest, error) {
 	if err := sb.trustedCerts(mv, "server", &in); err != nil {
 		return req, err
 	}
+	if mv.AtLeast(90) {
+		if in.Hostname, _, err = sb.hostnameField(); err != nil {
+			return req, err
+		}
+	}
 	if raw, ok := sb["metadata"]; ok {
 		if in.Metadata, err = decodeMetadata(raw); err != nil {
 			return req, err
@@ -143,6 +148,9 @@ func parseCreate(body createBody, mv Microversion) (createRequest, error) {
 	}
 	if req.MinCount, req.MaxCount, err = createCount(sb); err != nil {
 		return req, err
+	}
+	if in.Hostname != "" && req.MaxCount > 1 {
+		return req, badRequest("Unable to allocate a single hostname to multiple instances")
 	}
 	if raw, ok := sb["return_reservation_id"]; ok {
 		if err := json.Unmarshal(raw, &req.ReturnReservationID); err != nil {
@@ -270,6 +278,15 @@ func (a *serversAPI) bootServers(w http.ResponseWriter, r *http.Request, in reco
 		one.Metadata = maps.Clone(in.Metadata)
 		if count > 1 {
 			one.Name = fmt.Sprintf("%s-%d", in.Name, i+1)
+		}
+		if one.Hostname == "" {
+			// Nova's: the name sanitized, with the index when there
+			// are several ("" keeps Nova's Server-<uuid>: see
+			// instanceHostname).
+			one.Hostname = hostnameOf(in.Name)
+			if one.Hostname != "" && count > 1 {
+				one.Hostname = fmt.Sprintf("%s-%d", one.Hostname, i+1)
+			}
 		}
 		// Each boot answers once the store has it scheduled and claimed
 		// (or in ERROR: no valid host); its build goes on behind.

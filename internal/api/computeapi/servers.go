@@ -191,6 +191,11 @@ func (a *serversAPI) updateServer(w http.ResponseWriter, r *http.Request) error 
 	for k := range sb {
 		switch k {
 		case "name", "accessIPv4", "accessIPv6", "OS-DCF:diskConfig", "description":
+		case "hostname":
+			if version(r).AtLeast(90) {
+				break
+			}
+			fallthrough
 		default:
 			return badRequest("Invalid input for field/attribute server. Additional properties are not allowed ('" + k + "' was unexpected)")
 		}
@@ -215,6 +220,11 @@ func (a *serversAPI) updateServer(w http.ResponseWriter, r *http.Request) error 
 		}
 		if err := sb.diskConfig(in); err != nil {
 			return err
+		}
+		if h, ok, err := sb.hostnameField(); err != nil {
+			return err
+		} else if ok {
+			in.Hostname = h
 		}
 		return sb.description(version(r), in)
 	}

@@ -184,7 +184,9 @@ func TestFlavorFiltersAndHypervisorSearch(t *testing.T) {
 		{"/os-hypervisors/h1/search", "2.53", "admin", 404},
 		{"/os-hypervisors/h1/search", "2.1", "member", 403},
 		{"/os-hypervisors/nope/uptime", "2.1", "admin", 404},
-		{"/os-hypervisors/h1/uptime", "2.88", "admin", 406}, // beyond keel's maximum
+		{"/os-hypervisors/h1/uptime", "2.88", "admin", 404}, // gone from 2.88
+		{"/os-hypervisors/statistics", "2.88", "admin", 404},
+		{"/os-hypervisors/statistics", "2.87", "admin", 200},
 	} {
 		if r := e.call("GET", "/compute/v2.1"+c.path, c.token, c.version, nil, nil); r.StatusCode != c.status {
 			t.Errorf("%s at %s as %s: %d, want %d", c.path, c.version, c.token, r.StatusCode, c.status)

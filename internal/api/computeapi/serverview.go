@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode"
 
 	"keel/internal/records"
 )
@@ -171,34 +172,57 @@ func (a *base) serverView(r *http.Request, in records.Instance, kind serverViewK
 			v["OS-EXT-SRV-ATTR:reservation_id"] = res
 			v["OS-EXT-SRV-ATTR:launch_index"] = in.LaunchIndex
 			v["OS-EXT-SRV-ATTR:kernel_id"], v["OS-EXT-SRV-ATTR:ramdisk_id"] = "", ""
-			v["OS-EXT-SRV-ATTR:hostname"] = hostnameOf(in.Name)
+			v["OS-EXT-SRV-ATTR:hostname"] = instanceHostname(in)
 			v["OS-EXT-SRV-ATTR:root_device_name"] = nil
 			if !ver.AtLeast(75) || kind != viewUpdate {
 				v["OS-EXT-SRV-ATTR:user_data"] = nil
 			}
 		}
+	} else if ver.AtLeast(90) {
+		// 2.90: every caller sees the hostname.
+		v["OS-EXT-SRV-ATTR:hostname"] = instanceHostname(in)
 	}
 	return v
 }
 
-// hostnameOf is the guest hostname Nova derives from a server's name:
-// lower case, characters other than letters, digits, '-' and '.' dropped,
-// at most 63 characters.
+// instanceHostname is a server's hostname: the one kept, else (a record
+// from before keel kept it) its name sanitized, else Nova's default for a
+// name that sanitizes to nothing.
+func instanceHostname(in records.Instance) string {
+	if in.Hostname != "" {
+		return in.Hostname
+	}
+	if h := hostnameOf(in.Name); h != "" {
+		return h
+	}
+	return "Server-" + in.UUID
+}
+
+// hostnameOf is the hostname Nova derives from a server's name
+// (utils.sanitize_hostname): characters past Latin-1 dropped, cut to 63
+// characters, spaces, '_' and '.' made '-', anything but letters, digits,
+// '-' and '.' dropped, lower case, no leading or trailing '-' or '.'. It
+// may be "".
 func hostnameOf(name string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(strings.ReplaceAll(name, " ", "-")) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
-			b.WriteRune(r)
+	rs := make([]rune, 0, len(name))
+	for _, r := range name {
+		if r <= 0xFF {
+			rs = append(rs, r)
 		}
 	}
-	h := strings.Trim(b.String(), "-.")
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
+	if len(rs) > 63 {
+		rs = rs[:63]
 	}
-	if h == "" {
-		h = "server"
+	var b strings.Builder
+	for _, r := range rs {
+		switch {
+		case r == ' ' || r == '_' || r == '.':
+			b.WriteRune('-')
+		case r == '-' || unicode.IsLetter(r) || unicode.IsNumber(r):
+			b.WriteRune(unicode.ToLower(r))
+		}
 	}
-	return h
+	return strings.Trim(b.String(), ".-")
 }
 
 // fillZones gives the placed instances booted without a zone their host's

@@ -13,7 +13,7 @@ type Microversion struct{ Major, Minor int }
 // Supported microversions.
 var (
 	MinVersion = Microversion{2, 1}
-	MaxVersion = Microversion{2, 87}
+	MaxVersion = Microversion{2, 91}
 )
 
 func (v Microversion) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }

@@ -93,10 +93,10 @@ func unpackInstance(uuid string, r *instRec) records.Instance {
 // instRec: TestInstanceFieldsRoundTrip fails until it is.
 func restZero(in *records.Instance) bool {
 	return in.ResizeFlavor == nil && in.ImageRef == "" && in.Hints == nil && in.Metadata == nil &&
-		in.Description == "" && in.AccessIPv4 == "" && in.AccessIPv6 == "" && in.DiskConfig == "" &&
+		in.Description == "" && in.AccessIPv4 == "" && in.AccessIPv6 == "" && in.DiskConfig == "" && in.Hostname == "" &&
 		in.KeyName == "" && in.KeyData == "" && in.ReservationID == "" && in.LaunchIndex == 0 &&
 		in.Tags == nil && in.TrustedCerts == nil && in.Fault == "" && in.BuildPhase == "" && in.RequestedZone == "" &&
-		in.ForcedHost == "" && in.Owner == "" && lifecycleZero(&in.Lifecycle)
+		in.ForcedHost == "" && in.RequestedHost == "" && in.Owner == "" && lifecycleZero(&in.Lifecycle)
 }
 
 func lifecycleZero(l *records.Lifecycle) bool {
