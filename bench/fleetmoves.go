@@ -88,12 +88,20 @@ func (g *fleetGen) bootOne(ctx context.Context, c *httpClient, s *moveSamples) e
 	st, err := c.do(ctx, "POST", "/compute/v2.1/servers", map[string]any{"server": map[string]any{
 		"name": fmt.Sprintf("fleet-vm%d", g.moves.booted), "flavorRef": fleetFlavor, "networks": "none"}}, &out)
 	if err != nil {
+		if ctx.Err() != nil { // the period ended first: counted as long as it ran
+			s.bootPost = cutShort(s.bootPost, time.Since(t0))
+		}
 		return err
 	}
 	if st != http.StatusAccepted {
 		return fmt.Errorf("POST /servers: %d", st)
 	}
 	s.bootPost = append(s.bootPost, time.Since(t0))
+	defer func() {
+		if ctx.Err() != nil && g.moves.last != out.Server.ID { // undecided when the period ended
+			s.bootClaim = cutShort(s.bootClaim, time.Since(t0))
+		}
+	}()
 	path := "/compute/v2.1/servers/" + out.Server.ID
 	for {
 		var show struct {
@@ -145,12 +153,21 @@ func (g *fleetGen) migrateOne(ctx context.Context, c *httpClient, id string, s *
 	st, err := c.do(ctx, "POST", "/compute/v2.1/servers/"+id+"/action",
 		map[string]any{"os-migrateLive": map[string]any{"host": nil, "block_migration": "auto"}}, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			s.migPost = cutShort(s.migPost, time.Since(t0))
+		}
 		return err
 	}
 	if st != http.StatusAccepted {
 		return fmt.Errorf("os-migrateLive of %s: %d", id, st)
 	}
 	s.migPost = append(s.migPost, time.Since(t0))
+	started := false
+	defer func() {
+		if ctx.Err() != nil && !started { // not running when the period ended
+			s.migStart = cutShort(s.migStart, time.Since(t0))
+		}
+	}()
 	for {
 		var out struct {
 			Migrations []struct {
@@ -163,7 +180,7 @@ func (g *fleetGen) migrateOne(ctx context.Context, c *httpClient, id string, s *
 		for _, m := range out.Migrations {
 			switch m.Status {
 			case "running", "completed":
-				s.migStart = append(s.migStart, time.Since(t0))
+				s.migStart, started = append(s.migStart, time.Since(t0)), true
 				return nil
 			case "error", "failed":
 				return fmt.Errorf("live migration of %s: %s", id, m.Status)
@@ -183,4 +200,12 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// cutShort is apiSamples.cutShort for the moves: a request the period's
+// end cut short counts as long as it ran when that is longer than every
+// answered one.
+func cutShort(took []time.Duration, d time.Duration) []time.Duration {
+	var s apiSamples
+	return s.cutShort(took, d)
 }
