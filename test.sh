@@ -59,6 +59,8 @@ report_times() {
   section ""
   echo "== wall time per part (total $(( $(date +%s) - start )) s, load now $(cut -d' ' -f1-3 /proc/loadavg)):"
   printf '%s\n' "${sections[@]}"
+  [ -s "${lanes:-}/times" ] && { echo "   of which, per lane:"; sed 's/^/  /' "$lanes/times"; }
+  [ -n "${lanes:-}" ] && rm -rf "$lanes"
   return $rc
 }
 trap report_times EXIT
@@ -77,29 +79,74 @@ go vet ./...
 section "go test -race"
 go test -race -count=1 -parallel 8 -timeout 15m "$@" ./...
 
-section "openstackclient against keel dev"
-tests/openstackclient.sh
+# The parts after the Go tests are mostly single-threaded: Python clients
+# and services (openstackclient, Watcher, Tempest, a real Nova) waiting on
+# each other and on keel. Run one after another they left a quiet 2-core
+# machine at a load of about 1 for 25 minutes, so they run in two lanes
+# side by side. Each part picks free ports and its own directories; the
+# two that start a RabbitMQ (Watcher, Nova) share lane B, one after the
+# other. Every line a part prints is prefixed with its lane; a lane stops
+# at its first failing part, the other goes on to its end, and the script
+# fails if either failed. KEEL_TEST_LANES=1 runs the parts one after
+# another (lane A, then lane B), as before.
+lanes=$(mktemp -d /tmp/keel-test-lanes.XXXXXX)
+# part LANE TITLE CMD…: one timed part of a lane, its output prefixed.
+part() {
+  local lane=$1 title=$2 t0 rc=0
+  shift 2
+  t0=$(date +%s)
+  echo "== [$lane] $title (at $((t0 - start)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  # Through a file, not a pipe: a daemon a part leaves behind holding its
+  # output open would keep a pipe's reader waiting forever.
+  local log pid tailer
+  log=$(mktemp "$lanes/part.XXXXXX")
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  tail -n +1 -s 0.5 -f --pid="$pid" "$log" | sed -u "s/^/[$lane] /" &
+  tailer=$!
+  wait "$pid" || rc=$?
+  wait "$tailer" || true
+  printf '%5ds  [%s] %s%s\n' $(( $(date +%s) - t0 )) "$lane" "$title" "$([ $rc -eq 0 ] || echo " (failed, status $rc)")" >>"$lanes/times"
+  return $rc
+}
+lane_a() {
+  set +m
+  part A "openstackclient against keel dev" tests/openstackclient.sh &&
+  part A "Tempest (compute API selection) against keel dev" tests/tempest.sh &&
+  part A "real guests with QEMU: keel dev --driver qemu and openstackclient" tests/qemu.sh &&
+  part A "libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice" tests/libvirt.sh
+}
+scale_race() {
+  # Build tag scale: kept out of the -race run above (real processes, about
+  # two minutes); prints the figures (ACTIVE, No valid host, conflicts per
+  # placement, wall time).
+  go test -tags scale -count=1 -v -run '^TestRaceManyBoots$' -timeout 10m ./internal/e2e/ | grep -v '^=== RUN'
+}
+lane_b() {
+  set +m
+  part B "OpenStack Watcher 9.0 against keel dev (catalog, Nova notifications over RabbitMQ, three audits)" tests/watcher.sh &&
+  part B "fuzz targets, a few seconds each" env FUZZTIME="${FUZZTIME:-5s}" tests/fuzz.sh &&
+  part B "a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch, keel sim's prediction of it" tests/nova.sh &&
+  part B "scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once" scale_race
+}
 
-section "OpenStack Watcher 9.0 against keel dev (catalog, Nova notifications over RabbitMQ, three audits)"
-tests/watcher.sh
-
-section "Tempest (compute API selection) against keel dev"
-tests/tempest.sh
-
-section "fuzz targets, a few seconds each"
-FUZZTIME=${FUZZTIME:-5s} tests/fuzz.sh
-
-section "real guests with QEMU: keel dev --driver qemu and openstackclient"
-tests/qemu.sh
-
-section "libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice"
-tests/libvirt.sh
-
-section "a real OpenStack Nova 26 (Debian's packages, 12 fake hosts): the seed's drain by Nova and by Nova with contrib/nova's patch, keel sim's prediction of it"
-tests/nova.sh
-
-section "scale-out race test: 3 keel server replicas on PostgreSQL and nats-server, 200 hosts, 10,000 boots at once"
-# Build tag scale: kept out of the -race run above (real processes, about
-# two minutes); prints the figures (ACTIVE, No valid host, conflicts per
-# placement, wall time).
-go test -tags scale -count=1 -v -run '^TestRaceManyBoots$' -timeout 10m ./internal/e2e/ | grep -v '^=== RUN'
+section "the external parts in two lanes (A: openstackclient, Tempest, QEMU, libvirt; B: Watcher, fuzz, real Nova, scale-out race)"
+rc_a=0 rc_b=0
+if [ "${KEEL_TEST_LANES:-2}" = 1 ]; then
+  lane_a || rc_a=$?
+  lane_b || rc_b=$?
+else
+  # Each lane in a process group of its own, so an interrupted run stops
+  # both with everything they started.
+  set -m
+  lane_a & pid_a=$!
+  lane_b & pid_b=$!
+  set +m
+  trap 'kill -TERM -- -$pid_a -$pid_b 2>/dev/null; exit 130' INT TERM
+  wait "$pid_a" || rc_a=$?
+  wait "$pid_b" || rc_b=$?
+  trap - INT TERM
+fi
+[ "$rc_a" -eq 0 ] || echo "lane A failed (status $rc_a): see its [A] lines above"
+[ "$rc_b" -eq 0 ] || echo "lane B failed (status $rc_b): see its [B] lines above"
+[ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ]
