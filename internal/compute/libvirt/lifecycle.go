@@ -179,7 +179,11 @@ func (d *Driver) rescue(ctx context.Context, x dom, inst records.Instance, on bo
 				return err
 			}
 		}
-		if err := d.rescueDisk(ctx, x.uuid, m.Program, rs.ImageID, path); err != nil {
+		image := rs.ImageID
+		if image == compute.BuiltinImageID {
+			image = ""
+		}
+		if err := d.images.RescueDisk(ctx, x.uuid, image, m.Program, path); err != nil {
 			return err
 		}
 		m.State, m.RescueImage, m.RescueBus, m.RescueDevice = stRescued, rs.ImageID, rs.Bus, rs.Device
@@ -199,27 +203,6 @@ func (d *Driver) rescue(ctx context.Context, x dom, inst records.Instance, on bo
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("deleting the rescue disk: %w", err)
 		}
-	}
-	return nil
-}
-
-// rescueDisk writes the rescue disk at path from image (an uploaded
-// image's overlay; keel's guest program for none or the built-in one,
-// one MiB: SeaBIOS boots no virtio disk of a single sector).
-func (d *Driver) rescueDisk(ctx context.Context, uuid, program, image, path string) error {
-	if image != "" && image != compute.BuiltinImageID {
-		base, err := d.images.Base(ctx, uuid, image)
-		if err != nil {
-			return fmt.Errorf("the rescue image: %w", err)
-		}
-		return d.images.Overlay(ctx, base, path)
-	}
-	spec, err := guest.Parse(program)
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(os.WriteFile(path, spec.Image(), 0o644), os.Truncate(path, 1<<20)); err != nil {
-		return fmt.Errorf("writing the rescue disk: %w", err)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"keel/internal/compute"
-	"keel/internal/compute/qemu/guest"
 	"keel/internal/records"
 )
 
@@ -39,7 +38,10 @@ func (d *Driver) rescue(ctx context.Context, v *vm, inst records.Instance, on bo
 				return err
 			}
 		}
-		if err := d.rescueDisk(ctx, v, inst.UUID, rs.ImageID, path); err != nil {
+		d.mu.Lock()
+		program := v.st.Program
+		d.mu.Unlock()
+		if err := d.images.RescueDisk(ctx, inst.UUID, rescueImage(*rs), program, path); err != nil {
 			return err
 		}
 	}
@@ -55,34 +57,19 @@ func (d *Driver) rescue(ctx context.Context, v *vm, inst records.Instance, on bo
 	return d.launchDisk(ctx, v, d.instanceOf(v), false, true)
 }
 
-// rescueDisk writes the rescue disk at path from image (an uploaded
-// image's overlay; keel's guest program for none or the built-in one).
-func (d *Driver) rescueDisk(ctx context.Context, v *vm, uuid, image, path string) error {
-	if image != "" && image != compute.BuiltinImageID {
-		base, err := d.images.Base(ctx, uuid, image)
-		if err != nil {
-			return fmt.Errorf("the rescue image: %w", err)
-		}
-		return d.images.Overlay(ctx, base, path)
+// rescueImage is the uploaded image a rescue boots, "" for keel's guest
+// program (no image, or the built-in one).
+func rescueImage(rs records.Rescue) string {
+	if rs.ImageID == compute.BuiltinImageID {
+		return ""
 	}
-	d.mu.Lock()
-	program := v.st.Program
-	d.mu.Unlock()
-	spec, err := guest.Parse(program)
-	if err != nil {
-		return err
-	}
-	// One MiB: SeaBIOS boots no virtio disk of a single sector.
-	if err := errors.Join(os.WriteFile(path, spec.Image(), 0o644), os.Truncate(path, 1<<20)); err != nil {
-		return fmt.Errorf("writing the rescue disk: %w", err)
-	}
-	return nil
+	return rs.ImageID
 }
 
 // rescueFormat is the rescue disk's format: an overlay for an uploaded
 // image, raw for keel's guest program.
 func rescueFormat(rs records.Rescue) string {
-	if rs.ImageID != "" && rs.ImageID != compute.BuiltinImageID {
+	if rescueImage(rs) != "" {
 		return "qcow2"
 	}
 	return "raw"
