@@ -297,7 +297,7 @@ func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter
 			return err
 		}
 		if key != "" {
-			a.listings.keep(r.Context(), key, b, n, at, build)
+			a.listings.keep(key, b, n, at)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)

@@ -24,19 +24,10 @@ import (
 // 10 s, apart anyway. Its cost is about one build per listingFresh
 // however often it is asked for, and a cloud of at most
 // listingCacheAbove hosts (every test's) is always read afresh.
-//
-// A listing asked for within listingKeepWarm is kept warm while nobody
-// asks: rebuilt in the background once it is listingStale −
-// listingFresh old, so the first call after a quiet spell (a dashboard
-// polling once a minute, the fleet benchmark's ramp) is served at once
-// rather than building 10,000 hosts' listing itself (1.1–4.5 s at 10,000
-// hosts). That costs one build per 8 s per listing kept, about 1 % of a
-// core at 10,000 hosts, for listingKeepWarm after the last call.
 const (
 	listingCacheAbove = maxLimit
 	listingFresh      = 2 * time.Second
 	listingStale      = 10 * time.Second
-	listingKeepWarm   = 10 * time.Minute
 	// listingBuildTimeout bounds one background rebuild.
 	listingBuildTimeout = time.Minute
 )
@@ -46,15 +37,11 @@ const (
 type listingCache struct {
 	above        int // only listings of more hosts than this are kept
 	fresh, stale time.Duration
-	// keepWarm is how long after its last call a listing is rebuilt
-	// while nobody asks, checked every warmEvery (0: never).
-	keepWarm, warmEvery time.Duration
-	now                 func() time.Time
+	now          func() time.Time
 
-	mu      sync.Mutex
-	byKey   map[string]*keptListing
-	built   int  // listings built while kept ones served (tests read it)
-	warming bool // warm runs
+	mu    sync.Mutex
+	byKey map[string]*keptListing
+	built int // listings built while kept ones served (tests read it)
 }
 
 // keptListing is one encoded listing, when its build started (what it
@@ -63,16 +50,10 @@ type keptListing struct {
 	body     []byte
 	at, done time.Time
 	building bool
-	// asked is its last call; ctx and build rebuild it while it is
-	// kept warm.
-	asked time.Time
-	ctx   context.Context
-	build listingBuild
 }
 
 func newListingCache(now func() time.Time) *listingCache {
-	return &listingCache{above: listingCacheAbove, fresh: listingFresh, stale: listingStale,
-		keepWarm: listingKeepWarm, warmEvery: listingFresh, now: now, byKey: map[string]*keptListing{}}
+	return &listingCache{above: listingCacheAbove, fresh: listingFresh, stale: listingStale, now: now, byKey: map[string]*keptListing{}}
 }
 
 // listingBuild builds a listing: its encoded body and how many hosts it
@@ -85,19 +66,23 @@ type listingBuild func(ctx context.Context) (body []byte, hosts int, err error)
 func (c *listingCache) serve(w http.ResponseWriter, r *http.Request, key string, build listingBuild) bool {
 	c.mu.Lock()
 	now := c.now()
-	c.dropLocked(now)
-	e := c.byKey[key]
-	if e == nil || (!e.building && now.Sub(e.done) >= c.stale) {
-		c.mu.Unlock()
-		return false // not kept, or not rebuilt lately: built afresh
+	for k, e := range c.byKey {
+		if !e.building && now.Sub(e.done) >= c.stale {
+			delete(c.byKey, k) // nobody asked for it lately: not kept
+		}
 	}
-	// The rebuild outlives the request, not its values (caller,
-	// microversion).
-	e.asked, e.ctx, e.build = now, context.WithoutCancel(r.Context()), build
+	e := c.byKey[key]
+	if e == nil {
+		c.mu.Unlock()
+		return false
+	}
 	body := e.body
 	if now.Sub(e.at) >= c.fresh && !e.building {
 		e.building = true
-		go c.rebuild(e.ctx, key, now, build)
+		// The rebuild outlives the request, not its values (caller,
+		// microversion).
+		ctx := context.WithoutCancel(r.Context())
+		go c.rebuild(ctx, key, now, build)
 	}
 	c.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -131,8 +116,8 @@ func (c *listingCache) rebuild(ctx context.Context, key string, at time.Time, bu
 }
 
 // keep keeps a listing built at at that shows hosts hosts, if it is
-// large; build builds it again (ctx's values are the request's).
-func (c *listingCache) keep(ctx context.Context, key string, body []byte, hosts int, at time.Time, build listingBuild) {
+// large.
+func (c *listingCache) keep(key string, body []byte, hosts int, at time.Time) {
 	if hosts <= c.above {
 		return
 	}
@@ -141,50 +126,7 @@ func (c *listingCache) keep(ctx context.Context, key string, body []byte, hosts 
 	if e := c.byKey[key]; e != nil && !e.at.Before(at) {
 		return
 	}
-	now := c.now()
-	c.byKey[key] = &keptListing{body: body, at: at, done: now, asked: now, ctx: context.WithoutCancel(ctx), build: build}
-	if c.warmEvery > 0 && !c.warming {
-		c.warming = true
-		go c.warm()
-	}
-}
-
-// dropLocked forgets the listings nobody asked for within keepWarm (or,
-// without warming, whose last build ended stale ago).
-func (c *listingCache) dropLocked(now time.Time) {
-	for k, e := range c.byKey {
-		idle := now.Sub(e.asked) >= c.keepWarm
-		if c.warmEvery <= 0 {
-			idle = now.Sub(e.done) >= c.stale
-		}
-		if !e.building && idle {
-			delete(c.byKey, k)
-		}
-	}
-}
-
-// warm rebuilds, every warmEvery, the kept listings that will soon be
-// stale, until none is kept.
-func (c *listingCache) warm() {
-	t := time.NewTicker(c.warmEvery)
-	defer t.Stop()
-	for range t.C {
-		c.mu.Lock()
-		now := c.now()
-		c.dropLocked(now)
-		if len(c.byKey) == 0 {
-			c.warming = false
-			c.mu.Unlock()
-			return
-		}
-		for k, e := range c.byKey {
-			if !e.building && e.build != nil && now.Sub(e.at) >= c.stale-c.fresh {
-				e.building = true
-				go c.rebuild(e.ctx, k, now, e.build)
-			}
-		}
-		c.mu.Unlock()
-	}
+	c.byKey[key] = &keptListing{body: body, at: at, done: c.now()}
 }
 
 // encodeBody encodes a response body as writeJSON does.
