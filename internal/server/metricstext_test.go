@@ -132,7 +132,7 @@ func TestMetricsTextAsRegistry(t *testing.T) {
 	// /metrics: the registry's metrics and the cloud's, one family each.
 	m := newMetrics()
 	rec := httptest.NewRecorder()
-	m.handler(u.view, time.Minute, c).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	m.handler(st, time.Minute, c).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	fams, err = p.TextToMetricFamilies(rec.Body)
 	if err != nil {
 		t.Fatalf("/metrics does not parse: %v", err)

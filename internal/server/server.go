@@ -215,7 +215,6 @@ func (s *Server) start(ctx context.Context) error {
 	go s.agents.run(ownCtx)
 	s.cond.Plans().RunRebalance(ownCtx)
 	go s.ui.run(ownCtx)
-	go s.ui.view.follow(ownCtx, viewFollowEvery, s.log)
 	s.log.Info("server replica", "server_name", name)
 	return s.serveHTTP(ctx)
 }
@@ -269,7 +268,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	s.metrics.reg.MustRegister(notificationCollector{s.notifier})
 	// /metrics names every host and counts every tenant's instances: the
 	// admin's only.
-	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.ui.view, cfg.Default.ServiceDownTime, newCloudCollector(s.ui))), s.baseURL, computeapi.WriteError))
+	mux.Handle("GET /metrics", iss.Require(adminOnly(s.metrics.handler(s.store, cfg.Default.ServiceDownTime, newCloudCollector(s.ui))), s.baseURL, computeapi.WriteError))
 	if cfg.Keel.EnablePprof {
 		mux.Handle("/debug/pprof/", iss.Require(adminOnly(pprofHandler()), s.baseURL, computeapi.WriteError))
 	}

@@ -128,7 +128,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			st := bigCloud(b, hosts, 1)
 			u := newUIHub(st, newHostView(st), time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			m := newMetrics()
-			h := m.handler(u.view, time.Minute, newCloudCollector(u))
+			h := m.handler(st, time.Minute, newCloudCollector(u))
 			var size int
 			for b.Loop() {
 				rec := httptest.NewRecorder()

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"keel/internal/placement"
@@ -33,21 +31,10 @@ type hostViewStore interface {
 // host records, services and aggregates, kept current by following the
 // store's change stream, as the scheduler's view does (that view has no
 // listing of its own to read).
-//
-// The server follows the stream in the background (follow), so a
-// hypervisor call finds the view at most one follow behind and never
-// waits for everything written since it was last read; see
-// ComputeHosts.
 type hostView struct {
 	st hostViewStore
 
-	// followed is set while follow runs.
-	followed atomic.Bool
-	// snap is the host records and services as of the last refresh, for
-	// ComputeHosts: replaced, never changed.
-	snap atomic.Pointer[hostSnapshot]
-
-	mu    sync.Mutex // held by a refresh, and by what reads the maps
+	mu    sync.Mutex
 	seq   int64
 	ready bool
 	provs map[string]store.ProviderSummary // by provider UUID
@@ -57,18 +44,6 @@ type hostView struct {
 	// forest is every provider for placement's candidate search (nil
 	// after a provider changed: built again when asked for).
 	forest *providerForest
-	// names is recs' hosts, sorted (nil after a host came or went);
-	// recsChanged and svcsChanged say what the next snapshot copies.
-	names                    []string
-	recsChanged, svcsChanged bool
-}
-
-// hostSnapshot is the view's host records, sorted by host, and compute
-// services by host, as of change seq.
-type hostSnapshot struct {
-	seq  int64
-	recs []records.HostRecord
-	svcs map[string]records.Service
 }
 
 func newHostView(st hostViewStore) *hostView {
@@ -105,14 +80,6 @@ func (c viewChanges) any() bool { return c.Providers || c.Other }
 func (v *hostView) refresh(ctx context.Context) (viewChanges, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	vc, err := v.refreshLocked(ctx)
-	if err == nil {
-		v.publishLocked()
-	}
-	return vc, err
-}
-
-func (v *hostView) refreshLocked(ctx context.Context) (viewChanges, error) {
 	if !v.ready {
 		return viewChanges{true, true}, v.reloadLocked(ctx)
 	}
@@ -183,7 +150,6 @@ func (v *hostView) loadRecordsLocked(ctx context.Context) error {
 	for _, r := range recs {
 		v.recs[r.Host] = r
 	}
-	v.names, v.recsChanged = nil, true
 	return nil
 }
 
@@ -199,7 +165,6 @@ func (v *hostView) loadServicesLocked(ctx context.Context) error {
 			v.svcs[s.Host] = s
 		}
 	}
-	v.svcsChanged = true
 	return nil
 }
 
@@ -285,69 +250,46 @@ func (v *hostView) listAll(n, have int) bool {
 // again: all of them with one listing if many changed, else by key (in
 // one query per batch, where the store can).
 func (v *hostView) readRecordsLocked(ctx context.Context, hosts []string) error {
-	switch {
+	switch b, batch := v.st.(store.HostBatchReader); {
 	case len(hosts) == 0:
 		return nil
 	case v.listAll(len(hosts), len(v.recs)):
 		return v.loadRecordsLocked(ctx)
-	}
-	v.recsChanged = true
-	if b, ok := v.st.(store.HostBatchReader); ok {
+	case batch:
 		recs, err := b.GetHostRecords(ctx, hosts)
 		if err != nil {
 			return fmt.Errorf("web view: %w", err)
 		}
-		got := make(map[string]bool, len(recs))
-		for _, r := range recs {
-			got[r.Host] = true
-			v.setRecordLocked(r)
-		}
 		for _, h := range hosts {
-			if !got[h] {
-				v.deleteRecordLocked(h) // left out of the read: deleted
-			}
+			delete(v.recs, h) // left out of the read: deleted
+		}
+		for _, r := range recs {
+			v.recs[r.Host] = r
 		}
 		return nil
 	}
 	for _, h := range hosts {
 		r, err := v.st.GetHostRecord(ctx, h)
 		if errors.Is(err, store.ErrNotFound) {
-			v.deleteRecordLocked(h)
+			delete(v.recs, h)
 		} else if err != nil {
 			return fmt.Errorf("web view: reading host record %s: %w", h, err)
 		} else {
-			v.setRecordLocked(r)
+			v.recs[h] = r
 		}
 	}
 	return nil
-}
-
-func (v *hostView) setRecordLocked(r records.HostRecord) {
-	if _, ok := v.recs[r.Host]; !ok {
-		v.names = nil
-	}
-	v.recs[r.Host] = r
-}
-
-func (v *hostView) deleteRecordLocked(host string) {
-	if _, ok := v.recs[host]; ok {
-		v.names = nil
-		delete(v.recs, host)
-	}
 }
 
 // readServicesLocked reads the services of hosts, which changed, again,
 // as readRecordsLocked reads host records; only compute services are
 // kept.
 func (v *hostView) readServicesLocked(ctx context.Context, hosts []string) error {
-	switch {
+	switch b, batch := v.st.(store.HostBatchReader); {
 	case len(hosts) == 0:
 		return nil
 	case v.listAll(len(hosts), len(v.svcs)):
 		return v.loadServicesLocked(ctx)
-	}
-	v.svcsChanged = true
-	switch b, batch := v.st.(store.HostBatchReader); {
 	case batch:
 		svcs, err := b.GetServices(ctx, hosts)
 		if err != nil {
@@ -376,93 +318,20 @@ func (v *hostView) readServicesLocked(ctx context.Context, hosts []string) error
 	return nil
 }
 
-// viewInlineChanges is how many unread changes a hypervisor call on a
-// followed view reads itself before it answers. A cloud's few changes
-// since the last follow (an admin's disable, a test's write) are read
-// at once, so the call sees them, in a few milliseconds; more (a large
-// fleet's reports, about 1,500 a second at 10,000 hosts) are left to the
-// follower and the call answers from the view as it last left it.
-const viewInlineChanges = 256
-
-// viewFollowEvery is how often follow brings the view up to date.
-const viewFollowEvery = time.Second
-
-// follow keeps the view up to date, every every, until ctx ends: the
-// changes written in between are read then, not by the next caller.
-func (v *hostView) follow(ctx context.Context, every time.Duration, log *slog.Logger) {
-	v.followed.Store(true)
-	defer v.followed.Store(false)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	failing := false
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err := v.refresh(rctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil && !failing {
-			log.Warn("host view: following the store's changes", "err", err)
-		}
-		failing = err != nil
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// ComputeHosts implements computeapi.HostLister: every host record,
-// sorted by host, and every compute service, as of the call when at most
-// viewInlineChanges were written since the view was last brought up to
-// date (the call reads them first), or else, while the view is followed,
-// as the follower last left it: at most viewFollowEvery plus one catch-up
-// behind, without waiting for the reads. The slice and the map are
-// shared: read them, never change them.
+// ComputeHosts implements computeapi.HostLister: the view, brought up to
+// date with the change stream first, so the hypervisor calls decode only
+// the records that changed since the view was last read.
 func (v *hostView) ComputeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error) {
-	if s := v.snap.Load(); s != nil && v.followed.Load() {
-		last, err := v.st.LastChange(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("host view: %w", err)
-		}
-		if last-s.seq > viewInlineChanges {
-			return s.recs, s.svcs, nil
-		}
-	}
 	if _, err := v.refresh(ctx); err != nil {
 		return nil, nil, err
 	}
-	s := v.snap.Load()
-	return s.recs, s.svcs, nil
-}
-
-// publishLocked makes the view's records and services the snapshot
-// ComputeHosts answers, copying only what changed since the last.
-func (v *hostView) publishLocked() {
-	prev := v.snap.Load()
-	next := &hostSnapshot{seq: v.seq}
-	if prev != nil {
-		next.recs, next.svcs = prev.recs, prev.svcs
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	recs := make([]records.HostRecord, 0, len(v.recs))
+	for _, h := range slices.Sorted(maps.Keys(v.recs)) {
+		recs = append(recs, v.recs[h])
 	}
-	if prev == nil || v.recsChanged {
-		if v.names == nil {
-			v.names = slices.Sorted(maps.Keys(v.recs))
-		}
-		next.recs = make([]records.HostRecord, len(v.names))
-		for i, h := range v.names {
-			next.recs[i] = v.recs[h]
-		}
-	}
-	if prev == nil || v.svcsChanged {
-		next.svcs = maps.Clone(v.svcs)
-		if next.svcs == nil {
-			next.svcs = map[string]records.Service{}
-		}
-	}
-	v.recsChanged, v.svcsChanged = false, false
-	v.snap.Store(next)
+	return recs, maps.Clone(v.svcs), nil
 }
 
 // hosts returns every root provider's host (sharing pools are not

@@ -58,14 +58,11 @@ type Config struct {
 
 // HostLister is a current picture of every host record and compute
 // service: the server's host view, which follows the store's change
-// stream and so re-reads only what changed.
+// stream and so re-reads only what changed since it was last asked.
 type HostLister interface {
 	// ComputeHosts returns every host record, sorted by host, and the
-	// compute services by host: as of the call when few changes were
-	// committed since the view was last brought up to date, else as of
-	// at most a second or so before it (a large fleet's reports are
-	// read in the background, not by the caller). The slice and the
-	// map are shared: read them, never change them.
+	// compute services by host, as of the call: whatever was committed
+	// before it is in. The records are the caller's to read, not change.
 	ComputeHosts(ctx context.Context) ([]records.HostRecord, map[string]records.Service, error)
 }
 

@@ -309,9 +309,7 @@ func (a *hypervisorsAPI) listHypervisors(detail bool) func(w http.ResponseWriter
 // hypervisorList is a hypervisor listing's body and how many hypervisors
 // it shows.
 func (a *hypervisorsAPI) hypervisorList(r *http.Request, detail, servers bool) (map[string]any, int, error) {
-	// Paged before joined: a page of a large cloud costs its own hosts,
-	// not every host's.
-	recs, byHost, err := a.computeHosts(r.Context())
+	hs, err := a.hypervisors(r)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -329,19 +327,13 @@ func (a *hypervisorsAPI) hypervisorList(r *http.Request, detail, servers bool) (
 		if pattern != "" && (q.Has("limit") || q.Has("marker")) {
 			return nil, 0, badRequest("Paging over hypervisors with the hypervisor_hostname_pattern query parameter is not supported.")
 		}
-		// idOf is hypervisorID's, as text.
-		idOf := func(rec records.HostRecord) string {
-			if version(r).AtLeast(53) {
-				return rec.ProviderUUID
-			}
-			return strconv.FormatInt(intID(rec.Host), 10)
-		}
+		idOf := func(h hypervisor) string { return fmt.Sprint(hypervisorID(r, h)) }
 		if m := q.Get("marker"); m != "" {
-			i := slices.IndexFunc(recs, func(rec records.HostRecord) bool { return idOf(rec) == m })
+			i := slices.IndexFunc(hs, func(h hypervisor) bool { return idOf(h) == m })
 			if i < 0 {
 				return nil, 0, badRequest("marker [" + m + "] not found")
 			}
-			recs = recs[i+1:]
+			hs = hs[i+1:]
 		}
 		n := maxLimit
 		if q.Has("limit") {
@@ -351,23 +343,18 @@ func (a *hypervisorsAPI) hypervisorList(r *http.Request, detail, servers bool) (
 			}
 			n = min(l, maxLimit)
 		}
-		if pattern == "" && len(recs) > n {
-			recs = recs[:n]
+		if pattern == "" && len(hs) > n {
+			hs = hs[:n]
 			if n > 0 {
-				body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(recs[n-1]))
+				body["hypervisors_links"] = a.nextLink(r, "os-hypervisors", idOf(hs[n-1]))
 			}
 		}
 	}
-	hs := make([]hypervisor, 0, len(recs))
-	for _, rec := range recs {
-		if pattern != "" && !strings.Contains(rec.Host, pattern) {
-			continue
-		}
-		s, ok := byHost[rec.Host]
-		hs = append(hs, hypervisor{rec: rec, svc: s, hasSvc: ok, uuid: rec.ProviderUUID})
-	}
 	out := make([]*hypervisorJSON, 0, len(hs))
 	for _, h := range hs {
+		if pattern != "" && !strings.Contains(h.rec.Host, pattern) {
+			continue
+		}
 		v := a.hypervisorView(r, h, detail)
 		if servers {
 			if err := a.withServers(r, v, h.rec.Host); err != nil {
