@@ -112,7 +112,7 @@ part() {
 lane_a() {
   set +m
   part A "openstackclient against keel dev" tests/openstackclient.sh &&
-  part A "Tempest (compute API selection) against keel dev" tests/tempest.sh &&
+  part A "Tempest (compute API selection) against keel dev" env TEMPEST_CONCURRENCY="${TEMPEST_CONCURRENCY:-2}" tests/tempest.sh &&
   part A "real guests with QEMU: keel dev --driver qemu and openstackclient" tests/qemu.sh &&
   part A "libvirt: daemons side by side in namespaces, keel dev --driver libvirt and the libvirt slice" tests/libvirt.sh
 }
